@@ -1,0 +1,154 @@
+//! The flow file: raw serde types (`raw`), validation into domain types (`validate`, `model`),
+//! and diagnostics that point into the file (`diagnostic`).
+
+pub mod diagnostic;
+pub mod model;
+pub mod raw;
+pub mod validate;
+
+pub use diagnostic::Diagnostic;
+pub use model::{Command, ExitCodes, Flow, Signal, Step};
+
+use std::path::{Path, PathBuf};
+
+/// A flow that loaded, with the warnings found on the way.
+#[derive(Debug)]
+pub struct Loaded {
+    pub flow: Flow,
+    pub source: String,
+    pub warnings: Vec<Diagnostic>,
+}
+
+/// Why a flow file could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read flow file {}: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{} has {} error(s)", shown, diagnostics.iter().filter(|d| d.is_error()).count())]
+    Invalid { shown: String, source_text: String, diagnostics: Vec<Diagnostic> },
+}
+
+impl LoadError {
+    /// The full report: every diagnostic drawn against the file.
+    pub fn render(&self, color: bool) -> String {
+        match self {
+            LoadError::Read { .. } => format!("error: {self}\n"),
+            LoadError::Invalid { shown, source_text, diagnostics } => {
+                let mut out = String::new();
+                for d in diagnostics {
+                    out.push_str(&d.render(shown, source_text, color));
+                    out.push_str("\n\n");
+                }
+                let errors = diagnostics.iter().filter(|d| d.is_error()).count();
+                out.push_str(&format!(
+                    "error: {shown} is not a valid flow ({errors} error{}); nothing was run\n",
+                    if errors == 1 { "" } else { "s" }
+                ));
+                out
+            }
+        }
+    }
+}
+
+/// Read, parse and validate the flow file at `path`.
+pub fn load(path: &Path) -> Result<Loaded, LoadError> {
+    let source = std::fs::read_to_string(path).map_err(|source| LoadError::Read { path: path.to_owned(), source })?;
+    let shown = path.display().to_string();
+    let absolute = std::path::absolute(path).map_err(|source| LoadError::Read { path: path.to_owned(), source })?;
+    parse(&source, &absolute)
+        .map(|(flow, warnings)| Loaded { flow, source: source.clone(), warnings })
+        .map_err(|diagnostics| LoadError::Invalid { shown, source_text: source, diagnostics })
+}
+
+/// Parse and validate flow text; `path` (absolute) names the file and anchors `workdir`.
+pub fn parse(source: &str, path: &Path) -> Result<(Flow, Vec<Diagnostic>), Vec<Diagnostic>> {
+    let raw: raw::RawFlow = toml::from_str(source).map_err(|e| vec![serde_diagnostic(&e, source)])?;
+    validate::validate(raw, path, source)
+}
+
+/// Turn a TOML or serde error into a diagnostic, naming the key and suggesting a valid one.
+fn serde_diagnostic(e: &toml::de::Error, source: &str) -> Diagnostic {
+    let message = e.message().trim().to_owned();
+    let key = e.span().and_then(|s| diagnostic::key_path_at(source, s.start));
+    if let Some(rest) = message.strip_prefix("unknown field `") {
+        let quoted: Vec<&str> = rest.split('`').step_by(2).collect();
+        let unknown = quoted.first().copied().unwrap_or_default();
+        let valid: Vec<&str> = quoted.iter().skip(1).copied().filter(|s| !s.is_empty()).collect();
+        let suggestion = crate::suggest::closest(unknown, valid.iter().copied());
+        let valid_list = valid.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
+        let help = match suggestion {
+            Some(s) => format!("did you mean `{s}`? valid keys here: {valid_list}"),
+            None => format!("valid keys here: {valid_list}"),
+        };
+        return Diagnostic::error(e.span(), format!("`{}`: unknown key", key.as_deref().unwrap_or(unknown)))
+            .label("unknown key")
+            .help(Some(help));
+    }
+    let message = match key {
+        Some(k) => format!("`{k}`: {message}"),
+        None => message,
+    };
+    Diagnostic::error(e.span(), message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn errors(src: &str) -> Vec<String> {
+        parse(src, Path::new("/x/flow.toml")).unwrap_err().into_iter().map(|d| d.message).collect()
+    }
+
+    #[test]
+    fn minimal_flow_gets_defaults() {
+        let (flow, warnings) = parse("[[step]]\nname = 'a'\nrun = ['true']\n", Path::new("/x/demo.toml")).unwrap();
+        assert!(warnings.is_empty());
+        assert_eq!(flow.name, "demo");
+        let step = &flow.steps[0];
+        assert_eq!(step.retry.attempts, 1);
+        assert_eq!(step.timeout, None);
+        assert_eq!(step.kill_grace, std::time::Duration::from_secs(10));
+        assert_eq!(step.workdir, Path::new("/x"));
+    }
+
+    #[test]
+    fn retry_table_defaults_to_101_attempts_on_exception() {
+        let (flow, _) =
+            parse("[[step]]\nname = 'a'\nrun = ['true']\nretry = {}\n", Path::new("/x/f.toml")).unwrap();
+        assert_eq!(flow.steps[0].retry.attempts, 101);
+        assert_eq!(flow.steps[0].retry.exception_types, ["Exception"]);
+    }
+
+    #[test]
+    fn named_policies_and_defaults_apply() {
+        let src = "[defaults]\nretry = 'net'\ntimeout = '2m 30s'\n[policies.net]\nattempts = 4\n\
+                   [[step]]\nname = 'a'\nrun = ['true']\n";
+        let (flow, _) = parse(src, Path::new("/x/f.toml")).unwrap();
+        assert_eq!(flow.steps[0].retry.attempts, 4);
+        assert_eq!(flow.steps[0].retry_name.as_deref(), Some("net"));
+        assert_eq!(flow.steps[0].timeout, Some(std::time::Duration::from_secs(150)));
+    }
+
+    #[test]
+    fn unknown_keys_name_the_path_and_suggest() {
+        let src = "[[step]]\nname = 'a'\nrun = ['true']\n[step.retry]\natempts = 3\n";
+        let d = parse(src, Path::new("/x/f.toml")).unwrap_err().remove(0);
+        assert_eq!(d.message, "`step[0].retry.atempts`: unknown key");
+        assert!(d.help.unwrap().starts_with("did you mean `attempts`?"));
+    }
+
+    #[test]
+    fn bad_values_are_all_reported() {
+        let errs = errors(
+            "[[step]]\nname = 'a'\nrun = ['true']\ntimeout = 0\nretry = { attempts = 0, exception_types = ['a.B'] }\n",
+        );
+        assert_eq!(errs.len(), 3, "{errs:?}");
+    }
+
+    #[test]
+    fn error_classes_are_checked() {
+        let errs = errors("[errors]\nValueError = []\nA = ['Nope']\n[[step]]\nname = 'a'\nrun = ['true']\n");
+        assert!(errs.iter().any(|e| e.contains("built-in")), "{errs:?}");
+        assert!(errs.iter().any(|e| e.contains("unknown base class `Nope`")), "{errs:?}");
+    }
+}

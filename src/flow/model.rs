@@ -1,0 +1,131 @@
+//! The validated flow: what the executor runs. Built only by `validate.rs`; serializable so a run
+//! can record the exact definition it started with.
+
+use crate::classify::classes::ClassTree;
+use crate::retry::RetryPolicy;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Flow {
+    pub name: String,
+    /// The flow file, absolute.
+    pub path: PathBuf,
+    pub env: BTreeMap<String, String>,
+    pub classes: ClassTree,
+    pub exit_codes: ExitCodes,
+    pub steps: Vec<Step>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    pub name: String,
+    /// Where the step's `[[step]]` table starts in the flow file.
+    pub span: Range<usize>,
+    pub command: Command,
+    /// Per-attempt deadline; `None` lets an attempt run forever.
+    pub timeout: Option<Duration>,
+    pub retry: RetryPolicy,
+    /// The `[policies]` entry the retry policy came from, if any.
+    pub retry_name: Option<String>,
+    pub exit_codes: ExitCodes,
+    pub env: BTreeMap<String, String>,
+    /// Absolute working directory (checked when an attempt starts).
+    pub workdir: PathBuf,
+    pub kill_signal: Signal,
+    pub kill_grace: Duration,
+    /// Read Python tracebacks from stderr to name errors.
+    pub detect_tracebacks: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Executed directly with `PATH` lookup.
+    Run(Vec<String>),
+    /// Run by `/bin/sh -c`.
+    Shell(String),
+}
+
+impl Command {
+    /// Program and arguments as executed.
+    pub fn argv(&self) -> Vec<String> {
+        match self {
+            Command::Run(argv) => argv.clone(),
+            Command::Shell(script) => vec!["/bin/sh".into(), "-c".into(), script.clone()],
+        }
+    }
+
+    /// A one-line rendering for plans and reports.
+    pub fn display(&self) -> String {
+        match self {
+            Command::Run(argv) => argv.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" "),
+            Command::Shell(script) => format!("sh -c {}", shell_quote(script)),
+        }
+    }
+}
+
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c)) {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// A signal by its number and canonical name (`SIGTERM`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Signal(pub nix::sys::signal::Signal);
+
+impl Signal {
+    pub fn parse(name: &str) -> Option<Signal> {
+        let upper = name.to_ascii_uppercase();
+        let full = if upper.starts_with("SIG") { upper } else { format!("SIG{upper}") };
+        full.parse().ok().map(Signal)
+    }
+
+    pub fn from_number(n: i32) -> Option<Signal> {
+        nix::sys::signal::Signal::try_from(n).ok().map(Signal)
+    }
+
+    pub fn name(self) -> &'static str {
+        self.0.as_str()
+    }
+
+    pub fn number(self) -> i32 {
+        self.0 as i32
+    }
+}
+
+impl TryFrom<String> for Signal {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        Signal::parse(&s).ok_or_else(|| format!("unknown signal {s}"))
+    }
+}
+
+impl From<Signal> for String {
+    fn from(s: Signal) -> String {
+        s.name().to_owned()
+    }
+}
+
+/// Exit codes and signals mapped to error class names.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitCodes {
+    pub codes: BTreeMap<u8, String>,
+    pub signals: BTreeMap<String, String>,
+}
+
+impl ExitCodes {
+    pub fn for_code(&self, code: i32) -> Option<&str> {
+        u8::try_from(code).ok().and_then(|c| self.codes.get(&c)).map(String::as_str)
+    }
+
+    pub fn for_signal(&self, signal: Signal) -> Option<&str> {
+        self.signals.get(signal.name()).map(String::as_str)
+    }
+}

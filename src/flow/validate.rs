@@ -1,0 +1,466 @@
+//! Raw serde types → the validated [`Flow`]. Every problem found is collected as a [`Diagnostic`]
+//! pointing at its source span; warnings never stop a flow from loading.
+
+use super::diagnostic::{Diagnostic, key_path_at};
+use super::model::{Command, ExitCodes, Flow, Signal, Step};
+use super::raw::{RawDefaults, RawDuration, RawFlow, RawPolicy, RawRetry, RawStep, Str, StrMap};
+use crate::classify::classes::{ClassTree, is_builtin};
+use crate::retry::{Backoff, DEFAULT_ATTEMPTS, RetryPolicy};
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+use std::time::Duration;
+use toml::Spanned;
+
+/// Longest duration accepted anywhere: 100 years.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 86_400 + 25 * 86_400);
+const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
+const DETECT_VALUES: [&str; 2] = ["auto", "none"];
+
+struct Validator<'a> {
+    source: &'a str,
+    diags: Vec<Diagnostic>,
+}
+
+/// Build the domain flow, or return every error found (warnings included either way).
+pub fn validate(raw: RawFlow, path: &Path, source: &str) -> Result<(Flow, Vec<Diagnostic>), Vec<Diagnostic>> {
+    let mut v = Validator { source, diags: Vec::new() };
+    let flow = v.flow(raw, path);
+    if v.diags.iter().any(Diagnostic::is_error) {
+        Err(v.diags)
+    } else {
+        Ok((flow, v.diags))
+    }
+}
+
+fn is_name(s: &str, extra: &str) -> bool {
+    !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || extra.contains(c))
+}
+
+fn is_identifier(s: &str) -> bool {
+    is_name(s, "") && !s.starts_with(|c: char| c.is_ascii_digit())
+}
+
+impl Validator<'_> {
+    /// An error about the value at `span`, named by its key path.
+    fn error(&mut self, span: std::ops::Range<usize>, what: &str) -> &mut Diagnostic {
+        let key = key_path_at(self.source, span.start).map_or_else(String::new, |k| format!("`{k}`: "));
+        self.diags.push(Diagnostic::error(span, format!("{key}{what}")));
+        self.diags.last_mut().expect("just pushed")
+    }
+
+    fn warn(&mut self, span: std::ops::Range<usize>, what: &str) -> &mut Diagnostic {
+        let key = key_path_at(self.source, span.start).map_or_else(String::new, |k| format!("`{k}`: "));
+        self.diags.push(Diagnostic::warning(span, format!("{key}{what}")));
+        self.diags.last_mut().expect("just pushed")
+    }
+
+    fn flow(&mut self, raw: RawFlow, path: &Path) -> Flow {
+        let name = match &raw.name {
+            Some(n) => {
+                if !is_name(n.get_ref(), ".-") {
+                    self.error(n.span(), "a flow name may only hold letters, digits, `_`, `.` and `-`")
+                        .label = "invalid name".into();
+                }
+                n.get_ref().clone()
+            }
+            None => {
+                let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+                if !is_name(&stem, ".-") {
+                    self.diags.push(
+                        Diagnostic::error(None, format!("the file name `{stem}` is not a valid flow name"))
+                            .help(Some("set `name = \"...\"` at the top of the file (letters, digits, `_`, `.`, `-`)".into())),
+                    );
+                }
+                stem
+            }
+        };
+        let classes = self.classes(&raw.errors);
+        let exit_codes = self.exit_codes(&raw.exit_codes, &classes);
+        let env = self.env(&raw.env);
+        let mut policies = BTreeMap::new();
+        for (pname, policy) in &raw.policies {
+            if !is_name(pname.get_ref(), "-") {
+                self.error(pname.span(), "a policy name may only hold letters, digits, `_` and `-`");
+            }
+            let p = self.policy(policy.get_ref(), &classes);
+            policies.insert(pname.get_ref().clone(), p);
+        }
+        let defaults = Defaults::new(self, raw.defaults.as_ref(), &policies, &classes);
+        let dir = path.parent().unwrap_or(Path::new("/"));
+        let mut seen = HashSet::new();
+        let mut steps = Vec::new();
+        for raw_step in &raw.step {
+            if let Some(step) = self.step(raw_step, &defaults, &policies, &classes, dir) {
+                if !seen.insert(step.name.clone()) {
+                    let span = raw_step.get_ref().name.as_ref().map_or(raw_step.span(), Spanned::span);
+                    self.error(span, &format!("a step named `{}` is already defined", step.name)).label =
+                        "duplicate step name".into();
+                }
+                steps.push(step);
+            }
+        }
+        if raw.step.is_empty() {
+            self.diags.push(
+                Diagnostic::error(None, "the flow has no steps")
+                    .help(Some("add a step: [[step]] name = \"hello\" run = [\"echo\", \"hi\"]".into())),
+            );
+        }
+        Flow { name, path: path.to_owned(), env, classes, exit_codes, steps }
+    }
+
+    fn classes(&mut self, errors: &BTreeMap<Str, Spanned<Vec<Str>>>) -> ClassTree {
+        let declared: HashSet<&str> = errors.keys().map(|k| k.get_ref().as_str()).collect();
+        let mut user = Vec::new();
+        for (name, bases) in errors {
+            let n = name.get_ref();
+            if n.contains('.') {
+                self.error(name.span(), "an error class name is a bare class name, without a module path")
+                    .help = n.rsplit('.').next().map(|last| format!("write `{last}`"));
+                continue;
+            }
+            if !is_identifier(n) {
+                self.error(name.span(), "an error class name must be an identifier (letters, digits, `_`)");
+                continue;
+            }
+            if is_builtin(n) {
+                self.error(name.span(), &format!("`{n}` is a built-in class and cannot be redefined"))
+                    .help = Some("choose another name for your class".into());
+                continue;
+            }
+            let mut list = Vec::new();
+            for base in bases.get_ref() {
+                let b = base.get_ref();
+                if !is_builtin(b) && !declared.contains(b.as_str()) {
+                    let hint = crate::suggest::closest(b, ClassTree::default().names().chain(declared.iter().copied()));
+                    let d = self.error(base.span(), &format!("unknown base class `{b}`"));
+                    d.label = "not a built-in class nor one declared in [errors]".into();
+                    d.help = hint.map(|h| format!("did you mean `{h}`?"));
+                } else {
+                    list.push(b.clone());
+                }
+            }
+            if bases.get_ref().is_empty() {
+                list.push("Exception".into());
+            }
+            user.push((n.clone(), list));
+        }
+        match ClassTree::new(user.clone()) {
+            Ok(tree) => tree,
+            Err(e) => {
+                let span = errors.keys().next().map(Spanned::span);
+                self.diags.push(Diagnostic::error(span, format!("invalid [errors]: {e}")));
+                ClassTree::default()
+            }
+        }
+    }
+
+    fn exit_codes(&mut self, raw: &StrMap, classes: &ClassTree) -> ExitCodes {
+        let mut out = ExitCodes::default();
+        for (key, class) in raw {
+            let k = key.get_ref();
+            if let Ok(code) = k.parse::<u16>() {
+                match u8::try_from(code) {
+                    Ok(c) if c >= 1 => {
+                        out.codes.insert(c, class.get_ref().clone());
+                    }
+                    _ => {
+                        self.error(key.span(), "an exit code must be between 1 and 255").label =
+                            "out of range".into();
+                    }
+                }
+            } else if let Some(sig) = Signal::parse(k).filter(|_| k.starts_with("SIG")) {
+                out.signals.insert(sig.name().to_owned(), class.get_ref().clone());
+            } else {
+                self.error(key.span(), &format!("`{k}` is neither an exit code (1-255) nor a signal name"))
+                    .help = Some("write an exit code such as \"3\" or a signal name such as \"SIGSEGV\"".into());
+            }
+            let c = class.get_ref();
+            if !classes.knows(c) {
+                let hint = classes.suggest(c);
+                let d = self.error(class.span(), &format!("unknown error class `{c}`"));
+                d.label = "not declared".into();
+                d.help = Some(match hint {
+                    Some(h) => format!("did you mean `{h}`? To use a new name, declare it in [errors]"),
+                    None => format!("declare it in [errors], e.g. `{c} = [\"Exception\"]`"),
+                });
+            }
+        }
+        out
+    }
+
+    fn env(&mut self, raw: &StrMap) -> BTreeMap<String, String> {
+        let mut env = BTreeMap::new();
+        for (k, val) in raw {
+            if k.get_ref().is_empty() || k.get_ref().contains(['=', '\0']) {
+                self.error(k.span(), "an environment variable name must be non-empty and hold no `=`");
+            } else if val.get_ref().contains('\0') {
+                self.error(val.span(), "an environment value cannot hold a NUL byte");
+            } else {
+                env.insert(k.get_ref().clone(), val.get_ref().clone());
+            }
+        }
+        env
+    }
+
+    fn duration(&mut self, raw: &Spanned<RawDuration>, allow_zero: bool) -> Option<Duration> {
+        let span = raw.span();
+        let secs = match raw.get_ref() {
+            RawDuration::Seconds(s) => *s,
+            RawDuration::Text(text) => match humantime::parse_duration(text) {
+                Ok(d) => d.as_secs_f64(),
+                Err(e) => {
+                    self.error(span, &format!("invalid duration {text:?}: {e}")).help =
+                        Some("write seconds as a number (`90`, `0.5`) or a string such as \"90s\", \"2m 30s\", \"1h\"".into());
+                    return None;
+                }
+            },
+        };
+        let floor = if allow_zero { "at least 0" } else { "more than 0" };
+        if !secs.is_finite() || secs < 0.0 || (!allow_zero && secs == 0.0) {
+            self.error(span, &format!("a duration must be {floor}")).label = "out of range".into();
+            return None;
+        }
+        if secs > MAX_DURATION.as_secs_f64() {
+            self.error(span, "a duration must be at most 100 years").label = "out of range".into();
+            return None;
+        }
+        Some(Duration::from_secs_f64(secs))
+    }
+
+    fn seconds(&mut self, raw: &Spanned<f64>, min: f64, what: &str) -> Option<f64> {
+        let x = *raw.get_ref();
+        if !x.is_finite() || x < min || x > MAX_DURATION.as_secs_f64() {
+            self.error(raw.span(), &format!("{what} (got {x})")).label = "out of range".into();
+            return None;
+        }
+        Some(x)
+    }
+
+    fn policy(&mut self, raw: &RawPolicy, classes: &ClassTree) -> RetryPolicy {
+        let attempts = match &raw.attempts {
+            None => DEFAULT_ATTEMPTS,
+            Some(a) => match u32::try_from(*a.get_ref()) {
+                Ok(n) if n >= 1 => n,
+                _ => {
+                    let d = self.error(a.span(), "`attempts` counts total executions and must be at least 1");
+                    d.label = "out of range".into();
+                    d.help = Some("use `attempts = 1` to run once, or `exception_types = []` to retry nothing".into());
+                    1
+                }
+            },
+        };
+        let exception_types = match &raw.exception_types {
+            None => vec!["Exception".to_owned()],
+            Some(list) => {
+                let mut names = Vec::new();
+                for item in list.get_ref() {
+                    let n = item.get_ref();
+                    if n.contains('.') {
+                        self.error(item.span(), "exception types are matched by bare class name; a module path is not allowed")
+                            .help = n.rsplit('.').next().map(|last| format!("write `{last}`"));
+                    } else if !classes.knows(n) {
+                        let hint = classes.suggest(n);
+                        let d = self.warn(item.span(), &format!("no known class is named `{n}`"));
+                        d.label = "matches only errors children report with this name".into();
+                        d.help = Some(match hint {
+                            Some(h) => format!("did you mean `{h}`?"),
+                            None => format!("declare it in [errors] to silence this warning: `{n} = [\"Exception\"]`"),
+                        });
+                        names.push(n.clone());
+                    } else {
+                        names.push(n.clone());
+                    }
+                }
+                names
+            }
+        };
+        let mut backoff = Backoff::default();
+        if let Some(s) = &raw.backoff_seconds {
+            if let Some(x) = self.seconds(s, 0.0, "`backoff_seconds` must be at least 0 and at most 100 years") {
+                backoff.initial = Duration::from_secs_f64(x);
+            }
+        }
+        if let Some(m) = &raw.backoff_multiplier {
+            if let Some(x) = self.seconds(m, 1.0, "`backoff_multiplier` must be at least 1.0") {
+                backoff.multiplier = x;
+            }
+        }
+        if let Some(m) = &raw.backoff_max_seconds {
+            let min = backoff.initial.as_secs_f64();
+            if let Some(x) = self.seconds(m, min, "`backoff_max_seconds` must be at least `backoff_seconds`") {
+                backoff.max = Some(Duration::from_secs_f64(x));
+            }
+        }
+        backoff.jitter = raw.jitter.unwrap_or(false);
+        RetryPolicy { attempts, exception_types, backoff }
+    }
+
+    /// A step's or the defaults' `retry`: inline, or a `[policies]` name.
+    fn retry(
+        &mut self,
+        raw: &Spanned<RawRetry>,
+        policies: &BTreeMap<String, RetryPolicy>,
+        classes: &ClassTree,
+    ) -> Option<(RetryPolicy, Option<String>)> {
+        match raw.get_ref() {
+            RawRetry::Inline(p) => Some((self.policy(p, classes), None)),
+            RawRetry::Named(name) => match policies.get(name) {
+                Some(p) => Some((p.clone(), Some(name.clone()))),
+                None => {
+                    let hint = crate::suggest::closest(name, policies.keys().map(String::as_str));
+                    let d = self.error(raw.span(), &format!("no policy named `{name}` in [policies]"));
+                    d.label = "unknown policy".into();
+                    d.help = Some(match hint {
+                        Some(h) => format!("did you mean `{h}`?"),
+                        None => format!("define it as [policies.{name}] or write the policy inline"),
+                    });
+                    None
+                }
+            },
+        }
+    }
+
+    fn signal(&mut self, raw: &Str) -> Option<Signal> {
+        let sig = Signal::parse(raw.get_ref());
+        if sig.is_none() {
+            self.error(raw.span(), &format!("unknown signal `{}`", raw.get_ref())).help =
+                Some("use a signal name such as \"SIGTERM\", \"SIGINT\" or \"SIGKILL\"".into());
+        }
+        sig
+    }
+
+    fn detect(&mut self, raw: &Str) -> Option<bool> {
+        match raw.get_ref().as_str() {
+            "auto" => Some(true),
+            "none" => Some(false),
+            other => {
+                let hint = crate::suggest::closest(other, DETECT_VALUES);
+                self.error(raw.span(), &format!("`detect_errors` must be \"auto\" or \"none\", not {other:?}"))
+                    .help = hint.map(|h| format!("did you mean \"{h}\"?"));
+                None
+            }
+        }
+    }
+
+    fn step(
+        &mut self,
+        raw: &Spanned<RawStep>,
+        defaults: &Defaults,
+        policies: &BTreeMap<String, RetryPolicy>,
+        classes: &ClassTree,
+        dir: &Path,
+    ) -> Option<Step> {
+        let span = raw.span();
+        let raw = raw.get_ref();
+        let Some(name) = &raw.name else {
+            self.diags.push(
+                Diagnostic::error(span.start..span.start + 8, "a step has no `name`")
+                    .label("this step")
+                    .help(Some("add `name = \"...\"` (letters, digits, `_`, `-`)".into())),
+            );
+            return None;
+        };
+        if !is_name(name.get_ref(), "-") {
+            self.error(name.span(), "a step name may only hold letters, digits, `_` and `-`").label =
+                "invalid name".into();
+        }
+        let command = match (&raw.run, &raw.shell) {
+            (Some(run), None) => {
+                if run.get_ref().first().is_none_or(|p| p.get_ref().is_empty()) {
+                    self.error(run.span(), "`run` needs at least a program name").help =
+                        Some("write `run = [\"program\", \"arg\"]`".into());
+                }
+                Command::Run(run.get_ref().iter().map(|a| a.get_ref().clone()).collect())
+            }
+            (None, Some(shell)) => Command::Shell(shell.get_ref().clone()),
+            (Some(run), Some(_)) => {
+                self.error(run.span(), "a step takes exactly one of `run` and `shell`, not both").label =
+                    "remove this or `shell`".into();
+                return None;
+            }
+            (None, None) => {
+                let d = Diagnostic::error(name.span(), format!("step `{}` has nothing to run", name.get_ref()))
+                    .label("this step")
+                    .help(Some("add `run = [\"program\", \"arg\"]` or `shell = \"command\"`".into()));
+                self.diags.push(d);
+                return None;
+            }
+        };
+        let timeout = match &raw.timeout {
+            Some(t) => self.duration(t, false),
+            None => defaults.timeout,
+        };
+        let (retry, retry_name) = match &raw.retry {
+            Some(r) => self.retry(r, policies, classes).unwrap_or((RetryPolicy::run_once(), None)),
+            None => defaults.retry.clone().unwrap_or((RetryPolicy::run_once(), None)),
+        };
+        let exit_codes = self.exit_codes(&raw.exit_codes, classes);
+        let env = self.env(&raw.env);
+        let workdir = match &raw.workdir {
+            Some(w) => dir.join(w.get_ref()),
+            None => dir.to_owned(),
+        };
+        let kill_signal = raw.kill_signal.as_ref().and_then(|s| self.signal(s)).unwrap_or(defaults.kill_signal);
+        let kill_grace = match &raw.kill_grace {
+            Some(g) => self.duration(g, true).unwrap_or(DEFAULT_KILL_GRACE),
+            None => defaults.kill_grace,
+        };
+        let detect_tracebacks = match &raw.detect_errors {
+            Some(d) => self.detect(d).unwrap_or(true),
+            None => defaults.detect,
+        };
+        Some(Step {
+            name: name.get_ref().clone(),
+            span,
+            command,
+            timeout,
+            retry,
+            retry_name,
+            exit_codes,
+            env,
+            workdir,
+            kill_signal,
+            kill_grace,
+            detect_tracebacks,
+        })
+    }
+}
+
+/// `[defaults]`, validated once and applied to every step that does not set its own value.
+struct Defaults {
+    timeout: Option<Duration>,
+    retry: Option<(RetryPolicy, Option<String>)>,
+    kill_signal: Signal,
+    kill_grace: Duration,
+    detect: bool,
+}
+
+impl Defaults {
+    fn new(
+        v: &mut Validator<'_>,
+        raw: Option<&RawDefaults>,
+        policies: &BTreeMap<String, RetryPolicy>,
+        classes: &ClassTree,
+    ) -> Defaults {
+        let mut d = Defaults {
+            timeout: None,
+            retry: None,
+            kill_signal: Signal(nix::sys::signal::Signal::SIGTERM),
+            kill_grace: DEFAULT_KILL_GRACE,
+            detect: true,
+        };
+        let Some(raw) = raw else { return d };
+        d.timeout = raw.timeout.as_ref().and_then(|t| v.duration(t, false));
+        d.retry = raw.retry.as_ref().and_then(|r| v.retry(r, policies, classes));
+        if let Some(s) = raw.kill_signal.as_ref().and_then(|s| v.signal(s)) {
+            d.kill_signal = s;
+        }
+        if let Some(g) = raw.kill_grace.as_ref().and_then(|g| v.duration(g, true)) {
+            d.kill_grace = g;
+        }
+        if let Some(det) = raw.detect_errors.as_ref().and_then(|s| v.detect(s)) {
+            d.detect = det;
+        }
+        d
+    }
+}
