@@ -8,3 +8,8 @@ pub mod classify;
 pub mod flow;
 pub mod retry;
 pub mod suggest;
+pub mod executor;
+pub mod reporter;
+pub mod store;
+pub mod cli;
+pub mod commands;

@@ -71,3 +71,143 @@ impl fmt::Display for ErrorValue {
         Ok(())
     }
 }
+
+use crate::flow::{ExitCodes, Signal};
+use classes::{ACTION_EXECUTION_LOST, ACTION_EXECUTION_NOT_STARTED, ACTION_TIMEOUT, CALLED_PROCESS_ERROR, ClassTree};
+use error_file::ErrorFileOutcome;
+
+/// How a failed attempt ended, as the executor saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// Exited with a non-zero status.
+    Exited(i32),
+    /// Killed by a signal waymark did not send.
+    Signaled(Signal),
+    /// Its timeout passed (whatever happened next).
+    TimedOut(std::time::Duration),
+    /// Could not be started; the reason.
+    NotStarted(String),
+}
+
+/// Everything `classify` may consult besides the ending.
+pub struct Evidence<'a> {
+    pub classes: &'a ClassTree,
+    pub step_codes: &'a ExitCodes,
+    pub flow_codes: &'a ExitCodes,
+    pub detect_tracebacks: bool,
+    pub error_file: ErrorFileOutcome,
+    /// The end of the attempt's stderr (up to 64 KiB).
+    pub stderr_tail: &'a str,
+}
+
+/// Name a failed attempt's error. Precedence: timeout and start failure first; then the error
+/// file, a Python traceback (exit status 1 only), `exit_codes` (step, then flow), and finally
+/// `CalledProcessError` or `ActionExecutionLost`. Returns the error and any warnings.
+pub fn classify(ending: &Ending, ev: Evidence<'_>) -> (ErrorValue, Vec<String>) {
+    let mut warnings = Vec::new();
+    let builtin = |class: &str, message: String, source| ErrorValue {
+        class: class.to_owned(),
+        bases: ev.classes.bases(class).unwrap_or_default(),
+        message,
+        source,
+    };
+    match ending {
+        Ending::TimedOut(after) => {
+            let message = format!("timed out after {}", humantime::format_duration(*after));
+            return (builtin(ACTION_TIMEOUT, message, ErrorSource::Timeout), warnings);
+        }
+        Ending::NotStarted(why) => {
+            return (builtin(ACTION_EXECUTION_NOT_STARTED, why.clone(), ErrorSource::NotStarted), warnings);
+        }
+        Ending::Exited(_) | Ending::Signaled(_) => {}
+    }
+    match ev.error_file {
+        ErrorFileOutcome::Reported(r) => {
+            let bases = r.bases.unwrap_or_else(|| {
+                ev.classes.bases(&r.class).unwrap_or_else(|| vec!["Exception".into(), "BaseException".into()])
+            });
+            let error = ErrorValue { class: r.class, bases, message: r.message.unwrap_or_default(), source: ErrorSource::ErrorFile };
+            return (error, warnings);
+        }
+        ErrorFileOutcome::Invalid(why) => warnings.push(format!("ignored the error file: {why}")),
+        ErrorFileOutcome::Empty => {}
+    }
+    if *ending == Ending::Exited(1) && ev.detect_tracebacks {
+        if let Some(tb) = traceback::parse_traceback(ev.stderr_tail) {
+            let bases = ev.classes.bases(&tb.class).unwrap_or_else(|| vec!["Exception".into(), "BaseException".into()]);
+            return (ErrorValue { class: tb.class, bases, message: tb.message, source: ErrorSource::Traceback }, warnings);
+        }
+    }
+    let (mapped, message, fallback, fallback_source) = match ending {
+        Ending::Exited(code) => (
+            ev.step_codes.for_code(*code).or_else(|| ev.flow_codes.for_code(*code)),
+            format!("exit status {code}"),
+            CALLED_PROCESS_ERROR,
+            ErrorSource::ExitStatus,
+        ),
+        Ending::Signaled(sig) => (
+            ev.step_codes.for_signal(*sig).or_else(|| ev.flow_codes.for_signal(*sig)),
+            format!("killed by signal {}", sig.name()),
+            ACTION_EXECUTION_LOST,
+            ErrorSource::Signal,
+        ),
+        _ => unreachable!("handled above"),
+    };
+    let error = match mapped {
+        Some(class) => builtin(class, message, ErrorSource::ExitCodeMapping),
+        None => builtin(fallback, message, fallback_source),
+    };
+    (error, warnings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(ending: Ending, file: ErrorFileOutcome, stderr: &str, codes: &ExitCodes) -> ErrorValue {
+        let tree = ClassTree::new(vec![("Flaky".into(), vec!["OSError".into()])]).unwrap();
+        let ev = Evidence {
+            classes: &tree,
+            step_codes: codes,
+            flow_codes: &ExitCodes::default(),
+            detect_tracebacks: true,
+            error_file: file,
+            stderr_tail: stderr,
+        };
+        classify(&ending, ev).0
+    }
+
+    const TB: &str = "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nConnectionResetError: reset\n";
+
+    #[test]
+    fn precedence_is_file_then_traceback_then_mapping_then_status() {
+        let mut codes = ExitCodes::default();
+        codes.codes.insert(1, "Flaky".into());
+        let reported = ErrorFileOutcome::Reported(error_file::ReportedError {
+            class: "ConnectTimeout".into(),
+            bases: None,
+            message: Some("slow".into()),
+        });
+        let e = run(Ending::Exited(1), reported, TB, &codes);
+        assert_eq!((e.class.as_str(), e.source), ("ConnectTimeout", ErrorSource::ErrorFile));
+        assert_eq!(e.bases, ["Exception", "BaseException"]);
+        let e = run(Ending::Exited(1), ErrorFileOutcome::Empty, TB, &codes);
+        assert_eq!(e.to_string(), "ConnectionResetError(ConnectionError, OSError, Exception, BaseException): reset");
+        let e = run(Ending::Exited(1), ErrorFileOutcome::Empty, "plain", &codes);
+        assert_eq!(e.to_string(), "Flaky(OSError, Exception, BaseException): exit status 1");
+        let e = run(Ending::Exited(2), ErrorFileOutcome::Empty, TB, &codes);
+        assert_eq!(e.to_string(), "CalledProcessError(SubprocessError, Exception, BaseException): exit status 2");
+    }
+
+    #[test]
+    fn signals_and_timeouts() {
+        let sig = Signal::parse("SIGKILL").unwrap();
+        let e = run(Ending::Signaled(sig), ErrorFileOutcome::Empty, "", &ExitCodes::default());
+        assert_eq!(e.to_string(), "ActionExecutionLost(BaseException): killed by signal SIGKILL");
+        let mut codes = ExitCodes::default();
+        codes.signals.insert("SIGKILL".into(), "Flaky".into());
+        assert_eq!(run(Ending::Signaled(sig), ErrorFileOutcome::Empty, "", &codes).class, "Flaky");
+        let e = run(Ending::TimedOut(std::time::Duration::from_secs(2)), ErrorFileOutcome::Empty, TB, &codes);
+        assert_eq!(e.to_string(), "ActionTimeout(BaseException): timed out after 2s");
+    }
+}

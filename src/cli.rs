@@ -1,0 +1,116 @@
+//! The command line, as clap types. Parsing only: the commands live in `commands/`.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+const AFTER_HELP: &str = "\
+Examples:
+  waymark run flow.toml              run a flow (or resume its interrupted run)
+  waymark check flow.toml            validate a flow and print its plan
+  waymark status                     show the newest run, step by step
+  waymark logs RUN_ID fetch          show the last attempt's output of step `fetch`
+
+Exit status: 0 success, 1 the workflow failed, 2 invalid command line or flow file,
+3 the flow is already running, 4 waymark's own failure, 128+n stopped by signal n.";
+
+#[derive(Debug, Parser)]
+#[command(name = "waymark", version, about = "Run a TOML workflow of child processes with durable retries", after_help = AFTER_HELP)]
+pub struct Cli {
+    /// Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]
+    #[arg(long, global = true, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a flow, resuming its interrupted run if there is one
+    #[command(after_help = "Examples:\n  waymark run flow.toml\n  waymark run --fresh flow.toml     abandon an unfinished run and start over\n  waymark run --wait flow.toml      wait for a runner of the same flow to finish first")]
+    Run {
+        /// The flow file
+        flow: PathBuf,
+        /// Abandon an unfinished run of this flow and start a new one
+        #[arg(long)]
+        fresh: bool,
+        /// Wait for another runner of the same flow instead of exiting with status 3
+        #[arg(long)]
+        wait: bool,
+        /// Do not echo the steps' output (it is still kept in the log files)
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// Resume a given run, including a failed one (its failed step gets a fresh attempt budget)
+    #[command(after_help = "Examples:\n  waymark resume 4k2m9xq1\n  waymark history               find run ids")]
+    Resume {
+        run_id: String,
+        /// Wait for another runner of the same flow instead of exiting with status 3
+        #[arg(long)]
+        wait: bool,
+        /// Do not echo the steps' output
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// Validate a flow file and print its plan; runs nothing
+    #[command(after_help = "Examples:\n  waymark check flow.toml && echo valid")]
+    Check {
+        /// The flow file
+        flow: PathBuf,
+    },
+    /// List runs, newest first
+    #[command(after_help = "Examples:\n  waymark history\n  waymark history nightly --limit 5\n  waymark history --json | jq '.[0].status'")]
+    History {
+        /// Only runs of this flow (its name)
+        flow: Option<String>,
+        /// How many runs to show
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// Print a JSON array
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a run step by step: state, attempts, last error, next retry
+    #[command(after_help = "Examples:\n  waymark status                the newest run\n  waymark status nightly        the newest run of flow `nightly`\n  waymark status 4k2m9xq1 --json")]
+    Status {
+        /// A run id or a flow name [default: the newest run]
+        target: Option<String>,
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the output an attempt of a step wrote
+    #[command(after_help = "Examples:\n  waymark logs 4k2m9xq1 fetch\n  waymark logs 4k2m9xq1 fetch --attempt 2 --stream stderr")]
+    Logs {
+        run_id: String,
+        step: String,
+        /// Which attempt [default: the last one]
+        #[arg(long)]
+        attempt: Option<u32>,
+        /// Only this stream [default: both]
+        #[arg(long, value_enum)]
+        stream: Option<StreamArg>,
+    },
+    /// Delete finished runs (succeeded, failed, abandoned) and their logs
+    #[command(after_help = "Examples:\n  waymark gc --older-than 30d")]
+    Gc {
+        /// Age of the runs to delete, e.g. \"30d\", \"12h\"
+        #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+        older_than: std::time::Duration,
+    },
+    /// Print the error class tree that retry filters match against
+    #[command(after_help = "Examples:\n  waymark errors\n  waymark errors --flow flow.toml     include the flow's [errors]")]
+    Errors {
+        /// Include this flow file's own classes
+        #[arg(long, value_name = "FLOW")]
+        flow: Option<PathBuf>,
+    },
+    /// Print a shell completion script
+    #[command(after_help = "Examples:\n  waymark completions bash > ~/.local/share/bash-completion/completions/waymark")]
+    Completions { shell: clap_complete::Shell },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum StreamArg {
+    Stdout,
+    Stderr,
+}

@@ -1,0 +1,205 @@
+//! Reading runs back: `history`, `status`, `logs`, and `gc`.
+
+use super::{CliError, EXIT_OK, open_store};
+use crate::cli::StreamArg;
+use crate::flow::Flow;
+use crate::store::{RunRecord, StepState, StoreError};
+use serde_json::{Value, json};
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+fn time(t: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+fn opt_time(t: Option<SystemTime>) -> Value {
+    t.map_or(Value::Null, |t| Value::String(time(t)))
+}
+
+fn took(start: SystemTime, end: Option<SystemTime>) -> Duration {
+    let end = end.unwrap_or_else(SystemTime::now);
+    let d = end.duration_since(start).unwrap_or_default();
+    Duration::from_secs(d.as_secs())
+}
+
+fn print_json(v: &Value) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+pub fn history(state: &Path, flow: Option<&str>, limit: usize, json: bool) -> Result<i32, CliError> {
+    let runs = open_store(state)?.list_runs(flow, limit)?;
+    if json {
+        let rows: Vec<Value> = runs
+            .iter()
+            .map(|r| {
+                json!({
+                    "id": r.id, "flow": r.flow, "path": r.flow_path, "status": r.status.as_str(),
+                    "started_at": time(r.started_at), "ended_at": opt_time(r.ended_at),
+                    "failed_step": r.failed_step, "pid": r.pid, "host": r.host,
+                })
+            })
+            .collect();
+        print_json(&Value::Array(rows));
+        return Ok(EXIT_OK);
+    }
+    if runs.is_empty() {
+        eprintln!("no runs yet{}", flow.map(|f| format!(" of flow `{f}`")).unwrap_or_default());
+        return Ok(EXIT_OK);
+    }
+    let mut out = format!("{:<10} {:<20} {:<12} {:<21} {:>10}  {}\n", "RUN", "FLOW", "STATUS", "STARTED", "DURATION", "FAILED STEP");
+    for r in &runs {
+        out.push_str(&format!(
+            "{:<10} {:<20} {:<12} {:<21} {:>10}  {}\n",
+            r.id,
+            r.flow,
+            r.status.as_str(),
+            time(r.started_at),
+            humantime::format_duration(took(r.started_at, r.ended_at)).to_string(),
+            r.failed_step.as_deref().unwrap_or("-")
+        ));
+    }
+    print!("{out}");
+    Ok(EXIT_OK)
+}
+
+/// A run by id, or the newest run of a flow, or the newest run of all.
+fn find_run(store: &crate::store::SqliteStore, target: Option<&str>) -> Result<RunRecord, CliError> {
+    match target {
+        Some(t) => match store.run(t) {
+            Ok(r) => Ok(r),
+            Err(StoreError::NoSuchRun(_)) => store.list_runs(Some(t), 1)?.into_iter().next().ok_or_else(|| {
+                CliError::Usage(format!("no run with id `{t}` and no runs of a flow named `{t}`; `waymark history` lists the runs"))
+            }),
+            Err(e) => Err(e.into()),
+        },
+        None => store
+            .list_runs(None, 1)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| CliError::Usage("there are no runs yet; start one with `waymark run FLOW`".into())),
+    }
+}
+
+pub fn status(state: &Path, target: Option<&str>, json: bool) -> Result<i32, CliError> {
+    let store = open_store(state)?;
+    let run = find_run(&store, target)?;
+    let flow: Option<Flow> = serde_json::from_str(&run.definition).ok();
+    let steps = store.steps(&run.id)?;
+    let allowed = |name: &str| flow.as_ref().and_then(|f| f.steps.iter().find(|s| s.name == name)).map(|s| s.retry.attempts);
+    let rows: Vec<Value> = steps
+        .iter()
+        .map(|s| {
+            let (state, next) = match &s.state {
+                StepState::Pending => ("pending", None),
+                StepState::Succeeded => ("succeeded", None),
+                StepState::Failed => ("failed", None),
+                StepState::Waiting { wake_at, .. } => ("waiting", Some(*wake_at)),
+                StepState::InFlight { .. } => ("running", None),
+            };
+            json!({
+                "step": s.name,
+                "state": state,
+                "attempts_used": s.attempts_used,
+                "attempts_allowed": allowed(&s.name).map(|a| a + s.budget_base),
+                "last_error": s.last_error.as_ref().map(|e| json!({
+                    "class": e.class, "bases": e.bases, "message": e.message, "source": e.source,
+                    "text": e.to_string(),
+                })),
+                "started_at": opt_time(s.started_at),
+                "ended_at": opt_time(s.ended_at),
+                "duration_seconds": s.started_at.map(|st| took(st, s.ended_at).as_secs()),
+                "next_retry_at": opt_time(next),
+            })
+        })
+        .collect();
+    if json {
+        print_json(&json!({
+            "id": run.id, "flow": run.flow, "path": run.flow_path, "status": run.status.as_str(),
+            "started_at": time(run.started_at), "ended_at": opt_time(run.ended_at),
+            "failed_step": run.failed_step, "pid": run.pid, "host": run.host, "steps": rows,
+        }));
+        return Ok(EXIT_OK);
+    }
+    let mut out = format!(
+        "run {} of {} ({}): {}, started {}{}\n",
+        run.id,
+        run.flow,
+        run.flow_path.display(),
+        run.status.as_str(),
+        time(run.started_at),
+        run.ended_at.map(|e| format!(", ended {}", time(e))).unwrap_or_default()
+    );
+    for (s, row) in steps.iter().zip(&rows) {
+        let allowed = row["attempts_allowed"].as_u64().map_or("?".to_owned(), |a| a.to_string());
+        out.push_str(&format!("  {:<20} {:<10} attempts {}/{}", s.name, row["state"].as_str().unwrap_or("?"), s.attempts_used, allowed));
+        if let Some(secs) = row["duration_seconds"].as_u64() {
+            out.push_str(&format!("  {}", humantime::format_duration(Duration::from_secs(secs))));
+        }
+        if let StepState::Waiting { wake_at, .. } = s.state {
+            out.push_str(&format!("  next retry at {}", time(wake_at)));
+        }
+        out.push('\n');
+        if let Some(e) = &s.last_error {
+            out.push_str(&format!("  {:<20} last error: {e} [{}]\n", "", e.source.describe()));
+        }
+    }
+    print!("{out}");
+    Ok(EXIT_OK)
+}
+
+pub fn logs(state: &Path, run_id: &str, step: &str, attempt: Option<u32>, stream: Option<StreamArg>) -> Result<i32, CliError> {
+    let store = open_store(state)?;
+    store.run(run_id)?;
+    let attempts = store.attempts(run_id, Some(step))?;
+    if attempts.is_empty() {
+        let names: Vec<String> = store.steps(run_id)?.into_iter().map(|s| s.name).collect();
+        return Err(CliError::Usage(format!(
+            "step `{step}` of run {run_id} has no attempts; its steps are: {}",
+            names.join(", ")
+        )));
+    }
+    let chosen = match attempt {
+        Some(n) => attempts.iter().rev().find(|a| a.attempt == n).ok_or_else(|| {
+            let have: Vec<String> = attempts.iter().map(|a| a.attempt.to_string()).collect();
+            CliError::Usage(format!("step `{step}` of run {run_id} has no attempt {n}; it has attempts {}", have.join(", ")))
+        })?,
+        None => attempts.last().expect("not empty"),
+    };
+    let streams: &[&str] = match stream {
+        Some(StreamArg::Stdout) => &["stdout"],
+        Some(StreamArg::Stderr) => &["stderr"],
+        None => &["stdout", "stderr"],
+    };
+    let mut out = std::io::stdout().lock();
+    for name in streams {
+        let path = chosen.log_stem.with_extension(name);
+        if streams.len() > 1 {
+            let _ = writeln!(out, "==> {} <==", path.display());
+        }
+        match std::fs::read(&path) {
+            Ok(bytes) => {
+                let _ = out.write_all(&bytes);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(CliError::Internal(anyhow::anyhow!("cannot read {}: {e}", path.display()))),
+        }
+    }
+    Ok(EXIT_OK)
+}
+
+pub fn gc(state: &Path, older_than: Duration) -> Result<i32, CliError> {
+    let mut store = open_store(state)?;
+    let cutoff = SystemTime::now().checked_sub(older_than).unwrap_or(SystemTime::UNIX_EPOCH);
+    let ids = store.gc(cutoff)?;
+    for id in &ids {
+        let dir = state.join("logs").join(id);
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                eprintln!("waymark: warning: cannot delete {}: {e}", dir.display());
+            }
+        }
+    }
+    eprintln!("waymark: deleted {} finished run(s) older than {}", ids.len(), humantime::format_duration(older_than));
+    Ok(EXIT_OK)
+}

@@ -1,0 +1,119 @@
+//! One module per subcommand. Each returns the process exit status or a [`CliError`], which
+//! `main` prints and maps to its documented exit status.
+
+mod check;
+mod errors;
+mod inspect;
+mod run;
+
+use crate::cli::{Cli, Command};
+use crate::flow::LoadError;
+use crate::store::lock::LockError;
+use crate::store::{SqliteStore, StoreError};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+pub const EXIT_OK: i32 = 0;
+pub const EXIT_FAILED: i32 = 1;
+pub const EXIT_USAGE: i32 = 2;
+pub const EXIT_RUNNING: i32 = 3;
+pub const EXIT_INTERNAL: i32 = 4;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The flow file is invalid; its diagnostics are already rendered.
+    #[error("{0}")]
+    Flow(Box<LoadError>),
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Locked(LockError),
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+impl CliError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::Flow(_) | CliError::Usage(_) => EXIT_USAGE,
+            CliError::Locked(LockError::Held { .. }) => EXIT_RUNNING,
+            CliError::Locked(_) | CliError::Internal(_) => EXIT_INTERNAL,
+        }
+    }
+
+    /// The message for stderr.
+    pub fn render(&self) -> String {
+        match self {
+            CliError::Flow(e) => e.render(std::io::stderr().is_terminal()),
+            CliError::Locked(e @ LockError::Held { .. }) => {
+                format!("error: {e}\nhint: wait for it with `waymark run --wait`, or see `waymark status`\n")
+            }
+            CliError::Internal(e) => format!("error: {e:#}\n"),
+            other => format!("error: {other}\n"),
+        }
+    }
+}
+
+impl From<LoadError> for CliError {
+    fn from(e: LoadError) -> Self {
+        match e {
+            LoadError::Read { .. } => CliError::Usage(e.to_string()),
+            invalid => CliError::Flow(Box::new(invalid)),
+        }
+    }
+}
+
+impl From<StoreError> for CliError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NoSuchRun(_) => CliError::Usage(format!("{e}; `waymark history` lists the runs")),
+            e => CliError::Internal(anyhow::Error::new(e)),
+        }
+    }
+}
+
+/// The state directory, created with mode 0700.
+fn state_dir(cli_flag: Option<&std::path::Path>) -> Result<PathBuf, CliError> {
+    let dir = crate::store::state_dir(cli_flag).ok_or_else(|| {
+        CliError::Usage("cannot tell where to keep state: set --state-dir, WAYMARK_STATE_DIR or HOME".into())
+    })?;
+    crate::store::create_private_dir(&dir).map_err(|e| {
+        CliError::Internal(anyhow::anyhow!(
+            "cannot create the state directory {}: {e}; choose another with --state-dir or WAYMARK_STATE_DIR",
+            dir.display()
+        ))
+    })?;
+    Ok(dir)
+}
+
+fn open_store(dir: &std::path::Path) -> Result<SqliteStore, CliError> {
+    Ok(SqliteStore::open(dir)?)
+}
+
+/// Run the parsed command line.
+pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
+    let flag = cli.state_dir.as_deref();
+    match cli.command {
+        Command::Run { flow, fresh, wait, quiet } => run::run(&state_dir(flag)?, &flow, fresh, wait, quiet),
+        Command::Resume { run_id, wait, quiet } => run::resume(&state_dir(flag)?, &run_id, wait, quiet),
+        Command::Check { flow } => check::check(&flow),
+        Command::History { flow, limit, json } => inspect::history(&state_dir(flag)?, flow.as_deref(), limit, json),
+        Command::Status { target, json } => inspect::status(&state_dir(flag)?, target.as_deref(), json),
+        Command::Logs { run_id, step, attempt, stream } => inspect::logs(&state_dir(flag)?, &run_id, &step, attempt, stream),
+        Command::Gc { older_than } => inspect::gc(&state_dir(flag)?, older_than),
+        Command::Errors { flow } => errors::errors(flow.as_deref()),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "waymark", &mut std::io::stdout());
+            Ok(EXIT_OK)
+        }
+    }
+}
+
+/// Print a loaded flow's warnings to stderr.
+fn print_warnings(loaded: &crate::flow::Loaded, shown: &str) {
+    let color = std::io::stderr().is_terminal();
+    for w in &loaded.warnings {
+        eprintln!("{}\n", w.render(shown, &loaded.source, color));
+    }
+}

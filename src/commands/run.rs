@@ -1,0 +1,106 @@
+//! `waymark run` and `waymark resume`: pick the run, take the flow's lock, drive the executor.
+
+use super::{CliError, EXIT_FAILED, EXIT_OK, open_store, print_warnings};
+use crate::executor::{Executor, RunOutcome, RunSpec};
+use crate::flow::{self, Flow};
+use crate::reporter::PlainReporter;
+use crate::store::lock::FlowLock;
+use crate::store::{RunRecord, RunStatus, SqliteStore, create_private_dir};
+use anyhow::Context;
+use std::path::Path;
+use std::sync::Arc;
+
+pub fn run(state: &Path, flow_path: &Path, fresh: bool, wait: bool, quiet: bool) -> Result<i32, CliError> {
+    let loaded = flow::load(flow_path)?;
+    print_warnings(&loaded, &flow_path.display().to_string());
+    let name = loaded.flow.name.clone();
+    let lock = FlowLock::acquire(state, &name, wait).map_err(CliError::Locked)?;
+    let mut store = open_store(state)?;
+    let hash = source_hash(&loaded.source);
+    let (record, resumed) = match store.find_resumable(&name)? {
+        Some(old) if fresh => {
+            store.set_status(&old.id, RunStatus::Abandoned)?;
+            eprintln!("waymark: abandoned unfinished run {}", old.id);
+            (store.create_run(&loaded.flow, &hash)?, false)
+        }
+        Some(old) => {
+            if old.source_hash != hash {
+                eprintln!(
+                    "waymark: {} changed since run {} started; resuming with the definition recorded then \
+                     (use --fresh to start over with the new one)",
+                    flow_path.display(),
+                    old.id
+                );
+            }
+            store.claim(&old.id)?;
+            (old, true)
+        }
+        None => (store.create_run(&loaded.flow, &hash)?, false),
+    };
+    execute(state, store, lock, &record, resumed, quiet)
+}
+
+pub fn resume(state: &Path, run_id: &str, wait: bool, quiet: bool) -> Result<i32, CliError> {
+    let flow = open_store(state)?.run(run_id)?.flow;
+    let lock = FlowLock::acquire(state, &flow, wait).map_err(CliError::Locked)?;
+    // Read the run again under the lock: a runner we waited for may have changed it.
+    let mut store = open_store(state)?;
+    let record = store.run(run_id)?;
+    match record.status {
+        RunStatus::Succeeded => {
+            eprintln!("waymark: run {run_id} already succeeded; nothing to do");
+            return Ok(EXIT_OK);
+        }
+        RunStatus::Abandoned => {
+            return Err(CliError::Usage(format!(
+                "run {run_id} was abandoned and cannot be resumed; `waymark run` starts a new one"
+            )));
+        }
+        RunStatus::Failed => store.reopen_failed(run_id)?,
+        RunStatus::Running | RunStatus::Interrupted => {}
+    }
+    store.claim(run_id)?;
+    execute(state, store, lock, &record, true, quiet)
+}
+
+fn execute(
+    state: &Path,
+    mut store: SqliteStore,
+    mut lock: FlowLock,
+    record: &RunRecord,
+    resumed: bool,
+    quiet: bool,
+) -> Result<i32, CliError> {
+    let flow: Flow = serde_json::from_str(&record.definition)
+        .with_context(|| format!("the recorded definition of run {} in {} cannot be read", record.id, store.path().display()))?;
+    lock.describe_holder(&record.id);
+    let steps = store.steps(&record.id)?;
+    let log_dir = state.join("logs").join(&record.id);
+    create_private_dir(&log_dir).with_context(|| format!("cannot create the log directory {}", log_dir.display()))?;
+    let spec = RunSpec { flow: Arc::new(flow), run_id: record.id.clone(), log_dir, steps, resumed };
+    let mut reporter = PlainReporter { quiet };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    let outcome = runtime.block_on(Executor::new(spec, &mut store, &mut reporter).run());
+    drop(lock);
+    match outcome {
+        Ok(RunOutcome::Succeeded) => Ok(EXIT_OK),
+        Ok(RunOutcome::Failed) => Ok(EXIT_FAILED),
+        Ok(RunOutcome::Interrupted { signal }) => Ok(128 + signal),
+        Err(e) => Err(CliError::Internal(
+            anyhow::Error::new(e).context(format!("run {} stopped; `waymark run` resumes it once the cause is fixed", record.id)),
+        )),
+    }
+}
+
+/// A stable fingerprint of the flow file's text (FNV-1a), to notice edits between runs.
+fn source_hash(text: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}

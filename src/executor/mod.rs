@@ -1,0 +1,481 @@
+//! The executor: one event loop that alone owns a run's state. Child exits, output, timers and the
+//! runner's own signals all arrive here; every state change is committed to the store before the
+//! next thing happens, and reported as an [`Event`]. It never prints.
+
+mod attempt;
+pub mod events;
+pub mod unix;
+
+pub use events::{Event, Failure, RunOutcome, Stream};
+
+use crate::classify::{self, Ending, ErrorValue, Evidence, error_file};
+use crate::flow::{Flow, Signal, Step};
+use crate::reporter::Reporter;
+use crate::retry::Decision;
+use crate::store::{AttemptOutcome, AttemptResult, RunLog, RunStatus, StepRecord, StepState, StepUpdate, StoreError};
+use attempt::{AttemptSpec, Control, End, SpawnError};
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+/// How much of an attempt's stderr is kept for tracebacks and the failure report.
+const STDERR_TAIL: u64 = 64 * 1024;
+
+/// Messages from attempt tasks and output readers to the loop.
+#[derive(Debug)]
+pub enum Msg {
+    Output { step: usize, stream: Stream, bytes: Vec<u8> },
+    Done { step: usize, end: End, io: std::io::Result<()> },
+}
+
+/// Waymark's own failures while running (not a step's).
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot write attempt files at {}: {source}", path.display())]
+    Files { path: PathBuf, source: std::io::Error },
+    #[error("cannot install the runner's signal handlers: {0}")]
+    Signals(std::io::Error),
+}
+
+enum Slot {
+    /// Ready to start `attempt`.
+    Ready { attempt: u32, redelivered: bool },
+    Waiting { attempt: u32, wake: Instant },
+    Running { attempt: u32, row: i64, pid: u32, started: Instant, control: watch::Sender<Control> },
+    Succeeded,
+    Failed,
+}
+
+struct StepSlot {
+    step: Arc<Step>,
+    slot: Slot,
+    budget_base: u32,
+    /// The attempt that ran last, whose logs explain a failure.
+    last_attempt: u32,
+    last_error: Option<ErrorValue>,
+}
+
+/// A run about to execute: the flow, its id, where its logs go, and each step's recorded state.
+pub struct RunSpec {
+    pub flow: Arc<Flow>,
+    pub run_id: String,
+    pub log_dir: PathBuf,
+    pub steps: Vec<StepRecord>,
+    pub resumed: bool,
+}
+
+pub struct Executor<'a> {
+    flow: Arc<Flow>,
+    run_id: String,
+    log_dir: PathBuf,
+    store: &'a mut dyn RunLog,
+    reporter: &'a mut dyn Reporter,
+    steps: Vec<StepSlot>,
+    rng: fastrand::Rng,
+    tx: mpsc::Sender<Msg>,
+    rx: mpsc::Receiver<Msg>,
+    /// The first signal the runner received, if any.
+    cancelled: Option<Signal>,
+    running: usize,
+}
+
+impl<'a> Executor<'a> {
+    pub fn new(spec: RunSpec, store: &'a mut dyn RunLog, reporter: &'a mut dyn Reporter) -> Executor<'a> {
+        let (tx, rx) = mpsc::channel(256);
+        let resumed = spec.resumed;
+        let done = spec.steps.iter().filter(|s| s.state == StepState::Succeeded).count();
+        reporter.report(&Event::RunStarted {
+            run_id: spec.run_id.clone(),
+            flow: spec.flow.name.clone(),
+            steps_total: spec.flow.steps.len(),
+            steps_done: done,
+            resumed,
+        });
+        let steps = spec
+            .flow
+            .steps
+            .iter()
+            .zip(&spec.steps)
+            .map(|(step, rec)| {
+                let slot = match &rec.state {
+                    StepState::Pending => Slot::Ready { attempt: rec.attempts_used + 1, redelivered: false },
+                    StepState::Succeeded => {
+                        reporter.report(&Event::StepAlreadyDone { step: step.name.clone() });
+                        Slot::Succeeded
+                    }
+                    StepState::Failed => Slot::Failed,
+                    StepState::Waiting { next_attempt, wake_at } => {
+                        let left = wake_at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO);
+                        Slot::Waiting { attempt: *next_attempt, wake: Instant::now() + left }
+                    }
+                    StepState::InFlight { attempt, pid, proc_start } => {
+                        if let Some(pid) = pid {
+                            let killed = unix::kill_orphaned_group(*pid, *proc_start);
+                            if killed > 0 {
+                                reporter.report(&Event::Warning {
+                                    step: Some(step.name.clone()),
+                                    message: format!(
+                                        "killed {killed} leftover process(es) of attempt {attempt} (process group {pid}) from the previous runner"
+                                    ),
+                                });
+                            }
+                        }
+                        Slot::Ready { attempt: *attempt, redelivered: true }
+                    }
+                };
+                StepSlot {
+                    step: Arc::new(step.clone()),
+                    slot,
+                    budget_base: rec.budget_base,
+                    last_attempt: rec.attempts_used,
+                    last_error: rec.last_error.clone(),
+                }
+            })
+            .collect();
+        Executor {
+            flow: spec.flow,
+            run_id: spec.run_id,
+            log_dir: spec.log_dir,
+            store,
+            reporter,
+            steps,
+            rng: fastrand::Rng::new(),
+            tx,
+            rx,
+            cancelled: None,
+            running: 0,
+        }
+    }
+
+    /// Run until every step succeeded, one failed for good, or a signal stopped the runner.
+    /// On waymark's own failure every running attempt's process group is killed first.
+    pub async fn run(mut self) -> Result<RunOutcome, ExecError> {
+        let result = self.event_loop().await;
+        if result.is_err() {
+            for s in &self.steps {
+                if let Slot::Running { pid, .. } = s.slot {
+                    unix::kill_group(pid);
+                }
+            }
+        }
+        result
+    }
+
+    async fn event_loop(&mut self) -> Result<RunOutcome, ExecError> {
+        let mut sigint = signal(SignalKind::interrupt()).map_err(ExecError::Signals)?;
+        let mut sigterm = signal(SignalKind::terminate()).map_err(ExecError::Signals)?;
+        loop {
+            if self.cancelled.is_none() {
+                self.start_ready()?;
+            }
+            if self.running == 0 {
+                if let Some(outcome) = self.finished() {
+                    return self.finish(outcome);
+                }
+            }
+            let wake = self.next_wake();
+            tokio::select! {
+                Some(msg) = self.rx.recv() => self.handle(msg)?,
+                _ = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {}
+                _ = sigint.recv() => self.on_signal(Signal(nix::sys::signal::Signal::SIGINT)),
+                _ = sigterm.recv() => self.on_signal(Signal(nix::sys::signal::Signal::SIGTERM)),
+            }
+        }
+    }
+
+    /// The run's outcome once nothing is running, or `None` while work remains.
+    fn finished(&self) -> Option<RunOutcome> {
+        if let Some(sig) = self.cancelled {
+            return Some(RunOutcome::Interrupted { signal: sig.number() });
+        }
+        if self.steps.iter().any(|s| matches!(s.slot, Slot::Failed)) {
+            return Some(RunOutcome::Failed);
+        }
+        self.steps.iter().all(|s| matches!(s.slot, Slot::Succeeded)).then_some(RunOutcome::Succeeded)
+    }
+
+    fn next_wake(&self) -> Option<Instant> {
+        if self.cancelled.is_some() {
+            return None;
+        }
+        self.steps
+            .iter()
+            .filter_map(|s| match s.slot {
+                Slot::Waiting { wake, .. } => Some(wake),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// Steps run in file order: the first unfinished step runs once all before it succeeded.
+    fn start_ready(&mut self) -> Result<(), ExecError> {
+        let Some(index) = self.steps.iter().position(|s| !matches!(s.slot, Slot::Succeeded)) else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        let (attempt, redelivered) = match self.steps[index].slot {
+            Slot::Ready { attempt, redelivered } => (attempt, redelivered),
+            Slot::Waiting { attempt, wake } if wake <= now => (attempt, false),
+            _ => return Ok(()),
+        };
+        self.start_attempt(index, attempt, redelivered)
+    }
+
+    fn attempt_stem(&self, step: &Step, attempt: u32) -> PathBuf {
+        self.log_dir.join(&step.name).join(format!("attempt-{attempt}"))
+    }
+
+    fn start_attempt(&mut self, index: usize, attempt: u32, redelivered: bool) -> Result<(), ExecError> {
+        let issued = Instant::now();
+        let step = Arc::clone(&self.steps[index].step);
+        let max_attempts = self.steps[index].budget_base + step.retry.attempts;
+        let stem = self.attempt_stem(&step, attempt);
+        let files_err = |path: &Path, source| ExecError::Files { path: path.to_owned(), source };
+        let dir = stem.parent().expect("stem has a parent");
+        crate::store::create_private_dir(dir).map_err(|e| files_err(dir, e))?;
+        let error_path = stem.with_extension("error.json");
+        error_file::create_error_file(&error_path).map_err(|e| files_err(&error_path, e))?;
+        let mut env: Vec<(String, String)> = self.flow.env.iter().chain(&step.env).map(|(k, v)| (k.clone(), v.clone())).collect();
+        env.extend([
+            ("WAYMARK_RUN_ID".to_owned(), self.run_id.clone()),
+            ("WAYMARK_FLOW".to_owned(), self.flow.name.clone()),
+            ("WAYMARK_STEP".to_owned(), step.name.clone()),
+            ("WAYMARK_ATTEMPT".to_owned(), attempt.to_string()),
+            ("WAYMARK_MAX_ATTEMPTS".to_owned(), max_attempts.to_string()),
+            ("WAYMARK_ERROR_FILE".to_owned(), error_path.display().to_string()),
+        ]);
+        let spec = AttemptSpec {
+            step_index: index,
+            step: Arc::clone(&step),
+            env,
+            stdout_log: stem.with_extension("stdout"),
+            stderr_log: stem.with_extension("stderr"),
+            issued,
+        };
+        // The start is durable before the child exists.
+        let row = self.store.attempt_starting(&self.run_id, &step.name, attempt, redelivered, &stem)?;
+        match attempt::spawn(&spec, &self.tx) {
+            Ok(running) => {
+                let pid = running.pid;
+                self.store.attempt_spawned(row, pid, unix::process_start_time(pid))?;
+                self.reporter.report(&Event::AttemptStarted {
+                    step: step.name.clone(),
+                    attempt,
+                    max_attempts,
+                    redelivered,
+                    pid,
+                });
+                let (control, control_rx) = watch::channel(Control::Run);
+                let deadline = step.timeout.map(|t| spec.issued + t);
+                let tx = self.tx.clone();
+                tokio::spawn(async move {
+                    let (end, io) = running.supervise(step, deadline, control_rx).await;
+                    let _ = tx.send(Msg::Done { step: index, end, io }).await;
+                });
+                self.steps[index].slot = Slot::Running { attempt, row, pid, started: issued, control };
+                self.running += 1;
+                Ok(())
+            }
+            Err(SpawnError::Runner(source, path)) => Err(ExecError::Files { path, source }),
+            Err(SpawnError::NotStarted(why)) => {
+                self.reporter.report(&Event::AttemptStarted {
+                    step: step.name.clone(),
+                    attempt,
+                    max_attempts,
+                    redelivered,
+                    pid: 0,
+                });
+                self.steps[index].slot = Slot::Running { attempt, row, pid: 0, started: issued, control: watch::channel(Control::Run).0 };
+                self.running += 1;
+                self.attempt_failed(index, Ending::NotStarted(why), None)
+            }
+        }
+    }
+
+    fn handle(&mut self, msg: Msg) -> Result<(), ExecError> {
+        match msg {
+            Msg::Output { step, stream, bytes } => {
+                let name = self.steps[step].step.name.clone();
+                self.reporter.report(&Event::Output { step: name, stream, bytes });
+                Ok(())
+            }
+            Msg::Done { step, end, io } => {
+                if let Err(e) = io {
+                    let stem = self.current_stem(step);
+                    self.reporter.report(&Event::Warning {
+                        step: Some(self.steps[step].step.name.clone()),
+                        message: format!("could not keep all output in the log files at {}: {e}", stem.display()),
+                    });
+                }
+                match end {
+                    End::Exited(unix::ExitKind::Code(0)) => self.attempt_succeeded(step),
+                    End::Exited(unix::ExitKind::Code(code)) => self.attempt_failed(step, Ending::Exited(code), Some(code)),
+                    End::Exited(unix::ExitKind::Signal(sig)) => self.attempt_failed(step, Ending::Signaled(sig), None),
+                    End::TimedOut => {
+                        let t = self.steps[step].step.timeout.unwrap_or_default();
+                        self.attempt_failed(step, Ending::TimedOut(t), None)
+                    }
+                    End::Cancelled => self.attempt_cancelled(step),
+                }
+            }
+        }
+    }
+
+    fn current_stem(&self, index: usize) -> PathBuf {
+        let attempt = match self.steps[index].slot {
+            Slot::Running { attempt, .. } | Slot::Ready { attempt, .. } | Slot::Waiting { attempt, .. } => attempt,
+            _ => 0,
+        };
+        self.attempt_stem(&self.steps[index].step, attempt)
+    }
+
+    /// Take the running slot of a step that just ended.
+    fn take_running(&mut self, index: usize) -> (u32, i64, Duration) {
+        self.running -= 1;
+        match std::mem::replace(&mut self.steps[index].slot, Slot::Failed) {
+            Slot::Running { attempt, row, started, .. } => {
+                self.steps[index].last_attempt = attempt;
+                (attempt, row, started.elapsed())
+            }
+            _ => unreachable!("a finished attempt belongs to a running step"),
+        }
+    }
+
+    fn attempt_succeeded(&mut self, index: usize) -> Result<(), ExecError> {
+        let (attempt, row, elapsed) = self.take_running(index);
+        let result = AttemptResult {
+            outcome: AttemptOutcome::Succeeded,
+            exit_code: Some(0),
+            signal: None,
+            error: None,
+            ended_at: SystemTime::now(),
+        };
+        self.store.attempt_finished(row, &result, &StepUpdate::Succeeded)?;
+        self.steps[index].slot = Slot::Succeeded;
+        self.reporter.report(&Event::AttemptSucceeded { step: self.steps[index].step.name.clone(), attempt, elapsed });
+        Ok(())
+    }
+
+    fn attempt_cancelled(&mut self, index: usize) -> Result<(), ExecError> {
+        let (attempt, row, _) = self.take_running(index);
+        let result = AttemptResult {
+            outcome: AttemptOutcome::Cancelled,
+            exit_code: None,
+            signal: self.cancelled.map(|s| s.name().to_owned()),
+            error: None,
+            ended_at: SystemTime::now(),
+        };
+        self.store.attempt_finished(row, &result, &StepUpdate::Pending)?;
+        self.steps[index].slot = Slot::Ready { attempt, redelivered: true };
+        Ok(())
+    }
+
+    fn attempt_failed(&mut self, index: usize, ending: Ending, exit_code: Option<i32>) -> Result<(), ExecError> {
+        let (attempt, row, elapsed) = self.take_running(index);
+        let step = Arc::clone(&self.steps[index].step);
+        let stem = self.attempt_stem(&step, attempt);
+        let stderr_tail = read_tail(&stem.with_extension("stderr"), STDERR_TAIL);
+        let evidence = Evidence {
+            classes: &self.flow.classes,
+            step_codes: &step.exit_codes,
+            flow_codes: &self.flow.exit_codes,
+            detect_tracebacks: step.detect_tracebacks,
+            error_file: error_file::read_error_file(&stem.with_extension("error.json")),
+            stderr_tail: &stderr_tail,
+        };
+        let (error, warnings) = classify::classify(&ending, evidence);
+        for message in warnings {
+            self.reporter.report(&Event::Warning { step: Some(step.name.clone()), message });
+        }
+        let budget_base = self.steps[index].budget_base;
+        let decision = step.retry.decide(&error, attempt - budget_base);
+        let (update, retry) = match decision {
+            Decision::Retry { .. } => {
+                let k = attempt - budget_base;
+                let delay = step.retry.backoff.delay(k, &mut self.rng);
+                let wake_at = SystemTime::now() + delay;
+                (StepUpdate::Waiting { next_attempt: attempt + 1, wake_at }, Some((delay, wake_at)))
+            }
+            Decision::NotRetryable | Decision::Exhausted => (StepUpdate::Failed, None),
+        };
+        let result = AttemptResult {
+            outcome: AttemptOutcome::Failed,
+            exit_code,
+            signal: match &ending {
+                Ending::Signaled(s) => Some(s.name().to_owned()),
+                _ => None,
+            },
+            error: Some(error.clone()),
+            ended_at: SystemTime::now(),
+        };
+        self.store.attempt_finished(row, &result, &update)?;
+        self.steps[index].slot = match retry {
+            Some((delay, _)) => Slot::Waiting { attempt: attempt + 1, wake: Instant::now() + delay },
+            None => Slot::Failed,
+        };
+        self.steps[index].last_error = Some(error.clone());
+        self.reporter.report(&Event::AttemptFailed {
+            step: step.name.clone(),
+            attempt,
+            max_attempts: budget_base + step.retry.attempts,
+            error,
+            elapsed,
+            retry,
+        });
+        Ok(())
+    }
+
+    fn on_signal(&mut self, sig: Signal) {
+        let forced = self.cancelled.is_some();
+        self.cancelled.get_or_insert(sig);
+        self.reporter.report(&Event::Cancelling { signal: sig.number(), forced });
+        for s in &self.steps {
+            if let Slot::Running { control, .. } = &s.slot {
+                let _ = control.send(if forced { Control::Kill } else { Control::Cancel(sig) });
+            }
+        }
+    }
+
+    fn finish(&mut self, outcome: RunOutcome) -> Result<RunOutcome, ExecError> {
+        let failed = self.steps.iter().find(|s| matches!(s.slot, Slot::Failed));
+        let (status, failed_step) = match outcome {
+            RunOutcome::Succeeded => (RunStatus::Succeeded, None),
+            RunOutcome::Failed => (RunStatus::Failed, failed.map(|s| s.step.name.as_str())),
+            RunOutcome::Interrupted { .. } => (RunStatus::Interrupted, None),
+        };
+        self.store.run_finished(&self.run_id, status, failed_step)?;
+        let failure = match (outcome, failed) {
+            (RunOutcome::Failed, Some(s)) => s.last_error.clone().map(|error| {
+                let stem = self.attempt_stem(&s.step, s.last_attempt);
+                Box::new(Failure {
+                    step: s.step.name.clone(),
+                    error,
+                    attempts: s.last_attempt - s.budget_base,
+                    stderr_tail: read_tail(&stem.with_extension("stderr"), 4096),
+                    log_dir: stem.parent().map(Path::to_owned).unwrap_or_default(),
+                })
+            }),
+            _ => None,
+        };
+        self.reporter.report(&Event::RunFinished { run_id: self.run_id.clone(), outcome, failure });
+        Ok(outcome)
+    }
+}
+
+/// The last `max` bytes of a file, lossily decoded; empty if it cannot be read.
+fn read_tail(path: &Path, max: u64) -> String {
+    let Ok(mut f) = std::fs::File::open(path) else { return String::new() };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    if len > max && f.seek(SeekFrom::Start(len - max)).is_err() {
+        return String::new();
+    }
+    let mut buf = Vec::new();
+    let _ = f.take(max).read_to_end(&mut buf);
+    String::from_utf8_lossy(&buf).into_owned()
+}

@@ -1,0 +1,114 @@
+//! Process groups and signals: the platform-specific part of running a child.
+
+use crate::flow::Signal;
+use nix::errno::Errno;
+use nix::sys::signal::{self, Signal as NixSignal};
+use nix::unistd::Pid;
+
+/// Send `sig` to every process in group `pgid`. A group that is already gone is not an error.
+pub fn signal_group(pgid: u32, sig: NixSignal) {
+    let Ok(raw) = i32::try_from(pgid) else { return };
+    if raw <= 1 {
+        return; // never signal our own group or init's by accident
+    }
+    match signal::killpg(Pid::from_raw(raw), sig) {
+        Ok(()) | Err(Errno::ESRCH) => {}
+        Err(_) => {} // EPERM: the group now belongs to someone else; nothing of ours is in it
+    }
+}
+
+pub fn kill_group(pgid: u32) {
+    signal_group(pgid, NixSignal::SIGKILL);
+}
+
+/// How a child ended, decoded from its wait status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitKind {
+    Code(i32),
+    Signal(Signal),
+}
+
+pub fn exit_kind(status: std::process::ExitStatus) -> ExitKind {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => ExitKind::Code(code),
+        (None, Some(sig)) => match Signal::from_number(sig) {
+            Some(s) => ExitKind::Signal(s),
+            None => ExitKind::Code(128 + sig),
+        },
+        (None, None) => ExitKind::Code(-1),
+    }
+}
+
+/// A process's start time in clock ticks since boot (`/proc/PID/stat` field 22), which together
+/// with the pid identifies one process across pid reuse. `None` where `/proc` is unavailable.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_fields(&stat).and_then(|f| f.get(19)?.parse().ok())
+}
+
+/// Fields after `comm` in a `/proc/PID/stat` line (field 3 onward), `comm` may hold spaces.
+fn stat_fields(stat: &str) -> Option<Vec<&str>> {
+    let after = &stat[stat.rfind(')')? + 1..];
+    Some(after.split_whitespace().collect())
+}
+
+/// Kill what is left of a dead runner's attempt in group `pgid`, whose leader (pid == pgid) started
+/// at `leader_start`. The group is ours if its leader is alive with that start time, or if the
+/// leader is gone but members remain (the kernel does not reuse a pid while it names a live group).
+/// Returns how many live processes the group had.
+pub fn kill_orphaned_group(pgid: u32, leader_start: Option<u64>) -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        // No /proc: trust the pgid only if the leader still lives.
+        if is_alive(pgid, None) {
+            kill_group(pgid);
+            return 1;
+        }
+        return 0;
+    };
+    let mut members = 0;
+    let mut leader_matches = None;
+    for entry in dir.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let Some(fields) = stat_fields(&stat) else { continue };
+        // fields[0] = state, [2] = pgrp, [19] = starttime
+        let pgrp: Option<u32> = fields.get(2).and_then(|s| s.parse().ok());
+        if pgrp != Some(pgid) || fields.first() == Some(&"Z") {
+            continue;
+        }
+        members += 1;
+        if pid == pgid {
+            let start: Option<u64> = fields.get(19).and_then(|s| s.parse().ok());
+            leader_matches = Some(leader_start.is_none() || start == leader_start);
+        }
+    }
+    if members > 0 && leader_matches != Some(false) {
+        kill_group(pgid);
+        members
+    } else {
+        0
+    }
+}
+
+/// Whether a process with this pid and start time is alive (not a zombie).
+pub fn is_alive(pid: u32, start: Option<u64>) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return i32::try_from(pid).is_ok_and(|p| signal::kill(Pid::from_raw(p), None).is_ok());
+    };
+    let Some(fields) = stat_fields(&stat) else { return false };
+    fields.first() != Some(&"Z") && (start.is_none() || fields.get(19).and_then(|s| s.parse().ok()) == start)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_start_time_of_self_and_parses_odd_comm() {
+        assert!(process_start_time(std::process::id()).is_some());
+        let f = stat_fields("12 (a b) c) S 1 12 12 0").unwrap();
+        assert_eq!(f[0], "S");
+        assert_eq!(f[2], "12");
+    }
+}

@@ -1,0 +1,11 @@
+//! Reporters own the terminal: they consume executor [`Event`]s and never reach back.
+
+mod plain;
+
+pub use plain::PlainReporter;
+
+use crate::executor::Event;
+
+pub trait Reporter {
+    fn report(&mut self, event: &Event);
+}

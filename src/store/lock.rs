@@ -1,0 +1,54 @@
+//! One runner per flow: an OS file lock per flow name, released by the kernel when the holder
+//! dies, so there are no stale pid files to clean up.
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{Read, Seek, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// A held lock; dropping it releases the lock.
+#[derive(Debug)]
+pub struct FlowLock {
+    file: File,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("flow `{flow}` is already running: {holder}")]
+    Held { flow: String, holder: String },
+    #[error("cannot lock {}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+impl FlowLock {
+    /// Take the lock of `flow` in `state_dir`, waiting for it if `wait`.
+    pub fn acquire(state_dir: &Path, flow: &str, wait: bool) -> Result<FlowLock, LockError> {
+        let dir = state_dir.join("locks");
+        let path = dir.join(format!("{flow}.lock"));
+        let io = |source| LockError::Io { path: path.clone(), source };
+        super::create_private_dir(&dir).map_err(io)?;
+        let mut file = OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(&path).map_err(io)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) if wait => file.lock().map_err(io)?,
+            Err(TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = holder.trim();
+                let holder = if holder.is_empty() { "another waymark holds its lock".to_owned() } else { holder.to_owned() };
+                return Err(LockError::Held { flow: flow.to_owned(), holder });
+            }
+            Err(TryLockError::Error(e)) => return Err(io(e)),
+        }
+        Ok(FlowLock { file })
+    }
+
+    /// Say who holds the lock, for a second runner's message.
+    pub fn describe_holder(&mut self, run_id: &str) {
+        let started = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+        let text = format!("run {run_id}, pid {}, started {started}\n", std::process::id());
+        let _ = self.file.set_len(0);
+        let _ = self.file.rewind();
+        let _ = self.file.write_all(text.as_bytes());
+    }
+}

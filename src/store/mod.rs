@@ -1,0 +1,202 @@
+//! Durable run state behind a small interface. The executor writes through [`RunLog`]; the
+//! commands read runs back through [`Store`]. `sqlite` is the embedded implementation.
+
+pub mod sqlite;
+
+use crate::classify::ErrorValue;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+pub use sqlite::SqliteStore;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("state database {path}: {source}")]
+    Sql {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("state database {path} was written by a newer waymark (schema {found}, this one knows {known}); upgrade waymark or point --state-dir elsewhere")]
+    NewerSchema { path: PathBuf, found: i64, known: i64 },
+    #[error("state database {path}: {what}")]
+    Corrupt { path: PathBuf, what: String },
+    #[error("no run with id `{0}` in the state directory")]
+    NoSuchRun(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Running,
+    Succeeded,
+    Failed,
+    Interrupted,
+    Abandoned,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::Interrupted => "interrupted",
+            RunStatus::Abandoned => "abandoned",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RunStatus> {
+        [Self::Running, Self::Succeeded, Self::Failed, Self::Interrupted, Self::Abandoned]
+            .into_iter()
+            .find(|r| r.as_str() == s)
+    }
+}
+
+/// Where a step stands, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepState {
+    Pending,
+    Succeeded,
+    Failed,
+    /// A retry waits until `wake_at`.
+    Waiting { next_attempt: u32, wake_at: SystemTime },
+    /// An attempt was running when its runner stopped.
+    InFlight { attempt: u32, pid: Option<u32>, proc_start: Option<u64> },
+}
+
+/// One step of a recorded run.
+#[derive(Debug, Clone)]
+pub struct StepRecord {
+    pub name: String,
+    pub state: StepState,
+    /// Attempts that count against the budget (cancelled ones do not).
+    pub attempts_used: u32,
+    /// Attempts used before the current budget began (`waymark resume` of a failed run).
+    pub budget_base: u32,
+    pub last_error: Option<ErrorValue>,
+    pub started_at: Option<SystemTime>,
+    pub ended_at: Option<SystemTime>,
+}
+
+/// A recorded run.
+#[derive(Debug, Clone)]
+pub struct RunRecord {
+    pub id: String,
+    pub flow: String,
+    pub flow_path: PathBuf,
+    /// The validated definition, as JSON.
+    pub definition: String,
+    /// Hash of the flow file's text when the run started.
+    pub source_hash: String,
+    pub status: RunStatus,
+    pub started_at: SystemTime,
+    pub ended_at: Option<SystemTime>,
+    pub pid: u32,
+    pub host: String,
+    pub failed_step: Option<String>,
+}
+
+/// One execution of a step.
+#[derive(Debug, Clone)]
+pub struct AttemptRecord {
+    pub step: String,
+    pub attempt: u32,
+    pub redelivered: bool,
+    pub outcome: String,
+    pub started_at: SystemTime,
+    pub ended_at: Option<SystemTime>,
+    pub pid: Option<u32>,
+    pub exit_code: Option<i32>,
+    pub signal: Option<String>,
+    pub error: Option<ErrorValue>,
+    pub log_stem: PathBuf,
+}
+
+/// How a finished attempt ended, for the record.
+#[derive(Debug, Clone)]
+pub struct AttemptResult {
+    pub outcome: AttemptOutcome,
+    pub exit_code: Option<i32>,
+    pub signal: Option<String>,
+    pub error: Option<ErrorValue>,
+    pub ended_at: SystemTime,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptOutcome {
+    Succeeded,
+    Failed,
+    /// Stopped by a signal to the runner; does not use up the attempt.
+    Cancelled,
+}
+
+impl AttemptOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptOutcome::Succeeded => "succeeded",
+            AttemptOutcome::Failed => "failed",
+            AttemptOutcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// What a finished attempt does to its step, committed in the same transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepUpdate {
+    Succeeded,
+    Failed,
+    Waiting { next_attempt: u32, wake_at: SystemTime },
+    /// Cancelled: the step goes back to pending with the same attempt number.
+    Pending,
+}
+
+/// The executor's view of the store: every write it makes, each one transaction.
+pub trait RunLog {
+    /// Commit that an attempt is about to be spawned. Returns the attempt's row id.
+    fn attempt_starting(
+        &mut self,
+        run_id: &str,
+        step: &str,
+        attempt: u32,
+        redelivered: bool,
+        log_stem: &std::path::Path,
+    ) -> Result<i64, StoreError>;
+    /// Record the spawned child's pid and start time (to kill it after a runner crash).
+    fn attempt_spawned(&mut self, row: i64, pid: u32, proc_start: Option<u64>) -> Result<(), StoreError>;
+    /// Commit an attempt's outcome together with what it does to its step.
+    fn attempt_finished(&mut self, row: i64, result: &AttemptResult, update: &StepUpdate) -> Result<(), StoreError>;
+    /// Commit the run's final (or interrupted) status.
+    fn run_finished(&mut self, run_id: &str, status: RunStatus, failed_step: Option<&str>) -> Result<(), StoreError>;
+}
+
+/// Milliseconds since the epoch, as stored.
+pub fn to_millis(t: SystemTime) -> i64 {
+    match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+        Err(_) => 0,
+    }
+}
+
+pub fn from_millis(ms: i64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+pub mod lock;
+
+/// Where waymark keeps its state: `--state-dir`, else `$WAYMARK_STATE_DIR`, else
+/// `$XDG_STATE_HOME/waymark`, else `~/.local/state/waymark`.
+pub fn state_dir(flag: Option<&std::path::Path>) -> Option<PathBuf> {
+    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    flag.map(PathBuf::from)
+        .or_else(|| env("WAYMARK_STATE_DIR"))
+        .or_else(|| env("XDG_STATE_HOME").map(|d| d.join("waymark")))
+        .or_else(|| env("HOME").map(|h| h.join(".local/state/waymark")))
+}
+
+/// Create a directory (and parents) readable only by its owner.
+pub fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}

@@ -1,0 +1,424 @@
+//! The embedded store: one SQLite database in WAL mode under the state directory.
+//!
+//! Durability: commits use `synchronous=NORMAL` (they survive a crash of waymark or of a child,
+//! not a power loss), except the commits that finish a step or a run, which use `FULL` and so
+//! reach the disk before waymark goes on: a succeeded step is never run again, even after a power
+//! loss; an attempt's start or a retry's wake-up time may be lost by one, and is then redone.
+
+use super::*;
+use crate::flow::Flow;
+use rusqlite::{Connection, OptionalExtension, params};
+use std::path::Path;
+
+const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = "
+CREATE TABLE runs (
+    id          TEXT PRIMARY KEY,
+    seq         INTEGER NOT NULL UNIQUE,
+    flow        TEXT NOT NULL,
+    flow_path   TEXT NOT NULL,
+    definition  TEXT NOT NULL,
+    source_hash TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    started_at  INTEGER NOT NULL,
+    ended_at    INTEGER,
+    pid         INTEGER NOT NULL,
+    host        TEXT NOT NULL,
+    failed_step TEXT
+);
+CREATE INDEX runs_by_flow ON runs (flow, seq);
+CREATE TABLE steps (
+    run_id        TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    position      INTEGER NOT NULL,
+    name          TEXT NOT NULL,
+    state         TEXT NOT NULL,
+    attempts_used INTEGER NOT NULL DEFAULT 0,
+    budget_base   INTEGER NOT NULL DEFAULT 0,
+    next_attempt  INTEGER,
+    wake_at       INTEGER,
+    current_row   INTEGER,
+    last_error    TEXT,
+    started_at    INTEGER,
+    ended_at      INTEGER,
+    PRIMARY KEY (run_id, name)
+);
+CREATE TABLE attempts (
+    row         INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id      TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    step        TEXT NOT NULL,
+    attempt     INTEGER NOT NULL,
+    redelivered INTEGER NOT NULL,
+    outcome     TEXT NOT NULL,
+    started_at  INTEGER NOT NULL,
+    ended_at    INTEGER,
+    pid         INTEGER,
+    proc_start  INTEGER,
+    exit_code   INTEGER,
+    signal      TEXT,
+    error       TEXT,
+    log_stem    TEXT NOT NULL
+);
+CREATE INDEX attempts_by_step ON attempts (run_id, step, attempt);
+";
+
+pub struct SqliteStore {
+    conn: Connection,
+    path: PathBuf,
+}
+
+fn now_ms() -> i64 {
+    to_millis(SystemTime::now())
+}
+
+fn error_json(e: &ErrorValue) -> String {
+    serde_json::to_string(e).unwrap_or_default()
+}
+
+fn parse_error(s: Option<String>) -> Option<ErrorValue> {
+    s.and_then(|s| serde_json::from_str(&s).ok())
+}
+
+fn new_run_id() -> String {
+    const ALPHABET: &[u8] = b"0123456789abcdefghjkmnpqrstvwxyz";
+    (0..8).map(|_| ALPHABET[fastrand::usize(..ALPHABET.len())] as char).collect()
+}
+
+impl SqliteStore {
+    /// Open (creating if needed) the database in `state_dir`.
+    pub fn open(state_dir: &Path) -> Result<SqliteStore, StoreError> {
+        let path = state_dir.join("waymark.db");
+        let sql = |source| StoreError::Sql { path: path.clone(), source };
+        let conn = Connection::open(&path).map_err(sql)?;
+        // The database holds commands and errors: keep it private like the logs.
+        let _ = std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600));
+        let mut store = SqliteStore { conn, path };
+        store.init().map_err(|source| match source {
+            rusqlite::Error::SqliteFailure(e, _) if e.code == rusqlite::ErrorCode::NotADatabase => StoreError::Corrupt {
+                path: store.path.clone(),
+                what: "the file is not a waymark database (or is corrupt); move it aside to start afresh".into(),
+            },
+            source => StoreError::Sql { path: store.path.clone(), source },
+        })?;
+        let found: i64 = store.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|e| store.sql(e))?;
+        if found > SCHEMA_VERSION {
+            return Err(StoreError::NewerSchema { path: store.path, found, known: SCHEMA_VERSION });
+        }
+        Ok(store)
+    }
+
+    fn init(&mut self) -> rusqlite::Result<()> {
+        self.conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        self.conn.pragma_update(None, "journal_mode", "WAL")?;
+        self.conn.pragma_update(None, "synchronous", "NORMAL")?;
+        self.conn.pragma_update(None, "foreign_keys", "ON")?;
+        let version: i64 = self.conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if version == 0 {
+            let tx = self.conn.transaction()?;
+            tx.execute_batch(SCHEMA)?;
+            tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+            tx.commit()?;
+        }
+        Ok(())
+    }
+
+    fn sql(&self, source: rusqlite::Error) -> StoreError {
+        StoreError::Sql { path: self.path.clone(), source }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Run `f` in a transaction; `durable` commits with a full sync.
+    fn write<T>(&mut self, durable: bool, f: impl FnOnce(&rusqlite::Transaction) -> rusqlite::Result<T>) -> Result<T, StoreError> {
+        let result = (|| {
+            if durable {
+                self.conn.pragma_update(None, "synchronous", "FULL")?;
+            }
+            let tx = self.conn.transaction()?;
+            let out = f(&tx)?;
+            tx.commit()?;
+            if durable {
+                self.conn.pragma_update(None, "synchronous", "NORMAL")?;
+            }
+            Ok(out)
+        })();
+        result.map_err(|e| self.sql(e))
+    }
+
+    /// Record a new run of `flow`, all steps pending, owned by this process.
+    pub fn create_run(&mut self, flow: &Flow, source_hash: &str) -> Result<RunRecord, StoreError> {
+        let definition = serde_json::to_string(flow).map_err(|e| StoreError::Corrupt {
+            path: self.path.clone(),
+            what: format!("cannot serialize the flow: {e}"),
+        })?;
+        let host = host_name();
+        let pid = std::process::id();
+        let started = now_ms();
+        let id = self.write(true, |tx| {
+            let seq: i64 = tx.query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM runs", [], |r| r.get(0))?;
+            let mut id = new_run_id();
+            while tx.query_row("SELECT 1 FROM runs WHERE id = ?1", [&id], |_| Ok(())).optional()?.is_some() {
+                id = new_run_id();
+            }
+            tx.execute(
+                "INSERT INTO runs (id, seq, flow, flow_path, definition, source_hash, status, started_at, pid, host)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7, ?8, ?9)",
+                params![id, seq, flow.name, flow.path.display().to_string(), definition, source_hash, started, pid, host],
+            )?;
+            for (i, step) in flow.steps.iter().enumerate() {
+                tx.execute(
+                    "INSERT INTO steps (run_id, position, name, state) VALUES (?1, ?2, ?3, 'pending')",
+                    params![id, i as i64, step.name],
+                )?;
+            }
+            Ok(id)
+        })?;
+        self.run(&id)
+    }
+
+    fn run_from_row(r: &rusqlite::Row) -> rusqlite::Result<RunRecord> {
+        let status: String = r.get("status")?;
+        Ok(RunRecord {
+            id: r.get("id")?,
+            flow: r.get("flow")?,
+            flow_path: PathBuf::from(r.get::<_, String>("flow_path")?),
+            definition: r.get("definition")?,
+            source_hash: r.get("source_hash")?,
+            status: RunStatus::parse(&status).unwrap_or(RunStatus::Failed),
+            started_at: from_millis(r.get("started_at")?),
+            ended_at: r.get::<_, Option<i64>>("ended_at")?.map(from_millis),
+            pid: r.get("pid")?,
+            host: r.get("host")?,
+            failed_step: r.get("failed_step")?,
+        })
+    }
+
+    pub fn run(&self, id: &str) -> Result<RunRecord, StoreError> {
+        self.conn
+            .query_row("SELECT * FROM runs WHERE id = ?1", [id], Self::run_from_row)
+            .optional()
+            .map_err(|e| self.sql(e))?
+            .ok_or_else(|| StoreError::NoSuchRun(id.to_owned()))
+    }
+
+    /// The newest run of `flow` that a new `waymark run` should resume.
+    pub fn find_resumable(&self, flow: &str) -> Result<Option<RunRecord>, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT * FROM runs WHERE flow = ?1 AND status IN ('running', 'interrupted') ORDER BY seq DESC LIMIT 1",
+                [flow],
+                Self::run_from_row,
+            )
+            .optional()
+            .map_err(|e| self.sql(e))
+    }
+
+    /// Runs, newest first, optionally of one flow.
+    pub fn list_runs(&self, flow: Option<&str>, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut stmt = self
+            .conn
+            .prepare("SELECT * FROM runs WHERE (?1 IS NULL OR flow = ?1) ORDER BY seq DESC LIMIT ?2")
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt.query_map(params![flow, limit], Self::run_from_row).map_err(|e| self.sql(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
+    }
+
+    /// Each step's recorded state, in flow order.
+    pub fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT s.*, a.pid AS a_pid, a.proc_start AS a_start, a.attempt AS a_attempt
+                 FROM steps s LEFT JOIN attempts a ON a.row = s.current_row
+                 WHERE s.run_id = ?1 ORDER BY s.position",
+            )
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map([run_id], |r| {
+                let state: String = r.get("state")?;
+                let state = match state.as_str() {
+                    "succeeded" => StepState::Succeeded,
+                    "failed" => StepState::Failed,
+                    "waiting" => StepState::Waiting {
+                        next_attempt: r.get("next_attempt")?,
+                        wake_at: from_millis(r.get("wake_at")?),
+                    },
+                    "running" => StepState::InFlight {
+                        attempt: r.get::<_, Option<u32>>("a_attempt")?.unwrap_or(1),
+                        pid: r.get("a_pid")?,
+                        proc_start: r.get::<_, Option<i64>>("a_start")?.map(|v| v as u64),
+                    },
+                    _ => StepState::Pending,
+                };
+                Ok(StepRecord {
+                    name: r.get("name")?,
+                    state,
+                    attempts_used: r.get("attempts_used")?,
+                    budget_base: r.get("budget_base")?,
+                    last_error: parse_error(r.get("last_error")?),
+                    started_at: r.get::<_, Option<i64>>("started_at")?.map(from_millis),
+                    ended_at: r.get::<_, Option<i64>>("ended_at")?.map(from_millis),
+                })
+            })
+            .map_err(|e| self.sql(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
+    }
+
+    /// Every attempt of a run (or of one of its steps), oldest first.
+    pub fn attempts(&self, run_id: &str, step: Option<&str>) -> Result<Vec<AttemptRecord>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT * FROM attempts WHERE run_id = ?1 AND (?2 IS NULL OR step = ?2) ORDER BY row")
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map(params![run_id, step], |r| {
+                Ok(AttemptRecord {
+                    step: r.get("step")?,
+                    attempt: r.get("attempt")?,
+                    redelivered: r.get("redelivered")?,
+                    outcome: r.get("outcome")?,
+                    started_at: from_millis(r.get("started_at")?),
+                    ended_at: r.get::<_, Option<i64>>("ended_at")?.map(from_millis),
+                    pid: r.get("pid")?,
+                    exit_code: r.get("exit_code")?,
+                    signal: r.get("signal")?,
+                    error: parse_error(r.get("error")?),
+                    log_stem: PathBuf::from(r.get::<_, String>("log_stem")?),
+                })
+            })
+            .map_err(|e| self.sql(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
+    }
+
+    /// Take over a run in this process: status `running`, our pid and host.
+    pub fn claim(&mut self, run_id: &str) -> Result<(), StoreError> {
+        let host = host_name();
+        self.write(true, |tx| {
+            tx.execute(
+                "UPDATE runs SET status = 'running', ended_at = NULL, failed_step = NULL, pid = ?2, host = ?3 WHERE id = ?1",
+                params![run_id, std::process::id(), host],
+            )?;
+            // Attempts the dead runner left open ended with it.
+            tx.execute(
+                "UPDATE attempts SET outcome = 'runner_lost', ended_at = ?2 WHERE run_id = ?1 AND outcome = 'running'",
+                params![run_id, now_ms()],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Give failed steps a fresh attempt budget (for `waymark resume` of a failed run).
+    pub fn reopen_failed(&mut self, run_id: &str) -> Result<(), StoreError> {
+        self.write(true, |tx| {
+            tx.execute(
+                "UPDATE steps SET state = 'pending', budget_base = attempts_used, ended_at = NULL
+                 WHERE run_id = ?1 AND state = 'failed'",
+                [run_id],
+            )?;
+            Ok(())
+        })
+    }
+
+    pub fn set_status(&mut self, run_id: &str, status: RunStatus) -> Result<(), StoreError> {
+        self.write(true, |tx| {
+            tx.execute("UPDATE runs SET status = ?2, ended_at = ?3 WHERE id = ?1", params![run_id, status.as_str(), now_ms()])?;
+            Ok(())
+        })
+    }
+
+    /// Delete finished runs that ended before `cutoff`; returns their ids.
+    pub fn gc(&mut self, cutoff: SystemTime) -> Result<Vec<String>, StoreError> {
+        let cutoff = to_millis(cutoff);
+        self.write(true, |tx| {
+            let ids: Vec<String> = {
+                let mut stmt = tx.prepare(
+                    "SELECT id FROM runs WHERE status IN ('succeeded', 'failed', 'abandoned') AND ended_at IS NOT NULL AND ended_at < ?1",
+                )?;
+                stmt.query_map([cutoff], |r| r.get(0))?.collect::<Result<_, _>>()?
+            };
+            for id in &ids {
+                tx.execute("DELETE FROM attempts WHERE run_id = ?1", [id])?;
+                tx.execute("DELETE FROM steps WHERE run_id = ?1", [id])?;
+                tx.execute("DELETE FROM runs WHERE id = ?1", [id])?;
+            }
+            Ok(ids)
+        })
+    }
+}
+
+impl RunLog for SqliteStore {
+    fn attempt_starting(&mut self, run_id: &str, step: &str, attempt: u32, redelivered: bool, log_stem: &Path) -> Result<i64, StoreError> {
+        let now = now_ms();
+        self.write(false, |tx| {
+            tx.execute(
+                "INSERT INTO attempts (run_id, step, attempt, redelivered, outcome, started_at, log_stem)
+                 VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6)",
+                params![run_id, step, attempt, redelivered, now, log_stem.display().to_string()],
+            )?;
+            let row = tx.last_insert_rowid();
+            tx.execute(
+                "UPDATE steps SET state = 'running', current_row = ?3, next_attempt = NULL, wake_at = NULL,
+                        started_at = COALESCE(started_at, ?4)
+                 WHERE run_id = ?1 AND name = ?2",
+                params![run_id, step, row, now],
+            )?;
+            Ok(row)
+        })
+    }
+
+    fn attempt_spawned(&mut self, row: i64, pid: u32, proc_start: Option<u64>) -> Result<(), StoreError> {
+        self.write(false, |tx| {
+            tx.execute(
+                "UPDATE attempts SET pid = ?2, proc_start = ?3 WHERE row = ?1",
+                params![row, pid, proc_start.map(|v| v as i64)],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn attempt_finished(&mut self, row: i64, result: &AttemptResult, update: &StepUpdate) -> Result<(), StoreError> {
+        let durable = matches!(update, StepUpdate::Succeeded | StepUpdate::Failed);
+        let ended = to_millis(result.ended_at);
+        self.write(durable, |tx| {
+            tx.execute(
+                "UPDATE attempts SET outcome = ?2, ended_at = ?3, exit_code = ?4, signal = ?5, error = ?6 WHERE row = ?1",
+                params![row, result.outcome.as_str(), ended, result.exit_code, result.signal, result.error.as_ref().map(error_json)],
+            )?;
+            let (run_id, step): (String, String) =
+                tx.query_row("SELECT run_id, step FROM attempts WHERE row = ?1", [row], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            let used = i64::from(result.outcome != AttemptOutcome::Cancelled);
+            let (state, next, wake) = match update {
+                StepUpdate::Succeeded => ("succeeded", None, None),
+                StepUpdate::Failed => ("failed", None, None),
+                StepUpdate::Waiting { next_attempt, wake_at } => ("waiting", Some(*next_attempt), Some(to_millis(*wake_at))),
+                StepUpdate::Pending => ("pending", None, None),
+            };
+            let ended_at = durable.then_some(ended);
+            tx.execute(
+                "UPDATE steps SET state = ?3, attempts_used = attempts_used + ?4, next_attempt = ?5, wake_at = ?6,
+                        current_row = NULL, last_error = COALESCE(?7, last_error), ended_at = ?8
+                 WHERE run_id = ?1 AND name = ?2",
+                params![run_id, step, state, used, next, wake, result.error.as_ref().map(error_json), ended_at],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn run_finished(&mut self, run_id: &str, status: RunStatus, failed_step: Option<&str>) -> Result<(), StoreError> {
+        self.write(true, |tx| {
+            tx.execute(
+                "UPDATE runs SET status = ?2, ended_at = ?3, failed_step = ?4 WHERE id = ?1",
+                params![run_id, status.as_str(), now_ms(), failed_step],
+            )?;
+            Ok(())
+        })
+    }
+}
+
+/// This machine's name, for the record.
+pub fn host_name() -> String {
+    nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "unknown".into())
+}
