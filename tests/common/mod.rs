@@ -1,0 +1,117 @@
+//! Test support: a temp directory with its own state dir, and the real `waymark` binary.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Long enough for a loaded 2-core machine; tests wait on events, never on fixed sleeps.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+pub struct Env {
+    pub dir: tempfile::TempDir,
+}
+
+impl Env {
+    pub fn new() -> Env {
+        Env { dir: tempfile::tempdir().expect("temp dir") }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn state(&self) -> PathBuf {
+        self.path("state")
+    }
+
+    /// Write a file into the temp dir and return its path.
+    pub fn write(&self, name: &str, contents: &str) -> PathBuf {
+        let p = self.path(name);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(&p, contents).unwrap();
+        p
+    }
+
+    pub fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.path(name)).unwrap_or_default()
+    }
+
+    /// Lines in a side-effect file (how many times something ran).
+    pub fn count(&self, name: &str) -> usize {
+        self.read(name).lines().count()
+    }
+
+    /// `waymark ARGS` in the temp dir with its own state dir.
+    pub fn cmd(&self, args: &[&str]) -> assert_cmd::Command {
+        let mut c = assert_cmd::Command::cargo_bin("waymark").unwrap();
+        c.current_dir(self.dir.path()).env("WAYMARK_STATE_DIR", self.state()).env_remove("XDG_STATE_HOME").args(args);
+        c
+    }
+
+    /// Start `waymark ARGS` in the background, its output captured.
+    pub fn spawn(&self, args: &[&str]) -> Child {
+        Command::new(assert_cmd::cargo::cargo_bin("waymark"))
+            .current_dir(self.dir.path())
+            .env("WAYMARK_STATE_DIR", self.state())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// Wait until `name` exists and holds at least `lines` lines.
+    pub fn wait_for_lines(&self, name: &str, lines: usize) {
+        wait_until(&format!("{name} to have {lines} line(s)"), || self.count(name) >= lines);
+    }
+}
+
+/// Poll `cond` until it holds, panicking after [`PATIENCE`].
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < PATIENCE, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether a process is alive (exists and is not a zombie).
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rsplit(')').next().and_then(|s| s.split_whitespace().next()) != Some("Z"),
+        Err(_) => false,
+    }
+}
+
+/// Send a signal by name to a pid.
+pub fn kill(pid: u32, signal: &str) {
+    let status = Command::new("kill").args(["-s", signal, &pid.to_string()]).status().unwrap();
+    assert!(status.success());
+}
+
+/// Wait for a child with a generous bound; returns its output.
+pub fn finish(child: Child) -> std::process::Output {
+    let pid = child.id();
+    let waiter = std::thread::spawn(move || child.wait_with_output().unwrap());
+    let start = Instant::now();
+    while !waiter.is_finished() {
+        if start.elapsed() > PATIENCE {
+            kill(pid, "KILL");
+            panic!("waymark did not exit in time");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    waiter.join().unwrap()
+}
+
+pub fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+pub fn read_pid(path: &Path) -> u32 {
+    std::fs::read_to_string(path).unwrap().trim().parse().unwrap()
+}
