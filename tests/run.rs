@@ -1,0 +1,314 @@
+//! `waymark run` on real processes: attempts, filters, timeouts, signals, process groups.
+
+mod common;
+
+use common::{Env, alive, finish, kill, read_pid, stderr, wait_until};
+use predicates::prelude::*;
+
+/// A step that appends to `runs` and fails until it has run `ok_after` times (0: always fails).
+fn counting(exit: u32, ok_after: u32) -> String {
+    format!(
+        r#"shell = 'echo x >> runs; n=$(wc -l < runs); echo "attempt $WAYMARK_ATTEMPT of $WAYMARK_MAX_ATTEMPTS" >&2; if [ {ok_after} -gt 0 ] && [ $n -ge {ok_after} ]; then exit 0; fi; exit {exit}'"#
+    )
+}
+
+fn flow(env: &Env, body: &str) {
+    env.write("flow.toml", body);
+}
+
+#[test]
+fn attempts_count_total_executions_and_failure_is_reported() {
+    let env = Env::new();
+    flow(&env, &format!("[[step]]\nname = 'flaky'\n{}\nretry = {{ attempts = 3 }}\n", counting(1, 0)));
+    env.cmd(&["run", "flow.toml"]).assert().code(1).stderr(
+        predicate::str::contains("waymark: run ")
+            .and(predicate::str::contains("  step:     flaky"))
+            .and(predicate::str::contains("  error:    CalledProcessError(SubprocessError, Exception, BaseException): exit status 1"))
+            .and(predicate::str::contains("  attempts: 3"))
+            .and(predicate::str::contains("    attempt 3 of 3"))
+            .and(predicate::str::contains("  logs:     ")),
+    );
+    assert_eq!(env.count("runs"), 3);
+}
+
+#[test]
+fn a_step_without_retry_runs_once() {
+    let env = Env::new();
+    flow(&env, &format!("[[step]]\nname = 'once'\n{}\n[[step]]\nname = 'never'\nrun = ['touch', 'never']\n", counting(1, 0)));
+    env.cmd(&["run", "flow.toml"]).assert().code(1);
+    assert_eq!(env.count("runs"), 1);
+    assert!(!env.path("never").exists(), "a step after a failed one must not run");
+}
+
+#[test]
+fn default_policy_retries_until_success() {
+    // `retry = {}`: 101 attempts on Exception; fails three times, then succeeds on the fourth.
+    let env = Env::new();
+    flow(&env, &format!("[[step]]\nname = 'flaky'\n{}\nretry = {{}}\n", counting(1, 4)));
+    env.cmd(&["run", "flow.toml"]).assert().success().stderr(predicate::str::contains("attempt 4 of 101"));
+    assert_eq!(env.count("runs"), 4);
+}
+
+#[test]
+fn exception_types_match_through_base_classes() {
+    let mapped = |types: &str| {
+        format!(
+            "[exit_codes]\n\"3\" = \"ConnectionResetError\"\n[[step]]\nname = 's'\n{}\nretry = {{ attempts = 3, exception_types = {types} }}\n",
+            counting(3, 0)
+        )
+    };
+    for (types, runs) in [(r#"["ConnectionError"]"#, 3), (r#"["OSError"]"#, 3), (r#"["ValueError"]"#, 1), ("[]", 1)] {
+        let env = Env::new();
+        flow(&env, &mapped(types));
+        env.cmd(&["run", "flow.toml"])
+            .assert()
+            .code(1)
+            .stderr(predicate::str::contains("ConnectionResetError(ConnectionError, OSError, Exception, BaseException)"));
+        assert_eq!(env.count("runs"), runs, "exception_types = {types}");
+    }
+}
+
+#[test]
+fn step_exit_codes_win_over_flow_exit_codes() {
+    let env = Env::new();
+    flow(
+        &env,
+        &format!(
+            "[exit_codes]\n\"3\" = \"ValueError\"\n[[step]]\nname = 's'\n{}\nexit_codes = {{ \"3\" = \"TimeoutError\" }}\nretry = {{ attempts = 2, exception_types = [\"OSError\"] }}\n",
+            counting(3, 0)
+        ),
+    );
+    env.cmd(&["run", "flow.toml"]).assert().code(1).stderr(predicate::str::contains("TimeoutError(OSError"));
+    assert_eq!(env.count("runs"), 2);
+}
+
+#[test]
+fn timeouts_are_not_retried_unless_listed() {
+    let step = |types: &str| {
+        format!(
+            "[[step]]\nname = 'slow'\nshell = 'echo x >> runs; exec sleep 30'\ntimeout = 0.3\nkill_grace = 0\nretry = {{ attempts = 3{types} }}\n"
+        )
+    };
+    let env = Env::new();
+    flow(&env, &step(""));
+    env.cmd(&["run", "flow.toml"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("ActionTimeout(BaseException): timed out after 300ms"));
+    assert_eq!(env.count("runs"), 1);
+
+    let env = Env::new();
+    flow(&env, &step(", exception_types = [\"ActionTimeout\"]"));
+    env.cmd(&["run", "flow.toml"]).assert().code(1);
+    assert_eq!(env.count("runs"), 3);
+}
+
+#[test]
+fn timeout_kills_the_whole_process_group() {
+    let env = Env::new();
+    flow(
+        &env,
+        "[[step]]\nname = 'bg'\nshell = 'sleep 300 & echo $! > bgpid; wait'\ntimeout = 0.5\nkill_grace = '100ms'\n",
+    );
+    env.cmd(&["run", "flow.toml"]).assert().code(1).stderr(predicate::str::contains("ActionTimeout"));
+    let pid = read_pid(&env.path("bgpid"));
+    wait_until("the grandchild to die", || !alive(pid));
+}
+
+#[test]
+fn kill_grace_escalates_to_sigkill() {
+    let env = Env::new();
+    // The shell ignores SIGTERM; only SIGKILL after the grace period stops it.
+    flow(
+        &env,
+        "[[step]]\nname = 'stubborn'\nshell = 'trap \"\" TERM; echo $$ > pid; while :; do sleep 0.05; done'\ntimeout = 0.3\nkill_grace = 0.3\n",
+    );
+    env.cmd(&["run", "flow.toml"]).assert().code(1).stderr(predicate::str::contains("ActionTimeout"));
+    assert!(!alive(read_pid(&env.path("pid"))));
+}
+
+#[test]
+fn a_self_killed_child_is_execution_lost_and_not_retried() {
+    let env = Env::new();
+    flow(&env, "[[step]]\nname = 'boom'\nshell = 'echo x >> runs; kill -KILL $$'\nretry = { attempts = 3 }\n");
+    env.cmd(&["run", "flow.toml"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("ActionExecutionLost(BaseException): killed by signal SIGKILL"));
+    assert_eq!(env.count("runs"), 1);
+
+    // Mapped, the same death is an ordinary error and retried.
+    let env = Env::new();
+    flow(
+        &env,
+        "[exit_codes]\nSIGKILL = 'ConnectionError'\n[[step]]\nname = 'boom'\nshell = 'echo x >> runs; kill -KILL $$'\nretry = { attempts = 3 }\n",
+    );
+    env.cmd(&["run", "flow.toml"]).assert().code(1);
+    assert_eq!(env.count("runs"), 3);
+}
+
+#[test]
+fn a_missing_program_is_not_started_and_retried() {
+    let env = Env::new();
+    flow(&env, "[[step]]\nname = 'ghost'\nrun = ['no-such-program-waymark']\nretry = { attempts = 2 }\n");
+    env.cmd(&["run", "flow.toml"]).assert().code(1).stderr(
+        predicate::str::contains("attempt 2/2 failed: ActionExecutionNotStarted(Exception, BaseException): program `no-such-program-waymark` not found")
+            .and(predicate::str::contains("attempt 1/2 failed")),
+    );
+}
+
+#[test]
+fn a_missing_workdir_is_not_started() {
+    let env = Env::new();
+    flow(&env, "[[step]]\nname = 'w'\nrun = ['true']\nworkdir = 'nowhere'\n");
+    env.cmd(&["run", "flow.toml"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("ActionExecutionNotStarted").and(predicate::str::contains("nowhere")));
+}
+
+#[test]
+fn backoff_waits_before_each_retry() {
+    let env = Env::new();
+    flow(
+        &env,
+        "[[step]]\nname = 'b'\nshell = 'date +%s.%N >> times; exit 1'\nretry = { attempts = 3, backoff_seconds = 0.4, backoff_multiplier = 2 }\n",
+    );
+    env.cmd(&["run", "flow.toml"]).assert().code(1);
+    let times: Vec<f64> = env.read("times").lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(times.len(), 3);
+    // Lower bounds only: a loaded machine may wait longer, never shorter.
+    assert!(times[1] - times[0] >= 0.4, "{times:?}");
+    assert!(times[2] - times[1] >= 0.8, "{times:?}");
+}
+
+#[test]
+fn environment_names_the_run_step_and_attempt() {
+    let env = Env::new();
+    flow(
+        &env,
+        "name = 'envflow'\nenv = { GREETING = 'hi' }\n[[step]]\nname = 'show'\nshell = 'echo \"$GREETING $LOCAL $WAYMARK_FLOW $WAYMARK_STEP $WAYMARK_ATTEMPT $WAYMARK_MAX_ATTEMPTS $WAYMARK_RUN_ID\"'\nenv = { LOCAL = 'here' }\nretry = { attempts = 2 }\n",
+    );
+    let out = env.cmd(&["run", "flow.toml"]).assert().success().get_output().stdout.clone();
+    let out = String::from_utf8(out).unwrap();
+    assert!(out.starts_with("show | hi here envflow show 1 2 "), "{out}");
+    let run_id = out.split_whitespace().last().unwrap();
+    assert_eq!(run_id.len(), 8);
+}
+
+#[test]
+fn output_is_prefixed_and_kept_in_logs() {
+    let env = Env::new();
+    flow(&env, "[[step]]\nname = 'talk'\nshell = 'echo out; echo err >&2; printf partial'\n");
+    env.cmd(&["run", "flow.toml"])
+        .assert()
+        .success()
+        .stdout("talk | out\ntalk | partial\n")
+        .stderr(predicate::str::contains("talk | err\n"));
+    let logs = env.cmd(&["history", "--json"]).output().unwrap().stdout;
+    let runs: serde_json::Value = serde_json::from_slice(&logs).unwrap();
+    let id = runs[0]["id"].as_str().unwrap().to_owned();
+    env.cmd(&["logs", &id, "talk", "--stream", "stdout"]).assert().success().stdout("out\npartial");
+    env.cmd(&["logs", &id, "talk", "--stream", "stderr"]).assert().success().stdout("err\n");
+}
+
+#[test]
+fn sigterm_is_forwarded_and_the_attempt_is_not_retried() {
+    let env = Env::new();
+    flow(
+        &env,
+        "[[step]]\nname = 'svc'\nshell = 'trap \"echo got TERM >> got; exit 0\" TERM; echo x >> runs; sleep 300 & echo $! > bgpid; wait'\nretry = { attempts = 5 }\n",
+    );
+    let child = env.spawn(&["run", "flow.toml"]);
+    env.wait_for_lines("bgpid", 1);
+    kill(child.id(), "TERM");
+    let out = finish(child);
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    assert_eq!(env.read("got"), "got TERM\n", "the child saw the same signal");
+    assert_eq!(env.count("runs"), 1, "a cancelled attempt is never retried");
+    wait_until("the grandchild to die", || !alive(read_pid(&env.path("bgpid"))));
+    let status = env.cmd(&["history", "--json"]).output().unwrap().stdout;
+    let runs: serde_json::Value = serde_json::from_slice(&status).unwrap();
+    assert_eq!(runs[0]["status"], "interrupted");
+}
+
+#[test]
+fn sigint_is_forwarded_and_a_second_signal_kills_at_once() {
+    let env = Env::new();
+    // The child ignores SIGINT and has a long grace period: only the second signal stops it.
+    flow(
+        &env,
+        "[[step]]\nname = 'deaf'\nshell = 'trap \"echo INT >> got\" INT; echo $$ > pid; while :; do sleep 0.05; done'\nkill_grace = '1h'\n",
+    );
+    let child = env.spawn(&["run", "flow.toml"]);
+    env.wait_for_lines("pid", 1);
+    kill(child.id(), "INT");
+    env.wait_for_lines("got", 1);
+    kill(child.id(), "INT");
+    let out = finish(child);
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    assert!(stderr(&out).contains("killing running steps"));
+    assert!(!alive(read_pid(&env.path("pid"))));
+}
+
+#[test]
+fn invalid_command_line_exits_2() {
+    let env = Env::new();
+    env.cmd(&["run"]).assert().code(2);
+    env.cmd(&["frobnicate"]).assert().code(2);
+    env.cmd(&["run", "missing.toml"]).assert().code(2).stderr(predicate::str::contains("missing.toml"));
+}
+
+#[test]
+fn help_has_examples_and_version_prints() {
+    let env = Env::new();
+    for sub in ["run", "check", "resume", "history", "status", "logs", "gc", "errors", "completions"] {
+        env.cmd(&[sub, "--help"]).assert().success().stdout(predicate::str::contains("Examples:"));
+    }
+    env.cmd(&["--help"]).assert().success().stdout(predicate::str::contains("Exit status"));
+    env.cmd(&["--version"]).assert().success().stdout(predicate::str::starts_with("waymark "));
+}
+
+#[test]
+fn check_prints_the_plan() {
+    let env = Env::new();
+    flow(
+        &env,
+        "[policies.net]\nattempts = 4\nexception_types = ['ConnectionError', 'TimeoutError']\nbackoff_seconds = 1\nbackoff_multiplier = 2\nbackoff_max_seconds = 3\n\
+         [[step]]\nname = 'fetch'\nrun = ['curl', '-fsS', 'https://example.com']\ntimeout = '30s'\nretry = 'net'\n",
+    );
+    env.cmd(&["check", "flow.toml"]).assert().success().stdout(
+        "flow flow (flow.toml): 1 step, run in order\n  1. fetch\n     command:  curl -fsS https://example.com\n     \
+         timeout:  30s per attempt, then SIGTERM, SIGKILL after 10s\n     retry:    up to 4 attempts on ConnectionError, TimeoutError (policy `net`)\n     \
+         backoff:  1s, 2s, 3s\n",
+    );
+    assert!(!env.state().exists(), "check runs nothing and writes no state");
+}
+
+#[test]
+fn examples_are_valid_and_run() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            seen += 1;
+            let env = Env::new();
+            env.cmd(&["check", path.to_str().unwrap()]).assert().success();
+            env.cmd(&["run", "--quiet", path.to_str().unwrap()]).assert().success();
+        }
+    }
+    assert!(seen >= 3, "examples/ holds at least three flows");
+}
+
+#[test]
+fn errors_prints_the_class_tree() {
+    let env = Env::new();
+    env.cmd(&["errors"]).assert().success().stdout(
+        predicate::str::starts_with("BaseException\n")
+            .and(predicate::str::contains("│   │   ├── ConnectionError\n"))
+            .and(predicate::str::contains("├── ActionTimeout\n")),
+    );
+    flow(&env, "[errors]\nFlakyDisk = ['OSError']\n[[step]]\nname = 'a'\nrun = ['true']\n");
+    env.cmd(&["errors", "--flow", "flow.toml"]).assert().success().stdout(predicate::str::contains("FlakyDisk"));
+}
