@@ -48,7 +48,17 @@ impl CliError {
             CliError::Locked(e @ LockError::Held { .. }) => {
                 format!("error: {e}\nhint: wait for it with `waymark run --wait`, or see `waymark status`\n")
             }
-            CliError::Internal(e) => format!("error: {e:#}\n"),
+            CliError::Internal(e) => {
+                let mut text = format!("error: {e:#}\n");
+                if let Some(StoreError::Sql { path, .. }) = e.chain().find_map(|c| c.downcast_ref::<StoreError>()) {
+                    let dir = path.parent().unwrap_or(path).display();
+                    text.push_str(&format!(
+                        "hint: check that {dir} is writable and its disk has free space, then run again \
+                         (nothing is lost: the run resumes); --state-dir or WAYMARK_STATE_DIR selects another directory\n"
+                    ));
+                }
+                text
+            }
             other => format!("error: {other}\n"),
         }
     }

@@ -84,11 +84,45 @@ fn serde_diagnostic(e: &toml::de::Error, source: &str) -> Diagnostic {
             .label("unknown key")
             .help(Some(help));
     }
-    let message = match key {
-        Some(k) => format!("`{k}`: {message}"),
-        None => message,
+    let message = plain_types(&message);
+    // A number in quotes, where a number is expected.
+    let unquote = message
+        .strip_prefix("invalid type: string \"")
+        .and_then(|rest| rest.split_once('"'))
+        .filter(|(text, expected)| expected.contains("expected a") && text.trim().parse::<f64>().is_ok())
+        .map(|(text, _)| format!("write the number without quotes: `{}`", text.trim()));
+    let message = match (key, message.as_str()) {
+        (Some(k), _) => format!("`{k}`: {message}"),
+        (None, "duplicate key") => match e.span().and_then(|s| source.get(s)) {
+            Some(k) => format!("duplicate key `{}`", k.trim_matches(['"', '\''])),
+            None => message,
+        },
+        (None, _) => message,
     };
-    Diagnostic::error(e.span(), message)
+    Diagnostic::error(e.span(), message).help(unquote)
+}
+
+/// Serde's type names as a TOML user knows them (`i64` → an integer, a map → a table).
+fn plain_types(message: &str) -> String {
+    const NAMES: [(&str, &str); 8] = [
+        ("expected i64", "expected an integer"),
+        ("expected u32", "expected an integer"),
+        ("expected f64", "expected a number"),
+        ("expected a sequence", "expected an array"),
+        ("invalid type: sequence", "invalid type: array"),
+        ("invalid type: map", "invalid type: table"),
+        ("expected a map", "expected a table"),
+        ("floating point `", "float `"),
+    ];
+    let mut out = NAMES.iter().fold(message.to_owned(), |m, (from, to)| m.replace(from, to));
+    // `expected struct RawStep` names one of our types; the user wrote a table there.
+    const STRUCT: &str = "expected struct ";
+    if let Some(at) = out.find(STRUCT) {
+        let name_start = at + STRUCT.len();
+        let end = out[name_start..].find(|c: char| !c.is_alphanumeric()).map_or(out.len(), |i| name_start + i);
+        out.replace_range(at..end, "expected a table");
+    }
+    out
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use super::diagnostic::{Diagnostic, key_path_at};
 use super::model::{Command, ExitCodes, Flow, Signal, Step};
 use super::raw::{RawDefaults, RawDuration, RawFlow, RawPolicy, RawRetry, RawStep, Str, StrMap};
-use crate::classify::classes::{ClassTree, is_builtin};
+use crate::classify::classes::{ClassError, ClassTree, is_builtin};
 use crate::retry::{Backoff, DEFAULT_ATTEMPTS, RetryPolicy};
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
@@ -102,7 +102,7 @@ impl Validator<'_> {
         if raw.step.is_empty() {
             self.diags.push(
                 Diagnostic::error(None, "the flow has no steps")
-                    .help(Some("add a step: [[step]] name = \"hello\" run = [\"echo\", \"hi\"]".into())),
+                    .help(Some("add at least one step, for example:\n[[step]]\nname = \"hello\"\nrun = [\"echo\", \"hi\"]".into())),
             );
         }
         Flow { name, path: path.to_owned(), env, classes, exit_codes, steps }
@@ -147,8 +147,32 @@ impl Validator<'_> {
         match ClassTree::new(user.clone()) {
             Ok(tree) => tree,
             Err(e) => {
-                let span = errors.keys().next().map(Spanned::span);
-                self.diags.push(Diagnostic::error(span, format!("invalid [errors]: {e}")));
+                let (class, what, help) = match &e {
+                    ClassError::Cycle(class, path) => {
+                        // `path` is the walk that led back to `class`; keep only the loop itself.
+                        let walk: Vec<&str> = path.split(" -> ").collect();
+                        let start = walk.iter().position(|c| c == class).unwrap_or(0);
+                        (
+                            class,
+                            format!("class `{class}` inherits from itself: {} -> {class}", walk[start..].join(" -> ")),
+                            "a class cannot be its own base; remove one of the bases in this cycle",
+                        )
+                    }
+                    ClassError::Inconsistent(class) => {
+                        (class, e.to_string(), "reorder its bases so that a subclass comes before its own bases")
+                    }
+                };
+                match errors.keys().find(|k| k.get_ref() == class) {
+                    Some(key) => {
+                        let d = self.error(key.span(), &what);
+                        d.label = "in an inheritance cycle".into();
+                        if matches!(e, ClassError::Inconsistent(_)) {
+                            d.label = "inconsistent bases".into();
+                        }
+                        d.help = Some(help.into());
+                    }
+                    None => self.diags.push(Diagnostic::error(None, format!("invalid [errors]: {e}")).help(Some(help.into()))),
+                }
                 ClassTree::default()
             }
         }
@@ -164,15 +188,21 @@ impl Validator<'_> {
                         out.codes.insert(c, class.get_ref().clone());
                     }
                     _ => {
-                        self.error(key.span(), "an exit code must be between 1 and 255").label =
-                            "out of range".into();
+                        let d = self.error(key.span(), "an exit code must be between 1 and 255");
+                        d.label = "out of range".into();
+                        if code == 0 {
+                            d.help = Some("exit code 0 means success and cannot be mapped to an error class".into());
+                        }
                     }
                 }
             } else if let Some(sig) = Signal::parse(k).filter(|_| k.starts_with("SIG")) {
                 out.signals.insert(sig.name().to_owned(), class.get_ref().clone());
             } else {
                 self.error(key.span(), &format!("`{k}` is neither an exit code (1-255) nor a signal name"))
-                    .help = Some("write an exit code such as \"3\" or a signal name such as \"SIGSEGV\"".into());
+                    .help = Some(match Signal::parse(k) {
+                    Some(sig) => format!("did you mean \"{}\"?", sig.name()),
+                    None => "write an exit code such as \"3\" or a signal name such as \"SIGSEGV\"".into(),
+                });
             }
             let c = class.get_ref();
             if !classes.knows(c) {
@@ -216,7 +246,11 @@ impl Validator<'_> {
             },
         };
         let floor = if allow_zero { "at least 0" } else { "more than 0" };
-        if !secs.is_finite() || secs < 0.0 || (!allow_zero && secs == 0.0) {
+        if !secs.is_finite() {
+            self.error(span, "a duration must be a finite number of seconds").label = "not a number".into();
+            return None;
+        }
+        if secs < 0.0 || (!allow_zero && secs == 0.0) {
             self.error(span, &format!("a duration must be {floor}")).label = "out of range".into();
             return None;
         }
@@ -227,10 +261,17 @@ impl Validator<'_> {
         Some(Duration::from_secs_f64(secs))
     }
 
+    /// Add a help line to the diagnostic just reported.
+    fn hint(&mut self, help: &str) {
+        if let Some(d) = self.diags.last_mut() {
+            d.help = Some(help.into());
+        }
+    }
+
     fn seconds(&mut self, raw: &Spanned<f64>, min: f64, what: &str) -> Option<f64> {
         let x = *raw.get_ref();
         if !x.is_finite() || x < min || x > MAX_DURATION.as_secs_f64() {
-            self.error(raw.span(), &format!("{what} (got {x})")).label = "out of range".into();
+            self.error(raw.span(), &format!("{what}, got {x}")).label = "out of range".into();
             return None;
         }
         Some(x)
@@ -241,6 +282,11 @@ impl Validator<'_> {
             None => DEFAULT_ATTEMPTS,
             Some(a) => match u32::try_from(*a.get_ref()) {
                 Ok(n) if n >= 1 => n,
+                _ if *a.get_ref() >= 1 => {
+                    self.error(a.span(), &format!("`attempts` must be at most {}", u32::MAX)).label =
+                        "out of range".into();
+                    1
+                }
                 _ => {
                     let d = self.error(a.span(), "`attempts` counts total executions and must be at least 1");
                     d.label = "out of range".into();
@@ -275,20 +321,29 @@ impl Validator<'_> {
             }
         };
         let mut backoff = Backoff::default();
-        if let Some(s) = &raw.backoff_seconds {
-            if let Some(x) = self.seconds(s, 0.0, "`backoff_seconds` must be at least 0 and at most 100 years") {
-                backoff.initial = Duration::from_secs_f64(x);
-            }
+        if let Some(s) = &raw.backoff_seconds
+            && let Some(x) = self.seconds(s, 0.0, "`backoff_seconds` must be at least 0 and at most 100 years")
+        {
+            backoff.initial = Duration::from_secs_f64(x);
         }
         if let Some(m) = &raw.backoff_multiplier {
-            if let Some(x) = self.seconds(m, 1.0, "`backoff_multiplier` must be at least 1.0") {
-                backoff.multiplier = x;
+            match self.seconds(m, 1.0, "`backoff_multiplier` must be at least 1.0") {
+                Some(x) => backoff.multiplier = x,
+                None => self.hint("1.0 keeps every wait the same; 2.0 doubles the wait after each retry"),
             }
         }
         if let Some(m) = &raw.backoff_max_seconds {
             let min = backoff.initial.as_secs_f64();
-            if let Some(x) = self.seconds(m, min, "`backoff_max_seconds` must be at least `backoff_seconds`") {
-                backoff.max = Some(Duration::from_secs_f64(x));
+            let below = *m.get_ref() < min;
+            let what = if below {
+                format!("`backoff_max_seconds` must be at least `backoff_seconds` ({min})")
+            } else {
+                "`backoff_max_seconds` must be at most 100 years".to_owned()
+            };
+            match self.seconds(m, min, &what) {
+                Some(x) => backoff.max = Some(Duration::from_secs_f64(x)),
+                None if below => self.hint("the cap would be below the first wait; raise it or lower `backoff_seconds`"),
+                None => {}
             }
         }
         backoff.jitter = raw.jitter.unwrap_or(false);
@@ -353,16 +408,19 @@ impl Validator<'_> {
         let span = raw.span();
         let raw = raw.get_ref();
         let Some(name) = &raw.name else {
-            self.diags.push(
-                Diagnostic::error(span.start..span.start + 8, "a step has no `name`")
-                    .label("this step")
-                    .help(Some("add `name = \"...\"` (letters, digits, `_`, `-`)".into())),
-            );
+            // Point at the `[[step]]` header (or the inline table's first line), not the whole table.
+            let line_end = self.source[span.start.min(self.source.len())..].find('\n').map_or(span.end, |i| span.start + i);
+            let d = self.error(span.start..line_end.min(span.end), "a step has no `name`");
+            d.label = "this step".into();
+            d.help = Some("add `name = \"...\"` (letters, digits, `_`, `-`)".into());
             return None;
         };
         if !is_name(name.get_ref(), "-") {
-            self.error(name.span(), "a step name may only hold letters, digits, `_` and `-`").label =
-                "invalid name".into();
+            let fixed: String =
+                name.get_ref().chars().map(|c| if is_name(&c.to_string(), "-") { c } else { '-' }).collect();
+            let d = self.error(name.span(), "a step name may only hold letters, digits, `_` and `-`");
+            d.label = "invalid name".into();
+            d.help = Some(format!("write `{}`", fixed.trim_matches('-'))).filter(|_| !fixed.trim_matches('-').is_empty());
         }
         let command = match (&raw.run, &raw.shell) {
             (Some(run), None) => {
@@ -374,13 +432,17 @@ impl Validator<'_> {
             }
             (None, Some(shell)) => Command::Shell(shell.get_ref().clone()),
             (Some(run), Some(_)) => {
-                self.error(run.span(), "a step takes exactly one of `run` and `shell`, not both").label =
-                    "remove this or `shell`".into();
+                let d = self.error(run.span(), "a step takes exactly one of `run` and `shell`, not both");
+                d.label = "remove this or `shell`".into();
+                d.help = Some(
+                    "`run` starts the program directly; `shell` runs a command line with /bin/sh -c".into(),
+                );
                 return None;
             }
             (None, None) => {
-                let d = Diagnostic::error(name.span(), format!("step `{}` has nothing to run", name.get_ref()))
-                    .label("this step")
+                let step = key_path_at(self.source, span.start).map_or_else(String::new, |k| format!("`{k}`: "));
+                let d = Diagnostic::error(name.span(), format!("{step}step `{}` has nothing to run", name.get_ref()))
+                    .label("neither `run` nor `shell`")
                     .help(Some("add `run = [\"program\", \"arg\"]` or `shell = \"command\"`".into()));
                 self.diags.push(d);
                 return None;

@@ -16,7 +16,7 @@ pub struct FlowLock {
 pub enum LockError {
     #[error("flow `{flow}` is already running: {holder}")]
     Held { flow: String, holder: String },
-    #[error("cannot lock {}: {source}", path.display())]
+    #[error("cannot lock {}: {source}; the state directory must be writable (fix its permissions, or choose another with --state-dir)", path.display())]
     Io { path: PathBuf, source: std::io::Error },
 }
 

@@ -12,7 +12,7 @@ pub use sqlite::SqliteStore;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("state database {path}: {source}")]
+    #[error("state database {path} failed")]
     Sql {
         path: PathBuf,
         #[source]

@@ -1,0 +1,295 @@
+//! Durable runs: SIGKILL the runner at chosen points and resume; locking; resume, --fresh;
+//! history, status, logs, gc; bad state.
+
+mod common;
+
+use common::{Env, alive, finish, kill, read_pid, stderr, wait_until};
+use predicates::prelude::*;
+use serde_json::Value;
+
+fn json(env: &Env, args: &[&str]) -> Value {
+    let out = env.cmd(args).output().unwrap();
+    assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn rfc3339_secs(s: &str) -> f64 {
+    let t = humantime::parse_rfc3339(s).unwrap();
+    t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64()
+}
+
+#[test]
+fn sigkill_during_an_attempt_resumes_without_rerunning_finished_steps() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        r#"name = "durable"
+[[step]]
+name = "a"
+shell = "echo x >> a.log"
+[[step]]
+name = "b"
+shell = 'echo x >> b.log; if [ $(wc -l < b.log) -ge 2 ]; then exit 0; fi; sleep 300 & echo $! > b.bg; wait'
+retry = { attempts = 3 }
+[[step]]
+name = "c"
+shell = "echo x >> c.log"
+"#,
+    );
+    let runner = env.spawn(&["run", "flow.toml"]);
+    env.wait_for_lines("b.bg", 1);
+    kill(runner.id(), "KILL");
+    let _ = finish(runner);
+    let orphan = read_pid(&env.path("b.bg"));
+    assert!(alive(orphan), "the dead runner's attempt is still running");
+
+    env.cmd(&["run", "flow.toml"]).assert().success().stderr(
+        predicate::str::contains("resuming run")
+            .and(predicate::str::contains("1 of 3 steps done"))
+            .and(predicate::str::contains("killed 2 leftover process(es) of attempt 1"))
+            .and(predicate::str::contains("b: attempt 1/3 (redelivered)")),
+    );
+    assert!(!alive(orphan), "the in-flight attempt was killed before it was redelivered");
+    assert_eq!((env.count("a.log"), env.count("b.log"), env.count("c.log")), (1, 2, 1));
+    let status = json(&env, &["status", "durable", "--json"]);
+    assert_eq!(status["status"], "succeeded");
+    assert_eq!(status["steps"][1]["attempts_used"], 1, "a redelivered attempt uses no new attempt");
+}
+
+#[test]
+fn sigkill_during_backoff_keeps_the_attempt_count_and_wake_up_time() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'backoff'\n[[step]]\nname = 'w'\nshell = 'date +%s.%N >> times; [ $(wc -l < times) -ge 2 ]'\nretry = { attempts = 3, backoff_seconds = 2 }\n",
+    );
+    let runner = env.spawn(&["run", "flow.toml"]);
+    let mut wake = String::new();
+    wait_until("the step to wait for its retry", || {
+        let out = env.cmd(&["status", "backoff", "--json"]).output().unwrap();
+        let Ok(v) = serde_json::from_slice::<Value>(&out.stdout) else { return false };
+        if v["steps"][0]["state"] == "waiting" {
+            wake = v["steps"][0]["next_retry_at"].as_str().unwrap().to_owned();
+            true
+        } else {
+            false
+        }
+    });
+    kill(runner.id(), "KILL");
+    let _ = finish(runner);
+    assert_eq!(env.count("times"), 1);
+
+    env.cmd(&["run", "flow.toml"]).assert().success().stderr(predicate::str::contains("w: attempt 2/3"));
+    let times: Vec<f64> = env.read("times").lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(times.len(), 2);
+    assert!(times[1] - times[0] >= 2.0, "the backoff survived the runner: {times:?}");
+    assert!(times[1] >= rfc3339_secs(&wake), "the retry waited for its recorded wake-up time");
+}
+
+const GATED: &str = "name = 'gated'\n[[step]]\nname = 'hold'\nshell = 'echo $$ > started; while [ ! -e release ]; do sleep 0.05; done'\n";
+
+#[test]
+fn one_runner_per_flow_exit_3_or_wait() {
+    let env = Env::new();
+    env.write("flow.toml", GATED);
+    let first = env.spawn(&["run", "flow.toml"]);
+    env.wait_for_lines("started", 1);
+    let pid = first.id().to_string();
+    env.cmd(&["run", "flow.toml"]).assert().code(3).stderr(
+        predicate::str::contains("flow `gated` is already running: run ")
+            .and(predicate::str::contains(format!("pid {pid}, started ")))
+            .and(predicate::str::contains("--wait")),
+    );
+    let waiter = env.spawn(&["run", "--wait", "flow.toml"]);
+    env.write("release", "");
+    let out = finish(first);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = finish(waiter);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let runs = json(&env, &["history", "gated", "--json"]);
+    assert_eq!(runs.as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn fresh_abandons_an_interrupted_run() {
+    let env = Env::new();
+    env.write("flow.toml", GATED);
+    let runner = env.spawn(&["run", "flow.toml"]);
+    env.wait_for_lines("started", 1);
+    kill(runner.id(), "TERM");
+    assert_eq!(finish(runner).status.code(), Some(143));
+    env.write("release", "");
+    env.cmd(&["run", "--fresh", "flow.toml"]).assert().success().stderr(predicate::str::contains("abandoned unfinished run"));
+    let runs = json(&env, &["history", "--json"]);
+    assert_eq!(runs[0]["status"], "succeeded");
+    assert_eq!(runs[1]["status"], "abandoned");
+    assert!(runs[1]["ended_at"].is_string());
+}
+
+#[test]
+fn resume_of_a_failed_run_gives_the_failed_step_a_fresh_budget() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'gate'\n[[step]]\nname = 'first'\nshell = 'echo x >> first.log'\n[[step]]\nname = 'gate'\nshell = 'echo x >> gate.log; [ -e open ]'\nretry = { attempts = 2 }\n",
+    );
+    env.cmd(&["run", "flow.toml"]).assert().code(1);
+    let runs = json(&env, &["history", "--json"]);
+    assert_eq!(runs[0]["status"], "failed");
+    assert_eq!(runs[0]["failed_step"], "gate");
+    let id = runs[0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(env.count("gate.log"), 2);
+
+    // A failed run is not resumed by `run`, only by `resume`.
+    env.write("open", "");
+    env.cmd(&["resume", &id]).assert().success().stderr(predicate::str::contains("gate: attempt 3/4"));
+    assert_eq!((env.count("first.log"), env.count("gate.log")), (1, 3));
+    let status = json(&env, &["status", &id, "--json"]);
+    assert_eq!(status["status"], "succeeded");
+    assert_eq!(status["steps"][1]["attempts_used"], 3);
+    assert_eq!(status["steps"][1]["attempts_allowed"], 4);
+    env.cmd(&["resume", &id]).assert().success().stderr(predicate::str::contains("already succeeded"));
+    env.cmd(&["resume", "nosuchid"]).assert().code(2).stderr(predicate::str::contains("no run with id `nosuchid`"));
+}
+
+#[test]
+fn a_changed_flow_file_resumes_with_the_recorded_definition() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'edit'\n[[step]]\nname = 'one'\nshell = 'echo old1 >> out'\n[[step]]\nname = 'two'\nshell = 'echo $$ > started; while [ ! -e release ]; do sleep 0.05; done; echo old2 >> out'\n",
+    );
+    let runner = env.spawn(&["run", "flow.toml"]);
+    env.wait_for_lines("started", 1);
+    kill(runner.id(), "INT");
+    assert_eq!(finish(runner).status.code(), Some(130));
+    env.write("flow.toml", "name = 'edit'\n[[step]]\nname = 'one'\nshell = 'echo new1 >> out'\n[[step]]\nname = 'two'\nshell = 'echo new2 >> out'\n");
+    env.write("release", "");
+    env.cmd(&["run", "flow.toml"])
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("changed since run").and(predicate::str::contains("recorded then")));
+    assert_eq!(env.read("out"), "old1\nold2\n");
+}
+
+#[test]
+fn history_status_logs_and_gc() {
+    let env = Env::new();
+    env.write("flow.toml", "name = 'obs'\n[[step]]\nname = 'say'\nshell = 'echo attempt $WAYMARK_ATTEMPT; echo oops >&2; [ $WAYMARK_ATTEMPT -ge 2 ]'\nretry = { attempts = 2 }\n");
+    env.cmd(&["run", "flow.toml"]).assert().success();
+    let runs = json(&env, &["history", "--json"]);
+    let run = &runs[0];
+    for key in ["id", "flow", "status", "started_at", "ended_at", "failed_step"] {
+        assert!(run.get(key).is_some(), "history --json has `{key}`");
+    }
+    let id = run["id"].as_str().unwrap().to_owned();
+    env.cmd(&["history"]).assert().success().stdout(predicate::str::contains(&id).and(predicate::str::contains("succeeded")));
+    env.cmd(&["status", &id])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("say").and(predicate::str::contains("attempts 2/2")).and(predicate::str::contains("CalledProcessError")));
+    env.cmd(&["logs", &id, "say"]).assert().success().stdout(predicate::str::contains("attempt 2\n").and(predicate::str::contains("oops")));
+    env.cmd(&["logs", &id, "say", "--attempt", "1", "--stream", "stdout"]).assert().success().stdout("attempt 1\n");
+    env.cmd(&["logs", &id, "nope"]).assert().code(2).stderr(predicate::str::contains("its steps are: say"));
+
+    // Log files are private; the state directory too.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&env.state()), 0o700);
+    assert_eq!(mode(&env.state().join("logs").join(&id).join("say").join("attempt-1.stdout")), 0o600);
+
+    env.cmd(&["gc", "--older-than", "1h"]).assert().success();
+    assert_eq!(json(&env, &["history", "--json"]).as_array().unwrap().len(), 1, "a recent run is kept");
+    env.cmd(&["gc", "--older-than", "0s"]).assert().success().stderr(predicate::str::contains("deleted 1"));
+    assert_eq!(json(&env, &["history", "--json"]), Value::Array(vec![]));
+    assert!(!env.state().join("logs").join(&id).exists());
+}
+
+#[test]
+fn a_corrupt_database_exits_4_and_names_the_file() {
+    let env = Env::new();
+    env.write("flow.toml", "[[step]]\nname = 'a'\nrun = ['touch', 'ran']\n");
+    env.write("state/waymark.db", &"garbage ".repeat(1000));
+    env.cmd(&["run", "flow.toml"])
+        .assert()
+        .code(4)
+        .stderr(predicate::str::contains("waymark.db").and(predicate::str::contains("not a waymark database")));
+    assert!(!env.path("ran").exists());
+    env.cmd(&["history"]).assert().code(4);
+}
+
+#[test]
+fn a_newer_schema_exits_4() {
+    let env = Env::new();
+    env.write("flow.toml", "[[step]]\nname = 'a'\nrun = ['true']\n");
+    env.cmd(&["run", "flow.toml"]).assert().success();
+    let db = rusqlite::Connection::open(env.state().join("waymark.db")).unwrap();
+    db.pragma_update(None, "user_version", 99).unwrap();
+    drop(db);
+    env.cmd(&["run", "flow.toml"]).assert().code(4).stderr(predicate::str::contains("newer waymark"));
+}
+
+#[test]
+fn an_unusable_state_directory_exits_4() {
+    let env = Env::new();
+    env.write("flow.toml", "[[step]]\nname = 'a'\nrun = ['touch', 'ran']\n");
+    env.write("file", "");
+    env.cmd(&["--state-dir", "file/state", "run", "flow.toml"])
+        .assert()
+        .code(4)
+        .stderr(predicate::str::contains("cannot create the state directory").and(predicate::str::contains("--state-dir")));
+    assert!(!env.path("ran").exists());
+}
+
+/// Makes a directory tree read-only, even for root (with `chattr +i`), until dropped.
+struct ReadOnly(Vec<std::path::PathBuf>);
+
+impl ReadOnly {
+    fn new(root: &std::path::Path) -> ReadOnly {
+        let mut paths = vec![root.to_owned()];
+        let mut i = 0;
+        while i < paths.len() {
+            if paths[i].is_dir() {
+                for e in std::fs::read_dir(&paths[i]).unwrap() {
+                    paths.push(e.unwrap().path());
+                }
+            }
+            i += 1;
+        }
+        let is_root = std::process::Command::new("id").arg("-u").output().unwrap().stdout == b"0\n";
+        for p in paths.iter().rev() {
+            let ok = if is_root {
+                std::process::Command::new("chattr").arg("+i").arg(p).status().unwrap().success()
+            } else {
+                let mode = if p.is_dir() { "0500" } else { "0400" };
+                std::process::Command::new("chmod").arg(mode).arg(p).status().unwrap().success()
+            };
+            assert!(ok, "cannot make {} read-only", p.display());
+        }
+        ReadOnly(paths)
+    }
+}
+
+impl Drop for ReadOnly {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = std::process::Command::new("chattr").arg("-i").arg(p).status();
+            let _ = std::process::Command::new("chmod").arg("u+w").arg(p).status();
+        }
+    }
+}
+
+#[test]
+fn a_read_only_state_directory_exits_4_and_runs_nothing() {
+    let env = Env::new();
+    env.write("flow.toml", "name = 'ro'\n[[step]]\nname = 'a'\nshell = 'echo x >> ran'\n");
+    env.cmd(&["run", "flow.toml"]).assert().success();
+    let guard = ReadOnly::new(&env.state());
+    let out = env.cmd(&["run", "--fresh", "flow.toml"]).output().unwrap();
+    drop(guard);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(stderr(&out).contains(env.state().to_str().unwrap()), "{}", stderr(&out));
+    assert_eq!(env.count("ran"), 1, "nothing ran");
+    // Once writable again, the state is intact and usable.
+    env.cmd(&["history", "ro", "--json"]).assert().success().stdout(predicate::str::contains("succeeded"));
+}
