@@ -26,7 +26,9 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a flow, resuming its interrupted run if there is one
-    #[command(after_help = "Examples:\n  waymark run flow.toml\n  waymark run --fresh flow.toml     abandon an unfinished run and start over\n  waymark run --wait flow.toml      wait for a runner of the same flow to finish first")]
+    #[command(
+        after_help = "Examples:\n  waymark run flow.toml\n  waymark run --fresh flow.toml     abandon an unfinished run and start over\n  waymark run --wait flow.toml      wait for a runner of the same flow to finish first"
+    )]
     Run {
         /// The flow file
         flow: PathBuf,
@@ -58,7 +60,9 @@ pub enum Command {
         flow: PathBuf,
     },
     /// List runs, newest first
-    #[command(after_help = "Examples:\n  waymark history\n  waymark history nightly --limit 5\n  waymark history --json | jq '.[0].status'")]
+    #[command(
+        after_help = "Examples:\n  waymark history\n  waymark history nightly --limit 5\n  waymark history --json | jq '.[0].status'"
+    )]
     History {
         /// Only runs of this flow (its name)
         flow: Option<String>,
@@ -70,7 +74,9 @@ pub enum Command {
         json: bool,
     },
     /// Show a run step by step: state, attempts, last error, next retry
-    #[command(after_help = "Examples:\n  waymark status                the newest run\n  waymark status nightly        the newest run of flow `nightly`\n  waymark status 4k2m9xq1 --json")]
+    #[command(
+        after_help = "Examples:\n  waymark status                the newest run\n  waymark status nightly        the newest run of flow `nightly`\n  waymark status 4k2m9xq1 --json"
+    )]
     Status {
         /// A run id or a flow name [default: the newest run]
         target: Option<String>,
@@ -79,7 +85,9 @@ pub enum Command {
         json: bool,
     },
     /// Print the output an attempt of a step wrote
-    #[command(after_help = "Examples:\n  waymark logs 4k2m9xq1 fetch\n  waymark logs 4k2m9xq1 fetch --attempt 2 --stream stderr")]
+    #[command(
+        after_help = "Examples:\n  waymark logs 4k2m9xq1 fetch\n  waymark logs 4k2m9xq1 fetch --attempt 2 --stream stderr"
+    )]
     Logs {
         run_id: String,
         step: String,
@@ -98,14 +106,18 @@ pub enum Command {
         older_than: std::time::Duration,
     },
     /// Print the error class tree that retry filters match against
-    #[command(after_help = "Examples:\n  waymark errors\n  waymark errors --flow flow.toml     include the flow's [errors]")]
+    #[command(
+        after_help = "Examples:\n  waymark errors\n  waymark errors --flow flow.toml     include the flow's [errors]"
+    )]
     Errors {
         /// Include this flow file's own classes
         #[arg(long, value_name = "FLOW")]
         flow: Option<PathBuf>,
     },
     /// Print a shell completion script
-    #[command(after_help = "Examples:\n  waymark completions bash > ~/.local/share/bash-completion/completions/waymark")]
+    #[command(
+        after_help = "Examples:\n  waymark completions bash > ~/.local/share/bash-completion/completions/waymark"
+    )]
     Completions { shell: clap_complete::Shell },
 }
 

@@ -5,11 +5,11 @@
 //! terminal; [`store`] keeps run state durable; [`classify`] names the errors of failed attempts.
 
 pub mod classify;
-pub mod flow;
-pub mod retry;
-pub mod suggest;
-pub mod executor;
-pub mod reporter;
-pub mod store;
 pub mod cli;
 pub mod commands;
+pub mod executor;
+pub mod flow;
+pub mod reporter;
+pub mod retry;
+pub mod store;
+pub mod suggest;

@@ -119,7 +119,10 @@ fn fresh_abandons_an_interrupted_run() {
     kill(runner.id(), "TERM");
     assert_eq!(finish(runner).status.code(), Some(143));
     env.write("release", "");
-    env.cmd(&["run", "--fresh", "flow.toml"]).assert().success().stderr(predicate::str::contains("abandoned unfinished run"));
+    env.cmd(&["run", "--fresh", "flow.toml"])
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("abandoned unfinished run"));
     let runs = json(&env, &["history", "--json"]);
     assert_eq!(runs[0]["status"], "succeeded");
     assert_eq!(runs[1]["status"], "abandoned");
@@ -183,12 +186,19 @@ fn history_status_logs_and_gc() {
         assert!(run.get(key).is_some(), "history --json has `{key}`");
     }
     let id = run["id"].as_str().unwrap().to_owned();
-    env.cmd(&["history"]).assert().success().stdout(predicate::str::contains(&id).and(predicate::str::contains("succeeded")));
-    env.cmd(&["status", &id])
+    env.cmd(&["history"])
         .assert()
         .success()
-        .stdout(predicate::str::contains("say").and(predicate::str::contains("attempts 2/2")).and(predicate::str::contains("CalledProcessError")));
-    env.cmd(&["logs", &id, "say"]).assert().success().stdout(predicate::str::contains("attempt 2\n").and(predicate::str::contains("oops")));
+        .stdout(predicate::str::contains(&id).and(predicate::str::contains("succeeded")));
+    env.cmd(&["status", &id]).assert().success().stdout(
+        predicate::str::contains("say")
+            .and(predicate::str::contains("attempts 2/2"))
+            .and(predicate::str::contains("CalledProcessError")),
+    );
+    env.cmd(&["logs", &id, "say"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("attempt 2\n").and(predicate::str::contains("oops")));
     env.cmd(&["logs", &id, "say", "--attempt", "1", "--stream", "stdout"]).assert().success().stdout("attempt 1\n");
     env.cmd(&["logs", &id, "nope"]).assert().code(2).stderr(predicate::str::contains("its steps are: say"));
 
@@ -234,10 +244,9 @@ fn an_unusable_state_directory_exits_4() {
     let env = Env::new();
     env.write("flow.toml", "[[step]]\nname = 'a'\nrun = ['touch', 'ran']\n");
     env.write("file", "");
-    env.cmd(&["--state-dir", "file/state", "run", "flow.toml"])
-        .assert()
-        .code(4)
-        .stderr(predicate::str::contains("cannot create the state directory").and(predicate::str::contains("--state-dir")));
+    env.cmd(&["--state-dir", "file/state", "run", "flow.toml"]).assert().code(4).stderr(
+        predicate::str::contains("cannot create the state directory").and(predicate::str::contains("--state-dir")),
+    );
     assert!(!env.path("ran").exists());
 }
 

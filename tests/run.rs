@@ -23,7 +23,9 @@ fn attempts_count_total_executions_and_failure_is_reported() {
     env.cmd(&["run", "flow.toml"]).assert().code(1).stderr(
         predicate::str::contains("waymark: run ")
             .and(predicate::str::contains("  step:     flaky"))
-            .and(predicate::str::contains("  error:    CalledProcessError(SubprocessError, Exception, BaseException): exit status 1"))
+            .and(predicate::str::contains(
+                "  error:    CalledProcessError(SubprocessError, Exception, BaseException): exit status 1",
+            ))
             .and(predicate::str::contains("  attempts: 3"))
             .and(predicate::str::contains("    attempt 3 of 3"))
             .and(predicate::str::contains("  logs:     ")),
@@ -34,7 +36,10 @@ fn attempts_count_total_executions_and_failure_is_reported() {
 #[test]
 fn a_step_without_retry_runs_once() {
     let env = Env::new();
-    flow(&env, &format!("[[step]]\nname = 'once'\n{}\n[[step]]\nname = 'never'\nrun = ['touch', 'never']\n", counting(1, 0)));
+    flow(
+        &env,
+        &format!("[[step]]\nname = 'once'\n{}\n[[step]]\nname = 'never'\nrun = ['touch', 'never']\n", counting(1, 0)),
+    );
     env.cmd(&["run", "flow.toml"]).assert().code(1);
     assert_eq!(env.count("runs"), 1);
     assert!(!env.path("never").exists(), "a step after a failed one must not run");
@@ -60,10 +65,9 @@ fn exception_types_match_through_base_classes() {
     for (types, runs) in [(r#"["ConnectionError"]"#, 3), (r#"["OSError"]"#, 3), (r#"["ValueError"]"#, 1), ("[]", 1)] {
         let env = Env::new();
         flow(&env, &mapped(types));
-        env.cmd(&["run", "flow.toml"])
-            .assert()
-            .code(1)
-            .stderr(predicate::str::contains("ConnectionResetError(ConnectionError, OSError, Exception, BaseException)"));
+        env.cmd(&["run", "flow.toml"]).assert().code(1).stderr(predicate::str::contains(
+            "ConnectionResetError(ConnectionError, OSError, Exception, BaseException)",
+        ));
         assert_eq!(env.count("runs"), runs, "exception_types = {types}");
     }
 }

@@ -136,19 +136,12 @@ impl ClassTree {
 
     /// Every known class name: built-ins first, then the flow's.
     pub fn names(&self) -> impl Iterator<Item = &str> {
-        BUILTIN
-            .iter()
-            .map(|(n, _)| *n)
-            .chain(self.user.iter().map(|(n, _)| n.as_str()))
+        BUILTIN.iter().map(|(n, _)| *n).chain(self.user.iter().map(|(n, _)| n.as_str()))
     }
 
     /// Direct bases of a known class, for printing the tree.
     pub fn parents(&self, name: &str) -> Vec<String> {
-        self.direct_bases(name)
-            .unwrap_or_default()
-            .into_iter()
-            .map(str::to_owned)
-            .collect()
+        self.direct_bases(name).unwrap_or_default().into_iter().map(str::to_owned).collect()
     }
 
     /// The ordered bases of `name` (its MRO without itself), or `None` for an unknown class.
@@ -218,11 +211,7 @@ mod tests {
     use super::*;
 
     fn tree(user: &[(&str, &[&str])]) -> Result<ClassTree, ClassError> {
-        ClassTree::new(
-            user.iter()
-                .map(|(n, b)| (n.to_string(), b.iter().map(|s| s.to_string()).collect()))
-                .collect(),
-        )
+        ClassTree::new(user.iter().map(|(n, b)| (n.to_string(), b.iter().map(|s| s.to_string()).collect())).collect())
     }
 
     #[test]
@@ -233,14 +222,8 @@ mod tests {
             ["ConnectionError", "OSError", "Exception", "BaseException"]
         );
         assert_eq!(t.bases("ActionTimeout").unwrap(), ["BaseException"]);
-        assert_eq!(
-            t.bases("ActionExecutionNotStarted").unwrap(),
-            ["Exception", "BaseException"]
-        );
-        assert_eq!(
-            t.bases("ExceptionGroup").unwrap(),
-            ["BaseExceptionGroup", "Exception", "BaseException"]
-        );
+        assert_eq!(t.bases("ActionExecutionNotStarted").unwrap(), ["Exception", "BaseException"]);
+        assert_eq!(t.bases("ExceptionGroup").unwrap(), ["BaseExceptionGroup", "Exception", "BaseException"]);
         assert_eq!(t.bases("Nope"), None);
     }
 
@@ -248,18 +231,12 @@ mod tests {
     fn user_classes_linearize_like_python() {
         // class A(OSError); class B(ValueError); class C(A, B)
         let t = tree(&[("A", &["OSError"]), ("B", &["ValueError"]), ("C", &["A", "B"])]).unwrap();
-        assert_eq!(
-            t.bases("C").unwrap(),
-            ["A", "OSError", "B", "ValueError", "Exception", "BaseException"]
-        );
+        assert_eq!(t.bases("C").unwrap(), ["A", "OSError", "B", "ValueError", "Exception", "BaseException"]);
     }
 
     #[test]
     fn cycles_and_bad_orders_are_rejected() {
         assert!(matches!(tree(&[("A", &["B"]), ("B", &["A"])]), Err(ClassError::Cycle(..))));
-        assert!(matches!(
-            tree(&[("A", &["Exception", "OSError"])]),
-            Err(ClassError::Inconsistent(_))
-        ));
+        assert!(matches!(tree(&[("A", &["Exception", "OSError"])]), Err(ClassError::Inconsistent(_))));
     }
 }

@@ -73,18 +73,15 @@ pub fn read_error_file(path: &Path) -> ErrorFileOutcome {
 
     // O_NONBLOCK keeps open(2) from hanging if the child replaced the file with a FIFO; it does
     // nothing for regular files.
-    let file = match OpenOptions::new()
-        .read(true)
-        .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits())
-        .open(path)
-    {
-        Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return ErrorFileOutcome::Empty,
-        Err(e) if e.raw_os_error() == Some(Errno::ELOOP as i32) => {
-            return invalid("is a symbolic link, which is not followed".to_string());
-        }
-        Err(e) => return invalid(format!("cannot open: {e}")),
-    };
+    let file =
+        match OpenOptions::new().read(true).custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits()).open(path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return ErrorFileOutcome::Empty,
+            Err(e) if e.raw_os_error() == Some(Errno::ELOOP as i32) => {
+                return invalid("is a symbolic link, which is not followed".to_string());
+            }
+            Err(e) => return invalid(format!("cannot open: {e}")),
+        };
     match file.metadata() {
         Ok(meta) if meta.is_file() => {}
         Ok(_) => return invalid("is not a regular file".to_string()),
@@ -139,11 +136,7 @@ fn parse(bytes: &[u8]) -> Result<Option<ReportedError>, String> {
             return Err(format!(r#""message" must be a string, not {kind}"#));
         }
     };
-    Ok(Some(ReportedError {
-        class,
-        bases,
-        message,
-    }))
+    Ok(Some(ReportedError { class, bases, message }))
 }
 
 /// The optional `bases` array, each name reduced to a bare class name.
@@ -172,19 +165,14 @@ fn class_name(field: &str, name: &str) -> Result<String, String> {
     if is_identifier(bare) {
         Ok(bare.to_string())
     } else {
-        Err(format!(
-            r#""{field}" is not a class name: {}"#,
-            quoted(name)
-        ))
+        Err(format!(r#""{field}" is not a class name: {}"#, quoted(name)))
     }
 }
 
 /// Whether `s` matches `[A-Za-z_][A-Za-z0-9_]*`.
 pub(crate) fn is_identifier(s: &str) -> bool {
     let mut chars = s.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
@@ -243,10 +231,7 @@ mod tests {
             let dir = std::env::temp_dir().join(format!(
                 "waymark-error-file-{name}-{}-{}",
                 std::process::id(),
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap()
-                    .as_nanos()
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
             ));
             fs::create_dir_all(&dir).unwrap();
             TempDir(dir)
@@ -267,12 +252,7 @@ mod tests {
             parse_str(json),
             reported(
                 "ConnectTimeout",
-                Some(&[
-                    "TimeoutException",
-                    "TransportError",
-                    "Exception",
-                    "BaseException"
-                ]),
+                Some(&["TimeoutException", "TransportError", "Exception", "BaseException"]),
                 Some("timed out"),
             )
         );
@@ -280,59 +260,28 @@ mod tests {
 
     #[test]
     fn minimal_object() {
-        assert_eq!(
-            parse_str(r#"{"type":"MyError"}"#),
-            reported("MyError", None, None)
-        );
-        assert_eq!(
-            parse_str(r#"{"type":"_E2","bases":[],"message":""}"#),
-            reported("_E2", Some(&[]), Some(""))
-        );
-        assert_eq!(
-            parse_str(r#"{"type":"E","bases":null,"message":null}"#),
-            reported("E", None, None)
-        );
+        assert_eq!(parse_str(r#"{"type":"MyError"}"#), reported("MyError", None, None));
+        assert_eq!(parse_str(r#"{"type":"_E2","bases":[],"message":""}"#), reported("_E2", Some(&[]), Some("")));
+        assert_eq!(parse_str(r#"{"type":"E","bases":null,"message":null}"#), reported("E", None, None));
     }
 
     #[test]
     fn dotted_names_keep_last_part() {
         let json = r#"{"type": "httpx.ConnectTimeout", "bases": ["httpx.TimeoutException", "builtins.Exception"]}"#;
-        assert_eq!(
-            parse_str(json),
-            reported(
-                "ConnectTimeout",
-                Some(&["TimeoutException", "Exception"]),
-                None
-            )
-        );
+        assert_eq!(parse_str(json), reported("ConnectTimeout", Some(&["TimeoutException", "Exception"]), None));
     }
 
     #[test]
     fn bad_names() {
-        assert_eq!(
-            parse_str(r#"{"type":"httpx."}"#),
-            invalid(r#""type" is not a class name: "httpx.""#)
-        );
-        assert_eq!(
-            parse_str(r#"{"type":"Bad Name"}"#),
-            invalid(r#""type" is not a class name: "Bad Name""#)
-        );
+        assert_eq!(parse_str(r#"{"type":"httpx."}"#), invalid(r#""type" is not a class name: "httpx.""#));
+        assert_eq!(parse_str(r#"{"type":"Bad Name"}"#), invalid(r#""type" is not a class name: "Bad Name""#));
         assert_eq!(
             parse_str(r#"{"type":"E","bases":["Exception","9x"]}"#),
             invalid(r#""bases[1]" is not a class name: "9x""#)
         );
-        assert_eq!(
-            parse_str(r#"{"type":"Ошибка"}"#),
-            invalid(r#""type" is not a class name: "Ошибка""#)
-        );
+        assert_eq!(parse_str(r#"{"type":"Ошибка"}"#), invalid(r#""type" is not a class name: "Ошибка""#));
         let long = format!(r#"{{"type":"{}-"}}"#, "A".repeat(100));
-        assert_eq!(
-            parse_str(&long),
-            invalid(&format!(
-                r#""type" is not a class name: "{}"..."#,
-                "A".repeat(60)
-            ))
-        );
+        assert_eq!(parse_str(&long), invalid(&format!(r#""type" is not a class name: "{}"..."#, "A".repeat(60))));
     }
 
     #[test]
@@ -344,20 +293,12 @@ mod tests {
 
     #[test]
     fn byte_order_mark_is_tolerated() {
-        assert_eq!(
-            parse_str("\u{feff}{\"type\":\"E\"}"),
-            reported("E", None, None)
-        );
+        assert_eq!(parse_str("\u{feff}{\"type\":\"E\"}"), reported("E", None, None));
     }
 
     #[test]
     fn garbage_is_invalid() {
-        for bytes in [
-            &b"ConnectTimeout"[..],
-            b"{\"type\": ",
-            b"\xff\xfe{}",
-            b"{\"type\":\"E\"} x",
-        ] {
+        for bytes in [&b"ConnectTimeout"[..], b"{\"type\": ", b"\xff\xfe{}", b"{\"type\":\"E\"} x"] {
             match parse_error_file(bytes, P) {
                 ErrorFileOutcome::Invalid(w) => {
                     assert!(w.starts_with("error file /x/y: not valid JSON: "), "{w}")
@@ -373,58 +314,28 @@ mod tests {
     #[test]
     fn huge_is_invalid() {
         let pad = " ".repeat(MAX_ERROR_FILE_BYTES as usize);
-        assert_eq!(
-            parse_str(&format!(r#"{{"type":"E"}}{pad}"#)),
-            invalid("larger than 65536 bytes")
-        );
+        assert_eq!(parse_str(&format!(r#"{{"type":"E"}}{pad}"#)), invalid("larger than 65536 bytes"));
         // Exactly at the limit is fine.
         let json = r#"{"type":"E"}"#;
-        let at_limit = format!(
-            "{json}{}",
-            " ".repeat(MAX_ERROR_FILE_BYTES as usize - json.len())
-        );
+        let at_limit = format!("{json}{}", " ".repeat(MAX_ERROR_FILE_BYTES as usize - json.len()));
         assert_eq!(parse_str(&at_limit), reported("E", None, None));
     }
 
     #[test]
     fn non_object_json() {
-        assert_eq!(
-            parse_str("[]"),
-            invalid("must hold a JSON object, not an array")
-        );
-        assert_eq!(
-            parse_str(r#""E""#),
-            invalid("must hold a JSON object, not a string")
-        );
-        assert_eq!(
-            parse_str("null"),
-            invalid("must hold a JSON object, not null")
-        );
-        assert_eq!(
-            parse_str("42"),
-            invalid("must hold a JSON object, not a number")
-        );
+        assert_eq!(parse_str("[]"), invalid("must hold a JSON object, not an array"));
+        assert_eq!(parse_str(r#""E""#), invalid("must hold a JSON object, not a string"));
+        assert_eq!(parse_str("null"), invalid("must hold a JSON object, not null"));
+        assert_eq!(parse_str("42"), invalid("must hold a JSON object, not a number"));
     }
 
     #[test]
     fn wrong_type_field() {
         assert_eq!(parse_str("{}"), invalid(r#""type" is missing"#));
-        assert_eq!(
-            parse_str(r#"{"type":null}"#),
-            invalid(r#""type" must be a string, not null"#)
-        );
-        assert_eq!(
-            parse_str(r#"{"type":""}"#),
-            invalid(r#""type" must not be empty"#)
-        );
-        assert_eq!(
-            parse_str(r#"{"type":1}"#),
-            invalid(r#""type" must be a string, not a number"#)
-        );
-        assert_eq!(
-            parse_str(r#"{"type":["E"]}"#),
-            invalid(r#""type" must be a string, not an array"#)
-        );
+        assert_eq!(parse_str(r#"{"type":null}"#), invalid(r#""type" must be a string, not null"#));
+        assert_eq!(parse_str(r#"{"type":""}"#), invalid(r#""type" must not be empty"#));
+        assert_eq!(parse_str(r#"{"type":1}"#), invalid(r#""type" must be a string, not a number"#));
+        assert_eq!(parse_str(r#"{"type":["E"]}"#), invalid(r#""type" must be a string, not an array"#));
     }
 
     #[test]
@@ -445,10 +356,7 @@ mod tests {
 
     #[test]
     fn wrong_message_field() {
-        assert_eq!(
-            parse_str(r#"{"type":"E","message":5}"#),
-            invalid(r#""message" must be a string, not a number"#)
-        );
+        assert_eq!(parse_str(r#"{"type":"E","message":5}"#), invalid(r#""message" must be a string, not a number"#));
         assert_eq!(
             parse_str(r#"{"type":"E","message":{"text":"x"}}"#),
             invalid(r#""message" must be a string, not an object"#)
@@ -481,12 +389,7 @@ mod tests {
         symlink(&target, &path).unwrap();
 
         create_error_file(&path).unwrap();
-        assert!(
-            !fs::symlink_metadata(&path)
-                .unwrap()
-                .file_type()
-                .is_symlink()
-        );
+        assert!(!fs::symlink_metadata(&path).unwrap().file_type().is_symlink());
         assert_eq!(fs::read(&path).unwrap(), b"");
         assert_eq!(fs::read_to_string(&target).unwrap(), "keep me");
 
@@ -504,15 +407,8 @@ mod tests {
         let path = dir.0.join("err.json");
         assert_eq!(read_error_file(&path), ErrorFileOutcome::Empty);
         create_error_file(&path).unwrap();
-        fs::write(
-            &path,
-            "{\"type\":\"requests.ConnectionError\",\"message\":\"boom\"}\n",
-        )
-        .unwrap();
-        assert_eq!(
-            read_error_file(&path),
-            reported("ConnectionError", None, Some("boom"))
-        );
+        fs::write(&path, "{\"type\":\"requests.ConnectionError\",\"message\":\"boom\"}\n").unwrap();
+        assert_eq!(read_error_file(&path), reported("ConnectionError", None, Some("boom")));
     }
 
     #[test]
@@ -525,14 +421,9 @@ mod tests {
         let shown = path.display();
         assert_eq!(
             read_error_file(&path),
-            ErrorFileOutcome::Invalid(format!(
-                "error file {shown}: is a symbolic link, which is not followed"
-            ))
+            ErrorFileOutcome::Invalid(format!("error file {shown}: is a symbolic link, which is not followed"))
         );
-        assert_eq!(
-            fs::read_to_string(&target).unwrap(),
-            r#"{"type":"Planted"}"#
-        );
+        assert_eq!(fs::read_to_string(&target).unwrap(), r#"{"type":"Planted"}"#);
     }
 
     #[test]
@@ -542,17 +433,12 @@ mod tests {
         fs::create_dir(&path).unwrap();
         assert_eq!(
             read_error_file(&path),
-            ErrorFileOutcome::Invalid(format!(
-                "error file {}: is not a regular file",
-                path.display()
-            ))
+            ErrorFileOutcome::Invalid(format!("error file {}: is not a regular file", path.display()))
         );
         // A FIFO would block a plain open(2); it must be refused at once.
         let fifo = dir.0.join("fifo");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
-        assert!(
-            matches!(read_error_file(&fifo), ErrorFileOutcome::Invalid(w) if w.ends_with("is not a regular file"))
-        );
+        assert!(matches!(read_error_file(&fifo), ErrorFileOutcome::Invalid(w) if w.ends_with("is not a regular file")));
     }
 
     #[test]
@@ -562,10 +448,7 @@ mod tests {
         fs::write(&path, vec![b' '; 10 * MAX_ERROR_FILE_BYTES as usize]).unwrap();
         assert_eq!(
             read_error_file(&path),
-            ErrorFileOutcome::Invalid(format!(
-                "error file {}: larger than 65536 bytes",
-                path.display()
-            ))
+            ErrorFileOutcome::Invalid(format!("error file {}: larger than 65536 bytes", path.display()))
         );
     }
 }

@@ -56,9 +56,7 @@ pub struct ErrorValue {
 impl ErrorValue {
     /// Whether an `except` clause naming any of `names` would catch this error.
     pub fn matches_any(&self, names: &[String]) -> bool {
-        names
-            .iter()
-            .any(|n| *n == self.class || self.bases.iter().any(|b| b == n))
+        names.iter().any(|n| *n == self.class || self.bases.iter().any(|b| b == n))
     }
 }
 
@@ -123,20 +121,24 @@ pub fn classify(ending: &Ending, ev: Evidence<'_>) -> (ErrorValue, Vec<String>) 
     }
     match ev.error_file {
         ErrorFileOutcome::Reported(r) => {
-            let bases = r.bases.unwrap_or_else(|| {
-                ev.classes.bases(&r.class).unwrap_or_else(|| vec!["Exception".into(), "BaseException".into()])
-            });
-            let error = ErrorValue { class: r.class, bases, message: r.message.unwrap_or_default(), source: ErrorSource::ErrorFile };
+            let bases = r.bases.unwrap_or_else(|| reported_bases(ev.classes, &r.class));
+            let error = ErrorValue {
+                class: r.class,
+                bases,
+                message: r.message.unwrap_or_default(),
+                source: ErrorSource::ErrorFile,
+            };
             return (error, warnings);
         }
         ErrorFileOutcome::Invalid(why) => warnings.push(format!("ignored the error file: {why}")),
         ErrorFileOutcome::Empty => {}
     }
-    if *ending == Ending::Exited(1) && ev.detect_tracebacks {
-        if let Some(tb) = traceback::parse_traceback(ev.stderr_tail) {
-            let bases = ev.classes.bases(&tb.class).unwrap_or_else(|| vec!["Exception".into(), "BaseException".into()]);
-            return (ErrorValue { class: tb.class, bases, message: tb.message, source: ErrorSource::Traceback }, warnings);
-        }
+    if *ending == Ending::Exited(1)
+        && ev.detect_tracebacks
+        && let Some(tb) = traceback::parse_traceback(ev.stderr_tail)
+    {
+        let bases = reported_bases(ev.classes, &tb.class);
+        return (ErrorValue { class: tb.class, bases, message: tb.message, source: ErrorSource::Traceback }, warnings);
     }
     let (mapped, message, fallback, fallback_source) = match ending {
         Ending::Exited(code) => (
@@ -160,6 +162,11 @@ pub fn classify(ending: &Ending, ev: Evidence<'_>) -> (ErrorValue, Vec<String>) 
     (error, warnings)
 }
 
+/// Bases of a class a child named: from the hierarchy when known, else an ordinary exception's.
+fn reported_bases(classes: &ClassTree, class: &str) -> Vec<String> {
+    classes.bases(class).unwrap_or_else(|| vec!["Exception".into(), "BaseException".into()])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,7 +184,8 @@ mod tests {
         classify(&ending, ev).0
     }
 
-    const TB: &str = "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nConnectionResetError: reset\n";
+    const TB: &str =
+        "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nConnectionResetError: reset\n";
 
     #[test]
     fn precedence_is_file_then_traceback_then_mapping_then_status() {

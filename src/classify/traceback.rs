@@ -51,15 +51,9 @@ pub fn parse_traceback(stderr_tail: &str) -> Option<TracebackError> {
 
     // Chained exceptions print oldest first, so the last top-level header is the one that counts.
     // Headers inside an exception group are indented behind its margin and do not match.
-    let start = lines
-        .iter()
-        .rposition(|&line| line == HEADER || line == GROUP_HEADER)?;
+    let start = lines.iter().rposition(|&line| line == HEADER || line == GROUP_HEADER)?;
     let body = &lines[start + 1..];
-    if lines[start] == GROUP_HEADER {
-        parse_group(body)
-    } else {
-        parse_plain(body)
-    }
+    if lines[start] == GROUP_HEADER { parse_group(body) } else { parse_plain(body) }
 }
 
 /// The lines after `Traceback (most recent call last):`: frames, the exception line, and maybe
@@ -123,10 +117,7 @@ fn exception_line(line: &str) -> Option<TracebackError> {
         Some((path, message)) => (path, message.strip_prefix(' ').unwrap_or(message)),
         None => (line, ""),
     };
-    Some(TracebackError {
-        class: class_in_path(path)?.to_string(),
-        message: message.to_string(),
-    })
+    Some(TracebackError { class: class_in_path(path)?.to_string(), message: message.to_string() })
 }
 
 /// The class name at the end of a dotted path such as `requests.exceptions.ConnectionError` or
@@ -134,9 +125,7 @@ fn exception_line(line: &str) -> Option<TracebackError> {
 fn class_in_path(path: &str) -> Option<&str> {
     let mut parts = path.rsplit('.');
     let class = parts.next().filter(|name| is_identifier(name))?;
-    parts
-        .all(|part| part == "<locals>" || is_identifier(part))
-        .then_some(class)
+    parts.all(|part| part == "<locals>" || is_identifier(part)).then_some(class)
 }
 
 fn is_indented(line: &str) -> bool {
@@ -147,13 +136,10 @@ fn is_indented(line: &str) -> bool {
 /// `2024-05-01 12:00:00,123 ...`): a sign the program kept writing after printing the traceback
 /// rather than the continuation of a multi-line message.
 fn looks_like_log_record(line: &str) -> bool {
-    const LEVELS: [&str; 7] = [
-        "DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL", "FATAL",
-    ];
+    const LEVELS: [&str; 7] = ["DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL", "FATAL"];
     let line = line.strip_prefix('[').unwrap_or(line);
     let level = LEVELS.iter().any(|level| {
-        line.strip_prefix(level)
-            .is_some_and(|rest| !rest.starts_with(|c: char| c.is_alphanumeric() || c == '_'))
+        line.strip_prefix(level).is_some_and(|rest| !rest.starts_with(|c: char| c.is_alphanumeric() || c == '_'))
     });
     let date = line.as_bytes().get(..10).is_some_and(|date| {
         date.iter().enumerate().all(|(i, b)| match i {
@@ -197,10 +183,7 @@ mod tests {
     use super::*;
 
     fn found(class: &str, message: &str) -> Option<TracebackError> {
-        Some(TracebackError {
-            class: class.to_string(),
-            message: message.to_string(),
-        })
+        Some(TracebackError { class: class.to_string(), message: message.to_string() })
     }
 
     const VALUE_ERROR: &str = r#"Traceback (most recent call last):
@@ -213,13 +196,7 @@ ValueError: invalid literal for int() with base 10: 'abc'
 
     #[test]
     fn simple_value_error() {
-        assert_eq!(
-            parse_traceback(VALUE_ERROR),
-            found(
-                "ValueError",
-                "invalid literal for int() with base 10: 'abc'"
-            )
-        );
+        assert_eq!(parse_traceback(VALUE_ERROR), found("ValueError", "invalid literal for int() with base 10: 'abc'"));
     }
 
     #[test]
@@ -231,13 +208,7 @@ ValueError: invalid literal for int() with base 10: 'abc'
     #[test]
     fn crlf_line_endings() {
         let text = VALUE_ERROR.replace('\n', "\r\n");
-        assert_eq!(
-            parse_traceback(&text),
-            found(
-                "ValueError",
-                "invalid literal for int() with base 10: 'abc'"
-            )
-        );
+        assert_eq!(parse_traceback(&text), found("ValueError", "invalid literal for int() with base 10: 'abc'"));
     }
 
     #[test]
@@ -250,13 +221,7 @@ ValueError: invalid literal for int() with base 10: 'abc'
            ^^^^^^^^^^^^^^^
 ConnectionResetError: [Errno 104] Connection reset by peer
 "#;
-        assert_eq!(
-            parse_traceback(text),
-            found(
-                "ConnectionResetError",
-                "[Errno 104] Connection reset by peer"
-            )
-        );
+        assert_eq!(parse_traceback(text), found("ConnectionResetError", "[Errno 104] Connection reset by peer"));
     }
 
     #[test]
@@ -270,10 +235,7 @@ requests.exceptions.ConnectionError: HTTPConnectionPool(host='localhost', port=1
 "#;
         assert_eq!(
             parse_traceback(text),
-            found(
-                "ConnectionError",
-                "HTTPConnectionPool(host='localhost', port=1): Max retries exceeded"
-            )
+            found("ConnectionError", "HTTPConnectionPool(host='localhost', port=1): Max retries exceeded")
         );
     }
 
@@ -294,10 +256,7 @@ Traceback (most recent call last):
     raise TimeoutError("upstream timed out")
 TimeoutError: upstream timed out
 "#;
-        assert_eq!(
-            parse_traceback(text),
-            found("TimeoutError", "upstream timed out")
-        );
+        assert_eq!(parse_traceback(text), found("TimeoutError", "upstream timed out"));
     }
 
     #[test]
@@ -330,15 +289,9 @@ line2
     raise MyError("disk quota exceeded")
 MyError: disk quota exceeded
 "#;
-        assert_eq!(
-            parse_traceback(text),
-            found("MyError", "disk quota exceeded")
-        );
+        assert_eq!(parse_traceback(text), found("MyError", "disk quota exceeded"));
         let text = text.replace("\nMyError", "\nmain.<locals>.MyError");
-        assert_eq!(
-            parse_traceback(&text),
-            found("MyError", "disk quota exceeded")
-        );
+        assert_eq!(parse_traceback(&text), found("MyError", "disk quota exceeded"));
     }
 
     #[test]
@@ -352,10 +305,7 @@ MyError: disk quota exceeded
   [Previous line repeated 996 more times]
 RecursionError: maximum recursion depth exceeded
 "#;
-        assert_eq!(
-            parse_traceback(text),
-            found("RecursionError", "maximum recursion depth exceeded")
-        );
+        assert_eq!(parse_traceback(text), found("RecursionError", "maximum recursion depth exceeded"));
     }
 
     #[test]
@@ -368,10 +318,7 @@ RecursionError: maximum recursion depth exceeded
           ^
 SyntaxError: invalid syntax
 "#;
-        assert_eq!(
-            parse_traceback(text),
-            found("SyntaxError", "invalid syntax")
-        );
+        assert_eq!(parse_traceback(text), found("SyntaxError", "invalid syntax"));
     }
 
     #[test]
@@ -417,10 +364,7 @@ psycopg2.OperationalError: connection to server at "db" (10.0.0.5), port 5432 fa
     #[test]
     fn plain_output_after_message_is_taken_as_its_continuation() {
         // The known ambiguity: this could be a two-line message, so the class is kept.
-        for after in [
-            "retrying in 5 seconds\n",
-            "\nfetch.sh: line 3: curl: command not found\n",
-        ] {
+        for after in ["retrying in 5 seconds\n", "\nfetch.sh: line 3: curl: command not found\n"] {
             let text = format!("{VALUE_ERROR}{after}");
             assert_eq!(parse_traceback(&text).unwrap().class, "ValueError");
         }
@@ -430,22 +374,11 @@ psycopg2.OperationalError: connection to server at "db" (10.0.0.5), port 5432 fa
     fn not_python() {
         assert_eq!(parse_traceback(""), None);
         assert_eq!(parse_traceback("\n\n"), None);
-        assert_eq!(
-            parse_traceback(
-                "curl: (7) Failed to connect to localhost port 1: Connection refused\n"
-            ),
-            None
-        );
+        assert_eq!(parse_traceback("curl: (7) Failed to connect to localhost port 1: Connection refused\n"), None);
         assert_eq!(parse_traceback("Error: something went wrong\n"), None);
         // A header with no frames, or frames without an exception line.
-        assert_eq!(
-            parse_traceback("Traceback (most recent call last):\nValueError: x\n"),
-            None
-        );
-        assert_eq!(
-            parse_traceback("Traceback (most recent call last):\n  File \"x.py\", line 1\n"),
-            None
-        );
+        assert_eq!(parse_traceback("Traceback (most recent call last):\nValueError: x\n"), None);
+        assert_eq!(parse_traceback("Traceback (most recent call last):\n  File \"x.py\", line 1\n"), None);
         // The exception line must start with a class name.
         let text = VALUE_ERROR.replace("ValueError:", "something bad:");
         assert_eq!(parse_traceback(&text), None);
@@ -466,15 +399,9 @@ Traceback (most recent call last):
     f()
 RuntimeError: lookup failed
 "#;
-        assert_eq!(
-            parse_traceback(text),
-            found("RuntimeError", "lookup failed")
-        );
+        assert_eq!(parse_traceback(text), found("RuntimeError", "lookup failed"));
         // Cut inside the last traceback's header: nothing to go on.
-        assert_eq!(
-            parse_traceback("k (most recent call last):\n  File \"x.py\", line 1\nValueError: x\n"),
-            None
-        );
+        assert_eq!(parse_traceback("k (most recent call last):\n  File \"x.py\", line 1\nValueError: x\n"), None);
     }
 
     #[test]
@@ -496,10 +423,7 @@ RuntimeError: lookup failed
     | TypeError: b
     +------------------------------------
 "#;
-        assert_eq!(
-            parse_traceback(text),
-            found("ExceptionGroup", "many (2 sub-exceptions)")
-        );
+        assert_eq!(parse_traceback(text), found("ExceptionGroup", "many (2 sub-exceptions)"));
         assert_eq!(parse_traceback(&format!("{text}done\n")), None);
     }
 
@@ -525,10 +449,7 @@ During handling of the above exception, another exception occurred:
 w
     +------------------------------------
 "#;
-        assert_eq!(
-            parse_traceback(text),
-            found("ExceptionGroup", "outer (1 sub-exception)")
-        );
+        assert_eq!(parse_traceback(text), found("ExceptionGroup", "outer (1 sub-exception)"));
         // The first traceback alone, with its note.
         let first = text.split("\n\nDuring").next().unwrap();
         assert_eq!(parse_traceback(first), found("Inner", "x"));
@@ -565,10 +486,7 @@ w
         }
         // Non-ASCII in the message is kept as is.
         let text = VALUE_ERROR.replace("'abc'", "'日本語'");
-        assert_eq!(
-            parse_traceback(&text).unwrap().message,
-            "invalid literal for int() with base 10: '日本語'"
-        );
+        assert_eq!(parse_traceback(&text).unwrap().message, "invalid literal for int() with base 10: '日本語'");
     }
 
     #[test]

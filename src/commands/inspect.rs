@@ -47,7 +47,10 @@ pub fn history(state: &Path, flow: Option<&str>, limit: usize, json: bool) -> Re
         eprintln!("no runs yet{}", flow.map(|f| format!(" of flow `{f}`")).unwrap_or_default());
         return Ok(EXIT_OK);
     }
-    let mut out = format!("{:<10} {:<20} {:<12} {:<21} {:>10}  {}\n", "RUN", "FLOW", "STATUS", "STARTED", "DURATION", "FAILED STEP");
+    let mut out = format!(
+        "{:<10} {:<20} {:<12} {:<21} {:>10}  {}\n",
+        "RUN", "FLOW", "STATUS", "STARTED", "DURATION", "FAILED STEP"
+    );
     for r in &runs {
         out.push_str(&format!(
             "{:<10} {:<20} {:<12} {:<21} {:>10}  {}\n",
@@ -69,7 +72,9 @@ fn find_run(store: &crate::store::SqliteStore, target: Option<&str>) -> Result<R
         Some(t) => match store.run(t) {
             Ok(r) => Ok(r),
             Err(StoreError::NoSuchRun(_)) => store.list_runs(Some(t), 1)?.into_iter().next().ok_or_else(|| {
-                CliError::Usage(format!("no run with id `{t}` and no runs of a flow named `{t}`; `waymark history` lists the runs"))
+                CliError::Usage(format!(
+                    "no run with id `{t}` and no runs of a flow named `{t}`; `waymark history` lists the runs"
+                ))
             }),
             Err(e) => Err(e.into()),
         },
@@ -86,7 +91,8 @@ pub fn status(state: &Path, target: Option<&str>, json: bool) -> Result<i32, Cli
     let run = find_run(&store, target)?;
     let flow: Option<Flow> = serde_json::from_str(&run.definition).ok();
     let steps = store.steps(&run.id)?;
-    let allowed = |name: &str| flow.as_ref().and_then(|f| f.steps.iter().find(|s| s.name == name)).map(|s| s.retry.attempts);
+    let allowed =
+        |name: &str| flow.as_ref().and_then(|f| f.steps.iter().find(|s| s.name == name)).map(|s| s.retry.attempts);
     let rows: Vec<Value> = steps
         .iter()
         .map(|s| {
@@ -132,7 +138,13 @@ pub fn status(state: &Path, target: Option<&str>, json: bool) -> Result<i32, Cli
     );
     for (s, row) in steps.iter().zip(&rows) {
         let allowed = row["attempts_allowed"].as_u64().map_or("?".to_owned(), |a| a.to_string());
-        out.push_str(&format!("  {:<20} {:<10} attempts {}/{}", s.name, row["state"].as_str().unwrap_or("?"), s.attempts_used, allowed));
+        out.push_str(&format!(
+            "  {:<20} {:<10} attempts {}/{}",
+            s.name,
+            row["state"].as_str().unwrap_or("?"),
+            s.attempts_used,
+            allowed
+        ));
         if let Some(secs) = row["duration_seconds"].as_u64() {
             out.push_str(&format!("  {}", humantime::format_duration(Duration::from_secs(secs))));
         }
@@ -148,7 +160,13 @@ pub fn status(state: &Path, target: Option<&str>, json: bool) -> Result<i32, Cli
     Ok(EXIT_OK)
 }
 
-pub fn logs(state: &Path, run_id: &str, step: &str, attempt: Option<u32>, stream: Option<StreamArg>) -> Result<i32, CliError> {
+pub fn logs(
+    state: &Path,
+    run_id: &str,
+    step: &str,
+    attempt: Option<u32>,
+    stream: Option<StreamArg>,
+) -> Result<i32, CliError> {
     let store = open_store(state)?;
     store.run(run_id)?;
     let attempts = store.attempts(run_id, Some(step))?;
@@ -162,7 +180,10 @@ pub fn logs(state: &Path, run_id: &str, step: &str, attempt: Option<u32>, stream
     let chosen = match attempt {
         Some(n) => attempts.iter().rev().find(|a| a.attempt == n).ok_or_else(|| {
             let have: Vec<String> = attempts.iter().map(|a| a.attempt.to_string()).collect();
-            CliError::Usage(format!("step `{step}` of run {run_id} has no attempt {n}; it has attempts {}", have.join(", ")))
+            CliError::Usage(format!(
+                "step `{step}` of run {run_id} has no attempt {n}; it has attempts {}",
+                have.join(", ")
+            ))
         })?,
         None => attempts.last().expect("not empty"),
     };
@@ -194,10 +215,10 @@ pub fn gc(state: &Path, older_than: Duration) -> Result<i32, CliError> {
     let ids = store.gc(cutoff)?;
     for id in &ids {
         let dir = state.join("logs").join(id);
-        if let Err(e) = std::fs::remove_dir_all(&dir) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                eprintln!("waymark: warning: cannot delete {}: {e}", dir.display());
-            }
+        if let Err(e) = std::fs::remove_dir_all(&dir)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            eprintln!("waymark: warning: cannot delete {}: {e}", dir.display());
         }
     }
     eprintln!("waymark: deleted {} finished run(s) older than {}", ids.len(), humantime::format_duration(older_than));

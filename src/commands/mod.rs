@@ -109,7 +109,9 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
         Command::Check { flow } => check::check(&flow),
         Command::History { flow, limit, json } => inspect::history(&state_dir(flag)?, flow.as_deref(), limit, json),
         Command::Status { target, json } => inspect::status(&state_dir(flag)?, target.as_deref(), json),
-        Command::Logs { run_id, step, attempt, stream } => inspect::logs(&state_dir(flag)?, &run_id, &step, attempt, stream),
+        Command::Logs { run_id, step, attempt, stream } => {
+            inspect::logs(&state_dir(flag)?, &run_id, &step, attempt, stream)
+        }
         Command::Gc { older_than } => inspect::gc(&state_dir(flag)?, older_than),
         Command::Errors { flow } => errors::errors(flow.as_deref()),
         Command::Completions { shell } => {

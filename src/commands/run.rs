@@ -71,18 +71,17 @@ fn execute(
     resumed: bool,
     quiet: bool,
 ) -> Result<i32, CliError> {
-    let flow: Flow = serde_json::from_str(&record.definition)
-        .with_context(|| format!("the recorded definition of run {} in {} cannot be read", record.id, store.path().display()))?;
+    let flow: Flow = serde_json::from_str(&record.definition).with_context(|| {
+        format!("the recorded definition of run {} in {} cannot be read", record.id, store.path().display())
+    })?;
     lock.describe_holder(&record.id);
     let steps = store.steps(&record.id)?;
     let log_dir = state.join("logs").join(&record.id);
     create_private_dir(&log_dir).with_context(|| format!("cannot create the log directory {}", log_dir.display()))?;
     let spec = RunSpec { flow: Arc::new(flow), run_id: record.id.clone(), log_dir, steps, resumed };
     let mut reporter = PlainReporter { quiet };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the runtime")?;
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
     let outcome = runtime.block_on(Executor::new(spec, &mut store, &mut reporter).run());
     drop(lock);
     match outcome {
@@ -90,7 +89,8 @@ fn execute(
         Ok(RunOutcome::Failed) => Ok(EXIT_FAILED),
         Ok(RunOutcome::Interrupted { signal }) => Ok(128 + signal),
         Err(e) => Err(CliError::Internal(
-            anyhow::Error::new(e).context(format!("run {} stopped; `waymark run` resumes it once the cause is fixed", record.id)),
+            anyhow::Error::new(e)
+                .context(format!("run {} stopped; `waymark run` resumes it once the cause is fixed", record.id)),
         )),
     }
 }

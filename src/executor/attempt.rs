@@ -1,9 +1,9 @@
 //! One attempt of one step: spawn the child in its own process group, copy its output to the log
 //! files and to the event loop, enforce the timeout, obey cancellation, and reap the whole group.
 
+use super::Msg;
 use super::events::Stream;
 use super::unix::{self, ExitKind};
-use super::Msg;
 use crate::flow::{Signal, Step};
 use std::fs::File;
 use std::io::{Read, Write};
@@ -128,10 +128,10 @@ fn copy_output(
                 Err(e) => return Err(e),
             };
             let data = &buf[..n];
-            if log_error.is_none() {
-                if let Err(e) = log.write_all(data) {
-                    log_error = Some(e);
-                }
+            if log_error.is_none()
+                && let Err(e) = log.write_all(data)
+            {
+                log_error = Some(e);
             }
             partial.extend_from_slice(data);
             if let Some(last_nl) = partial.iter().rposition(|b| *b == b'\n') {

@@ -25,7 +25,9 @@ pub enum RunOutcome {
     Succeeded,
     Failed,
     /// Stopped by a signal to the runner; resumable.
-    Interrupted { signal: i32 },
+    Interrupted {
+        signal: i32,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -38,7 +40,9 @@ pub enum Event {
         resumed: bool,
     },
     /// A step that an earlier runner already finished.
-    StepAlreadyDone { step: String },
+    StepAlreadyDone {
+        step: String,
+    },
     AttemptStarted {
         step: String,
         attempt: u32,
@@ -47,8 +51,16 @@ pub enum Event {
         pid: u32,
     },
     /// Whole lines (or a final unterminated line) a child wrote.
-    Output { step: String, stream: Stream, bytes: Vec<u8> },
-    AttemptSucceeded { step: String, attempt: u32, elapsed: Duration },
+    Output {
+        step: String,
+        stream: Stream,
+        bytes: Vec<u8>,
+    },
+    AttemptSucceeded {
+        step: String,
+        attempt: u32,
+        elapsed: Duration,
+    },
     AttemptFailed {
         step: String,
         attempt: u32,
@@ -59,9 +71,15 @@ pub enum Event {
         retry: Option<(Duration, SystemTime)>,
     },
     /// Something noteworthy that is not a failure (a malformed error file, a killed leftover).
-    Warning { step: Option<String>, message: String },
+    Warning {
+        step: Option<String>,
+        message: String,
+    },
     /// The runner got a signal and is stopping its children.
-    Cancelling { signal: i32, forced: bool },
+    Cancelling {
+        signal: i32,
+        forced: bool,
+    },
     RunFinished {
         run_id: String,
         outcome: RunOutcome,

@@ -45,9 +45,21 @@ pub enum ExecError {
 
 enum Slot {
     /// Ready to start `attempt`.
-    Ready { attempt: u32, redelivered: bool },
-    Waiting { attempt: u32, wake: Instant },
-    Running { attempt: u32, row: i64, pid: u32, started: Instant, control: watch::Sender<Control> },
+    Ready {
+        attempt: u32,
+        redelivered: bool,
+    },
+    Waiting {
+        attempt: u32,
+        wake: Instant,
+    },
+    Running {
+        attempt: u32,
+        row: i64,
+        pid: u32,
+        started: Instant,
+        control: watch::Sender<Control>,
+    },
     Succeeded,
     Failed,
 }
@@ -174,10 +186,10 @@ impl<'a> Executor<'a> {
             if self.cancelled.is_none() {
                 self.start_ready()?;
             }
-            if self.running == 0 {
-                if let Some(outcome) = self.finished() {
-                    return self.finish(outcome);
-                }
+            if self.running == 0
+                && let Some(outcome) = self.finished()
+            {
+                return self.finish(outcome);
             }
             let wake = self.next_wake();
             tokio::select! {
@@ -241,7 +253,8 @@ impl<'a> Executor<'a> {
         crate::store::create_private_dir(dir).map_err(|e| files_err(dir, e))?;
         let error_path = stem.with_extension("error.json");
         error_file::create_error_file(&error_path).map_err(|e| files_err(&error_path, e))?;
-        let mut env: Vec<(String, String)> = self.flow.env.iter().chain(&step.env).map(|(k, v)| (k.clone(), v.clone())).collect();
+        let mut env: Vec<(String, String)> =
+            self.flow.env.iter().chain(&step.env).map(|(k, v)| (k.clone(), v.clone())).collect();
         env.extend([
             ("WAYMARK_RUN_ID".to_owned(), self.run_id.clone()),
             ("WAYMARK_FLOW".to_owned(), self.flow.name.clone()),
@@ -291,7 +304,8 @@ impl<'a> Executor<'a> {
                     redelivered,
                     pid: 0,
                 });
-                self.steps[index].slot = Slot::Running { attempt, row, pid: 0, started: issued, control: watch::channel(Control::Run).0 };
+                self.steps[index].slot =
+                    Slot::Running { attempt, row, pid: 0, started: issued, control: watch::channel(Control::Run).0 };
                 self.running += 1;
                 self.attempt_failed(index, Ending::NotStarted(why), None)
             }
@@ -315,7 +329,9 @@ impl<'a> Executor<'a> {
                 }
                 match end {
                     End::Exited(unix::ExitKind::Code(0)) => self.attempt_succeeded(step),
-                    End::Exited(unix::ExitKind::Code(code)) => self.attempt_failed(step, Ending::Exited(code), Some(code)),
+                    End::Exited(unix::ExitKind::Code(code)) => {
+                        self.attempt_failed(step, Ending::Exited(code), Some(code))
+                    }
                     End::Exited(unix::ExitKind::Signal(sig)) => self.attempt_failed(step, Ending::Signaled(sig), None),
                     End::TimedOut => {
                         let t = self.steps[step].step.timeout.unwrap_or_default();

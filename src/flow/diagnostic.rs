@@ -2,8 +2,8 @@
 
 use annotate_snippets::{AnnotationKind, Level, Renderer, Snippet};
 use std::ops::Range;
-use toml::de::{DeTable, DeValue};
 use toml::Spanned;
+use toml::de::{DeTable, DeValue};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Severity {
@@ -73,9 +73,7 @@ impl Diagnostic {
                         .annotation(AnnotationKind::Primary.span(span).label(self.label.as_str())),
                 )
             }
-            None => title.element(
-                annotate_snippets::Origin::path(path),
-            ),
+            None => title.element(annotate_snippets::Origin::path(path)),
         };
         let group = match &self.help {
             Some(help) => group.element(Level::HELP.message(help.as_str())),
@@ -108,11 +106,7 @@ pub fn key_path_at(source: &str, offset: usize) -> Option<String> {
 
 fn walk_table(table: &DeTable<'_>, prefix: &str, offset: usize, best: &mut Option<String>) {
     for (key, value) in table {
-        let path = if prefix.is_empty() {
-            key.get_ref().to_string()
-        } else {
-            format!("{prefix}.{}", key.get_ref())
-        };
+        let path = if prefix.is_empty() { key.get_ref().to_string() } else { format!("{prefix}.{}", key.get_ref()) };
         if key.span().contains(&offset) || value.span().contains(&offset) {
             *best = Some(path.clone());
         }

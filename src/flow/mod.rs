@@ -147,8 +147,7 @@ mod tests {
 
     #[test]
     fn retry_table_defaults_to_101_attempts_on_exception() {
-        let (flow, _) =
-            parse("[[step]]\nname = 'a'\nrun = ['true']\nretry = {}\n", Path::new("/x/f.toml")).unwrap();
+        let (flow, _) = parse("[[step]]\nname = 'a'\nrun = ['true']\nretry = {}\n", Path::new("/x/f.toml")).unwrap();
         assert_eq!(flow.steps[0].retry.attempts, 101);
         assert_eq!(flow.steps[0].retry.exception_types, ["Exception"]);
     }
@@ -177,6 +176,21 @@ mod tests {
             "[[step]]\nname = 'a'\nrun = ['true']\ntimeout = 0\nretry = { attempts = 0, exception_types = ['a.B'] }\n",
         );
         assert_eq!(errs.len(), 3, "{errs:?}");
+    }
+
+    #[test]
+    fn messages_name_the_real_problem() {
+        let step = "[[step]]\nname = 'a'\nrun = ['true']\n";
+        let errs = errors(&format!("{step}retry = {{ attempts = 5000000000 }}\n"));
+        assert!(errs[0].ends_with("`attempts` must be at most 4294967295"), "{errs:?}");
+        let errs = errors(&format!("{step}timeout = inf\n"));
+        assert!(errs[0].ends_with("a duration must be a finite number of seconds"), "{errs:?}");
+        let errs = errors(&format!("[errors]\nA = []\nC = ['B']\nB = ['C']\n{step}"));
+        assert_eq!(errs, ["`errors.B`: class `B` inherits from itself: B -> C -> B"]);
+        let errs = errors(&format!("defaults = 5\n{step}"));
+        assert!(errs[0].ends_with("invalid type: integer `5`, expected a table"), "{errs:?}");
+        let d = parse(&format!("[exit_codes]\nsegv = 'ValueError'\n{step}"), Path::new("/x/f.toml")).unwrap_err();
+        assert_eq!(d[0].help.as_deref(), Some("did you mean \"SIGSEGV\"?"));
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Serde types that mirror the flow file exactly. Unknown keys are rejected and every value keeps
 //! its span, so validation (in `validate.rs`) can point at the offending text.
 
-use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 use std::collections::BTreeMap;
 use std::fmt;
 use toml::Spanned;

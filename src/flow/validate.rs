@@ -25,11 +25,7 @@ struct Validator<'a> {
 pub fn validate(raw: RawFlow, path: &Path, source: &str) -> Result<(Flow, Vec<Diagnostic>), Vec<Diagnostic>> {
     let mut v = Validator { source, diags: Vec::new() };
     let flow = v.flow(raw, path);
-    if v.diags.iter().any(Diagnostic::is_error) {
-        Err(v.diags)
-    } else {
-        Ok((flow, v.diags))
-    }
+    if v.diags.iter().any(Diagnostic::is_error) { Err(v.diags) } else { Ok((flow, v.diags)) }
 }
 
 fn is_name(s: &str, extra: &str) -> bool {
@@ -58,8 +54,8 @@ impl Validator<'_> {
         let name = match &raw.name {
             Some(n) => {
                 if !is_name(n.get_ref(), ".-") {
-                    self.error(n.span(), "a flow name may only hold letters, digits, `_`, `.` and `-`")
-                        .label = "invalid name".into();
+                    self.error(n.span(), "a flow name may only hold letters, digits, `_`, `.` and `-`").label =
+                        "invalid name".into();
                 }
                 n.get_ref().clone()
             }
@@ -67,8 +63,9 @@ impl Validator<'_> {
                 let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
                 if !is_name(&stem, ".-") {
                     self.diags.push(
-                        Diagnostic::error(None, format!("the file name `{stem}` is not a valid flow name"))
-                            .help(Some("set `name = \"...\"` at the top of the file (letters, digits, `_`, `.`, `-`)".into())),
+                        Diagnostic::error(None, format!("the file name `{stem}` is not a valid flow name")).help(Some(
+                            "set `name = \"...\"` at the top of the file (letters, digits, `_`, `.`, `-`)".into(),
+                        )),
                     );
                 }
                 stem
@@ -100,10 +97,9 @@ impl Validator<'_> {
             }
         }
         if raw.step.is_empty() {
-            self.diags.push(
-                Diagnostic::error(None, "the flow has no steps")
-                    .help(Some("add at least one step, for example:\n[[step]]\nname = \"hello\"\nrun = [\"echo\", \"hi\"]".into())),
-            );
+            self.diags.push(Diagnostic::error(None, "the flow has no steps").help(Some(
+                "add at least one step, for example:\n[[step]]\nname = \"hello\"\nrun = [\"echo\", \"hi\"]".into(),
+            )));
         }
         Flow { name, path: path.to_owned(), env, classes, exit_codes, steps }
     }
@@ -114,8 +110,8 @@ impl Validator<'_> {
         for (name, bases) in errors {
             let n = name.get_ref();
             if n.contains('.') {
-                self.error(name.span(), "an error class name is a bare class name, without a module path")
-                    .help = n.rsplit('.').next().map(|last| format!("write `{last}`"));
+                self.error(name.span(), "an error class name is a bare class name, without a module path").help =
+                    n.rsplit('.').next().map(|last| format!("write `{last}`"));
                 continue;
             }
             if !is_identifier(n) {
@@ -123,8 +119,8 @@ impl Validator<'_> {
                 continue;
             }
             if is_builtin(n) {
-                self.error(name.span(), &format!("`{n}` is a built-in class and cannot be redefined"))
-                    .help = Some("choose another name for your class".into());
+                self.error(name.span(), &format!("`{n}` is a built-in class and cannot be redefined")).help =
+                    Some("choose another name for your class".into());
                 continue;
             }
             let mut list = Vec::new();
@@ -171,7 +167,9 @@ impl Validator<'_> {
                         }
                         d.help = Some(help.into());
                     }
-                    None => self.diags.push(Diagnostic::error(None, format!("invalid [errors]: {e}")).help(Some(help.into()))),
+                    None => self
+                        .diags
+                        .push(Diagnostic::error(None, format!("invalid [errors]: {e}")).help(Some(help.into()))),
                 }
                 ClassTree::default()
             }
@@ -198,11 +196,11 @@ impl Validator<'_> {
             } else if let Some(sig) = Signal::parse(k).filter(|_| k.starts_with("SIG")) {
                 out.signals.insert(sig.name().to_owned(), class.get_ref().clone());
             } else {
-                self.error(key.span(), &format!("`{k}` is neither an exit code (1-255) nor a signal name"))
-                    .help = Some(match Signal::parse(k) {
-                    Some(sig) => format!("did you mean \"{}\"?", sig.name()),
-                    None => "write an exit code such as \"3\" or a signal name such as \"SIGSEGV\"".into(),
-                });
+                self.error(key.span(), &format!("`{k}` is neither an exit code (1-255) nor a signal name")).help =
+                    Some(match Signal::parse(k) {
+                        Some(sig) => format!("did you mean \"{}\"?", sig.name()),
+                        None => "write an exit code such as \"3\" or a signal name such as \"SIGSEGV\"".into(),
+                    });
             }
             let c = class.get_ref();
             if !classes.knows(c) {
@@ -239,8 +237,10 @@ impl Validator<'_> {
             RawDuration::Text(text) => match humantime::parse_duration(text) {
                 Ok(d) => d.as_secs_f64(),
                 Err(e) => {
-                    self.error(span, &format!("invalid duration {text:?}: {e}")).help =
-                        Some("write seconds as a number (`90`, `0.5`) or a string such as \"90s\", \"2m 30s\", \"1h\"".into());
+                    self.error(span, &format!("invalid duration {text:?}: {e}")).help = Some(
+                        "write seconds as a number (`90`, `0.5`) or a string such as \"90s\", \"2m 30s\", \"1h\""
+                            .into(),
+                    );
                     return None;
                 }
             },
@@ -302,8 +302,11 @@ impl Validator<'_> {
                 for item in list.get_ref() {
                     let n = item.get_ref();
                     if n.contains('.') {
-                        self.error(item.span(), "exception types are matched by bare class name; a module path is not allowed")
-                            .help = n.rsplit('.').next().map(|last| format!("write `{last}`"));
+                        self.error(
+                            item.span(),
+                            "exception types are matched by bare class name; a module path is not allowed",
+                        )
+                        .help = n.rsplit('.').next().map(|last| format!("write `{last}`"));
                     } else if !classes.knows(n) {
                         let hint = classes.suggest(n);
                         let d = self.warn(item.span(), &format!("no known class is named `{n}`"));
@@ -342,7 +345,9 @@ impl Validator<'_> {
             };
             match self.seconds(m, min, &what) {
                 Some(x) => backoff.max = Some(Duration::from_secs_f64(x)),
-                None if below => self.hint("the cap would be below the first wait; raise it or lower `backoff_seconds`"),
+                None if below => {
+                    self.hint("the cap would be below the first wait; raise it or lower `backoff_seconds`")
+                }
                 None => {}
             }
         }
@@ -390,8 +395,8 @@ impl Validator<'_> {
             "none" => Some(false),
             other => {
                 let hint = crate::suggest::closest(other, DETECT_VALUES);
-                self.error(raw.span(), &format!("`detect_errors` must be \"auto\" or \"none\", not {other:?}"))
-                    .help = hint.map(|h| format!("did you mean \"{h}\"?"));
+                self.error(raw.span(), &format!("`detect_errors` must be \"auto\" or \"none\", not {other:?}")).help =
+                    hint.map(|h| format!("did you mean \"{h}\"?"));
                 None
             }
         }
@@ -409,7 +414,8 @@ impl Validator<'_> {
         let raw = raw.get_ref();
         let Some(name) = &raw.name else {
             // Point at the `[[step]]` header (or the inline table's first line), not the whole table.
-            let line_end = self.source[span.start.min(self.source.len())..].find('\n').map_or(span.end, |i| span.start + i);
+            let line_end =
+                self.source[span.start.min(self.source.len())..].find('\n').map_or(span.end, |i| span.start + i);
             let d = self.error(span.start..line_end.min(span.end), "a step has no `name`");
             d.label = "this step".into();
             d.help = Some("add `name = \"...\"` (letters, digits, `_`, `-`)".into());
@@ -420,7 +426,8 @@ impl Validator<'_> {
                 name.get_ref().chars().map(|c| if is_name(&c.to_string(), "-") { c } else { '-' }).collect();
             let d = self.error(name.span(), "a step name may only hold letters, digits, `_` and `-`");
             d.label = "invalid name".into();
-            d.help = Some(format!("write `{}`", fixed.trim_matches('-'))).filter(|_| !fixed.trim_matches('-').is_empty());
+            d.help =
+                Some(format!("write `{}`", fixed.trim_matches('-'))).filter(|_| !fixed.trim_matches('-').is_empty());
         }
         let command = match (&raw.run, &raw.shell) {
             (Some(run), None) => {
@@ -434,9 +441,7 @@ impl Validator<'_> {
             (Some(run), Some(_)) => {
                 let d = self.error(run.span(), "a step takes exactly one of `run` and `shell`, not both");
                 d.label = "remove this or `shell`".into();
-                d.help = Some(
-                    "`run` starts the program directly; `shell` runs a command line with /bin/sh -c".into(),
-                );
+                d.help = Some("`run` starts the program directly; `shell` runs a command line with /bin/sh -c".into());
                 return None;
             }
             (None, None) => {

@@ -64,7 +64,11 @@ impl Reporter for PlainReporter {
                     Some((delay, _)) => format!("; retrying in {}", human(*delay)),
                     None => String::new(),
                 };
-                writeln!(err, "waymark: {step}: attempt {attempt}/{max_attempts} failed: {error} [{}]{next}", error.source.describe())
+                writeln!(
+                    err,
+                    "waymark: {step}: attempt {attempt}/{max_attempts} failed: {error} [{}]{next}",
+                    error.source.describe()
+                )
             }
             Event::Warning { step, message } => match step {
                 Some(step) => writeln!(err, "waymark: warning: {step}: {message}"),

@@ -20,12 +20,7 @@ pub struct Backoff {
 
 impl Default for Backoff {
     fn default() -> Self {
-        Backoff {
-            initial: Duration::ZERO,
-            multiplier: 1.0,
-            max: None,
-            jitter: false,
-        }
+        Backoff { initial: Duration::ZERO, multiplier: 1.0, max: None, jitter: false }
     }
 }
 
@@ -43,11 +38,7 @@ impl Backoff {
     /// The wait before retry `k`, with jitter drawn from `rng` when enabled.
     pub fn delay(&self, k: u32, rng: &mut fastrand::Rng) -> Duration {
         let nominal = self.nominal(k);
-        if self.jitter {
-            nominal.mul_f64(0.5 + 0.5 * rng.f64())
-        } else {
-            nominal
-        }
+        if self.jitter { nominal.mul_f64(0.5 + 0.5 * rng.f64()) } else { nominal }
     }
 
     /// The nominal waits before retries 1, 2, 3, …

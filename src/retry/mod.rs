@@ -35,11 +35,7 @@ pub enum Decision {
 impl RetryPolicy {
     /// The policy of a step with no `retry`: one execution.
     pub fn run_once() -> RetryPolicy {
-        RetryPolicy {
-            attempts: 1,
-            exception_types: Vec::new(),
-            backoff: Backoff::default(),
-        }
+        RetryPolicy { attempts: 1, exception_types: Vec::new(), backoff: Backoff::default() }
     }
 
     /// Decide after attempt `attempt` (1-based) failed with `error`.
@@ -103,10 +99,7 @@ mod tests {
             assert_eq!(policy(5, &[class]).decide(&error(class), 1), Decision::Retry { next: 2 });
             assert_eq!(policy(5, &["BaseException"]).decide(&error(class), 1), Decision::Retry { next: 2 });
         }
-        assert_eq!(
-            ordinary.decide(&error("ActionExecutionNotStarted"), 1),
-            Decision::Retry { next: 2 }
-        );
+        assert_eq!(ordinary.decide(&error("ActionExecutionNotStarted"), 1), Decision::Retry { next: 2 });
         assert_eq!(ordinary.decide(&error("CalledProcessError"), 1), Decision::Retry { next: 2 });
     }
 

@@ -27,7 +27,14 @@ impl FlowLock {
         let path = dir.join(format!("{flow}.lock"));
         let io = |source| LockError::Io { path: path.clone(), source };
         super::create_private_dir(&dir).map_err(io)?;
-        let mut file = OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(&path).map_err(io)?;
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io)?;
         match file.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) if wait => file.lock().map_err(io)?,
@@ -35,7 +42,8 @@ impl FlowLock {
                 let mut holder = String::new();
                 let _ = file.read_to_string(&mut holder);
                 let holder = holder.trim();
-                let holder = if holder.is_empty() { "another waymark holds its lock".to_owned() } else { holder.to_owned() };
+                let holder =
+                    if holder.is_empty() { "another waymark holds its lock".to_owned() } else { holder.to_owned() };
                 return Err(LockError::Held { flow: flow.to_owned(), holder });
             }
             Err(TryLockError::Error(e)) => return Err(io(e)),

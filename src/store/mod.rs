@@ -18,7 +18,9 @@ pub enum StoreError {
         #[source]
         source: rusqlite::Error,
     },
-    #[error("state database {path} was written by a newer waymark (schema {found}, this one knows {known}); upgrade waymark or point --state-dir elsewhere")]
+    #[error(
+        "state database {path} was written by a newer waymark (schema {found}, this one knows {known}); upgrade waymark or point --state-dir elsewhere"
+    )]
     NewerSchema { path: PathBuf, found: i64, known: i64 },
     #[error("state database {path}: {what}")]
     Corrupt { path: PathBuf, what: String },
@@ -61,9 +63,16 @@ pub enum StepState {
     Succeeded,
     Failed,
     /// A retry waits until `wake_at`.
-    Waiting { next_attempt: u32, wake_at: SystemTime },
+    Waiting {
+        next_attempt: u32,
+        wake_at: SystemTime,
+    },
     /// An attempt was running when its runner stopped.
-    InFlight { attempt: u32, pid: Option<u32>, proc_start: Option<u64> },
+    InFlight {
+        attempt: u32,
+        pid: Option<u32>,
+        proc_start: Option<u64>,
+    },
 }
 
 /// One step of a recorded run.
@@ -147,7 +156,10 @@ impl AttemptOutcome {
 pub enum StepUpdate {
     Succeeded,
     Failed,
-    Waiting { next_attempt: u32, wake_at: SystemTime },
+    Waiting {
+        next_attempt: u32,
+        wake_at: SystemTime,
+    },
     /// Cancelled: the step goes back to pending with the same attempt number.
     Pending,
 }

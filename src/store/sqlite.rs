@@ -94,10 +94,12 @@ impl SqliteStore {
         let _ = std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600));
         let mut store = SqliteStore { conn, path };
         store.init().map_err(|source| match source {
-            rusqlite::Error::SqliteFailure(e, _) if e.code == rusqlite::ErrorCode::NotADatabase => StoreError::Corrupt {
-                path: store.path.clone(),
-                what: "the file is not a waymark database (or is corrupt); move it aside to start afresh".into(),
-            },
+            rusqlite::Error::SqliteFailure(e, _) if e.code == rusqlite::ErrorCode::NotADatabase => {
+                StoreError::Corrupt {
+                    path: store.path.clone(),
+                    what: "the file is not a waymark database (or is corrupt); move it aside to start afresh".into(),
+                }
+            }
             source => StoreError::Sql { path: store.path.clone(), source },
         })?;
         let found: i64 = store.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|e| store.sql(e))?;
@@ -131,7 +133,11 @@ impl SqliteStore {
     }
 
     /// Run `f` in a transaction; `durable` commits with a full sync.
-    fn write<T>(&mut self, durable: bool, f: impl FnOnce(&rusqlite::Transaction) -> rusqlite::Result<T>) -> Result<T, StoreError> {
+    fn write<T>(
+        &mut self,
+        durable: bool,
+        f: impl FnOnce(&rusqlite::Transaction) -> rusqlite::Result<T>,
+    ) -> Result<T, StoreError> {
         let result = (|| {
             if durable {
                 self.conn.pragma_update(None, "synchronous", "FULL")?;
@@ -165,7 +171,17 @@ impl SqliteStore {
             tx.execute(
                 "INSERT INTO runs (id, seq, flow, flow_path, definition, source_hash, status, started_at, pid, host)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7, ?8, ?9)",
-                params![id, seq, flow.name, flow.path.display().to_string(), definition, source_hash, started, pid, host],
+                params![
+                    id,
+                    seq,
+                    flow.name,
+                    flow.path.display().to_string(),
+                    definition,
+                    source_hash,
+                    started,
+                    pid,
+                    host
+                ],
             )?;
             for (i, step) in flow.steps.iter().enumerate() {
                 tx.execute(
@@ -324,7 +340,10 @@ impl SqliteStore {
 
     pub fn set_status(&mut self, run_id: &str, status: RunStatus) -> Result<(), StoreError> {
         self.write(true, |tx| {
-            tx.execute("UPDATE runs SET status = ?2, ended_at = ?3 WHERE id = ?1", params![run_id, status.as_str(), now_ms()])?;
+            tx.execute(
+                "UPDATE runs SET status = ?2, ended_at = ?3 WHERE id = ?1",
+                params![run_id, status.as_str(), now_ms()],
+            )?;
             Ok(())
         })
     }
@@ -350,7 +369,14 @@ impl SqliteStore {
 }
 
 impl RunLog for SqliteStore {
-    fn attempt_starting(&mut self, run_id: &str, step: &str, attempt: u32, redelivered: bool, log_stem: &Path) -> Result<i64, StoreError> {
+    fn attempt_starting(
+        &mut self,
+        run_id: &str,
+        step: &str,
+        attempt: u32,
+        redelivered: bool,
+        log_stem: &Path,
+    ) -> Result<i64, StoreError> {
         let now = now_ms();
         self.write(false, |tx| {
             tx.execute(

@@ -1,0 +1,165 @@
+//! Golden files for the diagnostics of bad flow files.
+//!
+//! Every `tests/diagnostics/NAME.toml` is checked with `waymark check NAME.toml` (run inside
+//! `tests/diagnostics`, so the path shown is just `NAME.toml`) and its stderr must equal
+//! `NAME.stderr` byte for byte. Files named `warn_*.toml` hold warnings only: `check` must exit 0
+//! and print the plan on stdout. Every other case must exit 2 and print nothing on stdout.
+//!
+//! After changing a message on purpose, rewrite the golden files and review the diff:
+//!
+//! ```text
+//! WAYMARK_BLESS=1 cargo test --test diagnostics
+//! ```
+
+mod common;
+
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+/// The spec asks for golden files for at least this many diagnostics.
+const MIN_CASES: usize = 14;
+
+fn cases_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("diagnostics")
+}
+
+/// The `.toml` inputs, sorted by name.
+fn cases(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("tests/diagnostics exists")
+        .map(|e| e.expect("readable dir entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A line diff of `expected` against `actual`: `-` lines only in the golden file, `+` lines only
+/// in what waymark printed, two spaces for lines in both.
+fn diff(expected: &str, actual: &str) -> String {
+    let a: Vec<&str> = expected.lines().collect();
+    let b: Vec<&str> = actual.lines().collect();
+    // lcs[i][j]: length of the longest common subsequence of a[i..] and b[j..].
+    let mut lcs = vec![vec![0usize; b.len() + 1]; a.len() + 1];
+    for i in (0..a.len()).rev() {
+        for j in (0..b.len()).rev() {
+            lcs[i][j] = if a[i] == b[j] { lcs[i + 1][j + 1] + 1 } else { lcs[i + 1][j].max(lcs[i][j + 1]) };
+        }
+    }
+    let (mut i, mut j, mut out) = (0, 0, String::new());
+    while i < a.len() || j < b.len() {
+        if i < a.len() && j < b.len() && a[i] == b[j] {
+            let _ = writeln!(out, "  {}", a[i]);
+            i += 1;
+            j += 1;
+        } else if i < a.len() && (j == b.len() || lcs[i + 1][j] >= lcs[i][j + 1]) {
+            let _ = writeln!(out, "- {}", a[i]);
+            i += 1;
+        } else {
+            let _ = writeln!(out, "+ {}", b[j]);
+            j += 1;
+        }
+    }
+    if expected.ends_with('\n') != actual.ends_with('\n') {
+        out.push_str("(the two differ in the final newline)\n");
+    }
+    out
+}
+
+#[test]
+fn bad_flow_files_match_their_golden_stderr() {
+    let dir = cases_dir();
+    let bless = std::env::var_os("WAYMARK_BLESS").is_some_and(|v| !v.is_empty() && v != "0");
+    let names = cases(&dir);
+    let mut failures: Vec<String> = Vec::new();
+    let mut blessed: Vec<String> = Vec::new();
+
+    for name in &names {
+        let flow = format!("{name}.toml");
+        let golden = dir.join(format!("{name}.stderr"));
+        let out = assert_cmd::Command::cargo_bin("waymark")
+            .unwrap()
+            .current_dir(&dir)
+            .env("NO_COLOR", "1")
+            .env_remove("CLICOLOR_FORCE")
+            .args(["check", &flow])
+            .output()
+            .expect("waymark runs");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+
+        let warning_only = name.starts_with("warn_");
+        let want_code = if warning_only { 0 } else { 2 };
+        if out.status.code() != Some(want_code) {
+            failures.push(format!(
+                "{flow}: expected exit status {want_code}, got {:?}\n--- stderr:\n{stderr}",
+                out.status.code()
+            ));
+        }
+        if warning_only && !stdout.starts_with("flow ") {
+            failures.push(format!("{flow}: expected the plan on stdout, got:\n{stdout}"));
+        }
+        if !warning_only && !stdout.is_empty() {
+            failures.push(format!("{flow}: expected nothing on stdout for an invalid flow, got:\n{stdout}"));
+        }
+        if warning_only && !stderr.contains("warning: ") {
+            failures.push(format!("{flow}: a warn_* case must print a warning on stderr"));
+        }
+
+        if bless {
+            if std::fs::read_to_string(&golden).ok().as_deref() != Some(stderr.as_str()) {
+                std::fs::write(&golden, &stderr).expect("write golden file");
+                blessed.push(golden.file_name().unwrap().to_string_lossy().into_owned());
+            }
+            continue;
+        }
+        match std::fs::read_to_string(&golden) {
+            Ok(expected) if expected == stderr => {}
+            Ok(expected) => failures.push(format!(
+                "{flow}: stderr differs from {name}.stderr (- golden, + actual):\n{}",
+                diff(&expected, &stderr)
+            )),
+            Err(e) => failures.push(format!(
+                "{flow}: cannot read {name}.stderr ({e}); create it with WAYMARK_BLESS=1\n--- actual stderr:\n{stderr}"
+            )),
+        }
+    }
+
+    // A golden file whose input is gone is stale.
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "stderr") && !path.with_extension("toml").exists() {
+            failures.push(format!("{}: golden file without a .toml input", path.display()));
+        }
+    }
+
+    if !blessed.is_empty() {
+        eprintln!("blessed {} golden file(s): {}", blessed.len(), blessed.join(", "));
+    }
+    assert!(names.len() >= MIN_CASES, "only {} diagnostic cases, want at least {MIN_CASES}", names.len());
+    assert!(
+        failures.is_empty(),
+        "{} of {} diagnostic case(s) failed (rerun with WAYMARK_BLESS=1 to accept new output):\n\n{}",
+        failures.len(),
+        names.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn unreadable_flow_file_exits_2_naming_the_path() {
+    let env = common::Env::new();
+    let out = env.cmd(&["check", "missing.toml"]).env("NO_COLOR", "1").output().unwrap();
+    let stderr = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    assert!(stderr.contains("missing.toml"), "the message should name the path: {stderr}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn diff_marks_added_and_removed_lines() {
+    let d = diff("a\nb\nc\n", "a\nx\nc\n");
+    assert_eq!(d, "  a\n- b\n+ x\n  c\n");
+}
