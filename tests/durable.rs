@@ -302,3 +302,69 @@ fn a_read_only_state_directory_exits_4_and_runs_nothing() {
     // Once writable again, the state is intact and usable.
     env.cmd(&["history", "ro", "--json"]).assert().success().stdout(predicate::str::contains("succeeded"));
 }
+
+/// Whether privileged tests may be skipped on this machine (they run as root in CI).
+fn privileged_ok(what: &str) -> bool {
+    let ok = std::process::Command::new("unshare").args(["-m", "true"]).status().is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var_os("WAYMARK_SKIP_PRIVILEGED").is_some(),
+            "{what} needs root (unshare -m, mount); set WAYMARK_SKIP_PRIVILEGED=1 to skip it knowingly"
+        );
+        eprintln!("skipped {what}: WAYMARK_SKIP_PRIVILEGED is set");
+    }
+    ok
+}
+
+#[test]
+fn a_full_disk_stops_the_run_with_4_and_it_resumes_once_space_is_back() {
+    if !privileged_ok("the full-disk test") {
+        return;
+    }
+    let env = Env::new();
+    // The first attempt of `fill` fills the state directory's disk; its outcome cannot be
+    // recorded, so waymark stops with 4. With space back, the run resumes: `fill` is redelivered
+    // (its outcome was never committed), `two` runs once.
+    env.write(
+        "flow.toml",
+        "name = 'full'\n[[step]]\nname = 'fill'\nshell = 'echo x >> fill.log; if [ $(wc -l < fill.log) -eq 1 ]; then dd if=/dev/zero of=\"$WAYMARK_STATE_DIR/filler\" bs=4k 2>/dev/null; fi; true'\n\
+         [[step]]\nname = 'two'\nshell = 'echo x >> two.log'\n",
+    );
+    let bin = assert_cmd::cargo::cargo_bin("waymark");
+    let script = format!(
+        "set -u; mkdir -p state; mount -t tmpfs -o size=1m tmpfs state || exit 99; \
+         {bin} run flow.toml 2> first.err; echo $? > first.code; \
+         rm -f state/filler; {bin} run flow.toml 2> second.err; echo $? > second.code",
+        bin = bin.display()
+    );
+    let status = std::process::Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .current_dir(env.dir.path())
+        .env("WAYMARK_STATE_DIR", env.state())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(env.read("first.code").trim(), "4", "{}", env.read("first.err"));
+    assert!(env.read("first.err").contains("free space"), "{}", env.read("first.err"));
+    assert_eq!(env.read("second.code").trim(), "0", "{}", env.read("second.err"));
+    assert!(env.read("second.err").contains("resuming run"), "{}", env.read("second.err"));
+    assert_eq!((env.count("fill.log"), env.count("two.log")), (2, 1));
+}
+
+#[test]
+fn a_database_locked_for_too_long_exits_4() {
+    let env = Env::new();
+    env.write("flow.toml", "name = 'busy'\n[[step]]\nname = 'a'\nshell = 'echo x >> ran'\n");
+    env.cmd(&["run", "flow.toml"]).assert().success();
+    let db = rusqlite::Connection::open(env.state().join("waymark.db")).unwrap();
+    db.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    // waymark waits (10 s) for the write lock, then gives up without running anything.
+    env.cmd(&["run", "flow.toml"])
+        .assert()
+        .code(4)
+        .stderr(predicate::str::contains("database is locked").and(predicate::str::contains("holds")));
+    db.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(env.count("ran"), 1);
+    env.cmd(&["run", "flow.toml"]).assert().success();
+    assert_eq!(env.count("ran"), 2);
+}

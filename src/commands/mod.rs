@@ -53,8 +53,10 @@ impl CliError {
                 if let Some(StoreError::Sql { path, .. }) = e.chain().find_map(|c| c.downcast_ref::<StoreError>()) {
                     let dir = path.parent().unwrap_or(path).display();
                     text.push_str(&format!(
-                        "hint: check that {dir} is writable and its disk has free space, then run again \
-                         (nothing is lost: the run resumes); --state-dir or WAYMARK_STATE_DIR selects another directory\n"
+                        "hint: check that {dir} is writable, that its disk has free space and that no other \
+                         process holds {} locked, then run again (nothing is lost: the run resumes); \
+                         --state-dir or WAYMARK_STATE_DIR selects another directory\n",
+                        path.display()
                     ));
                 }
                 text

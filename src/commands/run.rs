@@ -1,7 +1,7 @@
 //! `waymark run` and `waymark resume`: pick the run, take the flow's lock, drive the executor.
 
 use super::{CliError, EXIT_FAILED, EXIT_OK, open_store, print_warnings};
-use crate::executor::{Executor, RunOutcome, RunSpec};
+use crate::executor::{ExecError, Executor, RunOutcome, RunSpec};
 use crate::flow::{self, Flow};
 use crate::reporter::PlainReporter;
 use crate::store::lock::FlowLock;
@@ -88,10 +88,15 @@ fn execute(
         Ok(RunOutcome::Succeeded) => Ok(EXIT_OK),
         Ok(RunOutcome::Failed) => Ok(EXIT_FAILED),
         Ok(RunOutcome::Interrupted { signal }) => Ok(128 + signal),
-        Err(e) => Err(CliError::Internal(
-            anyhow::Error::new(e)
-                .context(format!("run {} stopped; `waymark run` resumes it once the cause is fixed", record.id)),
-        )),
+        Err(e) => {
+            // Keep a store error itself in the chain, so the hint about the state directory applies.
+            let error = match e {
+                ExecError::Store(store) => anyhow::Error::new(store),
+                other => anyhow::Error::new(other),
+            };
+            let context = format!("run {} stopped; `waymark run` resumes it once the cause is fixed", record.id);
+            Err(CliError::Internal(error.context(context)))
+        }
     }
 }
 

@@ -142,7 +142,9 @@ impl SqliteStore {
             if durable {
                 self.conn.pragma_update(None, "synchronous", "FULL")?;
             }
-            let tx = self.conn.transaction()?;
+            // IMMEDIATE takes the write lock up front, so a busy database is waited for (busy
+            // timeout) instead of failing when a read would have to upgrade to a write.
+            let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             let out = f(&tx)?;
             tx.commit()?;
             if durable {
