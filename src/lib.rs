@@ -9,6 +9,7 @@ pub mod cli;
 pub mod commands;
 pub mod executor;
 pub mod flow;
+pub mod fsutil;
 pub mod reporter;
 pub mod retry;
 pub mod store;

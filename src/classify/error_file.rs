@@ -47,8 +47,8 @@ pub enum ErrorFileOutcome {
 /// (a stale file, or a symlink planted there) is removed first without following it; the file is then
 /// created with O_CREAT|O_EXCL|O_NOFOLLOW so that the runner never writes through a link.
 pub fn create_error_file(path: &Path) -> io::Result<()> {
-    // unlink(2) removes a symlink itself, never its target. A directory makes this fail, which is
-    // right: the runner should not delete directories.
+    // Whatever is there goes: a stale file, a symlink (never its target), a planted directory.
+    crate::fsutil::remove_unless_regular(path)?;
     match fs::remove_file(path) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
         _ => {}
@@ -399,6 +399,15 @@ mod tests {
         symlink(&missing, &path).unwrap();
         create_error_file(&path).unwrap();
         assert!(fs::symlink_metadata(&missing).is_err());
+    }
+
+    #[test]
+    fn create_replaces_a_planted_directory() {
+        let dir = TempDir::new("plantdir");
+        let path = dir.0.join("err.json");
+        fs::create_dir_all(path.join("nested")).unwrap();
+        create_error_file(&path).unwrap();
+        assert!(fs::symlink_metadata(&path).unwrap().is_file());
     }
 
     #[test]

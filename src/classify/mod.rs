@@ -63,8 +63,13 @@ impl ErrorValue {
 impl fmt::Display for ErrorValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}({})", self.class, self.bases.join(", "))?;
-        if !self.message.is_empty() {
-            write!(f, ": {}", self.message)?;
+        // One line wherever it is shown: a multi-line message keeps its first line.
+        let mut lines = self.message.trim().lines();
+        if let Some(first) = lines.next() {
+            write!(f, ": {first}")?;
+            if lines.next().is_some() {
+                write!(f, " …")?;
+            }
         }
         Ok(())
     }

@@ -7,7 +7,6 @@ use super::unix::{self, ExitKind};
 use crate::flow::{Signal, Step};
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
@@ -59,13 +58,8 @@ pub enum SpawnError {
     Runner(std::io::Error, PathBuf),
 }
 
-fn open_log(path: &PathBuf) -> Result<File, SpawnError> {
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| SpawnError::Runner(e, path.clone()))
+fn open_log(path: &std::path::Path) -> Result<File, SpawnError> {
+    crate::fsutil::open_append_private(path).map_err(|e| SpawnError::Runner(e, path.to_owned()))
 }
 
 /// Start the child. Runs on the event loop so the pid is known before anything else happens.

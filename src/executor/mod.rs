@@ -37,7 +37,7 @@ pub enum Msg {
 pub enum ExecError {
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("cannot write attempt files at {}: {source}", path.display())]
+    #[error("cannot write attempt files at {}", path.display())]
     Files { path: PathBuf, source: std::io::Error },
     #[error("cannot install the runner's signal handlers: {0}")]
     Signals(std::io::Error),
@@ -486,7 +486,7 @@ impl<'a> Executor<'a> {
 
 /// The last `max` bytes of a file, lossily decoded; empty if it cannot be read.
 fn read_tail(path: &Path, max: u64) -> String {
-    let Ok(mut f) = std::fs::File::open(path) else { return String::new() };
+    let Ok(mut f) = crate::fsutil::open_read_nofollow(path) else { return String::new() };
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);
     if len > max && f.seek(SeekFrom::Start(len - max)).is_err() {
         return String::new();

@@ -114,14 +114,18 @@ impl SqliteStore {
         self.conn.pragma_update(None, "journal_mode", "WAL")?;
         self.conn.pragma_update(None, "synchronous", "NORMAL")?;
         self.conn.pragma_update(None, "foreign_keys", "ON")?;
-        let version: i64 = self.conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if self.conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))? != 0 {
+            return Ok(());
+        }
+        // Several waymark processes may open a new database at once: check again and create the
+        // schema under the write lock, so exactly one of them creates it.
+        let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         if version == 0 {
-            let tx = self.conn.transaction()?;
             tx.execute_batch(SCHEMA)?;
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
-            tx.commit()?;
         }
-        Ok(())
+        tx.commit()
     }
 
     fn sql(&self, source: rusqlite::Error) -> StoreError {
