@@ -42,6 +42,8 @@ shell = "echo x >> c.log"
     let _ = finish(runner);
     let orphan = read_pid(&env.path("b.bg"));
     assert!(alive(orphan), "the dead runner's attempt is still running");
+    env.cmd(&["status", "durable"]).assert().success().stdout(predicate::str::contains("its runner is gone"));
+    assert_eq!(json(&env, &["status", "durable", "--json"])["runner_alive"], false);
 
     env.cmd(&["run", "flow.toml"]).assert().success().stderr(
         predicate::str::contains("resuming run")
@@ -54,6 +56,27 @@ shell = "echo x >> c.log"
     let status = json(&env, &["status", "durable", "--json"]);
     assert_eq!(status["status"], "succeeded");
     assert_eq!(status["steps"][1]["attempts_used"], 1, "a redelivered attempt uses no new attempt");
+}
+
+#[test]
+fn sigkill_between_steps_resumes_at_the_next_step() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'between'\n[[step]]\nname = 'a'\nshell = 'echo x >> a.log'\n[[step]]\nname = 'b'\nshell = 'echo x >> b.log'\n\
+         [[step]]\nname = 'c'\nshell = 'echo x >> c.log'\n",
+    );
+    // The runner kills itself with SIGKILL right after committing step a's success.
+    let out = env.cmd(&["run", "flow.toml"]).env("WAYMARK_TEST_CRASH_AFTER", "a").output().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(9), "{}", stderr(&out));
+    assert_eq!((env.count("a.log"), env.count("b.log")), (1, 0));
+    env.cmd(&["run", "flow.toml"]).assert().success().stderr(
+        predicate::str::contains("1 of 3 steps done")
+            .and(predicate::str::contains("a: already succeeded"))
+            .and(predicate::str::contains("redelivered").not()),
+    );
+    assert_eq!((env.count("a.log"), env.count("b.log"), env.count("c.log")), (1, 1, 1));
 }
 
 #[test]
@@ -367,4 +390,14 @@ fn a_database_locked_for_too_long_exits_4() {
     assert_eq!(env.count("ran"), 1);
     env.cmd(&["run", "flow.toml"]).assert().success();
     assert_eq!(env.count("ran"), 2);
+}
+
+#[test]
+fn looking_creates_no_state() {
+    let env = Env::new();
+    env.cmd(&["history"]).assert().success().stderr(predicate::str::contains("no runs yet"));
+    env.cmd(&["history", "--json"]).assert().success().stdout("[]\n");
+    env.cmd(&["status"]).assert().code(2).stderr(predicate::str::contains("no runs yet"));
+    env.cmd(&["logs", "abc", "s"]).assert().code(2).stderr(predicate::str::contains("no run with id `abc`"));
+    assert!(!env.state().exists());
 }

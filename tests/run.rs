@@ -316,3 +316,20 @@ fn errors_prints_the_class_tree() {
     flow(&env, "[errors]\nFlakyDisk = ['OSError']\n[[step]]\nname = 'a'\nrun = ['true']\n");
     env.cmd(&["errors", "--flow", "flow.toml"]).assert().success().stdout(predicate::str::contains("FlakyDisk"));
 }
+
+#[test]
+fn a_huge_line_without_newline_is_logged_whole_and_shown_in_pieces() {
+    let env = Env::new();
+    flow(&env, "[[step]]\nname = 'big'\nshell = 'head -c 3000000 /dev/zero | tr \"\\\\000\" a'\n");
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let shown = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(shown.matches('a').count(), 3_000_000);
+    assert!(shown.lines().count() > 1, "shown in pieces, each with its prefix");
+    assert!(shown.lines().all(|l| l.starts_with("big | ")));
+    let runs: serde_json::Value =
+        serde_json::from_slice(&env.cmd(&["history", "--json"]).output().unwrap().stdout).unwrap();
+    let id = runs[0]["id"].as_str().unwrap().to_owned();
+    let log = env.state().join("logs").join(id).join("big").join("attempt-1.stdout");
+    assert_eq!(std::fs::metadata(log).unwrap().len(), 3_000_000);
+}

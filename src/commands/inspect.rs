@@ -1,9 +1,10 @@
 //! Reading runs back: `history`, `status`, `logs`, and `gc`.
 
-use super::{CliError, EXIT_OK, open_store};
+use super::{CliError, EXIT_OK, open_store, read_store};
 use crate::cli::StreamArg;
 use crate::flow::Flow;
-use crate::store::{RunRecord, StepState, StoreError};
+use crate::store::lock::FlowLock;
+use crate::store::{RunRecord, RunStatus, StepState, StoreError};
 use serde_json::{Value, json};
 use std::io::Write;
 use std::path::Path;
@@ -28,7 +29,7 @@ fn print_json(v: &Value) {
 }
 
 pub fn history(state: &Path, flow: Option<&str>, limit: usize, json: bool) -> Result<i32, CliError> {
-    let runs = open_store(state)?.list_runs(flow, limit)?;
+    let runs = read_store(state)?.list_runs(flow, limit)?;
     if json {
         let rows: Vec<Value> = runs
             .iter()
@@ -87,10 +88,12 @@ fn find_run(store: &crate::store::SqliteStore, target: Option<&str>) -> Result<R
 }
 
 pub fn status(state: &Path, target: Option<&str>, json: bool) -> Result<i32, CliError> {
-    let store = open_store(state)?;
+    let store = read_store(state)?;
     let run = find_run(&store, target)?;
     let flow: Option<Flow> = serde_json::from_str(&run.definition).ok();
     let steps = store.steps(&run.id)?;
+    // A run recorded as running whose runner is gone (killed, or the machine rebooted).
+    let orphaned = run.status == RunStatus::Running && !FlowLock::is_held(state, &run.flow);
     let allowed =
         |name: &str| flow.as_ref().and_then(|f| f.steps.iter().find(|s| s.name == name)).map(|s| s.retry.attempts);
     let rows: Vec<Value> = steps
@@ -123,16 +126,21 @@ pub fn status(state: &Path, target: Option<&str>, json: bool) -> Result<i32, Cli
         print_json(&json!({
             "id": run.id, "flow": run.flow, "path": run.flow_path, "status": run.status.as_str(),
             "started_at": time(run.started_at), "ended_at": opt_time(run.ended_at),
-            "failed_step": run.failed_step, "pid": run.pid, "host": run.host, "steps": rows,
+            "failed_step": run.failed_step, "pid": run.pid, "host": run.host,
+            "runner_alive": run.status == RunStatus::Running && !orphaned, "steps": rows,
         }));
         return Ok(EXIT_OK);
     }
+    let status = if orphaned {
+        format!("running, but its runner is gone (`waymark run {}` resumes it)", run.flow_path.display())
+    } else {
+        run.status.as_str().to_owned()
+    };
     let mut out = format!(
-        "run {} of {} ({}): {}, started {}{}\n",
+        "run {} of {} ({}): {status}, started {}{}\n",
         run.id,
         run.flow,
         run.flow_path.display(),
-        run.status.as_str(),
         time(run.started_at),
         run.ended_at.map(|e| format!(", ended {}", time(e))).unwrap_or_default()
     );
@@ -167,7 +175,7 @@ pub fn logs(
     attempt: Option<u32>,
     stream: Option<StreamArg>,
 ) -> Result<i32, CliError> {
-    let store = open_store(state)?;
+    let store = read_store(state)?;
     store.run(run_id)?;
     let attempts = store.attempts(run_id, Some(step))?;
     if attempts.is_empty() {

@@ -84,11 +84,16 @@ impl From<StoreError> for CliError {
     }
 }
 
+/// The state directory, not created (for commands that only look).
+fn find_state_dir(cli_flag: Option<&std::path::Path>) -> Result<PathBuf, CliError> {
+    crate::store::state_dir(cli_flag).ok_or_else(|| {
+        CliError::Usage("cannot tell where to keep state: set --state-dir, WAYMARK_STATE_DIR or HOME".into())
+    })
+}
+
 /// The state directory, created with mode 0700.
 fn state_dir(cli_flag: Option<&std::path::Path>) -> Result<PathBuf, CliError> {
-    let dir = crate::store::state_dir(cli_flag).ok_or_else(|| {
-        CliError::Usage("cannot tell where to keep state: set --state-dir, WAYMARK_STATE_DIR or HOME".into())
-    })?;
+    let dir = find_state_dir(cli_flag)?;
     crate::store::create_private_dir(&dir).map_err(|e| {
         CliError::Internal(anyhow::anyhow!(
             "cannot create the state directory {}: {e}; choose another with --state-dir or WAYMARK_STATE_DIR",
@@ -102,6 +107,11 @@ fn open_store(dir: &std::path::Path) -> Result<SqliteStore, CliError> {
     Ok(SqliteStore::open(dir)?)
 }
 
+/// The store for commands that only look: never creates one.
+fn read_store(dir: &std::path::Path) -> Result<SqliteStore, CliError> {
+    Ok(SqliteStore::open_for_reading(dir)?)
+}
+
 /// Run the parsed command line.
 pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
     let flag = cli.state_dir.as_deref();
@@ -109,10 +119,12 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
         Command::Run { flow, fresh, wait, quiet } => run::run(&state_dir(flag)?, &flow, fresh, wait, quiet),
         Command::Resume { run_id, wait, quiet } => run::resume(&state_dir(flag)?, &run_id, wait, quiet),
         Command::Check { flow } => check::check(&flow),
-        Command::History { flow, limit, json } => inspect::history(&state_dir(flag)?, flow.as_deref(), limit, json),
-        Command::Status { target, json } => inspect::status(&state_dir(flag)?, target.as_deref(), json),
+        Command::History { flow, limit, json } => {
+            inspect::history(&find_state_dir(flag)?, flow.as_deref(), limit, json)
+        }
+        Command::Status { target, json } => inspect::status(&find_state_dir(flag)?, target.as_deref(), json),
         Command::Logs { run_id, step, attempt, stream } => {
-            inspect::logs(&state_dir(flag)?, &run_id, &step, attempt, stream)
+            inspect::logs(&find_state_dir(flag)?, &run_id, &step, attempt, stream)
         }
         Command::Gc { older_than } => inspect::gc(&state_dir(flag)?, older_than),
         Command::Errors { flow } => errors::errors(flow.as_deref()),

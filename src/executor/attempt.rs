@@ -127,11 +127,22 @@ fn copy_output(
             {
                 log_error = Some(e);
             }
-            partial.extend_from_slice(data);
-            if let Some(last_nl) = partial.iter().rposition(|b| *b == b'\n') {
-                let rest = partial.split_off(last_nl + 1);
-                let lines = std::mem::replace(&mut partial, rest);
-                let _ = events.blocking_send(Msg::Output { step, stream, bytes: lines });
+            // Only the new bytes are searched, so a long line costs linear time.
+            let send = |bytes: Vec<u8>| {
+                let _ = events.blocking_send(Msg::Output { step, stream, bytes });
+            };
+            match data.iter().rposition(|b| *b == b'\n') {
+                Some(last_nl) => {
+                    partial.extend_from_slice(&data[..=last_nl]);
+                    send(std::mem::take(&mut partial));
+                    partial.extend_from_slice(&data[last_nl + 1..]);
+                }
+                None => partial.extend_from_slice(data),
+            }
+            // A line with no end in sight is shown in pieces rather than held in memory.
+            if partial.len() >= CHUNK {
+                partial.push(b'\n');
+                send(std::mem::take(&mut partial));
             }
         }
         if !partial.is_empty() {

@@ -95,6 +95,9 @@ pub struct Executor<'a> {
     /// The first signal the runner received, if any.
     cancelled: Option<Signal>,
     running: usize,
+    /// Test hook (`WAYMARK_TEST_CRASH_AFTER=STEP`): SIGKILL the runner right after an attempt
+    /// outcome of STEP is committed, to test resuming from exactly that point.
+    crash_after: Option<String>,
 }
 
 impl<'a> Executor<'a> {
@@ -162,6 +165,7 @@ impl<'a> Executor<'a> {
             rx,
             cancelled: None,
             running: 0,
+            crash_after: std::env::var("WAYMARK_TEST_CRASH_AFTER").ok(),
         }
     }
 
@@ -373,6 +377,7 @@ impl<'a> Executor<'a> {
             ended_at: SystemTime::now(),
         };
         self.store.attempt_finished(row, &result, &StepUpdate::Succeeded)?;
+        self.crash_point(index);
         self.steps[index].slot = Slot::Succeeded;
         self.reporter.report(&Event::AttemptSucceeded { step: self.steps[index].step.name.clone(), attempt, elapsed });
         Ok(())
@@ -431,6 +436,7 @@ impl<'a> Executor<'a> {
             ended_at: SystemTime::now(),
         };
         self.store.attempt_finished(row, &result, &update)?;
+        self.crash_point(index);
         self.steps[index].slot = match retry {
             Some((delay, _)) => Slot::Waiting { attempt: attempt + 1, wake: Instant::now() + delay },
             None => Slot::Failed,
@@ -445,6 +451,12 @@ impl<'a> Executor<'a> {
             retry,
         });
         Ok(())
+    }
+
+    fn crash_point(&self, index: usize) {
+        if self.crash_after.as_deref() == Some(self.steps[index].step.name.as_str()) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
+        }
     }
 
     fn on_signal(&mut self, sig: Signal) {

@@ -35,7 +35,17 @@ impl FlowLock {
             .mode(0o600)
             .open(&path)
             .map_err(io)?;
-        match file.try_lock() {
+        // `waymark status` probes the lock with a momentary shared lock; try a few times before
+        // concluding that a runner holds it.
+        let mut result = file.try_lock();
+        for _ in 0..5 {
+            if !matches!(result, Err(TryLockError::WouldBlock)) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            result = file.try_lock();
+        }
+        match result {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) if wait => file.lock().map_err(io)?,
             Err(TryLockError::WouldBlock) => {
@@ -49,6 +59,15 @@ impl FlowLock {
             Err(TryLockError::Error(e)) => return Err(io(e)),
         }
         Ok(FlowLock { file })
+    }
+
+    /// Whether a live runner holds the lock of `flow` (checked without creating anything).
+    pub fn is_held(state_dir: &Path, flow: &str) -> bool {
+        let path = state_dir.join("locks").join(format!("{flow}.lock"));
+        match File::open(path) {
+            Ok(file) => matches!(file.try_lock_shared(), Err(TryLockError::WouldBlock)),
+            Err(_) => false,
+        }
     }
 
     /// Say who holds the lock, for a second runner's message.

@@ -109,6 +109,20 @@ impl SqliteStore {
         Ok(store)
     }
 
+    /// Open the database in `state_dir` for reading runs back. Where there is none yet, an empty
+    /// in-memory one stands in, so that looking never creates state.
+    pub fn open_for_reading(state_dir: &Path) -> Result<SqliteStore, StoreError> {
+        let path = state_dir.join("waymark.db");
+        if path.exists() {
+            return SqliteStore::open(state_dir);
+        }
+        let sql = |source| StoreError::Sql { path: path.clone(), source };
+        let conn = Connection::open_in_memory().map_err(sql)?;
+        let mut store = SqliteStore { conn, path: path.clone() };
+        store.init().map_err(sql)?;
+        Ok(store)
+    }
+
     fn init(&mut self) -> rusqlite::Result<()> {
         self.conn.busy_timeout(std::time::Duration::from_secs(10))?;
         self.conn.pragma_update(None, "journal_mode", "WAL")?;
