@@ -372,9 +372,13 @@ fn shell_helper_escapes_awkward_messages() {
     );
     let ran = run(&env, &flow, 1);
     assert_eq!(ran.runs, 2, "{}", ran.stderr);
-    // The message keeps its newline, so the attempt line spans two lines.
-    ran.shows("attempt 1/2 failed: DownloadFailed(ConnectionError): say \"hi\" \\ a\tb\nline 2 [error file]; retrying");
+    // One line on the terminal: the first line of the message, then an ellipsis.
+    ran.shows("attempt 1/2 failed: DownloadFailed(ConnectionError): say \"hi\" \\ a\tb … [error file]; retrying");
     assert!(ran.error_file_warnings().is_empty(), "{}", ran.stderr);
+    // The whole message, newline included, is kept in the record.
+    let status = env.cmd(&["status", "--json"]).output().unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["steps"][0]["last_error"]["message"], "say \"hi\" \\ a\tb\nline 2");
 }
 
 // 8. Precedence: error file, traceback, exit_codes (step, then flow), CalledProcessError.
