@@ -280,7 +280,11 @@ impl<'a> Executor<'a> {
         match attempt::spawn(&spec, &self.tx) {
             Ok(running) => {
                 let pid = running.pid;
-                self.store.attempt_spawned(row, pid, unix::process_start_time(pid))?;
+                if let Err(e) = self.store.attempt_spawned(row, pid, unix::process_start_time(pid)) {
+                    // Without its pid on record a later resume could not find this child: stop it.
+                    unix::kill_group(pid);
+                    return Err(e.into());
+                }
                 self.reporter.report(&Event::AttemptStarted {
                     step: step.name.clone(),
                     attempt,
