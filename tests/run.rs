@@ -221,7 +221,7 @@ fn sigterm_is_forwarded_and_the_attempt_is_not_retried() {
     let env = Env::new();
     flow(
         &env,
-        "[[step]]\nname = 'svc'\nshell = 'trap \"echo got TERM >> got; exit 0\" TERM; echo x >> runs; sleep 300 & echo $! > bgpid; wait'\nretry = { attempts = 5 }\n",
+        "[[step]]\nname = 'svc'\nshell = 'trap \"echo got TERM >> got; exit 1\" TERM; echo x >> runs; sleep 300 & echo $! > bgpid; wait'\nretry = { attempts = 5 }\n",
     );
     let child = env.spawn(&["run", "flow.toml"]);
     env.wait_for_lines("bgpid", 1);
@@ -231,9 +231,36 @@ fn sigterm_is_forwarded_and_the_attempt_is_not_retried() {
     assert_eq!(env.read("got"), "got TERM\n", "the child saw the same signal");
     assert_eq!(env.count("runs"), 1, "a cancelled attempt is never retried");
     wait_until("the grandchild to die", || !alive(read_pid(&env.path("bgpid"))));
-    let status = env.cmd(&["history", "--json"]).output().unwrap().stdout;
-    let runs: serde_json::Value = serde_json::from_slice(&status).unwrap();
-    assert_eq!(runs[0]["status"], "interrupted");
+    let status = env.cmd(&["status", "--json"]).output().unwrap().stdout;
+    let status: serde_json::Value = serde_json::from_slice(&status).unwrap();
+    assert_eq!(status["status"], "interrupted");
+    assert_eq!(status["steps"][0]["attempts_used"], 0, "a cancelled attempt uses no attempt");
+    // Resumed, the step runs attempt 1 again (it is not a failure that used up the budget).
+    let _ = std::fs::remove_file(env.path("bgpid"));
+    let child = env.spawn(&["run", "flow.toml"]);
+    env.wait_for_lines("bgpid", 1);
+    kill(child.id(), "TERM");
+    let out = finish(child);
+    assert!(stderr(&out).contains("svc: attempt 1/5"), "{}", stderr(&out));
+    assert_eq!(env.count("runs"), 2);
+}
+
+#[test]
+fn a_step_that_finishes_its_work_after_the_signal_succeeded_and_is_not_rerun() {
+    let env = Env::new();
+    flow(
+        &env,
+        "[[step]]\nname = 'charge'\nshell = 'trap \"echo got-int\" INT; echo $$ > pid; sleep 1; echo charged >> charges'\n\
+         [[step]]\nname = 'after'\nshell = 'echo x >> after'\n",
+    );
+    let child = env.spawn(&["run", "flow.toml"]);
+    env.wait_for_lines("pid", 1);
+    kill(child.id(), "INT");
+    let out = finish(child);
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    assert_eq!((env.count("charges"), env.count("after")), (1, 0));
+    env.cmd(&["run", "flow.toml"]).assert().success().stderr(predicate::str::contains("charge: already succeeded"));
+    assert_eq!((env.count("charges"), env.count("after")), (1, 1));
 }
 
 #[test]

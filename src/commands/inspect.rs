@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 fn time(t: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(t).to_string()
+    humantime::format_rfc3339_millis(t).to_string()
 }
 
 fn opt_time(t: Option<SystemTime>) -> Value {
@@ -110,7 +110,7 @@ pub fn status(state: &Path, target: Option<&str>, json: bool) -> Result<i32, Cli
                 "step": s.name,
                 "state": state,
                 "attempts_used": s.attempts_used,
-                "attempts_allowed": allowed(&s.name).map(|a| a + s.budget_base),
+                "attempts_allowed": allowed(&s.name).map(|a| a.saturating_add(s.budget_base)),
                 "last_error": s.last_error.as_ref().map(|e| json!({
                     "class": e.class, "bases": e.bases, "message": e.message, "source": e.source,
                     "text": e.to_string(),
@@ -206,9 +206,10 @@ pub fn logs(
         if streams.len() > 1 {
             let _ = writeln!(out, "==> {} <==", path.display());
         }
-        match std::fs::read(&path) {
-            Ok(bytes) => {
-                let _ = out.write_all(&bytes);
+        match crate::fsutil::open_read_nofollow(&path) {
+            Ok(mut file) => {
+                // Streamed: a log may be far larger than memory. A closed stdout ends the copy.
+                let _ = std::io::copy(&mut file, &mut out);
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(CliError::Internal(anyhow::anyhow!("cannot read {}: {e}", path.display()))),

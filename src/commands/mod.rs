@@ -84,11 +84,14 @@ impl From<StoreError> for CliError {
     }
 }
 
-/// The state directory, not created (for commands that only look).
+/// The state directory, absolute (children get paths inside it), not created (for commands
+/// that only look).
 fn find_state_dir(cli_flag: Option<&std::path::Path>) -> Result<PathBuf, CliError> {
-    crate::store::state_dir(cli_flag).ok_or_else(|| {
+    let dir = crate::store::state_dir(cli_flag).ok_or_else(|| {
         CliError::Usage("cannot tell where to keep state: set --state-dir, WAYMARK_STATE_DIR or HOME".into())
-    })
+    })?;
+    std::path::absolute(&dir)
+        .map_err(|e| CliError::Usage(format!("cannot resolve the state directory {}: {e}", dir.display())))
 }
 
 /// The state directory, created with mode 0700.
@@ -116,7 +119,7 @@ fn read_store(dir: &std::path::Path) -> Result<SqliteStore, CliError> {
 pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
     let flag = cli.state_dir.as_deref();
     match cli.command {
-        Command::Run { flow, fresh, wait, quiet } => run::run(&state_dir(flag)?, &flow, fresh, wait, quiet),
+        Command::Run { flow, fresh, wait, quiet } => run::run(flag, &flow, fresh, wait, quiet),
         Command::Resume { run_id, wait, quiet } => run::resume(&state_dir(flag)?, &run_id, wait, quiet),
         Command::Check { flow } => check::check(&flow),
         Command::History { flow, limit, json } => {

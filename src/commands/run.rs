@@ -1,7 +1,7 @@
 //! `waymark run` and `waymark resume`: pick the run, take the flow's lock, drive the executor.
 
 use super::{CliError, EXIT_FAILED, EXIT_OK, open_store, print_warnings};
-use crate::executor::{ExecError, Executor, RunOutcome, RunSpec};
+use crate::executor::{ExecError, Executor, RunOutcome, RunSpec, kill_leftovers};
 use crate::flow::{self, Flow};
 use crate::reporter::PlainReporter;
 use crate::store::lock::FlowLock;
@@ -10,21 +10,37 @@ use anyhow::Context;
 use std::path::Path;
 use std::sync::Arc;
 
-pub fn run(state: &Path, flow_path: &Path, fresh: bool, wait: bool, quiet: bool) -> Result<i32, CliError> {
+pub fn run(state_flag: Option<&Path>, flow_path: &Path, fresh: bool, wait: bool, quiet: bool) -> Result<i32, CliError> {
+    // The flow file first: an invalid one is reported as such whatever the state directory.
     let loaded = flow::load(flow_path)?;
     print_warnings(&loaded, &flow_path.display().to_string());
+    let state = &super::state_dir(state_flag)?;
     let name = loaded.flow.name.clone();
     let lock = FlowLock::acquire(state, &name, wait).map_err(CliError::Locked)?;
     let mut store = open_store(state)?;
     let hash = source_hash(&loaded.source);
     let (record, resumed) = match store.find_resumable(&name)? {
         Some(old) if fresh => {
+            // The dead runner's attempt must not go on beside the new run.
+            for step in store.steps(&old.id)? {
+                if let Some(message) = kill_leftovers(&old.id, &step) {
+                    eprintln!("waymark: warning: {}: {message}", step.name);
+                }
+            }
             store.set_status(&old.id, RunStatus::Abandoned)?;
             eprintln!("waymark: abandoned unfinished run {}", old.id);
             (store.create_run(&loaded.flow, &hash)?, false)
         }
         Some(old) => {
-            if old.source_hash != hash {
+            if old.flow_path != loaded.flow.path {
+                eprintln!(
+                    "waymark: run {} of flow `{name}` was started from {}; resuming it with the definition \
+                     recorded then (runs are found by flow name; use --fresh to start over with {})",
+                    old.id,
+                    old.flow_path.display(),
+                    flow_path.display()
+                );
+            } else if old.source_hash != hash {
                 eprintln!(
                     "waymark: {} changed since run {} started; resuming with the definition recorded then \
                      (use --fresh to start over with the new one)",
@@ -79,10 +95,12 @@ fn execute(
     let log_dir = state.join("logs").join(&record.id);
     create_private_dir(&log_dir).with_context(|| format!("cannot create the log directory {}", log_dir.display()))?;
     let spec = RunSpec { flow: Arc::new(flow), run_id: record.id.clone(), log_dir, steps, resumed };
-    let mut reporter = PlainReporter { quiet };
+    let mut reporter = PlainReporter::new(quiet);
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
     let outcome = runtime.block_on(Executor::new(spec, &mut store, &mut reporter).run());
+    // Only once the runtime (and every attempt task in it) is gone may another runner take over.
+    drop(runtime);
     drop(lock);
     match outcome {
         Ok(RunOutcome::Succeeded) => Ok(EXIT_OK),

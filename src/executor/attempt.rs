@@ -7,13 +7,20 @@ use super::unix::{self, ExitKind};
 use crate::flow::{Signal, Step};
 use std::fs::File;
 use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use tokio::sync::{mpsc, watch};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 /// Read size for child output: large reads keep the copy close to the cost of a direct write.
 const CHUNK: usize = 64 * 1024;
+
+/// How long the output readers may take to reach end-of-file once the attempt's process group is
+/// dead, before waymark looks for processes of the attempt that left the group.
+const DRAIN: Duration = Duration::from_millis(500);
+/// How long to wait for the output after those processes were killed, before giving up on it.
+const LAST_DRAIN: Duration = Duration::from_secs(5);
 
 /// Everything needed to start one attempt.
 pub struct AttemptSpec {
@@ -22,6 +29,10 @@ pub struct AttemptSpec {
     pub env: Vec<(String, String)>,
     pub stdout_log: PathBuf,
     pub stderr_log: PathBuf,
+    /// The attempt's `WAYMARK_ATTEMPT_ID`, by which its processes are found if they leave its group.
+    pub attempt_id: String,
+    /// A line written to non-empty logs before the attempt's output (a redelivery).
+    pub log_banner: Option<String>,
     /// When the attempt was issued: the timeout clock starts here.
     pub issued: Instant,
 }
@@ -48,7 +59,11 @@ pub enum End {
 pub struct Running {
     child: tokio::process::Child,
     pub pid: u32,
-    readers: Vec<tokio::task::JoinHandle<std::io::Result<()>>>,
+    /// Where this attempt's output starts in its stderr log (earlier executions may precede it).
+    pub stderr_from: u64,
+    attempt_id: String,
+    /// One per output stream; fires when the reader has reached end-of-file.
+    readers: Vec<oneshot::Receiver<()>>,
 }
 
 /// Why an attempt could not start: the child's fault (retryable) or waymark's own.
@@ -58,15 +73,39 @@ pub enum SpawnError {
     Runner(std::io::Error, PathBuf),
 }
 
-fn open_log(path: &std::path::Path) -> Result<File, SpawnError> {
-    crate::fsutil::open_append_private(path).map_err(|e| SpawnError::Runner(e, path.to_owned()))
+/// Open a log for appending; returns it with its length before this attempt.
+fn open_log(path: &Path, banner: Option<&str>) -> Result<(File, u64), SpawnError> {
+    let fail = |e| SpawnError::Runner(e, path.to_owned());
+    let mut file = crate::fsutil::open_append_private(path).map_err(fail)?;
+    let mut len = file.metadata().map_err(fail)?.len();
+    if let Some(banner) = banner.filter(|_| len > 0) {
+        let text = format!("\n{banner}\n");
+        file.write_all(text.as_bytes()).map_err(fail)?;
+        len += text.len() as u64;
+    }
+    Ok((file, len))
+}
+
+/// Why the program could not be executed, in words that say what to fix.
+fn spawn_failure(program: &str, e: &std::io::Error) -> String {
+    let path_like = program.contains('/');
+    match e.kind() {
+        std::io::ErrorKind::NotFound if !path_like => format!("program `{program}` not found in PATH"),
+        std::io::ErrorKind::NotFound if Path::new(program).exists() => {
+            format!("cannot execute `{program}`: its #! interpreter (or a library it needs) was not found")
+        }
+        std::io::ErrorKind::NotFound => format!("program `{program}` not found"),
+        std::io::ErrorKind::PermissionDenied => format!("program `{program}` is not executable: {e}"),
+        _ => format!("cannot start `{program}`: {e}"),
+    }
 }
 
 /// Start the child. Runs on the event loop so the pid is known before anything else happens.
 pub fn spawn(spec: &AttemptSpec, events: &mpsc::Sender<Msg>) -> Result<Running, SpawnError> {
     let step = &spec.step;
-    let stdout_log = open_log(&spec.stdout_log)?;
-    let stderr_log = open_log(&spec.stderr_log)?;
+    let banner = spec.log_banner.as_deref();
+    let (stdout_log, _) = open_log(&spec.stdout_log, banner)?;
+    let (stderr_log, stderr_from) = open_log(&spec.stderr_log, banner)?;
     if !step.workdir.is_dir() {
         return Err(SpawnError::NotStarted(format!(
             "working directory {} does not exist or is not a directory",
@@ -85,56 +124,56 @@ pub fn spawn(spec: &AttemptSpec, events: &mpsc::Sender<Msg>) -> Result<Running, 
         .stderr(err_w)
         .process_group(0)
         .kill_on_drop(false);
-    let child = cmd.spawn().map_err(|e| {
-        SpawnError::NotStarted(match e.kind() {
-            std::io::ErrorKind::NotFound => format!("program `{}` not found (searched PATH)", argv[0]),
-            std::io::ErrorKind::PermissionDenied => format!("program `{}` is not executable: {e}", argv[0]),
-            _ => format!("cannot start `{}`: {e}", argv[0]),
-        })
-    })?;
+    let child = cmd.spawn().map_err(|e| SpawnError::NotStarted(spawn_failure(&argv[0], &e)))?;
     // `cmd` still holds the write ends; drop it so the readers see EOF when the child exits.
     drop(cmd);
     let pid = child.id().unwrap_or(0);
     let readers = vec![
-        copy_output(out_r, stdout_log, Stream::Stdout, spec.step_index, events.clone()),
-        copy_output(err_r, stderr_log, Stream::Stderr, spec.step_index, events.clone()),
+        copy_output(out_r, stdout_log, &spec.stdout_log, Stream::Stdout, spec.step_index, events.clone()),
+        copy_output(err_r, stderr_log, &spec.stderr_log, Stream::Stderr, spec.step_index, events.clone()),
     ];
-    Ok(Running { child, pid, readers })
+    Ok(Running { child, pid, stderr_from, attempt_id: spec.attempt_id.clone(), readers })
 }
 
-/// Copy a child's stream to its log file and, in whole lines, to the event loop.
+/// Copy a child's stream to its log file and, in whole lines, to the event loop, on a thread of
+/// its own (a blocking read that a process outside waymark's reach may hold open forever; the
+/// thread is then left behind rather than waited for).
 fn copy_output(
     mut pipe: std::io::PipeReader,
     mut log: File,
+    log_path: &Path,
     stream: Stream,
     step: usize,
     events: mpsc::Sender<Msg>,
-) -> tokio::task::JoinHandle<std::io::Result<()>> {
-    tokio::task::spawn_blocking(move || {
+) -> oneshot::Receiver<()> {
+    let (done, finished) = oneshot::channel();
+    let log_path = log_path.to_owned();
+    let failures = events.clone();
+    let copy = move || {
         let mut buf = vec![0u8; CHUNK];
         let mut partial: Vec<u8> = Vec::new();
-        let mut log_error = None;
+        let mut logging = true;
+        let send = |msg: Msg| {
+            let _ = events.blocking_send(msg);
+        };
         loop {
             let n = match pipe.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
+                Err(_) => break,
             };
             let data = &buf[..n];
-            if log_error.is_none()
-                && let Err(e) = log.write_all(data)
-            {
-                log_error = Some(e);
+            if logging && let Err(error) = log.write_all(data) {
+                // Output that cannot be kept is waymark's own failure: the loop stops the run.
+                logging = false;
+                send(Msg::LogFailed { path: log_path.clone(), error });
             }
             // Only the new bytes are searched, so a long line costs linear time.
-            let send = |bytes: Vec<u8>| {
-                let _ = events.blocking_send(Msg::Output { step, stream, bytes });
-            };
             match data.iter().rposition(|b| *b == b'\n') {
                 Some(last_nl) => {
                     partial.extend_from_slice(&data[..=last_nl]);
-                    send(std::mem::take(&mut partial));
+                    send(Msg::Output { step, stream, bytes: std::mem::take(&mut partial) });
                     partial.extend_from_slice(&data[last_nl + 1..]);
                 }
                 None => partial.extend_from_slice(data),
@@ -142,30 +181,46 @@ fn copy_output(
             // A line with no end in sight is shown in pieces rather than held in memory.
             if partial.len() >= CHUNK {
                 partial.push(b'\n');
-                send(std::mem::take(&mut partial));
+                send(Msg::Output { step, stream, bytes: std::mem::take(&mut partial) });
             }
         }
         if !partial.is_empty() {
             partial.push(b'\n');
-            let _ = events.blocking_send(Msg::Output { step, stream, bytes: partial });
+            send(Msg::Output { step, stream, bytes: partial });
         }
-        log_error.map_or(Ok(()), Err)
+        let _ = done.send(());
+    };
+    if let Err(e) = std::thread::Builder::new().name(format!("waymark-{}", stream.name())).spawn(copy) {
+        // Without a reader the child would block on a full pipe: report it as a log failure.
+        let _ = failures.try_send(Msg::LogFailed { path: PathBuf::from("output reader thread"), error: e });
+    }
+    finished
+}
+
+/// Wait until every reader has reached end-of-file, or `limit` passes. True when they all did.
+async fn drain(readers: &mut [oneshot::Receiver<()>], limit: Duration) -> bool {
+    tokio::time::timeout(limit, async {
+        for reader in readers.iter_mut() {
+            let _ = reader.await;
+        }
     })
+    .await
+    .is_ok()
 }
 
 impl Running {
     /// Wait for the attempt to end, enforcing `deadline` and obeying `control`. Always leaves the
-    /// process group dead and both output streams drained.
+    /// process group dead; returns how the attempt ended and notes for the user.
     pub async fn supervise(
         mut self,
         step: Arc<Step>,
         deadline: Option<Instant>,
         mut control: watch::Receiver<Control>,
-    ) -> (End, std::io::Result<()>) {
+    ) -> (End, Vec<String>) {
         let pgid = self.pid;
         let mut stopping: Option<End> = None;
         let mut kill_at: Option<Instant> = None;
-        let far = || Instant::now() + std::time::Duration::from_secs(86_400 * 365);
+        let far = || Instant::now() + Duration::from_secs(86_400 * 365);
         let status = loop {
             tokio::select! {
                 status = self.child.wait() => break status,
@@ -202,25 +257,37 @@ impl Running {
         };
         // The leader is gone; whatever else is left in its group goes with it.
         unix::kill_group(pgid);
-        let mut io_result = Ok(());
-        for reader in self.readers {
-            match reader.await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => io_result = Err(e),
-                Err(e) => io_result = Err(std::io::Error::other(e)),
+        let mut notes = Vec::new();
+        if !drain(&mut self.readers, DRAIN).await {
+            // Something outside the group holds the output open: a process of this attempt that
+            // called setsid(), found by the attempt id in its environment.
+            let killed = unix::kill_marked(&self.attempt_id);
+            if killed > 0 {
+                notes.push(format!("killed {killed} process(es) of this attempt that had left its process group"));
+            }
+            if !drain(&mut self.readers, LAST_DRAIN).await {
+                notes.push(
+                    "a process outside waymark's reach still holds this attempt's output open; the rest of it is not shown"
+                        .to_owned(),
+                );
             }
         }
         let end = match (stopping, status) {
+            // A child that finished its work after a forwarded signal succeeded: it is not rerun.
+            (Some(End::Cancelled), Ok(status)) if status.success() => End::Exited(ExitKind::Code(0)),
             (Some(end), _) => end,
             (None, Ok(status)) => End::Exited(unix::exit_kind(status)),
-            (None, Err(e)) => return (End::Exited(ExitKind::Code(-1)), Err(e)),
+            (None, Err(e)) => {
+                notes.push(format!("cannot wait for the child: {e}"));
+                End::Exited(ExitKind::Code(-1))
+            }
         };
-        (end, io_result)
+        (end, notes)
     }
 }
 
 /// Send `sig` to the group and return when to escalate to SIGKILL (grace 0: SIGKILL at once).
-fn stop_group(pgid: u32, sig: Signal, grace: std::time::Duration) -> Option<Instant> {
+fn stop_group(pgid: u32, sig: Signal, grace: Duration) -> Option<Instant> {
     if grace.is_zero() || sig.0 == nix::sys::signal::Signal::SIGKILL {
         unix::kill_group(pgid);
         None

@@ -28,8 +28,21 @@ const STDERR_TAIL: u64 = 64 * 1024;
 /// Messages from attempt tasks and output readers to the loop.
 #[derive(Debug)]
 pub enum Msg {
-    Output { step: usize, stream: Stream, bytes: Vec<u8> },
-    Done { step: usize, end: End, io: std::io::Result<()> },
+    Output {
+        step: usize,
+        stream: Stream,
+        bytes: Vec<u8>,
+    },
+    Done {
+        step: usize,
+        end: End,
+        notes: Vec<String>,
+    },
+    /// An attempt's output could not be written to its log: waymark's own failure.
+    LogFailed {
+        path: PathBuf,
+        error: std::io::Error,
+    },
 }
 
 /// Waymark's own failures while running (not a step's).
@@ -57,6 +70,8 @@ enum Slot {
         attempt: u32,
         row: i64,
         pid: u32,
+        /// Where this attempt's output starts in its stderr log.
+        stderr_from: u64,
         started: Instant,
         control: watch::Sender<Control>,
     },
@@ -68,8 +83,9 @@ struct StepSlot {
     step: Arc<Step>,
     slot: Slot,
     budget_base: u32,
-    /// The attempt that ran last, whose logs explain a failure.
+    /// The attempt that ran last, whose logs explain a failure, and where its stderr starts.
     last_attempt: u32,
+    last_stderr_from: u64,
     last_error: Option<ErrorValue>,
 }
 
@@ -95,8 +111,8 @@ pub struct Executor<'a> {
     /// The first signal the runner received, if any.
     cancelled: Option<Signal>,
     running: usize,
-    /// Test hook (`WAYMARK_TEST_CRASH_AFTER=STEP`): SIGKILL the runner right after an attempt
-    /// outcome of STEP is committed, to test resuming from exactly that point.
+    /// Test hook, in debug builds only (`WAYMARK_TEST_CRASH_AFTER=STEP`): SIGKILL the runner right
+    /// after an attempt outcome of STEP is committed, to test resuming from exactly that point.
     crash_after: Option<String>,
 }
 
@@ -129,17 +145,9 @@ impl<'a> Executor<'a> {
                         let left = wake_at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO);
                         Slot::Waiting { attempt: *next_attempt, wake: Instant::now() + left }
                     }
-                    StepState::InFlight { attempt, pid, proc_start } => {
-                        if let Some(pid) = pid {
-                            let killed = unix::kill_orphaned_group(*pid, *proc_start);
-                            if killed > 0 {
-                                reporter.report(&Event::Warning {
-                                    step: Some(step.name.clone()),
-                                    message: format!(
-                                        "killed {killed} leftover process(es) of attempt {attempt} (process group {pid}) from the previous runner"
-                                    ),
-                                });
-                            }
+                    StepState::InFlight { attempt, .. } => {
+                        if let Some(message) = kill_leftovers(&spec.run_id, rec) {
+                            reporter.report(&Event::Warning { step: Some(step.name.clone()), message });
                         }
                         Slot::Ready { attempt: *attempt, redelivered: true }
                     }
@@ -149,6 +157,7 @@ impl<'a> Executor<'a> {
                     slot,
                     budget_base: rec.budget_base,
                     last_attempt: rec.attempts_used,
+                    last_stderr_from: 0,
                     last_error: rec.last_error.clone(),
                 }
             })
@@ -165,7 +174,7 @@ impl<'a> Executor<'a> {
             rx,
             cancelled: None,
             running: 0,
-            crash_after: std::env::var("WAYMARK_TEST_CRASH_AFTER").ok(),
+            crash_after: if cfg!(debug_assertions) { std::env::var("WAYMARK_TEST_CRASH_AFTER").ok() } else { None },
         }
     }
 
@@ -186,6 +195,7 @@ impl<'a> Executor<'a> {
     async fn event_loop(&mut self) -> Result<RunOutcome, ExecError> {
         let mut sigint = signal(SignalKind::interrupt()).map_err(ExecError::Signals)?;
         let mut sigterm = signal(SignalKind::terminate()).map_err(ExecError::Signals)?;
+        let mut sighup = signal(SignalKind::hangup()).map_err(ExecError::Signals)?;
         loop {
             if self.cancelled.is_none() {
                 self.start_ready()?;
@@ -201,19 +211,20 @@ impl<'a> Executor<'a> {
                 _ = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {}
                 _ = sigint.recv() => self.on_signal(Signal(nix::sys::signal::Signal::SIGINT)),
                 _ = sigterm.recv() => self.on_signal(Signal(nix::sys::signal::Signal::SIGTERM)),
+                _ = sighup.recv() => self.on_signal(Signal(nix::sys::signal::Signal::SIGHUP)),
             }
         }
     }
 
     /// The run's outcome once nothing is running, or `None` while work remains.
     fn finished(&self) -> Option<RunOutcome> {
-        if let Some(sig) = self.cancelled {
-            return Some(RunOutcome::Interrupted { signal: sig.number() });
+        if self.steps.iter().all(|s| matches!(s.slot, Slot::Succeeded)) {
+            return Some(RunOutcome::Succeeded);
         }
         if self.steps.iter().any(|s| matches!(s.slot, Slot::Failed)) {
             return Some(RunOutcome::Failed);
         }
-        self.steps.iter().all(|s| matches!(s.slot, Slot::Succeeded)).then_some(RunOutcome::Succeeded)
+        self.cancelled.map(|sig| RunOutcome::Interrupted { signal: sig.number() })
     }
 
     fn next_wake(&self) -> Option<Instant> {
@@ -250,13 +261,16 @@ impl<'a> Executor<'a> {
     fn start_attempt(&mut self, index: usize, attempt: u32, redelivered: bool) -> Result<(), ExecError> {
         let issued = Instant::now();
         let step = Arc::clone(&self.steps[index].step);
-        let max_attempts = self.steps[index].budget_base + step.retry.attempts;
+        let max_attempts = self.steps[index].budget_base.saturating_add(step.retry.attempts);
         let stem = self.attempt_stem(&step, attempt);
         let files_err = |path: &Path, source| ExecError::Files { path: path.to_owned(), source };
         let dir = stem.parent().expect("stem has a parent");
         crate::store::create_private_dir(dir).map_err(|e| files_err(dir, e))?;
         let error_path = stem.with_extension("error.json");
         error_file::create_error_file(&error_path).map_err(|e| files_err(&error_path, e))?;
+        // The start is durable before the child exists.
+        let row = self.store.attempt_starting(&self.run_id, &step.name, attempt, redelivered, &stem)?;
+        let attempt_id = attempt_id(&self.run_id, row);
         let mut env: Vec<(String, String)> =
             self.flow.env.iter().chain(&step.env).map(|(k, v)| (k.clone(), v.clone())).collect();
         env.extend([
@@ -266,6 +280,7 @@ impl<'a> Executor<'a> {
             ("WAYMARK_ATTEMPT".to_owned(), attempt.to_string()),
             ("WAYMARK_MAX_ATTEMPTS".to_owned(), max_attempts.to_string()),
             ("WAYMARK_ERROR_FILE".to_owned(), error_path.display().to_string()),
+            (unix::ATTEMPT_ID_VAR.to_owned(), attempt_id.clone()),
         ]);
         let spec = AttemptSpec {
             step_index: index,
@@ -273,13 +288,16 @@ impl<'a> Executor<'a> {
             env,
             stdout_log: stem.with_extension("stdout"),
             stderr_log: stem.with_extension("stderr"),
+            attempt_id,
+            log_banner: redelivered.then(|| {
+                let at = humantime::format_rfc3339_seconds(SystemTime::now());
+                format!("==> waymark: attempt {attempt} redelivered at {at} <==")
+            }),
             issued,
         };
-        // The start is durable before the child exists.
-        let row = self.store.attempt_starting(&self.run_id, &step.name, attempt, redelivered, &stem)?;
         match attempt::spawn(&spec, &self.tx) {
             Ok(running) => {
-                let pid = running.pid;
+                let (pid, stderr_from) = (running.pid, running.stderr_from);
                 if let Err(e) = self.store.attempt_spawned(row, pid, unix::process_start_time(pid)) {
                     // Without its pid on record a later resume could not find this child: stop it.
                     unix::kill_group(pid);
@@ -296,10 +314,10 @@ impl<'a> Executor<'a> {
                 let deadline = step.timeout.map(|t| spec.issued + t);
                 let tx = self.tx.clone();
                 tokio::spawn(async move {
-                    let (end, io) = running.supervise(step, deadline, control_rx).await;
-                    let _ = tx.send(Msg::Done { step: index, end, io }).await;
+                    let (end, notes) = running.supervise(step, deadline, control_rx).await;
+                    let _ = tx.send(Msg::Done { step: index, end, notes }).await;
                 });
-                self.steps[index].slot = Slot::Running { attempt, row, pid, started: issued, control };
+                self.steps[index].slot = Slot::Running { attempt, row, pid, stderr_from, started: issued, control };
                 self.running += 1;
                 Ok(())
             }
@@ -312,8 +330,9 @@ impl<'a> Executor<'a> {
                     redelivered,
                     pid: 0,
                 });
+                let control = watch::channel(Control::Run).0;
                 self.steps[index].slot =
-                    Slot::Running { attempt, row, pid: 0, started: issued, control: watch::channel(Control::Run).0 };
+                    Slot::Running { attempt, row, pid: 0, stderr_from: 0, started: issued, control };
                 self.running += 1;
                 self.attempt_failed(index, Ending::NotStarted(why), None)
             }
@@ -327,13 +346,10 @@ impl<'a> Executor<'a> {
                 self.reporter.report(&Event::Output { step: name, stream, bytes });
                 Ok(())
             }
-            Msg::Done { step, end, io } => {
-                if let Err(e) = io {
-                    let stem = self.current_stem(step);
-                    self.reporter.report(&Event::Warning {
-                        step: Some(self.steps[step].step.name.clone()),
-                        message: format!("could not keep all output in the log files at {}: {e}", stem.display()),
-                    });
+            Msg::LogFailed { path, error } => Err(ExecError::Files { path, source: error }),
+            Msg::Done { step, end, notes } => {
+                for message in notes {
+                    self.reporter.report(&Event::Warning { step: Some(self.steps[step].step.name.clone()), message });
                 }
                 match end {
                     End::Exited(unix::ExitKind::Code(0)) => self.attempt_succeeded(step),
@@ -351,20 +367,13 @@ impl<'a> Executor<'a> {
         }
     }
 
-    fn current_stem(&self, index: usize) -> PathBuf {
-        let attempt = match self.steps[index].slot {
-            Slot::Running { attempt, .. } | Slot::Ready { attempt, .. } | Slot::Waiting { attempt, .. } => attempt,
-            _ => 0,
-        };
-        self.attempt_stem(&self.steps[index].step, attempt)
-    }
-
     /// Take the running slot of a step that just ended.
     fn take_running(&mut self, index: usize) -> (u32, i64, Duration) {
         self.running -= 1;
         match std::mem::replace(&mut self.steps[index].slot, Slot::Failed) {
-            Slot::Running { attempt, row, started, .. } => {
+            Slot::Running { attempt, row, started, stderr_from, .. } => {
                 self.steps[index].last_attempt = attempt;
+                self.steps[index].last_stderr_from = stderr_from;
                 (attempt, row, started.elapsed())
             }
             _ => unreachable!("a finished attempt belongs to a running step"),
@@ -405,7 +414,8 @@ impl<'a> Executor<'a> {
         let (attempt, row, elapsed) = self.take_running(index);
         let step = Arc::clone(&self.steps[index].step);
         let stem = self.attempt_stem(&step, attempt);
-        let stderr_tail = read_tail(&stem.with_extension("stderr"), STDERR_TAIL);
+        let from = self.steps[index].last_stderr_from;
+        let stderr_tail = read_tail(&stem.with_extension("stderr"), from, STDERR_TAIL);
         let evidence = Evidence {
             classes: &self.flow.classes,
             step_codes: &step.exit_codes,
@@ -449,7 +459,7 @@ impl<'a> Executor<'a> {
         self.reporter.report(&Event::AttemptFailed {
             step: step.name.clone(),
             attempt,
-            max_attempts: budget_base + step.retry.attempts,
+            max_attempts: budget_base.saturating_add(step.retry.attempts),
             error,
             elapsed,
             retry,
@@ -489,7 +499,7 @@ impl<'a> Executor<'a> {
                     step: s.step.name.clone(),
                     error,
                     attempts: s.last_attempt - s.budget_base,
-                    stderr_tail: read_tail(&stem.with_extension("stderr"), 4096),
+                    stderr_tail: read_tail(&stem.with_extension("stderr"), s.last_stderr_from, 4096),
                     log_dir: stem.parent().map(Path::to_owned).unwrap_or_default(),
                 })
             }),
@@ -500,14 +510,29 @@ impl<'a> Executor<'a> {
     }
 }
 
-/// The last `max` bytes of a file, lossily decoded; empty if it cannot be read.
-fn read_tail(path: &Path, max: u64) -> String {
+/// The last `max` bytes of a file after offset `from`, lossily decoded; empty if it cannot be read.
+fn read_tail(path: &Path, from: u64, max: u64) -> String {
     let Ok(mut f) = crate::fsutil::open_read_nofollow(path) else { return String::new() };
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    if len > max && f.seek(SeekFrom::Start(len - max)).is_err() {
+    let start = len.saturating_sub(max).max(from);
+    if f.seek(SeekFrom::Start(start)).is_err() {
         return String::new();
     }
     let mut buf = Vec::new();
     let _ = f.take(max).read_to_end(&mut buf);
     String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// The `WAYMARK_ATTEMPT_ID` of an attempt: unique per execution, inherited by all its processes.
+fn attempt_id(run_id: &str, row: i64) -> String {
+    format!("{run_id}.{row}")
+}
+
+/// Make sure an attempt that was in flight when its runner died is dead: its process group
+/// (checked against the recorded start time) and any of its processes that left the group.
+/// Returns a message for the user when something had to be killed.
+pub fn kill_leftovers(run_id: &str, step: &StepRecord) -> Option<String> {
+    let StepState::InFlight { attempt, row, pid, proc_start } = &step.state else { return None };
+    let killed = unix::kill_leftovers(*pid, *proc_start, &attempt_id(run_id, *row), Duration::from_secs(5));
+    (killed > 0).then(|| format!("killed {killed} leftover process(es) of attempt {attempt} from the previous runner"))
 }

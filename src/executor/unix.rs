@@ -4,6 +4,7 @@ use crate::flow::Signal;
 use nix::errno::Errno;
 use nix::sys::signal::{self, Signal as NixSignal};
 use nix::unistd::Pid;
+use std::time::Duration;
 
 /// Send `sig` to every process in group `pgid`. A group that is already gone is not an error.
 pub fn signal_group(pgid: u32, sig: NixSignal) {
@@ -89,6 +90,52 @@ pub fn kill_orphaned_group(pgid: u32, leader_start: Option<u64>) -> usize {
     } else {
         0
     }
+}
+
+/// The variable that tags every process of an attempt, inherited by all its descendants.
+pub const ATTEMPT_ID_VAR: &str = "WAYMARK_ATTEMPT_ID";
+
+/// Live processes whose environment holds `WAYMARK_ATTEMPT_ID=attempt_id`: an attempt's
+/// processes, including those that left its process group with setsid(). Reads `/proc`, so it is
+/// only called when something already looks wrong (not on every attempt).
+fn marked(attempt_id: &str) -> Vec<u32> {
+    let entry = format!("{ATTEMPT_ID_VAR}={attempt_id}");
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| *pid != me)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|var| var == entry.as_bytes()))
+        })
+        .filter(|pid| is_alive(*pid, None))
+        .collect()
+}
+
+/// SIGKILL every live process of an attempt found by its id; returns how many there were.
+pub fn kill_marked(attempt_id: &str) -> usize {
+    let pids = marked(attempt_id);
+    for pid in &pids {
+        if let Ok(raw) = i32::try_from(*pid) {
+            let _ = signal::kill(Pid::from_raw(raw), NixSignal::SIGKILL);
+        }
+    }
+    pids.len()
+}
+
+/// Kill what is left of a dead runner's attempt (its group, and its processes that left the
+/// group) and wait, up to `limit`, until they are gone. Returns how many processes were killed.
+pub fn kill_leftovers(pgid: Option<u32>, leader_start: Option<u64>, attempt_id: &str, limit: Duration) -> usize {
+    let mut killed = pgid.map_or(0, |pgid| kill_orphaned_group(pgid, leader_start));
+    killed += kill_marked(attempt_id);
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit
+        && (pgid.is_some_and(|g| kill_orphaned_group(g, leader_start) > 0) || !marked(attempt_id).is_empty())
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    killed
 }
 
 /// Whether a process with this pid and start time is alive (not a zombie).

@@ -182,7 +182,7 @@ mod tests {
     fn messages_name_the_real_problem() {
         let step = "[[step]]\nname = 'a'\nrun = ['true']\n";
         let errs = errors(&format!("{step}retry = {{ attempts = 5000000000 }}\n"));
-        assert!(errs[0].ends_with("`attempts` must be at most 4294967295"), "{errs:?}");
+        assert!(errs[0].ends_with("`attempts` must be at most 1000000"), "{errs:?}");
         let errs = errors(&format!("{step}timeout = inf\n"));
         assert!(errs[0].ends_with("a duration must be a finite number of seconds"), "{errs:?}");
         let errs = errors(&format!("[errors]\nA = []\nC = ['B']\nB = ['C']\n{step}"));

@@ -13,6 +13,9 @@ use toml::Spanned;
 
 /// Longest duration accepted anywhere: 100 years.
 pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 86_400 + 25 * 86_400);
+/// Most attempts a policy may allow: far more than any retry budget needs, and room to add the
+/// attempts of earlier budgets (`waymark resume` of a failed run) without overflow.
+pub const MAX_ATTEMPTS: u32 = 1_000_000;
 const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
 const DETECT_VALUES: [&str; 2] = ["auto", "none"];
 
@@ -281,9 +284,9 @@ impl Validator<'_> {
         let attempts = match &raw.attempts {
             None => DEFAULT_ATTEMPTS,
             Some(a) => match u32::try_from(*a.get_ref()) {
-                Ok(n) if n >= 1 => n,
+                Ok(n) if (1..=MAX_ATTEMPTS).contains(&n) => n,
                 _ if *a.get_ref() >= 1 => {
-                    self.error(a.span(), &format!("`attempts` must be at most {}", u32::MAX)).label =
+                    self.error(a.span(), &format!("`attempts` must be at most {MAX_ATTEMPTS}")).label =
                         "out of range".into();
                     1
                 }

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 #[derive(Debug)]
 pub struct FlowLock {
     file: File,
+    /// When this runner took the lock.
+    since: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -58,7 +60,11 @@ impl FlowLock {
             }
             Err(TryLockError::Error(e)) => return Err(io(e)),
         }
-        Ok(FlowLock { file })
+        let mut lock =
+            FlowLock { file, since: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string() };
+        // Say who holds it at once; the run id follows once the run is chosen.
+        lock.write_holder(&format!("pid {}, started {}", std::process::id(), lock.since));
+        Ok(lock)
     }
 
     /// Whether a live runner holds the lock of `flow` (checked without creating anything).
@@ -72,10 +78,13 @@ impl FlowLock {
 
     /// Say who holds the lock, for a second runner's message.
     pub fn describe_holder(&mut self, run_id: &str) {
-        let started = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
-        let text = format!("run {run_id}, pid {}, started {started}\n", std::process::id());
+        let text = format!("run {run_id}, pid {}, started {}", std::process::id(), self.since);
+        self.write_holder(&text);
+    }
+
+    fn write_holder(&mut self, text: &str) {
         let _ = self.file.set_len(0);
         let _ = self.file.rewind();
-        let _ = self.file.write_all(text.as_bytes());
+        let _ = self.file.write_all(format!("{text}\n").as_bytes());
     }
 }

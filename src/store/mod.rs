@@ -70,6 +70,8 @@ pub enum StepState {
     /// An attempt was running when its runner stopped.
     InFlight {
         attempt: u32,
+        /// The attempt's row: with the run id, its `WAYMARK_ATTEMPT_ID`.
+        row: i64,
         pid: Option<u32>,
         proc_start: Option<u64>,
     },

@@ -284,6 +284,7 @@ impl SqliteStore {
                     },
                     "running" => StepState::InFlight {
                         attempt: r.get::<_, Option<u32>>("a_attempt")?.unwrap_or(1),
+                        row: r.get::<_, Option<i64>>("current_row")?.unwrap_or(0),
                         pid: r.get("a_pid")?,
                         proc_start: r.get::<_, Option<i64>>("a_start")?.map(|v| v as u64),
                     },
