@@ -123,7 +123,9 @@ fn one_runner_per_flow_exit_3_or_wait() {
             .and(predicate::str::contains(format!("pid {pid}, started ")))
             .and(predicate::str::contains("--wait")),
     );
-    let waiter = env.spawn(&["run", "--wait", "flow.toml"]);
+    let (waiter, said) = env.spawn_watched(&["run", "--wait", "flow.toml"]);
+    wait_until("the second runner to wait for the lock", || said.lock().unwrap().contains("waiting for it to finish"));
+    assert_eq!(env.count("started"), 1, "the waiting runner has not started anything");
     env.write("release", "");
     let out = finish(first);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -400,4 +402,104 @@ fn looking_creates_no_state() {
     env.cmd(&["status"]).assert().code(2).stderr(predicate::str::contains("no runs yet"));
     env.cmd(&["logs", "abc", "s"]).assert().code(2).stderr(predicate::str::contains("no run with id `abc`"));
     assert!(!env.state().exists());
+}
+
+#[test]
+fn resume_kills_a_dead_runners_processes_that_left_their_group() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        r#"name = 'escaped'
+[[step]]
+name = 'b'
+shell = 'echo x >> b.log; if [ $(wc -l < b.log) -ge 2 ]; then exit 0; fi; setsid sleep 300 & p=$!; echo $p > esc; until [ "$(cut -d" " -f5 /proc/$p/stat)" = $p ]; do sleep 0.01; done; echo ready > ready; wait'
+"#,
+    );
+    let runner = env.spawn(&["run", "flow.toml"]);
+    env.wait_for_lines("ready", 1);
+    kill(runner.id(), "KILL");
+    let _ = finish(runner);
+    let escaped = read_pid(&env.path("esc"));
+    assert!(alive(escaped));
+    env.cmd(&["run", "flow.toml"])
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("killed 2 leftover process(es) of attempt 1 from the previous runner"));
+    assert!(!alive(escaped), "found by its WAYMARK_ATTEMPT_ID although it left the process group");
+}
+
+#[test]
+fn fresh_kills_the_abandoned_runs_attempt() {
+    let env = Env::new();
+    env.write("flow.toml", "name = 'fresh'\n[[step]]\nname = 's'\nshell = 'if [ -e pid ]; then exit 0; fi; echo $$ > pid; exec sleep 300'\n");
+    let runner = env.spawn(&["run", "flow.toml"]);
+    env.wait_for_lines("pid", 1);
+    kill(runner.id(), "KILL");
+    let _ = finish(runner);
+    let old = read_pid(&env.path("pid"));
+    assert!(alive(old));
+    env.cmd(&["run", "--fresh", "flow.toml"])
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("killed 1 leftover process(es)").and(predicate::str::contains("abandoned")));
+    assert!(!alive(old));
+}
+
+#[test]
+fn a_redelivered_attempt_is_judged_by_its_own_output_only() {
+    let env = Env::new();
+    // The first execution prints a traceback and is lost with its runner; the redelivered one
+    // exits 1 silently, which must not be taken for the old ValueError.
+    env.write(
+        "flow.toml",
+        r#"name = 'redeliver'
+[[step]]
+name = 's'
+shell = 'if [ ! -e once ]; then touch once; printf "Traceback (most recent call last):\n  File \"x\", line 1, in <module>\nValueError: old\n" >&2; echo $$ > pid; exec sleep 300; fi; exit 1'
+retry = { attempts = 2, exception_types = ["SubprocessError"] }
+"#,
+    );
+    let runner = env.spawn(&["run", "flow.toml"]);
+    env.wait_for_lines("pid", 1);
+    kill(runner.id(), "KILL");
+    let _ = finish(runner);
+    env.cmd(&["run", "flow.toml"]).assert().code(1).stderr(
+        predicate::str::contains("s: attempt 1/2 failed: CalledProcessError")
+            .and(predicate::str::contains("s: attempt 2/2 failed: CalledProcessError"))
+            .and(predicate::str::contains("ValueError").not()),
+    );
+    let run = json(&env, &["history", "--json"])[0]["id"].as_str().unwrap().to_owned();
+    env.cmd(&["logs", &run, "s", "--attempt", "1", "--stream", "stderr"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("ValueError: old\n\n==> waymark: attempt 1 redelivered at "));
+}
+
+#[test]
+fn output_that_cannot_be_logged_stops_the_run_with_4() {
+    if !privileged_ok("the full-log test") {
+        return;
+    }
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'loud'\n[[step]]\nname = 'loud'\nshell = 'head -c 4000000 /dev/zero; echo x >> ran'\n",
+    );
+    let bin = assert_cmd::cargo::cargo_bin("waymark");
+    let script = format!(
+        "set -u; mkdir -p state; mount -t tmpfs -o size=1m tmpfs state || exit 99; \
+         {bin} run --quiet flow.toml 2> first.err; echo $? > first.code; {bin} status loud --json > status.json",
+        bin = bin.display()
+    );
+    let status = std::process::Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .current_dir(env.dir.path())
+        .env("WAYMARK_STATE_DIR", env.state())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(env.read("first.code").trim(), "4", "{}", env.read("first.err"));
+    assert!(env.read("first.err").contains("cannot write attempt files at"), "{}", env.read("first.err"));
+    let status: Value = serde_json::from_str(&env.read("status.json")).unwrap();
+    assert_eq!(status["steps"][0]["state"], "running", "the attempt stays in flight, to be redelivered");
 }

@@ -90,7 +90,7 @@ fn step_exit_codes_win_over_flow_exit_codes() {
 fn timeouts_are_not_retried_unless_listed() {
     let step = |types: &str| {
         format!(
-            "[[step]]\nname = 'slow'\nshell = 'echo x >> runs; exec sleep 30'\ntimeout = 0.3\nkill_grace = 0\nretry = {{ attempts = 3{types} }}\n"
+            "[[step]]\nname = 'slow'\nshell = 'echo x >> runs; exec sleep 30'\ntimeout = 1.5\nkill_grace = 0\nretry = {{ attempts = 3{types} }}\n"
         )
     };
     let env = Env::new();
@@ -98,7 +98,7 @@ fn timeouts_are_not_retried_unless_listed() {
     env.cmd(&["run", "flow.toml"])
         .assert()
         .code(1)
-        .stderr(predicate::str::contains("ActionTimeout(BaseException): timed out after 300ms"));
+        .stderr(predicate::str::contains("ActionTimeout(BaseException): timed out after 1s 500ms"));
     assert_eq!(env.count("runs"), 1);
 
     let env = Env::new();
@@ -112,7 +112,7 @@ fn timeout_kills_the_whole_process_group() {
     let env = Env::new();
     flow(
         &env,
-        "[[step]]\nname = 'bg'\nshell = 'sleep 300 & echo $! > bgpid; wait'\ntimeout = 0.5\nkill_grace = '100ms'\n",
+        "[[step]]\nname = 'bg'\nshell = 'sleep 300 & echo $! > bgpid; wait'\ntimeout = 2\nkill_grace = '100ms'\n",
     );
     env.cmd(&["run", "flow.toml"]).assert().code(1).stderr(predicate::str::contains("ActionTimeout"));
     let pid = read_pid(&env.path("bgpid"));
@@ -122,12 +122,15 @@ fn timeout_kills_the_whole_process_group() {
 #[test]
 fn kill_grace_escalates_to_sigkill() {
     let env = Env::new();
-    // The shell ignores SIGTERM; only SIGKILL after the grace period stops it.
+    // The shell ignores SIGTERM; only SIGKILL, a grace period after the timeout, stops it.
     flow(
         &env,
-        "[[step]]\nname = 'stubborn'\nshell = 'trap \"\" TERM; echo $$ > pid; while :; do sleep 0.05; done'\ntimeout = 0.3\nkill_grace = 0.3\n",
+        "[[step]]\nname = 'stubborn'\nshell = 'trap \"\" TERM; echo $$ > pid; while :; do sleep 0.05; done'\ntimeout = 1\nkill_grace = 1.5\n",
     );
+    let start = std::time::Instant::now();
     env.cmd(&["run", "flow.toml"]).assert().code(1).stderr(predicate::str::contains("ActionTimeout"));
+    // A lower bound only: SIGKILL did not come before the grace period was over.
+    assert!(start.elapsed() >= std::time::Duration::from_millis(2500), "{:?}", start.elapsed());
     assert!(!alive(read_pid(&env.path("pid"))));
 }
 
@@ -359,4 +362,79 @@ fn a_huge_line_without_newline_is_logged_whole_and_shown_in_pieces() {
     let id = runs[0]["id"].as_str().unwrap().to_owned();
     let log = env.state().join("logs").join(id).join("big").join("attempt-1.stdout");
     assert_eq!(std::fs::metadata(log).unwrap().len(), 3_000_000);
+}
+
+/// Start `sleep 300` in a session of its own (holding the step's output) and wait until it is
+/// out of the step's process group; its pid goes to `esc`.
+const ESCAPE: &str =
+    r#"setsid sleep 300 & p=$!; echo $p > esc; until [ "$(cut -d" " -f5 /proc/$p/stat)" = $p ]; do sleep 0.01; done"#;
+
+#[test]
+fn a_process_that_leaves_the_group_is_found_and_killed() {
+    let env = Env::new();
+    // `setsid` puts the sleep in a session (and group) of its own, still holding the output pipe.
+    flow(&env, &format!("[[step]]\nname = 'escape'\nshell = '{ESCAPE}; echo started'\n"));
+    env.cmd(&["run", "flow.toml"])
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("killed 1 process(es) of this attempt that had left its process group"));
+    wait_until("the escaped process to die", || !alive(read_pid(&env.path("esc"))));
+}
+
+#[test]
+fn a_timeout_is_enforced_even_when_an_escaped_process_holds_the_output() {
+    let env = Env::new();
+    flow(
+        &env,
+        &format!("[[step]]\nname = 'escape'\nshell = '{ESCAPE}; exec sleep 300'\ntimeout = 1\nkill_grace = 0\n"),
+    );
+    env.cmd(&["run", "flow.toml"]).assert().code(1).stderr(predicate::str::contains("ActionTimeout"));
+    wait_until("the escaped process to die", || !alive(read_pid(&env.path("esc"))));
+}
+
+#[test]
+fn sighup_is_forwarded_like_sigterm() {
+    let env = Env::new();
+    flow(&env, "[[step]]\nname = 'held'\nshell = 'echo $$ > pid; exec sleep 300'\n");
+    let child = env.spawn(&["run", "flow.toml"]);
+    env.wait_for_lines("pid", 1);
+    kill(child.id(), "HUP");
+    let out = finish(child);
+    assert_eq!(out.status.code(), Some(129), "{}", stderr(&out));
+    assert!(!alive(read_pid(&env.path("pid"))));
+}
+
+#[test]
+fn an_invalid_flow_is_reported_before_the_state_directory_is_touched() {
+    let env = Env::new();
+    flow(&env, "[[step]]\nname = 'a'\n");
+    env.write("file", "");
+    env.cmd(&["--state-dir", "file/state", "run", "flow.toml"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("has nothing to run"));
+}
+
+#[test]
+fn a_relative_state_dir_still_gives_children_a_usable_error_file() {
+    let env = Env::new();
+    env.write(
+        "sub/flow.toml",
+        "[[step]]\nname = 'report'\nshell = 'echo \"{\\\"type\\\": \\\"ConnectionResetError\\\"}\" > \"$WAYMARK_ERROR_FILE\"; exit 1'\n",
+    );
+    env.cmd(&["--state-dir", "relstate", "run", "sub/flow.toml"]).assert().code(1).stderr(
+        predicate::str::contains("ConnectionResetError(ConnectionError").and(predicate::str::contains("[error file]")),
+    );
+}
+
+#[test]
+fn a_script_whose_interpreter_is_missing_says_so() {
+    let env = Env::new();
+    env.write("job.sh", "#!/no/such/interpreter\necho hi\n");
+    std::process::Command::new("chmod").args(["+x", env.path("job.sh").to_str().unwrap()]).status().unwrap();
+    flow(&env, "[[step]]\nname = 'job'\nrun = ['./job.sh']\n");
+    env.cmd(&["run", "flow.toml"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("cannot execute `./job.sh`: its #! interpreter"));
 }

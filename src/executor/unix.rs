@@ -54,20 +54,16 @@ fn stat_fields(stat: &str) -> Option<Vec<&str>> {
     Some(after.split_whitespace().collect())
 }
 
-/// Kill what is left of a dead runner's attempt in group `pgid`, whose leader (pid == pgid) started
-/// at `leader_start`. The group is ours if its leader is alive with that start time, or if the
-/// leader is gone but members remain (the kernel does not reuse a pid while it names a live group).
-/// Returns how many live processes the group had.
-pub fn kill_orphaned_group(pgid: u32, leader_start: Option<u64>) -> usize {
+/// Live processes of a dead runner's attempt in group `pgid`, whose leader (pid == pgid) started
+/// at `leader_start`. The group is the attempt's if its leader is alive with that start time, or
+/// if the leader is gone but members remain (the kernel does not reuse a pid while it names a
+/// live group). Empty when the group is gone or belongs to someone else now.
+fn orphaned_group(pgid: u32, leader_start: Option<u64>) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         // No /proc: trust the pgid only if the leader still lives.
-        if is_alive(pgid, None) {
-            kill_group(pgid);
-            return 1;
-        }
-        return 0;
+        return if is_alive(pgid, leader_start) { vec![pgid] } else { Vec::new() };
     };
-    let mut members = 0;
+    let mut members = Vec::new();
     let mut leader_matches = None;
     for entry in dir.flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
@@ -78,18 +74,13 @@ pub fn kill_orphaned_group(pgid: u32, leader_start: Option<u64>) -> usize {
         if pgrp != Some(pgid) || fields.first() == Some(&"Z") {
             continue;
         }
-        members += 1;
+        members.push(pid);
         if pid == pgid {
             let start: Option<u64> = fields.get(19).and_then(|s| s.parse().ok());
             leader_matches = Some(leader_start.is_none() || start == leader_start);
         }
     }
-    if members > 0 && leader_matches != Some(false) {
-        kill_group(pgid);
-        members
-    } else {
-        0
-    }
+    if leader_matches == Some(false) { Vec::new() } else { members }
 }
 
 /// The variable that tags every process of an attempt, inherited by all its descendants.
@@ -125,17 +116,28 @@ pub fn kill_marked(attempt_id: &str) -> usize {
 }
 
 /// Kill what is left of a dead runner's attempt (its group, and its processes that left the
-/// group) and wait, up to `limit`, until they are gone. Returns how many processes were killed.
+/// group) and wait, up to `limit`, until they are gone. Returns how many processes there were.
 pub fn kill_leftovers(pgid: Option<u32>, leader_start: Option<u64>, attempt_id: &str, limit: Duration) -> usize {
-    let mut killed = pgid.map_or(0, |pgid| kill_orphaned_group(pgid, leader_start));
-    killed += kill_marked(attempt_id);
+    let find = || {
+        let mut pids = pgid.map_or_else(Vec::new, |g| orphaned_group(g, leader_start));
+        pids.extend(marked(attempt_id));
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    };
+    let leftovers = find();
     let start = std::time::Instant::now();
-    while start.elapsed() < limit
-        && (pgid.is_some_and(|g| kill_orphaned_group(g, leader_start) > 0) || !marked(attempt_id).is_empty())
-    {
+    let mut left = leftovers.clone();
+    while !left.is_empty() && start.elapsed() < limit {
+        for pid in &left {
+            if let Ok(raw) = i32::try_from(*pid) {
+                let _ = signal::kill(Pid::from_raw(raw), NixSignal::SIGKILL);
+            }
+        }
         std::thread::sleep(Duration::from_millis(10));
+        left = find();
     }
-    killed
+    leftovers.len()
 }
 
 /// Whether a process with this pid and start time is alive (not a zombie).

@@ -49,13 +49,12 @@ impl FlowLock {
         }
         match result {
             Ok(()) => {}
-            Err(TryLockError::WouldBlock) if wait => file.lock().map_err(io)?,
+            Err(TryLockError::WouldBlock) if wait => {
+                eprintln!("waymark: flow `{flow}` is already running ({}); waiting for it to finish", holder(&mut file));
+                file.lock().map_err(io)?
+            }
             Err(TryLockError::WouldBlock) => {
-                let mut holder = String::new();
-                let _ = file.read_to_string(&mut holder);
-                let holder = holder.trim();
-                let holder =
-                    if holder.is_empty() { "another waymark holds its lock".to_owned() } else { holder.to_owned() };
+                let holder = holder(&mut file);
                 return Err(LockError::Held { flow: flow.to_owned(), holder });
             }
             Err(TryLockError::Error(e)) => return Err(io(e)),
@@ -86,5 +85,15 @@ impl FlowLock {
         let _ = self.file.set_len(0);
         let _ = self.file.rewind();
         let _ = self.file.write_all(format!("{text}\n").as_bytes());
+    }
+}
+
+/// Who holds a lock, as its holder wrote it.
+fn holder(file: &mut File) -> String {
+    let mut text = String::new();
+    let _ = file.read_to_string(&mut text);
+    match text.trim() {
+        "" => "another waymark holds its lock".to_owned(),
+        t => t.to_owned(),
     }
 }

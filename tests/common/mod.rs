@@ -47,7 +47,11 @@ impl Env {
     /// `waymark ARGS` in the temp dir with its own state dir.
     pub fn cmd(&self, args: &[&str]) -> assert_cmd::Command {
         let mut c = assert_cmd::Command::cargo_bin("waymark").unwrap();
-        c.current_dir(self.dir.path()).env("WAYMARK_STATE_DIR", self.state()).env_remove("XDG_STATE_HOME").args(args);
+        c.current_dir(self.dir.path())
+            .env("WAYMARK_STATE_DIR", self.state())
+            .env_remove("XDG_STATE_HOME")
+            .args(args)
+            .timeout(PATIENCE);
         c
     }
 
@@ -62,6 +66,26 @@ impl Env {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap()
+    }
+
+    /// Start `waymark ARGS` in the background; its stderr is collected as it comes, for tests that
+    /// wait for a message.
+    pub fn spawn_watched(&self, args: &[&str]) -> (Child, std::sync::Arc<std::sync::Mutex<String>>) {
+        use std::io::Read;
+        let mut child = self.spawn(args);
+        let mut stderr = child.stderr.take().unwrap();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = std::sync::Arc::clone(&seen);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stderr.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        (child, seen)
     }
 
     /// Wait until `name` exists and holds at least `lines` lines.
