@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant, SystemTime};
 use waymark::classify::{ErrorSource, ErrorValue};
 use waymark::flow::parse;
-use waymark::store::{AttemptOutcome, AttemptResult, RunLog, SqliteStore, StepUpdate};
+use waymark::store::{AttemptOutcome, AttemptResult, RunLog, SqliteStore, StepUpdate, Store};
 
 fn main() {
     let n: u32 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(3000);

@@ -4,7 +4,7 @@ use super::{CliError, EXIT_OK, open_store, read_store};
 use crate::cli::StreamArg;
 use crate::flow::Flow;
 use crate::store::lock::FlowLock;
-use crate::store::{RunRecord, RunStatus, StepState, StoreError};
+use crate::store::{RunRecord, RunStatus, StepState, Store, StoreError};
 use serde_json::{Value, json};
 use std::io::Write;
 use std::path::Path;
@@ -68,7 +68,7 @@ pub fn history(state: &Path, flow: Option<&str>, limit: usize, json: bool) -> Re
 }
 
 /// A run by id, or the newest run of a flow, or the newest run of all.
-fn find_run(store: &crate::store::SqliteStore, target: Option<&str>) -> Result<RunRecord, CliError> {
+fn find_run(store: &dyn Store, target: Option<&str>) -> Result<RunRecord, CliError> {
     match target {
         Some(t) => match store.run(t) {
             Ok(r) => Ok(r),
@@ -89,7 +89,7 @@ fn find_run(store: &crate::store::SqliteStore, target: Option<&str>) -> Result<R
 
 pub fn status(state: &Path, target: Option<&str>, json: bool) -> Result<i32, CliError> {
     let store = read_store(state)?;
-    let run = find_run(&store, target)?;
+    let run = find_run(store.as_ref(), target)?;
     let flow: Option<Flow> = serde_json::from_str(&run.definition).ok();
     let steps = store.steps(&run.id)?;
     // A run recorded as running whose runner is gone (killed, or the machine rebooted).

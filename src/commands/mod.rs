@@ -9,7 +9,7 @@ mod run;
 use crate::cli::{Cli, Command};
 use crate::flow::LoadError;
 use crate::store::lock::LockError;
-use crate::store::{SqliteStore, StoreError};
+use crate::store::{SqliteStore, Store, StoreError};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
@@ -106,13 +106,13 @@ fn state_dir(cli_flag: Option<&std::path::Path>) -> Result<PathBuf, CliError> {
     Ok(dir)
 }
 
-fn open_store(dir: &std::path::Path) -> Result<SqliteStore, CliError> {
-    Ok(SqliteStore::open(dir)?)
+fn open_store(dir: &std::path::Path) -> Result<Box<dyn Store>, CliError> {
+    Ok(Box::new(SqliteStore::open(dir)?))
 }
 
 /// The store for commands that only look: never creates one.
-fn read_store(dir: &std::path::Path) -> Result<SqliteStore, CliError> {
-    Ok(SqliteStore::open_for_reading(dir)?)
+fn read_store(dir: &std::path::Path) -> Result<Box<dyn Store>, CliError> {
+    Ok(Box::new(SqliteStore::open_for_reading(dir)?))
 }
 
 /// Run the parsed command line.

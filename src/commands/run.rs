@@ -5,7 +5,7 @@ use crate::executor::{ExecError, Executor, RunOutcome, RunSpec, kill_leftovers};
 use crate::flow::{self, Flow};
 use crate::reporter::PlainReporter;
 use crate::store::lock::FlowLock;
-use crate::store::{RunRecord, RunStatus, SqliteStore, create_private_dir};
+use crate::store::{RunRecord, RunStatus, Store, create_private_dir};
 use anyhow::Context;
 use std::path::Path;
 use std::sync::Arc;
@@ -81,14 +81,14 @@ pub fn resume(state: &Path, run_id: &str, wait: bool, quiet: bool) -> Result<i32
 
 fn execute(
     state: &Path,
-    mut store: SqliteStore,
+    mut store: Box<dyn Store>,
     mut lock: FlowLock,
     record: &RunRecord,
     resumed: bool,
     quiet: bool,
 ) -> Result<i32, CliError> {
     let flow: Flow = serde_json::from_str(&record.definition).with_context(|| {
-        format!("the recorded definition of run {} in {} cannot be read", record.id, store.path().display())
+        format!("the recorded definition of run {} in {} cannot be read", record.id, store.location().display())
     })?;
     lock.describe_holder(&record.id);
     let steps = store.steps(&record.id)?;
@@ -98,7 +98,7 @@ fn execute(
     let mut reporter = PlainReporter::new(quiet);
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
-    let outcome = runtime.block_on(Executor::new(spec, &mut store, &mut reporter).run());
+    let outcome = runtime.block_on(Executor::new(spec, store.as_mut(), &mut reporter).run());
     // Only once the runtime (and every attempt task in it) is gone may another runner take over.
     drop(runtime);
     drop(lock);

@@ -185,6 +185,31 @@ pub trait RunLog {
     fn run_finished(&mut self, run_id: &str, status: RunStatus, failed_step: Option<&str>) -> Result<(), StoreError>;
 }
 
+/// Everything else the commands need of a store: choosing, claiming and reading runs back. The
+/// embedded [`SqliteStore`] implements it; a shared database for fleets of hosts can too.
+pub trait Store: RunLog {
+    /// Where the state lives, for messages.
+    fn location(&self) -> &std::path::Path;
+    /// Record a new run of `flow`, all steps pending, owned by this process.
+    fn create_run(&mut self, flow: &crate::flow::Flow, source_hash: &str) -> Result<RunRecord, StoreError>;
+    fn run(&self, id: &str) -> Result<RunRecord, StoreError>;
+    /// The newest run of `flow` that a new `waymark run` should resume.
+    fn find_resumable(&self, flow: &str) -> Result<Option<RunRecord>, StoreError>;
+    /// Runs, newest first, optionally of one flow.
+    fn list_runs(&self, flow: Option<&str>, limit: usize) -> Result<Vec<RunRecord>, StoreError>;
+    /// Each step's recorded state, in flow order.
+    fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError>;
+    /// Every attempt of a run (or of one of its steps), oldest first.
+    fn attempts(&self, run_id: &str, step: Option<&str>) -> Result<Vec<AttemptRecord>, StoreError>;
+    /// Take over a run in this process: status `running`, our pid and host.
+    fn claim(&mut self, run_id: &str) -> Result<(), StoreError>;
+    /// Give failed steps a fresh attempt budget (for `waymark resume` of a failed run).
+    fn reopen_failed(&mut self, run_id: &str) -> Result<(), StoreError>;
+    fn set_status(&mut self, run_id: &str, status: RunStatus) -> Result<(), StoreError>;
+    /// Delete finished runs that ended before `cutoff`; returns their ids.
+    fn gc(&mut self, cutoff: SystemTime) -> Result<Vec<String>, StoreError>;
+}
+
 /// Milliseconds since the epoch, as stored.
 pub fn to_millis(t: SystemTime) -> i64 {
     match t.duration_since(SystemTime::UNIX_EPOCH) {

@@ -146,10 +146,6 @@ impl SqliteStore {
         StoreError::Sql { path: self.path.clone(), source }
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Run `f` in a transaction; `durable` commits with a full sync.
     fn write<T>(
         &mut self,
@@ -173,8 +169,30 @@ impl SqliteStore {
         result.map_err(|e| self.sql(e))
     }
 
-    /// Record a new run of `flow`, all steps pending, owned by this process.
-    pub fn create_run(&mut self, flow: &Flow, source_hash: &str) -> Result<RunRecord, StoreError> {
+    fn run_from_row(r: &rusqlite::Row) -> rusqlite::Result<RunRecord> {
+        let status: String = r.get("status")?;
+        Ok(RunRecord {
+            id: r.get("id")?,
+            flow: r.get("flow")?,
+            flow_path: PathBuf::from(r.get::<_, String>("flow_path")?),
+            definition: r.get("definition")?,
+            source_hash: r.get("source_hash")?,
+            status: RunStatus::parse(&status).unwrap_or(RunStatus::Failed),
+            started_at: from_millis(r.get("started_at")?),
+            ended_at: r.get::<_, Option<i64>>("ended_at")?.map(from_millis),
+            pid: r.get("pid")?,
+            host: r.get("host")?,
+            failed_step: r.get("failed_step")?,
+        })
+    }
+}
+
+impl Store for SqliteStore {
+    fn location(&self) -> &Path {
+        &self.path
+    }
+
+    fn create_run(&mut self, flow: &Flow, source_hash: &str) -> Result<RunRecord, StoreError> {
         let definition = serde_json::to_string(flow).map_err(|e| StoreError::Corrupt {
             path: self.path.clone(),
             what: format!("cannot serialize the flow: {e}"),
@@ -214,24 +232,7 @@ impl SqliteStore {
         self.run(&id)
     }
 
-    fn run_from_row(r: &rusqlite::Row) -> rusqlite::Result<RunRecord> {
-        let status: String = r.get("status")?;
-        Ok(RunRecord {
-            id: r.get("id")?,
-            flow: r.get("flow")?,
-            flow_path: PathBuf::from(r.get::<_, String>("flow_path")?),
-            definition: r.get("definition")?,
-            source_hash: r.get("source_hash")?,
-            status: RunStatus::parse(&status).unwrap_or(RunStatus::Failed),
-            started_at: from_millis(r.get("started_at")?),
-            ended_at: r.get::<_, Option<i64>>("ended_at")?.map(from_millis),
-            pid: r.get("pid")?,
-            host: r.get("host")?,
-            failed_step: r.get("failed_step")?,
-        })
-    }
-
-    pub fn run(&self, id: &str) -> Result<RunRecord, StoreError> {
+    fn run(&self, id: &str) -> Result<RunRecord, StoreError> {
         self.conn
             .query_row("SELECT * FROM runs WHERE id = ?1", [id], Self::run_from_row)
             .optional()
@@ -239,8 +240,7 @@ impl SqliteStore {
             .ok_or_else(|| StoreError::NoSuchRun(id.to_owned()))
     }
 
-    /// The newest run of `flow` that a new `waymark run` should resume.
-    pub fn find_resumable(&self, flow: &str) -> Result<Option<RunRecord>, StoreError> {
+    fn find_resumable(&self, flow: &str) -> Result<Option<RunRecord>, StoreError> {
         self.conn
             .query_row(
                 "SELECT * FROM runs WHERE flow = ?1 AND status IN ('running', 'interrupted') ORDER BY seq DESC LIMIT 1",
@@ -251,8 +251,7 @@ impl SqliteStore {
             .map_err(|e| self.sql(e))
     }
 
-    /// Runs, newest first, optionally of one flow.
-    pub fn list_runs(&self, flow: Option<&str>, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
+    fn list_runs(&self, flow: Option<&str>, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let mut stmt = self
             .conn
@@ -262,8 +261,7 @@ impl SqliteStore {
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }
 
-    /// Each step's recorded state, in flow order.
-    pub fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError> {
+    fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError> {
         let mut stmt = self
             .conn
             .prepare(
@@ -304,8 +302,7 @@ impl SqliteStore {
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }
 
-    /// Every attempt of a run (or of one of its steps), oldest first.
-    pub fn attempts(&self, run_id: &str, step: Option<&str>) -> Result<Vec<AttemptRecord>, StoreError> {
+    fn attempts(&self, run_id: &str, step: Option<&str>) -> Result<Vec<AttemptRecord>, StoreError> {
         let mut stmt = self
             .conn
             .prepare("SELECT * FROM attempts WHERE run_id = ?1 AND (?2 IS NULL OR step = ?2) ORDER BY row")
@@ -330,8 +327,7 @@ impl SqliteStore {
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }
 
-    /// Take over a run in this process: status `running`, our pid and host.
-    pub fn claim(&mut self, run_id: &str) -> Result<(), StoreError> {
+    fn claim(&mut self, run_id: &str) -> Result<(), StoreError> {
         let host = host_name();
         self.write(true, |tx| {
             tx.execute(
@@ -347,8 +343,7 @@ impl SqliteStore {
         })
     }
 
-    /// Give failed steps a fresh attempt budget (for `waymark resume` of a failed run).
-    pub fn reopen_failed(&mut self, run_id: &str) -> Result<(), StoreError> {
+    fn reopen_failed(&mut self, run_id: &str) -> Result<(), StoreError> {
         self.write(true, |tx| {
             tx.execute(
                 "UPDATE steps SET state = 'pending', budget_base = attempts_used, ended_at = NULL
@@ -359,7 +354,7 @@ impl SqliteStore {
         })
     }
 
-    pub fn set_status(&mut self, run_id: &str, status: RunStatus) -> Result<(), StoreError> {
+    fn set_status(&mut self, run_id: &str, status: RunStatus) -> Result<(), StoreError> {
         self.write(true, |tx| {
             tx.execute(
                 "UPDATE runs SET status = ?2, ended_at = ?3 WHERE id = ?1",
@@ -369,8 +364,7 @@ impl SqliteStore {
         })
     }
 
-    /// Delete finished runs that ended before `cutoff`; returns their ids.
-    pub fn gc(&mut self, cutoff: SystemTime) -> Result<Vec<String>, StoreError> {
+    fn gc(&mut self, cutoff: SystemTime) -> Result<Vec<String>, StoreError> {
         let cutoff = to_millis(cutoff);
         self.write(true, |tx| {
             let ids: Vec<String> = {
@@ -468,4 +462,61 @@ impl RunLog for SqliteStore {
 /// This machine's name, for the record.
 pub fn host_name() -> String {
     nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "unknown".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(outcome: AttemptOutcome) -> AttemptResult {
+        AttemptResult { outcome, exit_code: Some(1), signal: None, error: None, ended_at: SystemTime::now() }
+    }
+
+    #[test]
+    fn steps_go_through_their_states_and_survive_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let (flow, _) = crate::flow::parse(
+            "name = 'f'\n[[step]]\nname = 'a'\nrun = ['true']\n[[step]]\nname = 'b'\nrun = ['true']\nretry = {}\n",
+            &dir.path().join("f.toml"),
+        )
+        .unwrap();
+        let mut store = SqliteStore::open(dir.path()).unwrap();
+        let run = store.create_run(&flow, "hash").unwrap();
+        assert_eq!(store.find_resumable("f").unwrap().unwrap().id, run.id);
+        let stem = dir.path().join("x");
+
+        let row = store.attempt_starting(&run.id, "a", 1, false, &stem).unwrap();
+        store.attempt_spawned(row, 4242, Some(7)).unwrap();
+        let steps = store.steps(&run.id).unwrap();
+        assert_eq!(steps[0].state, StepState::InFlight { attempt: 1, row, pid: Some(4242), proc_start: Some(7) });
+        store.attempt_finished(row, &result(AttemptOutcome::Succeeded), &StepUpdate::Succeeded).unwrap();
+
+        let row = store.attempt_starting(&run.id, "b", 1, false, &stem).unwrap();
+        let wake_at = from_millis(to_millis(SystemTime::now()) + 60_000);
+        store
+            .attempt_finished(row, &result(AttemptOutcome::Failed), &StepUpdate::Waiting { next_attempt: 2, wake_at })
+            .unwrap();
+        drop(store);
+
+        let mut store = SqliteStore::open(dir.path()).unwrap();
+        let steps = store.steps(&run.id).unwrap();
+        assert_eq!(steps[0].state, StepState::Succeeded);
+        assert_eq!(steps[1].state, StepState::Waiting { next_attempt: 2, wake_at });
+        assert_eq!(steps[1].attempts_used, 1);
+
+        // A cancelled attempt does not use up the budget.
+        let row = store.attempt_starting(&run.id, "b", 2, false, &stem).unwrap();
+        store.attempt_finished(row, &result(AttemptOutcome::Cancelled), &StepUpdate::Pending).unwrap();
+        assert_eq!(store.steps(&run.id).unwrap()[1].attempts_used, 1);
+
+        // A failed step reopened gets a fresh budget on top of the attempts it used.
+        let row = store.attempt_starting(&run.id, "b", 2, false, &stem).unwrap();
+        store.attempt_finished(row, &result(AttemptOutcome::Failed), &StepUpdate::Failed).unwrap();
+        store.run_finished(&run.id, RunStatus::Failed, Some("b")).unwrap();
+        assert!(store.find_resumable("f").unwrap().is_none(), "a failed run is not resumed by `run`");
+        store.reopen_failed(&run.id).unwrap();
+        let b = &store.steps(&run.id).unwrap()[1];
+        assert_eq!((b.state.clone(), b.attempts_used, b.budget_base), (StepState::Pending, 2, 2));
+        assert_eq!(store.attempts(&run.id, Some("b")).unwrap().len(), 3);
+    }
 }
