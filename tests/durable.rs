@@ -341,6 +341,20 @@ fn privileged_ok(what: &str) -> bool {
     ok
 }
 
+/// Run the shell `script` (which calls the binary as `$WAYMARK`) in the temp dir, in a mount
+/// namespace of its own where the state directory is a 1 MiB tmpfs.
+fn with_state_on_small_disk(env: &Env, script: &str) {
+    let script = format!("set -u; mkdir -p state; mount -t tmpfs -o size=1m tmpfs state || exit 99; {script}");
+    let status = std::process::Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .current_dir(env.dir.path())
+        .env("WAYMARK_STATE_DIR", env.state())
+        .env("WAYMARK", assert_cmd::cargo::cargo_bin("waymark"))
+        .status()
+        .unwrap();
+    assert!(status.success(), "the script in the mount namespace failed: {status}");
+}
+
 #[test]
 fn a_full_disk_stops_the_run_with_4_and_it_resumes_once_space_is_back() {
     if !privileged_ok("the full-disk test") {
@@ -355,20 +369,11 @@ fn a_full_disk_stops_the_run_with_4_and_it_resumes_once_space_is_back() {
         "name = 'full'\n[[step]]\nname = 'fill'\nshell = 'echo x >> fill.log; if [ $(wc -l < fill.log) -eq 1 ]; then dd if=/dev/zero of=\"$WAYMARK_STATE_DIR/filler\" bs=4k 2>/dev/null; fi; true'\n\
          [[step]]\nname = 'two'\nshell = 'echo x >> two.log'\n",
     );
-    let bin = assert_cmd::cargo::cargo_bin("waymark");
-    let script = format!(
-        "set -u; mkdir -p state; mount -t tmpfs -o size=1m tmpfs state || exit 99; \
-         {bin} run flow.toml 2> first.err; echo $? > first.code; \
-         rm -f state/filler; {bin} run flow.toml 2> second.err; echo $? > second.code",
-        bin = bin.display()
+    with_state_on_small_disk(
+        &env,
+        "$WAYMARK run flow.toml 2> first.err; echo $? > first.code; \
+         rm -f state/filler; $WAYMARK run flow.toml 2> second.err; echo $? > second.code",
     );
-    let status = std::process::Command::new("unshare")
-        .args(["-m", "sh", "-c", &script])
-        .current_dir(env.dir.path())
-        .env("WAYMARK_STATE_DIR", env.state())
-        .status()
-        .unwrap();
-    assert!(status.success());
     assert_eq!(env.read("first.code").trim(), "4", "{}", env.read("first.err"));
     assert!(env.read("first.err").contains("free space"), "{}", env.read("first.err"));
     assert_eq!(env.read("second.code").trim(), "0", "{}", env.read("second.err"));
@@ -485,19 +490,10 @@ fn output_that_cannot_be_logged_stops_the_run_with_4() {
         "flow.toml",
         "name = 'loud'\n[[step]]\nname = 'loud'\nshell = 'head -c 4000000 /dev/zero; echo x >> ran'\n",
     );
-    let bin = assert_cmd::cargo::cargo_bin("waymark");
-    let script = format!(
-        "set -u; mkdir -p state; mount -t tmpfs -o size=1m tmpfs state || exit 99; \
-         {bin} run --quiet flow.toml 2> first.err; echo $? > first.code; {bin} status loud --json > status.json",
-        bin = bin.display()
+    with_state_on_small_disk(
+        &env,
+        "$WAYMARK run --quiet flow.toml 2> first.err; echo $? > first.code; $WAYMARK status loud --json > status.json",
     );
-    let status = std::process::Command::new("unshare")
-        .args(["-m", "sh", "-c", &script])
-        .current_dir(env.dir.path())
-        .env("WAYMARK_STATE_DIR", env.state())
-        .status()
-        .unwrap();
-    assert!(status.success());
     assert_eq!(env.read("first.code").trim(), "4", "{}", env.read("first.err"));
     assert!(env.read("first.err").contains("cannot write attempt files at"), "{}", env.read("first.err"));
     let status: Value = serde_json::from_str(&env.read("status.json")).unwrap();
