@@ -249,21 +249,100 @@ fn sigterm_is_forwarded_and_the_attempt_is_not_retried() {
 }
 
 #[test]
-fn a_step_that_finishes_its_work_after_the_signal_succeeded_and_is_not_rerun() {
+fn an_attempt_that_exits_0_after_the_signal_is_still_cancelled_and_runs_again() {
+    // Exit 0 on SIGTERM is how many services stop gracefully: it does not say the work was done,
+    // so the attempt counts as cancelled and runs again on resume (at least once, never lost).
     let env = Env::new();
     flow(
         &env,
-        "[[step]]\nname = 'charge'\nshell = 'trap \"echo got-int\" INT; echo $$ > pid; sleep 1; echo charged >> charges'\n\
-         [[step]]\nname = 'after'\nshell = 'echo x >> after'\n",
+        "[[step]]\nname = 'svc'\nshell = 'echo x >> runs; [ $(wc -l < runs) -ge 2 ] && exit 0; trap \"exit 0\" TERM; echo $$ > pid; sleep 300 & wait'\n",
     );
     let child = env.spawn(&["run", "flow.toml"]);
     env.wait_for_lines("pid", 1);
-    kill(child.id(), "INT");
+    kill(child.id(), "TERM");
     let out = finish(child);
-    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
-    assert_eq!((env.count("charges"), env.count("after")), (1, 0));
-    env.cmd(&["run", "flow.toml"]).assert().success().stderr(predicate::str::contains("charge: already succeeded"));
-    assert_eq!((env.count("charges"), env.count("after")), (1, 1));
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    env.cmd(&["run", "flow.toml"]).assert().success().stderr(predicate::str::contains("svc: succeeded on attempt 1 "));
+    assert_eq!(env.count("runs"), 2);
+}
+
+#[test]
+fn a_terminal_that_reads_slowly_loses_no_output() {
+    let env = Env::new();
+    flow(&env, "[[step]]\nname = 'many'\nshell = 'seq 1 200000'\n");
+    let mut child = env.spawn(&["run", "flow.toml"]);
+    // Nobody reads stdout until the run has had every chance to overflow a queue.
+    env.wait_for_lines_or_exit(&mut child);
+    let out = finish(child);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let shown = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(shown.lines().count(), 200_000);
+    assert_eq!(shown.lines().last(), Some("many | 200000"));
+}
+
+#[test]
+fn a_stalled_terminal_does_not_stop_timeouts() {
+    let env = Env::new();
+    flow(&env, "[[step]]\nname = 'flood'\nshell = 'echo $$ > pid; yes flooding >&2'\ntimeout = 2\nkill_grace = 0\n");
+    // The test does not read waymark's stderr until the end: the terminal is stalled.
+    let child = env.spawn(&["run", "flow.toml"]);
+    env.wait_for_lines("pid", 1);
+    let pid = read_pid(&env.path("pid"));
+    wait_until("the timed-out attempt to be killed while stderr is not read", || !alive(pid));
+    let out = finish(child);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("ActionTimeout"));
+}
+
+#[test]
+fn waymark_lines_keep_their_place_among_child_lines() {
+    let env = Env::new();
+    flow(&env, "[[step]]\nname = 'a'\nshell = 'seq 1 30000'\n[[step]]\nname = 'b'\nshell = 'echo last'\n");
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{} run flow.toml 2>&1", assert_cmd::cargo::cargo_bin("waymark").display()))
+        .current_dir(env.dir.path())
+        .env("WAYMARK_STATE_DIR", env.state())
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines.iter().all(|l| l.starts_with("a | ") || l.starts_with("b | ") || l.starts_with("waymark: ")));
+    let pos = |needle: &str| lines.iter().position(|l| l.contains(needle)).unwrap();
+    assert!(pos("a | 30000") < pos("waymark: a: succeeded"));
+    assert!(pos("waymark: a: succeeded") < pos("b | last"));
+    assert!(lines.last().unwrap().contains("succeeded"), "{:?}", &lines[lines.len() - 3..]);
+}
+
+#[test]
+fn a_daemon_that_closed_its_output_does_not_survive_a_timeout() {
+    let env = Env::new();
+    flow(
+        &env,
+        "[[step]]\nname = 'd'\nshell = 'setsid sh -c \"echo \\$\\$ > esc; exec sleep 300\" > /dev/null 2>&1 & until [ -s esc ]; do sleep 0.01; done; exec sleep 300'\ntimeout = 1\nkill_grace = 0\n",
+    );
+    env.cmd(&["run", "flow.toml"]).assert().code(1).stderr(predicate::str::contains("ActionTimeout"));
+    wait_until("the daemon to die", || !alive(read_pid(&env.path("esc"))));
+}
+
+#[test]
+fn a_signal_ignored_at_start_stays_ignored() {
+    // As under `nohup`: SIGHUP is ignored, so a hang-up does not stop the run.
+    let env = Env::new();
+    flow(&env, "[[step]]\nname = 'wait'\nshell = 'echo $$ > pid; while [ ! -e release ]; do sleep 0.05; done'\n");
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg(format!("trap '' HUP; exec {} run flow.toml", assert_cmd::cargo::cargo_bin("waymark").display()))
+        .current_dir(env.dir.path())
+        .env("WAYMARK_STATE_DIR", env.state())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    env.wait_for_lines("pid", 1);
+    kill(child.id(), "HUP");
+    env.write("release", "");
+    let out = finish(child);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
 
 #[test]
@@ -433,6 +512,14 @@ fn a_script_whose_interpreter_is_missing_says_so() {
     env.write("job.sh", "#!/no/such/interpreter\necho hi\n");
     std::process::Command::new("chmod").args(["+x", env.path("job.sh").to_str().unwrap()]).status().unwrap();
     flow(&env, "[[step]]\nname = 'job'\nrun = ['./job.sh']\n");
+    env.cmd(&["run", "flow.toml"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("cannot execute `./job.sh`: its #! interpreter"));
+    // Relative to the step's working directory.
+    std::fs::create_dir(env.path("sub")).unwrap();
+    std::fs::rename(env.path("job.sh"), env.path("sub/job.sh")).unwrap();
+    flow(&env, "[[step]]\nname = 'job'\nrun = ['./job.sh']\nworkdir = 'sub'\n");
     env.cmd(&["run", "flow.toml"])
         .assert()
         .code(1)

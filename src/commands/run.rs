@@ -23,7 +23,7 @@ pub fn run(state_flag: Option<&Path>, flow_path: &Path, fresh: bool, wait: bool,
         Some(old) if fresh => {
             // The dead runner's attempt must not go on beside the new run.
             for step in store.steps(&old.id)? {
-                if let Some(message) = kill_leftovers(&old.id, &step) {
+                if let Some(message) = kill_leftovers(&old.id, &step).map_err(exec_error)? {
                     eprintln!("waymark: warning: {}: {message}", step.name);
                 }
             }
@@ -40,7 +40,8 @@ pub fn run(state_flag: Option<&Path>, flow_path: &Path, fresh: bool, wait: bool,
                     old.flow_path.display(),
                     flow_path.display()
                 );
-            } else if old.source_hash != hash {
+            }
+            if old.source_hash != hash {
                 eprintln!(
                     "waymark: {} changed since run {} started; resuming with the definition recorded then \
                      (use --fresh to start over with the new one)",
@@ -98,23 +99,33 @@ fn execute(
     let mut reporter = PlainReporter::new(quiet);
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
-    let outcome = runtime.block_on(Executor::new(spec, store.as_mut(), &mut reporter).run());
+    let outcome = match Executor::new(spec, store.as_mut(), &mut reporter) {
+        Ok(executor) => runtime.block_on(executor.run()),
+        Err(e) => Err(e),
+    };
     // Only once the runtime (and every attempt task in it) is gone may another runner take over.
     drop(runtime);
     drop(lock);
+    // From here on a signal ends waymark at once, even while the last output is written.
+    crate::executor::unix::restore_default_signals();
+    drop(reporter);
     match outcome {
         Ok(RunOutcome::Succeeded) => Ok(EXIT_OK),
         Ok(RunOutcome::Failed) => Ok(EXIT_FAILED),
         Ok(RunOutcome::Interrupted { signal }) => Ok(128 + signal),
         Err(e) => {
-            // Keep a store error itself in the chain, so the hint about the state directory applies.
-            let error = match e {
-                ExecError::Store(store) => anyhow::Error::new(store),
-                other => anyhow::Error::new(other),
-            };
             let context = format!("run {} stopped; `waymark run` resumes it once the cause is fixed", record.id);
-            Err(CliError::Internal(error.context(context)))
+            Err(CliError::Internal(exec_error(e).context(context)))
         }
+    }
+}
+
+/// An executor error for the user; a store error is kept itself in the chain, so that the hint
+/// about the state directory applies.
+fn exec_error(e: ExecError) -> anyhow::Error {
+    match e {
+        ExecError::Store(store) => anyhow::Error::new(store),
+        other => anyhow::Error::new(other),
     }
 }
 

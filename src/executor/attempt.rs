@@ -3,12 +3,14 @@
 
 use super::Msg;
 use super::events::Stream;
+use super::output::Budget;
 use super::unix::{self, ExitKind};
 use crate::flow::{Signal, Step};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
@@ -29,6 +31,8 @@ pub struct AttemptSpec {
     pub env: Vec<(String, String)>,
     pub stdout_log: PathBuf,
     pub stderr_log: PathBuf,
+    /// The attempt's row in the store; its output is tagged with it.
+    pub row: i64,
     /// The attempt's `WAYMARK_ATTEMPT_ID`, by which its processes are found if they leave its group.
     pub attempt_id: String,
     /// A line written to non-empty logs before the attempt's output (a redelivery).
@@ -64,6 +68,9 @@ pub struct Running {
     attempt_id: String,
     /// One per output stream; fires when the reader has reached end-of-file.
     readers: Vec<oneshot::Receiver<()>>,
+    /// Set when waymark stops waiting for the readers: they then send nothing more.
+    abandoned: Arc<AtomicBool>,
+    budget: Arc<Budget>,
 }
 
 /// Why an attempt could not start: the child's fault (retryable) or waymark's own.
@@ -87,11 +94,11 @@ fn open_log(path: &Path, banner: Option<&str>) -> Result<(File, u64), SpawnError
 }
 
 /// Why the program could not be executed, in words that say what to fix.
-fn spawn_failure(program: &str, e: &std::io::Error) -> String {
+fn spawn_failure(program: &str, workdir: &Path, e: &std::io::Error) -> String {
     let path_like = program.contains('/');
     match e.kind() {
         std::io::ErrorKind::NotFound if !path_like => format!("program `{program}` not found in PATH"),
-        std::io::ErrorKind::NotFound if Path::new(program).exists() => {
+        std::io::ErrorKind::NotFound if workdir.join(program).exists() => {
             format!("cannot execute `{program}`: its #! interpreter (or a library it needs) was not found")
         }
         std::io::ErrorKind::NotFound => format!("program `{program}` not found"),
@@ -101,7 +108,7 @@ fn spawn_failure(program: &str, e: &std::io::Error) -> String {
 }
 
 /// Start the child. Runs on the event loop so the pid is known before anything else happens.
-pub fn spawn(spec: &AttemptSpec, events: &mpsc::Sender<Msg>) -> Result<Running, SpawnError> {
+pub fn spawn(spec: &AttemptSpec, events: &mpsc::Sender<Msg>, budget: &Arc<Budget>) -> Result<Running, SpawnError> {
     let step = &spec.step;
     let banner = spec.log_banner.as_deref();
     let (stdout_log, _) = open_log(&spec.stdout_log, banner)?;
@@ -124,56 +131,96 @@ pub fn spawn(spec: &AttemptSpec, events: &mpsc::Sender<Msg>) -> Result<Running, 
         .stderr(err_w)
         .process_group(0)
         .kill_on_drop(false);
-    let child = cmd.spawn().map_err(|e| SpawnError::NotStarted(spawn_failure(&argv[0], &e)))?;
+    let child = cmd.spawn().map_err(|e| SpawnError::NotStarted(spawn_failure(&argv[0], &step.workdir, &e)))?;
     // `cmd` still holds the write ends; drop it so the readers see EOF when the child exits.
     drop(cmd);
     let pid = child.id().unwrap_or(0);
+    let abandoned = Arc::new(AtomicBool::new(false));
+    let reader = |pipe, log, path: &PathBuf, stream| Reader {
+        pipe,
+        log,
+        log_path: path.clone(),
+        stream,
+        step: spec.step_index,
+        row: spec.row,
+        events: events.clone(),
+        budget: Arc::clone(budget),
+        abandoned: Arc::clone(&abandoned),
+    };
     let readers = vec![
-        copy_output(out_r, stdout_log, &spec.stdout_log, Stream::Stdout, spec.step_index, events.clone()),
-        copy_output(err_r, stderr_log, &spec.stderr_log, Stream::Stderr, spec.step_index, events.clone()),
+        reader(out_r, stdout_log, &spec.stdout_log, Stream::Stdout).start(),
+        reader(err_r, stderr_log, &spec.stderr_log, Stream::Stderr).start(),
     ];
-    Ok(Running { child, pid, stderr_from, attempt_id: spec.attempt_id.clone(), readers })
+    let budget = Arc::clone(budget);
+    Ok(Running { child, pid, stderr_from, attempt_id: spec.attempt_id.clone(), readers, abandoned, budget })
 }
 
-/// Copy a child's stream to its log file and, in whole lines, to the event loop, on a thread of
-/// its own (a blocking read that a process outside waymark's reach may hold open forever; the
-/// thread is then left behind rather than waited for).
-fn copy_output(
-    mut pipe: std::io::PipeReader,
-    mut log: File,
-    log_path: &Path,
+/// Copies one of a child's streams to its log file and, in whole lines, to the event loop.
+struct Reader {
+    pipe: std::io::PipeReader,
+    log: File,
+    log_path: PathBuf,
     stream: Stream,
     step: usize,
+    row: i64,
     events: mpsc::Sender<Msg>,
-) -> oneshot::Receiver<()> {
-    let (done, finished) = oneshot::channel();
-    let log_path = log_path.to_owned();
-    let failures = events.clone();
-    let copy = move || {
+    budget: Arc<Budget>,
+    abandoned: Arc<AtomicBool>,
+}
+
+impl Reader {
+    /// Run on a thread of its own (a blocking read that a process outside waymark's reach may
+    /// hold open forever; the thread is then left behind rather than waited for). The receiver
+    /// fires at end-of-file.
+    fn start(self) -> oneshot::Receiver<()> {
+        let (done, finished) = oneshot::channel();
+        let failures = self.events.clone();
+        let row = self.row;
+        let name = format!("waymark-{}", self.stream.name());
+        let copy = move || {
+            self.copy();
+            let _ = done.send(());
+        };
+        if let Err(e) = std::thread::Builder::new().name(name).spawn(copy) {
+            // Without a reader the child would block on a full pipe: report it as a log failure.
+            let path = PathBuf::from("output reader thread");
+            let _ = failures.try_send(Msg::LogFailed { row, path, error: e });
+        }
+        finished
+    }
+
+    fn send(&self, bytes: Vec<u8>) {
+        if self.abandoned.load(Ordering::Relaxed) {
+            return;
+        }
+        // Waits here while the terminal is behind: the child then waits on its full pipe.
+        let chunk = self.budget.take(bytes);
+        let _ = self.events.blocking_send(Msg::Output { step: self.step, row: self.row, stream: self.stream, chunk });
+    }
+
+    fn copy(mut self) {
         let mut buf = vec![0u8; CHUNK];
         let mut partial: Vec<u8> = Vec::new();
         let mut logging = true;
-        let send = |msg: Msg| {
-            let _ = events.blocking_send(msg);
-        };
         loop {
-            let n = match pipe.read(&mut buf) {
+            let n = match self.pipe.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(_) => break,
             };
             let data = &buf[..n];
-            if logging && let Err(error) = log.write_all(data) {
+            if logging && let Err(error) = self.log.write_all(data) {
                 // Output that cannot be kept is waymark's own failure: the loop stops the run.
                 logging = false;
-                send(Msg::LogFailed { path: log_path.clone(), error });
+                let msg = Msg::LogFailed { row: self.row, path: self.log_path.clone(), error };
+                let _ = self.events.blocking_send(msg);
             }
             // Only the new bytes are searched, so a long line costs linear time.
             match data.iter().rposition(|b| *b == b'\n') {
                 Some(last_nl) => {
                     partial.extend_from_slice(&data[..=last_nl]);
-                    send(Msg::Output { step, stream, bytes: std::mem::take(&mut partial) });
+                    self.send(std::mem::take(&mut partial));
                     partial.extend_from_slice(&data[last_nl + 1..]);
                 }
                 None => partial.extend_from_slice(data),
@@ -181,34 +228,42 @@ fn copy_output(
             // A line with no end in sight is shown in pieces rather than held in memory.
             if partial.len() >= CHUNK {
                 partial.push(b'\n');
-                send(Msg::Output { step, stream, bytes: std::mem::take(&mut partial) });
+                self.send(std::mem::take(&mut partial));
             }
         }
         if !partial.is_empty() {
             partial.push(b'\n');
-            send(Msg::Output { step, stream, bytes: partial });
+            self.send(partial);
         }
-        let _ = done.send(());
-    };
-    if let Err(e) = std::thread::Builder::new().name(format!("waymark-{}", stream.name())).spawn(copy) {
-        // Without a reader the child would block on a full pipe: report it as a log failure.
-        let _ = failures.try_send(Msg::LogFailed { path: PathBuf::from("output reader thread"), error: e });
     }
-    finished
-}
-
-/// Wait until every reader has reached end-of-file, or `limit` passes. True when they all did.
-async fn drain(readers: &mut [oneshot::Receiver<()>], limit: Duration) -> bool {
-    tokio::time::timeout(limit, async {
-        for reader in readers.iter_mut() {
-            let _ = reader.await;
-        }
-    })
-    .await
-    .is_ok()
 }
 
 impl Running {
+    /// Wait until every reader has reached end-of-file; true when they did. Time spent while a
+    /// reader waits for the terminal does not count against `limit`: that is the terminal being
+    /// slow, not a process holding the output open.
+    async fn drain(&mut self, limit: Duration) -> bool {
+        let mut left = limit;
+        loop {
+            let step = left.min(Duration::from_millis(100));
+            let all = async {
+                for reader in self.readers.iter_mut() {
+                    let _ = reader.await;
+                }
+            };
+            if tokio::time::timeout(step, all).await.is_ok() {
+                return true;
+            }
+            if self.budget.is_full() {
+                continue;
+            }
+            left = left.saturating_sub(step);
+            if left.is_zero() {
+                return false;
+            }
+        }
+    }
+
     /// Wait for the attempt to end, enforcing `deadline` and obeying `control`. Always leaves the
     /// process group dead; returns how the attempt ended and notes for the user.
     pub async fn supervise(
@@ -241,6 +296,10 @@ impl Running {
                     match *control.borrow_and_update() {
                         Control::Run => {}
                         Control::Cancel(sig) => {
+                            // A child that already exited before the signal came ended on its own.
+                            if let Ok(Some(status)) = self.child.try_wait() {
+                                break Ok(status);
+                            }
                             if stopping.is_none() {
                                 stopping = Some(End::Cancelled);
                                 kill_at = stop_group(pgid, sig, step.kill_grace);
@@ -258,14 +317,26 @@ impl Running {
         // The leader is gone; whatever else is left in its group goes with it.
         unix::kill_group(pgid);
         let mut notes = Vec::new();
-        if !drain(&mut self.readers, DRAIN).await {
-            // Something outside the group holds the output open: a process of this attempt that
-            // called setsid(), found by the attempt id in its environment.
-            let killed = unix::kill_marked(&self.attempt_id);
+        let attempt_id = self.attempt_id.clone();
+        let escaped = |notes: &mut Vec<String>| {
+            let killed = unix::kill_marked(&attempt_id);
             if killed > 0 {
                 notes.push(format!("killed {killed} process(es) of this attempt that had left its process group"));
             }
-            if !drain(&mut self.readers, LAST_DRAIN).await {
+        };
+        // After a timeout or a cancel nothing of the attempt may survive, not even a daemon that
+        // left the group and closed its output: look for its processes by the attempt id.
+        if stopping.is_some() {
+            escaped(&mut notes);
+        }
+        if !self.drain(DRAIN).await {
+            // Something outside the group holds the output open: a process of this attempt that
+            // called setsid(), found by the attempt id in its environment.
+            if stopping.is_none() {
+                escaped(&mut notes);
+            }
+            if !self.drain(LAST_DRAIN).await {
+                self.abandoned.store(true, Ordering::Relaxed);
                 notes.push(
                     "a process outside waymark's reach still holds this attempt's output open; the rest of it is not shown"
                         .to_owned(),
@@ -273,8 +344,6 @@ impl Running {
             }
         }
         let end = match (stopping, status) {
-            // A child that finished its work after a forwarded signal succeeded: it is not rerun.
-            (Some(End::Cancelled), Ok(status)) if status.success() => End::Exited(ExitKind::Code(0)),
             (Some(end), _) => end,
             (None, Ok(status)) => End::Exited(unix::exit_kind(status)),
             (None, Err(e)) => {

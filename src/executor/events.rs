@@ -1,7 +1,9 @@
 //! What the executor tells the outside world. Reporters consume these and never reach back.
 
+use super::output::Chunk;
 use crate::classify::ErrorValue;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,7 +56,7 @@ pub enum Event {
     Output {
         step: String,
         stream: Stream,
-        bytes: Vec<u8>,
+        chunk: Arc<Chunk>,
     },
     AttemptSucceeded {
         step: String,

@@ -4,9 +4,11 @@
 
 mod attempt;
 pub mod events;
+pub mod output;
 pub mod unix;
 
 pub use events::{Event, Failure, RunOutcome, Stream};
+pub use output::Chunk;
 
 use crate::classify::{self, Ending, ErrorValue, Evidence, error_file};
 use crate::flow::{Flow, Signal, Step};
@@ -28,10 +30,13 @@ const STDERR_TAIL: u64 = 64 * 1024;
 /// Messages from attempt tasks and output readers to the loop.
 #[derive(Debug)]
 pub enum Msg {
+    /// Output of the attempt recorded as `row` (a reader left behind by an earlier attempt of the
+    /// same step may still send some; the row tells it apart).
     Output {
         step: usize,
+        row: i64,
         stream: Stream,
-        bytes: Vec<u8>,
+        chunk: Arc<Chunk>,
     },
     Done {
         step: usize,
@@ -40,6 +45,7 @@ pub enum Msg {
     },
     /// An attempt's output could not be written to its log: waymark's own failure.
     LogFailed {
+        row: i64,
         path: PathBuf,
         error: std::io::Error,
     },
@@ -54,6 +60,11 @@ pub enum ExecError {
     Files { path: PathBuf, source: std::io::Error },
     #[error("cannot install the runner's signal handlers: {0}")]
     Signals(std::io::Error),
+    #[error(
+        "processes {pids:?} of attempt {attempt} of step `{step}` from the previous runner did not die when killed; \
+         the attempt is not run again while they live (check them with `ps -o pid,stat,cmd -p PID`)"
+    )]
+    Leftovers { step: String, attempt: u32, pids: Vec<u32> },
 }
 
 enum Slot {
@@ -108,6 +119,8 @@ pub struct Executor<'a> {
     rng: fastrand::Rng,
     tx: mpsc::Sender<Msg>,
     rx: mpsc::Receiver<Msg>,
+    /// Child output in flight to the reporter.
+    budget: Arc<output::Budget>,
     /// The first signal the runner received, if any.
     cancelled: Option<Signal>,
     running: usize,
@@ -117,7 +130,13 @@ pub struct Executor<'a> {
 }
 
 impl<'a> Executor<'a> {
-    pub fn new(spec: RunSpec, store: &'a mut dyn RunLog, reporter: &'a mut dyn Reporter) -> Executor<'a> {
+    /// Set up a run from its recorded state. An attempt left in flight by a dead runner is made
+    /// sure to be dead first; an error if some of its processes will not die.
+    pub fn new(
+        spec: RunSpec,
+        store: &'a mut dyn RunLog,
+        reporter: &'a mut dyn Reporter,
+    ) -> Result<Executor<'a>, ExecError> {
         let (tx, rx) = mpsc::channel(256);
         let resumed = spec.resumed;
         let done = spec.steps.iter().filter(|s| s.state == StepState::Succeeded).count();
@@ -128,41 +147,36 @@ impl<'a> Executor<'a> {
             steps_done: done,
             resumed,
         });
-        let steps = spec
-            .flow
-            .steps
-            .iter()
-            .zip(&spec.steps)
-            .map(|(step, rec)| {
-                let slot = match &rec.state {
-                    StepState::Pending => Slot::Ready { attempt: rec.attempts_used + 1, redelivered: false },
-                    StepState::Succeeded => {
-                        reporter.report(&Event::StepAlreadyDone { step: step.name.clone() });
-                        Slot::Succeeded
-                    }
-                    StepState::Failed => Slot::Failed,
-                    StepState::Waiting { next_attempt, wake_at } => {
-                        let left = wake_at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO);
-                        Slot::Waiting { attempt: *next_attempt, wake: Instant::now() + left }
-                    }
-                    StepState::InFlight { attempt, .. } => {
-                        if let Some(message) = kill_leftovers(&spec.run_id, rec) {
-                            reporter.report(&Event::Warning { step: Some(step.name.clone()), message });
-                        }
-                        Slot::Ready { attempt: *attempt, redelivered: true }
-                    }
-                };
-                StepSlot {
-                    step: Arc::new(step.clone()),
-                    slot,
-                    budget_base: rec.budget_base,
-                    last_attempt: rec.attempts_used,
-                    last_stderr_from: 0,
-                    last_error: rec.last_error.clone(),
+        let mut steps = Vec::with_capacity(spec.steps.len());
+        for (step, rec) in spec.flow.steps.iter().zip(&spec.steps) {
+            let slot = match &rec.state {
+                StepState::Pending => Slot::Ready { attempt: rec.attempts_used + 1, redelivered: false },
+                StepState::Succeeded => {
+                    reporter.report(&Event::StepAlreadyDone { step: step.name.clone() });
+                    Slot::Succeeded
                 }
-            })
-            .collect();
-        Executor {
+                StepState::Failed => Slot::Failed,
+                StepState::Waiting { next_attempt, wake_at } => {
+                    let left = wake_at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO);
+                    Slot::Waiting { attempt: *next_attempt, wake: Instant::now() + left }
+                }
+                StepState::InFlight { attempt, .. } => {
+                    if let Some(message) = kill_leftovers(&spec.run_id, rec)? {
+                        reporter.report(&Event::Warning { step: Some(step.name.clone()), message });
+                    }
+                    Slot::Ready { attempt: *attempt, redelivered: true }
+                }
+            };
+            steps.push(StepSlot {
+                step: Arc::new(step.clone()),
+                slot,
+                budget_base: rec.budget_base,
+                last_attempt: rec.attempts_used,
+                last_stderr_from: 0,
+                last_error: rec.last_error.clone(),
+            });
+        }
+        Ok(Executor {
             flow: spec.flow,
             run_id: spec.run_id,
             log_dir: spec.log_dir,
@@ -170,12 +184,13 @@ impl<'a> Executor<'a> {
             reporter,
             steps,
             rng: fastrand::Rng::new(),
+            budget: output::Budget::new(),
             tx,
             rx,
             cancelled: None,
             running: 0,
             crash_after: if cfg!(debug_assertions) { std::env::var("WAYMARK_TEST_CRASH_AFTER").ok() } else { None },
-        }
+        })
     }
 
     /// Run until every step succeeded, one failed for good, or a signal stopped the runner.
@@ -193,9 +208,9 @@ impl<'a> Executor<'a> {
     }
 
     async fn event_loop(&mut self) -> Result<RunOutcome, ExecError> {
-        let mut sigint = signal(SignalKind::interrupt()).map_err(ExecError::Signals)?;
-        let mut sigterm = signal(SignalKind::terminate()).map_err(ExecError::Signals)?;
-        let mut sighup = signal(SignalKind::hangup()).map_err(ExecError::Signals)?;
+        let mut sigint = RunnerSignal::listen(SignalKind::interrupt())?;
+        let mut sigterm = RunnerSignal::listen(SignalKind::terminate())?;
+        let mut sighup = RunnerSignal::listen(SignalKind::hangup())?;
         loop {
             if self.cancelled.is_none() {
                 self.start_ready()?;
@@ -288,14 +303,17 @@ impl<'a> Executor<'a> {
             env,
             stdout_log: stem.with_extension("stdout"),
             stderr_log: stem.with_extension("stderr"),
+            row,
             attempt_id,
-            log_banner: redelivered.then(|| {
-                let at = humantime::format_rfc3339_seconds(SystemTime::now());
-                format!("==> waymark: attempt {attempt} redelivered at {at} <==")
-            }),
+            // Written only where an earlier execution of the same attempt left output.
+            log_banner: Some(format!(
+                "==> waymark: attempt {attempt} {} at {} <==",
+                if redelivered { "redelivered" } else { "runs again" },
+                humantime::format_rfc3339_seconds(SystemTime::now())
+            )),
             issued,
         };
-        match attempt::spawn(&spec, &self.tx) {
+        match attempt::spawn(&spec, &self.tx, &self.budget) {
             Ok(running) => {
                 let (pid, stderr_from) = (running.pid, running.stderr_from);
                 if let Err(e) = self.store.attempt_spawned(row, pid, unix::process_start_time(pid)) {
@@ -331,8 +349,9 @@ impl<'a> Executor<'a> {
                     pid: 0,
                 });
                 let control = watch::channel(Control::Run).0;
-                self.steps[index].slot =
-                    Slot::Running { attempt, row, pid: 0, stderr_from: 0, started: issued, control };
+                // Only what follows now in the stderr log belongs to this attempt.
+                let stderr_from = std::fs::metadata(&spec.stderr_log).map_or(0, |m| m.len());
+                self.steps[index].slot = Slot::Running { attempt, row, pid: 0, stderr_from, started: issued, control };
                 self.running += 1;
                 self.attempt_failed(index, Ending::NotStarted(why), None)
             }
@@ -341,12 +360,19 @@ impl<'a> Executor<'a> {
 
     fn handle(&mut self, msg: Msg) -> Result<(), ExecError> {
         match msg {
-            Msg::Output { step, stream, bytes } => {
-                let name = self.steps[step].step.name.clone();
-                self.reporter.report(&Event::Output { step: name, stream, bytes });
+            Msg::Output { step, row, stream, chunk } => {
+                if self.is_current(step, row) {
+                    let name = self.steps[step].step.name.clone();
+                    self.reporter.report(&Event::Output { step: name, stream, chunk });
+                }
                 Ok(())
             }
-            Msg::LogFailed { path, error } => Err(ExecError::Files { path, source: error }),
+            Msg::LogFailed { row, path, error } => {
+                if !(0..self.steps.len()).any(|i| self.is_current(i, row)) {
+                    return Ok(()); // from an attempt that is already over
+                }
+                Err(ExecError::Files { path, source: error })
+            }
             Msg::Done { step, end, notes } => {
                 for message in notes {
                     self.reporter.report(&Event::Warning { step: Some(self.steps[step].step.name.clone()), message });
@@ -365,6 +391,11 @@ impl<'a> Executor<'a> {
                 }
             }
         }
+    }
+
+    /// Whether `row` is the attempt now running for step `index`.
+    fn is_current(&self, index: usize, row: i64) -> bool {
+        matches!(self.steps[index].slot, Slot::Running { row: r, .. } if r == row)
     }
 
     /// Take the running slot of a step that just ended.
@@ -476,12 +507,13 @@ impl<'a> Executor<'a> {
     fn on_signal(&mut self, sig: Signal) {
         let forced = self.cancelled.is_some();
         self.cancelled.get_or_insert(sig);
-        self.reporter.report(&Event::Cancelling { signal: sig.number(), forced });
+        // Children first, then words.
         for s in &self.steps {
             if let Slot::Running { control, .. } = &s.slot {
                 let _ = control.send(if forced { Control::Kill } else { Control::Cancel(sig) });
             }
         }
+        self.reporter.report(&Event::Cancelling { signal: sig.number(), forced });
     }
 
     fn finish(&mut self, outcome: RunOutcome) -> Result<RunOutcome, ExecError> {
@@ -523,6 +555,28 @@ fn read_tail(path: &Path, from: u64, max: u64) -> String {
     String::from_utf8_lossy(&buf).into_owned()
 }
 
+/// One of the runner's own signals. A signal the runner was started with ignored (`nohup`, a
+/// background job of a non-interactive shell) stays ignored: it is not listened for.
+struct RunnerSignal(Option<tokio::signal::unix::Signal>);
+
+impl RunnerSignal {
+    fn listen(kind: SignalKind) -> Result<RunnerSignal, ExecError> {
+        if unix::ignored_at_start(kind.as_raw_value()) {
+            return Ok(RunnerSignal(None));
+        }
+        signal(kind).map(|s| RunnerSignal(Some(s))).map_err(ExecError::Signals)
+    }
+
+    async fn recv(&mut self) {
+        match &mut self.0 {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+}
+
 /// The `WAYMARK_ATTEMPT_ID` of an attempt: unique per execution, inherited by all its processes.
 fn attempt_id(run_id: &str, row: i64) -> String {
     format!("{run_id}.{row}")
@@ -531,8 +585,14 @@ fn attempt_id(run_id: &str, row: i64) -> String {
 /// Make sure an attempt that was in flight when its runner died is dead: its process group
 /// (checked against the recorded start time) and any of its processes that left the group.
 /// Returns a message for the user when something had to be killed.
-pub fn kill_leftovers(run_id: &str, step: &StepRecord) -> Option<String> {
-    let StepState::InFlight { attempt, row, pid, proc_start } = &step.state else { return None };
-    let killed = unix::kill_leftovers(*pid, *proc_start, &attempt_id(run_id, *row), Duration::from_secs(5));
-    (killed > 0).then(|| format!("killed {killed} leftover process(es) of attempt {attempt} from the previous runner"))
+/// An error when some would not die: the attempt must not run twice at once.
+pub fn kill_leftovers(run_id: &str, step: &StepRecord) -> Result<Option<String>, ExecError> {
+    let StepState::InFlight { attempt, row, pid, proc_start } = &step.state else { return Ok(None) };
+    let (killed, survivors) =
+        unix::kill_leftovers(*pid, *proc_start, &attempt_id(run_id, *row), Duration::from_secs(5));
+    if !survivors.is_empty() {
+        return Err(ExecError::Leftovers { step: step.name.clone(), attempt: *attempt, pids: survivors });
+    }
+    Ok((killed > 0)
+        .then(|| format!("killed {killed} leftover process(es) of attempt {attempt} from the previous runner")))
 }

@@ -116,8 +116,14 @@ pub fn kill_marked(attempt_id: &str) -> usize {
 }
 
 /// Kill what is left of a dead runner's attempt (its group, and its processes that left the
-/// group) and wait, up to `limit`, until they are gone. Returns how many processes there were.
-pub fn kill_leftovers(pgid: Option<u32>, leader_start: Option<u64>, attempt_id: &str, limit: Duration) -> usize {
+/// group) and wait, up to `limit`, until they are gone. Returns how many processes there were,
+/// and those still alive at the end.
+pub fn kill_leftovers(
+    pgid: Option<u32>,
+    leader_start: Option<u64>,
+    attempt_id: &str,
+    limit: Duration,
+) -> (usize, Vec<u32>) {
     let find = || {
         let mut pids = pgid.map_or_else(Vec::new, |g| orphaned_group(g, leader_start));
         pids.extend(marked(attempt_id));
@@ -137,7 +143,35 @@ pub fn kill_leftovers(pgid: Option<u32>, leader_start: Option<u64>, attempt_id: 
         std::thread::sleep(Duration::from_millis(10));
         left = find();
     }
-    leftovers.len()
+    (leftovers.len(), left)
+}
+
+/// Whether signal `sig` was ignored when this process started (the `SigIgn` mask of
+/// `/proc/self/status`, read before any handler of ours is installed). False where there is
+/// no `/proc`.
+pub fn ignored_at_start(sig: i32) -> bool {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return false };
+    let mask = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        .unwrap_or(0);
+    (1..=64).contains(&sig) && mask & (1 << (sig - 1)) != 0
+}
+
+/// Put the runner's own signals back to their default action, once the run is over and
+/// nothing listens for them any more, so that a signal during the last writes still ends the
+/// process.
+pub fn restore_default_signals() {
+    use nix::sys::signal::{SigHandler, signal as set_handler};
+    for sig in [NixSignal::SIGINT, NixSignal::SIGTERM, NixSignal::SIGHUP] {
+        if ignored_at_start(sig as i32) {
+            continue;
+        }
+        // SAFETY: installs SIG_DFL, which runs no code of ours in the handler; the only unsafe
+        // syscall wrapper needed here (sigaction).
+        let _ = unsafe { set_handler(sig, SigHandler::SigDfl) };
+    }
 }
 
 /// Whether a process with this pid and start time is alive (not a zombie).

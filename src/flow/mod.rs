@@ -54,7 +54,10 @@ impl LoadError {
 pub fn load(path: &Path) -> Result<Loaded, LoadError> {
     let source = std::fs::read_to_string(path).map_err(|source| LoadError::Read { path: path.to_owned(), source })?;
     let shown = path.display().to_string();
-    let absolute = std::path::absolute(path).map_err(|source| LoadError::Read { path: path.to_owned(), source })?;
+    // Canonical, so that the same file reached by another path is recognised as the same flow file.
+    let absolute = std::fs::canonicalize(path)
+        .or_else(|_| std::path::absolute(path))
+        .map_err(|source| LoadError::Read { path: path.to_owned(), source })?;
     parse(&source, &absolute)
         .map(|(flow, warnings)| Loaded { flow, source: source.clone(), warnings })
         .map_err(|diagnostics| LoadError::Invalid { shown, source_text: source, diagnostics })

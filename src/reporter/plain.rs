@@ -2,125 +2,100 @@
 //! behind `waymark:`, and a failure report at the end.
 
 use super::Reporter;
+use crate::executor::Chunk;
 use crate::executor::{Event, RunOutcome, Stream};
 use std::io::Write;
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::Arc;
+use std::sync::mpsc::{Sender, channel};
 
 /// Lines of the failed attempt's stderr repeated in the failure report.
 const TAIL_LINES: usize = 10;
-
-/// Chunks of output queued for a terminal stream before further child output is dropped.
-const QUEUE: usize = 256;
-
-/// One terminal stream, written by a thread of its own so that a terminal or pipe that stops
-/// reading never stalls the event loop (and with it timeouts and signals).
-struct Sink {
-    tx: Option<SyncSender<Vec<u8>>>,
-    done: Receiver<()>,
-    /// Lines of child output dropped because the stream was not keeping up.
-    dropped: usize,
-}
-
-impl Sink {
-    fn spawn(mut out: impl Write + Send + 'static) -> Sink {
-        let (tx, rx) = sync_channel::<Vec<u8>>(QUEUE);
-        let (done_tx, done) = sync_channel(1);
-        let writer = move || {
-            for chunk in rx {
-                // A closed terminal must not stop a run: write errors are ignored.
-                let _ = out.write_all(&chunk);
-                let _ = out.flush();
-            }
-            let _ = done_tx.send(());
-        };
-        let tx = std::thread::Builder::new().name("waymark-terminal".into()).spawn(writer).ok().map(|_| tx);
-        Sink { tx, done, dropped: 0 }
-    }
-
-    /// Child output: dropped (and counted) rather than waited for when the stream lags.
-    fn output(&mut self, bytes: Vec<u8>) {
-        let Some(tx) = &self.tx else { return };
-        let lines = bytes.iter().filter(|b| **b == b'\n').count();
-        match tx.try_send(bytes) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) => self.dropped += lines,
-            Err(TrySendError::Disconnected(_)) => self.tx = None,
-        }
-    }
-
-    /// Waymark's own lines: always delivered.
-    fn line(&mut self, text: String) {
-        if self.dropped > 0 {
-            let note = format!(
-                "waymark: {} line(s) of output not shown: the terminal was not keeping up (the logs have them)\n",
-                self.dropped
-            );
-            self.dropped = 0;
-            self.send(note.into_bytes());
-        }
-        self.send(text.into_bytes());
-    }
-
-    fn send(&mut self, bytes: Vec<u8>) {
-        if let Some(tx) = &self.tx
-            && tx.send(bytes).is_err()
-        {
-            self.tx = None;
-        }
-    }
-
-    /// Deliver what is queued and stop the writer.
-    fn close(&mut self) {
-        if self.tx.take().is_some() {
-            let _ = self.done.recv();
-        }
-    }
-}
-
-pub struct PlainReporter {
-    /// Show child output (off with `--quiet`).
-    quiet: bool,
-    out: Sink,
-    err: Sink,
-}
-
-impl PlainReporter {
-    pub fn new(quiet: bool) -> PlainReporter {
-        PlainReporter { quiet, out: Sink::spawn(std::io::stdout()), err: Sink::spawn(std::io::stderr()) }
-    }
-}
-
-impl Drop for PlainReporter {
-    fn drop(&mut self) {
-        self.out.close();
-        self.err.close();
-    }
-}
 
 fn human(d: std::time::Duration) -> String {
     // Round to milliseconds: nobody wants nanoseconds in a log line.
     humantime::format_duration(std::time::Duration::from_millis(d.as_millis() as u64)).to_string()
 }
 
+/// What the terminal writer is given, in order.
+struct Item {
+    stream: Stream,
+    text: Vec<u8>,
+    /// Child output counts against the executor's output budget until it is written.
+    _chunk: Option<Arc<Chunk>>,
+}
+
+/// Writes the terminal on a thread of its own, in the order things happened, so that a terminal
+/// or pipe that stops reading never stalls the event loop (and with it timeouts and signals).
+/// The queue is not bounded here: child output is bounded by the executor's budget, which makes
+/// the readers (and the children) wait for a slow terminal; waymark's own lines are few.
+pub struct PlainReporter {
+    /// Show child output (off with `--quiet`).
+    quiet: bool,
+    tx: Option<Sender<Item>>,
+    writer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl PlainReporter {
+    pub fn new(quiet: bool) -> PlainReporter {
+        let (tx, rx) = channel::<Item>();
+        let write = move || {
+            let (mut out, mut err) = (std::io::stdout(), std::io::stderr());
+            for item in rx {
+                // A closed terminal must not stop a run: write errors are ignored.
+                let _ = match item.stream {
+                    Stream::Stdout => out.write_all(&item.text).and_then(|()| out.flush()),
+                    Stream::Stderr => err.write_all(&item.text),
+                };
+            }
+        };
+        match std::thread::Builder::new().name("waymark-terminal".into()).spawn(write) {
+            Ok(writer) => PlainReporter { quiet, tx: Some(tx), writer: Some(writer) },
+            Err(_) => PlainReporter { quiet, tx: None, writer: None },
+        }
+    }
+
+    fn send(&mut self, stream: Stream, text: Vec<u8>, chunk: Option<Arc<Chunk>>) {
+        match &self.tx {
+            Some(tx) => {
+                let _ = tx.send(Item { stream, text, _chunk: chunk });
+            }
+            // No writer thread could be started: write here.
+            None => {
+                let _ = match stream {
+                    Stream::Stdout => std::io::stdout().write_all(&text),
+                    Stream::Stderr => std::io::stderr().write_all(&text),
+                };
+            }
+        }
+    }
+}
+
+impl Drop for PlainReporter {
+    /// Deliver everything queued before the process exits.
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+    }
+}
+
 impl Reporter for PlainReporter {
     fn report(&mut self, event: &Event) {
-        if let Event::Output { step, stream, bytes } = event {
+        if let Event::Output { step, stream, chunk } = event {
             if !self.quiet {
-                let mut text = Vec::with_capacity(bytes.len() + 16);
-                for line in bytes.split_inclusive(|b| *b == b'\n') {
+                let mut text = Vec::with_capacity(chunk.len() + 16);
+                for line in chunk.split_inclusive(|b| *b == b'\n') {
                     text.extend_from_slice(step.as_bytes());
                     text.extend_from_slice(b" | ");
                     text.extend_from_slice(line);
                 }
-                match stream {
-                    Stream::Stdout => self.out.output(text),
-                    Stream::Stderr => self.err.output(text),
-                }
+                self.send(*stream, text, Some(Arc::clone(chunk)));
             }
             return;
         }
         if let Some(text) = describe(event) {
-            self.err.line(text);
+            self.send(Stream::Stderr, text.into_bytes(), None);
         }
     }
 }

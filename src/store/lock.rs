@@ -2,7 +2,7 @@
 //! dies, so there are no stale pid files to clean up.
 
 use std::fs::{File, OpenOptions, TryLockError};
-use std::io::{Read, Seek, Write};
+use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -84,10 +84,13 @@ impl FlowLock {
         self.write_holder(&text);
     }
 
+    /// Replace the holder text in place (a reader never finds the file empty).
     fn write_holder(&mut self, text: &str) {
-        let _ = self.file.set_len(0);
-        let _ = self.file.rewind();
-        let _ = self.file.write_all(format!("{text}\n").as_bytes());
+        use std::os::unix::fs::FileExt;
+        let text = format!("{text}\n");
+        if self.file.write_all_at(text.as_bytes(), 0).is_ok() {
+            let _ = self.file.set_len(text.len() as u64);
+        }
     }
 }
 

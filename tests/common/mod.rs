@@ -88,6 +88,28 @@ impl Env {
         (child, seen)
     }
 
+    /// Give a background waymark time to run ahead of a reader that has not started: wait until
+    /// it exits or blocks (its state in /proc is sleeping for a while), bounded by [`PATIENCE`].
+    pub fn wait_for_lines_or_exit(&self, child: &mut Child) {
+        let start = Instant::now();
+        let mut quiet_since = Instant::now();
+        let mut last = String::new();
+        while start.elapsed() < PATIENCE {
+            if child.try_wait().unwrap().is_some() {
+                return;
+            }
+            let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap_or_default();
+            let cpu: String = stat.split_whitespace().skip(13).take(2).collect::<Vec<_>>().join(" ");
+            if cpu != last {
+                last = cpu;
+                quiet_since = Instant::now();
+            } else if quiet_since.elapsed() > Duration::from_millis(500) {
+                return; // no CPU used for a while: waiting on its full pipe
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Wait until `name` exists and holds at least `lines` lines.
     pub fn wait_for_lines(&self, name: &str, lines: usize) {
         wait_until(&format!("{name} to have {lines} line(s)"), || self.count(name) >= lines);
