@@ -1,7 +1,6 @@
 //! Process groups and signals: the platform-specific part of running a child.
 
 use crate::flow::Signal;
-use nix::errno::Errno;
 use nix::sys::signal::{self, Signal as NixSignal};
 use nix::unistd::Pid;
 use std::time::Duration;
@@ -12,12 +11,12 @@ pub fn signal_group(pgid: u32, sig: NixSignal) {
     if raw <= 1 {
         return; // never signal our own group or init's by accident
     }
-    match signal::killpg(Pid::from_raw(raw), sig) {
-        Ok(()) | Err(Errno::ESRCH) => {}
-        Err(_) => {} // EPERM: the group now belongs to someone else; nothing of ours is in it
-    }
+    // ESRCH: the group is gone already. EPERM: it belongs to someone else now, so nothing of
+    // ours is in it. Neither is an error.
+    let _ = signal::killpg(Pid::from_raw(raw), sig);
 }
 
+/// SIGKILL every process in group `pgid`.
 pub fn kill_group(pgid: u32) {
     signal_group(pgid, NixSignal::SIGKILL);
 }
