@@ -62,6 +62,9 @@ fn retry_line(step: &Step) -> String {
 
 fn backoff_line(step: &Step) -> String {
     let b = &step.retry.backoff;
+    if b.initial.is_zero() {
+        return "none: each retry starts at once".to_owned();
+    }
     let retries = (step.retry.attempts - 1) as usize;
     let mut waits: Vec<String> = b.sequence().take(retries.min(SHOWN_WAITS)).map(human).collect();
     if retries > SHOWN_WAITS {
