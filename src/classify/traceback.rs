@@ -263,7 +263,7 @@ TimeoutError: upstream timed out
     fn chained_direct_cause_with_multiline_message() {
         // Real Python 3.13 output of `raise MyError("line1\nline2") from e`.
         let text = r#"Traceback (most recent call last):
-  File "/tmp/tb/chain.py", line 5, in f
+  File "/srv/job/chain.py", line 5, in f
     {}["k"]
     ~~^^^^^
 KeyError: 'k'
@@ -271,10 +271,10 @@ KeyError: 'k'
 The above exception was the direct cause of the following exception:
 
 Traceback (most recent call last):
-  File "/tmp/tb/chain.py", line 8, in <module>
+  File "/srv/job/chain.py", line 8, in <module>
     f()
     ~^^
-  File "/tmp/tb/chain.py", line 7, in f
+  File "/srv/job/chain.py", line 7, in f
     raise MyError("line1\nline2") from e
 MyError: line1
 line2
@@ -297,9 +297,9 @@ MyError: disk quota exceeded
     #[test]
     fn caret_lines_and_repeated_frames() {
         let text = r#"Traceback (most recent call last):
-  File "/tmp/tb/rec.py", line 2, in <module>
+  File "/srv/job/rec.py", line 2, in <module>
     f(0)
-  File "/tmp/tb/rec.py", line 1, in f
+  File "/srv/job/rec.py", line 1, in f
     def f(n): return f(n+1)
                      ^^^^^^
   [Previous line repeated 996 more times]
@@ -311,9 +311,9 @@ RecursionError: maximum recursion depth exceeded
     #[test]
     fn syntax_error_in_imported_module() {
         let text = r#"Traceback (most recent call last):
-  File "/tmp/tb/sx.py", line 4, in <module>
+  File "/srv/job/sx.py", line 4, in <module>
     import badmod
-  File "/tmp/tb/badmod.py", line 1
+  File "/srv/job/badmod.py", line 1
     def f(:
           ^
 SyntaxError: invalid syntax
@@ -395,7 +395,7 @@ KeyError: 'k'
 During handling of the above exception, another exception occurred:
 
 Traceback (most recent call last):
-  File "/tmp/tb/chain.py", line 8, in <module>
+  File "/srv/job/chain.py", line 8, in <module>
     f()
 RuntimeError: lookup failed
 "#;
@@ -408,15 +408,15 @@ RuntimeError: lookup failed
     fn exception_group() {
         // Real Python 3.13 output.
         let text = r#"  + Exception Group Traceback (most recent call last):
-  |   File "/tmp/tb/eg.py", line 9, in <module>
+  |   File "/srv/job/eg.py", line 9, in <module>
   |     main()
   |     ~~~~^^
-  |   File "/tmp/tb/eg.py", line 8, in main
+  |   File "/srv/job/eg.py", line 8, in main
   |     raise ExceptionGroup("many", errs)
   | ExceptionGroup: many (2 sub-exceptions)
   +-+---------------- 1 ----------------
     | Traceback (most recent call last):
-    |   File "/tmp/tb/eg.py", line 4, in main
+    |   File "/srv/job/eg.py", line 4, in main
     |     raise ValueError("a")
     | ValueError: a
     +---------------- 2 ----------------
@@ -431,9 +431,9 @@ RuntimeError: lookup failed
     fn exception_group_chained_after_plain_traceback() {
         // Real Python 3.11 output: a note, and a sub-exception message line without its margin.
         let text = r#"Traceback (most recent call last):
-  File "/tmp/tb/ml.py", line 7, in <module>
+  File "/srv/job/ml.py", line 7, in <module>
     g()
-  File "/tmp/tb/ml.py", line 5, in g
+  File "/srv/job/ml.py", line 5, in g
     raise e
 g.<locals>.Inner: x
 a note
@@ -441,7 +441,7 @@ a note
 During handling of the above exception, another exception occurred:
 
   + Exception Group Traceback (most recent call last):
-  |   File "/tmp/tb/ml.py", line 9, in <module>
+  |   File "/srv/job/ml.py", line 9, in <module>
   |     raise ExceptionGroup("outer", [ValueError("v\nw")])
   | ExceptionGroup: outer (1 sub-exception)
   +-+---------------- 1 ----------------
@@ -458,7 +458,7 @@ w
     #[test]
     fn colored_output() {
         // Python 3.13 with FORCE_COLOR=1.
-        let text = "Traceback (most recent call last):\n  File \x1b[35m\"/tmp/tb/c.py\"\x1b[0m, line \x1b[35m7\x1b[0m, in \x1b[35mf\x1b[0m\n    raise MyError(\"x\")\n\x1b[1;35mMyError\x1b[0m: \x1b[35mline1\nline2\x1b[0m\n";
+        let text = "Traceback (most recent call last):\n  File \x1b[35m\"/srv/job/c.py\"\x1b[0m, line \x1b[35m7\x1b[0m, in \x1b[35mf\x1b[0m\n    raise MyError(\"x\")\n\x1b[1;35mMyError\x1b[0m: \x1b[35mline1\nline2\x1b[0m\n";
         assert_eq!(parse_traceback(text), found("MyError", "line1"));
     }
 
