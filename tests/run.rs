@@ -461,6 +461,25 @@ fn a_process_that_leaves_the_group_is_found_and_killed() {
 }
 
 #[test]
+fn an_escaped_process_holding_only_one_stream_is_found_too() {
+    // stdout reaches end-of-file at once, stderr stays held open by the escaped sleep.
+    let env = Env::new();
+    flow(
+        &env,
+        &format!(
+            "[[step]]\nname = 'half'\nshell = '{}; echo done'\n",
+            ESCAPE.replace("sleep 300 &", "sleep 300 > /dev/null &")
+        ),
+    );
+    env.cmd(&["run", "flow.toml"])
+        .assert()
+        .success()
+        .stdout("half | done\n")
+        .stderr(predicate::str::contains("killed 1 process(es) of this attempt that had left its process group"));
+    wait_until("the escaped process to die", || !alive(read_pid(&env.path("esc"))));
+}
+
+#[test]
 fn a_timeout_is_enforced_even_when_an_escaped_process_holds_the_output() {
     let env = Env::new();
     flow(

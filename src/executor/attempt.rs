@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 /// Read size for child output: large reads keep the copy close to the cost of a direct write.
@@ -66,8 +66,10 @@ pub struct Running {
     /// Where this attempt's output starts in its stderr log (earlier executions may precede it).
     pub stderr_from: u64,
     attempt_id: String,
-    /// One per output stream; fires when the reader has reached end-of-file.
-    readers: Vec<oneshot::Receiver<()>>,
+    /// Each output reader sends one message here when it has reached end-of-file.
+    readers_done: mpsc::Receiver<()>,
+    /// Readers that have not reached end-of-file yet.
+    readers_left: usize,
     /// Set when waymark stops waiting for the readers: they then send nothing more.
     abandoned: Arc<AtomicBool>,
     budget: Arc<Budget>,
@@ -136,6 +138,7 @@ pub fn spawn(spec: &AttemptSpec, events: &mpsc::Sender<Msg>, budget: &Arc<Budget
     drop(cmd);
     let pid = child.id().unwrap_or(0);
     let abandoned = Arc::new(AtomicBool::new(false));
+    let (done, readers_done) = mpsc::channel(2);
     let reader = |pipe, log, path: &PathBuf, stream| Reader {
         pipe,
         log,
@@ -146,13 +149,13 @@ pub fn spawn(spec: &AttemptSpec, events: &mpsc::Sender<Msg>, budget: &Arc<Budget
         events: events.clone(),
         budget: Arc::clone(budget),
         abandoned: Arc::clone(&abandoned),
+        done: done.clone(),
     };
-    let readers = vec![
-        reader(out_r, stdout_log, &spec.stdout_log, Stream::Stdout).start(),
-        reader(err_r, stderr_log, &spec.stderr_log, Stream::Stderr).start(),
-    ];
+    reader(out_r, stdout_log, &spec.stdout_log, Stream::Stdout).start();
+    reader(err_r, stderr_log, &spec.stderr_log, Stream::Stderr).start();
     let budget = Arc::clone(budget);
-    Ok(Running { child, pid, stderr_from, attempt_id: spec.attempt_id.clone(), readers, abandoned, budget })
+    let attempt_id = spec.attempt_id.clone();
+    Ok(Running { child, pid, stderr_from, attempt_id, readers_done, readers_left: 2, abandoned, budget })
 }
 
 /// Copies one of a child's streams to its log file and, in whole lines, to the event loop.
@@ -166,27 +169,27 @@ struct Reader {
     events: mpsc::Sender<Msg>,
     budget: Arc<Budget>,
     abandoned: Arc<AtomicBool>,
+    /// Told once at end-of-file.
+    done: mpsc::Sender<()>,
 }
 
 impl Reader {
     /// Run on a thread of its own (a blocking read that a process outside waymark's reach may
-    /// hold open forever; the thread is then left behind rather than waited for). The receiver
-    /// fires at end-of-file.
-    fn start(self) -> oneshot::Receiver<()> {
-        let (done, finished) = oneshot::channel();
+    /// hold open forever; the thread is then left behind rather than waited for).
+    fn start(self) {
         let failures = self.events.clone();
         let row = self.row;
         let name = format!("waymark-{}", self.stream.name());
         let copy = move || {
+            let done = self.done.clone();
             self.copy();
-            let _ = done.send(());
+            let _ = done.blocking_send(());
         };
         if let Err(e) = std::thread::Builder::new().name(name).spawn(copy) {
             // Without a reader the child would block on a full pipe: report it as a log failure.
             let path = PathBuf::from("output reader thread");
             let _ = failures.try_send(Msg::LogFailed { row, path, error: e });
         }
-        finished
     }
 
     fn send(&self, bytes: Vec<u8>) {
@@ -244,15 +247,16 @@ impl Running {
     /// slow, not a process holding the output open.
     async fn drain(&mut self, limit: Duration) -> bool {
         let mut left = limit;
-        loop {
+        while self.readers_left > 0 {
             let step = left.min(Duration::from_millis(100));
-            let all = async {
-                for reader in self.readers.iter_mut() {
-                    let _ = reader.await;
+            // `recv` is cancel-safe: a timed-out wait loses no end-of-file message.
+            match tokio::time::timeout(step, self.readers_done.recv()).await {
+                Ok(Some(())) => {
+                    self.readers_left -= 1;
+                    continue;
                 }
-            };
-            if tokio::time::timeout(step, all).await.is_ok() {
-                return true;
+                Ok(None) => return true, // no reader thread left to wait for
+                Err(_) => {}
             }
             if self.budget.is_full() {
                 continue;
@@ -262,6 +266,7 @@ impl Running {
                 return false;
             }
         }
+        true
     }
 
     /// Wait for the attempt to end, enforcing `deadline` and obeying `control`. Always leaves the
