@@ -58,10 +58,10 @@ pub fn run(state_flag: Option<&Path>, flow_path: &Path, fresh: bool, wait: bool,
 }
 
 pub fn resume(state: &Path, run_id: &str, wait: bool, quiet: bool) -> Result<i32, CliError> {
-    let flow = open_store(state)?.run(run_id)?.flow;
+    let mut store = open_store(state)?;
+    let flow = store.run(run_id)?.flow;
     let lock = FlowLock::acquire(state, &flow, wait).map_err(CliError::Locked)?;
     // Read the run again under the lock: a runner we waited for may have changed it.
-    let mut store = open_store(state)?;
     let record = store.run(run_id)?;
     match record.status {
         RunStatus::Succeeded => {

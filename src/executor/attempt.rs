@@ -35,10 +35,9 @@ pub struct AttemptSpec {
     pub row: i64,
     /// The attempt's `WAYMARK_ATTEMPT_ID`, by which its processes are found if they leave its group.
     pub attempt_id: String,
-    /// A line written to non-empty logs before the attempt's output (a redelivery).
-    pub log_banner: Option<String>,
-    /// When the attempt was issued: the timeout clock starts here.
-    pub issued: Instant,
+    pub attempt: u32,
+    /// Run again after its runner died (or after a cancel, when `false` and logs exist).
+    pub redelivered: bool,
 }
 
 /// What the event loop may ask of a running attempt.
@@ -82,13 +81,19 @@ pub enum SpawnError {
     Runner(std::io::Error, PathBuf),
 }
 
-/// Open a log for appending; returns it with its length before this attempt.
-fn open_log(path: &Path, banner: Option<&str>) -> Result<(File, u64), SpawnError> {
+/// Open a log for appending; returns it with its length before this attempt. Where an earlier
+/// execution of the same attempt left output, a line marks where this one begins.
+fn open_log(path: &Path, spec: &AttemptSpec) -> Result<(File, u64), SpawnError> {
     let fail = |e| SpawnError::Runner(e, path.to_owned());
     let mut file = crate::fsutil::open_append_private(path).map_err(fail)?;
     let mut len = file.metadata().map_err(fail)?.len();
-    if let Some(banner) = banner.filter(|_| len > 0) {
-        let text = format!("\n{banner}\n");
+    if len > 0 {
+        let text = format!(
+            "\n==> waymark: attempt {} {} at {} <==\n",
+            spec.attempt,
+            if spec.redelivered { "redelivered" } else { "runs again" },
+            humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+        );
         file.write_all(text.as_bytes()).map_err(fail)?;
         len += text.len() as u64;
     }
@@ -112,9 +117,8 @@ fn spawn_failure(program: &str, workdir: &Path, e: &std::io::Error) -> String {
 /// Start the child. Runs on the event loop so the pid is known before anything else happens.
 pub fn spawn(spec: &AttemptSpec, events: &mpsc::Sender<Msg>, budget: &Arc<Budget>) -> Result<Running, SpawnError> {
     let step = &spec.step;
-    let banner = spec.log_banner.as_deref();
-    let (stdout_log, _) = open_log(&spec.stdout_log, banner)?;
-    let (stderr_log, stderr_from) = open_log(&spec.stderr_log, banner)?;
+    let (stdout_log, _) = open_log(&spec.stdout_log, spec)?;
+    let (stderr_log, stderr_from) = open_log(&spec.stderr_log, spec)?;
     if !step.workdir.is_dir() {
         return Err(SpawnError::NotStarted(format!(
             "working directory {} does not exist or is not a directory",

@@ -98,6 +98,15 @@ struct StepSlot {
     last_attempt: u32,
     last_stderr_from: u64,
     last_error: Option<ErrorValue>,
+    /// Whether this runner has made sure the step's log directory exists.
+    log_dir_ready: bool,
+}
+
+impl StepSlot {
+    /// The number of the last attempt the current budget allows.
+    fn max_attempts(&self) -> u32 {
+        self.budget_base.saturating_add(self.step.retry.attempts)
+    }
 }
 
 /// A run about to execute: the flow, its id, where its logs go, and each step's recorded state.
@@ -174,6 +183,7 @@ impl<'a> Executor<'a> {
                 last_attempt: rec.attempts_used,
                 last_stderr_from: 0,
                 last_error: rec.last_error.clone(),
+                log_dir_ready: false,
             });
         }
         Ok(Executor {
@@ -276,11 +286,14 @@ impl<'a> Executor<'a> {
     fn start_attempt(&mut self, index: usize, attempt: u32, redelivered: bool) -> Result<(), ExecError> {
         let issued = Instant::now();
         let step = Arc::clone(&self.steps[index].step);
-        let max_attempts = self.steps[index].budget_base.saturating_add(step.retry.attempts);
+        let max_attempts = self.steps[index].max_attempts();
         let stem = self.attempt_stem(&step, attempt);
         let files_err = |path: &Path, source| ExecError::Files { path: path.to_owned(), source };
-        let dir = stem.parent().expect("stem has a parent");
-        crate::store::create_private_dir(dir).map_err(|e| files_err(dir, e))?;
+        if !self.steps[index].log_dir_ready {
+            let dir = stem.parent().expect("stem has a parent");
+            crate::store::create_private_dir(dir).map_err(|e| files_err(dir, e))?;
+            self.steps[index].log_dir_ready = true;
+        }
         let error_path = stem.with_extension("error.json");
         error_file::create_error_file(&error_path).map_err(|e| files_err(&error_path, e))?;
         // The start is durable before the child exists.
@@ -305,56 +318,49 @@ impl<'a> Executor<'a> {
             stderr_log: stem.with_extension("stderr"),
             row,
             attempt_id,
-            // Written only where an earlier execution of the same attempt left output.
-            log_banner: Some(format!(
-                "==> waymark: attempt {attempt} {} at {} <==",
-                if redelivered { "redelivered" } else { "runs again" },
-                humantime::format_rfc3339_seconds(SystemTime::now())
-            )),
-            issued,
+            attempt,
+            redelivered,
         };
-        match attempt::spawn(&spec, &self.tx, &self.budget) {
+        // Ok: the child runs. Err: it could not be started, which is the attempt's failure.
+        let spawned = match attempt::spawn(&spec, &self.tx, &self.budget) {
+            Ok(running) => Ok(running),
+            Err(SpawnError::Runner(source, path)) => return Err(ExecError::Files { path, source }),
+            Err(SpawnError::NotStarted(why)) => Err(why),
+        };
+        let pid = spawned.as_ref().map_or(0, |r| r.pid);
+        if let Ok(running) = &spawned
+            && let Err(e) = self.store.attempt_spawned(row, pid, unix::process_start_time(pid))
+        {
+            // Without its pid on record a later resume could not find this child: stop it.
+            unix::kill_group(running.pid);
+            return Err(e.into());
+        }
+        self.reporter.report(&Event::AttemptStarted {
+            step: step.name.clone(),
+            attempt,
+            max_attempts,
+            redelivered,
+            pid,
+        });
+        // Only what follows now in the stderr log belongs to this attempt.
+        let stderr_from = match &spawned {
+            Ok(r) => r.stderr_from,
+            Err(_) => std::fs::metadata(&spec.stderr_log).map_or(0, |m| m.len()),
+        };
+        let (control, control_rx) = watch::channel(Control::Run);
+        self.steps[index].slot = Slot::Running { attempt, row, pid, stderr_from, started: issued, control };
+        self.running += 1;
+        match spawned {
             Ok(running) => {
-                let (pid, stderr_from) = (running.pid, running.stderr_from);
-                if let Err(e) = self.store.attempt_spawned(row, pid, unix::process_start_time(pid)) {
-                    // Without its pid on record a later resume could not find this child: stop it.
-                    unix::kill_group(pid);
-                    return Err(e.into());
-                }
-                self.reporter.report(&Event::AttemptStarted {
-                    step: step.name.clone(),
-                    attempt,
-                    max_attempts,
-                    redelivered,
-                    pid,
-                });
-                let (control, control_rx) = watch::channel(Control::Run);
-                let deadline = step.timeout.map(|t| spec.issued + t);
+                let deadline = step.timeout.map(|t| issued + t);
                 let tx = self.tx.clone();
                 tokio::spawn(async move {
                     let (end, notes) = running.supervise(step, deadline, control_rx).await;
                     let _ = tx.send(Msg::Done { step: index, end, notes }).await;
                 });
-                self.steps[index].slot = Slot::Running { attempt, row, pid, stderr_from, started: issued, control };
-                self.running += 1;
                 Ok(())
             }
-            Err(SpawnError::Runner(source, path)) => Err(ExecError::Files { path, source }),
-            Err(SpawnError::NotStarted(why)) => {
-                self.reporter.report(&Event::AttemptStarted {
-                    step: step.name.clone(),
-                    attempt,
-                    max_attempts,
-                    redelivered,
-                    pid: 0,
-                });
-                let control = watch::channel(Control::Run).0;
-                // Only what follows now in the stderr log belongs to this attempt.
-                let stderr_from = std::fs::metadata(&spec.stderr_log).map_or(0, |m| m.len());
-                self.steps[index].slot = Slot::Running { attempt, row, pid: 0, stderr_from, started: issued, control };
-                self.running += 1;
-                self.attempt_failed(index, Ending::NotStarted(why), None)
-            }
+            Err(why) => self.attempt_failed(index, Ending::NotStarted(why), None),
         }
     }
 
@@ -459,11 +465,10 @@ impl<'a> Executor<'a> {
         for message in warnings {
             self.reporter.report(&Event::Warning { step: Some(step.name.clone()), message });
         }
-        let budget_base = self.steps[index].budget_base;
-        let decision = step.retry.decide(&error, attempt - budget_base);
-        let (update, retry) = match decision {
+        // Attempt numbers go on across budgets; the policy counts within the current one.
+        let k = attempt - self.steps[index].budget_base;
+        let (update, retry) = match step.retry.decide(&error, k) {
             Decision::Retry { .. } => {
-                let k = attempt - budget_base;
                 let delay = step.retry.backoff.delay(k, &mut self.rng);
                 let wake_at = SystemTime::now() + delay;
                 (StepUpdate::Waiting { next_attempt: attempt + 1, wake_at }, Some((delay, wake_at)))
@@ -490,7 +495,7 @@ impl<'a> Executor<'a> {
         self.reporter.report(&Event::AttemptFailed {
             step: step.name.clone(),
             attempt,
-            max_attempts: budget_base.saturating_add(step.retry.attempts),
+            max_attempts: self.steps[index].max_attempts(),
             error,
             elapsed,
             retry,

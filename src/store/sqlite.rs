@@ -161,12 +161,12 @@ impl SqliteStore {
             let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             let out = f(&tx)?;
             tx.commit()?;
-            if durable {
-                self.conn.pragma_update(None, "synchronous", "NORMAL")?;
-            }
             Ok(out)
         })();
-        result.map_err(|e| self.sql(e))
+        // Back to NORMAL whether or not the write went through, so one failure does not make
+        // every later commit pay a full sync.
+        let restored = if durable { self.conn.pragma_update(None, "synchronous", "NORMAL") } else { Ok(()) };
+        result.and_then(|out| restored.map(|()| out)).map_err(|e| self.sql(e))
     }
 
     fn run_from_row(r: &rusqlite::Row) -> rusqlite::Result<RunRecord> {
