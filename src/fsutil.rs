@@ -8,10 +8,11 @@ use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-/// Remove what is at `path` unless it is a regular file. Never follows a symlink.
-pub fn remove_unless_regular(path: &Path) -> io::Result<()> {
+/// Remove what is at `path` unless it is a regular file (or whatever it is, with `also_files`).
+/// Never follows a symlink.
+fn remove_entry(path: &Path, also_files: bool) -> io::Result<()> {
     match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.is_file() => Ok(()),
+        Ok(meta) if meta.is_file() && !also_files => Ok(()),
         // remove_dir_all does not follow symlinks inside the tree either.
         Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
         Ok(_) => std::fs::remove_file(path),
@@ -20,13 +21,24 @@ pub fn remove_unless_regular(path: &Path) -> io::Result<()> {
     }
 }
 
+/// Remove what is at `path` unless it is a regular file. Never follows a symlink.
+pub fn remove_unless_regular(path: &Path) -> io::Result<()> {
+    remove_entry(path, false)
+}
+
+/// Remove whatever is at `path`: a file, a symlink (never its target), a directory tree.
+pub fn remove_any(path: &Path) -> io::Result<()> {
+    remove_entry(path, true)
+}
+
 /// Open `path` for appending (creating it 0600), refusing to follow a symlink.
 pub fn open_append_private(path: &Path) -> io::Result<File> {
     remove_unless_regular(path)?;
     OpenOptions::new().create(true).append(true).mode(0o600).custom_flags(OFlag::O_NOFOLLOW.bits()).open(path)
 }
 
-/// Open `path` for reading without following a symlink.
+/// Open `path` for reading without following a symlink (ELOOP if it is one). O_NONBLOCK keeps
+/// open(2) from hanging on a FIFO a child put there; it does nothing for regular files.
 pub fn open_read_nofollow(path: &Path) -> io::Result<File> {
     OpenOptions::new().read(true).custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits()).open(path)
 }

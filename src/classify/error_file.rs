@@ -13,7 +13,7 @@
 //! identifier. An empty or whitespace-only file means "nothing reported"; anything else that does
 //! not fit is ignored with a warning saying what is wrong.
 
-use std::fs::{self, OpenOptions, Permissions};
+use std::fs::{OpenOptions, Permissions};
 use std::io::{self, Read};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
@@ -48,11 +48,7 @@ pub enum ErrorFileOutcome {
 /// created with O_CREAT|O_EXCL|O_NOFOLLOW so that the runner never writes through a link.
 pub fn create_error_file(path: &Path) -> io::Result<()> {
     // Whatever is there goes: a stale file, a symlink (never its target), a planted directory.
-    crate::fsutil::remove_unless_regular(path)?;
-    match fs::remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
+    crate::fsutil::remove_any(path)?;
     let file = OpenOptions::new()
         .write(true)
         .create_new(true) // O_CREAT | O_EXCL
@@ -71,17 +67,14 @@ pub fn read_error_file(path: &Path) -> ErrorFileOutcome {
     let shown = path.display().to_string();
     let invalid = |what: String| ErrorFileOutcome::Invalid(format!("error file {shown}: {what}"));
 
-    // O_NONBLOCK keeps open(2) from hanging if the child replaced the file with a FIFO; it does
-    // nothing for regular files.
-    let file =
-        match OpenOptions::new().read(true).custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits()).open(path) {
-            Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return ErrorFileOutcome::Empty,
-            Err(e) if e.raw_os_error() == Some(Errno::ELOOP as i32) => {
-                return invalid("is a symbolic link, which is not followed".to_string());
-            }
-            Err(e) => return invalid(format!("cannot open: {e}")),
-        };
+    let file = match crate::fsutil::open_read_nofollow(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return ErrorFileOutcome::Empty,
+        Err(e) if e.raw_os_error() == Some(Errno::ELOOP as i32) => {
+            return invalid("is a symbolic link, which is not followed".to_string());
+        }
+        Err(e) => return invalid(format!("cannot open: {e}")),
+    };
     match file.metadata() {
         Ok(meta) if meta.is_file() => {}
         Ok(_) => return invalid("is not a regular file".to_string()),
@@ -202,6 +195,7 @@ fn kind(value: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
     use std::os::unix::fs::symlink;
     use std::path::PathBuf;
 
