@@ -36,10 +36,7 @@ name = "c"
 shell = "echo x >> c.log"
 "#,
     );
-    let runner = env.spawn(&["run", "flow.toml"]);
-    env.wait_for_lines("b.bg", 1);
-    kill(runner.id(), "KILL");
-    let _ = finish(runner);
+    let _ = env.run_until("b.bg", "KILL");
     let orphan = read_pid(&env.path("b.bg"));
     assert!(alive(orphan), "the dead runner's attempt is still running");
     env.cmd(&["status", "durable"]).assert().success().stdout(predicate::str::contains("its runner is gone"));
@@ -139,10 +136,7 @@ fn one_runner_per_flow_exit_3_or_wait() {
 fn fresh_abandons_an_interrupted_run() {
     let env = Env::new();
     env.write("flow.toml", GATED);
-    let runner = env.spawn(&["run", "flow.toml"]);
-    env.wait_for_lines("started", 1);
-    kill(runner.id(), "TERM");
-    assert_eq!(finish(runner).status.code(), Some(143));
+    assert_eq!(env.run_until("started", "TERM").status.code(), Some(143));
     env.write("release", "");
     env.cmd(&["run", "--fresh", "flow.toml"])
         .assert()
@@ -187,10 +181,7 @@ fn a_changed_flow_file_resumes_with_the_recorded_definition() {
         "flow.toml",
         "name = 'edit'\n[[step]]\nname = 'one'\nshell = 'echo old1 >> out'\n[[step]]\nname = 'two'\nshell = 'echo $$ > started; while [ ! -e release ]; do sleep 0.05; done; echo old2 >> out'\n",
     );
-    let runner = env.spawn(&["run", "flow.toml"]);
-    env.wait_for_lines("started", 1);
-    kill(runner.id(), "INT");
-    assert_eq!(finish(runner).status.code(), Some(130));
+    assert_eq!(env.run_until("started", "INT").status.code(), Some(130));
     env.write("flow.toml", "name = 'edit'\n[[step]]\nname = 'one'\nshell = 'echo new1 >> out'\n[[step]]\nname = 'two'\nshell = 'echo new2 >> out'\n");
     env.write("release", "");
     env.cmd(&["run", "flow.toml"])
@@ -420,10 +411,7 @@ name = 'b'
 shell = 'echo x >> b.log; if [ $(wc -l < b.log) -ge 2 ]; then exit 0; fi; setsid sleep 300 & p=$!; echo $p > esc; until [ "$(cut -d" " -f5 /proc/$p/stat)" = $p ]; do sleep 0.01; done; echo ready > ready; wait'
 "#,
     );
-    let runner = env.spawn(&["run", "flow.toml"]);
-    env.wait_for_lines("ready", 1);
-    kill(runner.id(), "KILL");
-    let _ = finish(runner);
+    let _ = env.run_until("ready", "KILL");
     let escaped = read_pid(&env.path("esc"));
     assert!(alive(escaped));
     env.cmd(&["run", "flow.toml"])
@@ -437,10 +425,7 @@ shell = 'echo x >> b.log; if [ $(wc -l < b.log) -ge 2 ]; then exit 0; fi; setsid
 fn fresh_kills_the_abandoned_runs_attempt() {
     let env = Env::new();
     env.write("flow.toml", "name = 'fresh'\n[[step]]\nname = 's'\nshell = 'if [ -e pid ]; then exit 0; fi; echo $$ > pid; exec sleep 300'\n");
-    let runner = env.spawn(&["run", "flow.toml"]);
-    env.wait_for_lines("pid", 1);
-    kill(runner.id(), "KILL");
-    let _ = finish(runner);
+    let _ = env.run_until("pid", "KILL");
     let old = read_pid(&env.path("pid"));
     assert!(alive(old));
     env.cmd(&["run", "--fresh", "flow.toml"])
@@ -464,10 +449,7 @@ shell = 'if [ ! -e once ]; then touch once; printf "Traceback (most recent call 
 retry = { attempts = 2, exception_types = ["SubprocessError"] }
 "#,
     );
-    let runner = env.spawn(&["run", "flow.toml"]);
-    env.wait_for_lines("pid", 1);
-    kill(runner.id(), "KILL");
-    let _ = finish(runner);
+    let _ = env.run_until("pid", "KILL");
     env.cmd(&["run", "flow.toml"]).assert().code(1).stderr(
         predicate::str::contains("s: attempt 1/2 failed: CalledProcessError")
             .and(predicate::str::contains("s: attempt 2/2 failed: CalledProcessError"))

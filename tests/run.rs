@@ -226,10 +226,7 @@ fn sigterm_is_forwarded_and_the_attempt_is_not_retried() {
         &env,
         "[[step]]\nname = 'svc'\nshell = 'trap \"echo got TERM >> got; exit 1\" TERM; echo x >> runs; sleep 300 & echo $! > bgpid; wait'\nretry = { attempts = 5 }\n",
     );
-    let child = env.spawn(&["run", "flow.toml"]);
-    env.wait_for_lines("bgpid", 1);
-    kill(child.id(), "TERM");
-    let out = finish(child);
+    let out = env.run_until("bgpid", "TERM");
     assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
     assert_eq!(env.read("got"), "got TERM\n", "the child saw the same signal");
     assert_eq!(env.count("runs"), 1, "a cancelled attempt is never retried");
@@ -240,10 +237,7 @@ fn sigterm_is_forwarded_and_the_attempt_is_not_retried() {
     assert_eq!(status["steps"][0]["attempts_used"], 0, "a cancelled attempt uses no attempt");
     // Resumed, the step runs attempt 1 again (it is not a failure that used up the budget).
     let _ = std::fs::remove_file(env.path("bgpid"));
-    let child = env.spawn(&["run", "flow.toml"]);
-    env.wait_for_lines("bgpid", 1);
-    kill(child.id(), "TERM");
-    let out = finish(child);
+    let out = env.run_until("bgpid", "TERM");
     assert!(stderr(&out).contains("svc: attempt 1/5"), "{}", stderr(&out));
     assert_eq!(env.count("runs"), 2);
 }
@@ -257,10 +251,7 @@ fn an_attempt_that_exits_0_after_the_signal_is_still_cancelled_and_runs_again() 
         &env,
         "[[step]]\nname = 'svc'\nshell = 'echo x >> runs; [ $(wc -l < runs) -ge 2 ] && exit 0; trap \"exit 0\" TERM; echo $$ > pid; sleep 300 & wait'\n",
     );
-    let child = env.spawn(&["run", "flow.toml"]);
-    env.wait_for_lines("pid", 1);
-    kill(child.id(), "TERM");
-    let out = finish(child);
+    let out = env.run_until("pid", "TERM");
     assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
     env.cmd(&["run", "flow.toml"]).assert().success().stderr(predicate::str::contains("svc: succeeded on attempt 1 "));
     assert_eq!(env.count("runs"), 2);
@@ -494,10 +485,7 @@ fn a_timeout_is_enforced_even_when_an_escaped_process_holds_the_output() {
 fn sighup_is_forwarded_like_sigterm() {
     let env = Env::new();
     flow(&env, "[[step]]\nname = 'held'\nshell = 'echo $$ > pid; exec sleep 300'\n");
-    let child = env.spawn(&["run", "flow.toml"]);
-    env.wait_for_lines("pid", 1);
-    kill(child.id(), "HUP");
-    let out = finish(child);
+    let out = env.run_until("pid", "HUP");
     assert_eq!(out.status.code(), Some(129), "{}", stderr(&out));
     assert!(!alive(read_pid(&env.path("pid"))));
 }

@@ -110,6 +110,15 @@ impl Env {
         }
     }
 
+    /// `waymark run flow.toml` in the background until `ready` has a line, then `signal` to the
+    /// runner; returns how it ended.
+    pub fn run_until(&self, ready: &str, signal: &str) -> std::process::Output {
+        let runner = self.spawn(&["run", "flow.toml"]);
+        self.wait_for_lines(ready, 1);
+        kill(runner.id(), signal);
+        finish(runner)
+    }
+
     /// Wait until `name` exists and holds at least `lines` lines.
     pub fn wait_for_lines(&self, name: &str, lines: usize) {
         wait_until(&format!("{name} to have {lines} line(s)"), || self.count(name) >= lines);
