@@ -170,3 +170,26 @@ pub fn stderr(out: &std::process::Output) -> String {
 pub fn read_pid(path: &Path) -> u32 {
     std::fs::read_to_string(path).unwrap().trim().parse().unwrap()
 }
+
+/// Whether the tests that need root can run. Outside CI a user who is not root gets a visible
+/// `SKIPPED` line on the terminal (written past the test harness's capture) and the test returns
+/// early; in CI (`CI` set, as `.ci/run` runs) a missing root fails the test, so CI proves they ran.
+pub fn have_root(test: &str, why: &str) -> bool {
+    use std::io::Write;
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    assert!(std::env::var_os("CI").is_none(), "{test} needs root ({why}) and CI must run it as root");
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: needs root ({why}); run the tests as root to include it");
+    false
+}
+
+/// Whether the reliability suite runs its long mode (`WAYMARK_LONG=1 cargo test`).
+pub fn long_mode() -> bool {
+    std::env::var_os("WAYMARK_LONG").is_some_and(|v| v != "0" && !v.is_empty())
+}
+
+/// Iterations for a reliability test: `ci` normally, `long` under [`long_mode`].
+pub fn iterations(ci: usize, long: usize) -> usize {
+    if long_mode() { long } else { ci }
+}
