@@ -1,23 +1,106 @@
-//! Opening per-attempt files safely. A child can write into its step's log directory, so whatever
-//! it planted at the path of a later attempt's file (a symlink to a victim, a directory) is removed
-//! before the runner opens that path, and the runner never follows a link there.
+//! Opening files under the state directory safely. A child can write into its step's log
+//! directory (and, running as the same user, anywhere in the state directory), so whatever it
+//! planted at the path of a later attempt's file or directory (a symlink to a victim, a directory)
+//! is removed or refused, and the runner never follows a link there: directories are walked one
+//! component at a time relative to the previous one's descriptor with `O_NOFOLLOW`, and files are
+//! opened relative to their directory's descriptor.
+//!
+//! The paths given here are expected to contain no symlinks at all: the state directory is
+//! resolved once (`store::statedir::prepare`) and everything below it is built from that.
 
-use nix::fcntl::OFlag;
-use std::fs::{File, OpenOptions};
+use nix::errno::Errno;
+use nix::fcntl::{AT_FDCWD, AtFlags, OFlag};
+use nix::sys::stat::{Mode, SFlag};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Component, Path};
+
+/// The error for a symbolic link met where waymark allows none.
+pub fn symlink_refused(path: &Path) -> io::Error {
+    let target = std::fs::read_link(path).map(|t| format!(" (to {})", t.display())).unwrap_or_default();
+    io::Error::other(format!(
+        "{} is a symbolic link{target}; waymark never follows links inside its state directory: remove it \
+         (`rm {}`) and run again",
+        path.display(),
+        path.display()
+    ))
+}
+
+/// Open the directory `path` without following a symlink in any of its components, creating the
+/// missing ones (mode 0700) when `create`. An absolute path is walked from `/`, a relative one
+/// from the working directory.
+pub fn open_dir_nofollow(path: &Path, create: bool) -> io::Result<OwnedFd> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let mut dir: Option<OwnedFd> = None;
+    let mut walked = std::path::PathBuf::new();
+    for component in path.components() {
+        walked.push(component);
+        let name = match component {
+            Component::RootDir => {
+                dir = Some(nix::fcntl::open("/", flags, Mode::empty())?);
+                continue;
+            }
+            Component::CurDir => continue,
+            Component::Normal(name) => name,
+            Component::ParentDir | Component::Prefix(_) => {
+                return Err(io::Error::other(format!("{}: `..` is not allowed here", path.display())));
+            }
+        };
+        let mut opened = nix::fcntl::openat(at(&dir), name, flags, Mode::empty());
+        if create && matches!(opened, Err(Errno::ENOENT)) {
+            match nix::sys::stat::mkdirat(at(&dir), name, Mode::S_IRWXU) {
+                Ok(()) | Err(Errno::EEXIST) => {}
+                Err(e) => return Err(io::Error::new(io::Error::from(e).kind(), format!("{}: {e}", walked.display()))),
+            }
+            opened = nix::fcntl::openat(at(&dir), name, flags, Mode::empty());
+        }
+        dir = Some(match opened {
+            Ok(fd) => fd,
+            // O_NOFOLLOW|O_DIRECTORY on a symlink: ELOOP (Linux) or ENOTDIR.
+            Err(Errno::ELOOP | Errno::ENOTDIR) if is_symlink_at(at(&dir), name) => {
+                return Err(symlink_refused(&walked));
+            }
+            Err(e) => return Err(io::Error::new(io::Error::from(e).kind(), format!("{}: {e}", walked.display()))),
+        });
+    }
+    match dir {
+        Some(fd) => Ok(fd),
+        None => nix::fcntl::open(".", flags, Mode::empty()).map_err(io::Error::from),
+    }
+}
+
+/// The descriptor to resolve the next component against: the last directory, or the working one.
+fn at(dir: &Option<OwnedFd>) -> std::os::fd::BorrowedFd<'_> {
+    dir.as_ref().map_or(AT_FDCWD, |d| d.as_fd())
+}
+
+fn is_symlink_at(dir: impl AsFd, name: &std::ffi::OsStr) -> bool {
+    nix::sys::stat::fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)
+        .is_ok_and(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFLNK)
+}
+
+/// The directory of `path` opened without following links, and the file's name in it.
+fn parent_and_name(path: &Path) -> io::Result<(OwnedFd, &std::ffi::OsStr)> {
+    let name = path.file_name().ok_or_else(|| io::Error::other(format!("{}: not a file name", path.display())))?;
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    Ok((open_dir_nofollow(parent, false)?, name))
+}
 
 /// Remove what is at `path` unless it is a regular file (or whatever it is, with `also_files`).
-/// Never follows a symlink.
+/// Never follows a symlink, in `path`'s directories either.
 fn remove_entry(path: &Path, also_files: bool) -> io::Result<()> {
-    match std::fs::symlink_metadata(path) {
-        Ok(meta) if meta.is_file() && !also_files => Ok(()),
-        // remove_dir_all does not follow symlinks inside the tree either.
-        Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
-        Ok(_) => std::fs::remove_file(path),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
+    let (dir, name) = parent_and_name(path)?;
+    let st = match nix::sys::stat::fstatat(&dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(Errno::ENOENT) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    match SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT {
+        SFlag::S_IFREG if !also_files => Ok(()),
+        // remove_dir_all does not follow symlinks inside the tree; its parents were just checked.
+        SFlag::S_IFDIR => std::fs::remove_dir_all(path),
+        _ => nix::unistd::unlinkat(&dir, name, nix::unistd::UnlinkatFlags::NoRemoveDir).map_err(io::Error::from),
     }
 }
 
@@ -31,16 +114,20 @@ pub fn remove_any(path: &Path) -> io::Result<()> {
     remove_entry(path, true)
 }
 
-/// Open `path` for appending (creating it 0600), refusing to follow a symlink.
+/// Open `path` for appending (creating it 0600), refusing to follow a symlink anywhere in it.
 pub fn open_append_private(path: &Path) -> io::Result<File> {
     remove_unless_regular(path)?;
-    OpenOptions::new().create(true).append(true).mode(0o600).custom_flags(OFlag::O_NOFOLLOW.bits()).open(path)
+    let (dir, name) = parent_and_name(path)?;
+    let flags = OFlag::O_WRONLY | OFlag::O_APPEND | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let fd = nix::fcntl::openat(&dir, name, flags, Mode::S_IRUSR | Mode::S_IWUSR)?;
+    Ok(File::from(fd))
 }
 
 /// Open `path` for reading without following a symlink (ELOOP if it is one). O_NONBLOCK keeps
 /// open(2) from hanging on a FIFO a child put there; it does nothing for regular files.
 pub fn open_read_nofollow(path: &Path) -> io::Result<File> {
-    OpenOptions::new().read(true).custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits()).open(path)
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().read(true).custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits()).open(path)
 }
 
 #[cfg(test)]

@@ -335,7 +335,8 @@ fn privileged_ok(what: &str) -> bool {
 /// Run the shell `script` (which calls the binary as `$WAYMARK`) in the temp dir, in a mount
 /// namespace of its own where the state directory is a 1 MiB tmpfs.
 fn with_state_on_small_disk(env: &Env, script: &str) {
-    let script = format!("set -u; mkdir -p state; mount -t tmpfs -o size=1m tmpfs state || exit 99; {script}");
+    let script =
+        format!("set -u; mkdir -p state; mount -t tmpfs -o size=1m,mode=0700 tmpfs state || exit 99; {script}");
     let status = std::process::Command::new("unshare")
         .args(["-m", "sh", "-c", &script])
         .current_dir(env.dir.path())

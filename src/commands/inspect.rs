@@ -29,6 +29,11 @@ fn print_json(v: &Value) {
 }
 
 pub fn history(state: &Path, flow: Option<&str>, limit: usize, json: bool) -> Result<i32, CliError> {
+    if limit == 0 {
+        return Err(CliError::Usage(
+            "`--limit 0` would show no runs; give a limit of 1 or more (the default is 20)".into(),
+        ));
+    }
     let runs = read_store(state)?.list_runs(flow, limit)?;
     if json {
         let rows: Vec<Value> = runs
@@ -218,18 +223,40 @@ pub fn logs(
     Ok(EXIT_OK)
 }
 
+/// Delete finished runs that ended before the cutoff, with their logs. Each run is deleted while
+/// holding its flow's lock, in a transaction that checks again that it is finished: a run that a
+/// runner holds (`waymark resume` of a failed run) or is about to hold is kept.
 pub fn gc(state: &Path, older_than: Duration) -> Result<i32, CliError> {
     let mut store = open_store(state)?;
     let cutoff = SystemTime::now().checked_sub(older_than).unwrap_or(SystemTime::UNIX_EPOCH);
-    let ids = store.gc(cutoff)?;
-    for id in &ids {
-        let dir = state.join("logs").join(id);
-        if let Err(e) = std::fs::remove_dir_all(&dir)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            eprintln!("waymark: warning: cannot delete {}: {e}", dir.display());
+    let candidates = store.finished_before(cutoff)?;
+    let mut flows: Vec<&str> = candidates.iter().map(|r| r.flow.as_str()).collect();
+    flows.sort_unstable();
+    flows.dedup();
+    let mut deleted = 0usize;
+    for flow in flows {
+        let runs = candidates.iter().filter(|r| r.flow == flow);
+        let Some(lock) = FlowLock::try_acquire_for_gc(state, flow).map_err(CliError::Locked)? else {
+            let n = runs.count();
+            eprintln!(
+                "waymark: kept {n} finished run(s) of flow `{flow}`: a runner holds its lock; run gc again later"
+            );
+            continue;
+        };
+        for run in runs {
+            if !store.delete_finished(&run.id, cutoff)? {
+                continue;
+            }
+            deleted += 1;
+            let dir = state.join("logs").join(&run.id);
+            if let Err(e) = crate::fsutil::remove_any(&dir)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                eprintln!("waymark: warning: cannot delete {}: {e}", dir.display());
+            }
         }
+        drop(lock);
     }
-    eprintln!("waymark: deleted {} finished run(s) older than {}", ids.len(), humantime::format_duration(older_than));
+    eprintln!("waymark: deleted {deleted} finished run(s) older than {}", humantime::format_duration(older_than));
     Ok(EXIT_OK)
 }

@@ -9,7 +9,7 @@ mod run;
 use crate::cli::{Cli, Command};
 use crate::flow::LoadError;
 use crate::store::lock::LockError;
-use crate::store::{SqliteStore, Store, StoreError};
+use crate::store::{SqliteStore, Store, StoreError, statedir};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
@@ -84,9 +84,8 @@ impl From<StoreError> for CliError {
     }
 }
 
-/// The state directory, absolute (children get paths inside it), not created (for commands
-/// that only look).
-fn find_state_dir(cli_flag: Option<&std::path::Path>) -> Result<PathBuf, CliError> {
+/// The state directory, absolute (children get paths inside it), as configured.
+fn configured_state_dir(cli_flag: Option<&std::path::Path>) -> Result<PathBuf, CliError> {
     let dir = crate::store::state_dir(cli_flag).ok_or_else(|| {
         CliError::Usage("cannot tell where to keep state: set --state-dir, WAYMARK_STATE_DIR or HOME".into())
     })?;
@@ -94,16 +93,27 @@ fn find_state_dir(cli_flag: Option<&std::path::Path>) -> Result<PathBuf, CliErro
         .map_err(|e| CliError::Usage(format!("cannot resolve the state directory {}: {e}", dir.display())))
 }
 
-/// The state directory, created with mode 0700.
+/// The state directory for commands that only look: checked (ours, writable by no one else, no
+/// symlinked entries) if it exists, never created.
+fn find_state_dir(cli_flag: Option<&std::path::Path>) -> Result<PathBuf, CliError> {
+    let dir = configured_state_dir(cli_flag)?;
+    let checked = statedir::prepare(&dir, false).map_err(|e| CliError::Internal(e.into()))?;
+    Ok(checked.unwrap_or(dir))
+}
+
+/// The state directory, created with mode 0700 if missing, checked, and resolved: no component of
+/// the returned path is a symlink.
 fn state_dir(cli_flag: Option<&std::path::Path>) -> Result<PathBuf, CliError> {
-    let dir = find_state_dir(cli_flag)?;
-    crate::store::create_private_dir(&dir).map_err(|e| {
-        CliError::Internal(anyhow::anyhow!(
-            "cannot create the state directory {}: {e}; choose another with --state-dir or WAYMARK_STATE_DIR",
-            dir.display()
-        ))
-    })?;
-    Ok(dir)
+    let dir = configured_state_dir(cli_flag)?;
+    match statedir::prepare(&dir, true) {
+        Ok(Some(resolved)) => Ok(resolved),
+        Ok(None) => unreachable!("prepare creates the directory"),
+        Err(statedir::TrustError::Io { path, source, .. }) => Err(CliError::Internal(anyhow::anyhow!(
+            "cannot create the state directory {}: {source}; choose another with --state-dir or WAYMARK_STATE_DIR",
+            path.display()
+        ))),
+        Err(e) => Err(CliError::Internal(e.into())),
+    }
 }
 
 fn open_store(dir: &std::path::Path) -> Result<Box<dyn Store>, CliError> {

@@ -61,8 +61,16 @@ pub fn resume(state: &Path, run_id: &str, wait: bool, quiet: bool) -> Result<i32
     let mut store = open_store(state)?;
     let flow = store.run(run_id)?.flow;
     let lock = FlowLock::acquire(state, &flow, wait).map_err(CliError::Locked)?;
-    // Read the run again under the lock: a runner we waited for may have changed it.
-    let record = store.run(run_id)?;
+    // Decide only under the lock, on one snapshot of the run and its steps: a runner we waited
+    // for may have changed it, and `waymark gc` may have deleted it before we held the lock (gc
+    // takes the lock too, so it cannot delete it from now on).
+    let (record, steps) = store.run_and_steps(run_id).map_err(|e| match e {
+        crate::store::StoreError::NoSuchRun(_) => CliError::Usage(format!(
+            "run {run_id} is gone: it was deleted (by `waymark gc`?) before it could be resumed; nothing ran"
+        )),
+        e => e.into(),
+    })?;
+    no_steps_is_an_error(&record, &steps, store.as_ref())?;
     match record.status {
         RunStatus::Succeeded => {
             eprintln!("waymark: run {run_id} already succeeded; nothing to do");
@@ -93,6 +101,17 @@ fn execute(
     })?;
     lock.describe_holder(&record.id);
     let steps = store.steps(&record.id)?;
+    no_steps_is_an_error(record, &steps, store.as_ref())?;
+    if steps.len() != flow.steps.len() {
+        return Err(CliError::Internal(anyhow::anyhow!(
+            "run {} in {} records {} step(s) but its definition has {}; the database was changed behind \
+             waymark's back: `waymark run --fresh` starts the flow anew",
+            record.id,
+            store.location().display(),
+            steps.len(),
+            flow.steps.len()
+        )));
+    }
     let log_dir = state.join("logs").join(&record.id);
     create_private_dir(&log_dir).with_context(|| format!("cannot create the log directory {}", log_dir.display()))?;
     let spec = RunSpec { flow: Arc::new(flow), run_id: record.id.clone(), log_dir, steps, resumed };
@@ -118,6 +137,24 @@ fn execute(
             Err(CliError::Internal(exec_error(e).context(context)))
         }
     }
+}
+
+/// A run without steps is never "all steps succeeded": its steps were deleted behind waymark's
+/// back (every flow has at least one step).
+fn no_steps_is_an_error(
+    record: &RunRecord,
+    steps: &[crate::store::StepRecord],
+    store: &dyn Store,
+) -> Result<(), CliError> {
+    if steps.is_empty() {
+        return Err(CliError::Internal(anyhow::anyhow!(
+            "run {} in {} has no steps recorded, so it cannot be resumed (its steps were deleted behind \
+             waymark's back); nothing ran: `waymark run --fresh FLOW` starts the flow anew",
+            record.id,
+            store.location().display()
+        )));
+    }
+    Ok(())
 }
 
 /// An executor error for the user; a store error is kept itself in the chain, so that the hint

@@ -1,10 +1,16 @@
 //! One runner per flow: an OS file lock per flow name, released by the kernel when the holder
 //! dies, so there are no stale pid files to clean up.
 
-use std::fs::{File, OpenOptions, TryLockError};
+use super::statedir::{self, TrustError};
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+use std::fs::{File, TryLockError};
 use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+
+/// How `waymark gc` says it holds a flow's lock, for the moment it deletes the flow's old runs. A
+/// runner that finds the lock held by gc waits for it instead of saying that the flow is running.
+const GC_HOLDER: &str = "waymark gc";
 
 /// A held lock; dropping it releases the lock.
 #[derive(Debug)]
@@ -20,23 +26,51 @@ pub enum LockError {
     Held { flow: String, holder: String },
     #[error("cannot lock {}: {source}; the state directory must be writable (fix its permissions, or choose another with --state-dir)", path.display())]
     Io { path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Untrusted(#[from] TrustError),
+}
+
+/// Open (creating it 0600) the lock file of `flow` in `state_dir`, without following a symlink:
+/// the state directory is resolved, `locks` is opened relative to it and the file relative to
+/// `locks`, each with O_NOFOLLOW, and `locks` must be ours and writable by no one else.
+fn open_lock_file(state_dir: &Path, flow: &str, create: bool) -> Result<Option<File>, LockError> {
+    let dir = state_dir.join("locks");
+    let path = dir.join(format!("{flow}.lock"));
+    let io = |source: std::io::Error| LockError::Io { path: path.clone(), source };
+    let state = crate::fsutil::open_dir_nofollow(state_dir, false).map_err(io)?;
+    let locks = if create {
+        statedir::open_subdir(&state, state_dir, "locks", "lock directory")?
+    } else {
+        statedir::check_entry(&state, state_dir, "locks", nix::sys::stat::SFlag::S_IFDIR, "lock directory")?;
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        match nix::fcntl::openat(&state, "locks", flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(nix::errno::Errno::ENOENT) => return Ok(None),
+            Err(e) => return Err(io(e.into())),
+        }
+    };
+    let name = format!("{flow}.lock");
+    // Only looking (`is_held`) opens it read-only, which works on a read-only state directory too.
+    let flags = OFlag::O_NOFOLLOW
+        | OFlag::O_CLOEXEC
+        | if create { OFlag::O_RDWR | OFlag::O_CREAT } else { OFlag::O_RDONLY | OFlag::O_NONBLOCK };
+    match nix::fcntl::openat(&locks, name.as_str(), flags, Mode::S_IRUSR | Mode::S_IWUSR) {
+        Ok(fd) => Ok(Some(File::from(fd))),
+        Err(nix::errno::Errno::ENOENT) if !create => Ok(None),
+        Err(nix::errno::Errno::ELOOP) => {
+            let target = std::fs::read_link(&path).map(|t| format!(" (to {})", t.display())).unwrap_or_default();
+            Err(TrustError::Symlink { what: "lock file", path, target }.into())
+        }
+        Err(e) => Err(io(e.into())),
+    }
 }
 
 impl FlowLock {
     /// Take the lock of `flow` in `state_dir`, waiting for it if `wait`.
     pub fn acquire(state_dir: &Path, flow: &str, wait: bool) -> Result<FlowLock, LockError> {
-        let dir = state_dir.join("locks");
-        let path = dir.join(format!("{flow}.lock"));
+        let path = state_dir.join("locks").join(format!("{flow}.lock"));
         let io = |source| LockError::Io { path: path.clone(), source };
-        super::create_private_dir(&dir).map_err(io)?;
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&path)
-            .map_err(io)?;
+        let Some(mut file) = open_lock_file(state_dir, flow, true)? else { unreachable!("created") };
         // `waymark status` probes the lock with a momentary shared lock; try a few times before
         // concluding that a runner holds it.
         let mut result = file.try_lock();
@@ -58,7 +92,11 @@ impl FlowLock {
             }
             Err(TryLockError::WouldBlock) => {
                 let holder = holder(&mut file);
-                return Err(LockError::Held { flow: flow.to_owned(), holder });
+                if !holder.starts_with(GC_HOLDER) {
+                    return Err(LockError::Held { flow: flow.to_owned(), holder });
+                }
+                // gc holds it only while it deletes finished runs: wait for it.
+                file.lock().map_err(io)?
             }
             Err(TryLockError::Error(e)) => return Err(io(e)),
         }
@@ -69,12 +107,28 @@ impl FlowLock {
         Ok(lock)
     }
 
-    /// Whether a live runner holds the lock of `flow` (checked without creating anything).
-    pub fn is_held(state_dir: &Path, flow: &str) -> bool {
+    /// Take the lock of `flow` for `waymark gc` if no runner holds it (`None` if one does), so
+    /// that gc never deletes a run that a runner holds or is about to hold.
+    pub fn try_acquire_for_gc(state_dir: &Path, flow: &str) -> Result<Option<FlowLock>, LockError> {
         let path = state_dir.join("locks").join(format!("{flow}.lock"));
-        match File::open(path) {
-            Ok(file) => matches!(file.try_lock_shared(), Err(TryLockError::WouldBlock)),
-            Err(_) => false,
+        let Some(file) = open_lock_file(state_dir, flow, true)? else { unreachable!("created") };
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => return Ok(None),
+            Err(TryLockError::Error(source)) => return Err(LockError::Io { path, source }),
+        }
+        let mut lock =
+            FlowLock { file, since: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string() };
+        lock.write_holder(&format!("{GC_HOLDER}, pid {}, started {}", std::process::id(), lock.since));
+        Ok(Some(lock))
+    }
+
+    /// Whether a live runner holds the lock of `flow` (checked without creating or following
+    /// anything).
+    pub fn is_held(state_dir: &Path, flow: &str) -> bool {
+        match open_lock_file(state_dir, flow, false) {
+            Ok(Some(file)) => matches!(file.try_lock_shared(), Err(TryLockError::WouldBlock)),
+            _ => false,
         }
     }
 

@@ -24,6 +24,15 @@ pub enum StoreError {
     NewerSchema { path: PathBuf, found: i64, known: i64 },
     #[error("state database {path}: {what}")]
     Corrupt { path: PathBuf, what: String },
+    #[error(
+        "cannot read the state database {path}; check that you may read it and its directory, or point \
+         --state-dir or WAYMARK_STATE_DIR at another state directory"
+    )]
+    Unreadable {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
     #[error("no run with id `{0}` in the state directory")]
     NoSuchRun(String),
 }
@@ -193,6 +202,8 @@ pub trait Store: RunLog {
     /// Record a new run of `flow`, all steps pending, owned by this process.
     fn create_run(&mut self, flow: &crate::flow::Flow, source_hash: &str) -> Result<RunRecord, StoreError>;
     fn run(&self, id: &str) -> Result<RunRecord, StoreError>;
+    /// A run and its steps as one consistent snapshot (one read transaction).
+    fn run_and_steps(&self, id: &str) -> Result<(RunRecord, Vec<StepRecord>), StoreError>;
     /// The newest run of `flow` that a new `waymark run` should resume.
     fn find_resumable(&self, flow: &str) -> Result<Option<RunRecord>, StoreError>;
     /// Runs, newest first, optionally of one flow.
@@ -206,8 +217,11 @@ pub trait Store: RunLog {
     /// Give failed steps a fresh attempt budget (for `waymark resume` of a failed run).
     fn reopen_failed(&mut self, run_id: &str) -> Result<(), StoreError>;
     fn set_status(&mut self, run_id: &str, status: RunStatus) -> Result<(), StoreError>;
-    /// Delete finished runs that ended before `cutoff`; returns their ids.
-    fn gc(&mut self, cutoff: SystemTime) -> Result<Vec<String>, StoreError>;
+    /// Finished runs (succeeded, failed, abandoned) that ended before `cutoff`, oldest first.
+    fn finished_before(&self, cutoff: SystemTime) -> Result<Vec<RunRecord>, StoreError>;
+    /// Delete run `id` if, in the deleting transaction, it is still finished and ended before
+    /// `cutoff`; whether it was. The caller holds the run's flow lock.
+    fn delete_finished(&mut self, id: &str, cutoff: SystemTime) -> Result<bool, StoreError>;
 }
 
 /// Milliseconds since the epoch, as stored.
@@ -223,6 +237,7 @@ pub fn from_millis(ms: i64) -> SystemTime {
 }
 
 pub mod lock;
+pub mod statedir;
 
 /// Where waymark keeps its state: `--state-dir`, else `$WAYMARK_STATE_DIR`, else
 /// `$XDG_STATE_HOME/waymark`, else `~/.local/state/waymark`.
@@ -234,8 +249,16 @@ pub fn state_dir(flag: Option<&std::path::Path>) -> Option<PathBuf> {
         .or_else(|| env("HOME").map(|h| h.join(".local/state/waymark")))
 }
 
-/// Create a directory (and parents) readable only by its owner.
+/// Create a directory (and parents) readable only by its owner, below the resolved state
+/// directory: no component of `dir` may be a symlink (one a step planted there is refused, never
+/// followed).
 pub fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    crate::fsutil::open_dir_nofollow(dir, true).map(drop)
+}
+
+/// Create the state directory itself (and parents) with mode 0700; the path to it may go through
+/// symlinks.
+fn create_dir_following(dir: &std::path::Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
 }

@@ -7,7 +7,7 @@
 
 use super::*;
 use crate::flow::Flow;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::path::Path;
 
 const SCHEMA_VERSION: i64 = 1;
@@ -79,6 +79,35 @@ fn parse_error(s: Option<String>) -> Option<ErrorValue> {
     s.and_then(|s| serde_json::from_str(&s).ok())
 }
 
+/// A "not a database" failure as [`StoreError::Corrupt`], anything else through `other`.
+fn corrupt_or(
+    path: &Path,
+    source: rusqlite::Error,
+    other: impl FnOnce(PathBuf, rusqlite::Error) -> StoreError,
+) -> StoreError {
+    match source {
+        rusqlite::Error::SqliteFailure(e, _) if e.code == rusqlite::ErrorCode::NotADatabase => StoreError::Corrupt {
+            path: path.to_owned(),
+            what: "the file is not a waymark database (or is corrupt); move it aside to start afresh".into(),
+        },
+        source => other(path.to_owned(), source),
+    }
+}
+
+/// `file:PATH?immutable=1`, with the characters that mean something in a URI escaped.
+fn immutable_uri(path: &Path) -> String {
+    let mut uri = String::from("file:");
+    for b in path.as_os_str().as_encoded_bytes() {
+        match b {
+            b'?' | b'#' | b'%' => uri.push_str(&format!("%{b:02X}")),
+            b if b.is_ascii() => uri.push(char::from(*b)),
+            b => uri.push_str(&format!("%{b:02X}")),
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
+}
+
 fn new_run_id() -> String {
     const ALPHABET: &[u8] = b"0123456789abcdefghjkmnpqrstvwxyz";
     (0..8).map(|_| ALPHABET[fastrand::usize(..ALPHABET.len())] as char).collect()
@@ -89,19 +118,18 @@ impl SqliteStore {
     pub fn open(state_dir: &Path) -> Result<SqliteStore, StoreError> {
         let path = state_dir.join("waymark.db");
         let sql = |source| StoreError::Sql { path: path.clone(), source };
-        let conn = Connection::open(&path).map_err(sql)?;
+        // Never through a symlink (the state directory was checked, this closes the gap since).
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NOFOLLOW
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(&path, flags).map_err(sql)?;
         // The database holds commands and errors: keep it private like the logs.
         let _ = std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600));
         let mut store = SqliteStore { conn, path };
-        store.init().map_err(|source| match source {
-            rusqlite::Error::SqliteFailure(e, _) if e.code == rusqlite::ErrorCode::NotADatabase => {
-                StoreError::Corrupt {
-                    path: store.path.clone(),
-                    what: "the file is not a waymark database (or is corrupt); move it aside to start afresh".into(),
-                }
-            }
-            source => StoreError::Sql { path: store.path.clone(), source },
-        })?;
+        store
+            .init()
+            .map_err(|source| corrupt_or(&store.path, source, |path, source| StoreError::Sql { path, source }))?;
         let found: i64 = store.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|e| store.sql(e))?;
         if found > SCHEMA_VERSION {
             return Err(StoreError::NewerSchema { path: store.path, found, known: SCHEMA_VERSION });
@@ -109,18 +137,63 @@ impl SqliteStore {
         Ok(store)
     }
 
-    /// Open the database in `state_dir` for reading runs back. Where there is none yet, an empty
-    /// in-memory one stands in, so that looking never creates state.
+    /// Open the database in `state_dir` read-only, for commands that only look: nothing is
+    /// written, not even a schema or a WAL file. Where there is no database yet, or an empty
+    /// (0-byte) file, an empty in-memory one stands in: no runs yet.
     pub fn open_for_reading(state_dir: &Path) -> Result<SqliteStore, StoreError> {
         let path = state_dir.join("waymark.db");
-        if path.exists() {
-            return SqliteStore::open(state_dir);
+        let unreadable = |path: PathBuf, source| StoreError::Unreadable { path, source };
+        let empty = || -> Result<SqliteStore, StoreError> {
+            let conn = Connection::open_in_memory().map_err(|e| unreadable(path.clone(), e))?;
+            let mut store = SqliteStore { conn, path: path.clone() };
+            store.init().map_err(|e| unreadable(path.clone(), e))?;
+            Ok(store)
+        };
+        match std::fs::symlink_metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return empty(),
+            Ok(meta) if meta.is_file() && meta.len() == 0 => return empty(),
+            _ => {}
         }
-        let sql = |source| StoreError::Sql { path: path.clone(), source };
-        let conn = Connection::open_in_memory().map_err(sql)?;
-        let mut store = SqliteStore { conn, path: path.clone() };
-        store.init().map_err(sql)?;
-        Ok(store)
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_NOFOLLOW
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_URI;
+        let version = |conn: &Connection| -> rusqlite::Result<i64> {
+            conn.busy_timeout(std::time::Duration::from_secs(10))?;
+            conn.query_row("PRAGMA user_version", [], |r| r.get(0))
+        };
+        let mut conn = Connection::open_with_flags(&path, flags).map_err(|e| unreadable(path.clone(), e))?;
+        let found = match version(&conn) {
+            Ok(v) => v,
+            // A WAL database can be read without writing only if its -shm index exists or can be
+            // created; in a read-only directory, when no runner left one, nobody can be writing
+            // it either, so it is read as an immutable file.
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(e.code, rusqlite::ErrorCode::CannotOpen | rusqlite::ErrorCode::ReadOnly) =>
+            {
+                conn = Connection::open_with_flags(immutable_uri(&path), flags)
+                    .map_err(|e| unreadable(path.clone(), e))?;
+                version(&conn).map_err(|e| corrupt_or(&path, e, unreadable))?
+            }
+            Err(e) => return Err(corrupt_or(&path, e, unreadable)),
+        };
+        if found > SCHEMA_VERSION {
+            return Err(StoreError::NewerSchema { path, found, known: SCHEMA_VERSION });
+        }
+        if found == 0 {
+            // A database without waymark's schema (created, never written): no runs yet.
+            return empty();
+        }
+        Ok(SqliteStore { conn, path })
+    }
+
+    /// A run and its steps, read in one transaction: a consistent snapshot.
+    fn snapshot(&self, id: &str) -> Result<(RunRecord, Vec<StepRecord>), StoreError> {
+        let tx = self.conn.unchecked_transaction().map_err(|e| self.sql(e))?;
+        let run = self.run(id)?;
+        let steps = self.steps(id)?;
+        tx.commit().map_err(|e| self.sql(e))?;
+        Ok((run, steps))
     }
 
     fn init(&mut self) -> rusqlite::Result<()> {
@@ -238,6 +311,10 @@ impl Store for SqliteStore {
             .optional()
             .map_err(|e| self.sql(e))?
             .ok_or_else(|| StoreError::NoSuchRun(id.to_owned()))
+    }
+
+    fn run_and_steps(&self, id: &str) -> Result<(RunRecord, Vec<StepRecord>), StoreError> {
+        self.snapshot(id)
     }
 
     fn find_resumable(&self, flow: &str) -> Result<Option<RunRecord>, StoreError> {
@@ -364,21 +441,37 @@ impl Store for SqliteStore {
         })
     }
 
-    fn gc(&mut self, cutoff: SystemTime) -> Result<Vec<String>, StoreError> {
+    fn finished_before(&self, cutoff: SystemTime) -> Result<Vec<RunRecord>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT * FROM runs WHERE status IN ('succeeded', 'failed', 'abandoned') AND ended_at IS NOT NULL
+                 AND ended_at < ?1 ORDER BY seq",
+            )
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt.query_map([to_millis(cutoff)], Self::run_from_row).map_err(|e| self.sql(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
+    }
+
+    fn delete_finished(&mut self, id: &str, cutoff: SystemTime) -> Result<bool, StoreError> {
         let cutoff = to_millis(cutoff);
         self.write(true, |tx| {
-            let ids: Vec<String> = {
-                let mut stmt = tx.prepare(
-                    "SELECT id FROM runs WHERE status IN ('succeeded', 'failed', 'abandoned') AND ended_at IS NOT NULL AND ended_at < ?1",
-                )?;
-                stmt.query_map([cutoff], |r| r.get(0))?.collect::<Result<_, _>>()?
-            };
-            for id in &ids {
+            // Checked again in the deleting transaction: `waymark resume` may have reopened it.
+            let finished = tx
+                .query_row(
+                    "SELECT 1 FROM runs WHERE id = ?1 AND status IN ('succeeded', 'failed', 'abandoned')
+                     AND ended_at IS NOT NULL AND ended_at < ?2",
+                    params![id, cutoff],
+                    |_| Ok(()),
+                )
+                .optional()?
+                .is_some();
+            if finished {
                 tx.execute("DELETE FROM attempts WHERE run_id = ?1", [id])?;
                 tx.execute("DELETE FROM steps WHERE run_id = ?1", [id])?;
                 tx.execute("DELETE FROM runs WHERE id = ?1", [id])?;
             }
-            Ok(ids)
+            Ok(finished)
         })
     }
 }
