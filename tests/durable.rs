@@ -482,3 +482,138 @@ fn output_that_cannot_be_logged_stops_the_run_with_4() {
     let status: Value = serde_json::from_str(&env.read("status.json")).unwrap();
     assert_eq!(status["steps"][0]["state"], "running", "the attempt stays in flight, to be redelivered");
 }
+
+/// A flow whose one step fails (attempts 1) unless `gate` exists, in which case it waits for
+/// `release` and succeeds. Every execution adds a line to `s.log`.
+const FAILING: &str = "name = 'v'\n[[step]]\nname = 's'\nshell = 'echo x >> s.log; if [ -e gate ]; then echo $$ > started; while [ ! -e release ]; do sleep 0.05; done; exit 0; fi; exit 1'\n";
+
+fn newest_run(env: &Env) -> String {
+    json(env, &["history", "--limit", "1", "--json"])[0]["id"].as_str().unwrap().to_owned()
+}
+
+fn sql(env: &Env, statements: &str) {
+    let db = rusqlite::Connection::open(env.state().join("waymark.db")).unwrap();
+    db.execute_batch(statements).unwrap();
+}
+
+#[test]
+fn resume_of_a_run_with_no_steps_is_an_error_not_a_success() {
+    let env = Env::new();
+    env.write("flow.toml", FAILING);
+    env.cmd(&["run", "flow.toml"]).assert().code(1);
+    let id = newest_run(&env);
+    sql(&env, &format!("DELETE FROM steps WHERE run_id = '{id}'"));
+    let out = env.cmd(&["resume", &id]).output().unwrap();
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "error: run {id} in {} has no steps recorded, so it cannot be resumed (its steps were deleted behind \
+             waymark's back); nothing ran: `waymark run --fresh FLOW` starts the flow anew\n",
+            env.state().join("waymark.db").display()
+        )
+    );
+    assert_eq!(env.count("s.log"), 1, "nothing ran");
+}
+
+#[test]
+fn resume_of_a_run_deleted_while_it_waited_for_the_lock_is_an_error() {
+    let env = Env::new();
+    env.write("flow.toml", FAILING);
+    env.cmd(&["run", "flow.toml"]).assert().code(1);
+    let id = newest_run(&env);
+    // A second run of the flow holds its lock while `resume --wait` waits for it.
+    env.write("gate", "");
+    let holder = env.spawn(&["run", "flow.toml"]);
+    env.wait_for_lines("started", 1);
+    let (resume, said) = env.spawn_watched(&["resume", "--wait", &id]);
+    wait_until("resume to wait for the lock", || said.lock().unwrap().contains("waiting for it to finish"));
+    // What gc would have done had it come first.
+    sql(
+        &env,
+        &format!(
+            "DELETE FROM attempts WHERE run_id = '{id}'; DELETE FROM steps WHERE run_id = '{id}'; DELETE FROM runs WHERE id = '{id}'"
+        ),
+    );
+    env.write("release", "");
+    assert_eq!(finish(holder).status.code(), Some(0));
+    let out = finish(resume);
+    assert_eq!(out.status.code(), Some(2), "{}", said.lock().unwrap());
+    let said = said.lock().unwrap().clone();
+    assert!(
+        said.ends_with(&format!(
+            "waiting for it to finish\nerror: run {id} is gone: it was deleted (by `waymark gc`?) before it could be \
+             resumed; nothing ran\n"
+        )),
+        "{said}"
+    );
+    assert_eq!(env.count("s.log"), 2, "only the other run ran");
+}
+
+#[test]
+fn gc_racing_resume_never_turns_a_failed_run_into_a_success() {
+    let env = Env::new();
+    env.write("flow.toml", FAILING);
+    let (mut resumed, mut deleted) = (0, 0);
+    for i in 0..common::iterations(50, 500) {
+        env.cmd(&["run", "flow.toml"]).assert().code(1);
+        let id = newest_run(&env);
+        let before = env.count("s.log");
+        let resume = env.spawn(&["resume", &id]);
+        let gc = env.spawn(&["gc", "--older-than", "0s"]);
+        let (resume, gc) = (finish(resume), finish(gc));
+        assert_eq!(gc.status.code(), Some(0), "iteration {i}: {}", stderr(&gc));
+        match resume.status.code() {
+            // Resumed first: the step ran again and failed again.
+            Some(1) => {
+                assert_eq!(env.count("s.log"), before + 1, "iteration {i}: {}", stderr(&resume));
+                resumed += 1;
+            }
+            // Deleted first: nothing ran, and resume says why.
+            Some(2) => {
+                let e = stderr(&resume);
+                assert!(
+                    e == format!(
+                        "error: no run with id `{id}` in the state directory; `waymark history` lists the runs\n"
+                    ) || e
+                        == format!(
+                            "error: run {id} is gone: it was deleted (by `waymark gc`?) before it could be resumed; nothing ran\n"
+                        ),
+                    "iteration {i}: {e}"
+                );
+                assert_eq!(env.count("s.log"), before, "iteration {i}");
+                deleted += 1;
+            }
+            other => panic!("iteration {i}: resume exited {other:?}: {}", stderr(&resume)),
+        }
+    }
+    eprintln!("gc racing resume: resumed first {resumed} times, deleted first {deleted} times");
+}
+
+#[test]
+fn history_limit_0_is_refused() {
+    let env = Env::new();
+    env.write("flow.toml", "name = 'l'\n[[step]]\nname = 'a'\nrun = ['true']\n");
+    env.cmd(&["run", "flow.toml"]).assert().success();
+    env.cmd(&["history", "--limit", "0"])
+        .assert()
+        .code(2)
+        .stderr("error: `--limit 0` would show no runs; give a limit of 1 or more (the default is 20)\n");
+    env.cmd(&["history", "--limit", "1"]).assert().success().stdout(predicate::str::contains("succeeded"));
+}
+
+#[test]
+fn looking_at_an_empty_database_file_writes_nothing() {
+    let env = Env::new();
+    env.write("state/waymark.db", "");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(env.state(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    env.cmd(&["status"]).assert().code(2).stderr("error: there are no runs yet; start one with `waymark run FLOW`\n");
+    env.cmd(&["history"]).assert().success().stderr("no runs yet\n");
+    env.cmd(&["history", "--json"]).assert().success().stdout("[]\n");
+    assert_eq!(std::fs::metadata(env.state().join("waymark.db")).unwrap().len(), 0, "still 0 bytes");
+    let mut entries: Vec<String> =
+        std::fs::read_dir(env.state()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    entries.sort();
+    assert_eq!(entries, ["waymark.db"], "no -wal, -shm, locks or logs");
+}
