@@ -1,0 +1,180 @@
+//! Storage faults (issue 7): a full filesystem, a read-only state directory, a corrupt database and
+//! a state directory owned by another user each stop waymark with exit 4 and a message saying what
+//! to do, run nothing, and leave a store that resumes once the cause is gone: every step then runs
+//! exactly once. The tmpfs and ownership cases need root (`common::have_root`).
+
+mod common;
+
+use common::{Env, have_root, stderr};
+use std::os::unix::process::ExitStatusExt;
+
+/// Two steps, each counting its executions.
+const FLOW: &str =
+    "name = 'f'\n[[step]]\nname = 'a'\nshell = 'echo x >> a.log'\n[[step]]\nname = 'b'\nshell = 'echo x >> b.log'\n";
+
+/// Run the shell `script` (which calls the binary as `$WAYMARK`) in the temp dir, in a mount
+/// namespace of its own where the state directory is a 1 MiB tmpfs of mode 0700; `ro` and `rw`
+/// remount it. Returns the script's exit status.
+fn on_tmpfs_state(env: &Env, script: &str) {
+    let script = format!(
+        "set -u; ro() {{ mount -o remount,ro state; }}; rw() {{ mount -o remount,rw state; }}; mkdir -p state; \
+         mount -t tmpfs -o size=1m,mode=0700 tmpfs state || exit 99; {script}"
+    );
+    let status = std::process::Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .current_dir(env.dir.path())
+        .env("WAYMARK_STATE_DIR", env.state())
+        .env("WAYMARK", assert_cmd::cargo::cargo_bin("waymark"))
+        .status()
+        .unwrap();
+    assert!(status.success(), "the script in the mount namespace failed: {status}");
+}
+
+/// `$WAYMARK ARGS` with its stdout, stderr and exit status saved as NAME.out, NAME.err, NAME.code,
+/// and how many times step `b` had run by then as NAME.b.
+fn step(name: &str, args: &str) -> String {
+    format!(
+        "$WAYMARK {args} > {name}.out 2> {name}.err; echo $? > {name}.code; cat b.log 2>/dev/null | wc -l > {name}.b; "
+    )
+}
+
+/// How many times step `b` had run when the command NAME ended.
+fn b_runs(env: &Env, name: &str) -> String {
+    env.read(&format!("{name}.b")).trim().to_owned()
+}
+
+fn code(env: &Env, name: &str) -> String {
+    env.read(&format!("{name}.code")).trim().to_owned()
+}
+
+/// The crash point every test starts from: step `a` succeeded, the runner died, `b` is pending.
+const CRASHED: &str = "WAYMARK_TEST_CRASH_AFTER=a $WAYMARK run flow.toml 2> crash.err; echo $? > crash.code; ";
+
+fn assert_resumed_once(env: &Env, name: &str) {
+    assert_eq!(code(env, name), "0", "{}", env.read(&format!("{name}.err")));
+    assert!(env.read(&format!("{name}.err")).contains("resuming run"), "{}", env.read(&format!("{name}.err")));
+    assert_eq!((env.count("a.log"), env.count("b.log")), (1, 1), "every step ran exactly once");
+}
+
+#[test]
+fn a_full_filesystem_exits_4_runs_nothing_and_resumes_once_space_is_back() {
+    if !have_root("a_full_filesystem_exits_4_runs_nothing_and_resumes_once_space_is_back", "mounts a tmpfs") {
+        return;
+    }
+    let env = Env::new();
+    env.write("flow.toml", FLOW);
+    on_tmpfs_state(
+        &env,
+        &format!(
+            "{CRASHED} dd if=/dev/zero of=state/filler bs=4k 2>/dev/null; {} rm state/filler; {}",
+            step("full", "run flow.toml"),
+            step("again", "run flow.toml")
+        ),
+    );
+    assert_eq!(code(&env, "crash"), "137", "{}", env.read("crash.err"));
+    assert_eq!(code(&env, "full"), "4", "{}", env.read("full.err"));
+    let err = env.read("full.err");
+    assert!(err.contains("database or disk is full"), "{err}");
+    assert!(
+        err.contains(&format!("hint: check that {} is writable, that its disk has free space", env.state().display())),
+        "{err}"
+    );
+    assert_eq!(b_runs(&env, "full"), "0", "nothing ran on the full disk");
+    assert_resumed_once(&env, "again");
+}
+
+#[test]
+fn a_read_only_state_directory_can_be_looked_at_and_resumes_once_writable() {
+    if !have_root("a_read_only_state_directory_can_be_looked_at_and_resumes_once_writable", "mounts a tmpfs") {
+        return;
+    }
+    let env = Env::new();
+    env.write("flow.toml", FLOW);
+    on_tmpfs_state(
+        &env,
+        &format!(
+            "{CRASHED} ro; {} {} {} rw; {}",
+            step("run_ro", "run flow.toml"),
+            step("status_ro", "status f --json"),
+            step("history_ro", "history --json"),
+            step("again", "run flow.toml")
+        ),
+    );
+    assert_eq!(code(&env, "run_ro"), "4", "{}", env.read("run_ro.err"));
+    let lock = env.state().join("locks/f.lock");
+    assert_eq!(
+        env.read("run_ro.err"),
+        format!(
+            "error: cannot lock {}: Read-only file system (os error 30); the state directory must be writable (fix \
+             its permissions, or choose another with --state-dir)\n",
+            lock.display()
+        )
+    );
+    // Looking works on the read-only directory and sees the state as the dead runner left it.
+    assert_eq!(code(&env, "status_ro"), "0", "{}", env.read("status_ro.err"));
+    let status: serde_json::Value = serde_json::from_str(&env.read("status_ro.out")).unwrap();
+    assert_eq!((status["status"].as_str(), status["runner_alive"].as_bool()), (Some("running"), Some(false)));
+    assert_eq!(status["steps"][0]["state"], "succeeded");
+    assert_eq!(status["steps"][1]["state"], "pending");
+    assert_eq!(code(&env, "history_ro"), "0", "{}", env.read("history_ro.err"));
+    let history: serde_json::Value = serde_json::from_str(&env.read("history_ro.out")).unwrap();
+    assert_eq!(history.as_array().unwrap().len(), 1);
+    assert_eq!(b_runs(&env, "history_ro"), "0", "nothing ran on the read-only state");
+    assert_resumed_once(&env, "again");
+}
+
+#[test]
+fn a_corrupt_database_exits_4_naming_the_file_and_a_fresh_one_works() {
+    let env = Env::new();
+    env.write("flow.toml", FLOW);
+    env.write("state/waymark.db", &"garbage ".repeat(1000));
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(env.state(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let db = env.state().join("waymark.db");
+    let expected = format!(
+        "error: state database {}: the file is not a waymark database (or is corrupt); move it aside to start afresh\n",
+        db.display()
+    );
+    for args in
+        [&["run", "flow.toml"][..], &["status"], &["history"], &["resume", "abcdefgh"], &["gc", "--older-than", "1d"]]
+    {
+        let out = env.cmd(args).output().unwrap();
+        assert_eq!((out.status.code(), stderr(&out)), (Some(4), expected.clone()), "{args:?}");
+    }
+    assert_eq!(env.count("a.log"), 0, "nothing ran");
+    assert_eq!(std::fs::read_to_string(&db).unwrap(), "garbage ".repeat(1000), "the file was left as it was");
+    std::fs::rename(&db, env.path("waymark.db.broken")).unwrap();
+    env.cmd(&["run", "flow.toml"]).assert().success();
+    assert_eq!((env.count("a.log"), env.count("b.log")), (1, 1));
+}
+
+#[test]
+fn a_state_directory_owned_by_another_user_exits_4_and_resumes_once_it_is_ours() {
+    if !have_root(
+        "a_state_directory_owned_by_another_user_exits_4_and_resumes_once_it_is_ours",
+        "chown to another user",
+    ) {
+        return;
+    }
+    let env = Env::new();
+    env.write("flow.toml", FLOW);
+    let out = env.cmd(&["run", "flow.toml"]).env("WAYMARK_TEST_CRASH_AFTER", "a").output().unwrap();
+    assert_eq!(out.status.signal(), Some(9), "{}", stderr(&out));
+    std::os::unix::fs::chown(env.state(), Some(65534), None).unwrap();
+    for args in [&["run", "flow.toml"][..], &["status"], &["gc", "--older-than", "0s"]] {
+        let out = env.cmd(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(4), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).starts_with(&format!(
+                "error: refusing to use the state directory {}: its owner is ",
+                env.state().display()
+            )),
+            "{}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(env.count("b.log"), 0, "nothing ran");
+    std::os::unix::fs::chown(env.state(), Some(0), None).unwrap();
+    env.cmd(&["run", "flow.toml"]).assert().success().stderr(predicates::str::contains("resuming run"));
+    assert_eq!((env.count("a.log"), env.count("b.log")), (1, 1), "every step ran exactly once");
+}
