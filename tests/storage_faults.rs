@@ -93,11 +93,14 @@ fn a_read_only_state_directory_can_be_looked_at_and_resumes_once_writable() {
     on_tmpfs_state(
         &env,
         &format!(
-            "{CRASHED} ro; {} {} {} rw; {}",
+            "{CRASHED} ro; {} {} {} rw; {} ro; {} {} rw",
             step("run_ro", "run flow.toml"),
             step("status_ro", "status f --json"),
             step("history_ro", "history --json"),
-            step("again", "run flow.toml")
+            step("again", "run flow.toml"),
+            // Closed cleanly this time: no -wal or -shm for a reader to use.
+            step("status_clean", "status f"),
+            step("history_clean", "history"),
         ),
     );
     assert_eq!(code(&env, "run_ro"), "4", "{}", env.read("run_ro.err"));
@@ -121,6 +124,10 @@ fn a_read_only_state_directory_can_be_looked_at_and_resumes_once_writable() {
     assert_eq!(history.as_array().unwrap().len(), 1);
     assert_eq!(b_runs(&env, "history_ro"), "0", "nothing ran on the read-only state");
     assert_resumed_once(&env, "again");
+    for name in ["status_clean", "history_clean"] {
+        assert_eq!((code(&env, name), env.read(&format!("{name}.err"))), ("0".to_owned(), String::new()), "{name}");
+        assert!(env.read(&format!("{name}.out")).contains("succeeded"), "{}", env.read(&format!("{name}.out")));
+    }
 }
 
 #[test]
