@@ -107,7 +107,10 @@ fn state_dir(cli_flag: Option<&std::path::Path>) -> Result<PathBuf, CliError> {
     let dir = configured_state_dir(cli_flag)?;
     match statedir::prepare(&dir, true) {
         Ok(Some(resolved)) => Ok(resolved),
-        Ok(None) => unreachable!("prepare creates the directory"),
+        Ok(None) => Err(CliError::Internal(anyhow::anyhow!(
+            "the state directory {} vanished as it was created; run again, or choose another with --state-dir",
+            dir.display()
+        ))),
         Err(statedir::TrustError::Io { path, source, .. }) => Err(CliError::Internal(anyhow::anyhow!(
             "cannot create the state directory {}: {source}; choose another with --state-dir or WAYMARK_STATE_DIR",
             path.display()

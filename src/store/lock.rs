@@ -111,7 +111,8 @@ impl FlowLock {
     /// that gc never deletes a run that a runner holds or is about to hold.
     pub fn try_acquire_for_gc(state_dir: &Path, flow: &str) -> Result<Option<FlowLock>, LockError> {
         let path = state_dir.join("locks").join(format!("{flow}.lock"));
-        let Some(file) = open_lock_file(state_dir, flow, true)? else { unreachable!("created") };
+        let not_found = || LockError::Io { path: path.clone(), source: std::io::ErrorKind::NotFound.into() };
+        let file = open_lock_file(state_dir, flow, true)?.ok_or_else(not_found)?;
         match file.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => return Ok(None),
