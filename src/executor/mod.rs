@@ -128,8 +128,6 @@ pub struct Executor<'a> {
     rng: fastrand::Rng,
     tx: mpsc::Sender<Msg>,
     rx: mpsc::Receiver<Msg>,
-    /// Child output in flight to the reporter.
-    budget: Arc<output::Budget>,
     /// The first signal the runner received, if any.
     cancelled: Option<Signal>,
     running: usize,
@@ -194,7 +192,6 @@ impl<'a> Executor<'a> {
             reporter,
             steps,
             rng: fastrand::Rng::new(),
-            budget: output::Budget::new(),
             tx,
             rx,
             cancelled: None,
@@ -322,7 +319,7 @@ impl<'a> Executor<'a> {
             redelivered,
         };
         // Ok: the child runs. Err: it could not be started, which is the attempt's failure.
-        let spawned = match attempt::spawn(&spec, &self.tx, &self.budget) {
+        let spawned = match attempt::spawn(&spec, &self.tx) {
             Ok(running) => Ok(running),
             Err(SpawnError::Runner(source, path)) => return Err(ExecError::Files { path, source }),
             Err(SpawnError::NotStarted(why)) => Err(why),
