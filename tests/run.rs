@@ -532,3 +532,25 @@ fn a_script_whose_interpreter_is_missing_says_so() {
         .code(1)
         .stderr(predicate::str::contains("cannot execute `./job.sh`: its #! interpreter"));
 }
+
+#[test]
+fn descriptors_leaked_to_waymark_do_not_reach_the_steps() {
+    let env = Env::new();
+    let check = "if [ -e /proc/self/fd/7 ]; then echo leaked; else echo closed; fi >> result";
+    flow(&env, &format!("[[step]]\nname = 'fds'\nshell = '{check}'\n"));
+    // The caller leaks fd 7 (opened without close-on-exec); a plain child of it does see it.
+    let leaking = |inner: &str| {
+        std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!("exec 7>leaked-file; {inner}"))
+            .current_dir(env.dir.path())
+            .env("WAYMARK_STATE_DIR", env.state())
+            .output()
+            .unwrap()
+    };
+    assert!(leaking(&format!("sh -c '{check}'")).status.success());
+    assert_eq!(env.read("result"), "leaked\n");
+    let out = leaking(&format!("exec {} run flow.toml", assert_cmd::cargo::cargo_bin("waymark").display()));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(env.read("result"), "leaked\nclosed\n");
+}

@@ -5,10 +5,11 @@
 mod attempt;
 pub mod events;
 pub mod output;
-pub mod unix;
+mod unix;
 
 pub use events::{Event, Failure, RunOutcome, Stream};
 pub use output::Chunk;
+pub use unix::{close_inherited_fds_on_exec, restore_default_signals};
 
 use crate::classify::{self, Ending, ErrorValue, Evidence, error_file};
 use crate::flow::{Flow, Signal, Step};
