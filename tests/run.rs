@@ -554,3 +554,32 @@ fn descriptors_leaked_to_waymark_do_not_reach_the_steps() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(env.read("result"), "leaked\nclosed\n");
 }
+
+#[test]
+fn a_traceback_longer_than_the_stderr_tail_is_said_to_be_cut() {
+    let env = Env::new();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/python/huge_traceback.py");
+    flow(&env, &format!("[[step]]\nname = 'deep'\nrun = ['python3', '{}']\n", script.display()));
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let message = "exit status 1 (the traceback may be cut: stderr tail is 64 KiB; use an error file)";
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("waymark: ")).collect();
+    assert_eq!(
+        lines[1..3],
+        [
+            "waymark: warning: deep: attempt 1: stderr ends like a Python traceback longer than the 64 KiB that \
+             waymark reads, so its error class was not recognised; report the error through WAYMARK_ERROR_FILE \
+             (examples/helpers/waymark_errors.py does it for Python)",
+            &format!(
+                "waymark: deep: attempt 1/1 failed: CalledProcessError(SubprocessError, Exception, BaseException): \
+                 {message} [exit status]"
+            ),
+        ],
+        "{err}"
+    );
+    // The attempt's record says so too.
+    let status = env.cmd(&["status", "--json"]).output().unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["steps"][0]["last_error"]["message"], message);
+}
