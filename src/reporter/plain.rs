@@ -215,26 +215,34 @@ impl PlainReporter {
     /// [`STALL_LIMIT`] is given up on, and stderr says so when it can.
     fn close(&mut self) {
         let mut notes = Vec::new();
-        for sink in self.err.iter_mut().chain(std::iter::once(&mut self.out)) {
-            if !sink.close() {
+        // Whether stderr is a file of its own that took everything: only then is it told.
+        let mut stderr_ok = self.err.is_some();
+        // stderr first, so that its lines are out before a stalled stdout is waited for.
+        let sinks = self.err.iter_mut().map(|s| (s, true)).chain(std::iter::once((&mut self.out, false)));
+        for (sink, is_stderr) in sinks {
+            let finished = sink.close();
+            let error = sink.shared.error.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if is_stderr {
+                stderr_ok = finished && error.is_none();
+            }
+            if !finished {
                 notes.push(format!(
                     "waymark: warning: {} took nothing for {}s; the rest of the steps' output was not shown \
-                 there (the logs have all of it: `waymark logs {} STEP`)\n",
+                     there (the logs have all of it: `waymark logs {} STEP`)\n",
                     sink.name,
                     STALL_LIMIT.as_secs(),
                     self.run_id
                 ));
             }
-            if let Some(e) = sink.shared.error.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            if let Some(e) = error {
                 notes.push(format!(
                     "waymark: warning: cannot write to {}: {e}; what was to be shown there is in the logs \
-                 (`waymark logs {} STEP`)\n",
+                     (`waymark logs {} STEP`)\n",
                     sink.name, self.run_id
                 ));
             }
         }
-        // Written directly, and only when stderr is a file of its own that is keeping up.
-        let stderr_ok = self.err.as_ref().is_some_and(|e| e.shared.error.lock().is_ok_and(|x| x.is_none()));
+        // Written directly: the stderr writer is done.
         if !notes.is_empty()
             && stderr_ok
             && let Some(mut f) = own_handle(std::io::stderr().as_fd())
