@@ -532,3 +532,54 @@ fn a_script_whose_interpreter_is_missing_says_so() {
         .code(1)
         .stderr(predicate::str::contains("cannot execute `./job.sh`: its #! interpreter"));
 }
+
+#[test]
+fn descriptors_leaked_to_waymark_do_not_reach_the_steps() {
+    let env = Env::new();
+    let check = "if [ -e /proc/self/fd/7 ]; then echo leaked; else echo closed; fi >> result";
+    flow(&env, &format!("[[step]]\nname = 'fds'\nshell = '{check}'\n"));
+    // The caller leaks fd 7 (opened without close-on-exec); a plain child of it does see it.
+    let leaking = |inner: &str| {
+        std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!("exec 7>leaked-file; {inner}"))
+            .current_dir(env.dir.path())
+            .env("WAYMARK_STATE_DIR", env.state())
+            .output()
+            .unwrap()
+    };
+    assert!(leaking(&format!("sh -c '{check}'")).status.success());
+    assert_eq!(env.read("result"), "leaked\n");
+    let out = leaking(&format!("exec {} run flow.toml", assert_cmd::cargo::cargo_bin("waymark").display()));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(env.read("result"), "leaked\nclosed\n");
+}
+
+#[test]
+fn a_traceback_longer_than_the_stderr_tail_is_said_to_be_cut() {
+    let env = Env::new();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/python/huge_traceback.py");
+    flow(&env, &format!("[[step]]\nname = 'deep'\nrun = ['python3', '{}']\n", script.display()));
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let message = "exit status 1 (the traceback may be cut: stderr tail is 64 KiB; use an error file)";
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("waymark: ")).collect();
+    assert_eq!(
+        lines[1..3],
+        [
+            "waymark: warning: deep: attempt 1: stderr ends like a Python traceback longer than the 64 KiB that \
+             waymark reads, so its error class was not recognised; report the error through WAYMARK_ERROR_FILE \
+             (examples/helpers/waymark_errors.py does it for Python)",
+            &format!(
+                "waymark: deep: attempt 1/1 failed: CalledProcessError(SubprocessError, Exception, BaseException): \
+                 {message} [exit status]"
+            ),
+        ],
+        "{err}"
+    );
+    // The attempt's record says so too.
+    let status = env.cmd(&["status", "--json"]).output().unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["steps"][0]["last_error"]["message"], message);
+}

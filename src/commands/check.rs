@@ -11,7 +11,7 @@ const SHOWN_WAITS: usize = 5;
 pub fn check(path: &Path) -> Result<i32, CliError> {
     let loaded = flow::load(path)?;
     print_warnings(&loaded, &path.display().to_string());
-    print!("{}", plan(&loaded.flow, &path.display().to_string()));
+    super::output::print(plan(&loaded.flow, &path.display().to_string()))?;
     Ok(EXIT_OK)
 }
 

@@ -11,7 +11,7 @@ pub fn errors(flow: Option<&Path>) -> Result<i32, CliError> {
         Some(path) => crate::flow::load(path)?.flow.classes,
         None => ClassTree::default(),
     };
-    print!("{}", render(&tree));
+    super::output::print(render(&tree))?;
     Ok(EXIT_OK)
 }
 

@@ -6,7 +6,6 @@ use crate::flow::Flow;
 use crate::store::lock::FlowLock;
 use crate::store::{RunRecord, RunStatus, StepState, Store, StoreError};
 use serde_json::{Value, json};
-use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
@@ -24,8 +23,8 @@ fn took(start: SystemTime, end: Option<SystemTime>) -> Duration {
     Duration::from_secs(d.as_secs())
 }
 
-fn print_json(v: &Value) {
-    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+fn print_json(v: &Value) -> Result<(), CliError> {
+    super::output::print(serde_json::to_string_pretty(v).unwrap_or_default() + "\n")
 }
 
 pub fn history(state: &Path, flow: Option<&str>, limit: usize, json: bool) -> Result<i32, CliError> {
@@ -46,7 +45,7 @@ pub fn history(state: &Path, flow: Option<&str>, limit: usize, json: bool) -> Re
                 })
             })
             .collect();
-        print_json(&Value::Array(rows));
+        print_json(&Value::Array(rows))?;
         return Ok(EXIT_OK);
     }
     if runs.is_empty() {
@@ -68,7 +67,7 @@ pub fn history(state: &Path, flow: Option<&str>, limit: usize, json: bool) -> Re
             r.failed_step.as_deref().unwrap_or("-")
         ));
     }
-    print!("{out}");
+    super::output::print(out)?;
     Ok(EXIT_OK)
 }
 
@@ -133,7 +132,7 @@ pub fn status(state: &Path, target: Option<&str>, json: bool) -> Result<i32, Cli
             "started_at": time(run.started_at), "ended_at": opt_time(run.ended_at),
             "failed_step": run.failed_step, "pid": run.pid, "host": run.host,
             "runner_alive": run.status == RunStatus::Running && !orphaned, "steps": rows,
-        }));
+        }))?;
         return Ok(EXIT_OK);
     }
     let status = if orphaned {
@@ -169,7 +168,7 @@ pub fn status(state: &Path, target: Option<&str>, json: bool) -> Result<i32, Cli
             out.push_str(&format!("  {:<20} last error: {e} [{}]\n", "", e.source.describe()));
         }
     }
-    print!("{out}");
+    super::output::print(out)?;
     Ok(EXIT_OK)
 }
 
@@ -205,16 +204,17 @@ pub fn logs(
         Some(StreamArg::Stderr) => &["stderr"],
         None => &["stdout", "stderr"],
     };
-    let mut out = std::io::stdout().lock();
     for name in streams {
         let path = chosen.log_stem.with_extension(name);
         if streams.len() > 1 {
-            let _ = writeln!(out, "==> {} <==", path.display());
+            super::output::print(format!("==> {} <==\n", path.display()))?;
         }
         match crate::fsutil::open_read_nofollow(&path) {
             Ok(mut file) => {
-                // Streamed: a log may be far larger than memory. A closed stdout ends the copy.
-                let _ = std::io::copy(&mut file, &mut out);
+                // Streamed: a log may be far larger than memory.
+                if let Err(e) = super::output::copy(&mut file)? {
+                    return Err(CliError::Internal(anyhow::anyhow!("cannot read {}: {e}", path.display())));
+                }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(CliError::Internal(anyhow::anyhow!("cannot read {}: {e}", path.display()))),

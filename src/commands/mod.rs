@@ -4,6 +4,7 @@
 mod check;
 mod errors;
 mod inspect;
+mod output;
 mod run;
 
 use crate::cli::{Cli, Command};
@@ -30,11 +31,15 @@ pub enum CliError {
     Locked(LockError),
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
+    /// Stdout is a pipe whose reader has gone: the command ends quietly.
+    #[error("standard output was closed")]
+    StdoutClosed,
 }
 
 impl CliError {
     pub fn exit_code(&self) -> i32 {
         match self {
+            CliError::StdoutClosed => EXIT_OK,
             CliError::Flow(_) | CliError::Usage(_) => EXIT_USAGE,
             CliError::Locked(LockError::Held { .. }) => EXIT_RUNNING,
             CliError::Locked(_) | CliError::Internal(_) => EXIT_INTERNAL,
@@ -44,6 +49,7 @@ impl CliError {
     /// The message for stderr.
     pub fn render(&self) -> String {
         match self {
+            CliError::StdoutClosed => String::new(),
             CliError::Flow(e) => e.render(std::io::stderr().is_terminal()),
             CliError::Locked(e @ LockError::Held { .. }) => {
                 format!("error: {e}\nhint: wait for it with `waymark run --wait`, or see `waymark status`\n")
@@ -146,7 +152,9 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
         Command::Errors { flow } => errors::errors(flow.as_deref()),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(shell, &mut cmd, "waymark", &mut std::io::stdout());
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "waymark", &mut script);
+            output::print(script)?;
             Ok(EXIT_OK)
         }
     }

@@ -126,7 +126,7 @@ fn execute(
     drop(runtime);
     drop(lock);
     // From here on a signal ends waymark at once, even while the last output is written.
-    crate::executor::unix::restore_default_signals();
+    crate::executor::restore_default_signals();
     drop(reporter);
     match outcome {
         Ok(RunOutcome::Succeeded) => Ok(EXIT_OK),

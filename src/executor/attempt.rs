@@ -3,7 +3,7 @@
 
 use super::Msg;
 use super::events::Stream;
-use super::output::Budget;
+use super::output::Chunk;
 use super::unix::{self, ExitKind};
 use crate::flow::{Signal, Step};
 use std::fs::File;
@@ -71,7 +71,6 @@ pub struct Running {
     readers_left: usize,
     /// Set when waymark stops waiting for the readers: they then send nothing more.
     abandoned: Arc<AtomicBool>,
-    budget: Arc<Budget>,
 }
 
 /// Why an attempt could not start: the child's fault (retryable) or waymark's own.
@@ -115,7 +114,7 @@ fn spawn_failure(program: &str, workdir: &Path, e: &std::io::Error) -> String {
 }
 
 /// Start the child. Runs on the event loop so the pid is known before anything else happens.
-pub fn spawn(spec: &AttemptSpec, events: &mpsc::Sender<Msg>, budget: &Arc<Budget>) -> Result<Running, SpawnError> {
+pub fn spawn(spec: &AttemptSpec, events: &mpsc::Sender<Msg>) -> Result<Running, SpawnError> {
     let step = &spec.step;
     let (stdout_log, _) = open_log(&spec.stdout_log, spec)?;
     let (stderr_log, stderr_from) = open_log(&spec.stderr_log, spec)?;
@@ -151,15 +150,13 @@ pub fn spawn(spec: &AttemptSpec, events: &mpsc::Sender<Msg>, budget: &Arc<Budget
         step: spec.step_index,
         row: spec.row,
         events: events.clone(),
-        budget: Arc::clone(budget),
         abandoned: Arc::clone(&abandoned),
         done: done.clone(),
     };
     reader(out_r, stdout_log, &spec.stdout_log, Stream::Stdout).start();
     reader(err_r, stderr_log, &spec.stderr_log, Stream::Stderr).start();
-    let budget = Arc::clone(budget);
     let attempt_id = spec.attempt_id.clone();
-    Ok(Running { child, pid, stderr_from, attempt_id, readers_done, readers_left: 2, abandoned, budget })
+    Ok(Running { child, pid, stderr_from, attempt_id, readers_done, readers_left: 2, abandoned })
 }
 
 /// Copies one of a child's streams to its log file and, in whole lines, to the event loop.
@@ -171,7 +168,6 @@ struct Reader {
     step: usize,
     row: i64,
     events: mpsc::Sender<Msg>,
-    budget: Arc<Budget>,
     abandoned: Arc<AtomicBool>,
     /// Told once at end-of-file.
     done: mpsc::Sender<()>,
@@ -200,8 +196,9 @@ impl Reader {
         if self.abandoned.load(Ordering::Relaxed) {
             return;
         }
-        // Waits here while the terminal is behind: the child then waits on its full pipe.
-        let chunk = self.budget.take(bytes);
+        // The event loop takes output as fast as it comes (the reporter drops what the terminal
+        // cannot take), so this waits at most for the loop's current step, never for the terminal.
+        let chunk = Arc::new(Chunk::new(bytes));
         let _ = self.events.blocking_send(Msg::Output { step: self.step, row: self.row, stream: self.stream, chunk });
     }
 
@@ -246,28 +243,17 @@ impl Reader {
 }
 
 impl Running {
-    /// Wait until every reader has reached end-of-file; true when they did. Time spent while a
-    /// reader waits for the terminal does not count against `limit`: that is the terminal being
-    /// slow, not a process holding the output open.
+    /// Wait, up to `limit`, until every reader has reached end-of-file; true when they did.
+    /// Readers never wait for the terminal, so only a process holding the output open can make
+    /// this take long.
     async fn drain(&mut self, limit: Duration) -> bool {
-        let mut left = limit;
+        let deadline = Instant::now() + limit;
         while self.readers_left > 0 {
-            let step = left.min(Duration::from_millis(100));
             // `recv` is cancel-safe: a timed-out wait loses no end-of-file message.
-            match tokio::time::timeout(step, self.readers_done.recv()).await {
-                Ok(Some(())) => {
-                    self.readers_left -= 1;
-                    continue;
-                }
+            match tokio::time::timeout_at(deadline, self.readers_done.recv()).await {
+                Ok(Some(())) => self.readers_left -= 1,
                 Ok(None) => return true, // no reader thread left to wait for
-                Err(_) => {}
-            }
-            if self.budget.is_full() {
-                continue;
-            }
-            left = left.saturating_sub(step);
-            if left.is_zero() {
-                return false;
+                Err(_) => return false,
             }
         }
         true

@@ -5,12 +5,13 @@
 mod attempt;
 pub mod events;
 pub mod output;
-pub mod unix;
+mod unix;
 
 pub use events::{Event, Failure, RunOutcome, Stream};
 pub use output::Chunk;
+pub use unix::{close_inherited_fds_on_exec, restore_default_signals};
 
-use crate::classify::{self, Ending, ErrorValue, Evidence, error_file};
+use crate::classify::{self, Ending, ErrorSource, ErrorValue, Evidence, error_file};
 use crate::flow::{Flow, Signal, Step};
 use crate::reporter::Reporter;
 use crate::retry::Decision;
@@ -128,8 +129,6 @@ pub struct Executor<'a> {
     rng: fastrand::Rng,
     tx: mpsc::Sender<Msg>,
     rx: mpsc::Receiver<Msg>,
-    /// Child output in flight to the reporter.
-    budget: Arc<output::Budget>,
     /// The first signal the runner received, if any.
     cancelled: Option<Signal>,
     running: usize,
@@ -194,7 +193,6 @@ impl<'a> Executor<'a> {
             reporter,
             steps,
             rng: fastrand::Rng::new(),
-            budget: output::Budget::new(),
             tx,
             rx,
             cancelled: None,
@@ -322,7 +320,7 @@ impl<'a> Executor<'a> {
             redelivered,
         };
         // Ok: the child runs. Err: it could not be started, which is the attempt's failure.
-        let spawned = match attempt::spawn(&spec, &self.tx, &self.budget) {
+        let spawned = match attempt::spawn(&spec, &self.tx) {
             Ok(running) => Ok(running),
             Err(SpawnError::Runner(source, path)) => return Err(ExecError::Files { path, source }),
             Err(SpawnError::NotStarted(why)) => Err(why),
@@ -452,7 +450,9 @@ impl<'a> Executor<'a> {
         let step = Arc::clone(&self.steps[index].step);
         let stem = self.attempt_stem(&step, attempt);
         let from = self.steps[index].last_stderr_from;
-        let stderr_tail = read_tail(&stem.with_extension("stderr"), from, STDERR_TAIL);
+        let stderr_path = stem.with_extension("stderr");
+        let stderr_tail = read_tail(&stderr_path, from, STDERR_TAIL);
+        let stderr_cut = std::fs::metadata(&stderr_path).is_ok_and(|m| m.len().saturating_sub(from) > STDERR_TAIL);
         let evidence = Evidence {
             classes: &self.flow.classes,
             step_codes: &step.exit_codes,
@@ -461,7 +461,25 @@ impl<'a> Executor<'a> {
             error_file: error_file::read_error_file(&stem.with_extension("error.json")),
             stderr_tail: &stderr_tail,
         };
-        let (error, warnings) = classify::classify(&ending, evidence);
+        let (mut error, mut warnings) = classify::classify(&ending, evidence);
+        // A traceback longer than the tail has lost its header and is not recognised: say so
+        // rather than report a plain exit status as if nothing were there.
+        if stderr_cut
+            && step.detect_tracebacks
+            && ending == Ending::Exited(1)
+            && matches!(error.source, ErrorSource::ExitStatus | ErrorSource::ExitCodeMapping)
+            && ends_with_cut_traceback(&stderr_tail)
+        {
+            let kib = STDERR_TAIL / 1024;
+            error
+                .message
+                .push_str(&format!(" (the traceback may be cut: stderr tail is {kib} KiB; use an error file)"));
+            warnings.push(format!(
+                "attempt {attempt}: stderr ends like a Python traceback longer than the {kib} KiB that waymark reads, \
+                 so its error class was not recognised; report the error through WAYMARK_ERROR_FILE \
+                 (examples/helpers/waymark_errors.py does it for Python)"
+            ));
+        }
         for message in warnings {
             self.reporter.report(&Event::Warning { step: Some(step.name.clone()), message });
         }
@@ -558,6 +576,14 @@ fn read_tail(path: &Path, from: u64, max: u64) -> String {
     let mut buf = Vec::new();
     let _ = f.take(max).read_to_end(&mut buf);
     String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// Whether `tail` ends like a Python traceback whose header was cut off: from its first frame
+/// line on, it parses as a traceback once the header is put back.
+fn ends_with_cut_traceback(tail: &str) -> bool {
+    let Some(frame) = tail.find("\n  File \"") else { return false };
+    let rebuilt = format!("Traceback (most recent call last):{}", &tail[frame..]);
+    classify::traceback::parse_traceback(&rebuilt).is_some()
 }
 
 /// One of the runner's own signals. A signal the runner was started with ignored (`nohup`, a

@@ -173,6 +173,32 @@ pub fn restore_default_signals() {
     }
 }
 
+/// Mark every file descriptor above 2 close-on-exec: descriptors that whoever started waymark
+/// leaked to it (opened without `O_CLOEXEC`) must not reach the steps. Called once at startup,
+/// before waymark opens anything of its own (everything it opens later is close-on-exec), so
+/// children are still started with posix_spawn rather than a `pre_exec` hook that closes them.
+pub fn close_inherited_fds_on_exec() {
+    use nix::fcntl::{FcntlArg, FdFlag, fcntl};
+    use std::os::fd::BorrowedFd;
+    // Collected first: the directory's own descriptor is closed once the listing is read.
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return };
+    let fds: Vec<i32> =
+        dir.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).filter(|fd| *fd > 2).collect();
+    for raw in fds {
+        // The listing's own descriptor was among them and is closed now.
+        if std::fs::symlink_metadata(format!("/proc/self/fd/{raw}")).is_err() {
+            continue;
+        }
+        // SAFETY: the descriptor is open (just checked) and stays open while it is borrowed for
+        // the two fcntl calls below: waymark runs no other thread yet and closes nothing here.
+        let fd = unsafe { BorrowedFd::borrow_raw(raw) };
+        if let Ok(bits) = fcntl(fd, FcntlArg::F_GETFD) {
+            let flags = FdFlag::from_bits_truncate(bits) | FdFlag::FD_CLOEXEC;
+            let _ = fcntl(fd, FcntlArg::F_SETFD(flags));
+        }
+    }
+}
+
 /// Whether a process with this pid and start time is alive (not a zombie).
 pub fn is_alive(pid: u32, start: Option<u64>) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
