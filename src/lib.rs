@@ -4,6 +4,15 @@
 //! [`executor`] runs attempts in one event loop and emits [`executor::Event`]s; [`reporter`]s own the
 //! terminal; [`store`] keeps run state durable; [`classify`] names the errors of failed attempts.
 
+/// `eprintln!` that never panics: a closed or full stderr (`waymark ... 2>&1 | head -1`) loses the
+/// message instead of crashing the command, which has its state to keep.
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub mod classify;
 pub mod cli;
 pub mod commands;

@@ -317,3 +317,26 @@ fn a_run_goes_on_when_stdout_is_closed_or_full() {
         assert_eq!((out.status.code(), normalized(&out.stderr)), (Some(0), expected), "full: {full}");
     }
 }
+
+#[test]
+fn commands_end_quietly_when_stdout_and_stderr_are_one_closed_pipe() {
+    // `waymark ... 2>&1 | head -0`: waymark's own messages on stderr must not crash it either.
+    let env = env_with_a_run();
+    let mut commands = printing_commands(&env);
+    commands.push(vec!["gc".into(), "--older-than".into(), "1h".into()]);
+    commands.push(vec!["run".into(), "flow.toml".into(), "--fresh".into()]);
+    for args in commands {
+        let pipe = closed_pipe();
+        let child = Command::new(assert_cmd::cargo::cargo_bin("waymark"))
+            .current_dir(env.dir.path())
+            .env("WAYMARK_STATE_DIR", env.state())
+            .args(&args)
+            .stdin(Stdio::null())
+            .stderr(pipe.try_clone().unwrap())
+            .stdout(pipe)
+            .spawn()
+            .unwrap();
+        assert_eq!(finish(child).status.code(), Some(0), "waymark {args:?}");
+    }
+    assert_eq!(status_json(&env)["status"], "succeeded");
+}

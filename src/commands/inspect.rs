@@ -49,7 +49,7 @@ pub fn history(state: &Path, flow: Option<&str>, limit: usize, json: bool) -> Re
         return Ok(EXIT_OK);
     }
     if runs.is_empty() {
-        eprintln!("no runs yet{}", flow.map(|f| format!(" of flow `{f}`")).unwrap_or_default());
+        note!("no runs yet{}", flow.map(|f| format!(" of flow `{f}`")).unwrap_or_default());
         return Ok(EXIT_OK);
     }
     let mut out = format!(
@@ -238,9 +238,7 @@ pub fn gc(state: &Path, older_than: Duration) -> Result<i32, CliError> {
         let runs = candidates.iter().filter(|r| r.flow == flow);
         let Some(lock) = FlowLock::try_acquire_for_gc(state, flow).map_err(CliError::Locked)? else {
             let n = runs.count();
-            eprintln!(
-                "waymark: kept {n} finished run(s) of flow `{flow}`: a runner holds its lock; run gc again later"
-            );
+            note!("waymark: kept {n} finished run(s) of flow `{flow}`: a runner holds its lock; run gc again later");
             continue;
         };
         for run in runs {
@@ -252,11 +250,11 @@ pub fn gc(state: &Path, older_than: Duration) -> Result<i32, CliError> {
             if let Err(e) = crate::fsutil::remove_any(&dir)
                 && e.kind() != std::io::ErrorKind::NotFound
             {
-                eprintln!("waymark: warning: cannot delete {}: {e}", dir.display());
+                note!("waymark: warning: cannot delete {}: {e}", dir.display());
             }
         }
         drop(lock);
     }
-    eprintln!("waymark: deleted {deleted} finished run(s) older than {}", humantime::format_duration(older_than));
+    note!("waymark: deleted {deleted} finished run(s) older than {}", humantime::format_duration(older_than));
     Ok(EXIT_OK)
 }

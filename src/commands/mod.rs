@@ -164,6 +164,6 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
 fn print_warnings(loaded: &crate::flow::Loaded, shown: &str) {
     let color = std::io::stderr().is_terminal();
     for w in &loaded.warnings {
-        eprintln!("{}\n", w.render(shown, &loaded.source, color));
+        note!("{}\n", w.render(shown, &loaded.source, color));
     }
 }

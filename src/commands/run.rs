@@ -24,16 +24,16 @@ pub fn run(state_flag: Option<&Path>, flow_path: &Path, fresh: bool, wait: bool,
             // The dead runner's attempt must not go on beside the new run.
             for step in store.steps(&old.id)? {
                 if let Some(message) = kill_leftovers(&old.id, &step).map_err(exec_error)? {
-                    eprintln!("waymark: warning: {}: {message}", step.name);
+                    note!("waymark: warning: {}: {message}", step.name);
                 }
             }
             store.set_status(&old.id, RunStatus::Abandoned)?;
-            eprintln!("waymark: abandoned unfinished run {}", old.id);
+            note!("waymark: abandoned unfinished run {}", old.id);
             (store.create_run(&loaded.flow, &hash)?, false)
         }
         Some(old) => {
             if old.flow_path != loaded.flow.path {
-                eprintln!(
+                note!(
                     "waymark: run {} of flow `{name}` was started from {}; resuming it with the definition \
                      recorded then (runs are found by flow name; use --fresh to start over with {})",
                     old.id,
@@ -42,7 +42,7 @@ pub fn run(state_flag: Option<&Path>, flow_path: &Path, fresh: bool, wait: bool,
                 );
             }
             if old.source_hash != hash {
-                eprintln!(
+                note!(
                     "waymark: {} changed since run {} started; resuming with the definition recorded then \
                      (use --fresh to start over with the new one)",
                     flow_path.display(),
@@ -73,7 +73,7 @@ pub fn resume(state: &Path, run_id: &str, wait: bool, quiet: bool) -> Result<i32
     no_steps_is_an_error(&record, &steps, store.as_ref())?;
     match record.status {
         RunStatus::Succeeded => {
-            eprintln!("waymark: run {run_id} already succeeded; nothing to do");
+            note!("waymark: run {run_id} already succeeded; nothing to do");
             return Ok(EXIT_OK);
         }
         RunStatus::Abandoned => {

@@ -84,10 +84,7 @@ impl FlowLock {
         match result {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) if wait => {
-                eprintln!(
-                    "waymark: flow `{flow}` is already running ({}); waiting for it to finish",
-                    holder(&mut file)
-                );
+                note!("waymark: flow `{flow}` is already running ({}); waiting for it to finish", holder(&mut file));
                 file.lock().map_err(io)?
             }
             Err(TryLockError::WouldBlock) => {
