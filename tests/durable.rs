@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Env, alive, finish, kill, read_pid, stderr, wait_until};
+use common::{Env, alive, finish, have_root, kill, read_pid, stderr, wait_until};
 use predicates::prelude::*;
 use serde_json::Value;
 
@@ -319,19 +319,6 @@ fn a_read_only_state_directory_exits_4_and_runs_nothing() {
     env.cmd(&["history", "ro", "--json"]).assert().success().stdout(predicate::str::contains("succeeded"));
 }
 
-/// Whether privileged tests may be skipped on this machine (they run as root in CI).
-fn privileged_ok(what: &str) -> bool {
-    let ok = std::process::Command::new("unshare").args(["-m", "true"]).status().is_ok_and(|s| s.success());
-    if !ok {
-        assert!(
-            std::env::var_os("WAYMARK_SKIP_PRIVILEGED").is_some(),
-            "{what} needs root (unshare -m, mount); set WAYMARK_SKIP_PRIVILEGED=1 to skip it knowingly"
-        );
-        eprintln!("skipped {what}: WAYMARK_SKIP_PRIVILEGED is set");
-    }
-    ok
-}
-
 /// Run the shell `script` (which calls the binary as `$WAYMARK`) in the temp dir, in a mount
 /// namespace of its own where the state directory is a 1 MiB tmpfs.
 fn with_state_on_small_disk(env: &Env, script: &str) {
@@ -349,7 +336,7 @@ fn with_state_on_small_disk(env: &Env, script: &str) {
 
 #[test]
 fn a_full_disk_stops_the_run_with_4_and_it_resumes_once_space_is_back() {
-    if !privileged_ok("the full-disk test") {
+    if !have_root("a_full_disk_stops_the_run_with_4_and_it_resumes_once_space_is_back", "mounts a tmpfs") {
         return;
     }
     let env = Env::new();
@@ -465,7 +452,7 @@ retry = { attempts = 2, exception_types = ["SubprocessError"] }
 
 #[test]
 fn output_that_cannot_be_logged_stops_the_run_with_4() {
-    if !privileged_ok("the full-log test") {
+    if !have_root("output_that_cannot_be_logged_stops_the_run_with_4", "mounts a tmpfs") {
         return;
     }
     let env = Env::new();
