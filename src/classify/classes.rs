@@ -118,7 +118,7 @@ pub enum ClassError {
     Inconsistent(String),
     #[error("[errors] declares more than {MAX_USER_CLASSES} classes; `{0}` is one too many")]
     TooMany(String),
-    #[error("class `{0}` has more than {MAX_MRO} classes in its chain of bases")]
+    #[error("class `{0}` has a chain of more than {MAX_MRO} classes (itself and all its bases)")]
     TooDeep(String),
 }
 
