@@ -4,7 +4,7 @@
 use super::diagnostic::{Diagnostic, KeyIndex};
 use super::model::{Command, ExitCodes, Flow, Signal, Step};
 use super::raw::{RawDefaults, RawDuration, RawFlow, RawPolicy, RawRetry, RawStep, Str, StrMap};
-use crate::classify::classes::{ClassError, ClassTree, is_builtin};
+use crate::classify::classes::{ClassError, ClassTree, MAX_USER_CLASSES, is_builtin};
 use crate::retry::{Backoff, DEFAULT_ATTEMPTS, RetryPolicy};
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
@@ -161,6 +161,18 @@ impl Validator<'_> {
     }
 
     fn classes(&mut self, errors: &BTreeMap<Str, Spanned<Vec<Str>>>) -> ClassTree {
+        if errors.len() > MAX_USER_CLASSES {
+            // Point at the first class over the limit, in the order of the file.
+            let mut keys: Vec<&Str> = errors.keys().collect();
+            keys.sort_by_key(|k| k.span().start);
+            let extra = keys[MAX_USER_CLASSES];
+            let what =
+                format!("[errors] declares {} classes, more than the {MAX_USER_CLASSES} waymark accepts", errors.len());
+            let d = self.error(extra.span(), &what);
+            d.label = format!("class number {}", MAX_USER_CLASSES + 1);
+            d.help = Some("declare only the classes your steps report or match on".into());
+            return ClassTree::default();
+        }
         let declared: HashSet<&str> = errors.keys().map(|k| k.get_ref().as_str()).collect();
         let mut user = Vec::new();
         for (name, bases) in errors {
