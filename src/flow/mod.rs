@@ -71,13 +71,11 @@ pub fn load(path: &Path) -> Result<Loaded, LoadError> {
         return Err(LoadError::TooLarge { path: path.to_owned() });
     }
     let shown = path.display().to_string();
-    let source = match String::from_utf8(bytes) {
-        Ok(source) => source,
-        Err(e) => {
-            let (source_text, diagnostic) = not_utf8(e.as_bytes(), e.utf8_error().valid_up_to());
-            return Err(LoadError::Invalid { shown, source_text, diagnostics: vec![diagnostic] });
-        }
-    };
+    let source = decode(bytes).map_err(|(source_text, diagnostic)| LoadError::Invalid {
+        shown: shown.clone(),
+        source_text,
+        diagnostics: vec![diagnostic],
+    })?;
     // Canonical, so that the same file reached by another path is recognised as the same flow file.
     let absolute = std::fs::canonicalize(path).or_else(|_| std::path::absolute(path)).map_err(read_error)?;
     parse(&source, &absolute)
@@ -85,8 +83,16 @@ pub fn load(path: &Path) -> Result<Loaded, LoadError> {
         .map_err(|diagnostics| LoadError::Invalid { shown, source_text: source, diagnostics })
 }
 
-/// The text to draw (invalid bytes replaced; everything before the first one is unchanged) and
-/// the diagnostic pointing at the first invalid byte.
+/// The flow text in `bytes`; for a file that is not UTF-8, the text to draw instead (invalid
+/// bytes replaced, everything before the first one unchanged) and the diagnostic pointing at
+/// the first invalid byte.
+pub fn decode(bytes: Vec<u8>) -> Result<String, (String, Diagnostic)> {
+    String::from_utf8(bytes).map_err(|e| {
+        let valid_up_to = e.utf8_error().valid_up_to();
+        not_utf8(e.as_bytes(), valid_up_to)
+    })
+}
+
 fn not_utf8(bytes: &[u8], valid_up_to: usize) -> (String, Diagnostic) {
     let text = String::from_utf8_lossy(bytes).into_owned();
     let len = text[valid_up_to..].chars().next().map_or(0, char::len_utf8);
