@@ -186,16 +186,15 @@ enum Mutation {
 fn mutation() -> impl Strategy<Value = Mutation> {
     let at = any::<usize>();
     prop_oneof![
-        (at.clone(), any::<u8>()).prop_map(|(at, to)| Mutation::FlipByte { at, to }),
-        (at.clone(), proptest::collection::vec(any::<u8>(), 1..8))
-            .prop_map(|(at, bytes)| Mutation::InsertBytes { at, bytes }),
-        (at.clone(), 1usize..40).prop_map(|(at, len)| Mutation::DeleteRange { at, len }),
-        at.clone().prop_map(|line| Mutation::DeleteLine { line }),
-        at.clone().prop_map(|line| Mutation::TruncateLines { line }),
-        at.clone().prop_map(|line| Mutation::DuplicateLine { line }),
-        (at.clone(), at.clone()).prop_map(|(a, b)| Mutation::SwapLines { a, b }),
-        (at.clone(), 0..VALUES.len()).prop_map(|(line, value)| Mutation::ReplaceValue { line, value }),
-        (at.clone(), 0..KEYS.len()).prop_map(|(line, key)| Mutation::ReplaceKey { line, key }),
+        (at, any::<u8>()).prop_map(|(at, to)| Mutation::FlipByte { at, to }),
+        (at, proptest::collection::vec(any::<u8>(), 1..8)).prop_map(|(at, bytes)| Mutation::InsertBytes { at, bytes }),
+        (at, 1usize..40).prop_map(|(at, len)| Mutation::DeleteRange { at, len }),
+        at.prop_map(|line| Mutation::DeleteLine { line }),
+        at.prop_map(|line| Mutation::TruncateLines { line }),
+        at.prop_map(|line| Mutation::DuplicateLine { line }),
+        (at, at).prop_map(|(a, b)| Mutation::SwapLines { a, b }),
+        (at, 0..VALUES.len()).prop_map(|(line, value)| Mutation::ReplaceValue { line, value }),
+        (at, 0..KEYS.len()).prop_map(|(line, key)| Mutation::ReplaceKey { line, key }),
         (at, 0..KEYS.len(), 0..VALUES.len()).prop_map(|(line, key, value)| Mutation::InsertLine { line, key, value }),
     ]
 }
@@ -258,7 +257,7 @@ fn apply(bytes: &mut Vec<u8>, m: &Mutation) {
 
 /// Everything `waymark check` does with a file's bytes, in process.
 fn check(bytes: Vec<u8>) -> Result<Vec<Diagnostic>, (String, Vec<Diagnostic>)> {
-    let source = flow::decode(bytes).map_err(|(text, d)| (text, vec![d]))?;
+    let source = flow::decode(bytes).map_err(|bad| (bad.0, vec![bad.1]))?;
     match flow::parse(&source, Path::new("/work/flow.toml")) {
         Ok((_, warnings)) => {
             assert_located(&source, &warnings);

@@ -18,7 +18,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     match flow::decode(data.to_vec()) {
-        Err((text, d)) => check(&text, &[d]),
+        Err(bad) => check(&bad.0, &[bad.1]),
         Ok(source) => match flow::parse(&source, Path::new("/fuzz/flow.toml")) {
             Ok((_, warnings)) => check(&source, &warnings),
             Err(diagnostics) => {

@@ -71,10 +71,9 @@ pub fn load(path: &Path) -> Result<Loaded, LoadError> {
         return Err(LoadError::TooLarge { path: path.to_owned() });
     }
     let shown = path.display().to_string();
-    let source = decode(bytes).map_err(|(source_text, diagnostic)| LoadError::Invalid {
-        shown: shown.clone(),
-        source_text,
-        diagnostics: vec![diagnostic],
+    let source = decode(bytes).map_err(|bad| {
+        let (source_text, diagnostic) = *bad;
+        LoadError::Invalid { shown: shown.clone(), source_text, diagnostics: vec![diagnostic] }
     })?;
     // Canonical, so that the same file reached by another path is recognised as the same flow file.
     let absolute = std::fs::canonicalize(path).or_else(|_| std::path::absolute(path)).map_err(read_error)?;
@@ -86,10 +85,10 @@ pub fn load(path: &Path) -> Result<Loaded, LoadError> {
 /// The flow text in `bytes`; for a file that is not UTF-8, the text to draw instead (invalid
 /// bytes replaced, everything before the first one unchanged) and the diagnostic pointing at
 /// the first invalid byte.
-pub fn decode(bytes: Vec<u8>) -> Result<String, (String, Diagnostic)> {
+pub fn decode(bytes: Vec<u8>) -> Result<String, Box<(String, Diagnostic)>> {
     String::from_utf8(bytes).map_err(|e| {
         let valid_up_to = e.utf8_error().valid_up_to();
-        not_utf8(e.as_bytes(), valid_up_to)
+        Box::new(not_utf8(e.as_bytes(), valid_up_to))
     })
 }
 
