@@ -248,6 +248,28 @@ mod tests {
     }
 
     #[test]
+    fn the_index_answers_offsets_inside_values_and_arrays() {
+        let src = "[[step]]\nname = 'a'\nrun = ['x', 'y']\nretry = { exception_types = ['A', 'B'] }\n";
+        let index = KeyIndex::new(src);
+        let y = src.find("'y'").unwrap();
+        assert_eq!(index.path_at(y), Some("step[0].run"));
+        assert_eq!(index.path_at(y + 1), Some("step[0].run"), "inside a string: no entry starts there");
+        assert_eq!(index.path_at(src.find("'B'").unwrap()), Some("step[0].retry.exception_types"));
+        assert_eq!(index.path_at(src.find("retry").unwrap()), Some("step[0].retry"));
+        assert_eq!(KeyIndex::new("not = [toml").path_at(0), None);
+    }
+
+    #[test]
+    fn lines_count_columns_in_characters() {
+        let src = "a = 1\nnamé = 'ü'\n\nlast";
+        let lines = Lines::new(src);
+        assert_eq!(lines.line_col(src, 0), (1, 1));
+        assert_eq!(lines.line_col(src, src.find("'ü'").unwrap()), (2, 8));
+        assert_eq!(lines.line_col(src, src.find("last").unwrap()), (4, 1));
+        assert_eq!(lines.line_col(src, src.len() + 5), (4, 5), "past the end: clamped");
+    }
+
+    #[test]
     fn renders_location_line_and_caret() {
         let src = "[[step]]\nname = 'a'\ntimeout = -1\n";
         let start = src.find("-1").unwrap();
