@@ -2,7 +2,7 @@
 //! flow's own `[errors]`. Matching is by name along the method resolution order (MRO), the way a
 //! Python `except` clause matches.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Waymark's runtime error: an attempt's deadline passed.
 pub const ACTION_TIMEOUT: &str = "ActionTimeout";
@@ -103,6 +103,12 @@ pub struct ClassTree {
     pub user: Vec<(String, Vec<String>)>,
 }
 
+/// Most classes a flow's `[errors]` may declare: far more than any flow needs, and a bound on
+/// the work and memory of checking the hierarchy.
+pub const MAX_USER_CLASSES: usize = 10_000;
+/// Longest method resolution order (a class and all its bases): bounds the work per class.
+pub const MAX_MRO: usize = 1_000;
+
 /// Why a set of user classes cannot form a hierarchy.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClassError {
@@ -110,14 +116,24 @@ pub enum ClassError {
     Cycle(String, String),
     #[error("class `{0}` has bases in an order Python could not linearize (no consistent MRO)")]
     Inconsistent(String),
+    #[error("[errors] declares more than {MAX_USER_CLASSES} classes; `{0}` is one too many")]
+    TooMany(String),
+    #[error("class `{0}` has a chain of more than {MAX_MRO} classes (itself and all its bases)")]
+    TooDeep(String),
 }
 
 impl ClassTree {
     /// A tree with the given user classes; the caller has checked names and that bases exist.
+    /// Every class is linearized once (memoised, without recursion), so checking costs the
+    /// total length of the MROs, bounded by [`MAX_USER_CLASSES`] × [`MAX_MRO`].
     pub fn new(user: Vec<(String, Vec<String>)>) -> Result<ClassTree, ClassError> {
+        if let Some((name, _)) = user.get(MAX_USER_CLASSES) {
+            return Err(ClassError::TooMany(name.clone()));
+        }
         let tree = ClassTree { user };
+        let mut lin = Linearizer::new(&tree);
         for (name, _) in &tree.user {
-            tree.linearize(name, &mut Vec::new())?;
+            lin.mro(name)?;
         }
         Ok(tree)
     }
@@ -146,47 +162,9 @@ impl ClassTree {
 
     /// The ordered bases of `name` (its MRO without itself), or `None` for an unknown class.
     pub fn bases(&self, name: &str) -> Option<Vec<String>> {
-        let mut mro = self.linearize(name, &mut Vec::new()).ok()??;
-        mro.remove(0);
-        Some(mro)
-    }
-
-    /// C3 linearization, as Python computes `__mro__`. `Ok(None)` for an unknown class.
-    fn linearize(&self, name: &str, stack: &mut Vec<String>) -> Result<Option<Vec<String>>, ClassError> {
-        if stack.iter().any(|s| s == name) {
-            return Err(ClassError::Cycle(name.to_owned(), stack.join(" -> ")));
-        }
-        let Some(bases) = self.direct_bases(name) else {
-            return Ok(None);
-        };
-        stack.push(name.to_owned());
-        let mut seqs: Vec<Vec<String>> = Vec::new();
-        for base in &bases {
-            if let Some(mro) = self.linearize(base, stack)? {
-                seqs.push(mro);
-            }
-        }
-        stack.pop();
-        seqs.push(bases.iter().map(|b| b.to_string()).collect());
-        let mut out = vec![name.to_owned()];
-        loop {
-            seqs.retain(|s| !s.is_empty());
-            if seqs.is_empty() {
-                return Ok(Some(out));
-            }
-            let head = seqs
-                .iter()
-                .map(|s| &s[0])
-                .find(|c| !seqs.iter().any(|s| s[1..].contains(c)))
-                .cloned()
-                .ok_or_else(|| ClassError::Inconsistent(name.to_owned()))?;
-            for s in &mut seqs {
-                if s[0] == head {
-                    s.remove(0);
-                }
-            }
-            out.push(head);
-        }
+        let mut lin = Linearizer::new(self);
+        let mro = lin.mro(name).ok()??.to_vec();
+        Some(mro.iter().skip(1).map(|&id| lin.names[id as usize].to_owned()).collect())
     }
 
     /// The known class names closest to `name`, for "did you mean" hints.
@@ -203,6 +181,118 @@ impl ClassTree {
             }
         }
         map
+    }
+}
+
+/// C3 linearization, as Python computes `__mro__`, over interned class ids. Each class is
+/// linearized once and remembered; the walk over bases uses an explicit stack, so a deep
+/// hierarchy cannot overflow the call stack.
+struct Linearizer<'t> {
+    /// Id → name, and name → id with the class's direct bases.
+    names: Vec<&'t str>,
+    ids: HashMap<&'t str, u32>,
+    direct: Vec<Vec<&'t str>>,
+    done: HashMap<u32, Vec<u32>>,
+}
+
+impl<'t> Linearizer<'t> {
+    fn new(tree: &'t ClassTree) -> Linearizer<'t> {
+        let mut lin = Linearizer { names: Vec::new(), ids: HashMap::new(), direct: Vec::new(), done: HashMap::new() };
+        let builtin = BUILTIN.iter().map(|(n, b)| (*n, b.to_vec()));
+        let user = tree.user.iter().map(|(n, b)| (n.as_str(), b.iter().map(String::as_str).collect::<Vec<_>>()));
+        // A user class shadows a built-in of the same name, as `direct_bases` does.
+        for (name, bases) in builtin.chain(user) {
+            match lin.ids.get(name) {
+                Some(&id) => lin.direct[id as usize] = bases,
+                None => {
+                    lin.ids.insert(name, lin.names.len() as u32);
+                    lin.names.push(name);
+                    lin.direct.push(bases);
+                }
+            }
+        }
+        lin
+    }
+
+    /// The MRO of `name` (itself first), `Ok(None)` for an unknown class.
+    fn mro(&mut self, name: &str) -> Result<Option<&[u32]>, ClassError> {
+        let Some(&root) = self.ids.get(name) else { return Ok(None) };
+        // Depth-first over bases: (class, index of the next base to visit).
+        let mut stack: Vec<(u32, usize)> = vec![(root, 0)];
+        let mut on_stack: HashSet<u32> = HashSet::from([root]);
+        while let Some(&(id, next)) = stack.last() {
+            if self.done.contains_key(&id) {
+                stack.pop();
+                on_stack.remove(&id);
+                continue;
+            }
+            if let Some(base) = self.direct[id as usize].get(next) {
+                stack.last_mut().expect("not empty").1 += 1;
+                let Some(&b) = self.ids.get(base) else { continue };
+                if on_stack.contains(&b) {
+                    let path: Vec<&str> = stack.iter().map(|(i, _)| self.names[*i as usize]).collect();
+                    return Err(ClassError::Cycle(self.names[b as usize].to_owned(), path.join(" -> ")));
+                }
+                if !self.done.contains_key(&b) {
+                    on_stack.insert(b);
+                    stack.push((b, 0));
+                }
+            } else {
+                let merged = self.merge(id)?;
+                if merged.len() > MAX_MRO {
+                    return Err(ClassError::TooDeep(self.names[id as usize].to_owned()));
+                }
+                self.done.insert(id, merged);
+            }
+        }
+        Ok(self.done.get(&root).map(Vec::as_slice))
+    }
+
+    /// The C3 merge for `id`, whose known bases are all linearized: `id` followed by the merge
+    /// of its bases' MROs and the list of its bases.
+    fn merge(&self, id: u32) -> Result<Vec<u32>, ClassError> {
+        let bases: Vec<u32> = self.direct[id as usize].iter().filter_map(|b| self.ids.get(b).copied()).collect();
+        let mut seqs: Vec<&[u32]> = bases.iter().filter_map(|b| self.done.get(b).map(Vec::as_slice)).collect();
+        if let [only] = seqs[..]
+            && bases.len() == 1
+        {
+            // One base: its MRO, unchanged (the merge could not do otherwise).
+            return Ok(std::iter::once(id).chain(only.iter().copied()).collect());
+        }
+        seqs.push(&bases);
+        // How often each class occurs in the tails (all but the current head) of the sequences.
+        let mut in_tails: HashMap<u32, usize> = HashMap::new();
+        for seq in &seqs {
+            for c in seq.iter().skip(1) {
+                *in_tails.entry(*c).or_default() += 1;
+            }
+        }
+        let mut heads = vec![0usize; seqs.len()];
+        let mut out = vec![id];
+        loop {
+            let mut live = seqs.iter().zip(&heads).filter(|(s, h)| **h < s.len()).peekable();
+            if live.peek().is_none() {
+                return Ok(out);
+            }
+            let head = live
+                .map(|(s, h)| s[*h])
+                .find(|c| in_tails.get(c).is_none_or(|n| *n == 0))
+                .ok_or_else(|| ClassError::Inconsistent(self.names[id as usize].to_owned()))?;
+            for (seq, h) in seqs.iter().zip(heads.iter_mut()) {
+                if *h < seq.len() && seq[*h] == head {
+                    *h += 1;
+                    if let Some(next) = seq.get(*h)
+                        && let Some(n) = in_tails.get_mut(next)
+                    {
+                        *n -= 1;
+                    }
+                }
+            }
+            out.push(head);
+            if out.len() > MAX_MRO {
+                return Err(ClassError::TooDeep(self.names[id as usize].to_owned()));
+            }
+        }
     }
 }
 
@@ -238,5 +328,41 @@ mod tests {
     fn cycles_and_bad_orders_are_rejected() {
         assert!(matches!(tree(&[("A", &["B"]), ("B", &["A"])]), Err(ClassError::Cycle(..))));
         assert!(matches!(tree(&[("A", &["Exception", "OSError"])]), Err(ClassError::Inconsistent(_))));
+    }
+
+    /// `Ai = [A(i-1), B(i-1)]`, `Bi` the same: the old recursive C3 took 4^i steps (20 s at 23
+    /// levels); memoised it is quadratic in the number of levels.
+    #[test]
+    fn a_ladder_of_multiple_bases_linearizes_once_per_class() {
+        let mut user =
+            vec![("A0".to_owned(), vec!["Exception".to_owned()]), ("B0".to_owned(), vec!["Exception".to_owned()])];
+        for i in 1..=60 {
+            let bases = vec![format!("A{}", i - 1), format!("B{}", i - 1)];
+            user.push((format!("A{i}"), bases.clone()));
+            user.push((format!("B{i}"), bases));
+        }
+        let t = ClassTree::new(user).unwrap();
+        let bases = t.bases("A60").unwrap();
+        // A59, B59, A58, B58, ..., A0, B0, Exception, BaseException
+        assert_eq!(bases.len(), 2 * 60 + 2);
+        assert_eq!(&bases[..4], ["A59", "B59", "A58", "B58"]);
+        assert_eq!(&bases[118..], ["A0", "B0", "Exception", "BaseException"]);
+    }
+
+    fn chain(n: usize) -> Vec<(String, Vec<String>)> {
+        (0..n)
+            .map(|i| (format!("C{i}"), vec![if i == 0 { "Exception".into() } else { format!("C{}", i - 1) }]))
+            .collect()
+    }
+
+    #[test]
+    fn long_chains_are_capped_not_overflowing_the_stack() {
+        let t = ClassTree::new(chain(998)).unwrap();
+        assert_eq!(t.bases("C997").unwrap().len(), 999);
+        assert_eq!(ClassTree::new(chain(999)), Err(ClassError::TooDeep("C998".into())));
+        assert_eq!(ClassTree::new(chain(100_000)), Err(ClassError::TooMany("C10000".into())));
+        let mut cyclic = chain(5_000);
+        cyclic[0].1 = vec!["C4999".into()];
+        assert!(matches!(ClassTree::new(cyclic), Err(ClassError::Cycle(..))));
     }
 }

@@ -6,7 +6,7 @@ use std::fmt::Write;
 use std::path::Path;
 
 /// Backoff waits listed in a plan before it says "…".
-const SHOWN_WAITS: usize = 5;
+const SHOWN_WAITS: u32 = 5;
 
 pub fn check(path: &Path) -> Result<i32, CliError> {
     let loaded = flow::load(path)?;
@@ -60,16 +60,56 @@ fn retry_line(step: &Step) -> String {
     format!("up to {} attempts on {}{from}", p.attempts, p.exception_types.join(", "))
 }
 
+/// The waits `run` will sleep, from the very function it calls ([`Backoff::nominal`]).
 fn backoff_line(step: &Step) -> String {
     let b = &step.retry.backoff;
-    if b.initial.is_zero() {
+    let retries = step.retry.attempts - 1;
+    // Waits never shrink: when the last one is zero, all are.
+    if b.nominal(retries).is_zero() {
         return "none: each retry starts at once".to_owned();
     }
-    let retries = (step.retry.attempts - 1) as usize;
-    let mut waits: Vec<String> = b.sequence().take(retries.min(SHOWN_WAITS)).map(human).collect();
+    let shown = retries.min(SHOWN_WAITS);
+    let mut waits: Vec<String> = (1..=shown).map(|k| human(b.nominal(k))).collect();
     if retries > SHOWN_WAITS {
-        waits.push("…".into());
+        let steady = b.steady_from(retries);
+        if steady > SHOWN_WAITS {
+            let to = if steady == retries { String::new() } else { format!(" to {retries}") };
+            waits.push(format!("… {} at retry {steady}{to}", human(b.nominal(steady))));
+        } else {
+            waits.push("…".into());
+        }
     }
     let jitter = if b.jitter { " (each times a random 0.5-1.0)" } else { "" };
     format!("{}{jitter}", waits.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::retry::{Backoff, RetryPolicy};
+    use std::time::Duration;
+
+    fn line(attempts: u32, initial: f64, multiplier: f64, max: Option<f64>) -> String {
+        let backoff = Backoff {
+            initial: Duration::from_secs_f64(initial),
+            multiplier,
+            max: max.map(Duration::from_secs_f64),
+            jitter: false,
+        };
+        let flow = crate::flow::parse("[[step]]\nname = 'a'\nrun = ['true']\n", Path::new("/x/f.toml")).unwrap().0;
+        let mut step = flow.steps[0].clone();
+        step.retry = RetryPolicy { attempts, exception_types: vec!["Exception".into()], backoff };
+        backoff_line(&step)
+    }
+
+    #[test]
+    fn backoff_line_shows_where_growth_stops() {
+        assert_eq!(line(2000, 0.0, 2.0, None), "none: each retry starts at once");
+        assert_eq!(line(100, 0.0, 1e9, Some(3.0)), "none: each retry starts at once");
+        assert_eq!(line(4, 1.0, 2.0, Some(3.0)), "1s, 2s, 3s");
+        assert_eq!(line(20, 1.0, 2.0, Some(5.0)), "1s, 2s, 4s, 5s, 5s, …");
+        assert_eq!(line(20, 1.0, 2.0, Some(100.0)), "1s, 2s, 4s, 8s, 16s, … 1m 40s at retry 8 to 19");
+        assert_eq!(line(9, 1.0, 2.0, None), "1s, 2s, 4s, 8s, 16s, … 2m 8s at retry 8");
+        assert_eq!(line(2000, 1.0, 2.0, None), "1s, 2s, 4s, 8s, 16s, … 100years at retry 33 to 1999");
+    }
 }

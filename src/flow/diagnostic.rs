@@ -1,6 +1,7 @@
 //! Errors and warnings about a flow file, drawn with the offending line and a caret.
 
 use annotate_snippets::{AnnotationKind, Level, Renderer, Snippet};
+use std::collections::HashMap;
 use std::ops::Range;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
@@ -21,6 +22,17 @@ pub struct Diagnostic {
     /// The short text under the caret.
     pub label: String,
     pub help: Option<String>,
+    /// Where the span starts, once [`Diagnostic::locate`] has run: 1-based line and column, and
+    /// the byte offset of that line's start, so rendering needs no scan of the file.
+    pub location: Option<Location>,
+}
+
+/// A span's start as a user counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Location {
+    pub line: usize,
+    pub column: usize,
+    pub line_start: usize,
 }
 
 impl Diagnostic {
@@ -31,6 +43,7 @@ impl Diagnostic {
             span: span.into(),
             label: String::new(),
             help: None,
+            location: None,
         }
     }
 
@@ -57,7 +70,17 @@ impl Diagnostic {
         self.severity == Severity::Error
     }
 
-    /// Draw the diagnostic like rustc: `--> flow.toml:3:7`, the line, a caret.
+    /// Record the line and column of the span's start, from an index of `source`'s lines.
+    pub fn locate(&mut self, source: &str, lines: &Lines) {
+        self.location = self.span.as_ref().map(|span| {
+            let start = floor_char_boundary(source, span.start);
+            let (line, column) = lines.line_col(source, start);
+            Location { line, column, line_start: lines.starts[line - 1] }
+        });
+    }
+
+    /// Draw the diagnostic like rustc: `--> flow.toml:3:7`, the line, a caret. Only the lines
+    /// the span covers are handed to the renderer, so drawing costs the same in a huge file.
     pub fn render(&self, path: &str, source: &str, color: bool) -> String {
         let level = match self.severity {
             Severity::Error => Level::ERROR,
@@ -67,10 +90,20 @@ impl Diagnostic {
         let group = match &self.span {
             Some(span) => {
                 let span = clamp(span.clone(), source);
+                let (line, line_start) = match self.location {
+                    Some(l) => (l.line, l.line_start),
+                    None => {
+                        let line_start = source[..span.start].rfind('\n').map_or(0, |i| i + 1);
+                        (source[..line_start].matches('\n').count() + 1, line_start)
+                    }
+                };
+                let line_end = source[span.end..].find('\n').map_or(source.len(), |i| span.end + i);
                 title.element(
-                    Snippet::source(source)
-                        .path(path)
-                        .annotation(AnnotationKind::Primary.span(span).label(self.label.as_str())),
+                    Snippet::source(&source[line_start..line_end]).line_start(line).path(path).annotation(
+                        AnnotationKind::Primary
+                            .span(span.start - line_start..span.end - line_start)
+                            .label(self.label.as_str()),
+                    ),
                 )
             }
             None => title.element(annotate_snippets::Origin::path(path)),
@@ -86,48 +119,120 @@ impl Diagnostic {
 
 /// Keep a span inside the source and on char boundaries, so rendering can never panic.
 fn clamp(span: Range<usize>, source: &str) -> Range<usize> {
-    let fix = |mut i: usize| {
-        i = i.min(source.len());
-        while !source.is_char_boundary(i) {
-            i -= 1;
-        }
-        i
-    };
-    fix(span.start)..fix(span.end.max(span.start))
+    floor_char_boundary(source, span.start)..floor_char_boundary(source, span.end.max(span.start))
 }
 
-/// The dotted key path (`step[1].retry.attempts`) of the deepest key or value at `offset`.
-pub fn key_path_at(source: &str, offset: usize) -> Option<String> {
-    let table = DeTable::parse(source).ok()?;
-    let mut best = None;
-    walk_table(table.get_ref(), "", offset, &mut best);
-    best
+/// Where every key and value of a flow file sits, built by walking the parsed document once, so
+/// that naming the key path of a diagnostic costs a hash lookup, not a parse of the file.
+#[derive(Debug, Default)]
+pub struct KeyIndex {
+    /// Start offset of a key or value → the path of the deepest entry starting there.
+    by_start: HashMap<usize, String>,
+    /// Every `(span, path)` in document order, for offsets that start no entry.
+    all: Vec<(Range<usize>, String)>,
 }
 
-fn walk_table(table: &DeTable<'_>, prefix: &str, offset: usize, best: &mut Option<String>) {
-    for (key, value) in table {
-        let path = if prefix.is_empty() { key.get_ref().to_string() } else { format!("{prefix}.{}", key.get_ref()) };
-        if key.span().contains(&offset) || value.span().contains(&offset) {
-            *best = Some(path.clone());
-        }
-        walk_value(value, &path, offset, best);
-    }
-}
-
-fn walk_value(value: &Spanned<DeValue<'_>>, path: &str, offset: usize, best: &mut Option<String>) {
-    match value.get_ref() {
-        DeValue::Table(t) => walk_table(t, path, offset, best),
-        DeValue::Array(items) => {
-            for (i, item) in items.iter().enumerate() {
-                let path = format!("{path}[{i}]");
-                if item.span().contains(&offset) && matches!(item.get_ref(), DeValue::Table(_)) {
-                    *best = Some(path.clone());
+impl KeyIndex {
+    /// Index `source`; an unparsable document gives an empty index (no key paths).
+    pub fn new(source: &str) -> KeyIndex {
+        let mut index = KeyIndex::default();
+        if let Ok(table) = DeTable::parse(source) {
+            // An explicit stack instead of recursion: nesting is bounded by the TOML parser's own
+            // limit, but the walk need not rely on it.
+            let mut stack: Vec<(&Spanned<DeValue<'_>>, String)> = Vec::new();
+            index.table(table.get_ref(), "", &mut stack);
+            while let Some((value, path)) = stack.pop() {
+                match value.get_ref() {
+                    DeValue::Table(t) => index.table(t, &path, &mut stack),
+                    DeValue::Array(items) => {
+                        let mut pending = Vec::new();
+                        for (i, item) in items.iter().enumerate() {
+                            let item_path = format!("{path}[{i}]");
+                            if matches!(item.get_ref(), DeValue::Table(_)) {
+                                index.add(item.span(), &item_path);
+                            } else {
+                                index.add(item.span(), &path);
+                            }
+                            pending.push((item, item_path));
+                        }
+                        stack.extend(pending.into_iter().rev());
+                    }
+                    _ => {}
                 }
-                walk_value(item, &path, offset, best);
             }
         }
-        _ => {}
+        index
     }
+
+    fn table<'a, 'b>(
+        &mut self,
+        table: &'b DeTable<'a>,
+        prefix: &str,
+        stack: &mut Vec<(&'b Spanned<DeValue<'a>>, String)>,
+    ) {
+        let mut pending = Vec::new();
+        for (key, value) in table {
+            let path =
+                if prefix.is_empty() { key.get_ref().to_string() } else { format!("{prefix}.{}", key.get_ref()) };
+            self.add(key.span(), &path);
+            self.add(value.span(), &path);
+            pending.push((value, path));
+        }
+        // Popped in document order.
+        stack.extend(pending.into_iter().rev());
+    }
+
+    fn add(&mut self, span: Range<usize>, path: &str) {
+        self.by_start.insert(span.start, path.to_owned());
+        self.all.push((span, path.to_owned()));
+    }
+
+    /// The dotted key path (`step[1].retry.attempts`) of the deepest key or value at `offset`.
+    pub fn path_at(&self, offset: usize) -> Option<&str> {
+        if let Some(path) = self.by_start.get(&offset) {
+            return Some(path);
+        }
+        self.all.iter().rev().find(|(span, _)| span.contains(&offset)).map(|(_, path)| path.as_str())
+    }
+}
+
+/// The key path at `offset`, for a one-off lookup (a parse error): indexes the file once.
+pub fn key_path_at(source: &str, offset: usize) -> Option<String> {
+    KeyIndex::new(source).path_at(offset).map(str::to_owned)
+}
+
+/// Line starts of a text, for turning byte offsets into lines and columns without rescanning.
+#[derive(Debug)]
+pub struct Lines {
+    starts: Vec<usize>,
+}
+
+impl Lines {
+    pub fn new(source: &str) -> Lines {
+        let starts = std::iter::once(0).chain(source.match_indices('\n').map(|(i, _)| i + 1)).collect();
+        Lines { starts }
+    }
+
+    /// The 0-based line holding `offset`.
+    pub fn line_of(&self, offset: usize) -> usize {
+        self.starts.partition_point(|&s| s <= offset).saturating_sub(1)
+    }
+
+    /// 1-based line and column (in characters) of `offset`.
+    pub fn line_col(&self, source: &str, offset: usize) -> (usize, usize) {
+        let offset = floor_char_boundary(source, offset);
+        let line = self.line_of(offset);
+        let column = source[self.starts[line]..offset].chars().count() + 1;
+        (line + 1, column)
+    }
+}
+
+fn floor_char_boundary(source: &str, mut i: usize) -> usize {
+    i = i.min(source.len());
+    while !source.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
 }
 
 #[cfg(test)]
@@ -140,6 +245,28 @@ mod tests {
         let at = src.find("0\n").unwrap();
         assert_eq!(key_path_at(src, at).as_deref(), Some("step[1].retry.attempts"));
         assert_eq!(key_path_at(src, 1).as_deref(), Some("name"));
+    }
+
+    #[test]
+    fn the_index_answers_offsets_inside_values_and_arrays() {
+        let src = "[[step]]\nname = 'a'\nrun = ['x', 'y']\nretry = { exception_types = ['A', 'B'] }\n";
+        let index = KeyIndex::new(src);
+        let y = src.find("'y'").unwrap();
+        assert_eq!(index.path_at(y), Some("step[0].run"));
+        assert_eq!(index.path_at(y + 1), Some("step[0].run"), "inside a string: no entry starts there");
+        assert_eq!(index.path_at(src.find("'B'").unwrap()), Some("step[0].retry.exception_types"));
+        assert_eq!(index.path_at(src.find("retry").unwrap()), Some("step[0].retry"));
+        assert_eq!(KeyIndex::new("not = [toml").path_at(0), None);
+    }
+
+    #[test]
+    fn lines_count_columns_in_characters() {
+        let src = "a = 1\nnamé = 'ü'\n\nlast";
+        let lines = Lines::new(src);
+        assert_eq!(lines.line_col(src, 0), (1, 1));
+        assert_eq!(lines.line_col(src, src.find("'ü'").unwrap()), (2, 8));
+        assert_eq!(lines.line_col(src, src.find("last").unwrap()), (4, 1));
+        assert_eq!(lines.line_col(src, src.len() + 5), (4, 5), "past the end: clamped");
     }
 
     #[test]

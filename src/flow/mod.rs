@@ -9,7 +9,12 @@ pub mod validate;
 pub use diagnostic::Diagnostic;
 pub use model::{Command, ExitCodes, Flow, Signal, Step};
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
+
+/// The largest flow file waymark reads (16 MiB). A flow file is a short text; the limit keeps
+/// `waymark check /dev/zero`, a FIFO or a mistaken path from reading until memory runs out.
+pub const MAX_FLOW_BYTES: u64 = 16 * 1024 * 1024;
 
 /// A flow that loaded, with the warnings found on the way.
 #[derive(Debug)]
@@ -24,6 +29,11 @@ pub struct Loaded {
 pub enum LoadError {
     #[error("cannot read flow file {}: {source}", path.display())]
     Read { path: PathBuf, source: std::io::Error },
+    #[error(
+        "flow file {} is larger than {} MiB, the most waymark reads; check that it is the flow file you meant",
+        path.display(), MAX_FLOW_BYTES / (1024 * 1024)
+    )]
+    TooLarge { path: PathBuf },
     #[error("{} has {} error(s)", shown, diagnostics.iter().filter(|d| d.is_error()).count())]
     Invalid { shown: String, source_text: String, diagnostics: Vec<Diagnostic> },
 }
@@ -32,7 +42,7 @@ impl LoadError {
     /// The full report: every diagnostic drawn against the file.
     pub fn render(&self, color: bool) -> String {
         match self {
-            LoadError::Read { .. } => format!("error: {self}\n"),
+            LoadError::Read { .. } | LoadError::TooLarge { .. } => format!("error: {self}\n"),
             LoadError::Invalid { shown, source_text, diagnostics } => {
                 let mut out = String::new();
                 for d in diagnostics {
@@ -52,26 +62,69 @@ impl LoadError {
 
 /// Read, parse and validate the flow file at `path`.
 pub fn load(path: &Path) -> Result<Loaded, LoadError> {
-    let source = std::fs::read_to_string(path).map_err(|source| LoadError::Read { path: path.to_owned(), source })?;
+    let read_error = |source| LoadError::Read { path: path.to_owned(), source };
+    let mut bytes = Vec::new();
+    // One byte more than the limit tells a file at the limit from a larger one, and bounds the
+    // read of an endless stream.
+    std::fs::File::open(path).and_then(|f| f.take(MAX_FLOW_BYTES + 1).read_to_end(&mut bytes)).map_err(read_error)?;
+    if bytes.len() as u64 > MAX_FLOW_BYTES {
+        return Err(LoadError::TooLarge { path: path.to_owned() });
+    }
     let shown = path.display().to_string();
+    let source = decode(bytes).map_err(|bad| {
+        let (source_text, diagnostic) = *bad;
+        LoadError::Invalid { shown: shown.clone(), source_text, diagnostics: vec![diagnostic] }
+    })?;
     // Canonical, so that the same file reached by another path is recognised as the same flow file.
-    let absolute = std::fs::canonicalize(path)
-        .or_else(|_| std::path::absolute(path))
-        .map_err(|source| LoadError::Read { path: path.to_owned(), source })?;
+    let absolute = std::fs::canonicalize(path).or_else(|_| std::path::absolute(path)).map_err(read_error)?;
     parse(&source, &absolute)
         .map(|(flow, warnings)| Loaded { flow, source: source.clone(), warnings })
         .map_err(|diagnostics| LoadError::Invalid { shown, source_text: source, diagnostics })
 }
 
+/// The flow text in `bytes`; for a file that is not UTF-8, the text to draw instead (invalid
+/// bytes replaced, everything before the first one unchanged) and the diagnostic pointing at
+/// the first invalid byte.
+pub fn decode(bytes: Vec<u8>) -> Result<String, Box<(String, Diagnostic)>> {
+    String::from_utf8(bytes).map_err(|e| {
+        let valid_up_to = e.utf8_error().valid_up_to();
+        Box::new(not_utf8(e.as_bytes(), valid_up_to))
+    })
+}
+
+fn not_utf8(bytes: &[u8], valid_up_to: usize) -> (String, Diagnostic) {
+    let text = String::from_utf8_lossy(bytes).into_owned();
+    let len = text[valid_up_to..].chars().next().map_or(0, char::len_utf8);
+    let mut d = Diagnostic::error(valid_up_to..valid_up_to + len, "the flow file is not valid UTF-8")
+        .label("invalid byte")
+        .help(Some("save the file as UTF-8".into()));
+    d.locate(&text, &diagnostic::Lines::new(&text));
+    (text, d)
+}
+
 /// Parse and validate flow text; `path` (absolute) names the file and anchors `workdir`.
 pub fn parse(source: &str, path: &Path) -> Result<(Flow, Vec<Diagnostic>), Vec<Diagnostic>> {
-    let raw: raw::RawFlow = toml::from_str(source).map_err(|e| vec![serde_diagnostic(&e, source)])?;
-    validate::validate(raw, path, source)
+    let lines = diagnostic::Lines::new(source);
+    let locate = |mut diags: Vec<Diagnostic>| {
+        for d in &mut diags {
+            d.locate(source, &lines);
+        }
+        diags
+    };
+    let raw: raw::RawFlow = toml::from_str(source).map_err(|e| locate(vec![serde_diagnostic(&e, source)]))?;
+    validate::validate(raw, path, source).map(|(flow, warnings)| (flow, locate(warnings))).map_err(locate)
 }
 
 /// Turn a TOML or serde error into a diagnostic, naming the key and suggesting a valid one.
 fn serde_diagnostic(e: &toml::de::Error, source: &str) -> Diagnostic {
     let message = e.message().trim().to_owned();
+    if e.span().is_none() && message == "recursion limit" {
+        // The parser names no place for a dotted key nested too deep: find the deepest key.
+        let d = Diagnostic::error(deepest_dotted_key(source), "a dotted key has too many parts (recursion limit)")
+            .label("nested too deep")
+            .help(Some("the TOML reader accepts at most 80 levels; a flow file needs three or four".into()));
+        return d;
+    }
     let key = e.span().and_then(|s| diagnostic::key_path_at(source, s.start));
     if let Some(rest) = message.strip_prefix("unknown field `") {
         let quoted: Vec<&str> = rest.split('`').step_by(2).collect();
@@ -103,6 +156,36 @@ fn serde_diagnostic(e: &toml::de::Error, source: &str) -> Diagnostic {
         (None, _) => message,
     };
     Diagnostic::error(e.span(), message).help(unquote)
+}
+
+/// The span of the dotted key with the most parts (`a.b.c`, whitespace and quoted parts
+/// included), found with the TOML lexer; the start of the file if there is none.
+fn deepest_dotted_key(source: &str) -> std::ops::Range<usize> {
+    use toml_parser::lexer::TokenKind;
+    let (mut best, mut best_dots) = (0..0, 0);
+    let (mut start, mut dots) = (0, 0);
+    for token in toml_parser::Source::new(source).lex() {
+        let span = token.span();
+        match token.kind() {
+            TokenKind::Dot => {
+                dots += 1;
+                if dots > best_dots {
+                    (best, best_dots) = (start..span.end(), dots);
+                }
+            }
+            TokenKind::Atom | TokenKind::BasicString | TokenKind::LiteralString => {
+                if dots == 0 {
+                    start = span.start();
+                }
+                if dots == best_dots && best.start == start {
+                    best.end = span.end();
+                }
+            }
+            TokenKind::Whitespace => {}
+            _ => dots = 0,
+        }
+    }
+    best
 }
 
 /// Serde's type names as a TOML user knows them (`i64` → an integer, a map → a table).

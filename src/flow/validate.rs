@@ -1,10 +1,10 @@
 //! Raw serde types → the validated [`Flow`]. Every problem found is collected as a [`Diagnostic`]
 //! pointing at its source span; warnings never stop a flow from loading.
 
-use super::diagnostic::{Diagnostic, key_path_at};
+use super::diagnostic::{Diagnostic, KeyIndex};
 use super::model::{Command, ExitCodes, Flow, Signal, Step};
 use super::raw::{RawDefaults, RawDuration, RawFlow, RawPolicy, RawRetry, RawStep, Str, StrMap};
-use crate::classify::classes::{ClassError, ClassTree, is_builtin};
+use crate::classify::classes::{ClassError, ClassTree, MAX_USER_CLASSES, is_builtin};
 use crate::retry::{Backoff, DEFAULT_ATTEMPTS, RetryPolicy};
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
@@ -16,17 +16,26 @@ pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 86_400 + 25 *
 /// Most attempts a policy may allow: far more than any retry budget needs, and room to add the
 /// attempts of earlier budgets (`waymark resume` of a failed run) without overflow.
 pub const MAX_ATTEMPTS: u32 = 1_000_000;
+/// Shortest non-zero duration accepted anywhere: 1 ms. Anything shorter would be rounded to a
+/// timer tick (or to 0 s) and mean something else than what was written.
+pub const MIN_DURATION: Duration = Duration::from_millis(1);
+/// Longest step name: a step's name is a directory name under `logs/RUN_ID/` (`NAME_MAX`).
+pub const MAX_STEP_NAME: usize = 255;
+/// Longest flow name: the flow's lock file is `locks/NAME.lock`, a file name of at most 255 bytes.
+pub const MAX_FLOW_NAME: usize = 255 - ".lock".len();
 const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
 const DETECT_VALUES: [&str; 2] = ["auto", "none"];
 
 struct Validator<'a> {
     source: &'a str,
+    /// Key paths of the file, indexed once: a diagnostic's path is a lookup, not a parse.
+    keys: KeyIndex,
     diags: Vec<Diagnostic>,
 }
 
 /// Build the domain flow, or return every error found (warnings included either way).
 pub fn validate(raw: RawFlow, path: &Path, source: &str) -> Result<(Flow, Vec<Diagnostic>), Vec<Diagnostic>> {
-    let mut v = Validator { source, diags: Vec::new() };
+    let mut v = Validator { source, keys: KeyIndex::new(source), diags: Vec::new() };
     let flow = v.flow(raw, path);
     if v.diags.iter().any(Diagnostic::is_error) { Err(v.diags) } else { Ok((flow, v.diags)) }
 }
@@ -39,18 +48,39 @@ fn is_identifier(s: &str) -> bool {
     is_name(s, "") && !s.starts_with(|c: char| c.is_ascii_digit())
 }
 
+/// A number as a person writes it: `0.5`, `1000000`, `1e300` (never 309 digits).
+pub fn number(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() || (1e-4..1e15).contains(&x.abs()) { format!("{x}") } else { format!("{x:e}") }
+}
+
 impl Validator<'_> {
     /// An error about the value at `span`, named by its key path.
     fn error(&mut self, span: std::ops::Range<usize>, what: &str) -> &mut Diagnostic {
-        let key = key_path_at(self.source, span.start).map_or_else(String::new, |k| format!("`{k}`: "));
+        let key = self.key(span.start);
         self.diags.push(Diagnostic::error(span, format!("{key}{what}")));
         self.diags.last_mut().expect("just pushed")
     }
 
     fn warn(&mut self, span: std::ops::Range<usize>, what: &str) -> &mut Diagnostic {
-        let key = key_path_at(self.source, span.start).map_or_else(String::new, |k| format!("`{k}`: "));
+        let key = self.key(span.start);
         self.diags.push(Diagnostic::warning(span, format!("{key}{what}")));
         self.diags.last_mut().expect("just pushed")
+    }
+
+    /// "`step[0].name`: " for the key or value at `offset`, or nothing.
+    fn key(&self, offset: usize) -> String {
+        self.keys.path_at(offset).map_or_else(String::new, |k| format!("`{k}`: "))
+    }
+
+    /// An error when a string that becomes a path, argument or command holds a NUL byte, which
+    /// no program can receive.
+    fn no_nul(&mut self, raw: &Str, what: &str) {
+        if let Some(at) = raw.get_ref().find('\0') {
+            let span = raw.span();
+            let d = self.error(span, &format!("{what} cannot hold a NUL byte (at byte {at} of the string)"));
+            d.label = "holds a NUL byte".into();
+            d.help = Some("remove the `\\u0000` escape; no program can receive a NUL byte".into());
+        }
     }
 
     fn flow(&mut self, raw: RawFlow, path: &Path) -> Flow {
@@ -59,15 +89,31 @@ impl Validator<'_> {
                 if !is_name(n.get_ref(), ".-") {
                     self.error(n.span(), "a flow name may only hold letters, digits, `_`, `.` and `-`").label =
                         "invalid name".into();
+                } else if n.get_ref().len() > MAX_FLOW_NAME {
+                    let d = self.error(
+                        n.span(),
+                        &format!(
+                            "a flow name may be at most {MAX_FLOW_NAME} bytes long, this one is {}",
+                            n.get_ref().len()
+                        ),
+                    );
+                    d.label = "too long".into();
+                    d.help = Some(format!(
+                        "the flow's lock file is named after it (`locks/NAME.lock`), and a file name holds at most 255 bytes; \
+                         choose a name of at most {MAX_FLOW_NAME} bytes"
+                    ));
                 }
                 n.get_ref().clone()
             }
             None => {
                 let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-                if !is_name(&stem, ".-") {
+                if !is_name(&stem, ".-") || stem.len() > MAX_FLOW_NAME {
                     self.diags.push(
                         Diagnostic::error(None, format!("the file name `{stem}` is not a valid flow name")).help(Some(
-                            "set `name = \"...\"` at the top of the file (letters, digits, `_`, `.`, `-`)".into(),
+                            format!(
+                                "set `name = \"...\"` at the top of the file (letters, digits, `_`, `.`, `-`; at most \
+                                 {MAX_FLOW_NAME} bytes)"
+                            ),
                         )),
                     );
                 }
@@ -100,14 +146,33 @@ impl Validator<'_> {
             }
         }
         if raw.step.is_empty() {
-            self.diags.push(Diagnostic::error(None, "the flow has no steps").help(Some(
-                "add at least one step, for example:\n[[step]]\nname = \"hello\"\nrun = [\"echo\", \"hi\"]".into(),
-            )));
+            // The file as a whole is at fault; point at its first line so the report has a place.
+            let first_line = self.source.find('\n').unwrap_or(self.source.len());
+            self.diags.push(
+                Diagnostic::error(0..first_line, "the flow has no steps").label("no `[[step]]` in this file").help(
+                    Some(
+                        "add at least one step, for example:\n[[step]]\nname = \"hello\"\nrun = [\"echo\", \"hi\"]"
+                            .into(),
+                    ),
+                ),
+            );
         }
         Flow { name, path: path.to_owned(), env, classes, exit_codes, steps }
     }
 
     fn classes(&mut self, errors: &BTreeMap<Str, Spanned<Vec<Str>>>) -> ClassTree {
+        if errors.len() > MAX_USER_CLASSES {
+            // Point at the first class over the limit, in the order of the file.
+            let mut keys: Vec<&Str> = errors.keys().collect();
+            keys.sort_by_key(|k| k.span().start);
+            let extra = keys[MAX_USER_CLASSES];
+            let what =
+                format!("[errors] declares {} classes, more than the {MAX_USER_CLASSES} waymark accepts", errors.len());
+            let d = self.error(extra.span(), &what);
+            d.label = format!("class number {}", MAX_USER_CLASSES + 1);
+            d.help = Some("declare only the classes your steps report or match on".into());
+            return ClassTree::default();
+        }
         let declared: HashSet<&str> = errors.keys().map(|k| k.get_ref().as_str()).collect();
         let mut user = Vec::new();
         for (name, bases) in errors {
@@ -160,14 +225,26 @@ impl Validator<'_> {
                     ClassError::Inconsistent(class) => {
                         (class, e.to_string(), "reorder its bases so that a subclass comes before its own bases")
                     }
+                    ClassError::TooMany(class) => {
+                        (class, e.to_string(), "declare only the classes your steps report or match on")
+                    }
+                    ClassError::TooDeep(class) => (
+                        class,
+                        e.to_string(),
+                        "shorten the chain: `exception_types` matches any class along it, so intermediate \
+                         classes are rarely needed",
+                    ),
                 };
                 match errors.keys().find(|k| k.get_ref() == class) {
                     Some(key) => {
                         let d = self.error(key.span(), &what);
-                        d.label = "in an inheritance cycle".into();
-                        if matches!(e, ClassError::Inconsistent(_)) {
-                            d.label = "inconsistent bases".into();
+                        d.label = match e {
+                            ClassError::Cycle(..) => "in an inheritance cycle",
+                            ClassError::Inconsistent(_) => "inconsistent bases",
+                            ClassError::TooMany(_) => "one class too many",
+                            ClassError::TooDeep(_) => "too many bases",
                         }
+                        .into();
                         d.help = Some(help.into());
                     }
                     None => self
@@ -248,13 +325,17 @@ impl Validator<'_> {
                 }
             },
         };
-        let floor = if allow_zero { "at least 0" } else { "more than 0" };
+        let floor = if allow_zero { "0 or at least 1 ms" } else { "at least 1 ms" };
         if !secs.is_finite() {
             self.error(span, "a duration must be a finite number of seconds").label = "not a number".into();
             return None;
         }
-        if secs < 0.0 || (!allow_zero && secs == 0.0) {
-            self.error(span, &format!("a duration must be {floor}")).label = "out of range".into();
+        if secs < 0.0 || (secs < MIN_DURATION.as_secs_f64() && !(allow_zero && secs == 0.0)) {
+            let d = self.error(span, &format!("a duration must be {floor}, got {} s", number(secs)));
+            d.label = "out of range".into();
+            if secs > 0.0 {
+                d.help = Some("waymark counts time in milliseconds; write at least `0.001` or \"1ms\"".into());
+            }
             return None;
         }
         if secs > MAX_DURATION.as_secs_f64() {
@@ -271,10 +352,17 @@ impl Validator<'_> {
         }
     }
 
+    /// A number of seconds in `[min, 100 years]`, and 0 or at least 1 ms.
     fn seconds(&mut self, raw: &Spanned<f64>, min: f64, what: &str) -> Option<f64> {
         let x = *raw.get_ref();
         if !x.is_finite() || x < min || x > MAX_DURATION.as_secs_f64() {
-            self.error(raw.span(), &format!("{what}, got {x}")).label = "out of range".into();
+            self.error(raw.span(), &format!("{what}, got {}", number(x))).label = "out of range".into();
+            return None;
+        }
+        if x > 0.0 && x < MIN_DURATION.as_secs_f64() {
+            let d = self.error(raw.span(), &format!("a wait must be 0 or at least 1 ms (0.001), got {}", number(x)));
+            d.label = "out of range".into();
+            d.help = Some("waymark counts time in milliseconds; write 0 for no wait".into());
             return None;
         }
         Some(x)
@@ -333,16 +421,24 @@ impl Validator<'_> {
             backoff.initial = Duration::from_secs_f64(x);
         }
         if let Some(m) = &raw.backoff_multiplier {
-            match self.seconds(m, 1.0, "`backoff_multiplier` must be at least 1.0") {
-                Some(x) => backoff.multiplier = x,
-                None => self.hint("1.0 keeps every wait the same; 2.0 doubles the wait after each retry"),
+            // No upper bound: waits saturate at `backoff_max_seconds` or 100 years.
+            let x = *m.get_ref();
+            if x.is_finite() && x >= 1.0 {
+                backoff.multiplier = x;
+            } else {
+                let d = self.error(
+                    m.span(),
+                    &format!("`backoff_multiplier` must be a finite number of at least 1.0, got {}", number(x)),
+                );
+                d.label = "out of range".into();
+                d.help = Some("1.0 keeps every wait the same; 2.0 doubles the wait after each retry".into());
             }
         }
         if let Some(m) = &raw.backoff_max_seconds {
             let min = backoff.initial.as_secs_f64();
             let below = *m.get_ref() < min;
             let what = if below {
-                format!("`backoff_max_seconds` must be at least `backoff_seconds` ({min})")
+                format!("`backoff_max_seconds` must be at least `backoff_seconds` ({})", number(min))
             } else {
                 "`backoff_max_seconds` must be at most 100 years".to_owned()
             };
@@ -431,6 +527,16 @@ impl Validator<'_> {
             d.label = "invalid name".into();
             d.help =
                 Some(format!("write `{}`", fixed.trim_matches('-'))).filter(|_| !fixed.trim_matches('-').is_empty());
+        } else if name.get_ref().len() > MAX_STEP_NAME {
+            let d = self.error(
+                name.span(),
+                &format!("a step name may be at most {MAX_STEP_NAME} bytes long, this one is {}", name.get_ref().len()),
+            );
+            d.label = "too long".into();
+            d.help = Some(format!(
+                "each step's logs go in a directory named after it, and a file name holds at most 255 bytes; \
+                 choose a name of at most {MAX_STEP_NAME} bytes"
+            ));
         }
         let command = match (&raw.run, &raw.shell) {
             (Some(run), None) => {
@@ -438,9 +544,15 @@ impl Validator<'_> {
                     self.error(run.span(), "`run` needs at least a program name").help =
                         Some("write `run = [\"program\", \"arg\"]`".into());
                 }
+                for arg in run.get_ref() {
+                    self.no_nul(arg, "a program or argument");
+                }
                 Command::Run(run.get_ref().iter().map(|a| a.get_ref().clone()).collect())
             }
-            (None, Some(shell)) => Command::Shell(shell.get_ref().clone()),
+            (None, Some(shell)) => {
+                self.no_nul(shell, "a shell command");
+                Command::Shell(shell.get_ref().clone())
+            }
             (Some(run), Some(_)) => {
                 let d = self.error(run.span(), "a step takes exactly one of `run` and `shell`, not both");
                 d.label = "remove this or `shell`".into();
@@ -448,7 +560,7 @@ impl Validator<'_> {
                 return None;
             }
             (None, None) => {
-                let step = key_path_at(self.source, span.start).map_or_else(String::new, |k| format!("`{k}`: "));
+                let step = self.key(span.start);
                 let d = Diagnostic::error(name.span(), format!("{step}step `{}` has nothing to run", name.get_ref()))
                     .label("neither `run` nor `shell`")
                     .help(Some("add `run = [\"program\", \"arg\"]` or `shell = \"command\"`".into()));
@@ -467,7 +579,10 @@ impl Validator<'_> {
         let exit_codes = self.exit_codes(&raw.exit_codes, classes);
         let env = self.env(&raw.env);
         let workdir = match &raw.workdir {
-            Some(w) => dir.join(w.get_ref()),
+            Some(w) => {
+                self.no_nul(w, "a working directory");
+                dir.join(w.get_ref())
+            }
             None => dir.to_owned(),
         };
         let kill_signal = raw.kill_signal.as_ref().and_then(|s| self.signal(s)).unwrap_or(defaults.kill_signal);
