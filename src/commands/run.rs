@@ -1,7 +1,7 @@
 //! `waymark run` and `waymark resume`: pick the run, take the flow's lock, drive the executor.
 
 use super::{CliError, EXIT_FAILED, EXIT_OK, open_store, print_warnings};
-use crate::executor::{ExecError, Executor, RunOutcome, RunSpec, kill_leftovers};
+use crate::executor::{ExecError, Executor, RunOutcome, RunSpec, RunnerSignals, kill_leftovers};
 use crate::flow::{self, Flow};
 use crate::reporter::PlainReporter;
 use crate::store::lock::FlowLock;
@@ -17,6 +17,7 @@ pub fn run(state_flag: Option<&Path>, flow_path: &Path, fresh: bool, wait: bool,
     let state = &super::state_dir(state_flag)?;
     let name = loaded.flow.name.clone();
     let lock = FlowLock::acquire(state, &name, wait).map_err(CliError::Locked)?;
+    let signals = listen_for_signals()?;
     let mut store = open_store(state)?;
     let hash = source_hash(&loaded.source);
     let (record, resumed) = match store.find_resumable(&name)? {
@@ -54,13 +55,14 @@ pub fn run(state_flag: Option<&Path>, flow_path: &Path, fresh: bool, wait: bool,
         }
         None => (store.create_run(&loaded.flow, &hash)?, false),
     };
-    execute(state, store, lock, &record, resumed, quiet)
+    execute(state, store, lock, signals, &record, resumed, quiet)
 }
 
 pub fn resume(state: &Path, run_id: &str, wait: bool, quiet: bool) -> Result<i32, CliError> {
     let mut store = open_store(state)?;
     let flow = store.run(run_id)?.flow;
     let lock = FlowLock::acquire(state, &flow, wait).map_err(CliError::Locked)?;
+    let signals = listen_for_signals()?;
     // Decide only under the lock, on one snapshot of the run and its steps: a runner we waited
     // for may have changed it, and `waymark gc` may have deleted it before we held the lock (gc
     // takes the lock too, so it cannot delete it from now on).
@@ -85,13 +87,21 @@ pub fn resume(state: &Path, run_id: &str, wait: bool, quiet: bool) -> Result<i32
         RunStatus::Running | RunStatus::Interrupted => {}
     }
     store.claim(run_id)?;
-    execute(state, store, lock, &record, true, quiet)
+    execute(state, store, lock, signals, &record, true, quiet)
+}
+
+/// Listen for the runner's signals from the moment it holds the lock (waiting for the lock stays
+/// interruptible by Ctrl-C), before the run is created or claimed: a signal from then on is
+/// handled by the run, which ends `interrupted`, however early it comes.
+fn listen_for_signals() -> Result<RunnerSignals, CliError> {
+    RunnerSignals::install().context("cannot install the runner's signal handlers").map_err(CliError::Internal)
 }
 
 fn execute(
     state: &Path,
     mut store: Box<dyn Store>,
     mut lock: FlowLock,
+    signals: RunnerSignals,
     record: &RunRecord,
     resumed: bool,
     quiet: bool,
@@ -118,7 +128,7 @@ fn execute(
     let mut reporter = PlainReporter::new(quiet);
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
-    let outcome = match Executor::new(spec, store.as_mut(), &mut reporter) {
+    let outcome = match Executor::new(spec, store.as_mut(), &mut reporter, signals) {
         Ok(executor) => runtime.block_on(executor.run()),
         Err(e) => Err(e),
     };

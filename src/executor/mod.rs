@@ -9,7 +9,7 @@ mod unix;
 
 pub use events::{Event, Failure, RunOutcome, Stream};
 pub use output::Chunk;
-pub use unix::{close_inherited_fds_on_exec, restore_default_signals};
+pub use unix::{RunnerSignals, close_inherited_fds_on_exec, restore_default_signals};
 
 use crate::classify::{self, Ending, ErrorSource, ErrorValue, Evidence, error_file};
 use crate::flow::{Flow, Signal, Step};
@@ -21,7 +21,6 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
@@ -132,6 +131,8 @@ pub struct Executor<'a> {
     /// The first signal the runner received, if any.
     cancelled: Option<Signal>,
     running: usize,
+    /// The runner's signals, until the event loop takes them.
+    signals: Option<RunnerSignals>,
     /// Test hook, in debug builds only (`WAYMARK_TEST_CRASH_AFTER=STEP`): SIGKILL the runner right
     /// after an attempt outcome of STEP is committed, to test resuming from exactly that point.
     crash_after: Option<String>,
@@ -144,6 +145,7 @@ impl<'a> Executor<'a> {
         spec: RunSpec,
         store: &'a mut dyn RunLog,
         reporter: &'a mut dyn Reporter,
+        signals: RunnerSignals,
     ) -> Result<Executor<'a>, ExecError> {
         let (tx, rx) = mpsc::channel(256);
         let resumed = spec.resumed;
@@ -197,6 +199,7 @@ impl<'a> Executor<'a> {
             rx,
             cancelled: None,
             running: 0,
+            signals: Some(signals),
             crash_after: if cfg!(debug_assertions) { std::env::var("WAYMARK_TEST_CRASH_AFTER").ok() } else { None },
         })
     }
@@ -216,9 +219,18 @@ impl<'a> Executor<'a> {
     }
 
     async fn event_loop(&mut self) -> Result<RunOutcome, ExecError> {
-        let mut sigint = RunnerSignal::listen(SignalKind::interrupt())?;
-        let mut sigterm = RunnerSignal::listen(SignalKind::terminate())?;
-        let mut sighup = RunnerSignal::listen(SignalKind::hangup())?;
+        let signals =
+            self.signals.take().map(unix::RunnerSignals::into_async).transpose().map_err(ExecError::Signals)?;
+        // Signals that came before the loop listened: nothing starts after them.
+        while let Some(sig) = signals.as_ref().and_then(|s| s.try_next()) {
+            self.on_signal(Signal(sig));
+        }
+        let next_signal = || async {
+            match &signals {
+                Some(s) => s.next().await,
+                None => std::future::pending().await,
+            }
+        };
         loop {
             if self.cancelled.is_none() {
                 self.start_ready()?;
@@ -232,9 +244,7 @@ impl<'a> Executor<'a> {
             tokio::select! {
                 Some(msg) = self.rx.recv() => self.handle(msg)?,
                 _ = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {}
-                _ = sigint.recv() => self.on_signal(Signal(nix::sys::signal::Signal::SIGINT)),
-                _ = sigterm.recv() => self.on_signal(Signal(nix::sys::signal::Signal::SIGTERM)),
-                _ = sighup.recv() => self.on_signal(Signal(nix::sys::signal::Signal::SIGHUP)),
+                sig = next_signal() => self.on_signal(Signal(sig)),
             }
         }
     }
@@ -584,28 +594,6 @@ fn ends_with_cut_traceback(tail: &str) -> bool {
     let Some(frame) = tail.find("\n  File \"") else { return false };
     let rebuilt = format!("Traceback (most recent call last):{}", &tail[frame..]);
     classify::traceback::parse_traceback(&rebuilt).is_some()
-}
-
-/// One of the runner's own signals. A signal the runner was started with ignored (`nohup`, a
-/// background job of a non-interactive shell) stays ignored: it is not listened for.
-struct RunnerSignal(Option<tokio::signal::unix::Signal>);
-
-impl RunnerSignal {
-    fn listen(kind: SignalKind) -> Result<RunnerSignal, ExecError> {
-        if unix::ignored_at_start(kind.as_raw_value()) {
-            return Ok(RunnerSignal(None));
-        }
-        signal(kind).map(|s| RunnerSignal(Some(s))).map_err(ExecError::Signals)
-    }
-
-    async fn recv(&mut self) {
-        match &mut self.0 {
-            Some(s) => {
-                s.recv().await;
-            }
-            None => std::future::pending().await,
-        }
-    }
 }
 
 /// The `WAYMARK_ATTEMPT_ID` of an attempt: unique per execution, inherited by all its processes.
