@@ -23,16 +23,50 @@ struct Step {
     name: String,
     /// `None`: no `retry` key, so the step runs once.
     attempts: Option<u32>,
-    /// `["ConnectionError"]` if true, the default `["Exception"]` otherwise.
-    only_connection: bool,
+    /// `exception_types`: `["ConnectionError"]`, the default `["Exception"]`, or `["BaseException"]`.
+    types: Types,
     backoff_ms: u32,
     multiplier: u32,
     jitter: bool,
-    /// Attempts with a number up to `fail_first` fail, with `exit_code`.
+    /// Attempts with a number up to `fail_first` fail, this way.
     fail_first: u32,
-    /// 3 maps to `Busy` (a `ConnectionError`), 4 to `BadInput` (a `ValueError`).
-    exit_code: u32,
+    failure: Failure,
     work_ms: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Types {
+    Connection,
+    Exception,
+    Base,
+}
+
+/// How a failing attempt fails, and the class waymark gives it.
+#[derive(Debug, Clone, Copy)]
+enum Failure {
+    /// Exit 3, mapped to `Busy`, a `ConnectionError`.
+    Busy,
+    /// Exit 4, mapped to `BadInput`, a `ValueError`.
+    BadInput,
+    /// Killed by a signal waymark did not send: `ActionExecutionLost`, a `BaseException` only.
+    Lost,
+}
+
+impl Failure {
+    fn retried_by(self, types: Types) -> bool {
+        matches!(
+            (self, types),
+            (Failure::Busy, _) | (Failure::BadInput, Types::Exception | Types::Base) | (Failure::Lost, Types::Base)
+        )
+    }
+
+    fn shell(self) -> &'static str {
+        match self {
+            Failure::Busy => "exit 3",
+            Failure::BadInput => "exit 4",
+            Failure::Lost => "kill -KILL $$",
+        }
+    }
 }
 
 impl Step {
@@ -41,18 +75,23 @@ impl Step {
         let allowed = attempts.unwrap_or(1);
         // Mostly a step that gets through within its budget; about one in a hundred fails for good.
         let fail_first = if rng.f32() < 0.01 { allowed } else { rng.u32(0..allowed) };
-        let only_connection = rng.bool();
-        // A `BadInput` under a `ConnectionError` policy is not retried: rare, as it fails the run.
-        let exit_code = if only_connection { if rng.f32() < 0.02 { 4 } else { 3 } } else { rng.u32(3..=4) };
+        let types = [Types::Connection, Types::Exception, Types::Base][rng.usize(0..3)];
+        // A failure that the policy does not retry fails the run: rare.
+        let failure = loop {
+            let failure = [Failure::Busy, Failure::BadInput, Failure::Lost][rng.usize(0..3)];
+            if failure.retried_by(types) || rng.f32() < 0.02 {
+                break failure;
+            }
+        };
         Step {
             name: format!("s{i:02}"),
             attempts,
-            only_connection,
+            types,
             backoff_ms: rng.u32(0..=50),
             multiplier: rng.u32(1..=2),
             jitter: rng.bool(),
             fail_first,
-            exit_code,
+            failure,
             work_ms: rng.u32(0..=30),
         }
     }
@@ -66,7 +105,7 @@ impl Step {
         if self.fail_first == 0 {
             return (1, true);
         }
-        let retried = self.attempts.is_some() && (self.exit_code == 3 || !self.only_connection);
+        let retried = self.attempts.is_some() && self.failure.retried_by(self.types);
         if !retried {
             (1, false)
         } else if self.fail_first < self.allowed() {
@@ -80,11 +119,17 @@ impl Step {
         let name = &self.name;
         let mut s = format!(
             "[[step]]\nname = '{name}'\nshell = 'sleep 300 & echo \"$WAYMARK_ATTEMPT $$ $!\" >> att/{name}; sleep 0.{:03}; \
-             [ \"$WAYMARK_ATTEMPT\" -gt {} ] || exit {}; echo \"$WAYMARK_ATTEMPT\" >> fx/{name}'\n",
-            self.work_ms, self.fail_first, self.exit_code
+             [ \"$WAYMARK_ATTEMPT\" -gt {} ] || {}; echo \"$WAYMARK_ATTEMPT\" >> fx/{name}'\n",
+            self.work_ms,
+            self.fail_first,
+            self.failure.shell()
         );
         if let Some(attempts) = self.attempts {
-            let types = if self.only_connection { ", exception_types = [\"ConnectionError\"]" } else { "" };
+            let types = match self.types {
+                Types::Connection => ", exception_types = [\"ConnectionError\"]",
+                Types::Exception => "",
+                Types::Base => ", exception_types = [\"BaseException\"]",
+            };
             s += &format!(
                 "retry = {{ attempts = {attempts}{types}, backoff_seconds = {}, backoff_multiplier = {}, jitter = {} }}\n",
                 f64::from(self.backoff_ms) / 1000.0,

@@ -207,3 +207,31 @@ fn a_signal_right_after_start_leaves_a_resumable_run() {
         2 * delays
     );
 }
+
+#[test]
+fn a_runner_sigkilled_during_a_cancels_grace_period_leaves_a_resumable_run() {
+    for (signal, _) in SIGNALS {
+        let context = format!("SIG{signal}, then SIGKILL during the grace period");
+        let env = Env::new();
+        let _sweeper = Sweeper(env.mark());
+        // The step outlives the forwarded signal; the runner dies before its grace period ends.
+        flow(
+            &env,
+            "shell = '''echo \"$WAYMARK_ATTEMPT\" >> mid.att; if [ -e release ]; then echo x >> mid.fx; exit 0; fi; \
+             trap 'echo got >> mid.sig' INT TERM; echo $$ >> pids; sleep 300 & echo $! >> pids; echo ready > ready; \
+             while :; do sleep 0.05; done'''\nkill_grace = '1h'",
+        );
+        let runner = env.spawn(&["run", "flow.toml"]);
+        env.wait_for_lines("ready", 1);
+        kill(runner.id(), signal);
+        env.wait_for_lines("mid.sig", 1);
+        kill(runner.id(), "KILL");
+        let _ = finish(runner);
+        let leftover = pids(&env)[1]; // `first`, then `mid`'s shell
+        assert!(common::alive(leftover), "{context}: the step outlived its runner, as a SIGKILL allows");
+
+        let said = resume_finishes(&env, 1, &context);
+        assert!(said.contains("leftover process(es)"), "{context}: the resume killed what was left: {said}");
+        assert_eq!(env.read("mid.att"), "1\n1\n", "{context}: attempt 1 ran again: {said}");
+    }
+}
