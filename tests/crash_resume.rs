@@ -1,7 +1,9 @@
 //! Crash and resume: generated flows of 20 steps with random failures, retries and backoffs; the
 //! runner is SIGKILLed at random moments and resumed until the run ends. Every attempt appends a
 //! line (attempt number, its pid, a background grandchild's pid) before it does anything; the
-//! side effect is appended only by the attempt that succeeds.
+//! side effect is appended only by the attempt that succeeds. One step in ten also leaves a
+//! process in a session of its own that holds the output open (README: found by its
+//! `WAYMARK_ATTEMPT_ID` and killed, by the runner or by the resume).
 //!
 //! `WAYMARK_LONG=1` runs 500 iterations instead of 30; `WAYMARK_SEED=N` starts at iteration seed
 //! N (a failure prints the seed to rerun).
@@ -32,6 +34,8 @@ struct Step {
     fail_first: u32,
     failure: Failure,
     work_ms: u32,
+    /// Also leaves a process in a session of its own that holds the output open.
+    escapes: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -93,6 +97,7 @@ impl Step {
             fail_first,
             failure,
             work_ms: rng.u32(0..=30),
+            escapes: rng.f32() < 0.1,
         }
     }
 
@@ -118,8 +123,9 @@ impl Step {
     fn toml(&self) -> String {
         let name = &self.name;
         let mut s = format!(
-            "[[step]]\nname = '{name}'\nshell = 'sleep 300 & echo \"$WAYMARK_ATTEMPT $$ $!\" >> att/{name}; sleep 0.{:03}; \
+            "[[step]]\nname = '{name}'\nshell = '{}sleep 300 & echo \"$WAYMARK_ATTEMPT $$ $!\" >> att/{name}; sleep 0.{:03}; \
              [ \"$WAYMARK_ATTEMPT\" -gt {} ] || {}; echo \"$WAYMARK_ATTEMPT\" >> fx/{name}'\n",
+            if self.escapes { "setsid sleep 300 & " } else { "" },
             self.work_ms,
             self.fail_first,
             self.failure.shell()
