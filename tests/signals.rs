@@ -3,7 +3,8 @@
 //! the exit status of README's table (130, 143), the run resumable by the next `waymark run`
 //! (the cancelled step runs again, succeeded steps do not), and no process of a step left alive.
 //!
-//! The early-signal sweep runs 12 delays per signal, 40 under `WAYMARK_LONG=1`.
+//! Each case runs once per signal; `WAYMARK_LONG=1` runs the cases five times, and the
+//! early-signal sweep 40 moments per signal instead of 12.
 
 mod common;
 
@@ -13,6 +14,11 @@ use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 
 const SIGNALS: [(&str, i32); 2] = [("INT", 130), ("TERM", 143)];
+
+/// Each signal once, five times under `WAYMARK_LONG=1`.
+fn rounds() -> Vec<(&'static str, i32)> {
+    SIGNALS.repeat(iterations(1, 5))
+}
 
 /// A flow of three steps around `mid`: `first` (which takes 50 ms) and `last`
 /// append to `first.fx` and `last.fx`.
@@ -66,7 +72,7 @@ fn waiting_step(signal: &str) -> String {
 
 #[test]
 fn a_signal_during_an_attempt_cancels_it_and_the_run_resumes() {
-    for (signal, code) in SIGNALS {
+    for (signal, code) in rounds() {
         let env = Env::new();
         let _sweeper = Sweeper(env.mark());
         flow(&env, &waiting_step(signal));
@@ -88,7 +94,7 @@ fn a_signal_during_an_attempt_cancels_it_and_the_run_resumes() {
 
 #[test]
 fn a_signal_during_a_backoff_stops_the_wait_and_the_run_resumes() {
-    for (signal, code) in SIGNALS {
+    for (signal, code) in rounds() {
         let env = Env::new();
         let _sweeper = Sweeper(env.mark());
         // Attempt 1 fails; attempt 2 would come 8 s later, far beyond the moment of the signal.
@@ -120,7 +126,7 @@ fn a_second_signal_kills_at_once_and_the_run_resumes() {
     // The second signal is sent once the first was forwarded (the step reported it). Two signals
     // sent back to back, before the runner handled the first, are sometimes taken for one (a
     // waymark defect this suite found; not asserted here).
-    for (signal, code) in SIGNALS {
+    for (signal, code) in rounds() {
         let context = format!("SIG{signal} twice");
         let env = Env::new();
         let _sweeper = Sweeper(env.mark());
@@ -151,8 +157,9 @@ fn a_second_signal_kills_at_once_and_the_run_resumes() {
 
 #[test]
 fn a_signal_right_after_start_leaves_a_resumable_run() {
-    // The signal comes as soon as `first` started, or 0 to 120 ms after the runner was started: while it opens its store, starts
-    // the run, spawns `first` or `mid`. Whatever it hit, the run ends as README says.
+    // The signal comes as soon as `first` started, or 0 to 120 ms after the runner was started:
+    // while it opens its store, starts the run, spawns `first` or `mid`. Whatever it hit, no step
+    // is left alive and the run resumes.
     let delays = iterations(12, 40);
     let mut early_deaths = 0;
     // Counts of (died of it, `first` done): how the moments spread.
@@ -181,7 +188,8 @@ fn a_signal_right_after_start_leaves_a_resumable_run() {
             let out = finish(runner);
             let said = stderr(&out);
             // Before its handlers are installed (they are, before any step starts) the runner dies of
-            // the signal itself, which a shell reports as the same 128+n.
+            // the signal itself, which a shell reports as the same 128+n; but a run it created then
+            // stays `running` instead of `interrupted` (a defect this suite found; not asserted).
             let died_of_it = out.status.signal() == Some(if signal == "INT" { 2 } else { 15 });
             if died_of_it {
                 early_deaths += 1;
@@ -209,7 +217,7 @@ fn a_signal_right_after_start_leaves_a_resumable_run() {
 
 #[test]
 fn a_runner_sigkilled_during_a_cancels_grace_period_leaves_a_resumable_run() {
-    for (signal, _) in SIGNALS {
+    for (signal, _) in rounds() {
         let context = format!("SIG{signal}, then SIGKILL during the grace period");
         let env = Env::new();
         let _sweeper = Sweeper(env.mark());
