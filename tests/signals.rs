@@ -1,5 +1,6 @@
 //! Signals to the runner: SIGINT and SIGTERM as early as possible after start (while the first
-//! attempt is being spawned), during an attempt, during a backoff, and twice in a row. Each time:
+//! attempt is being spawned), during an attempt, during a backoff, twice (the second once the
+//! first was forwarded), and a SIGKILL of the runner during a cancel's grace period. Each time:
 //! the exit status of README's table (130, 143), the run resumable by the next `waymark run`
 //! (the cancelled step runs again, succeeded steps do not), and no process of a step left alive.
 //!
@@ -20,9 +21,8 @@ fn rounds() -> Vec<(&'static str, i32)> {
     SIGNALS.repeat(iterations(1, 5))
 }
 
-/// A flow of three steps around `mid`: `first` (which takes 50 ms) and `last`
-/// append to `first.fx` and `last.fx`.
-/// `mid` succeeds (appending to `mid.fx`) once the file `release` exists.
+/// A flow of three steps around `mid`: `first` (which takes 50 ms) and `last` append to
+/// `first.fx` and `last.fx`; `mid` succeeds (appending to `mid.fx`) once `release` exists.
 fn flow(env: &Env, mid: &str) {
     env.write(
         "flow.toml",
