@@ -193,3 +193,71 @@ pub fn long_mode() -> bool {
 pub fn iterations(ci: usize, long: usize) -> usize {
     if long_mode() { long } else { ci }
 }
+
+/// The environment variable that marks every process of a reliability test: the flow's `env`
+/// sets it to the test's temp dir, and children inherit it, so a leaked process is found by
+/// scanning `/proc` even when its pid was never written down.
+pub const MARK: &str = "WAYMARK_SUITE_MARK";
+
+impl Env {
+    /// The value of [`MARK`] for this test's processes.
+    pub fn mark(&self) -> String {
+        self.dir.path().display().to_string()
+    }
+
+    /// A flow's top-level `env` line that marks its processes.
+    pub fn mark_env(&self) -> String {
+        format!("env = {{ {MARK} = \"{}\" }}\n", self.mark())
+    }
+}
+
+/// Live processes (zombies excluded) whose environment holds `MARK=mark`, as `pid cmdline`.
+pub fn marked_processes(mark: &str) -> Vec<(u32, String)> {
+    let needle = format!("{MARK}={mark}");
+    let mut found = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return found };
+    for entry in dir.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        if environ.split(|b| *b == 0).any(|v| v == needle.as_bytes()) && alive(pid) {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            found.push((pid, cmdline.trim_end().to_owned()));
+        }
+    }
+    found
+}
+
+/// Assert that no process of the test (found by [`MARK`] or by a pid it wrote down) is alive.
+/// Waits a few seconds first: a SIGKILLed process needs to be scheduled once to die.
+pub fn assert_no_survivors(mark: &str, pids: &[u32], context: &str) {
+    let start = Instant::now();
+    loop {
+        let mut left = marked_processes(mark);
+        for &pid in pids {
+            if alive(pid) && !left.iter().any(|(p, _)| *p == pid) {
+                left.push((pid, "(pid written by the step)".to_owned()));
+            }
+        }
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{context}: processes of the steps are still alive: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Kills every process that carries the test's mark when dropped, so a failing test leaves no
+/// `sleep 300` behind.
+pub struct Sweeper(pub String);
+
+impl Drop for Sweeper {
+    fn drop(&mut self) {
+        for (pid, _) in marked_processes(&self.0) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}

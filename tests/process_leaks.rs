@@ -1,0 +1,185 @@
+//! Process leaks: timeouts, cancels and plain exits of steps that build process trees, ignore
+//! SIGTERM, orphan grandchildren, close their output early or daemonise. Afterwards no process of
+//! the step is alive (found by the pids the step wrote and by a marker in its environment),
+//! except where README.md documents that one survives.
+//!
+//! Each case runs 3 trials, 9 under `WAYMARK_LONG=1` (108 trials across the 12 cases).
+
+mod common;
+
+use common::{Env, Sweeper, alive, assert_no_survivors, finish, iterations, kill, stderr};
+
+/// How a trial ends.
+#[derive(Clone, Copy)]
+enum End {
+    /// The run ends by itself with this exit status.
+    Exit(i32),
+    /// Once `ready` exists, this signal goes to the runner, which exits with the status.
+    Signal(&'static str, i32),
+}
+
+struct Case {
+    /// The step's keys after its name.
+    step: &'static str,
+    end: End,
+    /// What waymark's stderr must say.
+    says: &'static str,
+}
+
+/// A tree: the step's shell, a child shell with two `sleep`s, and a `sleep` of its own.
+const TREE: &str = "sh -c 'sleep 300 & echo $! >> pids; sleep 300 & echo $! >> pids; wait' & echo $! >> pids; \
+                    sleep 300 & echo $! >> pids; until [ $(wc -l < pids) -ge 4 ]; do sleep 0.01; done; echo ready > ready; wait";
+
+/// Run one trial of a case and check that nothing of the step outlived the run.
+fn trial(case: &Case) {
+    let env = Env::new();
+    let _sweeper = Sweeper(env.mark());
+    env.write("flow.toml", &format!("name = 'leak'\n{}[[step]]\nname = 's'\n{}\n", env.mark_env(), case.step));
+    let runner = env.spawn(&["run", "flow.toml"]);
+    let (out, want) = match case.end {
+        End::Exit(code) => (finish(runner), code),
+        End::Signal(signal, code) => {
+            env.wait_for_lines("ready", 1);
+            kill(runner.id(), signal);
+            (finish(runner), code)
+        }
+    };
+    let said = stderr(&out);
+    assert_eq!(out.status.code(), Some(want), "{said}");
+    assert!(said.contains(case.says), "stderr lacks {:?}: {said}", case.says);
+    let pids: Vec<u32> = env.read("pids").lines().map(|l| l.trim().parse().unwrap()).collect();
+    assert!(!pids.is_empty(), "the step wrote no pid: {said}");
+    assert_no_survivors(&env.mark(), &pids, &said);
+}
+
+fn trials(case: &Case) {
+    for _ in 0..iterations(3, 9) {
+        trial(case);
+    }
+}
+
+#[test]
+fn a_timeout_kills_a_tree_with_grandchildren() {
+    let step = format!("shell = '''{TREE}'''\ntimeout = 1\nkill_grace = '200ms'");
+    trials(&Case { step: step.leak(), end: End::Exit(1), says: "ActionTimeout" });
+}
+
+#[test]
+fn sigint_to_the_runner_kills_a_tree_with_grandchildren() {
+    let step = format!("shell = '''{TREE}'''\nkill_grace = '200ms'");
+    trials(&Case { step: step.leak(), end: End::Signal("INT", 130), says: "" });
+}
+
+#[test]
+fn sigterm_to_the_runner_kills_a_tree_with_grandchildren() {
+    let step = format!("shell = '''{TREE}'''\nkill_grace = '200ms'");
+    trials(&Case { step: step.leak(), end: End::Signal("TERM", 143), says: "" });
+}
+
+#[test]
+fn a_tree_that_ignores_sigterm_is_killed_after_the_grace_on_timeout() {
+    // `trap "" TERM` is inherited: every process of the tree ignores SIGTERM.
+    let step = format!("shell = '''trap \"\" TERM; {TREE}'''\ntimeout = 1\nkill_grace = '500ms'");
+    trials(&Case { step: step.leak(), end: End::Exit(1), says: "ActionTimeout" });
+}
+
+#[test]
+fn a_tree_that_ignores_sigterm_is_killed_after_the_grace_on_cancel() {
+    let step = format!("shell = '''trap \"\" TERM; {TREE}'''\nkill_grace = '500ms'");
+    trials(&Case { step: step.leak(), end: End::Signal("TERM", 143), says: "" });
+}
+
+#[test]
+fn grandchildren_orphaned_by_a_child_that_exits_are_killed() {
+    // The step's shell and a child shell each leave a `sleep` behind in the group and exit.
+    let step = "shell = '''sleep 300 & echo $! >> pids; sh -c 'sleep 300 & echo $! >> pids'; exit 0'''";
+    trials(&Case { step, end: End::Exit(0), says: "s: succeeded" });
+}
+
+#[test]
+fn grandchildren_orphaned_by_failing_attempts_are_killed() {
+    let step = "shell = '''sleep 300 & echo $! >> pids; sh -c 'sleep 300 & echo $! >> pids'; exit 3'''\nretry = { attempts = 2 }";
+    trials(&Case { step, end: End::Exit(1), says: "attempts: 2" });
+}
+
+#[test]
+fn a_child_that_closed_its_output_is_killed_on_timeout() {
+    let step = "shell = '''exec >&- 2>&-; sleep 300 & echo $! >> pids; echo $$ >> pids; echo ready > ready; exec sleep 300'''\n\
+                timeout = 1\nkill_grace = 0";
+    trials(&Case { step, end: End::Exit(1), says: "ActionTimeout" });
+}
+
+#[test]
+fn a_child_that_closed_its_output_is_killed_on_cancel() {
+    let step =
+        "shell = '''exec >&- 2>&-; sleep 300 & echo $! >> pids; echo $$ >> pids; echo ready > ready; exec sleep 300'''";
+    trials(&Case { step, end: End::Signal("INT", 130), says: "" });
+}
+
+#[test]
+fn a_grandchild_left_by_a_child_that_closed_its_output_is_killed_when_it_exits() {
+    // The output reaches end-of-file long before the step exits; its grandchild stays in the group.
+    let step = "shell = '''exec >&- 2>&-; sleep 300 & echo $! >> pids; sleep 0.2; exit 0'''";
+    trials(&Case { step, end: End::Exit(0), says: "s: succeeded" });
+}
+
+/// Double fork: a subshell starts `setsid` and exits at once, so the daemon is an orphan in a
+/// session of its own; its pid is written after it left the group. `REDIRECT` goes after it.
+const DAEMON: &str = "( setsid sh -c 'echo $$ >> pids; exec sleep 300' REDIRECT & ); until [ -s pids ]; do sleep 0.01; done; echo ready > ready";
+
+fn daemon(redirect: &str, then: &str, keys: &str) -> &'static str {
+    format!("shell = '''{}; {then}'''\n{keys}", DAEMON.replace("REDIRECT", redirect)).leak()
+}
+
+#[test]
+fn a_daemon_that_holds_the_output_is_found_and_killed_after_a_normal_exit() {
+    let step = daemon("", "exit 0", "");
+    trials(&Case { step, end: End::Exit(0), says: "had left its process group" });
+}
+
+#[test]
+fn a_daemon_that_closed_its_output_is_killed_on_timeout() {
+    let step = daemon("> /dev/null 2>&1", "exec sleep 300", "timeout = 1\nkill_grace = 0");
+    trials(&Case { step, end: End::Exit(1), says: "ActionTimeout" });
+}
+
+#[test]
+fn a_daemon_that_closed_its_output_is_killed_on_cancel() {
+    let step = daemon("> /dev/null 2>&1", "exec sleep 300", "");
+    trials(&Case { step, end: End::Signal("TERM", 143), says: "" });
+}
+
+/// README: "after a normal exit, a daemon the step started on purpose (left the group, closed its
+/// output) is left running".
+#[test]
+fn a_daemon_that_closed_its_output_survives_a_normal_exit_as_documented() {
+    for _ in 0..iterations(3, 9) {
+        let env = Env::new();
+        let _sweeper = Sweeper(env.mark());
+        let step = daemon("> /dev/null 2>&1", "exit 0", "");
+        env.write("flow.toml", &format!("name = 'leak'\n{}[[step]]\nname = 's'\n{step}\n", env.mark_env()));
+        let out = finish(env.spawn(&["run", "flow.toml"]));
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let pid = common::read_pid(&env.path("pids"));
+        assert!(alive(pid), "the deliberate daemon was killed: {}", stderr(&out));
+        // The sweeper ends it.
+    }
+}
+
+/// README: a process that both leaves the group and clears its environment cannot be found, and
+/// waymark stops waiting for the output it holds open after about 5 seconds, with a warning.
+#[test]
+fn an_escaped_process_without_the_marker_does_not_hold_the_run_forever() {
+    for _ in 0..iterations(1, 4) {
+        let env = Env::new();
+        let step = "shell = '''( setsid env -i sh -c 'echo $$ >> pids; exec sleep 300' & ); until [ -s pids ]; do sleep 0.01; done; exit 0'''";
+        env.write("flow.toml", &format!("name = 'leak'\n{}[[step]]\nname = 's'\n{step}\n", env.mark_env()));
+        let out = finish(env.spawn(&["run", "flow.toml"]));
+        let pid = common::read_pid(&env.path("pids"));
+        let survived = alive(pid);
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert!(stderr(&out).contains("still holds this attempt's output open"), "{}", stderr(&out));
+        assert!(survived, "the unfindable process was found after all: update README.md");
+    }
+}

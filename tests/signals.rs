@@ -1,0 +1,244 @@
+//! Signals to the runner: SIGINT and SIGTERM as early as possible after start (while the first
+//! attempt is being spawned), during an attempt, during a backoff, twice (the second once the
+//! first was forwarded), and a SIGKILL of the runner during a cancel's grace period. Each time:
+//! the exit status of README's table (130, 143), the run resumable by the next `waymark run`
+//! (the cancelled step runs again, succeeded steps do not), and no process of a step left alive.
+//!
+//! Each case runs once per signal; `WAYMARK_LONG=1` runs the cases five times, and the
+//! early-signal sweep 40 moments per signal instead of 12.
+
+mod common;
+
+use common::{Env, Sweeper, assert_no_survivors, finish, iterations, kill, stderr, wait_until};
+use serde_json::Value;
+use std::os::unix::process::ExitStatusExt;
+use std::time::Duration;
+
+const SIGNALS: [(&str, i32); 2] = [("INT", 130), ("TERM", 143)];
+
+/// Each signal once, five times under `WAYMARK_LONG=1`.
+fn rounds() -> Vec<(&'static str, i32)> {
+    SIGNALS.repeat(iterations(1, 5))
+}
+
+/// A flow of three steps around `mid`: `first` (which takes 50 ms) and `last` append to
+/// `first.fx` and `last.fx`; `mid` succeeds (appending to `mid.fx`) once `release` exists.
+fn flow(env: &Env, mid: &str) {
+    env.write(
+        "flow.toml",
+        &format!(
+            "name = 'sig'\n{}[[step]]\nname = 'first'\nshell = 'echo $$ >> pids; sleep 0.05; echo x >> first.fx'\n\
+             [[step]]\nname = 'mid'\n{mid}\n[[step]]\nname = 'last'\nshell = 'echo $$ >> pids; echo x >> last.fx'\n",
+            env.mark_env()
+        ),
+    );
+}
+
+fn status(env: &Env) -> Option<Value> {
+    let out = env.cmd(&["status", "sig", "--json"]).output().unwrap();
+    out.status.success().then(|| serde_json::from_slice(&out.stdout).unwrap())
+}
+
+fn pids(env: &Env) -> Vec<u32> {
+    env.read("pids").lines().filter_map(|l| l.trim().parse().ok()).collect()
+}
+
+/// Release `mid`, run the flow again and check that it finished the one run: every side effect
+/// once (`first_runs` for `first`), and nothing left alive.
+fn resume_finishes(env: &Env, first_runs: usize, context: &str) -> String {
+    env.write("release", "");
+    let out = finish(env.spawn(&["run", "flow.toml"]));
+    let said = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{context}: the resume: {said}");
+    assert_eq!(env.count("first.fx"), first_runs, "{context}: {said}");
+    assert_eq!((env.count("mid.fx"), env.count("last.fx")), (1, 1), "{context}: {said}");
+    let history = env.cmd(&["history", "sig", "--json"]).output().unwrap();
+    let history: Value = serde_json::from_slice(&history.stdout).unwrap();
+    assert_eq!(history.as_array().unwrap().len(), 1, "{context}: the resume went on with the same run");
+    assert_eq!(history[0]["status"], "succeeded", "{context}");
+    assert_no_survivors(&env.mark(), &pids(env), context);
+    said
+}
+
+/// The step under signal: counts its attempts in `mid.att`, reports the signal in `mid.sig` and
+/// exits 1, leaves a `sleep` in its group; `ready` once all of that is in place.
+fn waiting_step(signal: &str) -> String {
+    format!(
+        "shell = '''echo \"$WAYMARK_ATTEMPT\" >> mid.att; if [ -e release ]; then echo x >> mid.fx; exit 0; fi; \
+         trap 'echo \"$WAYMARK_ATTEMPT\" >> mid.sig; exit 1' {signal}; echo $$ >> pids; sleep 300 & echo $! >> pids; \
+         echo ready > ready; wait'''\nretry = {{ attempts = 3 }}\nkill_grace = '1s'"
+    )
+}
+
+#[test]
+fn a_signal_during_an_attempt_cancels_it_and_the_run_resumes() {
+    for (signal, code) in rounds() {
+        let env = Env::new();
+        let _sweeper = Sweeper(env.mark());
+        flow(&env, &waiting_step(signal));
+        let out = env.run_until("ready", signal);
+        let said = stderr(&out);
+        assert_eq!(out.status.code(), Some(code), "SIG{signal}: {said}");
+        assert_eq!(env.read("mid.sig"), "1\n", "SIG{signal}: the step got the same signal once: {said}");
+        assert_no_survivors(&env.mark(), &pids(&env), &format!("SIG{signal}, after the cancel"));
+        let st = status(&env).expect("status");
+        assert_eq!(st["status"], "interrupted", "SIG{signal}");
+        assert_eq!(st["steps"][0]["state"], "succeeded");
+        assert_eq!(st["steps"][1]["attempts_used"], 0, "SIG{signal}: a cancelled attempt uses no attempt");
+
+        let said = resume_finishes(&env, 1, &format!("SIG{signal}"));
+        assert_eq!(env.read("mid.att"), "1\n1\n", "SIG{signal}: attempt 1 ran again, once: {said}");
+        assert!(said.contains("first: already succeeded"), "{said}");
+    }
+}
+
+#[test]
+fn a_signal_during_a_backoff_stops_the_wait_and_the_run_resumes() {
+    for (signal, code) in rounds() {
+        let env = Env::new();
+        let _sweeper = Sweeper(env.mark());
+        // Attempt 1 fails; attempt 2 would come 8 s later, far beyond the moment of the signal.
+        flow(
+            &env,
+            "shell = '''echo $$ >> pids; echo \"$WAYMARK_ATTEMPT\" >> mid.att; [ \"$WAYMARK_ATTEMPT\" -ge 2 ] || exit 3; echo x >> mid.fx'''\n\
+             retry = { attempts = 3, backoff_seconds = 8 }",
+        );
+        let runner = env.spawn(&["run", "flow.toml"]);
+        wait_until("attempt 1's failure to be recorded", || {
+            status(&env).is_some_and(|s| s["steps"][1]["state"] == "waiting")
+        });
+        kill(runner.id(), signal);
+        let out = finish(runner);
+        let said = stderr(&out);
+        assert_eq!(out.status.code(), Some(code), "SIG{signal}: {said}");
+        assert_eq!(env.read("mid.att"), "1\n", "SIG{signal}: no attempt started after the signal: {said}");
+        let st = status(&env).expect("status");
+        assert_eq!(st["status"], "interrupted", "SIG{signal}");
+        assert_eq!(st["steps"][1]["attempts_used"], 1, "SIG{signal}: the failed attempt stays used");
+
+        let said = resume_finishes(&env, 1, &format!("SIG{signal}"));
+        assert_eq!(env.read("mid.att"), "1\n2\n", "SIG{signal}: the resume ran attempt 2: {said}");
+    }
+}
+
+#[test]
+fn a_second_signal_kills_at_once_and_the_run_resumes() {
+    // The second signal is sent once the first was forwarded (the step reported it). Two signals
+    // sent back to back, before the runner handled the first, are sometimes taken for one (a
+    // waymark defect this suite found; not asserted here).
+    for (signal, code) in rounds() {
+        let context = format!("SIG{signal} twice");
+        let env = Env::new();
+        let _sweeper = Sweeper(env.mark());
+        // The step survives the forwarded signal, and its grace period is long: only the
+        // second signal to the runner ends it.
+        flow(
+            &env,
+            "shell = '''echo \"$WAYMARK_ATTEMPT\" >> mid.att; if [ -e release ]; then echo x >> mid.fx; exit 0; fi; \
+                 trap 'echo got >> mid.sig' INT TERM; echo $$ >> pids; sleep 300 & echo $! >> pids; echo ready > ready; \
+                 while :; do sleep 0.05; done'''\nkill_grace = '1h'",
+        );
+        let runner = env.spawn(&["run", "flow.toml"]);
+        env.wait_for_lines("ready", 1);
+        kill(runner.id(), signal);
+        env.wait_for_lines("mid.sig", 1);
+        kill(runner.id(), signal);
+        let out = finish(runner);
+        let said = stderr(&out);
+        assert_eq!(out.status.code(), Some(code), "{context}: {said}");
+        assert!(said.contains("killing running steps"), "{context}: {said}");
+        assert_no_survivors(&env.mark(), &pids(&env), &context);
+        assert_eq!(status(&env).expect("status")["status"], "interrupted", "{context}");
+
+        resume_finishes(&env, 1, &context);
+        assert_eq!(env.read("mid.att"), "1\n1\n", "{context}: attempt 1 ran again");
+    }
+}
+
+#[test]
+fn a_signal_right_after_start_leaves_a_resumable_run() {
+    // The signal comes as soon as `first` started, or 0 to 120 ms after the runner was started:
+    // while it opens its store, starts the run, spawns `first` or `mid`. Whatever it hit, no step
+    // is left alive and the run resumes.
+    let delays = iterations(12, 40);
+    let mut early_deaths = 0;
+    // Counts of (died of it, `first` done): how the moments spread.
+    let mut outcomes = [0; 4];
+    for (signal, code) in SIGNALS {
+        for i in 0..delays {
+            // Every other trial signals as soon as `first` has written its pid (it was just
+            // spawned); the others after a spread of delays.
+            let at_spawn = i % 2 == 1;
+            let delay = Duration::from_micros(i as u64 * 120_000 / delays as u64 + fastrand::u64(0..5_000));
+            let context = if at_spawn {
+                format!("SIG{signal} as `first` started")
+            } else {
+                format!("SIG{signal} {delay:?} after start")
+            };
+            let env = Env::new();
+            let _sweeper = Sweeper(env.mark());
+            flow(&env, &waiting_step(signal));
+            let runner = env.spawn(&["run", "flow.toml"]);
+            if at_spawn {
+                wait_until("`first` to start", || !pids(&env).is_empty());
+            } else {
+                std::thread::sleep(delay);
+            }
+            kill(runner.id(), signal);
+            let out = finish(runner);
+            let said = stderr(&out);
+            // Before its handlers are installed (they are, before any step starts) the runner dies of
+            // the signal itself, which a shell reports as the same 128+n; but a run it created then
+            // stays `running` instead of `interrupted` (a defect this suite found; not asserted).
+            let died_of_it = out.status.signal() == Some(if signal == "INT" { 2 } else { 15 });
+            if died_of_it {
+                early_deaths += 1;
+                assert!(pids(&env).is_empty(), "{context}: the runner died of the signal after a step started");
+            } else {
+                assert_eq!(out.status.code(), Some(code), "{context}: {:?}: {said}", out.status);
+            }
+            assert_no_survivors(&env.mark(), &pids(&env), &context);
+            // `first` ran again only if the signal cancelled it: once it succeeded, never.
+            let first_done = status(&env).is_some_and(|s| s["steps"][0]["state"] == "succeeded");
+            let first_before = env.count("first.fx");
+            let said = resume_finishes(&env, if first_done { 1 } else { first_before + 1 }, &context);
+            outcomes[usize::from(died_of_it) * 2 + usize::from(first_done)] += 1;
+            if first_done {
+                assert!(said.contains("first: already succeeded"), "{context}: {said}");
+            }
+        }
+    }
+    eprintln!(
+        "{early_deaths} of {} early signals came before the runner listened for them; \
+         [cancelled before `first` was done, after, died before, -]: {outcomes:?}",
+        2 * delays
+    );
+}
+
+#[test]
+fn a_runner_sigkilled_during_a_cancels_grace_period_leaves_a_resumable_run() {
+    for (signal, _) in rounds() {
+        let context = format!("SIG{signal}, then SIGKILL during the grace period");
+        let env = Env::new();
+        let _sweeper = Sweeper(env.mark());
+        // The step outlives the forwarded signal; the runner dies before its grace period ends.
+        flow(
+            &env,
+            "shell = '''echo \"$WAYMARK_ATTEMPT\" >> mid.att; if [ -e release ]; then echo x >> mid.fx; exit 0; fi; \
+             trap 'echo got >> mid.sig' INT TERM; echo $$ >> pids; sleep 300 & echo $! >> pids; echo ready > ready; \
+             while :; do sleep 0.05; done'''\nkill_grace = '1h'",
+        );
+        let runner = env.spawn(&["run", "flow.toml"]);
+        env.wait_for_lines("ready", 1);
+        kill(runner.id(), signal);
+        env.wait_for_lines("mid.sig", 1);
+        kill(runner.id(), "KILL");
+        let _ = finish(runner);
+        let leftover = pids(&env)[1]; // `first`, then `mid`'s shell
+        assert!(common::alive(leftover), "{context}: the step outlived its runner, as a SIGKILL allows");
+
+        let said = resume_finishes(&env, 1, &context);
+        assert!(said.contains("leftover process(es)"), "{context}: the resume killed what was left: {said}");
+        assert_eq!(env.read("mid.att"), "1\n1\n", "{context}: attempt 1 ran again: {said}");
+    }
+}
