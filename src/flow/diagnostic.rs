@@ -134,13 +134,19 @@ pub struct KeyIndex {
 
 impl KeyIndex {
     /// Index `source`; an unparsable document gives an empty index (no key paths).
+    #[cfg(test)]
     pub fn new(source: &str) -> KeyIndex {
+        DeTable::parse(source).map(|table| KeyIndex::of(table.get_ref())).unwrap_or_default()
+    }
+
+    /// Index a parsed document.
+    pub fn of(table: &DeTable<'_>) -> KeyIndex {
         let mut index = KeyIndex::default();
-        if let Ok(table) = DeTable::parse(source) {
+        {
             // An explicit stack instead of recursion: nesting is bounded by the TOML parser's own
             // limit, but the walk need not rely on it.
             let mut stack: Vec<(&Spanned<DeValue<'_>>, String)> = Vec::new();
-            index.table(table.get_ref(), "", &mut stack);
+            index.table(table, "", &mut stack);
             while let Some((value, path)) = stack.pop() {
                 match value.get_ref() {
                     DeValue::Table(t) => index.table(t, &path, &mut stack),
@@ -196,11 +202,6 @@ impl KeyIndex {
     }
 }
 
-/// The key path at `offset`, for a one-off lookup (a parse error): indexes the file once.
-pub fn key_path_at(source: &str, offset: usize) -> Option<String> {
-    KeyIndex::new(source).path_at(offset).map(str::to_owned)
-}
-
 /// Line starts of a text, for turning byte offsets into lines and columns without rescanning.
 #[derive(Debug)]
 pub struct Lines {
@@ -238,6 +239,10 @@ fn floor_char_boundary(source: &str, mut i: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn key_path_at(source: &str, offset: usize) -> Option<String> {
+        KeyIndex::new(source).path_at(offset).map(str::to_owned)
+    }
 
     #[test]
     fn finds_nested_key_paths() {

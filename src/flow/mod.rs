@@ -1,5 +1,6 @@
-//! The flow file: raw serde types (`raw`), validation into domain types (`validate`, `model`),
-//! and diagnostics that point into the file (`diagnostic`).
+//! The flow file: the document read against the schema into raw types (`raw`), validation into
+//! domain types (`validate`, `model`), and diagnostics that point into the file (`diagnostic`).
+//! Every diagnostic but a TOML syntax error is waymark's own wording.
 
 pub mod diagnostic;
 pub mod model;
@@ -103,64 +104,63 @@ fn not_utf8(bytes: &[u8], valid_up_to: usize) -> (String, Diagnostic) {
 }
 
 /// Parse and validate flow text; `path` (absolute) names the file and anchors `workdir`.
+///
+/// The text is parsed once. One walk of the document against the schema (`raw::read`) finds
+/// every unknown key and wrongly typed value, validation finds every bad value, and all of them
+/// come back together, in the order of the file.
 pub fn parse(source: &str, path: &Path) -> Result<(Flow, Vec<Diagnostic>), Vec<Diagnostic>> {
     let lines = diagnostic::Lines::new(source);
     let locate = |mut diags: Vec<Diagnostic>| {
+        // Stable: diagnostics at the same place keep the order they were found in; those about
+        // the file as a whole (no span) come first.
+        diags.sort_by_key(|d| d.span.as_ref().map(|s| s.start));
         for d in &mut diags {
             d.locate(source, &lines);
         }
         diags
     };
-    let raw: raw::RawFlow = toml::from_str(source).map_err(|e| locate(vec![serde_diagnostic(&e, source)]))?;
-    validate::validate(raw, path, source).map(|(flow, warnings)| (flow, locate(warnings))).map_err(locate)
+    let doc = toml::de::DeTable::parse(source).map_err(|e| locate(vec![syntax_error(&e, source)]))?;
+    let (raw, mut diags) = raw::read(doc.get_ref(), source);
+    let keys = diagnostic::KeyIndex::of(doc.get_ref());
+    let shape_errors = !diags.is_empty();
+    match validate::validate(raw, path, source, keys) {
+        Ok((flow, warnings)) if !shape_errors => Ok((flow, locate(warnings))),
+        Ok((_, more)) | Err(more) => {
+            diags.extend(more);
+            Err(locate(diags))
+        }
+    }
 }
 
-/// Turn a TOML or serde error into a diagnostic, naming the key and suggesting a valid one.
-fn serde_diagnostic(e: &toml::de::Error, source: &str) -> Diagnostic {
+/// A TOML syntax error, as the parser words it, at the place it names. The parser names no place
+/// for a dotted key nested past its limit: that one points at the deepest dotted key.
+fn syntax_error(e: &toml::de::Error, source: &str) -> Diagnostic {
     let message = e.message().trim().to_owned();
-    if e.span().is_none() && message == "recursion limit" {
-        // The parser names no place for a dotted key nested too deep: find the deepest key.
-        let d = Diagnostic::error(deepest_dotted_key(source), "a dotted key has too many parts (recursion limit)")
-            .label("nested too deep")
-            .help(Some("the TOML reader accepts at most 80 levels; a flow file needs three or four".into()));
-        return d;
+    match e.span() {
+        Some(span) => Diagnostic::error(span, message),
+        None => {
+            let (span, parts) = deepest_dotted_key(source);
+            if parts >= DOTTED_KEY_LIMIT {
+                Diagnostic::error(span, "a dotted key has too many parts (recursion limit)")
+                    .label("nested too deep")
+                    .help(Some(format!(
+                        "the TOML reader accepts at most {DOTTED_KEY_LIMIT} levels; a flow file needs three or four"
+                    )))
+            } else {
+                // Point at the first line so that the report has a place.
+                Diagnostic::error(0..source.find('\n').unwrap_or(source.len()), message)
+            }
+        }
     }
-    let key = e.span().and_then(|s| diagnostic::key_path_at(source, s.start));
-    if let Some(rest) = message.strip_prefix("unknown field `") {
-        let quoted: Vec<&str> = rest.split('`').step_by(2).collect();
-        let unknown = quoted.first().copied().unwrap_or_default();
-        let valid: Vec<&str> = quoted.iter().skip(1).copied().filter(|s| !s.is_empty()).collect();
-        let suggestion = crate::suggest::closest(unknown, valid.iter().copied());
-        let valid_list = valid.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
-        let help = match suggestion {
-            Some(s) => format!("did you mean `{s}`? valid keys here: {valid_list}"),
-            None => format!("valid keys here: {valid_list}"),
-        };
-        return Diagnostic::error(e.span(), format!("`{}`: unknown key", key.as_deref().unwrap_or(unknown)))
-            .label("unknown key")
-            .help(Some(help));
-    }
-    let message = plain_types(&message);
-    // A number in quotes, where a number is expected.
-    let unquote = message
-        .strip_prefix("invalid type: string \"")
-        .and_then(|rest| rest.split_once('"'))
-        .filter(|(text, expected)| expected.contains("expected a") && text.trim().parse::<f64>().is_ok())
-        .map(|(text, _)| format!("write the number without quotes: `{}`", text.trim()));
-    let message = match (key, message.as_str()) {
-        (Some(k), _) => format!("`{k}`: {message}"),
-        (None, "duplicate key") => match e.span().and_then(|s| source.get(s)) {
-            Some(k) => format!("duplicate key `{}`", k.trim_matches(['"', '\''])),
-            None => message,
-        },
-        (None, _) => message,
-    };
-    Diagnostic::error(e.span(), message).help(unquote)
 }
+
+/// The most parts the TOML reader accepts in a dotted key (its recursion limit).
+const DOTTED_KEY_LIMIT: usize = 80;
 
 /// The span of the dotted key with the most parts (`a.b.c`, whitespace and quoted parts
-/// included), found with the TOML lexer; the start of the file if there is none.
-fn deepest_dotted_key(source: &str) -> std::ops::Range<usize> {
+/// included) and its number of parts, found with the TOML lexer; the start of the file if there
+/// is none.
+fn deepest_dotted_key(source: &str) -> (std::ops::Range<usize>, usize) {
     use toml_parser::lexer::TokenKind;
     let (mut best, mut best_dots) = (0..0, 0);
     let (mut start, mut dots) = (0, 0);
@@ -185,30 +185,7 @@ fn deepest_dotted_key(source: &str) -> std::ops::Range<usize> {
             _ => dots = 0,
         }
     }
-    best
-}
-
-/// Serde's type names as a TOML user knows them (`i64` → an integer, a map → a table).
-fn plain_types(message: &str) -> String {
-    const NAMES: [(&str, &str); 8] = [
-        ("expected i64", "expected an integer"),
-        ("expected u32", "expected an integer"),
-        ("expected f64", "expected a number"),
-        ("expected a sequence", "expected an array"),
-        ("invalid type: sequence", "invalid type: array"),
-        ("invalid type: map", "invalid type: table"),
-        ("expected a map", "expected a table"),
-        ("floating point `", "float `"),
-    ];
-    let mut out = NAMES.iter().fold(message.to_owned(), |m, (from, to)| m.replace(from, to));
-    // `expected struct RawStep` names one of our types; the user wrote a table there.
-    const STRUCT: &str = "expected struct ";
-    if let Some(at) = out.find(STRUCT) {
-        let name_start = at + STRUCT.len();
-        let end = out[name_start..].find(|c: char| !c.is_alphanumeric()).map_or(out.len(), |i| name_start + i);
-        out.replace_range(at..end, "expected a table");
-    }
-    out
+    (best, best_dots + 1)
 }
 
 #[cfg(test)]
@@ -274,7 +251,7 @@ mod tests {
         let errs = errors(&format!("[errors]\nA = []\nC = ['B']\nB = ['C']\n{step}"));
         assert_eq!(errs, ["`errors.B`: class `B` inherits from itself: B -> C -> B"]);
         let errs = errors(&format!("defaults = 5\n{step}"));
-        assert!(errs[0].ends_with("invalid type: integer `5`, expected a table"), "{errs:?}");
+        assert_eq!(errs, ["`defaults`: expected a table, found an integer"]);
         let d = parse(&format!("[exit_codes]\nsegv = 'ValueError'\n{step}"), Path::new("/x/f.toml")).unwrap_err();
         assert_eq!(d[0].help.as_deref(), Some("did you mean \"SIGSEGV\"?"));
     }
@@ -284,5 +261,77 @@ mod tests {
         let errs = errors("[errors]\nValueError = []\nA = ['Nope']\n[[step]]\nname = 'a'\nrun = ['true']\n");
         assert!(errs.iter().any(|e| e.contains("built-in")), "{errs:?}");
         assert!(errs.iter().any(|e| e.contains("unknown base class `Nope`")), "{errs:?}");
+    }
+
+    #[test]
+    fn every_type_error_and_unknown_key_is_reported_in_file_order() {
+        let src = "[[step]]\nname = 'a'\nrun = 'echo hi'\ntimeuot = 5\n\
+                   [[step]]\nname = 'b'\nrun = ['true']\nretry = { attempts = '3', jitter = 1 }\n";
+        assert_eq!(
+            errors(src),
+            [
+                "`step[0].run`: expected an array of strings, found a string",
+                "`step[0].timeuot`: unknown key",
+                "`step[1].retry.attempts`: expected an integer, found a string",
+                "`step[1].retry.jitter`: expected a boolean, found an integer",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_is_reported_once() {
+        let step = "[[step]]\nname = 'a'\nrun = ['true']\n";
+        // No "step has no name", "nothing to run", "no steps", "unknown policy" or "unknown class"
+        // after the type error itself.
+        assert_eq!(
+            errors("[[step]]\nname = 1\nrun = ['true']\n"),
+            ["`step[0].name`: expected a string, found an integer"]
+        );
+        assert_eq!(
+            errors("[[step]]\nname = 'a'\nrun = [1]\n"),
+            ["`step[0].run[0]`: expected a string, found an integer"]
+        );
+        assert_eq!(
+            errors("[[step]]\nname = 'a'\nshell = ['x']\n"),
+            ["`step[0].shell`: expected a string, found an array"]
+        );
+        assert_eq!(errors("step = 5\n"), ["`step`: expected an array of tables, found an integer"]);
+        assert_eq!(errors("name = 5\n[[step]]\nname = 'a'\nrun = ['true']\n").len(), 1);
+        assert_eq!(
+            errors(&format!("[policies]\nnet = 5\n{step}retry = 'net'\n")),
+            ["`policies.net`: expected a table, found an integer"]
+        );
+        assert_eq!(
+            errors(&format!("[errors]\nBusy = 'Exception'\n[exit_codes]\n3 = 'Busy'\n{step}")),
+            ["`errors.Busy`: expected an array of strings, found a string"]
+        );
+    }
+
+    #[test]
+    fn type_errors_say_what_would_work() {
+        let help = |src: &str| parse(src, Path::new("/x/f.toml")).unwrap_err().remove(0).help.unwrap_or_default();
+        let step = "[[step]]\nname = 'a'\n";
+        assert_eq!(
+            help(&format!("{step}run = 'echo hi'\n")),
+            "use a list of arguments, or `shell = \"...\"`: `run = [\"echo\", \"hi\"]` or `shell = \"echo hi\"`"
+        );
+        assert_eq!(help(&format!("{step}run = 'ls | wc'\n")), "use a list of arguments, or `shell = \"...\"`");
+        assert!(help(&format!("{step}run = ['true']\ntimeout = []\n")).contains("\"2m 30s\""));
+        assert_eq!(
+            help(&format!("{step}run = ['true']\nretry = {{ attempts = '3' }}\n")),
+            "write the number without quotes: `3`"
+        );
+        assert_eq!(
+            help(&format!("{step}run = ['true']\nkill_signal = 15\n")),
+            "write the signal's name: `\"SIGTERM\"`"
+        );
+        assert_eq!(
+            help(&format!("{step}run = ['true']\nretry = {{ backoff_max_seconds = '1m' }}\n")),
+            "this key counts seconds as a number: write `60`"
+        );
+        assert_eq!(
+            help(&format!("{step}run = ['true']\nattempts = 3\n")),
+            "`attempts` belongs in a retry policy: write `retry = { attempts = ... }`"
+        );
     }
 }

@@ -1,34 +1,64 @@
-//! Serde types that mirror the flow file exactly. Unknown keys are rejected and every value keeps
-//! its span, so validation (in `validate.rs`) can point at the offending text.
+//! The flow file as written, read from the parsed TOML document by one walk against waymark's own
+//! schema: the keys each table accepts and the type each value must have.
+//!
+//! The walk reports every unknown key (with a "did you mean" from our own key lists) and every
+//! value of the wrong type (with what would work instead), all in one pass, each at its span and
+//! key path. No message comes from serde or from the `toml` crate's wording, so a crate upgrade
+//! cannot change a diagnostic. What the walk builds keeps every value's span, so validation (in
+//! `validate.rs`) can point at the offending text.
+//!
+//! A key written with a value of the wrong type is reported once, here. It is still recorded as
+//! written (`RawFlow::bad`, `RawStep::bad`), and a name it declares (a policy, an error class)
+//! stays declared, so validation adds no second error about it being missing or unknown.
 
-use serde::Deserialize;
-use serde::de::{self, Deserializer, MapAccess, Visitor};
+use super::diagnostic::Diagnostic;
+use super::model::Signal;
 use std::collections::BTreeMap;
-use std::fmt;
+use std::ops::Range;
 use toml::Spanned;
+use toml::de::{DeTable, DeValue};
 
 pub type Str = Spanned<String>;
 pub type StrMap = BTreeMap<Str, Str>;
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// The keys of the top level, in the order the README lists them.
+pub const FLOW_KEYS: [&str; 7] = ["name", "env", "defaults", "policies", "errors", "exit_codes", "step"];
+/// The keys of `[defaults]`.
+pub const DEFAULTS_KEYS: [&str; 5] = ["timeout", "retry", "kill_signal", "kill_grace", "detect_errors"];
+/// The keys of a `[[step]]`.
+pub const STEP_KEYS: [&str; 11] = [
+    "name",
+    "run",
+    "shell",
+    "timeout",
+    "retry",
+    "exit_codes",
+    "env",
+    "workdir",
+    "kill_signal",
+    "kill_grace",
+    "detect_errors",
+];
+/// The keys of a retry policy.
+pub const POLICY_KEYS: [&str; 6] =
+    ["attempts", "exception_types", "backoff_seconds", "backoff_multiplier", "backoff_max_seconds", "jitter"];
+
+const DURATION_HELP: &str = "write seconds as a number (`90`, `0.5`) or a string such as \"90s\", \"2m 30s\", \"1h\"";
+
+#[derive(Debug, Default)]
 pub struct RawFlow {
     pub name: Option<Str>,
-    #[serde(default)]
     pub env: StrMap,
     pub defaults: Option<RawDefaults>,
-    #[serde(default)]
     pub policies: BTreeMap<Str, Spanned<RawPolicy>>,
-    #[serde(default)]
     pub errors: BTreeMap<Str, Spanned<Vec<Str>>>,
-    #[serde(default)]
     pub exit_codes: StrMap,
-    #[serde(default)]
     pub step: Vec<Spanned<RawStep>>,
+    /// Keys written with a value of the wrong type (already reported).
+    pub bad: Vec<&'static str>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Default)]
 pub struct RawDefaults {
     pub timeout: Option<Spanned<RawDuration>>,
     pub retry: Option<Spanned<RawRetry>>,
@@ -37,26 +67,24 @@ pub struct RawDefaults {
     pub detect_errors: Option<Str>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Default)]
 pub struct RawStep {
     pub name: Option<Str>,
     pub run: Option<Spanned<Vec<Str>>>,
     pub shell: Option<Str>,
     pub timeout: Option<Spanned<RawDuration>>,
     pub retry: Option<Spanned<RawRetry>>,
-    #[serde(default)]
     pub exit_codes: StrMap,
-    #[serde(default)]
     pub env: StrMap,
     pub workdir: Option<Str>,
     pub kill_signal: Option<Str>,
     pub kill_grace: Option<Spanned<RawDuration>>,
     pub detect_errors: Option<Str>,
+    /// Keys written with a value of the wrong type (already reported).
+    pub bad: Vec<&'static str>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Default)]
 pub struct RawPolicy {
     pub attempts: Option<Spanned<i64>>,
     pub exception_types: Option<Spanned<Vec<Str>>>,
@@ -73,25 +101,6 @@ pub enum RawRetry {
     Inline(RawPolicy),
 }
 
-impl<'de> Deserialize<'de> for RawRetry {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = RawRetry;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a retry policy table or the name of a [policies] entry")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawRetry, E> {
-                Ok(RawRetry::Named(v.to_owned()))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawRetry, A::Error> {
-                RawPolicy::deserialize(de::value::MapAccessDeserializer::new(map)).map(RawRetry::Inline)
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
 /// A duration as written: seconds as a number, or a humantime string.
 #[derive(Debug, Clone)]
 pub enum RawDuration {
@@ -99,27 +108,447 @@ pub enum RawDuration {
     Text(String),
 }
 
-impl<'de> Deserialize<'de> for RawDuration {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = RawDuration;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a number of seconds or a duration string such as \"90s\" or \"2m 30s\"")
+type Value<'i> = Spanned<DeValue<'i>>;
+
+/// Read the parsed document `doc` of `source` into the raw flow, with a diagnostic for every
+/// unknown key and every value of the wrong type.
+pub fn read(doc: &DeTable<'_>, source: &str) -> (RawFlow, Vec<Diagnostic>) {
+    let mut reader = Reader { source, diags: Vec::new() };
+    let flow = reader.flow(doc);
+    (flow, reader.diags)
+}
+
+struct Reader<'s> {
+    source: &'s str,
+    diags: Vec<Diagnostic>,
+}
+
+/// How a user names a TOML value's type.
+fn found(value: &DeValue<'_>) -> &'static str {
+    match value {
+        DeValue::String(_) => "a string",
+        DeValue::Integer(_) => "an integer",
+        DeValue::Float(_) => "a float",
+        DeValue::Boolean(_) => "a boolean",
+        DeValue::Datetime(_) => "a date-time",
+        DeValue::Array(_) => "an array",
+        DeValue::Table(_) => "a table",
+    }
+}
+
+fn join(prefix: &str, key: &str) -> String {
+    if prefix.is_empty() { key.to_owned() } else { format!("{prefix}.{key}") }
+}
+
+fn integer(value: &DeValue<'_>) -> Option<i64> {
+    value.as_integer().and_then(|i| i64::from_str_radix(i.as_str(), i.radix()).ok())
+}
+
+/// A TOML number (integer or float) as `f64`; an integer too large for `i64` is still a number.
+fn number(value: &DeValue<'_>) -> Option<f64> {
+    match value {
+        DeValue::Integer(i) if i.radix() == 10 => i.as_str().parse().ok(),
+        DeValue::Integer(_) => integer(value).map(|i| i as f64),
+        DeValue::Float(f) => f.as_str().parse().ok(),
+        _ => None,
+    }
+}
+
+/// `"text"` as a TOML basic string, when `text` needs no escape (so the example can be copied).
+fn quoted(text: &str) -> Option<String> {
+    (!text.contains(['"', '\\']) && !text.chars().any(char::is_control)).then(|| format!("\"{text}\""))
+}
+
+impl Reader<'_> {
+    /// The text of `span` as written in the file.
+    fn text(&self, span: Range<usize>) -> &str {
+        self.source.get(span).unwrap_or_default()
+    }
+
+    /// A value of the wrong type: what was expected, what was found, and what would work.
+    fn wrong(&mut self, value: &Value<'_>, path: &str, expected: &str, help: Option<String>) {
+        let what = found(value.get_ref());
+        self.diags.push(
+            Diagnostic::error(value.span(), format!("`{path}`: expected {expected}, found {what}"))
+                .label("wrong type")
+                .help(help),
+        );
+    }
+
+    /// "write it in quotes" for a number, boolean or date-time where a string was expected.
+    fn quote_help(&self, value: &Value<'_>) -> Option<String> {
+        match value.get_ref() {
+            DeValue::Integer(_) | DeValue::Float(_) | DeValue::Boolean(_) | DeValue::Datetime(_) => {
+                quoted(self.text(value.span())).map(|q| format!("write it in quotes: `{q}`"))
             }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawDuration, E> {
-                Ok(RawDuration::Seconds(v as f64))
+            _ => None,
+        }
+    }
+
+    fn unknown(&mut self, key: &Spanned<std::borrow::Cow<'_, str>>, path: &str, valid: &[&str], policy_hint: bool) {
+        let name = key.get_ref();
+        let valid_list = valid.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
+        let help = if policy_hint && POLICY_KEYS.contains(&name.as_ref()) {
+            format!("`{name}` belongs in a retry policy: write `retry = {{ {name} = ... }}`")
+        } else {
+            match crate::suggest::closest(name, valid.iter().copied()) {
+                Some(s) => format!("did you mean `{s}`? valid keys here: {valid_list}"),
+                None => format!("valid keys here: {valid_list}"),
             }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawDuration, E> {
-                Ok(RawDuration::Seconds(v as f64))
-            }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<RawDuration, E> {
-                Ok(RawDuration::Seconds(v))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawDuration, E> {
-                Ok(RawDuration::Text(v.to_owned()))
+        };
+        self.diags.push(
+            Diagnostic::error(key.span(), format!("`{path}`: unknown key")).label("unknown key").help(Some(help)),
+        );
+    }
+
+    /// The table `value`, or an error saying how to write one.
+    fn table<'v, 'i>(&mut self, value: &'v Value<'i>, path: &str, help: &str) -> Option<&'v DeTable<'i>> {
+        let table = value.get_ref().as_table();
+        if table.is_none() {
+            self.wrong(value, path, "a table", Some(help.to_owned()));
+        }
+        table
+    }
+
+    fn string(&mut self, value: &Value<'_>, path: &str, help: Option<String>) -> Option<Str> {
+        match value.get_ref().as_str() {
+            Some(s) => Some(Spanned::new(value.span(), s.to_owned())),
+            None => {
+                let help = help.or_else(|| self.quote_help(value));
+                self.wrong(value, path, "a string", help);
+                None
             }
         }
-        d.deserialize_any(V)
+    }
+
+    /// An array of strings; one item of another type makes the whole value unusable (every such
+    /// item is reported).
+    fn strings(&mut self, value: &Value<'_>, path: &str, help: Option<String>) -> Option<Spanned<Vec<Str>>> {
+        let Some(items) = value.get_ref().as_array() else {
+            self.wrong(value, path, "an array of strings", help);
+            return None;
+        };
+        let mut out = Vec::new();
+        let mut ok = true;
+        for (i, item) in items.iter().enumerate() {
+            match self.string(item, &format!("{path}[{i}]"), None) {
+                Some(s) => out.push(s),
+                None => ok = false,
+            }
+        }
+        ok.then(|| Spanned::new(value.span(), out))
+    }
+
+    /// A table of strings; an entry of another type is reported and left out.
+    fn string_map(&mut self, value: &Value<'_>, path: &str, help: &str) -> StrMap {
+        let mut out = StrMap::new();
+        let Some(table) = self.table(value, path, help) else { return out };
+        for (key, item) in table {
+            if let Some(s) = self.string(item, &join(path, key.get_ref()), None) {
+                out.insert(Spanned::new(key.span(), key.get_ref().to_string()), s);
+            }
+        }
+        out
+    }
+
+    fn duration(&mut self, value: &Value<'_>, path: &str) -> Option<Spanned<RawDuration>> {
+        let raw = match value.get_ref() {
+            DeValue::String(s) => RawDuration::Text(s.to_string()),
+            v => match number(v) {
+                Some(x) => RawDuration::Seconds(x),
+                None => {
+                    self.wrong(value, path, "a duration", Some(DURATION_HELP.into()));
+                    return None;
+                }
+            },
+        };
+        Some(Spanned::new(value.span(), raw))
+    }
+
+    fn signal(&mut self, value: &Value<'_>, path: &str) -> Option<Str> {
+        let by_number = integer(value.get_ref())
+            .and_then(|n| i32::try_from(n).ok())
+            .and_then(Signal::from_number)
+            .map(|s| format!("write the signal's name: `\"{}\"`", s.name()));
+        let help = by_number.unwrap_or_else(|| "write a signal name such as \"SIGTERM\" or \"SIGINT\"".into());
+        self.string(value, path, Some(help))
+    }
+
+    fn detect(&mut self, value: &Value<'_>, path: &str) -> Option<Str> {
+        let help = match value.get_ref().as_bool() {
+            Some(true) => "write `\"auto\"` to read Python tracebacks, `\"none\"` not to",
+            Some(false) => "write `\"none\"` not to read Python tracebacks, `\"auto\"` to",
+            None => "write \"auto\" or \"none\"",
+        };
+        self.string(value, path, Some(help.into()))
+    }
+
+    fn retry(&mut self, value: &Value<'_>, path: &str) -> Option<Spanned<RawRetry>> {
+        let raw = match value.get_ref() {
+            DeValue::String(s) => RawRetry::Named(s.to_string()),
+            DeValue::Table(t) => RawRetry::Inline(self.policy(t, path)),
+            v => {
+                let help = match integer(v) {
+                    Some(n) => format!("for {n} attempts, write `retry = {{ attempts = {n} }}`"),
+                    None => "write the name of a [policies] entry (`retry = \"network\"`) or a policy table \
+                             (`retry = { attempts = 3 }`)"
+                        .into(),
+                };
+                self.wrong(value, path, "a policy name or a policy table", Some(help));
+                return None;
+            }
+        };
+        Some(Spanned::new(value.span(), raw))
+    }
+
+    fn flow(&mut self, doc: &DeTable<'_>) -> RawFlow {
+        let mut raw = RawFlow::default();
+        for (key, value) in doc {
+            let path = key.get_ref().to_string();
+            match key.get_ref().as_ref() {
+                "name" => {
+                    raw.name = self.string(value, &path, None);
+                    if raw.name.is_none() {
+                        raw.bad.push("name");
+                    }
+                }
+                "env" => raw.env = self.string_map(value, &path, "write `env = { NAME = \"value\" }`"),
+                "defaults" => {
+                    raw.defaults = self
+                        .table(value, &path, "write a `[defaults]` table with keys such as `timeout = \"10m\"`")
+                        .map(|t| self.defaults(t, &path));
+                }
+                "policies" => {
+                    if let Some(t) = self.table(value, &path, "write each policy as a table: `[policies.NAME]`") {
+                        raw.policies = self.policies(t, &path);
+                    }
+                }
+                "errors" => {
+                    if let Some(t) =
+                        self.table(value, &path, "write `[errors]` with entries such as `Busy = [\"Exception\"]`")
+                    {
+                        raw.errors = self.errors(t, &path);
+                    }
+                }
+                "exit_codes" => {
+                    raw.exit_codes = self.string_map(
+                        value,
+                        &path,
+                        "write `[exit_codes]` with entries such as `\"3\" = \"BadInput\"`",
+                    )
+                }
+                "step" => match value.get_ref() {
+                    DeValue::Array(items) => {
+                        for (i, item) in items.iter().enumerate() {
+                            let item_path = format!("step[{i}]");
+                            match self.table(item, &item_path, "write each step as a `[[step]]` table") {
+                                Some(t) => raw.step.push(Spanned::new(item.span(), self.step(t, &item_path))),
+                                None => raw.bad.push("step"),
+                            }
+                        }
+                    }
+                    DeValue::Table(_) => {
+                        self.wrong(
+                            value,
+                            &path,
+                            "an array of tables",
+                            Some("write `[[step]]`, with two brackets, above each step".into()),
+                        );
+                        raw.bad.push("step");
+                    }
+                    _ => {
+                        self.wrong(
+                            value,
+                            &path,
+                            "an array of tables",
+                            Some("write each step as a `[[step]]` table".into()),
+                        );
+                        raw.bad.push("step");
+                    }
+                },
+                _ => self.unknown(key, &path, &FLOW_KEYS, false),
+            }
+        }
+        raw
+    }
+
+    fn defaults(&mut self, table: &DeTable<'_>, prefix: &str) -> RawDefaults {
+        let mut raw = RawDefaults::default();
+        for (key, value) in table {
+            let path = join(prefix, key.get_ref());
+            match key.get_ref().as_ref() {
+                "timeout" => raw.timeout = self.duration(value, &path),
+                "retry" => raw.retry = self.retry(value, &path),
+                "kill_signal" => raw.kill_signal = self.signal(value, &path),
+                "kill_grace" => raw.kill_grace = self.duration(value, &path),
+                "detect_errors" => raw.detect_errors = self.detect(value, &path),
+                _ => self.unknown(key, &path, &DEFAULTS_KEYS, true),
+            }
+        }
+        raw
+    }
+
+    fn policies(&mut self, table: &DeTable<'_>, prefix: &str) -> BTreeMap<Str, Spanned<RawPolicy>> {
+        let mut out = BTreeMap::new();
+        for (key, value) in table {
+            let path = join(prefix, key.get_ref());
+            let help =
+                format!("write the policy as a table: `[policies.{}]` with keys such as `attempts = 3`", key.get_ref());
+            // A policy of the wrong type stays declared, so `retry = "NAME"` finds it.
+            let policy = self.table(value, &path, &help).map(|t| self.policy(t, &path)).unwrap_or_default();
+            out.insert(Spanned::new(key.span(), key.get_ref().to_string()), Spanned::new(value.span(), policy));
+        }
+        out
+    }
+
+    fn errors(&mut self, table: &DeTable<'_>, prefix: &str) -> BTreeMap<Str, Spanned<Vec<Str>>> {
+        let mut out = BTreeMap::new();
+        for (key, value) in table {
+            let path = join(prefix, key.get_ref());
+            let name = key.get_ref();
+            let help = match value.get_ref().as_str().and_then(quoted) {
+                Some(base) => format!("write a list of base classes: `{name} = [{base}]`"),
+                None => format!("write a list of base classes, such as `{name} = [\"Exception\"]`"),
+            };
+            // A class of the wrong shape stays declared, so references to it are not errors too.
+            let bases = self.strings(value, &path, Some(help)).map_or_else(Vec::new, Spanned::into_inner);
+            out.insert(Spanned::new(key.span(), name.to_string()), Spanned::new(value.span(), bases));
+        }
+        out
+    }
+
+    fn step(&mut self, table: &DeTable<'_>, prefix: &str) -> RawStep {
+        let mut raw = RawStep::default();
+        for (key, value) in table {
+            let path = join(prefix, key.get_ref());
+            let k = key.get_ref().as_ref();
+            match k {
+                "name" => raw.name = self.string(value, &path, None),
+                "run" => {
+                    let help = match value.get_ref().as_str() {
+                        Some(line) => Some(run_help(line)),
+                        None => Some("write the program and its arguments: `run = [\"program\", \"arg\"]`".into()),
+                    };
+                    raw.run = self.strings(value, &path, help);
+                }
+                "shell" => {
+                    let help = value.get_ref().as_array().map(|_| {
+                        "`shell` is one command line for /bin/sh; for a list of arguments write `run = [...]`"
+                            .to_owned()
+                    });
+                    raw.shell = self.string(value, &path, help);
+                }
+                "timeout" => raw.timeout = self.duration(value, &path),
+                "retry" => raw.retry = self.retry(value, &path),
+                "exit_codes" => {
+                    raw.exit_codes = self.string_map(value, &path, "write `exit_codes = { \"3\" = \"BadInput\" }`")
+                }
+                "env" => raw.env = self.string_map(value, &path, "write `env = { NAME = \"value\" }`"),
+                "workdir" => raw.workdir = self.string(value, &path, None),
+                "kill_signal" => raw.kill_signal = self.signal(value, &path),
+                "kill_grace" => raw.kill_grace = self.duration(value, &path),
+                "detect_errors" => raw.detect_errors = self.detect(value, &path),
+                _ => {
+                    self.unknown(key, &path, &STEP_KEYS, true);
+                    continue;
+                }
+            }
+            let read = match k {
+                "name" => raw.name.is_some(),
+                "run" => raw.run.is_some(),
+                "shell" => raw.shell.is_some(),
+                _ => true,
+            };
+            if !read && let Some(known) = STEP_KEYS.iter().find(|s| **s == k) {
+                raw.bad.push(*known);
+            }
+        }
+        raw
+    }
+
+    fn policy(&mut self, table: &DeTable<'_>, prefix: &str) -> RawPolicy {
+        let mut raw = RawPolicy::default();
+        for (key, value) in table {
+            let path = join(prefix, key.get_ref());
+            match key.get_ref().as_ref() {
+                "attempts" => match integer(value.get_ref()) {
+                    Some(n) => raw.attempts = Some(Spanned::new(value.span(), n)),
+                    None => {
+                        let help = self.attempts_help(value.get_ref());
+                        self.wrong(value, &path, "an integer", Some(help));
+                    }
+                },
+                "exception_types" => {
+                    let help = match value.get_ref().as_str().and_then(quoted) {
+                        Some(q) => format!("write a list: `exception_types = [{q}]`"),
+                        None => "write a list of class names, such as `exception_types = [\"OSError\"]`".into(),
+                    };
+                    raw.exception_types = self.strings(value, &path, Some(help));
+                }
+                k @ ("backoff_seconds" | "backoff_max_seconds") => {
+                    let x = self.seconds(value, &path, "a number of seconds");
+                    *(if k == "backoff_seconds" { &mut raw.backoff_seconds } else { &mut raw.backoff_max_seconds }) = x;
+                }
+                "backoff_multiplier" => raw.backoff_multiplier = self.seconds(value, &path, "a number"),
+                "jitter" => match value.get_ref().as_bool() {
+                    Some(b) => raw.jitter = Some(b),
+                    None => {
+                        let help = match value.get_ref().as_str() {
+                            Some(s @ ("true" | "false")) => format!("write `{s}` without quotes"),
+                            _ => "write `true` or `false`".into(),
+                        };
+                        self.wrong(value, &path, "a boolean", Some(help));
+                    }
+                },
+                _ => self.unknown(key, &path, &POLICY_KEYS, false),
+            }
+        }
+        raw
+    }
+
+    fn attempts_help(&self, value: &DeValue<'_>) -> String {
+        match value {
+            DeValue::String(s) if s.trim().parse::<i64>().is_ok() => {
+                format!("write the number without quotes: `{}`", s.trim())
+            }
+            DeValue::Float(_) => match number(value) {
+                Some(x) if x.fract() == 0.0 && x.abs() < 1e15 => format!("write a whole number: `{x}`"),
+                _ => "write a whole number of attempts, such as `3`".into(),
+            },
+            DeValue::Integer(_) => "the number is too large; `attempts` is at most 1000000".into(),
+            _ => "write a whole number of attempts, such as `3`".into(),
+        }
+    }
+
+    /// A number (`backoff_*`); a string holding a number or a duration says what to write instead.
+    fn seconds(&mut self, value: &Value<'_>, path: &str, expected: &str) -> Option<Spanned<f64>> {
+        if let Some(x) = number(value.get_ref()) {
+            return Some(Spanned::new(value.span(), x));
+        }
+        let help = match value.get_ref().as_str() {
+            Some(s) if s.trim().parse::<f64>().is_ok() => format!("write the number without quotes: `{}`", s.trim()),
+            Some(s) if expected != "a number" && humantime::parse_duration(s).is_ok() => {
+                let secs = humantime::parse_duration(s).map(|d| d.as_secs_f64()).unwrap_or_default();
+                format!("this key counts seconds as a number: write `{}`", super::validate::number(secs))
+            }
+            _ if expected == "a number" => "write a number, such as `2` to double each wait".into(),
+            _ => "write a number of seconds, such as `1` or `0.5`".into(),
+        };
+        self.wrong(value, path, expected, Some(help));
+        None
+    }
+}
+
+/// What to write instead of `run = "a command line"`.
+fn run_help(line: &str) -> String {
+    const BASE: &str = "use a list of arguments, or `shell = \"...\"`";
+    let words: Vec<&str> = line.split_whitespace().collect();
+    // An example only for a plain command line, where splitting at spaces is what a shell does too.
+    let plain = |w: &str| !w.contains(['\'', '"', '\\', '$', '`', '|', '&', ';', '<', '>', '(', ')', '*', '?']);
+    match (words.iter().map(|w| quoted(w)).collect::<Option<Vec<_>>>(), quoted(line)) {
+        (Some(list), Some(whole)) if !words.is_empty() && words.iter().all(|w| plain(w)) => {
+            format!("{BASE}: `run = [{}]` or `shell = {whole}`", list.join(", "))
+        }
+        _ => BASE.to_owned(),
     }
 }

@@ -1,4 +1,4 @@
-//! Raw serde types → the validated [`Flow`]. Every problem found is collected as a [`Diagnostic`]
+//! Raw types (read from the document by `raw.rs`) → the validated [`Flow`]. Every problem found is collected as a [`Diagnostic`]
 //! pointing at its source span; warnings never stop a flow from loading.
 
 use super::diagnostic::{Diagnostic, KeyIndex};
@@ -34,8 +34,13 @@ struct Validator<'a> {
 }
 
 /// Build the domain flow, or return every error found (warnings included either way).
-pub fn validate(raw: RawFlow, path: &Path, source: &str) -> Result<(Flow, Vec<Diagnostic>), Vec<Diagnostic>> {
-    let mut v = Validator { source, keys: KeyIndex::new(source), diags: Vec::new() };
+pub fn validate(
+    raw: RawFlow,
+    path: &Path,
+    source: &str,
+    keys: KeyIndex,
+) -> Result<(Flow, Vec<Diagnostic>), Vec<Diagnostic>> {
+    let mut v = Validator { source, keys, diags: Vec::new() };
     let flow = v.flow(raw, path);
     if v.diags.iter().any(Diagnostic::is_error) { Err(v.diags) } else { Ok((flow, v.diags)) }
 }
@@ -107,7 +112,8 @@ impl Validator<'_> {
             }
             None => {
                 let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-                if !is_name(&stem, ".-") || stem.len() > MAX_FLOW_NAME {
+                // A `name` of the wrong type is reported already; the stem is not what was meant.
+                if (!is_name(&stem, ".-") || stem.len() > MAX_FLOW_NAME) && !raw.bad.contains(&"name") {
                     self.diags.push(
                         Diagnostic::error(None, format!("the file name `{stem}` is not a valid flow name")).help(Some(
                             format!(
@@ -145,7 +151,7 @@ impl Validator<'_> {
                 steps.push(step);
             }
         }
-        if raw.step.is_empty() {
+        if raw.step.is_empty() && !raw.bad.contains(&"step") {
             // The file as a whole is at fault; point at its first line so the report has a place.
             let first_line = self.source.find('\n').unwrap_or(self.source.len());
             self.diags.push(
@@ -512,6 +518,9 @@ impl Validator<'_> {
         let span = raw.span();
         let raw = raw.get_ref();
         let Some(name) = &raw.name else {
+            if raw.bad.contains(&"name") {
+                return None; // reported where the name is written
+            }
             // Point at the `[[step]]` header (or the inline table's first line), not the whole table.
             let line_end =
                 self.source[span.start.min(self.source.len())..].find('\n').map_or(span.end, |i| span.start + i);
@@ -559,6 +568,7 @@ impl Validator<'_> {
                 d.help = Some("`run` starts the program directly; `shell` runs a command line with /bin/sh -c".into());
                 return None;
             }
+            (None, None) if raw.bad.iter().any(|k| ["run", "shell"].contains(k)) => return None,
             (None, None) => {
                 let step = self.key(span.start);
                 let d = Diagnostic::error(name.span(), format!("{step}step `{}` has nothing to run", name.get_ref()))
