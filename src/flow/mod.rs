@@ -315,6 +315,11 @@ mod tests {
             help(&format!("{step}run = 'echo hi'\n")),
             "use a list of arguments, or `shell = \"...\"`: `run = [\"echo\", \"hi\"]` or `shell = \"echo hi\"`"
         );
+        assert_eq!(
+            errors(&format!("{step}run = ['true']\nretry = {{ attempts = 99999999999999999999 }}\n")),
+            ["`step[0].retry.attempts`: `attempts` must be at most 1000000"],
+            "an integer past i64 is out of range, not of the wrong type"
+        );
         assert_eq!(help(&format!("{step}run = 'ls | wc'\n")), "use a list of arguments, or `shell = \"...\"`");
         assert!(help(&format!("{step}run = ['true']\ntimeout = []\n")).contains("\"2m 30s\""));
         assert_eq!(

@@ -471,9 +471,14 @@ impl Reader<'_> {
         for (key, value) in table {
             let path = join(prefix, key.get_ref());
             match key.get_ref().as_ref() {
-                "attempts" => match integer(value.get_ref()) {
-                    Some(n) => raw.attempts = Some(Spanned::new(value.span(), n)),
-                    None => {
+                "attempts" => match (integer(value.get_ref()), value.get_ref().as_integer()) {
+                    (Some(n), _) => raw.attempts = Some(Spanned::new(value.span(), n)),
+                    // An integer past `i64`: out of range, which validation says with the bounds.
+                    (None, Some(i)) => {
+                        let n = if i.as_str().starts_with('-') { i64::MIN } else { i64::MAX };
+                        raw.attempts = Some(Spanned::new(value.span(), n));
+                    }
+                    (None, None) => {
                         let help = self.attempts_help(value.get_ref());
                         self.wrong(value, &path, "an integer", Some(help));
                     }
@@ -515,7 +520,6 @@ impl Reader<'_> {
                 Some(x) if x.fract() == 0.0 && x.abs() < 1e15 => format!("write a whole number: `{x}`"),
                 _ => "write a whole number of attempts, such as `3`".into(),
             },
-            DeValue::Integer(_) => "the number is too large; `attempts` is at most 1000000".into(),
             _ => "write a whole number of attempts, such as `3`".into(),
         }
     }
