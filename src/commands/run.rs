@@ -150,7 +150,7 @@ fn execute(
 fn recorded_flow(record: &RunRecord, location: &Path) -> Result<Flow, CliError> {
     RunDefinition::parse(&record.definition)
         .and_then(RunDefinition::into_flow)
-        .map_err(|source| StoreError::Record { path: location.to_owned(), run_id: record.id.clone(), source }.into())
+        .map_err(|error| StoreError::Record { path: location.to_owned(), run_id: record.id.clone(), error }.into())
 }
 
 /// The recorded steps in the definition's order, matched by name (never by position): every step
@@ -171,11 +171,7 @@ fn match_steps(flow: &Flow, mut records: Vec<StepRecord>) -> Result<Vec<StepReco
 
 /// A run without steps is never "all steps succeeded": its steps were deleted behind waymark's
 /// back (every flow has at least one step).
-fn no_steps_is_an_error(
-    record: &RunRecord,
-    steps: &[StepRecord],
-    store: &dyn Store,
-) -> Result<(), CliError> {
+fn no_steps_is_an_error(record: &RunRecord, steps: &[StepRecord], store: &dyn Store) -> Result<(), CliError> {
     if steps.is_empty() {
         return Err(CliError::Internal(anyhow::anyhow!(
             "run {} in {} has no steps recorded, so it cannot be resumed (its steps were deleted behind \

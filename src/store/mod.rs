@@ -44,13 +44,8 @@ pub enum StoreError {
     )]
     BadState { path: PathBuf, table: &'static str, run_id: String, what: String },
     /// A run's recorded definition that this binary cannot read (see [`record`]).
-    #[error("run {run_id} in {path}: {source}")]
-    Record {
-        path: PathBuf,
-        run_id: String,
-        #[source]
-        source: record::RecordError,
-    },
+    #[error("run {run_id} in {path}: {error}")]
+    Record { path: PathBuf, run_id: String, error: record::RecordError },
     #[error("no run with id `{0}` in the state directory")]
     NoSuchRun(String),
 }

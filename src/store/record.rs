@@ -194,7 +194,8 @@ impl RunDefinition {
 
 impl From<&Flow> for RunDefinition {
     fn from(flow: &Flow) -> RunDefinition {
-        let exit_codes = |e: &flow::model::ExitCodes| RecordedExitCodes { codes: e.codes.clone(), signals: e.signals.clone() };
+        let exit_codes =
+            |e: &flow::model::ExitCodes| RecordedExitCodes { codes: e.codes.clone(), signals: e.signals.clone() };
         RunDefinition {
             version: VERSION,
             name: flow.name.clone(),
@@ -273,5 +274,90 @@ mod opt_duration {
                     .map_err(|e| serde::de::Error::custom(format!("duration `{text}`: {e}")))
             })
             .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/records");
+
+    fn fixture(name: &str) -> String {
+        std::fs::read_to_string(Path::new(FIXTURES).join(name)).unwrap()
+    }
+
+    /// The fixture's flow as the loader builds it today.
+    fn fixture_flow() -> Flow {
+        let toml = fixture("run-definition-v1.toml");
+        flow::parse(&toml, Path::new("/srv/waymark-fixture/nightly.toml")).unwrap().0
+    }
+
+    fn without_spans(mut flow: Flow) -> Flow {
+        for step in &mut flow.steps {
+            step.span = 0..0;
+        }
+        flow
+    }
+
+    #[test]
+    fn the_version_1_fixture_loads_as_the_flow_it_was_recorded_from() {
+        let recorded = RunDefinition::parse(&fixture("run-definition-v1.json")).unwrap();
+        assert_eq!(recorded.version, 1);
+        assert_eq!(recorded.into_flow().unwrap(), without_spans(fixture_flow()));
+    }
+
+    /// Whatever this binary records must be kept as a fixture: raising [`VERSION`] without adding
+    /// `run-definition-vN.json` (or changing what is recorded without raising it) fails here.
+    #[test]
+    fn this_version_records_exactly_its_fixture() {
+        let written = RunDefinition::from(&fixture_flow()).to_json();
+        let written: serde_json::Value = serde_json::from_str(&written).unwrap();
+        let kept: serde_json::Value =
+            serde_json::from_str(&fixture(&format!("run-definition-v{VERSION}.json"))).unwrap();
+        assert_eq!(written, kept);
+    }
+
+    #[test]
+    fn a_newer_version_is_refused_with_what_to_do() {
+        let mut record: serde_json::Value = serde_json::from_str(&fixture("run-definition-v1.json")).unwrap();
+        record["version"] = (VERSION + 1).into();
+        record["dependencies"] = serde_json::json!({"report": ["fetch"]});
+        let err = RunDefinition::parse(&record.to_string()).unwrap_err();
+        assert!(matches!(err, RecordError::Newer { found, known: VERSION } if found == u64::from(VERSION) + 1));
+        assert_eq!(
+            err.to_string(),
+            "its definition was recorded by a newer waymark (run record version 2; this one reads up to 1); \
+             resume it with that waymark, or start the flow anew with `waymark run --fresh FLOW`"
+        );
+    }
+
+    #[test]
+    fn an_unknown_field_in_a_known_version_is_corruption_not_ignored() {
+        let mut record: serde_json::Value = serde_json::from_str(&fixture("run-definition-v1.json")).unwrap();
+        record["steps"][0]["needs"] = serde_json::json!(["report"]);
+        let err = RunDefinition::parse(&record.to_string()).unwrap_err();
+        let RecordError::Corrupt(what) = &err else { panic!("{err:?}") };
+        assert!(what.starts_with("unknown field `needs`"), "{what}");
+    }
+
+    #[test]
+    fn a_missing_or_bad_version_is_corruption() {
+        for (json, what) in [
+            (r#"{"version": 0}"#, "`version` is 0, not a version number"),
+            (r#"{"version": "1"}"#, r#"`version` is "1", not a version number"#),
+            ("[]", "it is not a JSON object"),
+        ] {
+            let err = RunDefinition::parse(json).unwrap_err();
+            assert!(matches!(&err, RecordError::Corrupt(w) if w == what), "{json}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_record_from_before_versions_is_read_as_the_flow_it_was() {
+        let flow = fixture_flow();
+        let legacy = serde_json::to_string(&flow).unwrap();
+        assert_eq!(RunDefinition::parse(&legacy).unwrap().into_flow().unwrap(), without_spans(flow));
     }
 }

@@ -275,7 +275,10 @@ impl SqliteStore {
                     run_id: bad.run_id,
                     what: bad.what,
                 },
-                Err(e) => StoreError::Sql { path: self.path.clone(), source: rusqlite::Error::FromSqlConversionFailure(column, kind, e) },
+                Err(e) => StoreError::Sql {
+                    path: self.path.clone(),
+                    source: rusqlite::Error::FromSqlConversionFailure(column, kind, e),
+                },
             },
             source => StoreError::Sql { path: self.path.clone(), source },
         }
@@ -701,5 +704,29 @@ mod tests {
         let b = &store.steps(&run.id).unwrap()[1];
         assert_eq!((b.state.clone(), b.attempts_used, b.budget_base), (StepState::Pending, 2, 2));
         assert_eq!(store.attempts(&run.id, Some("b")).unwrap().len(), 3);
+    }
+
+    #[test]
+    fn an_illegal_move_is_refused_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (flow, _) =
+            crate::flow::parse("name = 'f'\n[[step]]\nname = 'a'\nrun = ['true']\n", &dir.path().join("f.toml"))
+                .unwrap();
+        let mut store = SqliteStore::open(dir.path()).unwrap();
+        let run = store.create_run(&flow, "hash").unwrap();
+        let row = store.attempt_starting(&run.id, "a", 1, false, &dir.path().join("x")).unwrap();
+        store.attempt_finished(row, &result(AttemptOutcome::Succeeded), &StepUpdate::Succeeded).unwrap();
+        let err = store.attempt_starting(&run.id, "a", 2, false, &dir.path().join("x")).unwrap_err();
+        assert!(
+            matches!(&err, StoreError::BadState { table: "steps", what, .. } if what == "step `a` cannot go from succeeded to running"),
+            "{err}"
+        );
+        let err = store.attempt_finished(row, &result(AttemptOutcome::Failed), &StepUpdate::Failed).unwrap_err();
+        assert!(matches!(&err, StoreError::BadState { table: "attempts", .. }), "{err}");
+        store.run_finished(&run.id, RunStatus::Succeeded, None).unwrap();
+        assert!(matches!(store.set_status(&run.id, RunStatus::Abandoned), Err(StoreError::BadState { .. })));
+        assert_eq!(store.run(&run.id).unwrap().status, RunStatus::Succeeded);
+        assert_eq!(store.steps(&run.id).unwrap()[0].state, StepState::Succeeded);
+        assert_eq!(store.attempts(&run.id, None).unwrap().len(), 1);
     }
 }
