@@ -94,7 +94,10 @@ fn find_run(store: &dyn Store, target: Option<&str>) -> Result<RunRecord, CliErr
 pub fn status(state: &Path, target: Option<&str>, json: bool) -> Result<i32, CliError> {
     let store = read_store(state)?;
     let run = find_run(store.as_ref(), target)?;
-    let flow: Option<Flow> = serde_json::from_str(&run.definition).ok();
+    // The attempts allowed are shown as `?` when the definition cannot be read (a newer record):
+    // `status` still shows what it can.
+    let flow: Option<Flow> =
+        crate::store::record::RunDefinition::parse(&run.definition).and_then(|d| d.into_flow()).ok();
     let steps = store.steps(&run.id)?;
     // A run recorded as running whose runner is gone (killed, or the machine rebooted).
     let orphaned = run.status == RunStatus::Running && !FlowLock::is_held(state, &run.flow);
@@ -103,12 +106,10 @@ pub fn status(state: &Path, target: Option<&str>, json: bool) -> Result<i32, Cli
     let rows: Vec<Value> = steps
         .iter()
         .map(|s| {
-            let (state, next) = match &s.state {
-                StepState::Pending => ("pending", None),
-                StepState::Succeeded => ("succeeded", None),
-                StepState::Failed => ("failed", None),
-                StepState::Waiting { wake_at, .. } => ("waiting", Some(*wake_at)),
-                StepState::InFlight { .. } => ("running", None),
+            let state = s.state.status().as_str();
+            let next = match &s.state {
+                StepState::Waiting { wake_at, .. } => Some(*wake_at),
+                _ => None,
             };
             json!({
                 "step": s.name,

@@ -5,7 +5,8 @@ use crate::executor::{ExecError, Executor, RunOutcome, RunSpec, RunnerSignals, k
 use crate::flow::{self, Flow};
 use crate::reporter::PlainReporter;
 use crate::store::lock::FlowLock;
-use crate::store::{RunRecord, RunStatus, Store, create_private_dir};
+use crate::store::record::RunDefinition;
+use crate::store::{RunRecord, RunStatus, StepRecord, Store, StoreError, create_private_dir};
 use anyhow::Context;
 use std::path::Path;
 use std::sync::Arc;
@@ -67,7 +68,7 @@ pub fn resume(state: &Path, run_id: &str, wait: bool, quiet: bool) -> Result<i32
     // for may have changed it, and `waymark gc` may have deleted it before we held the lock (gc
     // takes the lock too, so it cannot delete it from now on).
     let (record, steps) = store.run_and_steps(run_id).map_err(|e| match e {
-        crate::store::StoreError::NoSuchRun(_) => CliError::Usage(format!(
+        StoreError::NoSuchRun(_) => CliError::Usage(format!(
             "run {run_id} is gone: it was deleted (by `waymark gc`?) before it could be resumed; nothing ran"
         )),
         e => e.into(),
@@ -106,22 +107,18 @@ fn execute(
     resumed: bool,
     quiet: bool,
 ) -> Result<i32, CliError> {
-    let flow: Flow = serde_json::from_str(&record.definition).with_context(|| {
-        format!("the recorded definition of run {} in {} cannot be read", record.id, store.location().display())
-    })?;
+    let flow: Flow = recorded_flow(record, store.location())?;
     lock.describe_holder(&record.id);
     let steps = store.steps(&record.id)?;
     no_steps_is_an_error(record, &steps, store.as_ref())?;
-    if steps.len() != flow.steps.len() {
-        return Err(CliError::Internal(anyhow::anyhow!(
-            "run {} in {} records {} step(s) but its definition has {}; the database was changed behind \
-             waymark's back: `waymark run --fresh` starts the flow anew",
+    let steps = match_steps(&flow, steps).map_err(|what| {
+        CliError::Internal(anyhow::anyhow!(
+            "run {} in {}: {what}; the database was changed behind waymark's back: `waymark run --fresh` \
+             starts the flow anew",
             record.id,
             store.location().display(),
-            steps.len(),
-            flow.steps.len()
-        )));
-    }
+        ))
+    })?;
     let log_dir = state.join("logs").join(&record.id);
     create_private_dir(&log_dir).with_context(|| format!("cannot create the log directory {}", log_dir.display()))?;
     let spec = RunSpec { flow: Arc::new(flow), run_id: record.id.clone(), log_dir, steps, resumed };
@@ -149,13 +146,32 @@ fn execute(
     }
 }
 
+/// The flow a run recorded when it started, through its versioned record.
+fn recorded_flow(record: &RunRecord, location: &Path) -> Result<Flow, CliError> {
+    RunDefinition::parse(&record.definition)
+        .and_then(RunDefinition::into_flow)
+        .map_err(|error| StoreError::Record { path: location.to_owned(), run_id: record.id.clone(), error }.into())
+}
+
+/// The recorded steps in the definition's order, matched by name (never by position): every step
+/// of the definition must have exactly one record, and every record a step.
+fn match_steps(flow: &Flow, mut records: Vec<StepRecord>) -> Result<Vec<StepRecord>, String> {
+    let mut matched = Vec::with_capacity(flow.steps.len());
+    for step in &flow.steps {
+        let Some(i) = records.iter().position(|r| r.name == step.name) else {
+            return Err(format!("step `{}` of its definition has no recorded state", step.name));
+        };
+        matched.push(records.swap_remove(i));
+    }
+    if let Some(extra) = records.first() {
+        return Err(format!("step `{}` has a recorded state but is not in its definition", extra.name));
+    }
+    Ok(matched)
+}
+
 /// A run without steps is never "all steps succeeded": its steps were deleted behind waymark's
 /// back (every flow has at least one step).
-fn no_steps_is_an_error(
-    record: &RunRecord,
-    steps: &[crate::store::StepRecord],
-    store: &dyn Store,
-) -> Result<(), CliError> {
+fn no_steps_is_an_error(record: &RunRecord, steps: &[StepRecord], store: &dyn Store) -> Result<(), CliError> {
     if steps.is_empty() {
         return Err(CliError::Internal(anyhow::anyhow!(
             "run {} in {} has no steps recorded, so it cannot be resumed (its steps were deleted behind \

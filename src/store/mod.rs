@@ -1,14 +1,16 @@
 //! Durable run state behind a small interface. The executor writes through [`RunLog`]; the
 //! commands read runs back through [`Store`]. `sqlite` is the embedded implementation.
 
+pub mod record;
 pub mod sqlite;
+pub mod state;
 
 use crate::classify::ErrorValue;
-use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::SystemTime;
 
 pub use sqlite::SqliteStore;
+pub use state::{AttemptOutcome, AttemptState, RunStatus, StepState, StepStatus};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -33,57 +35,19 @@ pub enum StoreError {
         #[source]
         source: rusqlite::Error,
     },
+    /// A state name this binary does not know, or a move between states that is not legal:
+    /// the database was changed behind waymark's back, or a newer waymark wrote it.
+    #[error(
+        "state database {path} holds a corrupt or newer state: {table} of run {run_id}: {what}; if a newer \
+         waymark wrote it, use that one; otherwise `waymark run --fresh FLOW` starts the flow anew (or move \
+         the database aside)"
+    )]
+    BadState { path: PathBuf, table: &'static str, run_id: String, what: String },
+    /// A run's recorded definition that this binary cannot read (see [`record`]).
+    #[error("run {run_id} in {path}: {error}")]
+    Record { path: PathBuf, run_id: String, error: record::RecordError },
     #[error("no run with id `{0}` in the state directory")]
     NoSuchRun(String),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RunStatus {
-    Running,
-    Succeeded,
-    Failed,
-    Interrupted,
-    Abandoned,
-}
-
-impl RunStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Running => "running",
-            RunStatus::Succeeded => "succeeded",
-            RunStatus::Failed => "failed",
-            RunStatus::Interrupted => "interrupted",
-            RunStatus::Abandoned => "abandoned",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<RunStatus> {
-        [Self::Running, Self::Succeeded, Self::Failed, Self::Interrupted, Self::Abandoned]
-            .into_iter()
-            .find(|r| r.as_str() == s)
-    }
-}
-
-/// Where a step stands, as recorded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StepState {
-    Pending,
-    Succeeded,
-    Failed,
-    /// A retry waits until `wake_at`.
-    Waiting {
-        next_attempt: u32,
-        wake_at: SystemTime,
-    },
-    /// An attempt was running when its runner stopped.
-    InFlight {
-        attempt: u32,
-        /// The attempt's row: with the run id, its `WAYMARK_ATTEMPT_ID`.
-        row: i64,
-        pid: Option<u32>,
-        proc_start: Option<u64>,
-    },
 }
 
 /// One step of a recorded run.
@@ -124,7 +88,7 @@ pub struct AttemptRecord {
     pub step: String,
     pub attempt: u32,
     pub redelivered: bool,
-    pub outcome: String,
+    pub outcome: AttemptState,
     pub started_at: SystemTime,
     pub ended_at: Option<SystemTime>,
     pub pid: Option<u32>,
@@ -144,24 +108,6 @@ pub struct AttemptResult {
     pub ended_at: SystemTime,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AttemptOutcome {
-    Succeeded,
-    Failed,
-    /// Stopped by a signal to the runner; does not use up the attempt.
-    Cancelled,
-}
-
-impl AttemptOutcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AttemptOutcome::Succeeded => "succeeded",
-            AttemptOutcome::Failed => "failed",
-            AttemptOutcome::Cancelled => "cancelled",
-        }
-    }
-}
-
 /// What a finished attempt does to its step, committed in the same transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StepUpdate {
@@ -173,6 +119,18 @@ pub enum StepUpdate {
     },
     /// Cancelled: the step goes back to pending with the same attempt number.
     Pending,
+}
+
+impl StepUpdate {
+    /// The state the step moves to.
+    pub fn status(&self) -> StepStatus {
+        match self {
+            StepUpdate::Succeeded => StepStatus::Succeeded,
+            StepUpdate::Failed => StepStatus::Failed,
+            StepUpdate::Waiting { .. } => StepStatus::Waiting,
+            StepUpdate::Pending => StepStatus::Pending,
+        }
+    }
 }
 
 /// The executor's view of the store: every write it makes, each one transaction.

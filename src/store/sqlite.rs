@@ -5,6 +5,7 @@
 //! reach the disk before waymark goes on: a succeeded step is never run again, even after a power
 //! loss; an attempt's start or a retry's wake-up time may be lost by one, and is then redone.
 
+use super::record::RunDefinition;
 use super::*;
 use crate::flow::Flow;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
@@ -106,6 +107,56 @@ fn immutable_uri(path: &Path) -> String {
     }
     uri.push_str("?immutable=1");
     uri
+}
+
+/// A row whose state this binary does not know, or a write that would make an illegal move:
+/// carried through rusqlite's error type out of row mappers and transactions, then turned into
+/// [`StoreError::BadState`] by [`SqliteStore::sql`].
+#[derive(Debug, thiserror::Error)]
+#[error("{table} of run {run_id}: {what}")]
+struct BadRow {
+    table: &'static str,
+    run_id: String,
+    what: String,
+}
+
+fn bad_row(table: &'static str, run_id: &str, what: impl std::fmt::Display) -> rusqlite::Error {
+    let bad = BadRow { table, run_id: run_id.to_owned(), what: what.to_string() };
+    rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(bad))
+}
+
+/// The recorded status of a run, checked to be one this binary knows.
+fn run_status(tx: &rusqlite::Transaction, run_id: &str) -> rusqlite::Result<RunStatus> {
+    let status: Option<String> =
+        tx.query_row("SELECT status FROM runs WHERE id = ?1", [run_id], |r| r.get(0)).optional()?;
+    let status = status.ok_or_else(|| bad_row("runs", run_id, "the run is not recorded"))?;
+    RunStatus::parse(&status).map_err(|e| bad_row("runs", run_id, e))
+}
+
+/// Check that run `run_id` may move to `to` (see [`RunStatus::can_move_to`]).
+fn move_run(tx: &rusqlite::Transaction, run_id: &str, to: RunStatus) -> rusqlite::Result<()> {
+    let from = run_status(tx, run_id)?;
+    if !from.can_move_to(to) {
+        return Err(bad_row("runs", run_id, format!("the run cannot go from {} to {}", from.as_str(), to.as_str())));
+    }
+    Ok(())
+}
+
+/// Check that step `step` of run `run_id` may move to `to` (see [`StepStatus::can_move_to`]).
+fn move_step(tx: &rusqlite::Transaction, run_id: &str, step: &str, to: StepStatus) -> rusqlite::Result<()> {
+    let state: Option<String> = tx
+        .query_row("SELECT state FROM steps WHERE run_id = ?1 AND name = ?2", [run_id, step], |r| r.get(0))
+        .optional()?;
+    let state = state.ok_or_else(|| bad_row("steps", run_id, format!("step `{step}` is not recorded")))?;
+    let from = StepStatus::parse(&state).map_err(|e| bad_row("steps", run_id, format!("step `{step}`: {e}")))?;
+    if !from.can_move_to(to) {
+        return Err(bad_row(
+            "steps",
+            run_id,
+            format!("step `{step}` cannot go from {} to {}", from.as_str(), to.as_str()),
+        ));
+    }
+    Ok(())
 }
 
 fn new_run_id() -> String {
@@ -216,7 +267,21 @@ impl SqliteStore {
     }
 
     fn sql(&self, source: rusqlite::Error) -> StoreError {
-        StoreError::Sql { path: self.path.clone(), source }
+        match source {
+            rusqlite::Error::FromSqlConversionFailure(column, kind, e) => match e.downcast::<BadRow>() {
+                Ok(bad) => StoreError::BadState {
+                    path: self.path.clone(),
+                    table: bad.table,
+                    run_id: bad.run_id,
+                    what: bad.what,
+                },
+                Err(e) => StoreError::Sql {
+                    path: self.path.clone(),
+                    source: rusqlite::Error::FromSqlConversionFailure(column, kind, e),
+                },
+            },
+            source => StoreError::Sql { path: self.path.clone(), source },
+        }
     }
 
     /// Run `f` in a transaction; `durable` commits with a full sync.
@@ -243,14 +308,16 @@ impl SqliteStore {
     }
 
     fn run_from_row(r: &rusqlite::Row) -> rusqlite::Result<RunRecord> {
+        let id: String = r.get("id")?;
         let status: String = r.get("status")?;
+        let status = RunStatus::parse(&status).map_err(|e| bad_row("runs", &id, e))?;
         Ok(RunRecord {
-            id: r.get("id")?,
+            id,
             flow: r.get("flow")?,
             flow_path: PathBuf::from(r.get::<_, String>("flow_path")?),
             definition: r.get("definition")?,
             source_hash: r.get("source_hash")?,
-            status: RunStatus::parse(&status).unwrap_or(RunStatus::Failed),
+            status,
             started_at: from_millis(r.get("started_at")?),
             ended_at: r.get::<_, Option<i64>>("ended_at")?.map(from_millis),
             pid: r.get("pid")?,
@@ -266,10 +333,7 @@ impl Store for SqliteStore {
     }
 
     fn create_run(&mut self, flow: &Flow, source_hash: &str) -> Result<RunRecord, StoreError> {
-        let definition = serde_json::to_string(flow).map_err(|e| StoreError::Corrupt {
-            path: self.path.clone(),
-            what: format!("cannot serialize the flow: {e}"),
-        })?;
+        let definition = RunDefinition::from(flow).to_json();
         let host = host_name();
         let pid = std::process::id();
         let started = now_ms();
@@ -349,24 +413,34 @@ impl Store for SqliteStore {
             .map_err(|e| self.sql(e))?;
         let rows = stmt
             .query_map([run_id], |r| {
+                let name: String = r.get("name")?;
                 let state: String = r.get("state")?;
-                let state = match state.as_str() {
-                    "succeeded" => StepState::Succeeded,
-                    "failed" => StepState::Failed,
-                    "waiting" => StepState::Waiting {
+                let bad = |what: String| bad_row("steps", run_id, format!("step `{name}`: {what}"));
+                let state = match StepStatus::parse(&state).map_err(|e| bad(e.to_string()))? {
+                    StepStatus::Pending => StepState::Pending,
+                    StepStatus::Succeeded => StepState::Succeeded,
+                    StepStatus::Failed => StepState::Failed,
+                    StepStatus::Waiting => StepState::Waiting {
                         next_attempt: r.get("next_attempt")?,
                         wake_at: from_millis(r.get("wake_at")?),
                     },
-                    "running" => StepState::InFlight {
-                        attempt: r.get::<_, Option<u32>>("a_attempt")?.unwrap_or(1),
-                        row: r.get::<_, Option<i64>>("current_row")?.unwrap_or(0),
-                        pid: r.get("a_pid")?,
-                        proc_start: r.get::<_, Option<i64>>("a_start")?.map(|v| v as u64),
-                    },
-                    _ => StepState::Pending,
+                    StepStatus::Running => {
+                        // A running step names its attempt: without it there is nothing to redeliver.
+                        let (Some(row), Some(attempt)) =
+                            (r.get::<_, Option<i64>>("current_row")?, r.get::<_, Option<u32>>("a_attempt")?)
+                        else {
+                            return Err(bad("running, but its attempt is not recorded".into()));
+                        };
+                        StepState::InFlight {
+                            attempt,
+                            row,
+                            pid: r.get("a_pid")?,
+                            proc_start: r.get::<_, Option<i64>>("a_start")?.map(|v| v as u64),
+                        }
+                    }
                 };
                 Ok(StepRecord {
-                    name: r.get("name")?,
+                    name,
                     state,
                     attempts_used: r.get("attempts_used")?,
                     budget_base: r.get("budget_base")?,
@@ -386,11 +460,16 @@ impl Store for SqliteStore {
             .map_err(|e| self.sql(e))?;
         let rows = stmt
             .query_map(params![run_id, step], |r| {
+                let step: String = r.get("step")?;
+                let attempt: u32 = r.get("attempt")?;
+                let outcome: String = r.get("outcome")?;
+                let outcome = AttemptState::parse(&outcome)
+                    .map_err(|e| bad_row("attempts", run_id, format!("attempt {attempt} of step `{step}`: {e}")))?;
                 Ok(AttemptRecord {
-                    step: r.get("step")?,
-                    attempt: r.get("attempt")?,
+                    step,
+                    attempt,
                     redelivered: r.get("redelivered")?,
-                    outcome: r.get("outcome")?,
+                    outcome,
                     started_at: from_millis(r.get("started_at")?),
                     ended_at: r.get::<_, Option<i64>>("ended_at")?.map(from_millis),
                     pid: r.get("pid")?,
@@ -407,6 +486,7 @@ impl Store for SqliteStore {
     fn claim(&mut self, run_id: &str) -> Result<(), StoreError> {
         let host = host_name();
         self.write(true, |tx| {
+            move_run(tx, run_id, RunStatus::Running)?;
             tx.execute(
                 "UPDATE runs SET status = 'running', ended_at = NULL, failed_step = NULL, pid = ?2, host = ?3 WHERE id = ?1",
                 params![run_id, std::process::id(), host],
@@ -433,6 +513,7 @@ impl Store for SqliteStore {
 
     fn set_status(&mut self, run_id: &str, status: RunStatus) -> Result<(), StoreError> {
         self.write(true, |tx| {
+            move_run(tx, run_id, status)?;
             tx.execute(
                 "UPDATE runs SET status = ?2, ended_at = ?3 WHERE id = ?1",
                 params![run_id, status.as_str(), now_ms()],
@@ -487,6 +568,7 @@ impl RunLog for SqliteStore {
     ) -> Result<i64, StoreError> {
         let now = now_ms();
         self.write(false, |tx| {
+            move_step(tx, run_id, step, StepStatus::Running)?;
             tx.execute(
                 "INSERT INTO attempts (run_id, step, attempt, redelivered, outcome, started_at, log_stem)
                  VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6)",
@@ -517,18 +599,28 @@ impl RunLog for SqliteStore {
         let durable = matches!(update, StepUpdate::Succeeded | StepUpdate::Failed);
         let ended = to_millis(result.ended_at);
         self.write(durable, |tx| {
+            let (run_id, step, outcome): (String, String, String) = tx.query_row(
+                "SELECT run_id, step, outcome FROM attempts WHERE row = ?1",
+                [row],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )?;
+            let what = |e: &dyn std::fmt::Display| format!("attempt {row} of step `{step}`: {e}");
+            let from = AttemptState::parse(&outcome).map_err(|e| bad_row("attempts", &run_id, what(&e)))?;
+            let to = result.outcome.state();
+            if !from.can_move_to(to) {
+                let e = format!("cannot go from {} to {}", from.as_str(), to.as_str());
+                return Err(bad_row("attempts", &run_id, what(&e)));
+            }
+            move_step(tx, &run_id, &step, update.status())?;
             tx.execute(
                 "UPDATE attempts SET outcome = ?2, ended_at = ?3, exit_code = ?4, signal = ?5, error = ?6 WHERE row = ?1",
                 params![row, result.outcome.as_str(), ended, result.exit_code, result.signal, result.error.as_ref().map(error_json)],
             )?;
-            let (run_id, step): (String, String) =
-                tx.query_row("SELECT run_id, step FROM attempts WHERE row = ?1", [row], |r| Ok((r.get(0)?, r.get(1)?)))?;
             let used = i64::from(result.outcome != AttemptOutcome::Cancelled);
-            let (state, next, wake) = match update {
-                StepUpdate::Succeeded => ("succeeded", None, None),
-                StepUpdate::Failed => ("failed", None, None),
-                StepUpdate::Waiting { next_attempt, wake_at } => ("waiting", Some(*next_attempt), Some(to_millis(*wake_at))),
-                StepUpdate::Pending => ("pending", None, None),
+            let state = update.status().as_str();
+            let (next, wake) = match update {
+                StepUpdate::Waiting { next_attempt, wake_at } => (Some(*next_attempt), Some(to_millis(*wake_at))),
+                StepUpdate::Succeeded | StepUpdate::Failed | StepUpdate::Pending => (None, None),
             };
             let ended_at = durable.then_some(ended);
             tx.execute(
@@ -543,6 +635,7 @@ impl RunLog for SqliteStore {
 
     fn run_finished(&mut self, run_id: &str, status: RunStatus, failed_step: Option<&str>) -> Result<(), StoreError> {
         self.write(true, |tx| {
+            move_run(tx, run_id, status)?;
             tx.execute(
                 "UPDATE runs SET status = ?2, ended_at = ?3, failed_step = ?4 WHERE id = ?1",
                 params![run_id, status.as_str(), now_ms(), failed_step],
@@ -611,5 +704,29 @@ mod tests {
         let b = &store.steps(&run.id).unwrap()[1];
         assert_eq!((b.state.clone(), b.attempts_used, b.budget_base), (StepState::Pending, 2, 2));
         assert_eq!(store.attempts(&run.id, Some("b")).unwrap().len(), 3);
+    }
+
+    #[test]
+    fn an_illegal_move_is_refused_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (flow, _) =
+            crate::flow::parse("name = 'f'\n[[step]]\nname = 'a'\nrun = ['true']\n", &dir.path().join("f.toml"))
+                .unwrap();
+        let mut store = SqliteStore::open(dir.path()).unwrap();
+        let run = store.create_run(&flow, "hash").unwrap();
+        let row = store.attempt_starting(&run.id, "a", 1, false, &dir.path().join("x")).unwrap();
+        store.attempt_finished(row, &result(AttemptOutcome::Succeeded), &StepUpdate::Succeeded).unwrap();
+        let err = store.attempt_starting(&run.id, "a", 2, false, &dir.path().join("x")).unwrap_err();
+        assert!(
+            matches!(&err, StoreError::BadState { table: "steps", what, .. } if what == "step `a` cannot go from succeeded to running"),
+            "{err}"
+        );
+        let err = store.attempt_finished(row, &result(AttemptOutcome::Failed), &StepUpdate::Failed).unwrap_err();
+        assert!(matches!(&err, StoreError::BadState { table: "attempts", .. }), "{err}");
+        store.run_finished(&run.id, RunStatus::Succeeded, None).unwrap();
+        assert!(matches!(store.set_status(&run.id, RunStatus::Abandoned), Err(StoreError::BadState { .. })));
+        assert_eq!(store.run(&run.id).unwrap().status, RunStatus::Succeeded);
+        assert_eq!(store.steps(&run.id).unwrap()[0].state, StepState::Succeeded);
+        assert_eq!(store.attempts(&run.id, None).unwrap().len(), 1);
     }
 }

@@ -1,0 +1,237 @@
+//! The one model of state: what a run, a step and an attempt can be, the names they are stored
+//! under, and the moves between them that are legal. The runner reads states through it, the
+//! store checks every write against [`can_move_to`](RunStatus::can_move_to), and `status` prints
+//! their names. A stored name this binary does not know is an [`UnknownState`], never a default.
+
+use serde::{Deserialize, Serialize};
+use std::time::SystemTime;
+
+/// A stored state name this binary does not know: the database is corrupt, or a newer waymark
+/// wrote it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {kind} state `{value}`")]
+pub struct UnknownState {
+    pub kind: &'static str,
+    pub value: String,
+}
+
+/// Where a run stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Running,
+    Succeeded,
+    Failed,
+    Interrupted,
+    Abandoned,
+}
+
+impl RunStatus {
+    const ALL: [RunStatus; 5] = [Self::Running, Self::Succeeded, Self::Failed, Self::Interrupted, Self::Abandoned];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::Interrupted => "interrupted",
+            RunStatus::Abandoned => "abandoned",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<RunStatus, UnknownState> {
+        Self::ALL.into_iter().find(|r| r.as_str() == s).ok_or_else(|| UnknownState { kind: "run", value: s.into() })
+    }
+
+    /// Whether a run in this status may be given `to`. A running run may be claimed again (its
+    /// runner died); an interrupted or failed one may be resumed; an unfinished one abandoned.
+    /// Succeeded and abandoned runs are final.
+    pub fn can_move_to(self, to: RunStatus) -> bool {
+        use RunStatus::*;
+        match self {
+            Running => true,
+            Interrupted => matches!(to, Running | Abandoned),
+            Failed => to == Running,
+            Succeeded | Abandoned => false,
+        }
+    }
+}
+
+/// A step's state as stored, without its data (see [`StepState`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepStatus {
+    Pending,
+    Running,
+    Waiting,
+    Succeeded,
+    Failed,
+}
+
+impl StepStatus {
+    const ALL: [StepStatus; 5] = [Self::Pending, Self::Running, Self::Waiting, Self::Succeeded, Self::Failed];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepStatus::Pending => "pending",
+            StepStatus::Running => "running",
+            StepStatus::Waiting => "waiting",
+            StepStatus::Succeeded => "succeeded",
+            StepStatus::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<StepStatus, UnknownState> {
+        Self::ALL.into_iter().find(|r| r.as_str() == s).ok_or_else(|| UnknownState { kind: "step", value: s.into() })
+    }
+
+    /// Whether a step in this state may move to `to`. An attempt starts from pending or waiting,
+    /// or again from running (an attempt redelivered after its runner died); it ends in
+    /// succeeded, failed, waiting (a retry) or pending (cancelled). A failed step is reopened
+    /// (pending) by `waymark resume`. Succeeded is final.
+    pub fn can_move_to(self, to: StepStatus) -> bool {
+        use StepStatus::*;
+        match self {
+            Pending | Waiting => to == Running,
+            Running => true,
+            Failed => to == Pending,
+            Succeeded => false,
+        }
+    }
+}
+
+/// Where a step stands, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepState {
+    Pending,
+    Succeeded,
+    Failed,
+    /// A retry waits until `wake_at`.
+    Waiting {
+        next_attempt: u32,
+        wake_at: SystemTime,
+    },
+    /// An attempt was running when its runner stopped.
+    InFlight {
+        attempt: u32,
+        /// The attempt's row: with the run id, its `WAYMARK_ATTEMPT_ID`.
+        row: i64,
+        pid: Option<u32>,
+        proc_start: Option<u64>,
+    },
+}
+
+impl StepState {
+    pub fn status(&self) -> StepStatus {
+        match self {
+            StepState::Pending => StepStatus::Pending,
+            StepState::Succeeded => StepStatus::Succeeded,
+            StepState::Failed => StepStatus::Failed,
+            StepState::Waiting { .. } => StepStatus::Waiting,
+            StepState::InFlight { .. } => StepStatus::Running,
+        }
+    }
+}
+
+/// How an attempt ended, as the executor reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptOutcome {
+    Succeeded,
+    Failed,
+    /// Stopped by a signal to the runner; does not use up the attempt.
+    Cancelled,
+}
+
+impl AttemptOutcome {
+    pub fn as_str(self) -> &'static str {
+        self.state().as_str()
+    }
+
+    /// The stored state of an attempt that ended so.
+    pub fn state(self) -> AttemptState {
+        match self {
+            AttemptOutcome::Succeeded => AttemptState::Succeeded,
+            AttemptOutcome::Failed => AttemptState::Failed,
+            AttemptOutcome::Cancelled => AttemptState::Cancelled,
+        }
+    }
+}
+
+/// An attempt's state as stored: running until it ends, then how it ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptState {
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+    /// Its runner died while it ran (recorded when the run is claimed again).
+    RunnerLost,
+}
+
+impl AttemptState {
+    const ALL: [AttemptState; 5] = [Self::Running, Self::Succeeded, Self::Failed, Self::Cancelled, Self::RunnerLost];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptState::Running => "running",
+            AttemptState::Succeeded => "succeeded",
+            AttemptState::Failed => "failed",
+            AttemptState::Cancelled => "cancelled",
+            AttemptState::RunnerLost => "runner_lost",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<AttemptState, UnknownState> {
+        Self::ALL.into_iter().find(|r| r.as_str() == s).ok_or_else(|| UnknownState { kind: "attempt", value: s.into() })
+    }
+
+    /// Only a running attempt ends, and only once.
+    pub fn can_move_to(self, to: AttemptState) -> bool {
+        self == AttemptState::Running && to != AttemptState::Running
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_state_round_trips_through_its_stored_name() {
+        for s in RunStatus::ALL {
+            assert_eq!(RunStatus::parse(s.as_str()), Ok(s));
+        }
+        for s in StepStatus::ALL {
+            assert_eq!(StepStatus::parse(s.as_str()), Ok(s));
+        }
+        for s in AttemptState::ALL {
+            assert_eq!(AttemptState::parse(s.as_str()), Ok(s));
+        }
+    }
+
+    #[test]
+    fn unknown_names_are_errors_not_defaults() {
+        assert_eq!(RunStatus::parse("paused").unwrap_err().to_string(), "unknown run state `paused`");
+        assert_eq!(StepStatus::parse("skipped").unwrap_err().to_string(), "unknown step state `skipped`");
+        assert_eq!(AttemptState::parse("").unwrap_err().to_string(), "unknown attempt state ``");
+        assert!(RunStatus::parse("Running").is_err(), "names are exact");
+    }
+
+    #[test]
+    fn final_states_stay_final() {
+        use StepStatus as S;
+        for to in StepStatus::ALL {
+            assert!(!S::Succeeded.can_move_to(to), "succeeded -> {to:?}");
+        }
+        assert!(S::Failed.can_move_to(S::Pending));
+        assert!(!S::Failed.can_move_to(S::Running), "a failed step is reopened before it runs");
+        assert!(S::Running.can_move_to(S::Running), "redelivery");
+        assert!(!S::Pending.can_move_to(S::Succeeded), "a step succeeds only through an attempt");
+        for to in RunStatus::ALL {
+            assert!(!RunStatus::Succeeded.can_move_to(to));
+            assert!(!RunStatus::Abandoned.can_move_to(to));
+        }
+        assert!(RunStatus::Interrupted.can_move_to(RunStatus::Running));
+        assert!(!RunStatus::Failed.can_move_to(RunStatus::Abandoned));
+        assert!(AttemptState::Running.can_move_to(AttemptState::RunnerLost));
+        assert!(!AttemptState::Failed.can_move_to(AttemptState::Succeeded));
+    }
+}
