@@ -14,6 +14,7 @@ pub type StrMap = BTreeMap<Str, Str>;
 #[serde(deny_unknown_fields)]
 pub struct RawFlow {
     pub name: Option<Str>,
+    pub resume_within: Option<Spanned<RawDuration>>,
     #[serde(default)]
     pub env: StrMap,
     pub defaults: Option<RawDefaults>,
