@@ -37,7 +37,7 @@ pub fn run(state_flag: Option<&Path>, flow_path: &Path, fresh: bool, wait: bool,
                 "waymark: abandoned unfinished run {} of flow `{name}`: it started {} ago, longer than \
                  resume_within = {} in {}; starting a new run (`waymark resume {}` would still resume it)",
                 old.id,
-                humantime::format_duration(age(&old)),
+                humantime::format_duration(readable(age(&old))),
                 humantime::format_duration(limit),
                 flow_path.display(),
                 old.id
@@ -86,6 +86,11 @@ fn abandon(store: &mut dyn Store, old: &RunRecord) -> Result<(), CliError> {
 fn age(run: &RunRecord) -> std::time::Duration {
     let age = std::time::SystemTime::now().duration_since(run.started_at).unwrap_or_default();
     std::time::Duration::from_millis(u64::try_from(age.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// A run's age for a message: whole seconds, or milliseconds under a second.
+fn readable(age: std::time::Duration) -> std::time::Duration {
+    if age.as_secs() > 0 { std::time::Duration::from_secs(age.as_secs()) } else { age }
 }
 
 /// The flow's `resume_within` if `run` started longer ago than that.

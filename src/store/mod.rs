@@ -354,3 +354,35 @@ fn create_dir_following(dir: &std::path::Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::FlowKey;
+    use std::path::Path;
+
+    #[test]
+    fn lock_file_names_stay_within_name_max_and_never_meet() {
+        assert_eq!(FlowKey::named("nightly").lock_file_name(), "nightly.lock");
+        assert_eq!(FlowKey::named(&"n".repeat(250)).lock_file_name().len(), 255);
+        let a = FlowKey::path(Path::new("/srv/app1/nightly.toml")).lock_file_name();
+        let b = FlowKey::path(Path::new("/srv/app2/nightly.toml")).lock_file_name();
+        assert_ne!(a, b);
+        assert!(a.starts_with("nightly@") && a.ends_with(".lock"), "{a}");
+        assert_eq!(a, FlowKey::path(Path::new("/srv/app1/nightly.toml")).lock_file_name(), "stable");
+        // A path of any length, with a long stem, still makes a short name.
+        let long = format!("/{}/{}.toml", "d".repeat(4000), "s".repeat(250));
+        let name = FlowKey::path(Path::new(&long)).lock_file_name();
+        assert_eq!(name.len(), 64 + 1 + 32 + 5, "{name}");
+        // `@` is not allowed in a flow name, so a named lock never takes a file's.
+        assert!(!FlowKey::named("nightly").lock_file_name().contains('@'));
+    }
+
+    #[test]
+    fn keys_round_trip_and_unknown_text_is_refused() {
+        let key = FlowKey::path(Path::new("/a/b.toml"));
+        assert_eq!(FlowKey::parse(key.as_str()), Some(key.clone()));
+        assert_eq!(key.file(), Some("/a/b.toml"));
+        assert_eq!(FlowKey::named("x").file(), None);
+        assert_eq!(FlowKey::parse("nightly"), None);
+    }
+}
