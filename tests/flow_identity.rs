@@ -346,3 +346,38 @@ fn runs_recorded_by_schema_1_are_read_and_resumed() {
         .collect();
     assert_eq!(statuses, ["succeeded", "succeeded"]);
 }
+
+#[test]
+fn a_run_under_another_key_of_the_same_file_is_named_not_resumed() {
+    // Schema 1 cannot tell a declared name equal to the file's stem from the default name: such a
+    // run is migrated as the file's. `waymark run` of the named flow starts anew and says how to
+    // resume the old one.
+    let env = Env::new();
+    env.write("same.toml", STALE.replace("resume_within = \"1h\"\n", "name = \"same\"\n").as_str());
+    let runner = env.spawn(&["run", "same.toml"]);
+    wait_until("step b to start", || env.path("ready").exists());
+    kill(runner.id(), "KILL");
+    finish(runner);
+    let old = json(&env, &["history", "--json"])[0]["id"].as_str().unwrap().to_owned();
+    downgrade_to_schema_1(&env);
+
+    std::fs::write(env.path("go"), "").unwrap();
+    let out = env.cmd(&["run", "same.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let path = std::fs::canonicalize(env.path("same.toml")).unwrap();
+    assert_eq!(
+        normalise(&stderr(&out), &[&old]).lines().next(),
+        Some(
+            format!(
+                "waymark: unfinished run ID of {} belongs to the file itself (no `name` key), not to this flow (its \
+                 `name` key changed since, or the run predates flow identity), so it is not resumed; `waymark resume \
+                 ID` resumes it",
+                path.display()
+            )
+            .as_str()
+        )
+    );
+    let out = env.cmd(&["resume", &old]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!((env.count("a.log"), env.count("b.log")), (2, 3));
+}

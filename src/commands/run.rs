@@ -66,9 +66,34 @@ pub fn run(state_flag: Option<&Path>, flow_path: &Path, fresh: bool, wait: bool,
             store.claim(&old.id)?;
             (old, true)
         }
-        None => (store.create_run(&loaded.flow, &hash)?, false),
+        None => {
+            mention_runs_of_this_file_under_another_key(store.as_ref(), &loaded.flow.path, &key)?;
+            (store.create_run(&loaded.flow, &hash)?, false)
+        }
     };
     execute(state, store, lock, signals, &record, resumed, quiet)
+}
+
+/// Say so when this file has an unfinished run that belongs to another key (the file's `name` key
+/// was added, removed or changed since, or the run was recorded before flow identity with a name
+/// equal to the file's stem): `waymark run` does not resume it, `waymark resume ID` does.
+fn mention_runs_of_this_file_under_another_key(store: &dyn Store, path: &Path, key: &FlowKey) -> Result<(), CliError> {
+    let runs = store.list_runs(crate::store::RunFilter::File(path), 50)?;
+    let unfinished = |r: &&RunRecord| matches!(r.status, RunStatus::Running | RunStatus::Interrupted);
+    if let Some(old) = runs.iter().filter(unfinished).find(|r| r.key != *key) {
+        let owner = match old.key.file() {
+            Some(_) => "to the file itself (no `name` key)".to_owned(),
+            None => format!("to the flow name `{}`", old.flow),
+        };
+        note!(
+            "waymark: unfinished run {} of {} belongs {owner}, not to this flow (its `name` key changed since, or \
+             the run predates flow identity), so it is not resumed; `waymark resume {}` resumes it",
+            old.id,
+            path.display(),
+            old.id
+        );
+    }
+    Ok(())
 }
 
 /// Abandon an unfinished run: its dead runner's attempts must not go on beside the new run.
