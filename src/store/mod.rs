@@ -108,8 +108,13 @@ impl FlowKey {
     /// with the stem cut to 64 bytes and a 128-bit hash of the whole path. `@` is not allowed in a
     /// flow name, so the two kinds never meet.
     pub fn lock_file_name(&self) -> String {
+        let safe = |c: char| c.is_ascii_alphanumeric() || "_.-".contains(c);
         if let Some(name) = self.0.strip_prefix(Self::NAMED) {
-            return format!("{name}.lock");
+            // A loaded flow's name always qualifies; a key read from an edited database might not,
+            // and never becomes a path (`../x`) under `locks/`.
+            if !name.is_empty() && name.len() <= 250 && name.chars().all(safe) {
+                return format!("{name}.lock");
+            }
         }
         let path = std::path::Path::new(self.file().unwrap_or_default());
         let stem: String = path
@@ -117,7 +122,7 @@ impl FlowKey {
             .map(|s| s.to_string_lossy())
             .unwrap_or_default()
             .chars()
-            .filter(|c| c.is_ascii_alphanumeric() || "_.-".contains(*c))
+            .filter(|c| safe(*c))
             .take(64)
             .collect();
         format!("{stem}@{:032x}.lock", fnv1a_128(self.0.as_bytes()))
@@ -375,6 +380,9 @@ mod tests {
         assert_eq!(name.len(), 64 + 1 + 32 + 5, "{name}");
         // `@` is not allowed in a flow name, so a named lock never takes a file's.
         assert!(!FlowKey::named("nightly").lock_file_name().contains('@'));
+        // A name that could not come from a flow file (an edited database) is hashed, never a path.
+        let odd = FlowKey::parse("named:../../x").unwrap().lock_file_name();
+        assert!(odd.starts_with('@') && !odd.contains('/'), "{odd}");
     }
 
     #[test]
