@@ -25,7 +25,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run a flow, resuming its interrupted run if there is one
+    /// Run a flow, resuming its interrupted run if there is one (and not older than its `resume_within`)
     #[command(
         after_help = "Examples:\n  waymark run flow.toml\n  waymark run --fresh flow.toml     abandon an unfinished run and start over\n  waymark run --wait flow.toml      wait for a runner of the same flow to finish first"
     )]
@@ -61,10 +61,11 @@ pub enum Command {
     },
     /// List runs, newest first
     #[command(
-        after_help = "Examples:\n  waymark history\n  waymark history nightly --limit 5\n  waymark history --json | jq '.[0].status'"
+        after_help = "Examples:\n  waymark history\n  waymark history nightly --limit 5\n  waymark history /srv/app1/nightly.toml\n  waymark history --json | jq '.[0].status'"
     )]
     History {
-        /// Only runs of this flow (its name)
+        /// Only runs of this flow: its file's path, or its name (a name that several flows have
+        /// is refused with the list of them)
         flow: Option<String>,
         /// How many runs to show
         #[arg(long, default_value_t = 20)]
@@ -75,10 +76,10 @@ pub enum Command {
     },
     /// Show a run step by step: state, attempts, last error, next retry
     #[command(
-        after_help = "Examples:\n  waymark status                the newest run\n  waymark status nightly        the newest run of flow `nightly`\n  waymark status 4k2m9xq1 --json"
+        after_help = "Examples:\n  waymark status                the newest run\n  waymark status nightly        the newest run of flow `nightly`\n  waymark status app1/nightly.toml\n  waymark status 4k2m9xq1 --json"
     )]
     Status {
-        /// A run id or a flow name [default: the newest run]
+        /// A run id, a flow file's path or a flow name [default: the newest run]
         target: Option<String>,
         /// Print JSON
         #[arg(long)]

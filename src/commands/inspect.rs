@@ -4,7 +4,7 @@ use super::{CliError, EXIT_OK, open_store, read_store};
 use crate::cli::StreamArg;
 use crate::flow::Flow;
 use crate::store::lock::FlowLock;
-use crate::store::{RunRecord, RunStatus, StepState, Store, StoreError};
+use crate::store::{FlowKey, RunFilter, RunRecord, RunStatus, StepState, Store, StoreError};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -27,13 +27,66 @@ fn print_json(v: &Value) -> Result<(), CliError> {
     super::output::print(serde_json::to_string_pretty(v).unwrap_or_default() + "\n")
 }
 
+/// A flow as the user named it on the command line.
+enum Chosen {
+    /// A flow file's path (canonical): the runs started from that file.
+    File(std::path::PathBuf),
+    /// The one flow a name stands for.
+    Key(FlowKey),
+    /// A name no run has.
+    Unknown,
+}
+
+impl Chosen {
+    fn filter<'a>(&'a self, name: &'a str) -> RunFilter<'a> {
+        match self {
+            Chosen::File(path) => RunFilter::File(path),
+            Chosen::Key(key) => RunFilter::Key(key),
+            Chosen::Unknown => RunFilter::Name(name),
+        }
+    }
+}
+
+/// What a flow argument means: a path when it holds a `/` or names an existing file, else a flow
+/// name. A name that several flows have (same-stem files in different directories, or a declared
+/// name that is also a file's stem) is refused with the list of them, never guessed.
+fn choose_flow(store: &dyn Store, arg: &str) -> Result<Chosen, CliError> {
+    let path = Path::new(arg);
+    if arg.contains('/') || path.is_file() {
+        let canonical = std::fs::canonicalize(path).or_else(|_| std::path::absolute(path));
+        let canonical =
+            canonical.map_err(|e| CliError::Usage(format!("cannot resolve the flow file path `{arg}`: {e}")))?;
+        return Ok(Chosen::File(canonical));
+    }
+    let flows = store.flows(RunFilter::Name(arg))?;
+    match flows.len() {
+        0 => Ok(Chosen::Unknown),
+        1 => Ok(Chosen::Key(flows.into_iter().next().map(|(k, _)| k).expect("one"))),
+        n => {
+            let mut message =
+                format!("{n} flows are named `{arg}`; name one by its flow file's path (or give a run id) instead:");
+            for (key, path) in &flows {
+                match key.file() {
+                    Some(file) => message.push_str(&format!("\n  {file}")),
+                    None => message.push_str(&format!("\n  {} (declares `name = \"{arg}\"`)", path.display())),
+                }
+            }
+            Err(CliError::Usage(message))
+        }
+    }
+}
+
 pub fn history(state: &Path, flow: Option<&str>, limit: usize, json: bool) -> Result<i32, CliError> {
     if limit == 0 {
         return Err(CliError::Usage(
             "`--limit 0` would show no runs; give a limit of 1 or more (the default is 20)".into(),
         ));
     }
-    let runs = read_store(state)?.list_runs(flow, limit)?;
+    let store = read_store(state)?;
+    let runs = match flow {
+        None => store.list_runs(RunFilter::All, limit)?,
+        Some(f) => store.list_runs(choose_flow(store.as_ref(), f)?.filter(f), limit)?,
+    };
     if json {
         let rows: Vec<Value> = runs
             .iter()
@@ -71,20 +124,29 @@ pub fn history(state: &Path, flow: Option<&str>, limit: usize, json: bool) -> Re
     Ok(EXIT_OK)
 }
 
-/// A run by id, or the newest run of a flow, or the newest run of all.
+/// A run by id, or the newest run of a flow (by file path or name), or the newest run of all.
 fn find_run(store: &dyn Store, target: Option<&str>) -> Result<RunRecord, CliError> {
     match target {
         Some(t) => match store.run(t) {
             Ok(r) => Ok(r),
-            Err(StoreError::NoSuchRun(_)) => store.list_runs(Some(t), 1)?.into_iter().next().ok_or_else(|| {
-                CliError::Usage(format!(
-                    "no run with id `{t}` and no runs of a flow named `{t}`; `waymark history` lists the runs"
-                ))
-            }),
+            Err(StoreError::NoSuchRun(_)) => {
+                let chosen = choose_flow(store, t)?;
+                store.list_runs(chosen.filter(t), 1)?.into_iter().next().ok_or_else(|| {
+                    CliError::Usage(match chosen {
+                        Chosen::File(path) => format!(
+                            "no runs of the flow file {}; `waymark run {t}` starts one, `waymark history` lists the runs",
+                            path.display()
+                        ),
+                        _ => format!(
+                            "no run with id `{t}` and no runs of a flow named `{t}`; `waymark history` lists the runs"
+                        ),
+                    })
+                })
+            }
             Err(e) => Err(e.into()),
         },
         None => store
-            .list_runs(None, 1)?
+            .list_runs(RunFilter::All, 1)?
             .into_iter()
             .next()
             .ok_or_else(|| CliError::Usage("there are no runs yet; start one with `waymark run FLOW`".into())),
@@ -100,7 +162,7 @@ pub fn status(state: &Path, target: Option<&str>, json: bool) -> Result<i32, Cli
         crate::store::record::RunDefinition::parse(&run.definition).and_then(|d| d.into_flow()).ok();
     let steps = store.steps(&run.id)?;
     // A run recorded as running whose runner is gone (killed, or the machine rebooted).
-    let orphaned = run.status == RunStatus::Running && !FlowLock::is_held(state, &run.flow);
+    let orphaned = run.status == RunStatus::Running && !FlowLock::is_held(state, &run.key);
     let allowed =
         |name: &str| flow.as_ref().and_then(|f| f.steps.iter().find(|s| s.name == name)).map(|s| s.retry.attempts);
     let rows: Vec<Value> = steps
@@ -231,13 +293,13 @@ pub fn gc(state: &Path, older_than: Duration) -> Result<i32, CliError> {
     let mut store = open_store(state)?;
     let cutoff = SystemTime::now().checked_sub(older_than).unwrap_or(SystemTime::UNIX_EPOCH);
     let candidates = store.finished_before(cutoff)?;
-    let mut flows: Vec<&str> = candidates.iter().map(|r| r.flow.as_str()).collect();
+    let mut flows: Vec<(&FlowKey, &str)> = candidates.iter().map(|r| (&r.key, r.flow.as_str())).collect();
     flows.sort_unstable();
-    flows.dedup();
+    flows.dedup_by_key(|(key, _)| *key);
     let mut deleted = 0usize;
-    for flow in flows {
-        let runs = candidates.iter().filter(|r| r.flow == flow);
-        let Some(lock) = FlowLock::try_acquire_for_gc(state, flow).map_err(CliError::Locked)? else {
+    for (key, flow) in flows {
+        let runs = candidates.iter().filter(|r| r.key == *key);
+        let Some(lock) = FlowLock::try_acquire_for_gc(state, key).map_err(CliError::Locked)? else {
             let n = runs.count();
             note!("waymark: kept {n} finished run(s) of flow `{flow}`: a runner holds its lock; run gc again later");
             continue;

@@ -6,7 +6,7 @@ use crate::flow::{self, Flow};
 use crate::reporter::PlainReporter;
 use crate::store::lock::FlowLock;
 use crate::store::record::RunDefinition;
-use crate::store::{RunRecord, RunStatus, StepRecord, Store, StoreError, create_private_dir};
+use crate::store::{FlowKey, RunRecord, RunStatus, StepRecord, Store, StoreError, create_private_dir};
 use anyhow::Context;
 use std::path::Path;
 use std::sync::Arc;
@@ -17,27 +17,40 @@ pub fn run(state_flag: Option<&Path>, flow_path: &Path, fresh: bool, wait: bool,
     print_warnings(&loaded, &flow_path.display().to_string());
     let state = &super::state_dir(state_flag)?;
     let name = loaded.flow.name.clone();
-    let lock = FlowLock::acquire(state, &name, wait).map_err(CliError::Locked)?;
+    // Runs, the lock and resume belong to the flow's key: its declared name, else its file.
+    let key = FlowKey::of(&loaded.flow);
+    let lock = FlowLock::acquire(state, &key, &name, wait).map_err(CliError::Locked)?;
     let signals = listen_for_signals()?;
     let mut store = open_store(state)?;
     let hash = source_hash(&loaded.source);
-    let (record, resumed) = match store.find_resumable(&name)? {
+    let found = store.find_resumable(&key)?;
+    let stale = found.as_ref().and_then(|old| too_old(old, loaded.flow.resume_within));
+    let (record, resumed) = match found {
         Some(old) if fresh => {
-            // The dead runner's attempt must not go on beside the new run.
-            for step in store.steps(&old.id)? {
-                if let Some(message) = kill_leftovers(&old.id, &step).map_err(exec_error)? {
-                    note!("waymark: warning: {}: {message}", step.name);
-                }
-            }
-            store.set_status(&old.id, RunStatus::Abandoned)?;
+            abandon(store.as_mut(), &old)?;
             note!("waymark: abandoned unfinished run {}", old.id);
+            (store.create_run(&loaded.flow, &hash)?, false)
+        }
+        Some(old) if stale.is_some() => {
+            let limit = stale.unwrap_or_default();
+            abandon(store.as_mut(), &old)?;
+            note!(
+                "waymark: abandoned unfinished run {} of flow `{name}`: it started {} ago, longer than \
+                 resume_within = {} in {}; starting a new run (`waymark resume {}` would still resume it)",
+                old.id,
+                humantime::format_duration(readable(age(&old))),
+                humantime::format_duration(limit),
+                flow_path.display(),
+                old.id
+            );
             (store.create_run(&loaded.flow, &hash)?, false)
         }
         Some(old) => {
             if old.flow_path != loaded.flow.path {
                 note!(
                     "waymark: run {} of flow `{name}` was started from {}; resuming it with the definition \
-                     recorded then (runs are found by flow name; use --fresh to start over with {})",
+                     recorded then (files that declare the same `name` share runs; use --fresh to start over \
+                     with {})",
                     old.id,
                     old.flow_path.display(),
                     flow_path.display()
@@ -54,15 +67,68 @@ pub fn run(state_flag: Option<&Path>, flow_path: &Path, fresh: bool, wait: bool,
             store.claim(&old.id)?;
             (old, true)
         }
-        None => (store.create_run(&loaded.flow, &hash)?, false),
+        None => {
+            mention_runs_of_this_file_under_another_key(store.as_ref(), &loaded.flow.path, &key)?;
+            (store.create_run(&loaded.flow, &hash)?, false)
+        }
     };
     execute(state, store, lock, signals, &record, resumed, quiet)
 }
 
+/// Say so when this file has an unfinished run that belongs to another key (the file's `name` key
+/// was added, removed or changed since, or the run was recorded before flow identity with a name
+/// equal to the file's stem): `waymark run` does not resume it, `waymark resume ID` does.
+fn mention_runs_of_this_file_under_another_key(store: &dyn Store, path: &Path, key: &FlowKey) -> Result<(), CliError> {
+    let runs = store.list_runs(crate::store::RunFilter::File(path), 50)?;
+    let unfinished = |r: &&RunRecord| matches!(r.status, RunStatus::Running | RunStatus::Interrupted);
+    if let Some(old) = runs.iter().filter(unfinished).find(|r| r.key != *key) {
+        let owner = match old.key.file() {
+            Some(_) => "to the file itself (no `name` key)".to_owned(),
+            None => format!("to the flow name `{}`", old.flow),
+        };
+        note!(
+            "waymark: unfinished run {} of {} belongs {owner}, not to this flow (its `name` key changed since, or \
+             the run predates flow identity), so it is not resumed; `waymark resume {}` resumes it",
+            old.id,
+            path.display(),
+            old.id
+        );
+    }
+    Ok(())
+}
+
+/// Abandon an unfinished run: its dead runner's attempts must not go on beside the new run.
+fn abandon(store: &mut dyn Store, old: &RunRecord) -> Result<(), CliError> {
+    for step in store.steps(&old.id)? {
+        if let Some(message) = kill_leftovers(&old.id, &step).map_err(exec_error)? {
+            note!("waymark: warning: {}: {message}", step.name);
+        }
+    }
+    store.set_status(&old.id, RunStatus::Abandoned)?;
+    Ok(())
+}
+
+/// How long ago a run started (whole milliseconds).
+fn age(run: &RunRecord) -> std::time::Duration {
+    let age = std::time::SystemTime::now().duration_since(run.started_at).unwrap_or_default();
+    std::time::Duration::from_millis(u64::try_from(age.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// A run's age for a message: whole seconds, or milliseconds under a second.
+fn readable(age: std::time::Duration) -> std::time::Duration {
+    if age.as_secs() > 0 { std::time::Duration::from_secs(age.as_secs()) } else { age }
+}
+
+/// The flow's `resume_within` if `run` started longer ago than that.
+fn too_old(run: &RunRecord, limit: Option<std::time::Duration>) -> Option<std::time::Duration> {
+    limit.filter(|limit| age(run) > *limit)
+}
+
 pub fn resume(state: &Path, run_id: &str, wait: bool, quiet: bool) -> Result<i32, CliError> {
     let mut store = open_store(state)?;
-    let flow = store.run(run_id)?.flow;
-    let lock = FlowLock::acquire(state, &flow, wait).map_err(CliError::Locked)?;
+    // The run's own key, whichever file started it; `resume_within` does not apply here.
+    let run = store.run(run_id)?;
+    let lock = FlowLock::acquire(state, &run.key, &run.flow, wait).map_err(CliError::Locked)?;
     let signals = listen_for_signals()?;
     // Decide only under the lock, on one snapshot of the run and its steps: a runner we waited
     // for may have changed it, and `waymark gc` may have deleted it before we held the lock (gc

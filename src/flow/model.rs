@@ -12,8 +12,15 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Flow {
     pub name: String,
+    /// Whether the file declares `name`: then files of the same name share runs, else the flow
+    /// is its file (see [`crate::store::FlowKey`]).
+    #[serde(default)]
+    pub name_declared: bool,
     /// The flow file, absolute.
     pub path: PathBuf,
+    /// How old an unfinished run may be and still be resumed by `waymark run`.
+    #[serde(default)]
+    pub resume_within: Option<Duration>,
     pub env: BTreeMap<String, String>,
     pub classes: ClassTree,
     pub exit_codes: ExitCodes,

@@ -22,7 +22,8 @@ pub type Str = Spanned<String>;
 pub type StrMap = BTreeMap<Str, Str>;
 
 /// The keys of the top level, in the order the README lists them.
-pub const FLOW_KEYS: [&str; 7] = ["name", "env", "defaults", "policies", "errors", "exit_codes", "step"];
+pub const FLOW_KEYS: [&str; 8] =
+    ["name", "resume_within", "env", "defaults", "policies", "errors", "exit_codes", "step"];
 /// The keys of `[defaults]`.
 pub const DEFAULTS_KEYS: [&str; 5] = ["timeout", "retry", "kill_signal", "kill_grace", "detect_errors"];
 /// The keys of a `[[step]]`.
@@ -48,6 +49,7 @@ const DURATION_HELP: &str = "write seconds as a number (`90`, `0.5`) or a string
 #[derive(Debug, Default)]
 pub struct RawFlow {
     pub name: Option<Str>,
+    pub resume_within: Option<Spanned<RawDuration>>,
     pub env: StrMap,
     pub defaults: Option<RawDefaults>,
     pub policies: BTreeMap<Str, Spanned<RawPolicy>>,
@@ -312,6 +314,7 @@ impl Reader<'_> {
                         raw.bad.push("name");
                     }
                 }
+                "resume_within" => raw.resume_within = self.duration(value, &path),
                 "env" => raw.env = self.string_map(value, &path, "write `env = { NAME = \"value\" }`"),
                 "defaults" => {
                     raw.defaults = self

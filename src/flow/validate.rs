@@ -126,6 +126,7 @@ impl Validator<'_> {
                 stem
             }
         };
+        let resume_within = raw.resume_within.as_ref().and_then(|d| self.duration(d, false));
         let classes = self.classes(&raw.errors);
         let exit_codes = self.exit_codes(&raw.exit_codes, &classes);
         let env = self.env(&raw.env);
@@ -163,7 +164,16 @@ impl Validator<'_> {
                 ),
             );
         }
-        Flow { name, path: path.to_owned(), env, classes, exit_codes, steps }
+        Flow {
+            name,
+            name_declared: raw.name.is_some(),
+            path: path.to_owned(),
+            resume_within,
+            env,
+            classes,
+            exit_codes,
+            steps,
+        }
     }
 
     fn classes(&mut self, errors: &BTreeMap<Str, Spanned<Vec<Str>>>) -> ClassTree {

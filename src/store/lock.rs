@@ -1,6 +1,8 @@
-//! One runner per flow: an OS file lock per flow name, released by the kernel when the holder
+//! One runner per flow: an OS file lock per flow (per [`FlowKey`], named by
+//! [`FlowKey::lock_file_name`]), released by the kernel when the holder
 //! dies, so there are no stale pid files to clean up.
 
+use super::FlowKey;
 use super::statedir::{self, TrustError};
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
@@ -30,12 +32,12 @@ pub enum LockError {
     Untrusted(#[from] TrustError),
 }
 
-/// Open (creating it 0600) the lock file of `flow` in `state_dir`, without following a symlink:
+/// Open (creating it 0600) the lock file of flow `key` in `state_dir`, without following a symlink:
 /// the state directory is resolved, `locks` is opened relative to it and the file relative to
 /// `locks`, each with O_NOFOLLOW, and `locks` must be ours and writable by no one else.
-fn open_lock_file(state_dir: &Path, flow: &str, create: bool) -> Result<Option<File>, LockError> {
-    let dir = state_dir.join("locks");
-    let path = dir.join(format!("{flow}.lock"));
+fn open_lock_file(state_dir: &Path, key: &FlowKey, create: bool) -> Result<Option<File>, LockError> {
+    let name = key.lock_file_name();
+    let path = state_dir.join("locks").join(&name);
     let io = |source: std::io::Error| LockError::Io { path: path.clone(), source };
     let state = crate::fsutil::open_dir_nofollow(state_dir, false).map_err(io)?;
     let locks = if create {
@@ -49,7 +51,6 @@ fn open_lock_file(state_dir: &Path, flow: &str, create: bool) -> Result<Option<F
             Err(e) => return Err(io(e.into())),
         }
     };
-    let name = format!("{flow}.lock");
     // Only looking (`is_held`) opens it read-only, which works on a read-only state directory too.
     let flags = OFlag::O_NOFOLLOW
         | OFlag::O_CLOEXEC
@@ -66,11 +67,11 @@ fn open_lock_file(state_dir: &Path, flow: &str, create: bool) -> Result<Option<F
 }
 
 impl FlowLock {
-    /// Take the lock of `flow` in `state_dir`, waiting for it if `wait`.
-    pub fn acquire(state_dir: &Path, flow: &str, wait: bool) -> Result<FlowLock, LockError> {
-        let path = state_dir.join("locks").join(format!("{flow}.lock"));
+    /// Take the lock of flow `key` (shown as `flow`) in `state_dir`, waiting for it if `wait`.
+    pub fn acquire(state_dir: &Path, key: &FlowKey, flow: &str, wait: bool) -> Result<FlowLock, LockError> {
+        let path = state_dir.join("locks").join(key.lock_file_name());
         let io = |source| LockError::Io { path: path.clone(), source };
-        let Some(mut file) = open_lock_file(state_dir, flow, true)? else { unreachable!("created") };
+        let Some(mut file) = open_lock_file(state_dir, key, true)? else { unreachable!("created") };
         // `waymark status` probes the lock with a momentary shared lock; try a few times before
         // concluding that a runner holds it.
         let mut result = file.try_lock();
@@ -104,12 +105,12 @@ impl FlowLock {
         Ok(lock)
     }
 
-    /// Take the lock of `flow` for `waymark gc` if no runner holds it (`None` if one does), so
+    /// Take the lock of flow `key` for `waymark gc` if no runner holds it (`None` if one does), so
     /// that gc never deletes a run that a runner holds or is about to hold.
-    pub fn try_acquire_for_gc(state_dir: &Path, flow: &str) -> Result<Option<FlowLock>, LockError> {
-        let path = state_dir.join("locks").join(format!("{flow}.lock"));
+    pub fn try_acquire_for_gc(state_dir: &Path, key: &FlowKey) -> Result<Option<FlowLock>, LockError> {
+        let path = state_dir.join("locks").join(key.lock_file_name());
         let not_found = || LockError::Io { path: path.clone(), source: std::io::ErrorKind::NotFound.into() };
-        let file = open_lock_file(state_dir, flow, true)?.ok_or_else(not_found)?;
+        let file = open_lock_file(state_dir, key, true)?.ok_or_else(not_found)?;
         match file.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => return Ok(None),
@@ -121,10 +122,10 @@ impl FlowLock {
         Ok(Some(lock))
     }
 
-    /// Whether a live runner holds the lock of `flow` (checked without creating or following
+    /// Whether a live runner holds the lock of flow `key` (checked without creating or following
     /// anything).
-    pub fn is_held(state_dir: &Path, flow: &str) -> bool {
-        match open_lock_file(state_dir, flow, false) {
+    pub fn is_held(state_dir: &Path, key: &FlowKey) -> bool {
+        match open_lock_file(state_dir, key, false) {
             Ok(Some(file)) => matches!(file.try_lock_shared(), Err(TryLockError::WouldBlock)),
             _ => false,
         }

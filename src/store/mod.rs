@@ -50,6 +50,97 @@ pub enum StoreError {
     NoSuchRun(String),
 }
 
+/// What a run belongs to: the flow's declared name (`named:NAME`: files that declare the same name
+/// share runs on purpose) or, without a `name` key, its file's canonical path
+/// (`path:/canonical/path.toml`: two files never share runs). Runs, the lock and resume are per key;
+/// the display name (`RunRecord::flow`) is the name or the file's stem.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FlowKey(String);
+
+impl FlowKey {
+    const NAMED: &'static str = "named:";
+    const PATH: &'static str = "path:";
+
+    /// The key of a loaded flow.
+    pub fn of(flow: &crate::flow::Flow) -> FlowKey {
+        if flow.name_declared { FlowKey::named(&flow.name) } else { FlowKey::path(&flow.path) }
+    }
+
+    pub fn named(name: &str) -> FlowKey {
+        FlowKey(format!("{}{name}", Self::NAMED))
+    }
+
+    pub fn path(path: &std::path::Path) -> FlowKey {
+        FlowKey(format!("{}{}", Self::PATH, path.display()))
+    }
+
+    /// A key as stored; `None` for text that is neither kind.
+    pub fn parse(text: &str) -> Option<FlowKey> {
+        (text.starts_with(Self::NAMED) || text.starts_with(Self::PATH)).then(|| FlowKey(text.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The flow file path of a path key.
+    pub fn file(&self) -> Option<&str> {
+        self.0.strip_prefix(Self::PATH)
+    }
+
+    /// The lock file's name under `locks/`, within `NAME_MAX` whatever the key: `NAME.lock` for a
+    /// named flow (a name is at most 250 bytes of `[A-Za-z0-9_.-]`), `STEM@HASH.lock` for a file,
+    /// with the stem cut to 64 bytes and a 128-bit hash of the whole path. `@` is not allowed in a
+    /// flow name, so the two kinds never meet.
+    pub fn lock_file_name(&self) -> String {
+        let safe = |c: char| c.is_ascii_alphanumeric() || "_.-".contains(c);
+        if let Some(name) = self.0.strip_prefix(Self::NAMED) {
+            // A loaded flow's name always qualifies; a key read from an edited database might not,
+            // and never becomes a path (`../x`) under `locks/`.
+            if !name.is_empty() && name.len() <= 250 && name.chars().all(safe) {
+                return format!("{name}.lock");
+            }
+        }
+        let path = std::path::Path::new(self.file().unwrap_or_default());
+        let stem: String = path
+            .file_stem()
+            .map(|s| s.to_string_lossy())
+            .unwrap_or_default()
+            .chars()
+            .filter(|c| safe(*c))
+            .take(64)
+            .collect();
+        format!("{stem}@{:032x}.lock", fnv1a_128(self.0.as_bytes()))
+    }
+}
+
+impl std::fmt::Display for FlowKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// FNV-1a, 128 bits: a stable hash for lock file names (not a defence: the keys are the user's own).
+fn fnv1a_128(bytes: &[u8]) -> u128 {
+    let mut h: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+    for b in bytes {
+        h ^= u128::from(*b);
+        h = h.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013b);
+    }
+    h
+}
+
+/// Which runs `history` and `status` look at.
+#[derive(Debug, Clone, Copy)]
+pub enum RunFilter<'a> {
+    All,
+    /// Runs whose display name is this (of one flow or of several).
+    Name(&'a str),
+    /// Runs started from this flow file (canonical path).
+    File(&'a std::path::Path),
+    Key(&'a FlowKey),
+}
+
 /// One step of a recorded run.
 #[derive(Debug, Clone)]
 pub struct StepRecord {
@@ -68,7 +159,10 @@ pub struct StepRecord {
 #[derive(Debug, Clone)]
 pub struct RunRecord {
     pub id: String,
+    /// The display name: the declared name or the file's stem.
     pub flow: String,
+    /// What the run belongs to: runs, the lock and resume are per key.
+    pub key: FlowKey,
     pub flow_path: PathBuf,
     /// The validated definition, as JSON.
     pub definition: String,
@@ -162,10 +256,13 @@ pub trait Store: RunLog {
     fn run(&self, id: &str) -> Result<RunRecord, StoreError>;
     /// A run and its steps as one consistent snapshot (one read transaction).
     fn run_and_steps(&self, id: &str) -> Result<(RunRecord, Vec<StepRecord>), StoreError>;
-    /// The newest run of `flow` that a new `waymark run` should resume.
-    fn find_resumable(&self, flow: &str) -> Result<Option<RunRecord>, StoreError>;
-    /// Runs, newest first, optionally of one flow.
-    fn list_runs(&self, flow: Option<&str>, limit: usize) -> Result<Vec<RunRecord>, StoreError>;
+    /// The newest run of the flow `key` that a new `waymark run` should resume.
+    fn find_resumable(&self, key: &FlowKey) -> Result<Option<RunRecord>, StoreError>;
+    /// Runs, newest first, that `filter` selects.
+    fn list_runs(&self, filter: RunFilter<'_>, limit: usize) -> Result<Vec<RunRecord>, StoreError>;
+    /// The distinct flows whose runs match `filter`: each key with the newest run's path, newest
+    /// first.
+    fn flows(&self, filter: RunFilter<'_>) -> Result<Vec<(FlowKey, PathBuf)>, StoreError>;
     /// Each step's recorded state, in flow order.
     fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError>;
     /// Every attempt of a run (or of one of its steps), oldest first.
@@ -219,4 +316,39 @@ pub fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
 fn create_dir_following(dir: &std::path::Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FlowKey;
+    use std::path::Path;
+
+    #[test]
+    fn lock_file_names_stay_within_name_max_and_never_meet() {
+        assert_eq!(FlowKey::named("nightly").lock_file_name(), "nightly.lock");
+        assert_eq!(FlowKey::named(&"n".repeat(250)).lock_file_name().len(), 255);
+        let a = FlowKey::path(Path::new("/srv/app1/nightly.toml")).lock_file_name();
+        let b = FlowKey::path(Path::new("/srv/app2/nightly.toml")).lock_file_name();
+        assert_ne!(a, b);
+        assert!(a.starts_with("nightly@") && a.ends_with(".lock"), "{a}");
+        assert_eq!(a, FlowKey::path(Path::new("/srv/app1/nightly.toml")).lock_file_name(), "stable");
+        // A path of any length, with a long stem, still makes a short name.
+        let long = format!("/{}/{}.toml", "d".repeat(4000), "s".repeat(250));
+        let name = FlowKey::path(Path::new(&long)).lock_file_name();
+        assert_eq!(name.len(), 64 + 1 + 32 + 5, "{name}");
+        // `@` is not allowed in a flow name, so a named lock never takes a file's.
+        assert!(!FlowKey::named("nightly").lock_file_name().contains('@'));
+        // A name that could not come from a flow file (an edited database) is hashed, never a path.
+        let odd = FlowKey::parse("named:../../x").unwrap().lock_file_name();
+        assert!(odd.starts_with('@') && !odd.contains('/'), "{odd}");
+    }
+
+    #[test]
+    fn keys_round_trip_and_unknown_text_is_refused() {
+        let key = FlowKey::path(Path::new("/a/b.toml"));
+        assert_eq!(FlowKey::parse(key.as_str()), Some(key.clone()));
+        assert_eq!(key.file(), Some("/a/b.toml"));
+        assert_eq!(FlowKey::named("x").file(), None);
+        assert_eq!(FlowKey::parse("nightly"), None);
+    }
 }

@@ -40,8 +40,13 @@ pub enum RecordError {
 pub struct RunDefinition {
     pub version: u32,
     pub name: String,
+    /// Whether the file declared its `name` (the run then belongs to the name, not to the file).
+    pub name_declared: bool,
     /// The flow file the run started from, absolute.
     pub path: PathBuf,
+    /// How old an unfinished run may be and still be resumed by `waymark run`.
+    #[serde(with = "opt_duration")]
+    pub resume_within: Option<Duration>,
     pub env: BTreeMap<String, String>,
     /// The flow's own error classes and their direct bases, in declaration order.
     pub errors: Vec<RecordedClass>,
@@ -183,7 +188,9 @@ impl RunDefinition {
             .collect::<Result<Vec<_>, RecordError>>()?;
         Ok(Flow {
             name: self.name,
+            name_declared: self.name_declared,
             path: self.path,
+            resume_within: self.resume_within,
             env: self.env,
             classes,
             exit_codes: exit_codes(self.exit_codes)?,
@@ -199,7 +206,9 @@ impl From<&Flow> for RunDefinition {
         RunDefinition {
             version: VERSION,
             name: flow.name.clone(),
+            name_declared: flow.name_declared,
             path: flow.path.clone(),
+            resume_within: flow.resume_within,
             env: flow.env.clone(),
             errors: flow
                 .classes

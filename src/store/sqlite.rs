@@ -11,8 +11,22 @@ use crate::flow::Flow;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::path::Path;
 
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
+/// The key of a run recorded before schema 2, which had runs per flow name only: a run whose
+/// recorded path is `DIR/NAME.toml` or `DIR/NAME` (its flow name is the file's stem, the default
+/// name) belongs to that file (`path:`); any other run belongs to its declared name (`named:`).
+const LEGACY_KEY: &str = "CASE WHEN flow_path GLOB ('*/' || flow || '.toml') OR flow_path GLOB ('*/' || flow)
+     THEN 'path:' || flow_path ELSE 'named:' || flow END";
+
+/// Schema 1 to 2: runs get their flow's identity (see [`FlowKey`]); old rows per [`LEGACY_KEY`].
+const MIGRATE_TO_2: &str = "
+ALTER TABLE runs ADD COLUMN flow_key TEXT NOT NULL DEFAULT '';
+CREATE INDEX runs_by_key ON runs (flow_key, seq);
+";
+
+/// The schema as version 1 created it; [`MIGRATE_TO_2`] brings it to the current one, for new
+/// databases too, so the migration path is the one always taken.
 const SCHEMA: &str = "
 CREATE TABLE runs (
     id          TEXT PRIMARY KEY,
@@ -66,6 +80,14 @@ CREATE INDEX attempts_by_step ON attempts (run_id, step, attempt);
 pub struct SqliteStore {
     conn: Connection,
     path: PathBuf,
+    /// The SQL for a run's [`FlowKey`]: the `flow_key` column, or, in a schema-1 database that a
+    /// read-only command cannot migrate, [`LEGACY_KEY`].
+    key_sql: &'static str,
+}
+
+/// `SELECT` of a run's columns, with its key as `key`.
+fn select_runs(key_sql: &str) -> String {
+    format!("SELECT *, {key_sql} AS key FROM runs")
 }
 
 fn now_ms() -> i64 {
@@ -177,7 +199,7 @@ impl SqliteStore {
         let conn = Connection::open_with_flags(&path, flags).map_err(sql)?;
         // The database holds commands and errors: keep it private like the logs.
         let _ = std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600));
-        let mut store = SqliteStore { conn, path };
+        let mut store = SqliteStore { conn, path, key_sql: "flow_key" };
         store
             .init()
             .map_err(|source| corrupt_or(&store.path, source, |path, source| StoreError::Sql { path, source }))?;
@@ -196,7 +218,7 @@ impl SqliteStore {
         let unreadable = |path: PathBuf, source| StoreError::Unreadable { path, source };
         let empty = || -> Result<SqliteStore, StoreError> {
             let conn = Connection::open_in_memory().map_err(|e| unreadable(path.clone(), e))?;
-            let mut store = SqliteStore { conn, path: path.clone() };
+            let mut store = SqliteStore { conn, path: path.clone(), key_sql: "flow_key" };
             store.init().map_err(|e| unreadable(path.clone(), e))?;
             Ok(store)
         };
@@ -235,7 +257,9 @@ impl SqliteStore {
             // A database without waymark's schema (created, never written): no runs yet.
             return empty();
         }
-        Ok(SqliteStore { conn, path })
+        // A schema-1 database is migrated by the next runner; until then its keys are computed.
+        let key_sql = if found < 2 { LEGACY_KEY } else { "flow_key" };
+        Ok(SqliteStore { conn, path, key_sql })
     }
 
     /// A run and its steps, read in one transaction: a consistent snapshot.
@@ -252,15 +276,21 @@ impl SqliteStore {
         self.conn.pragma_update(None, "journal_mode", "WAL")?;
         self.conn.pragma_update(None, "synchronous", "NORMAL")?;
         self.conn.pragma_update(None, "foreign_keys", "ON")?;
-        if self.conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))? != 0 {
+        if self.conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))? >= SCHEMA_VERSION {
             return Ok(());
         }
-        // Several waymark processes may open a new database at once: check again and create the
-        // schema under the write lock, so exactly one of them creates it.
+        // Several waymark processes may open a new database at once: check again and create or
+        // migrate the schema under the write lock, so exactly one of them does it.
         let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         if version == 0 {
             tx.execute_batch(SCHEMA)?;
+        }
+        if version < 2 {
+            tx.execute_batch(MIGRATE_TO_2)?;
+            tx.execute(&format!("UPDATE runs SET flow_key = {LEGACY_KEY}"), [])?;
+        }
+        if version < SCHEMA_VERSION {
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         }
         tx.commit()
@@ -311,9 +341,18 @@ impl SqliteStore {
         let id: String = r.get("id")?;
         let status: String = r.get("status")?;
         let status = RunStatus::parse(&status).map_err(|e| bad_row("runs", &id, e))?;
+        let key: String = r.get("key")?;
+        let flow: String = r.get("flow")?;
+        let key = match FlowKey::parse(&key) {
+            Some(key) => key,
+            // Only a row inserted by an older waymark while this one migrated has no key.
+            None if key.is_empty() => FlowKey::named(&flow),
+            None => return Err(bad_row("runs", &id, format!("unknown flow key `{key}`"))),
+        };
         Ok(RunRecord {
             id,
-            flow: r.get("flow")?,
+            key,
+            flow,
             flow_path: PathBuf::from(r.get::<_, String>("flow_path")?),
             definition: r.get("definition")?,
             source_hash: r.get("source_hash")?,
@@ -324,6 +363,18 @@ impl SqliteStore {
             host: r.get("host")?,
             failed_step: r.get("failed_step")?,
         })
+    }
+}
+
+impl SqliteStore {
+    /// The `WHERE` condition of a filter, with its value as `?1`.
+    fn filter_sql(&self, filter: RunFilter<'_>) -> (String, Option<String>) {
+        match filter {
+            RunFilter::All => ("?1 IS NULL".into(), None),
+            RunFilter::Name(name) => ("flow = ?1".into(), Some(name.to_owned())),
+            RunFilter::File(path) => ("flow_path = ?1".into(), Some(path.display().to_string())),
+            RunFilter::Key(key) => (format!("{} = ?1", self.key_sql), Some(key.as_str().to_owned())),
+        }
     }
 }
 
@@ -344,8 +395,8 @@ impl Store for SqliteStore {
                 id = new_run_id();
             }
             tx.execute(
-                "INSERT INTO runs (id, seq, flow, flow_path, definition, source_hash, status, started_at, pid, host)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7, ?8, ?9)",
+                "INSERT INTO runs (id, seq, flow, flow_key, flow_path, definition, source_hash, status, started_at, pid, host)
+                 VALUES (?1, ?2, ?3, ?10, ?4, ?5, ?6, 'running', ?7, ?8, ?9)",
                 params![
                     id,
                     seq,
@@ -355,7 +406,8 @@ impl Store for SqliteStore {
                     source_hash,
                     started,
                     pid,
-                    host
+                    host,
+                    FlowKey::of(flow).as_str()
                 ],
             )?;
             for (i, step) in flow.steps.iter().enumerate() {
@@ -371,7 +423,7 @@ impl Store for SqliteStore {
 
     fn run(&self, id: &str) -> Result<RunRecord, StoreError> {
         self.conn
-            .query_row("SELECT * FROM runs WHERE id = ?1", [id], Self::run_from_row)
+            .query_row(&format!("{} WHERE id = ?1", select_runs(self.key_sql)), [id], Self::run_from_row)
             .optional()
             .map_err(|e| self.sql(e))?
             .ok_or_else(|| StoreError::NoSuchRun(id.to_owned()))
@@ -381,25 +433,47 @@ impl Store for SqliteStore {
         self.snapshot(id)
     }
 
-    fn find_resumable(&self, flow: &str) -> Result<Option<RunRecord>, StoreError> {
+    fn find_resumable(&self, key: &FlowKey) -> Result<Option<RunRecord>, StoreError> {
         self.conn
             .query_row(
-                "SELECT * FROM runs WHERE flow = ?1 AND status IN ('running', 'interrupted') ORDER BY seq DESC LIMIT 1",
-                [flow],
+                &format!(
+                    "{} WHERE {} = ?1 AND status IN ('running', 'interrupted') ORDER BY seq DESC LIMIT 1",
+                    select_runs(self.key_sql),
+                    self.key_sql
+                ),
+                [key.as_str()],
                 Self::run_from_row,
             )
             .optional()
             .map_err(|e| self.sql(e))
     }
 
-    fn list_runs(&self, flow: Option<&str>, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
+    fn list_runs(&self, filter: RunFilter<'_>, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let mut stmt = self
-            .conn
-            .prepare("SELECT * FROM runs WHERE (?1 IS NULL OR flow = ?1) ORDER BY seq DESC LIMIT ?2")
-            .map_err(|e| self.sql(e))?;
-        let rows = stmt.query_map(params![flow, limit], Self::run_from_row).map_err(|e| self.sql(e))?;
+        let (cond, value) = self.filter_sql(filter);
+        let sql = format!("{} WHERE {cond} ORDER BY seq DESC LIMIT ?2", select_runs(self.key_sql));
+        let mut stmt = self.conn.prepare(&sql).map_err(|e| self.sql(e))?;
+        let rows = stmt.query_map(params![value, limit], Self::run_from_row).map_err(|e| self.sql(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
+    }
+
+    fn flows(&self, filter: RunFilter<'_>) -> Result<Vec<(FlowKey, PathBuf)>, StoreError> {
+        let (cond, value) = self.filter_sql(filter);
+        // Newest run first, so the first row of each key is its newest path.
+        let sql = format!("SELECT {} AS key, flow_path FROM runs WHERE {cond} ORDER BY seq DESC", self.key_sql);
+        let mut stmt = self.conn.prepare(&sql).map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map(params![value], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .map_err(|e| self.sql(e))?;
+        let mut out: Vec<(FlowKey, PathBuf)> = Vec::new();
+        for row in rows {
+            let (key, path) = row.map_err(|e| self.sql(e))?;
+            let key = FlowKey::parse(&key).unwrap_or(FlowKey(key));
+            if !out.iter().any(|(k, _)| *k == key) {
+                out.push((key, PathBuf::from(path)));
+            }
+        }
+        Ok(out)
     }
 
     fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError> {
@@ -525,10 +599,11 @@ impl Store for SqliteStore {
     fn finished_before(&self, cutoff: SystemTime) -> Result<Vec<RunRecord>, StoreError> {
         let mut stmt = self
             .conn
-            .prepare(
-                "SELECT * FROM runs WHERE status IN ('succeeded', 'failed', 'abandoned') AND ended_at IS NOT NULL
+            .prepare(&format!(
+                "{} WHERE status IN ('succeeded', 'failed', 'abandoned') AND ended_at IS NOT NULL
                  AND ended_at < ?1 ORDER BY seq",
-            )
+                select_runs(self.key_sql)
+            ))
             .map_err(|e| self.sql(e))?;
         let rows = stmt.query_map([to_millis(cutoff)], Self::run_from_row).map_err(|e| self.sql(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
@@ -668,7 +743,7 @@ mod tests {
         .unwrap();
         let mut store = SqliteStore::open(dir.path()).unwrap();
         let run = store.create_run(&flow, "hash").unwrap();
-        assert_eq!(store.find_resumable("f").unwrap().unwrap().id, run.id);
+        assert_eq!(store.find_resumable(&FlowKey::named("f")).unwrap().unwrap().id, run.id);
         let stem = dir.path().join("x");
 
         let row = store.attempt_starting(&run.id, "a", 1, false, &stem).unwrap();
@@ -699,7 +774,7 @@ mod tests {
         let row = store.attempt_starting(&run.id, "b", 2, false, &stem).unwrap();
         store.attempt_finished(row, &result(AttemptOutcome::Failed), &StepUpdate::Failed).unwrap();
         store.run_finished(&run.id, RunStatus::Failed, Some("b")).unwrap();
-        assert!(store.find_resumable("f").unwrap().is_none(), "a failed run is not resumed by `run`");
+        assert!(store.find_resumable(&FlowKey::named("f")).unwrap().is_none(), "a failed run is not resumed by `run`");
         store.reopen_failed(&run.id).unwrap();
         let b = &store.steps(&run.id).unwrap()[1];
         assert_eq!((b.state.clone(), b.attempts_used, b.budget_base), (StepState::Pending, 2, 2));
