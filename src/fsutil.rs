@@ -123,11 +123,13 @@ pub fn open_append_private(path: &Path) -> io::Result<File> {
     Ok(File::from(fd))
 }
 
-/// Open `path` for reading without following a symlink (ELOOP if it is one). O_NONBLOCK keeps
+/// Open `path` for reading without following a symlink, in its directories either: a link at the
+/// file itself is ELOOP, one at a directory the error of `open_dir_nofollow`. O_NONBLOCK keeps
 /// open(2) from hanging on a FIFO a child put there; it does nothing for regular files.
 pub fn open_read_nofollow(path: &Path) -> io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new().read(true).custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits()).open(path)
+    let (dir, name) = parent_and_name(path)?;
+    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+    Ok(File::from(nix::fcntl::openat(&dir, name, flags, Mode::empty())?))
 }
 
 #[cfg(test)]
@@ -162,5 +164,20 @@ mod tests {
         use std::io::Write;
         open_append_private(&path).unwrap().write_all(b"after\n").unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "before\nafter\n");
+    }
+
+    #[test]
+    fn reading_never_follows_a_link_at_a_directory_either() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("real")).unwrap();
+        std::fs::write(dir.path().join("real/attempt-1.stderr"), "planted").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("real"), dir.path().join("step")).unwrap();
+        let e = open_read_nofollow(&dir.path().join("step/attempt-1.stderr")).unwrap_err();
+        assert!(e.to_string().starts_with(&format!("{}/step is a symbolic link", dir.path().display())), "{e}");
+        let e = open_read_nofollow(&dir.path().join("real/missing")).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        std::os::unix::fs::symlink(dir.path().join("real/attempt-1.stderr"), dir.path().join("real/link")).unwrap();
+        let e = open_read_nofollow(&dir.path().join("real/link")).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(Errno::ELOOP as i32));
     }
 }

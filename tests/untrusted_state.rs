@@ -217,3 +217,27 @@ fn a_database_planted_by_another_user_is_refused_and_its_run_not_resumed() {
     }
     assert_eq!((env.count("a.log"), env.count("b.log")), (1, 0), "the planted run was not resumed");
 }
+
+#[test]
+fn an_error_file_behind_a_step_directory_replaced_by_a_link_is_not_read() {
+    let env = Env::new();
+    let elsewhere = env.path("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    env.write("elsewhere/attempt-1.error.json", r#"{"type": "Planted"}"#);
+    env.write(
+        "flow.toml",
+        &format!(
+            "name = 'swap'\n[[step]]\nname = 's'\n\
+             shell = 'd=$(dirname \"$WAYMARK_ERROR_FILE\"); rm -rf \"$d\"; ln -s {e} \"$d\"; exit 1'\n",
+            e = elsewhere.display()
+        ),
+    );
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("error:    CalledProcessError(SubprocessError, Exception, BaseException): exit status 1\n"),
+        "{err}"
+    );
+    assert!(!err.contains("Planted"), "{err}");
+}

@@ -460,9 +460,7 @@ impl<'a> Executor<'a> {
         let step = Arc::clone(&self.steps[index].step);
         let stem = self.attempt_stem(&step, attempt);
         let from = self.steps[index].last_stderr_from;
-        let stderr_path = stem.with_extension("stderr");
-        let stderr_tail = read_tail(&stderr_path, from, STDERR_TAIL);
-        let stderr_cut = std::fs::metadata(&stderr_path).is_ok_and(|m| m.len().saturating_sub(from) > STDERR_TAIL);
+        let (stderr_tail, stderr_cut) = read_tail(&stem.with_extension("stderr"), from, STDERR_TAIL);
         let evidence = Evidence {
             classes: &self.flow.classes,
             step_codes: &step.exit_codes,
@@ -564,7 +562,7 @@ impl<'a> Executor<'a> {
                     step: s.step.name.clone(),
                     error,
                     attempts: s.last_attempt - s.budget_base,
-                    stderr_tail: read_tail(&stem.with_extension("stderr"), s.last_stderr_from, 4096),
+                    stderr_tail: read_tail(&stem.with_extension("stderr"), s.last_stderr_from, 4096).0,
                     log_dir: stem.parent().map(Path::to_owned).unwrap_or_default(),
                 })
             }),
@@ -575,17 +573,19 @@ impl<'a> Executor<'a> {
     }
 }
 
-/// The last `max` bytes of a file after offset `from`, lossily decoded; empty if it cannot be read.
-fn read_tail(path: &Path, from: u64, max: u64) -> String {
-    let Ok(mut f) = crate::fsutil::open_read_nofollow(path) else { return String::new() };
+/// The last `max` bytes of a file after offset `from`, lossily decoded, and whether there were
+/// more than `max` after `from` (the tail is cut); empty if it cannot be read.
+fn read_tail(path: &Path, from: u64, max: u64) -> (String, bool) {
+    let Ok(mut f) = crate::fsutil::open_read_nofollow(path) else { return (String::new(), false) };
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let cut = len.saturating_sub(from) > max;
     let start = len.saturating_sub(max).max(from);
     if f.seek(SeekFrom::Start(start)).is_err() {
-        return String::new();
+        return (String::new(), cut);
     }
     let mut buf = Vec::new();
     let _ = f.take(max).read_to_end(&mut buf);
-    String::from_utf8_lossy(&buf).into_owned()
+    (String::from_utf8_lossy(&buf).into_owned(), cut)
 }
 
 /// Whether `tail` ends like a Python traceback whose header was cut off: from its first frame

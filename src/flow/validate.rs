@@ -315,8 +315,18 @@ impl Validator<'_> {
     fn env(&mut self, raw: &StrMap) -> BTreeMap<String, String> {
         let mut env = BTreeMap::new();
         for (k, val) in raw {
-            if k.get_ref().is_empty() || k.get_ref().contains(['=', '\0']) {
-                self.error(k.span(), "an environment variable name must be non-empty and hold no `=`");
+            let name = k.get_ref();
+            let wrong = if name.is_empty() {
+                Some("an environment variable name cannot be empty")
+            } else if name.contains('\0') {
+                Some("an environment variable name cannot hold a NUL byte")
+            } else if name.contains('=') {
+                Some("an environment variable name cannot hold `=`")
+            } else {
+                None
+            };
+            if let Some(wrong) = wrong {
+                self.error(k.span(), wrong);
             } else if val.get_ref().contains('\0') {
                 self.error(val.span(), "an environment value cannot hold a NUL byte");
             } else {
