@@ -47,6 +47,9 @@ fn record_definition(env: &Env, id: &str, definition: &serde_json::Value) {
 
 #[test]
 fn a_run_recorded_by_version_1_resumes_under_this_binary() {
+    if !common::have_crash_hook("a_run_recorded_by_version_1_resumes_under_this_binary") {
+        return;
+    }
     let env = Env::new();
     let id = interrupted_run(&env);
     record_definition(&env, &id, &fixture_v1(&env));
@@ -60,6 +63,9 @@ fn a_run_recorded_by_version_1_resumes_under_this_binary() {
 
 #[test]
 fn a_run_recorded_by_a_newer_waymark_is_refused_with_exit_4() {
+    if !common::have_crash_hook("a_run_recorded_by_a_newer_waymark_is_refused_with_exit_4") {
+        return;
+    }
     let env = Env::new();
     let id = interrupted_run(&env);
     let mut newer = fixture_v1(&env);
@@ -84,6 +90,9 @@ fn a_run_recorded_by_a_newer_waymark_is_refused_with_exit_4() {
 
 #[test]
 fn an_unknown_step_state_is_a_corrupt_or_newer_state_not_a_default() {
+    if !common::have_crash_hook("an_unknown_step_state_is_a_corrupt_or_newer_state_not_a_default") {
+        return;
+    }
     let env = Env::new();
     let id = interrupted_run(&env);
     db(&env).execute("UPDATE steps SET state = 'skipped' WHERE name = 'report'", []).unwrap();
@@ -104,6 +113,9 @@ fn an_unknown_step_state_is_a_corrupt_or_newer_state_not_a_default() {
 
 #[test]
 fn an_unknown_run_status_is_a_corrupt_or_newer_state() {
+    if !common::have_crash_hook("an_unknown_run_status_is_a_corrupt_or_newer_state") {
+        return;
+    }
     let env = Env::new();
     let id = interrupted_run(&env);
     db(&env).execute("UPDATE runs SET status = 'paused'", []).unwrap();
@@ -118,6 +130,9 @@ fn an_unknown_run_status_is_a_corrupt_or_newer_state() {
 
 #[test]
 fn recorded_steps_are_matched_to_the_definition_by_name_not_position() {
+    if !common::have_crash_hook("recorded_steps_are_matched_to_the_definition_by_name_not_position") {
+        return;
+    }
     let env = Env::new();
     let id = interrupted_run(&env);
     // The rows of the steps in the other order: fetch (succeeded) second, report (pending) first.
@@ -129,6 +144,9 @@ fn recorded_steps_are_matched_to_the_definition_by_name_not_position() {
 
 #[test]
 fn a_recorded_step_missing_from_the_definition_stops_the_run() {
+    if !common::have_crash_hook("a_recorded_step_missing_from_the_definition_stops_the_run") {
+        return;
+    }
     let env = Env::new();
     let id = interrupted_run(&env);
     db(&env).execute("UPDATE steps SET name = 'publish' WHERE name = 'report'", []).unwrap();

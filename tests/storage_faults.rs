@@ -58,6 +58,9 @@ fn assert_resumed_once(env: &Env, name: &str) {
 
 #[test]
 fn a_full_filesystem_exits_4_runs_nothing_and_resumes_once_space_is_back() {
+    if !common::have_crash_hook("a_full_filesystem_exits_4_runs_nothing_and_resumes_once_space_is_back") {
+        return;
+    }
     if !have_root("a_full_filesystem_exits_4_runs_nothing_and_resumes_once_space_is_back", "mounts a tmpfs") {
         return;
     }
@@ -85,6 +88,9 @@ fn a_full_filesystem_exits_4_runs_nothing_and_resumes_once_space_is_back() {
 
 #[test]
 fn a_read_only_state_directory_can_be_looked_at_and_resumes_once_writable() {
+    if !common::have_crash_hook("a_read_only_state_directory_can_be_looked_at_and_resumes_once_writable") {
+        return;
+    }
     if !have_root("a_read_only_state_directory_can_be_looked_at_and_resumes_once_writable", "mounts a tmpfs") {
         return;
     }
@@ -157,6 +163,9 @@ fn a_corrupt_database_exits_4_naming_the_file_and_a_fresh_one_works() {
 
 #[test]
 fn a_state_directory_owned_by_another_user_exits_4_and_resumes_once_it_is_ours() {
+    if !common::have_crash_hook("a_state_directory_owned_by_another_user_exits_4_and_resumes_once_it_is_ours") {
+        return;
+    }
     if !have_root(
         "a_state_directory_owned_by_another_user_exits_4_and_resumes_once_it_is_ours",
         "chown to another user",

@@ -192,6 +192,9 @@ fn a_state_directory_owned_by_another_user_is_refused() {
 
 #[test]
 fn a_database_planted_by_another_user_is_refused_and_its_run_not_resumed() {
+    if !common::have_crash_hook("a_database_planted_by_another_user_is_refused_and_its_run_not_resumed") {
+        return;
+    }
     if !have_root("a_database_planted_by_another_user_is_refused_and_its_run_not_resumed", "chown to another user") {
         return;
     }

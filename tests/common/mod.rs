@@ -261,3 +261,19 @@ impl Drop for Sweeper {
         }
     }
 }
+
+/// Whether the runner's crash hook (`WAYMARK_TEST_CRASH_AFTER`, compiled into debug builds only)
+/// is there: under `cargo test --release` the tests that need it pass as skipped, with a visible
+/// `SKIPPED` line as [`have_root`] writes; under CI they fail instead, so CI proves they ran.
+pub fn have_crash_hook(test: &str) -> bool {
+    use std::io::Write;
+    if cfg!(debug_assertions) {
+        return true;
+    }
+    assert!(std::env::var_os("CI").is_none(), "{test} needs a debug build and CI must run it");
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED {test}: needs the crash hook of a debug build; run `cargo test` without --release to include it"
+    );
+    false
+}
