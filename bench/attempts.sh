@@ -10,6 +10,7 @@
 #    that records its success (synchronous=FULL).
 # Each is run ROUNDS times against a bash loop of the same program; prints microseconds per
 # attempt, best and median. State goes to a temporary directory (set TMPDIR to pick the disk).
+# WAYMARK_BASELINE=PATH also times another waymark binary (an older build, say) in the same rounds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-1000}
@@ -34,8 +35,11 @@ per() {
 }
 loop() { for _ in $(seq "$2"); do "$1"; done; }
 waymark_run() { WAYMARK_STATE_DIR="$work/state-$1-$2" "$bin" run --quiet "$work/$1.toml"; }
+baseline_run() { WAYMARK_STATE_DIR="$work/base-$1-$2" "$WAYMARK_BASELINE" run --quiet "$work/$1.toml"; }
 
 echo "bash loop of /bin/false:        $(per "$n" loop /bin/false "$n")"
 echo "waymark, failing attempts:      $(per "$n" waymark_run fail)"
+[ -z "${WAYMARK_BASELINE:-}" ] || echo "baseline, failing attempts:     $(per "$n" baseline_run fail)"
 echo "bash loop of /bin/true:         $(per "$steps" loop /bin/true "$steps")"
 echo "waymark, succeeding steps:      $(per "$steps" waymark_run steps)"
+[ -z "${WAYMARK_BASELINE:-}" ] || echo "baseline, succeeding steps:     $(per "$steps" baseline_run steps)"
