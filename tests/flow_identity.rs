@@ -348,10 +348,10 @@ fn runs_recorded_by_schema_1_are_read_and_resumed() {
 }
 
 #[test]
-fn a_run_under_another_key_of_the_same_file_is_named_not_resumed() {
+fn a_run_of_the_same_file_and_name_under_the_other_kind_of_key_is_resumed() {
     // Schema 1 cannot tell a declared name equal to the file's stem from the default name: such a
-    // run is migrated as the file's. `waymark run` of the named flow starts anew and says how to
-    // resume the old one.
+    // run is migrated as the file's. It is still this flow's run (same file, same name), so
+    // `waymark run` resumes it instead of running its succeeded steps again.
     let env = Env::new();
     env.write("same.toml", STALE.replace("resume_within = \"1h\"\n", "name = \"same\"\n").as_str());
     let runner = env.spawn(&["run", "same.toml"]);
@@ -365,13 +365,54 @@ fn a_run_under_another_key_of_the_same_file_is_named_not_resumed() {
     let out = env.cmd(&["run", "same.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let path = std::fs::canonicalize(env.path("same.toml")).unwrap();
+    let err = normalise(&stderr(&out), &[&old]);
+    let lines: Vec<&str> = err.lines().take(2).collect();
+    assert_eq!(
+        lines,
+        [
+            format!(
+                "waymark: run ID of {0} was recorded under path:{0} (a declared `name` equal to the file's stem and \
+                 the default name are the same flow); resuming it",
+                path.display()
+            )
+            .as_str(),
+            "waymark: resuming run ID of same: 1 of 2 steps done"
+        ]
+    );
+    // Step a ran once; b once killed, once to the end. One run, finished.
+    assert_eq!((env.count("a.log"), env.count("b.log")), (1, 2));
+    let statuses: Vec<String> = json(&env, &["history", "--json"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(statuses, ["succeeded"]);
+}
+
+#[test]
+fn a_run_of_the_same_file_under_another_name_is_named_not_resumed() {
+    // The file's `name` changed since: another flow's run, which `waymark run` names, not resumes.
+    let env = Env::new();
+    env.write("same.toml", STALE.replace("resume_within = \"1h\"\n", "name = \"before\"\n").as_str());
+    let runner = env.spawn(&["run", "same.toml"]);
+    wait_until("step b to start", || env.path("ready").exists());
+    kill(runner.id(), "KILL");
+    finish(runner);
+    let old = json(&env, &["history", "--json"])[0]["id"].as_str().unwrap().to_owned();
+
+    env.write("same.toml", STALE.replace("resume_within = \"1h\"\n", "name = \"after\"\n").as_str());
+    std::fs::write(env.path("go"), "").unwrap();
+    let out = env.cmd(&["run", "same.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let path = std::fs::canonicalize(env.path("same.toml")).unwrap();
     assert_eq!(
         normalise(&stderr(&out), &[&old]).lines().next(),
         Some(
             format!(
-                "waymark: unfinished run ID of {} belongs to the file itself (no `name` key), not to this flow (its \
-                 `name` key changed since, or the run predates flow identity), so it is not resumed; `waymark resume \
-                 ID` resumes it",
+                "waymark: unfinished run ID of {} belongs to the flow name `before`, not to this flow (its `name` key \
+                 changed since, or the run predates flow identity), so it is not resumed; `waymark resume ID` \
+                 resumes it",
                 path.display()
             )
             .as_str()

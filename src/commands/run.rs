@@ -23,7 +23,26 @@ pub fn run(state_flag: Option<&Path>, flow_path: &Path, fresh: bool, wait: bool,
     let signals = listen_for_signals()?;
     let mut store = open_store(state)?;
     let hash = source_hash(&loaded.source);
-    let found = store.find_resumable(&key)?;
+    let mut found = store.find_resumable(&key)?;
+    // The lock of the key a run of this file was recorded under, if it is resumed from there.
+    let mut _sibling_lock = None;
+    if found.is_none()
+        && let Some(old) = same_flow_under_sibling_key(store.as_ref(), &loaded.flow, &key)?
+    {
+        // `waymark resume ID` of that run takes its own key's lock: hold it too, then look again.
+        _sibling_lock = Some(FlowLock::acquire(state, &old.key, &old.flow, wait).map_err(CliError::Locked)?);
+        let old = store.run(&old.id)?;
+        if matches!(old.status, RunStatus::Running | RunStatus::Interrupted) {
+            note!(
+                "waymark: run {} of {} was recorded under {} (a declared `name` equal to the file's stem and the \
+                 default name are the same flow); resuming it",
+                old.id,
+                loaded.flow.path.display(),
+                old.key.as_str()
+            );
+            found = Some(old);
+        }
+    }
     let stale = found.as_ref().and_then(|old| too_old(old, loaded.flow.resume_within));
     let (record, resumed) = match found {
         Some(old) if fresh => {
@@ -73,6 +92,18 @@ pub fn run(state_flag: Option<&Path>, flow_path: &Path, fresh: bool, wait: bool,
         }
     };
     execute(state, store, lock, signals, &record, resumed, quiet)
+}
+
+/// An unfinished run of this very file under the other kind of key with the same flow name: the
+/// file's `name` key equal to its stem was added or removed since, or the run was recorded by schema
+/// 1, which cannot tell a declared name equal to the stem from the default one (and whose migration
+/// keys such a run by its file). Either way it is this flow's run: its name and file are this flow's.
+fn same_flow_under_sibling_key(store: &dyn Store, flow: &Flow, key: &FlowKey) -> Result<Option<RunRecord>, CliError> {
+    let sibling = if key.file().is_some() { FlowKey::named(&flow.name) } else { FlowKey::path(&flow.path) };
+    let runs = store.list_runs(crate::store::RunFilter::File(&flow.path), 50)?;
+    Ok(runs.into_iter().find(|r| {
+        matches!(r.status, RunStatus::Running | RunStatus::Interrupted) && r.key == sibling && r.flow == flow.name
+    }))
 }
 
 /// Say so when this file has an unfinished run that belongs to another key (the file's `name` key
