@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Env, alive, finish, have_root, kill, read_pid, stderr, wait_until};
+use common::{Env, alive, finish, have_root, kill, on_tmpfs_state, read_pid, stderr, wait_until};
 use predicates::prelude::*;
 use serde_json::Value;
 
@@ -322,21 +322,6 @@ fn a_read_only_state_directory_exits_4_and_runs_nothing() {
     env.cmd(&["history", "ro", "--json"]).assert().success().stdout(predicate::str::contains("succeeded"));
 }
 
-/// Run the shell `script` (which calls the binary as `$WAYMARK`) in the temp dir, in a mount
-/// namespace of its own where the state directory is a 1 MiB tmpfs.
-fn with_state_on_small_disk(env: &Env, script: &str) {
-    let script =
-        format!("set -u; mkdir -p state; mount -t tmpfs -o size=1m,mode=0700 tmpfs state || exit 99; {script}");
-    let status = std::process::Command::new("unshare")
-        .args(["-m", "sh", "-c", &script])
-        .current_dir(env.dir.path())
-        .env("WAYMARK_STATE_DIR", env.state())
-        .env("WAYMARK", assert_cmd::cargo::cargo_bin("waymark"))
-        .status()
-        .unwrap();
-    assert!(status.success(), "the script in the mount namespace failed: {status}");
-}
-
 #[test]
 fn a_full_disk_stops_the_run_with_4_and_it_resumes_once_space_is_back() {
     if !have_root("a_full_disk_stops_the_run_with_4_and_it_resumes_once_space_is_back", "mounts a tmpfs") {
@@ -351,7 +336,7 @@ fn a_full_disk_stops_the_run_with_4_and_it_resumes_once_space_is_back() {
         "name = 'full'\n[[step]]\nname = 'fill'\nshell = 'echo x >> fill.log; if [ $(wc -l < fill.log) -eq 1 ]; then dd if=/dev/zero of=\"$WAYMARK_STATE_DIR/filler\" bs=4k 2>/dev/null; fi; true'\n\
          [[step]]\nname = 'two'\nshell = 'echo x >> two.log'\n",
     );
-    with_state_on_small_disk(
+    on_tmpfs_state(
         &env,
         "$WAYMARK run flow.toml 2> first.err; echo $? > first.code; \
          rm -f state/filler; $WAYMARK run flow.toml 2> second.err; echo $? > second.code",
@@ -463,7 +448,7 @@ fn output_that_cannot_be_logged_stops_the_run_with_4() {
         "flow.toml",
         "name = 'loud'\n[[step]]\nname = 'loud'\nshell = 'head -c 4000000 /dev/zero; echo x >> ran'\n",
     );
-    with_state_on_small_disk(
+    on_tmpfs_state(
         &env,
         "$WAYMARK run --quiet flow.toml 2> first.err; echo $? > first.code; $WAYMARK status loud --json > status.json",
     );

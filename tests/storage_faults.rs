@@ -5,30 +5,12 @@
 
 mod common;
 
-use common::{Env, have_root, stderr};
+use common::{Env, have_root, on_tmpfs_state, stderr};
 use std::os::unix::process::ExitStatusExt;
 
 /// Two steps, each counting its executions.
 const FLOW: &str =
     "name = 'f'\n[[step]]\nname = 'a'\nshell = 'echo x >> a.log'\n[[step]]\nname = 'b'\nshell = 'echo x >> b.log'\n";
-
-/// Run the shell `script` (which calls the binary as `$WAYMARK`) in the temp dir, in a mount
-/// namespace of its own where the state directory is a 1 MiB tmpfs of mode 0700; `ro` and `rw`
-/// remount it. Returns the script's exit status.
-fn on_tmpfs_state(env: &Env, script: &str) {
-    let script = format!(
-        "set -u; ro() {{ mount -o remount,ro state; }}; rw() {{ mount -o remount,rw state; }}; mkdir -p state; \
-         mount -t tmpfs -o size=1m,mode=0700 tmpfs state || exit 99; {script}"
-    );
-    let status = std::process::Command::new("unshare")
-        .args(["-m", "sh", "-c", &script])
-        .current_dir(env.dir.path())
-        .env("WAYMARK_STATE_DIR", env.state())
-        .env("WAYMARK", assert_cmd::cargo::cargo_bin("waymark"))
-        .status()
-        .unwrap();
-    assert!(status.success(), "the script in the mount namespace failed: {status}");
-}
 
 /// `$WAYMARK ARGS` with its stdout, stderr and exit status saved as NAME.out, NAME.err, NAME.code,
 /// and how many times step `b` had run by then as NAME.b.

@@ -9,7 +9,7 @@
 mod common;
 
 use common::{Env, PATIENCE, alive, finish, kill, read_pid, wait_until};
-use std::io::{PipeReader, Read};
+use std::io::PipeReader;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
@@ -43,18 +43,7 @@ fn spawn_stalled(env: &Env, args: &[&str]) -> (Child, PipeReader, Arc<Mutex<Stri
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let seen = Arc::new(Mutex::new(String::new()));
-    let sink = Arc::clone(&seen);
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = stderr.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-    });
+    let seen = common::watch_stderr(&mut child);
     (child, reader, seen)
 }
 

@@ -71,20 +71,8 @@ impl Env {
     /// Start `waymark ARGS` in the background; its stderr is collected as it comes, for tests that
     /// wait for a message.
     pub fn spawn_watched(&self, args: &[&str]) -> (Child, std::sync::Arc<std::sync::Mutex<String>>) {
-        use std::io::Read;
         let mut child = self.spawn(args);
-        let mut stderr = child.stderr.take().unwrap();
-        let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        let sink = std::sync::Arc::clone(&seen);
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = stderr.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
+        let seen = watch_stderr(&mut child);
         (child, seen)
     }
 
@@ -276,4 +264,40 @@ pub fn have_crash_hook(test: &str) -> bool {
         "SKIPPED {test}: needs the crash hook of a debug build; run `cargo test` without --release to include it"
     );
     false
+}
+
+/// Collect a spawned child's stderr as it comes, for tests that wait for a message.
+pub fn watch_stderr(child: &mut Child) -> std::sync::Arc<std::sync::Mutex<String>> {
+    use std::io::Read;
+    let mut stderr = child.stderr.take().unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let sink = std::sync::Arc::clone(&seen);
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stderr.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    seen
+}
+
+/// Run the shell `script` (which calls the binary as `$WAYMARK`) in the temp dir, in a mount
+/// namespace of its own where the state directory is a 1 MiB tmpfs; the script may call `ro` and
+/// `rw` to remount it. Needs root ([`have_root`]).
+pub fn on_tmpfs_state(env: &Env, script: &str) {
+    let script = format!(
+        "set -u; ro() {{ mount -o remount,ro state; }}; rw() {{ mount -o remount,rw state; }}; mkdir -p state; \
+         mount -t tmpfs -o size=1m,mode=0700 tmpfs state || exit 99; {script}"
+    );
+    let status = Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .current_dir(env.dir.path())
+        .env("WAYMARK_STATE_DIR", env.state())
+        .env("WAYMARK", assert_cmd::cargo::cargo_bin("waymark"))
+        .status()
+        .unwrap();
+    assert!(status.success(), "the script in the mount namespace failed: {status}");
 }
