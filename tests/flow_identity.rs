@@ -422,3 +422,35 @@ fn a_run_of_the_same_file_under_another_name_is_named_not_resumed() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!((env.count("a.log"), env.count("b.log")), (2, 3));
 }
+
+#[test]
+fn a_run_of_a_flow_file_that_was_moved_is_named_not_silently_left() {
+    let env = Env::new();
+    env.write("x/nightly.toml", &gated("x"));
+    let runner = spawn_in(&env, "x", &["run", "nightly.toml"]);
+    wait_until("x to reach step b", || env.path("x.ready").exists());
+    kill(runner.id(), "KILL");
+    finish(runner);
+    let old = json(&env, &["status", "--json"])["id"].as_str().unwrap().to_owned();
+    std::fs::create_dir(env.path("y")).unwrap();
+    std::fs::rename(env.path("x/nightly.toml"), env.path("y/nightly.toml")).unwrap();
+
+    // The moved file is another flow: it starts anew, and says where the old run is.
+    std::fs::write(env.path("go"), "").unwrap();
+    let out = run_in(&env, "y").output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let gone = env.dir.path().canonicalize().unwrap().join("x/nightly.toml");
+    let first = stderr(&out).lines().next().unwrap_or_default().to_owned();
+    assert_eq!(
+        first,
+        format!(
+            "waymark: unfinished run {old} of flow `nightly` was started from {}, which is gone; a flow without a \
+             `name` key is its file, so it is not resumed here: `waymark resume {old}` resumes it (or declare the \
+             same `name` in both places to share runs)",
+            gone.display()
+        )
+    );
+    // `waymark resume` still finishes the old run.
+    env.cmd(&["resume", &old]).assert().success();
+    assert_eq!(env.read("b.log"), "x\nx\nx\n");
+}

@@ -88,6 +88,7 @@ pub fn run(state_flag: Option<&Path>, flow_path: &Path, fresh: bool, wait: bool,
         }
         None => {
             mention_runs_of_this_file_under_another_key(store.as_ref(), &loaded.flow.path, &key)?;
+            mention_runs_of_a_moved_file(store.as_ref(), &loaded.flow)?;
             (store.create_run(&loaded.flow, &hash)?, false)
         }
     };
@@ -122,6 +123,31 @@ fn mention_runs_of_this_file_under_another_key(store: &dyn Store, path: &Path, k
              the run predates flow identity), so it is not resumed; `waymark resume {}` resumes it",
             old.id,
             path.display(),
+            old.id
+        );
+    }
+    Ok(())
+}
+
+/// Say so when an unfinished run of a flow of the same name was started from a file that is gone
+/// (moved or renamed, perhaps to this one): a flow without a `name` key is its file, so it is not
+/// resumed here; `waymark resume ID` resumes it.
+fn mention_runs_of_a_moved_file(store: &dyn Store, flow: &Flow) -> Result<(), CliError> {
+    let runs = store.list_runs(crate::store::RunFilter::Name(&flow.name), 50)?;
+    let moved = |r: &&RunRecord| {
+        matches!(r.status, RunStatus::Running | RunStatus::Interrupted)
+            && r.key.file().is_some()
+            && r.flow_path != flow.path
+            && !r.flow_path.exists()
+    };
+    for old in runs.iter().filter(moved) {
+        note!(
+            "waymark: unfinished run {} of flow `{}` was started from {}, which is gone; a flow without a `name` \
+             key is its file, so it is not resumed here: `waymark resume {}` resumes it (or declare the same \
+             `name` in both places to share runs)",
+            old.id,
+            old.flow,
+            old.flow_path.display(),
             old.id
         );
     }
