@@ -213,7 +213,7 @@ impl SqliteStore {
     /// Open the database in `state_dir` read-only, for commands that only look: nothing is
     /// written, not even a schema or a WAL file. Where there is no database yet, or an empty
     /// (0-byte) file, an empty in-memory one stands in: no runs yet.
-    pub fn open_for_reading(state_dir: &Path) -> Result<SqliteStore, StoreError> {
+    pub(crate) fn open_for_reading(state_dir: &Path) -> Result<SqliteStore, StoreError> {
         let path = state_dir.join("waymark.db");
         let unreadable = |path: PathBuf, source| StoreError::Unreadable { path, source };
         let empty = || -> Result<SqliteStore, StoreError> {
@@ -721,7 +721,7 @@ impl RunLog for SqliteStore {
 }
 
 /// This machine's name, for the record.
-pub fn host_name() -> String {
+pub(crate) fn host_name() -> String {
     nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "unknown".into())
 }
 
