@@ -1,7 +1,7 @@
 //! waymark: run a TOML workflow of child processes with durable, Waymark-style retries.
 //!
-//! The pipeline: [`flow`] loads and validates the file; [`retry`] decides what retries and when;
-//! [`executor`] runs attempts in one event loop and emits [`executor::Event`]s; [`reporter`]s own the
+//! The pipeline: [`flow`] loads and validates the file; `retry` decides what retries and when;
+//! [`executor`] runs attempts in one event loop and emits `executor::Event`s; `reporter`s own the
 //! terminal; [`store`] keeps run state durable; [`classify`] names the errors of failed attempts.
 
 #![warn(unreachable_pub)]

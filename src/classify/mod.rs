@@ -1,7 +1,7 @@
 //! What went wrong in an attempt, as a named error class with its bases.
 //!
 //! `classes` holds the hierarchy; `error_file` and `traceback` read the names children report;
-//! [`classify`] turns an attempt's end into an [`ErrorValue`] following the documented precedence.
+//! `classify` turns an attempt's end into an [`ErrorValue`] following the documented precedence.
 
 pub(crate) mod classes;
 pub mod error_file;

@@ -50,7 +50,6 @@ pub(crate) enum Event {
         attempt: u32,
         max_attempts: u32,
         redelivered: bool,
-        pid: u32,
     },
     /// Whole lines (or a final unterminated line) a child wrote.
     Output {
@@ -68,7 +67,6 @@ pub(crate) enum Event {
         attempt: u32,
         max_attempts: u32,
         error: ErrorValue,
-        elapsed: Duration,
         /// The retry's wait and wake-up time when the policy retries.
         retry: Option<(Duration, SystemTime)>,
     },

@@ -1,6 +1,6 @@
 //! The executor: one event loop that alone owns a run's state. Child exits, output, timers and the
 //! runner's own signals all arrive here; every state change is committed to the store before the
-//! next thing happens, and reported as an [`Event`]. It never prints.
+//! next thing happens, and reported as an `Event`. It never prints.
 
 mod attempt;
 pub(crate) mod events;
@@ -344,13 +344,7 @@ impl<'a> Executor<'a> {
             unix::kill_group(running.pid);
             return Err(e.into());
         }
-        self.reporter.report(&Event::AttemptStarted {
-            step: step.name.clone(),
-            attempt,
-            max_attempts,
-            redelivered,
-            pid,
-        });
+        self.reporter.report(&Event::AttemptStarted { step: step.name.clone(), attempt, max_attempts, redelivered });
         // Only what follows now in the stderr log belongs to this attempt.
         let stderr_from = match &spawned {
             Ok(r) => r.stderr_from,
@@ -457,7 +451,7 @@ impl<'a> Executor<'a> {
     }
 
     fn attempt_failed(&mut self, index: usize, ending: Ending, exit_code: Option<i32>) -> Result<(), ExecError> {
-        let (attempt, row, elapsed) = self.take_running(index);
+        let (attempt, row, _) = self.take_running(index);
         let step = Arc::clone(&self.steps[index].step);
         let stem = self.attempt_stem(&step, attempt);
         let from = self.steps[index].last_stderr_from;
@@ -524,7 +518,6 @@ impl<'a> Executor<'a> {
             attempt,
             max_attempts: self.steps[index].max_attempts(),
             error,
-            elapsed,
             retry,
         });
         Ok(())

@@ -22,7 +22,7 @@ pub struct Diagnostic {
     /// The short text under the caret.
     pub(crate) label: String,
     pub(crate) help: Option<String>,
-    /// Where the span starts, once [`Diagnostic::locate`] has run: 1-based line and column, and
+    /// Where the span starts, once `Diagnostic::locate` has run: 1-based line and column, and
     /// the byte offset of that line's start, so rendering needs no scan of the file.
     pub location: Option<Location>,
 }
@@ -59,11 +59,6 @@ impl Diagnostic {
     pub(crate) fn help(mut self, help: impl Into<Option<String>>) -> Diagnostic {
         self.help = help.into();
         self
-    }
-
-    /// `did you mean `x`?` when there is a suggestion.
-    pub(crate) fn did_you_mean(self, suggestion: Option<String>) -> Diagnostic {
-        self.help(suggestion.map(|s| format!("did you mean `{s}`?")))
     }
 
     pub fn is_error(&self) -> bool {

@@ -9,14 +9,14 @@ pub(crate) mod validate;
 
 pub use diagnostic::Diagnostic;
 pub use model::Flow;
-pub(crate) use model::{Command, ExitCodes, Signal, Step};
+pub(crate) use model::{ExitCodes, Signal, Step};
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// The largest flow file waymark reads (16 MiB). A flow file is a short text; the limit keeps
 /// `waymark check /dev/zero`, a FIFO or a mistaken path from reading until memory runs out.
-pub(crate) const MAX_FLOW_BYTES: u64 = 16 * 1024 * 1024;
+pub const MAX_FLOW_BYTES: u64 = 16 * 1024 * 1024;
 
 /// A flow that loaded, with the warnings found on the way.
 #[derive(Debug)]

@@ -57,6 +57,7 @@ impl Backoff {
     }
 
     /// The nominal waits before retries 1, 2, 3, …
+    #[cfg(test)]
     pub(crate) fn sequence(&self) -> impl Iterator<Item = Duration> + '_ {
         (1..).map(|k| self.nominal(k))
     }

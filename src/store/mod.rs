@@ -47,7 +47,7 @@ pub enum StoreError {
          the database aside)"
     )]
     BadState { path: PathBuf, table: &'static str, run_id: String, what: String },
-    /// A run's recorded definition that this binary cannot read (see [`record`]).
+    /// A run's recorded definition that this binary cannot read (see `record`).
     #[error("run {run_id} in {path}: {error}")]
     Record { path: PathBuf, run_id: String, error: record::RecordError },
     #[error("no run with id `{0}` in the state directory")]
@@ -183,16 +183,7 @@ pub struct RunRecord {
 /// One execution of a step.
 #[derive(Debug, Clone)]
 pub struct AttemptRecord {
-    pub(crate) step: String,
     pub(crate) attempt: u32,
-    pub(crate) redelivered: bool,
-    pub(crate) outcome: AttemptState,
-    pub(crate) started_at: SystemTime,
-    pub(crate) ended_at: Option<SystemTime>,
-    pub(crate) pid: Option<u32>,
-    pub(crate) exit_code: Option<i32>,
-    pub(crate) signal: Option<String>,
-    pub(crate) error: Option<ErrorValue>,
     pub(crate) log_stem: PathBuf,
 }
 

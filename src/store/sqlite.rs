@@ -537,21 +537,11 @@ impl Store for SqliteStore {
                 let step: String = r.get("step")?;
                 let attempt: u32 = r.get("attempt")?;
                 let outcome: String = r.get("outcome")?;
-                let outcome = AttemptState::parse(&outcome)
+                // Only the attempt number and logs are read back, but a state this binary does not
+                // know is still refused.
+                AttemptState::parse(&outcome)
                     .map_err(|e| bad_row("attempts", run_id, format!("attempt {attempt} of step `{step}`: {e}")))?;
-                Ok(AttemptRecord {
-                    step,
-                    attempt,
-                    redelivered: r.get("redelivered")?,
-                    outcome,
-                    started_at: from_millis(r.get("started_at")?),
-                    ended_at: r.get::<_, Option<i64>>("ended_at")?.map(from_millis),
-                    pid: r.get("pid")?,
-                    exit_code: r.get("exit_code")?,
-                    signal: r.get("signal")?,
-                    error: parse_error(r.get("error")?),
-                    log_stem: PathBuf::from(r.get::<_, String>("log_stem")?),
-                })
+                Ok(AttemptRecord { attempt, log_stem: PathBuf::from(r.get::<_, String>("log_stem")?) })
             })
             .map_err(|e| self.sql(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
