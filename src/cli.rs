@@ -18,13 +18,13 @@ Exit status: 0 success, 1 the workflow failed, 2 invalid command line or flow fi
 pub struct Cli {
     /// Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]
     #[arg(long, global = true, value_name = "DIR")]
-    pub state_dir: Option<PathBuf>,
+    pub(crate) state_dir: Option<PathBuf>,
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Run a flow, resuming its interrupted run if there is one (and not older than its `resume_within`)
     #[command(
         after_help = "Examples:\n  waymark run flow.toml\n  waymark run --fresh flow.toml     abandon an unfinished run and start over\n  waymark run --wait flow.toml      wait for a runner of the same flow to finish first"
@@ -123,7 +123,7 @@ pub enum Command {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum StreamArg {
+pub(crate) enum StreamArg {
     Stdout,
     Stderr,
 }

@@ -17,7 +17,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path};
 
 /// The error for a symbolic link met where waymark allows none.
-pub fn symlink_refused(path: &Path) -> io::Error {
+pub(crate) fn symlink_refused(path: &Path) -> io::Error {
     let target = std::fs::read_link(path).map(|t| format!(" (to {})", t.display())).unwrap_or_default();
     io::Error::other(format!(
         "{} is a symbolic link{target}; waymark never follows links inside its state directory: remove it \
@@ -30,7 +30,7 @@ pub fn symlink_refused(path: &Path) -> io::Error {
 /// Open the directory `path` without following a symlink in any of its components, creating the
 /// missing ones (mode 0700) when `create`. An absolute path is walked from `/`, a relative one
 /// from the working directory.
-pub fn open_dir_nofollow(path: &Path, create: bool) -> io::Result<OwnedFd> {
+pub(crate) fn open_dir_nofollow(path: &Path, create: bool) -> io::Result<OwnedFd> {
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     // The common case in one syscall: the kernel resolves the whole path and refuses any symlink
     // on the way (Linux 5.6+). Anything else (a missing component to create, a link to name in
@@ -112,17 +112,17 @@ fn remove_entry(path: &Path, also_files: bool) -> io::Result<()> {
 }
 
 /// Remove what is at `path` unless it is a regular file. Never follows a symlink.
-pub fn remove_unless_regular(path: &Path) -> io::Result<()> {
+pub(crate) fn remove_unless_regular(path: &Path) -> io::Result<()> {
     remove_entry(path, false)
 }
 
 /// Remove whatever is at `path`: a file, a symlink (never its target), a directory tree.
-pub fn remove_any(path: &Path) -> io::Result<()> {
+pub(crate) fn remove_any(path: &Path) -> io::Result<()> {
     remove_entry(path, true)
 }
 
 /// Open `path` for appending (creating it 0600), refusing to follow a symlink anywhere in it.
-pub fn open_append_private(path: &Path) -> io::Result<File> {
+pub(crate) fn open_append_private(path: &Path) -> io::Result<File> {
     remove_unless_regular(path)?;
     let (dir, name) = parent_and_name(path)?;
     let flags = OFlag::O_WRONLY | OFlag::O_APPEND | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
@@ -133,7 +133,7 @@ pub fn open_append_private(path: &Path) -> io::Result<File> {
 /// Open `path` for reading without following a symlink, in its directories either: a link at the
 /// file itself is ELOOP, one at a directory the error of `open_dir_nofollow`. O_NONBLOCK keeps
 /// open(2) from hanging on a FIFO a child put there; it does nothing for regular files.
-pub fn open_read_nofollow(path: &Path) -> io::Result<File> {
+pub(crate) fn open_read_nofollow(path: &Path) -> io::Result<File> {
     let (dir, name) = parent_and_name(path)?;
     let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
     Ok(File::from(nix::fcntl::openat(&dir, name, flags, Mode::empty())?))

@@ -1,8 +1,10 @@
 //! waymark: run a TOML workflow of child processes with durable, Waymark-style retries.
 //!
-//! The pipeline: [`flow`] loads and validates the file; [`retry`] decides what retries and when;
-//! [`executor`] runs attempts in one event loop and emits [`executor::Event`]s; [`reporter`]s own the
+//! The pipeline: [`flow`] loads and validates the file; `retry` decides what retries and when;
+//! [`executor`] runs attempts in one event loop and emits `executor::Event`s; `reporter`s own the
 //! terminal; [`store`] keeps run state durable; [`classify`] names the errors of failed attempts.
+
+#![warn(unreachable_pub)]
 
 /// `eprintln!` that never panics: a closed or full stderr (`waymark ... 2>&1 | head -1`) loses the
 /// message instead of crashing the command, which has its state to keep.
@@ -18,8 +20,8 @@ pub mod cli;
 pub mod commands;
 pub mod executor;
 pub mod flow;
-pub mod fsutil;
-pub mod reporter;
-pub mod retry;
+mod fsutil;
+mod reporter;
+mod retry;
 pub mod store;
-pub mod suggest;
+mod suggest;

@@ -5,7 +5,7 @@
 /// Edit distance counts swapping two neighbours as one edit (optimal string alignment), so `nmae`
 /// is one typo away from `name`. Candidates whose length alone puts them out of reach are skipped
 /// before any distance is computed: thousands of unknown names stay cheap to report.
-pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
+pub(crate) fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
     let name = name.to_lowercase();
     let len = name.chars().count();
     let limit = (len / 3).max(1);

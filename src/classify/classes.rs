@@ -5,13 +5,13 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Waymark's runtime error: an attempt's deadline passed.
-pub const ACTION_TIMEOUT: &str = "ActionTimeout";
+pub(crate) const ACTION_TIMEOUT: &str = "ActionTimeout";
 /// Waymark's runtime error: the child died of a signal waymark did not send.
-pub const ACTION_EXECUTION_LOST: &str = "ActionExecutionLost";
+pub(crate) const ACTION_EXECUTION_LOST: &str = "ActionExecutionLost";
 /// Waymark's runtime error: the child provably never started.
-pub const ACTION_EXECUTION_NOT_STARTED: &str = "ActionExecutionNotStarted";
+pub(crate) const ACTION_EXECUTION_NOT_STARTED: &str = "ActionExecutionNotStarted";
 /// A non-zero exit with no mapping.
-pub const CALLED_PROCESS_ERROR: &str = "CalledProcessError";
+pub(crate) const CALLED_PROCESS_ERROR: &str = "CalledProcessError";
 
 /// `(class, bases)` of every built-in class, parents listed before children.
 const BUILTIN: &[(&str, &[&str])] = &[
@@ -92,26 +92,26 @@ const BUILTIN: &[(&str, &[&str])] = &[
 ];
 
 /// Whether `name` is one of the built-in classes.
-pub fn is_builtin(name: &str) -> bool {
+pub(crate) fn is_builtin(name: &str) -> bool {
     BUILTIN.iter().any(|(n, _)| *n == name)
 }
 
 /// The hierarchy in force for one flow: the built-in classes plus the flow's `[errors]`.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct ClassTree {
+pub(crate) struct ClassTree {
     /// The flow's own classes and their direct bases, in declaration order.
-    pub user: Vec<(String, Vec<String>)>,
+    pub(crate) user: Vec<(String, Vec<String>)>,
 }
 
 /// Most classes a flow's `[errors]` may declare: far more than any flow needs, and a bound on
 /// the work and memory of checking the hierarchy.
-pub const MAX_USER_CLASSES: usize = 10_000;
+pub(crate) const MAX_USER_CLASSES: usize = 10_000;
 /// Longest method resolution order (a class and all its bases): bounds the work per class.
-pub const MAX_MRO: usize = 1_000;
+pub(crate) const MAX_MRO: usize = 1_000;
 
 /// Why a set of user classes cannot form a hierarchy.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ClassError {
+pub(crate) enum ClassError {
     #[error("class `{0}` inherits from itself through {1}")]
     Cycle(String, String),
     #[error("class `{0}` has bases in an order Python could not linearize (no consistent MRO)")]
@@ -126,7 +126,7 @@ impl ClassTree {
     /// A tree with the given user classes; the caller has checked names and that bases exist.
     /// Every class is linearized once (memoised, without recursion), so checking costs the
     /// total length of the MROs, bounded by [`MAX_USER_CLASSES`] × [`MAX_MRO`].
-    pub fn new(user: Vec<(String, Vec<String>)>) -> Result<ClassTree, ClassError> {
+    pub(crate) fn new(user: Vec<(String, Vec<String>)>) -> Result<ClassTree, ClassError> {
         if let Some((name, _)) = user.get(MAX_USER_CLASSES) {
             return Err(ClassError::TooMany(name.clone()));
         }
@@ -146,34 +146,34 @@ impl ClassTree {
     }
 
     /// Whether `name` is a class this tree knows.
-    pub fn knows(&self, name: &str) -> bool {
+    pub(crate) fn knows(&self, name: &str) -> bool {
         self.direct_bases(name).is_some()
     }
 
     /// Every known class name: built-ins first, then the flow's.
-    pub fn names(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
         BUILTIN.iter().map(|(n, _)| *n).chain(self.user.iter().map(|(n, _)| n.as_str()))
     }
 
     /// Direct bases of a known class, for printing the tree.
-    pub fn parents(&self, name: &str) -> Vec<String> {
+    pub(crate) fn parents(&self, name: &str) -> Vec<String> {
         self.direct_bases(name).unwrap_or_default().into_iter().map(str::to_owned).collect()
     }
 
     /// The ordered bases of `name` (its MRO without itself), or `None` for an unknown class.
-    pub fn bases(&self, name: &str) -> Option<Vec<String>> {
+    pub(crate) fn bases(&self, name: &str) -> Option<Vec<String>> {
         let mut lin = Linearizer::new(self);
         let mro = lin.mro(name).ok()??.to_vec();
         Some(mro.iter().skip(1).map(|&id| lin.names[id as usize].to_owned()).collect())
     }
 
     /// The known class names closest to `name`, for "did you mean" hints.
-    pub fn suggest(&self, name: &str) -> Option<String> {
+    pub(crate) fn suggest(&self, name: &str) -> Option<String> {
         crate::suggest::closest(name, self.names())
     }
 
     /// Children of each class, for printing the tree top-down.
-    pub fn children(&self) -> BTreeMap<String, Vec<String>> {
+    pub(crate) fn children(&self) -> BTreeMap<String, Vec<String>> {
         let mut map: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for name in self.names() {
             for base in self.parents(name) {

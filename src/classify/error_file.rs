@@ -23,7 +23,7 @@ use nix::fcntl::OFlag;
 use serde_json::{Map, Value};
 
 /// The largest error file that is read; a bigger one is ignored with a warning.
-pub const MAX_ERROR_FILE_BYTES: u64 = 64 * 1024;
+pub(crate) const MAX_ERROR_FILE_BYTES: u64 = 64 * 1024;
 
 /// An error a child reported through its error file, with names reduced to bare class names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,7 +46,7 @@ pub enum ErrorFileOutcome {
 /// Create a fresh, empty, private (0600) file at `path` for one attempt. Whatever is at `path` already
 /// (a stale file, or a symlink planted there) is removed first without following it; the file is then
 /// created with O_CREAT|O_EXCL|O_NOFOLLOW so that the runner never writes through a link.
-pub fn create_error_file(path: &Path) -> io::Result<()> {
+pub(crate) fn create_error_file(path: &Path) -> io::Result<()> {
     // Whatever is there goes: a stale file, a symlink (never its target), a planted directory.
     crate::fsutil::remove_any(path)?;
     let file = OpenOptions::new()
@@ -63,7 +63,7 @@ pub fn create_error_file(path: &Path) -> io::Result<()> {
 /// Read and parse the file after a failed attempt. Opens with O_NOFOLLOW (a symlink put there by the child
 /// is Invalid with a warning, never followed), refuses non-regular files, reads at most MAX_ERROR_FILE_BYTES+1
 /// bytes (so a huge file is detected without reading it all), never panics. A missing file is Empty.
-pub fn read_error_file(path: &Path) -> ErrorFileOutcome {
+pub(crate) fn read_error_file(path: &Path) -> ErrorFileOutcome {
     let shown = path.display().to_string();
     let invalid = |what: String| ErrorFileOutcome::Invalid(format!("error file {shown}: {what}"));
 

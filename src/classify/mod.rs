@@ -1,9 +1,9 @@
 //! What went wrong in an attempt, as a named error class with its bases.
 //!
 //! `classes` holds the hierarchy; `error_file` and `traceback` read the names children report;
-//! [`classify`] turns an attempt's end into an [`ErrorValue`] following the documented precedence.
+//! `classify` turns an attempt's end into an [`ErrorValue`] following the documented precedence.
 
-pub mod classes;
+pub(crate) mod classes;
 pub mod error_file;
 pub mod traceback;
 
@@ -31,7 +31,7 @@ pub enum ErrorSource {
 }
 
 impl ErrorSource {
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             ErrorSource::ErrorFile => "error file",
             ErrorSource::Traceback => "traceback",
@@ -55,7 +55,7 @@ pub struct ErrorValue {
 
 impl ErrorValue {
     /// Whether an `except` clause naming any of `names` would catch this error.
-    pub fn matches_any(&self, names: &[String]) -> bool {
+    pub(crate) fn matches_any(&self, names: &[String]) -> bool {
         names.iter().any(|n| *n == self.class || self.bases.iter().any(|b| b == n))
     }
 }
@@ -81,7 +81,7 @@ use error_file::ErrorFileOutcome;
 
 /// How a failed attempt ended, as the executor saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Ending {
+pub(crate) enum Ending {
     /// Exited with a non-zero status.
     Exited(i32),
     /// Killed by a signal waymark did not send.
@@ -93,20 +93,20 @@ pub enum Ending {
 }
 
 /// Everything `classify` may consult besides the ending.
-pub struct Evidence<'a> {
-    pub classes: &'a ClassTree,
-    pub step_codes: &'a ExitCodes,
-    pub flow_codes: &'a ExitCodes,
-    pub detect_tracebacks: bool,
-    pub error_file: ErrorFileOutcome,
+pub(crate) struct Evidence<'a> {
+    pub(crate) classes: &'a ClassTree,
+    pub(crate) step_codes: &'a ExitCodes,
+    pub(crate) flow_codes: &'a ExitCodes,
+    pub(crate) detect_tracebacks: bool,
+    pub(crate) error_file: ErrorFileOutcome,
     /// The end of the attempt's stderr (up to 64 KiB).
-    pub stderr_tail: &'a str,
+    pub(crate) stderr_tail: &'a str,
 }
 
 /// Name a failed attempt's error. Precedence: timeout and start failure first; then the error
 /// file, a Python traceback (exit status 1 only), `exit_codes` (step, then flow), and finally
 /// `CalledProcessError` or `ActionExecutionLost`. Returns the error and any warnings.
-pub fn classify(ending: &Ending, ev: Evidence<'_>) -> (ErrorValue, Vec<String>) {
+pub(crate) fn classify(ending: &Ending, ev: Evidence<'_>) -> (ErrorValue, Vec<String>) {
     let mut warnings = Vec::new();
     let builtin = |class: &str, message: String, source| ErrorValue {
         class: class.to_owned(),

@@ -8,7 +8,7 @@ use std::path::Path;
 /// Backoff waits listed in a plan before it says "…".
 const SHOWN_WAITS: u32 = 5;
 
-pub fn check(path: &Path) -> Result<i32, CliError> {
+pub(crate) fn check(path: &Path) -> Result<i32, CliError> {
     let loaded = flow::load(path)?;
     print_warnings(&loaded, &path.display().to_string());
     super::output::print(plan(&loaded.flow, &path.display().to_string()))?;
@@ -20,7 +20,7 @@ fn human(d: std::time::Duration) -> String {
 }
 
 /// The plan of a flow, as `check` prints it.
-pub fn plan(flow: &Flow, shown: &str) -> String {
+pub(crate) fn plan(flow: &Flow, shown: &str) -> String {
     let mut out = String::new();
     let n = flow.steps.len();
     let _ = writeln!(out, "flow {} ({shown}): {n} step{}, run in order", flow.name, if n == 1 { "" } else { "s" });

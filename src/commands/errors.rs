@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::Path;
 
-pub fn errors(flow: Option<&Path>) -> Result<i32, CliError> {
+pub(crate) fn errors(flow: Option<&Path>) -> Result<i32, CliError> {
     let tree = match flow {
         Some(path) => crate::flow::load(path)?.flow.classes,
         None => ClassTree::default(),
@@ -17,7 +17,7 @@ pub fn errors(flow: Option<&Path>) -> Result<i32, CliError> {
 
 /// The tree drawn top-down from `BaseException`; a class with several bases appears under each,
 /// its other bases named in brackets.
-pub fn render(tree: &ClassTree) -> String {
+pub(crate) fn render(tree: &ClassTree) -> String {
     let children = tree.children();
     let mut out = String::new();
     draw(tree, &children, "BaseException", "", true, true, &mut out);

@@ -76,7 +76,7 @@ fn choose_flow(store: &dyn Store, arg: &str) -> Result<Chosen, CliError> {
     }
 }
 
-pub fn history(state: &Path, flow: Option<&str>, limit: usize, json: bool) -> Result<i32, CliError> {
+pub(crate) fn history(state: &Path, flow: Option<&str>, limit: usize, json: bool) -> Result<i32, CliError> {
     if limit == 0 {
         return Err(CliError::Usage(
             "`--limit 0` would show no runs; give a limit of 1 or more (the default is 20)".into(),
@@ -153,7 +153,7 @@ fn find_run(store: &dyn Store, target: Option<&str>) -> Result<RunRecord, CliErr
     }
 }
 
-pub fn status(state: &Path, target: Option<&str>, json: bool) -> Result<i32, CliError> {
+pub(crate) fn status(state: &Path, target: Option<&str>, json: bool) -> Result<i32, CliError> {
     let store = read_store(state)?;
     let run = find_run(store.as_ref(), target)?;
     // The attempts allowed are shown as `?` when the definition cannot be read (a newer record):
@@ -235,7 +235,7 @@ pub fn status(state: &Path, target: Option<&str>, json: bool) -> Result<i32, Cli
     Ok(EXIT_OK)
 }
 
-pub fn logs(
+pub(crate) fn logs(
     state: &Path,
     run_id: &str,
     step: &str,
@@ -289,7 +289,7 @@ pub fn logs(
 /// Delete finished runs that ended before the cutoff, with their logs. Each run is deleted while
 /// holding its flow's lock, in a transaction that checks again that it is finished: a run that a
 /// runner holds (`waymark resume` of a failed run) or is about to hold is kept.
-pub fn gc(state: &Path, older_than: Duration) -> Result<i32, CliError> {
+pub(crate) fn gc(state: &Path, older_than: Duration) -> Result<i32, CliError> {
     let mut store = open_store(state)?;
     let cutoff = SystemTime::now().checked_sub(older_than).unwrap_or(SystemTime::UNIX_EPOCH);
     let candidates = store.finished_before(cutoff)?;

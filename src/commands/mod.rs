@@ -14,11 +14,11 @@ use crate::store::{SqliteStore, Store, StoreError, statedir};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
-pub const EXIT_OK: i32 = 0;
-pub const EXIT_FAILED: i32 = 1;
-pub const EXIT_USAGE: i32 = 2;
-pub const EXIT_RUNNING: i32 = 3;
-pub const EXIT_INTERNAL: i32 = 4;
+pub(crate) const EXIT_OK: i32 = 0;
+pub(crate) const EXIT_FAILED: i32 = 1;
+pub(crate) const EXIT_USAGE: i32 = 2;
+pub(crate) const EXIT_RUNNING: i32 = 3;
+pub(crate) const EXIT_INTERNAL: i32 = 4;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {

@@ -9,14 +9,14 @@ use super::CliError;
 use std::io::{ErrorKind, Read, Write};
 
 /// Write all of `bytes` to stdout and flush them.
-pub fn print(bytes: impl AsRef<[u8]>) -> Result<(), CliError> {
+pub(crate) fn print(bytes: impl AsRef<[u8]>) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();
     out.write_all(bytes.as_ref()).and_then(|()| out.flush()).map_err(failed)
 }
 
 /// Copy a reader (a log file, possibly larger than memory) to stdout. A read error is the
 /// caller's to describe.
-pub fn copy(from: &mut impl Read) -> Result<Result<(), std::io::Error>, CliError> {
+pub(crate) fn copy(from: &mut impl Read) -> Result<Result<(), std::io::Error>, CliError> {
     let mut out = std::io::stdout().lock();
     let mut buf = vec![0u8; 64 * 1024];
     loop {

@@ -11,7 +11,13 @@ use anyhow::Context;
 use std::path::Path;
 use std::sync::Arc;
 
-pub fn run(state_flag: Option<&Path>, flow_path: &Path, fresh: bool, wait: bool, quiet: bool) -> Result<i32, CliError> {
+pub(crate) fn run(
+    state_flag: Option<&Path>,
+    flow_path: &Path,
+    fresh: bool,
+    wait: bool,
+    quiet: bool,
+) -> Result<i32, CliError> {
     // The flow file first: an invalid one is reported as such whatever the state directory.
     let loaded = flow::load(flow_path)?;
     print_warnings(&loaded, &flow_path.display().to_string());
@@ -181,7 +187,7 @@ fn too_old(run: &RunRecord, limit: Option<std::time::Duration>) -> Option<std::t
     limit.filter(|limit| age(run) > *limit)
 }
 
-pub fn resume(state: &Path, run_id: &str, wait: bool, quiet: bool) -> Result<i32, CliError> {
+pub(crate) fn resume(state: &Path, run_id: &str, wait: bool, quiet: bool) -> Result<i32, CliError> {
     let mut store = open_store(state)?;
     // The run's own key, whichever file started it; `resume_within` does not apply here.
     let run = store.run(run_id)?;

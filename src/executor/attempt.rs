@@ -25,24 +25,24 @@ const DRAIN: Duration = Duration::from_millis(500);
 const LAST_DRAIN: Duration = Duration::from_secs(5);
 
 /// Everything needed to start one attempt.
-pub struct AttemptSpec {
-    pub step_index: usize,
-    pub step: Arc<Step>,
-    pub env: Vec<(String, String)>,
-    pub stdout_log: PathBuf,
-    pub stderr_log: PathBuf,
+pub(crate) struct AttemptSpec {
+    pub(crate) step_index: usize,
+    pub(crate) step: Arc<Step>,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) stdout_log: PathBuf,
+    pub(crate) stderr_log: PathBuf,
     /// The attempt's row in the store; its output is tagged with it.
-    pub row: i64,
+    pub(crate) row: i64,
     /// The attempt's `WAYMARK_ATTEMPT_ID`, by which its processes are found if they leave its group.
-    pub attempt_id: String,
-    pub attempt: u32,
+    pub(crate) attempt_id: String,
+    pub(crate) attempt: u32,
     /// Run again after its runner died (or after a cancel, when `false` and logs exist).
-    pub redelivered: bool,
+    pub(crate) redelivered: bool,
 }
 
 /// What the event loop may ask of a running attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Control {
+pub(crate) enum Control {
     Run,
     /// Forward this signal to the group, SIGKILL after the grace period.
     Cancel(Signal),
@@ -52,18 +52,18 @@ pub enum Control {
 
 /// How an attempt that started came to an end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum End {
+pub(crate) enum End {
     Exited(ExitKind),
     TimedOut,
     Cancelled,
 }
 
 /// A spawned attempt, before it is handed to its supervising task.
-pub struct Running {
+pub(crate) struct Running {
     child: tokio::process::Child,
-    pub pid: u32,
+    pub(crate) pid: u32,
     /// Where this attempt's output starts in its stderr log (earlier executions may precede it).
-    pub stderr_from: u64,
+    pub(crate) stderr_from: u64,
     attempt_id: String,
     /// Each output reader sends one message here when it has reached end-of-file.
     readers_done: mpsc::Receiver<()>,
@@ -75,7 +75,7 @@ pub struct Running {
 
 /// Why an attempt could not start: the child's fault (retryable) or waymark's own.
 #[derive(Debug)]
-pub enum SpawnError {
+pub(crate) enum SpawnError {
     NotStarted(String),
     Runner(std::io::Error, PathBuf),
 }
@@ -114,7 +114,7 @@ fn spawn_failure(program: &str, workdir: &Path, e: &std::io::Error) -> String {
 }
 
 /// Start the child. Runs on the event loop so the pid is known before anything else happens.
-pub fn spawn(spec: &AttemptSpec, events: &mpsc::Sender<Msg>) -> Result<Running, SpawnError> {
+pub(crate) fn spawn(spec: &AttemptSpec, events: &mpsc::Sender<Msg>) -> Result<Running, SpawnError> {
     let step = &spec.step;
     let (stdout_log, _) = open_log(&spec.stdout_log, spec)?;
     let (stderr_log, stderr_from) = open_log(&spec.stderr_log, spec)?;
@@ -261,7 +261,7 @@ impl Running {
 
     /// Wait for the attempt to end, enforcing `deadline` and obeying `control`. Always leaves the
     /// process group dead; returns how the attempt ended and notes for the user.
-    pub async fn supervise(
+    pub(crate) async fn supervise(
         mut self,
         step: Arc<Step>,
         deadline: Option<Instant>,

@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stream {
+pub(crate) enum Stream {
     Stdout,
     Stderr,
 }
 
 impl Stream {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Stream::Stdout => "stdout",
             Stream::Stderr => "stderr",
@@ -23,7 +23,7 @@ impl Stream {
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunOutcome {
+pub(crate) enum RunOutcome {
     Succeeded,
     Failed,
     /// Stopped by a signal to the runner; resumable.
@@ -33,7 +33,7 @@ pub enum RunOutcome {
 }
 
 #[derive(Debug, Clone)]
-pub enum Event {
+pub(crate) enum Event {
     RunStarted {
         run_id: String,
         flow: String,
@@ -50,7 +50,6 @@ pub enum Event {
         attempt: u32,
         max_attempts: u32,
         redelivered: bool,
-        pid: u32,
     },
     /// Whole lines (or a final unterminated line) a child wrote.
     Output {
@@ -68,7 +67,6 @@ pub enum Event {
         attempt: u32,
         max_attempts: u32,
         error: ErrorValue,
-        elapsed: Duration,
         /// The retry's wait and wake-up time when the policy retries.
         retry: Option<(Duration, SystemTime)>,
     },
@@ -91,10 +89,10 @@ pub enum Event {
 
 /// What the user needs to know about a failed run.
 #[derive(Debug, Clone)]
-pub struct Failure {
-    pub step: String,
-    pub error: ErrorValue,
-    pub attempts: u32,
-    pub stderr_tail: String,
-    pub log_dir: PathBuf,
+pub(crate) struct Failure {
+    pub(crate) step: String,
+    pub(crate) error: ErrorValue,
+    pub(crate) attempts: u32,
+    pub(crate) stderr_tail: String,
+    pub(crate) log_dir: PathBuf,
 }

@@ -1,15 +1,16 @@
 //! The executor: one event loop that alone owns a run's state. Child exits, output, timers and the
 //! runner's own signals all arrive here; every state change is committed to the store before the
-//! next thing happens, and reported as an [`Event`]. It never prints.
+//! next thing happens, and reported as an `Event`. It never prints.
 
 mod attempt;
-pub mod events;
-pub mod output;
+pub(crate) mod events;
+pub(crate) mod output;
 mod unix;
 
-pub use events::{Event, Failure, RunOutcome, Stream};
-pub use output::Chunk;
-pub use unix::{RunnerSignals, close_inherited_fds_on_exec, restore_default_signals};
+pub(crate) use events::{Event, Failure, RunOutcome, Stream};
+pub(crate) use output::Chunk;
+pub use unix::close_inherited_fds_on_exec;
+pub(crate) use unix::{RunnerSignals, restore_default_signals};
 
 use crate::classify::{self, Ending, ErrorSource, ErrorValue, Evidence, error_file};
 use crate::flow::{Flow, Signal, Step};
@@ -29,7 +30,7 @@ const STDERR_TAIL: u64 = 64 * 1024;
 
 /// Messages from attempt tasks and output readers to the loop.
 #[derive(Debug)]
-pub enum Msg {
+pub(crate) enum Msg {
     /// Output of the attempt recorded as `row` (a reader left behind by an earlier attempt of the
     /// same step may still send some; the row tells it apart).
     Output {
@@ -53,7 +54,7 @@ pub enum Msg {
 
 /// Waymark's own failures while running (not a step's).
 #[derive(Debug, thiserror::Error)]
-pub enum ExecError {
+pub(crate) enum ExecError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("cannot write attempt files at {}", path.display())]
@@ -110,15 +111,15 @@ impl StepSlot {
 }
 
 /// A run about to execute: the flow, its id, where its logs go, and each step's recorded state.
-pub struct RunSpec {
-    pub flow: Arc<Flow>,
-    pub run_id: String,
-    pub log_dir: PathBuf,
-    pub steps: Vec<StepRecord>,
-    pub resumed: bool,
+pub(crate) struct RunSpec {
+    pub(crate) flow: Arc<Flow>,
+    pub(crate) run_id: String,
+    pub(crate) log_dir: PathBuf,
+    pub(crate) steps: Vec<StepRecord>,
+    pub(crate) resumed: bool,
 }
 
-pub struct Executor<'a> {
+pub(crate) struct Executor<'a> {
     flow: Arc<Flow>,
     run_id: String,
     log_dir: PathBuf,
@@ -141,7 +142,7 @@ pub struct Executor<'a> {
 impl<'a> Executor<'a> {
     /// Set up a run from its recorded state. An attempt left in flight by a dead runner is made
     /// sure to be dead first; an error if some of its processes will not die.
-    pub fn new(
+    pub(crate) fn new(
         spec: RunSpec,
         store: &'a mut dyn RunLog,
         reporter: &'a mut dyn Reporter,
@@ -206,7 +207,7 @@ impl<'a> Executor<'a> {
 
     /// Run until every step succeeded, one failed for good, or a signal stopped the runner.
     /// On waymark's own failure every running attempt's process group is killed first.
-    pub async fn run(mut self) -> Result<RunOutcome, ExecError> {
+    pub(crate) async fn run(mut self) -> Result<RunOutcome, ExecError> {
         let result = self.event_loop().await;
         if result.is_err() {
             for s in &self.steps {
@@ -343,13 +344,7 @@ impl<'a> Executor<'a> {
             unix::kill_group(running.pid);
             return Err(e.into());
         }
-        self.reporter.report(&Event::AttemptStarted {
-            step: step.name.clone(),
-            attempt,
-            max_attempts,
-            redelivered,
-            pid,
-        });
+        self.reporter.report(&Event::AttemptStarted { step: step.name.clone(), attempt, max_attempts, redelivered });
         // Only what follows now in the stderr log belongs to this attempt.
         let stderr_from = match &spawned {
             Ok(r) => r.stderr_from,
@@ -456,7 +451,7 @@ impl<'a> Executor<'a> {
     }
 
     fn attempt_failed(&mut self, index: usize, ending: Ending, exit_code: Option<i32>) -> Result<(), ExecError> {
-        let (attempt, row, elapsed) = self.take_running(index);
+        let (attempt, row, _) = self.take_running(index);
         let step = Arc::clone(&self.steps[index].step);
         let stem = self.attempt_stem(&step, attempt);
         let from = self.steps[index].last_stderr_from;
@@ -523,7 +518,6 @@ impl<'a> Executor<'a> {
             attempt,
             max_attempts: self.steps[index].max_attempts(),
             error,
-            elapsed,
             retry,
         });
         Ok(())
@@ -605,7 +599,7 @@ fn attempt_id(run_id: &str, row: i64) -> String {
 /// (checked against the recorded start time) and any of its processes that left the group.
 /// Returns a message for the user when something had to be killed.
 /// An error when some would not die: the attempt must not run twice at once.
-pub fn kill_leftovers(run_id: &str, step: &StepRecord) -> Result<Option<String>, ExecError> {
+pub(crate) fn kill_leftovers(run_id: &str, step: &StepRecord) -> Result<Option<String>, ExecError> {
     let StepState::InFlight { attempt, row, pid, proc_start } = &step.state else { return Ok(None) };
     let (killed, survivors) =
         unix::kill_leftovers(*pid, *proc_start, &attempt_id(run_id, *row), Duration::from_secs(5));

@@ -8,12 +8,12 @@
 use std::fmt;
 
 /// Whole lines (or a final unterminated line, ended with a newline) a child wrote.
-pub struct Chunk {
+pub(crate) struct Chunk {
     bytes: Vec<u8>,
 }
 
 impl Chunk {
-    pub fn new(bytes: Vec<u8>) -> Chunk {
+    pub(crate) fn new(bytes: Vec<u8>) -> Chunk {
         Chunk { bytes }
     }
 }

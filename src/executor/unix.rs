@@ -6,7 +6,7 @@ use nix::unistd::Pid;
 use std::time::Duration;
 
 /// Send `sig` to every process in group `pgid`. A group that is already gone is not an error.
-pub fn signal_group(pgid: u32, sig: NixSignal) {
+pub(crate) fn signal_group(pgid: u32, sig: NixSignal) {
     let Ok(raw) = i32::try_from(pgid) else { return };
     if raw <= 1 {
         return; // never signal our own group or init's by accident
@@ -17,18 +17,18 @@ pub fn signal_group(pgid: u32, sig: NixSignal) {
 }
 
 /// SIGKILL every process in group `pgid`.
-pub fn kill_group(pgid: u32) {
+pub(crate) fn kill_group(pgid: u32) {
     signal_group(pgid, NixSignal::SIGKILL);
 }
 
 /// How a child ended, decoded from its wait status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExitKind {
+pub(crate) enum ExitKind {
     Code(i32),
     Signal(Signal),
 }
 
-pub fn exit_kind(status: std::process::ExitStatus) -> ExitKind {
+pub(crate) fn exit_kind(status: std::process::ExitStatus) -> ExitKind {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
         (Some(code), _) => ExitKind::Code(code),
@@ -42,7 +42,7 @@ pub fn exit_kind(status: std::process::ExitStatus) -> ExitKind {
 
 /// A process's start time in clock ticks since boot (`/proc/PID/stat` field 22), which together
 /// with the pid identifies one process across pid reuse. `None` where `/proc` is unavailable.
-pub fn process_start_time(pid: u32) -> Option<u64> {
+pub(crate) fn process_start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat_fields(&stat).and_then(|f| f.get(19)?.parse().ok())
 }
@@ -83,7 +83,7 @@ fn orphaned_group(pgid: u32, leader_start: Option<u64>) -> Vec<u32> {
 }
 
 /// The variable that tags every process of an attempt, inherited by all its descendants.
-pub const ATTEMPT_ID_VAR: &str = "WAYMARK_ATTEMPT_ID";
+pub(crate) const ATTEMPT_ID_VAR: &str = "WAYMARK_ATTEMPT_ID";
 
 /// Live processes whose environment holds `WAYMARK_ATTEMPT_ID=attempt_id`: an attempt's
 /// processes, including those that left its process group with setsid(). Reads `/proc`, so it is
@@ -104,7 +104,7 @@ fn marked(attempt_id: &str) -> Vec<u32> {
 }
 
 /// SIGKILL every live process of an attempt found by its id; returns how many there were.
-pub fn kill_marked(attempt_id: &str) -> usize {
+pub(crate) fn kill_marked(attempt_id: &str) -> usize {
     let pids = marked(attempt_id);
     for pid in &pids {
         if let Ok(raw) = i32::try_from(*pid) {
@@ -117,7 +117,7 @@ pub fn kill_marked(attempt_id: &str) -> usize {
 /// Kill what is left of a dead runner's attempt (its group, and its processes that left the
 /// group) and wait, up to `limit`, until they are gone. Returns how many processes there were,
 /// and those still alive at the end.
-pub fn kill_leftovers(
+pub(crate) fn kill_leftovers(
     pgid: Option<u32>,
     leader_start: Option<u64>,
     attempt_id: &str,
@@ -148,7 +148,7 @@ pub fn kill_leftovers(
 /// Whether signal `sig` was ignored when this process started (the `SigIgn` mask of
 /// `/proc/self/status`, read before any handler of ours is installed). False where there is
 /// no `/proc`.
-pub fn ignored_at_start(sig: i32) -> bool {
+pub(crate) fn ignored_at_start(sig: i32) -> bool {
     let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return false };
     let mask = status
         .lines()
@@ -161,7 +161,7 @@ pub fn ignored_at_start(sig: i32) -> bool {
 /// Put the runner's own signals back to their default action, once the run is over and
 /// nothing listens for them any more, so that a signal during the last writes still ends the
 /// process.
-pub fn restore_default_signals() {
+pub(crate) fn restore_default_signals() {
     use nix::sys::signal::{SigHandler, signal as set_handler};
     for sig in [NixSignal::SIGINT, NixSignal::SIGTERM, NixSignal::SIGHUP] {
         if ignored_at_start(sig as i32) {
@@ -200,7 +200,7 @@ pub fn close_inherited_fds_on_exec() {
 }
 
 /// Whether a process with this pid and start time is alive (not a zombie).
-pub fn is_alive(pid: u32, start: Option<u64>) -> bool {
+pub(crate) fn is_alive(pid: u32, start: Option<u64>) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return i32::try_from(pid).is_ok_and(|p| signal::kill(Pid::from_raw(p), None).is_ok());
     };
@@ -215,7 +215,7 @@ pub fn is_alive(pid: u32, start: Option<u64>) -> bool {
 /// `running`; and two signals delivered before the loop looked are two, so the second one still
 /// kills (tokio's signal streams coalesce them). A signal that was ignored when waymark started
 /// (`nohup`) is not listened for and stays ignored.
-pub struct RunnerSignals<S = std::os::unix::net::UnixStream> {
+pub(crate) struct RunnerSignals<S = std::os::unix::net::UnixStream> {
     sources: Vec<(NixSignal, S, Registration)>,
 }
 
@@ -229,10 +229,10 @@ impl Drop for Registration {
 }
 
 /// [`RunnerSignals`] read by the event loop.
-pub type AsyncSignals = RunnerSignals<tokio::net::UnixStream>;
+pub(crate) type AsyncSignals = RunnerSignals<tokio::net::UnixStream>;
 
 impl RunnerSignals {
-    pub fn install() -> std::io::Result<RunnerSignals> {
+    pub(crate) fn install() -> std::io::Result<RunnerSignals> {
         let mut sources = Vec::new();
         for sig in [NixSignal::SIGINT, NixSignal::SIGTERM, NixSignal::SIGHUP] {
             if ignored_at_start(sig as i32) {
@@ -247,7 +247,7 @@ impl RunnerSignals {
     }
 
     /// The same signals, read by the event loop's runtime (which must be running).
-    pub fn into_async(self) -> std::io::Result<AsyncSignals> {
+    pub(crate) fn into_async(self) -> std::io::Result<AsyncSignals> {
         let sources = self
             .sources
             .into_iter()
@@ -259,13 +259,13 @@ impl RunnerSignals {
 
 impl AsyncSignals {
     /// The next delivered signal, if one is waiting.
-    pub fn try_next(&self) -> Option<NixSignal> {
+    pub(crate) fn try_next(&self) -> Option<NixSignal> {
         let mut byte = [0u8; 1];
         self.sources.iter().find_map(|(sig, read, _)| matches!(read.try_read(&mut byte), Ok(1)).then_some(*sig))
     }
 
     /// Wait for the next delivered signal; pending forever when none is listened for.
-    pub async fn next(&self) -> NixSignal {
+    pub(crate) async fn next(&self) -> NixSignal {
         let readable = |i: usize| async move {
             match self.sources.get(i) {
                 Some((_, read, _)) => drop(read.readable().await),

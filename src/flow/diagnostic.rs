@@ -7,7 +7,7 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Severity {
+pub(crate) enum Severity {
     Error,
     Warning,
 }
@@ -15,14 +15,14 @@ pub enum Severity {
 /// One problem in a flow file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Diagnostic {
-    pub severity: Severity,
-    pub message: String,
+    pub(crate) severity: Severity,
+    pub(crate) message: String,
     /// Byte range in the source; `None` for problems of the file as a whole.
-    pub span: Option<Range<usize>>,
+    pub(crate) span: Option<Range<usize>>,
     /// The short text under the caret.
-    pub label: String,
-    pub help: Option<String>,
-    /// Where the span starts, once [`Diagnostic::locate`] has run: 1-based line and column, and
+    pub(crate) label: String,
+    pub(crate) help: Option<String>,
+    /// Where the span starts, once `Diagnostic::locate` has run: 1-based line and column, and
     /// the byte offset of that line's start, so rendering needs no scan of the file.
     pub location: Option<Location>,
 }
@@ -32,11 +32,11 @@ pub struct Diagnostic {
 pub struct Location {
     pub line: usize,
     pub column: usize,
-    pub line_start: usize,
+    pub(crate) line_start: usize,
 }
 
 impl Diagnostic {
-    pub fn error(span: impl Into<Option<Range<usize>>>, message: impl Into<String>) -> Diagnostic {
+    pub(crate) fn error(span: impl Into<Option<Range<usize>>>, message: impl Into<String>) -> Diagnostic {
         Diagnostic {
             severity: Severity::Error,
             message: message.into(),
@@ -47,23 +47,18 @@ impl Diagnostic {
         }
     }
 
-    pub fn warning(span: impl Into<Option<Range<usize>>>, message: impl Into<String>) -> Diagnostic {
+    pub(crate) fn warning(span: impl Into<Option<Range<usize>>>, message: impl Into<String>) -> Diagnostic {
         Diagnostic { severity: Severity::Warning, ..Diagnostic::error(span, message) }
     }
 
-    pub fn label(mut self, label: impl Into<String>) -> Diagnostic {
+    pub(crate) fn label(mut self, label: impl Into<String>) -> Diagnostic {
         self.label = label.into();
         self
     }
 
-    pub fn help(mut self, help: impl Into<Option<String>>) -> Diagnostic {
+    pub(crate) fn help(mut self, help: impl Into<Option<String>>) -> Diagnostic {
         self.help = help.into();
         self
-    }
-
-    /// `did you mean `x`?` when there is a suggestion.
-    pub fn did_you_mean(self, suggestion: Option<String>) -> Diagnostic {
-        self.help(suggestion.map(|s| format!("did you mean `{s}`?")))
     }
 
     pub fn is_error(&self) -> bool {
@@ -71,7 +66,7 @@ impl Diagnostic {
     }
 
     /// Record the line and column of the span's start, from an index of `source`'s lines.
-    pub fn locate(&mut self, source: &str, lines: &Lines) {
+    pub(crate) fn locate(&mut self, source: &str, lines: &Lines) {
         self.location = self.span.as_ref().map(|span| {
             let start = floor_char_boundary(source, span.start);
             let (line, column) = lines.line_col(source, start);
@@ -125,7 +120,7 @@ fn clamp(span: Range<usize>, source: &str) -> Range<usize> {
 /// Where every key and value of a flow file sits, built by walking the parsed document once, so
 /// that naming the key path of a diagnostic costs a hash lookup, not a parse of the file.
 #[derive(Debug, Default)]
-pub struct KeyIndex {
+pub(crate) struct KeyIndex {
     /// Start offset of a key or value → the path of the deepest entry starting there.
     by_start: HashMap<usize, String>,
     /// Every `(span, path)` in document order, for offsets that start no entry.
@@ -135,12 +130,12 @@ pub struct KeyIndex {
 impl KeyIndex {
     /// Index `source`; an unparsable document gives an empty index (no key paths).
     #[cfg(test)]
-    pub fn new(source: &str) -> KeyIndex {
+    pub(crate) fn new(source: &str) -> KeyIndex {
         DeTable::parse(source).map(|table| KeyIndex::of(table.get_ref())).unwrap_or_default()
     }
 
     /// Index a parsed document.
-    pub fn of(table: &DeTable<'_>) -> KeyIndex {
+    pub(crate) fn of(table: &DeTable<'_>) -> KeyIndex {
         let mut index = KeyIndex::default();
         {
             // An explicit stack instead of recursion: nesting is bounded by the TOML parser's own
@@ -194,7 +189,7 @@ impl KeyIndex {
     }
 
     /// The dotted key path (`step[1].retry.attempts`) of the deepest key or value at `offset`.
-    pub fn path_at(&self, offset: usize) -> Option<&str> {
+    pub(crate) fn path_at(&self, offset: usize) -> Option<&str> {
         if let Some(path) = self.by_start.get(&offset) {
             return Some(path);
         }
@@ -204,23 +199,23 @@ impl KeyIndex {
 
 /// Line starts of a text, for turning byte offsets into lines and columns without rescanning.
 #[derive(Debug)]
-pub struct Lines {
+pub(crate) struct Lines {
     starts: Vec<usize>,
 }
 
 impl Lines {
-    pub fn new(source: &str) -> Lines {
+    pub(crate) fn new(source: &str) -> Lines {
         let starts = std::iter::once(0).chain(source.match_indices('\n').map(|(i, _)| i + 1)).collect();
         Lines { starts }
     }
 
     /// The 0-based line holding `offset`.
-    pub fn line_of(&self, offset: usize) -> usize {
+    pub(crate) fn line_of(&self, offset: usize) -> usize {
         self.starts.partition_point(|&s| s <= offset).saturating_sub(1)
     }
 
     /// 1-based line and column (in characters) of `offset`.
-    pub fn line_col(&self, source: &str, offset: usize) -> (usize, usize) {
+    pub(crate) fn line_col(&self, source: &str, offset: usize) -> (usize, usize) {
         let offset = floor_char_boundary(source, offset);
         let line = self.line_of(offset);
         let column = source[self.starts[line]..offset].chars().count() + 1;

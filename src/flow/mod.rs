@@ -2,13 +2,14 @@
 //! domain types (`validate`, `model`), and diagnostics that point into the file (`diagnostic`).
 //! Every diagnostic but a TOML syntax error is waymark's own wording.
 
-pub mod diagnostic;
-pub mod model;
-pub mod raw;
-pub mod validate;
+pub(crate) mod diagnostic;
+pub(crate) mod model;
+pub(crate) mod raw;
+pub(crate) mod validate;
 
 pub use diagnostic::Diagnostic;
-pub use model::{Command, ExitCodes, Flow, Signal, Step};
+pub use model::Flow;
+pub(crate) use model::{ExitCodes, Signal, Step};
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -19,10 +20,10 @@ pub const MAX_FLOW_BYTES: u64 = 16 * 1024 * 1024;
 
 /// A flow that loaded, with the warnings found on the way.
 #[derive(Debug)]
-pub struct Loaded {
-    pub flow: Flow,
-    pub source: String,
-    pub warnings: Vec<Diagnostic>,
+pub(crate) struct Loaded {
+    pub(crate) flow: Flow,
+    pub(crate) source: String,
+    pub(crate) warnings: Vec<Diagnostic>,
 }
 
 /// Why a flow file could not be loaded.
@@ -41,7 +42,7 @@ pub enum LoadError {
 
 impl LoadError {
     /// The full report: every diagnostic drawn against the file.
-    pub fn render(&self, color: bool) -> String {
+    pub(crate) fn render(&self, color: bool) -> String {
         match self {
             LoadError::Read { .. } | LoadError::TooLarge { .. } => format!("error: {self}\n"),
             LoadError::Invalid { shown, source_text, diagnostics } => {
@@ -62,7 +63,7 @@ impl LoadError {
 }
 
 /// Read, parse and validate the flow file at `path`.
-pub fn load(path: &Path) -> Result<Loaded, LoadError> {
+pub(crate) fn load(path: &Path) -> Result<Loaded, LoadError> {
     let read_error = |source| LoadError::Read { path: path.to_owned(), source };
     let mut bytes = Vec::new();
     // One byte more than the limit tells a file at the limit from a larger one, and bounds the

@@ -11,45 +11,45 @@ use std::time::Duration;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Flow {
-    pub name: String,
+    pub(crate) name: String,
     /// Whether the file declares `name`: then files of the same name share runs, else the flow
     /// is its file (see [`crate::store::FlowKey`]).
     #[serde(default)]
-    pub name_declared: bool,
+    pub(crate) name_declared: bool,
     /// The flow file, absolute.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// How old an unfinished run may be and still be resumed by `waymark run`.
     #[serde(default)]
-    pub resume_within: Option<Duration>,
-    pub env: BTreeMap<String, String>,
-    pub classes: ClassTree,
-    pub exit_codes: ExitCodes,
-    pub steps: Vec<Step>,
+    pub(crate) resume_within: Option<Duration>,
+    pub(crate) env: BTreeMap<String, String>,
+    pub(crate) classes: ClassTree,
+    pub(crate) exit_codes: ExitCodes,
+    pub(crate) steps: Vec<Step>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Step {
-    pub name: String,
+pub(crate) struct Step {
+    pub(crate) name: String,
     /// Where the step's `[[step]]` table starts in the flow file.
-    pub span: Range<usize>,
-    pub command: Command,
+    pub(crate) span: Range<usize>,
+    pub(crate) command: Command,
     /// Per-attempt deadline; `None` lets an attempt run forever.
-    pub timeout: Option<Duration>,
-    pub retry: RetryPolicy,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) retry: RetryPolicy,
     /// The `[policies]` entry the retry policy came from, if any.
-    pub retry_name: Option<String>,
-    pub exit_codes: ExitCodes,
-    pub env: BTreeMap<String, String>,
+    pub(crate) retry_name: Option<String>,
+    pub(crate) exit_codes: ExitCodes,
+    pub(crate) env: BTreeMap<String, String>,
     /// Absolute working directory (checked when an attempt starts).
-    pub workdir: PathBuf,
-    pub kill_signal: Signal,
-    pub kill_grace: Duration,
+    pub(crate) workdir: PathBuf,
+    pub(crate) kill_signal: Signal,
+    pub(crate) kill_grace: Duration,
     /// Read Python tracebacks from stderr to name errors.
-    pub detect_tracebacks: bool,
+    pub(crate) detect_tracebacks: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Command {
+pub(crate) enum Command {
     /// Executed directly with `PATH` lookup.
     Run(Vec<String>),
     /// Run by `/bin/sh -c`.
@@ -58,7 +58,7 @@ pub enum Command {
 
 impl Command {
     /// Program and arguments as executed.
-    pub fn argv(&self) -> Vec<String> {
+    pub(crate) fn argv(&self) -> Vec<String> {
         match self {
             Command::Run(argv) => argv.clone(),
             Command::Shell(script) => vec!["/bin/sh".into(), "-c".into(), script.clone()],
@@ -66,7 +66,7 @@ impl Command {
     }
 
     /// A one-line rendering for plans and reports.
-    pub fn display(&self) -> String {
+    pub(crate) fn display(&self) -> String {
         match self {
             Command::Run(argv) => argv.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" "),
             Command::Shell(script) => format!("sh -c {}", shell_quote(script)),
@@ -85,24 +85,24 @@ fn shell_quote(s: &str) -> String {
 /// A signal by its number and canonical name (`SIGTERM`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
-pub struct Signal(pub nix::sys::signal::Signal);
+pub(crate) struct Signal(pub(crate) nix::sys::signal::Signal);
 
 impl Signal {
-    pub fn parse(name: &str) -> Option<Signal> {
+    pub(crate) fn parse(name: &str) -> Option<Signal> {
         let upper = name.to_ascii_uppercase();
         let full = if upper.starts_with("SIG") { upper } else { format!("SIG{upper}") };
         full.parse().ok().map(Signal)
     }
 
-    pub fn from_number(n: i32) -> Option<Signal> {
+    pub(crate) fn from_number(n: i32) -> Option<Signal> {
         nix::sys::signal::Signal::try_from(n).ok().map(Signal)
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         self.0.as_str()
     }
 
-    pub fn number(self) -> i32 {
+    pub(crate) fn number(self) -> i32 {
         self.0 as i32
     }
 }
@@ -122,17 +122,17 @@ impl From<Signal> for String {
 
 /// Exit codes and signals mapped to error class names.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExitCodes {
-    pub codes: BTreeMap<u8, String>,
-    pub signals: BTreeMap<String, String>,
+pub(crate) struct ExitCodes {
+    pub(crate) codes: BTreeMap<u8, String>,
+    pub(crate) signals: BTreeMap<String, String>,
 }
 
 impl ExitCodes {
-    pub fn for_code(&self, code: i32) -> Option<&str> {
+    pub(crate) fn for_code(&self, code: i32) -> Option<&str> {
         u8::try_from(code).ok().and_then(|c| self.codes.get(&c)).map(String::as_str)
     }
 
-    pub fn for_signal(&self, signal: Signal) -> Option<&str> {
+    pub(crate) fn for_signal(&self, signal: Signal) -> Option<&str> {
         self.signals.get(signal.name()).map(String::as_str)
     }
 }

@@ -18,16 +18,16 @@ use std::ops::Range;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
-pub type Str = Spanned<String>;
-pub type StrMap = BTreeMap<Str, Str>;
+pub(crate) type Str = Spanned<String>;
+pub(crate) type StrMap = BTreeMap<Str, Str>;
 
 /// The keys of the top level, in the order the README lists them.
-pub const FLOW_KEYS: [&str; 8] =
+pub(crate) const FLOW_KEYS: [&str; 8] =
     ["name", "resume_within", "env", "defaults", "policies", "errors", "exit_codes", "step"];
 /// The keys of `[defaults]`.
-pub const DEFAULTS_KEYS: [&str; 5] = ["timeout", "retry", "kill_signal", "kill_grace", "detect_errors"];
+pub(crate) const DEFAULTS_KEYS: [&str; 5] = ["timeout", "retry", "kill_signal", "kill_grace", "detect_errors"];
 /// The keys of a `[[step]]`.
-pub const STEP_KEYS: [&str; 11] = [
+pub(crate) const STEP_KEYS: [&str; 11] = [
     "name",
     "run",
     "shell",
@@ -41,71 +41,71 @@ pub const STEP_KEYS: [&str; 11] = [
     "detect_errors",
 ];
 /// The keys of a retry policy.
-pub const POLICY_KEYS: [&str; 6] =
+pub(crate) const POLICY_KEYS: [&str; 6] =
     ["attempts", "exception_types", "backoff_seconds", "backoff_multiplier", "backoff_max_seconds", "jitter"];
 
 const DURATION_HELP: &str = "write seconds as a number (`90`, `0.5`) or a string such as \"90s\", \"2m 30s\", \"1h\"";
 
 #[derive(Debug, Default)]
-pub struct RawFlow {
-    pub name: Option<Str>,
-    pub resume_within: Option<Spanned<RawDuration>>,
-    pub env: StrMap,
-    pub defaults: Option<RawDefaults>,
-    pub policies: BTreeMap<Str, Spanned<RawPolicy>>,
-    pub errors: BTreeMap<Str, Spanned<Vec<Str>>>,
-    pub exit_codes: StrMap,
-    pub step: Vec<Spanned<RawStep>>,
+pub(crate) struct RawFlow {
+    pub(crate) name: Option<Str>,
+    pub(crate) resume_within: Option<Spanned<RawDuration>>,
+    pub(crate) env: StrMap,
+    pub(crate) defaults: Option<RawDefaults>,
+    pub(crate) policies: BTreeMap<Str, Spanned<RawPolicy>>,
+    pub(crate) errors: BTreeMap<Str, Spanned<Vec<Str>>>,
+    pub(crate) exit_codes: StrMap,
+    pub(crate) step: Vec<Spanned<RawStep>>,
     /// Keys written with a value of the wrong type (already reported).
-    pub bad: Vec<&'static str>,
+    pub(crate) bad: Vec<&'static str>,
 }
 
 #[derive(Debug, Default)]
-pub struct RawDefaults {
-    pub timeout: Option<Spanned<RawDuration>>,
-    pub retry: Option<Spanned<RawRetry>>,
-    pub kill_signal: Option<Str>,
-    pub kill_grace: Option<Spanned<RawDuration>>,
-    pub detect_errors: Option<Str>,
+pub(crate) struct RawDefaults {
+    pub(crate) timeout: Option<Spanned<RawDuration>>,
+    pub(crate) retry: Option<Spanned<RawRetry>>,
+    pub(crate) kill_signal: Option<Str>,
+    pub(crate) kill_grace: Option<Spanned<RawDuration>>,
+    pub(crate) detect_errors: Option<Str>,
 }
 
 #[derive(Debug, Default)]
-pub struct RawStep {
-    pub name: Option<Str>,
-    pub run: Option<Spanned<Vec<Str>>>,
-    pub shell: Option<Str>,
-    pub timeout: Option<Spanned<RawDuration>>,
-    pub retry: Option<Spanned<RawRetry>>,
-    pub exit_codes: StrMap,
-    pub env: StrMap,
-    pub workdir: Option<Str>,
-    pub kill_signal: Option<Str>,
-    pub kill_grace: Option<Spanned<RawDuration>>,
-    pub detect_errors: Option<Str>,
+pub(crate) struct RawStep {
+    pub(crate) name: Option<Str>,
+    pub(crate) run: Option<Spanned<Vec<Str>>>,
+    pub(crate) shell: Option<Str>,
+    pub(crate) timeout: Option<Spanned<RawDuration>>,
+    pub(crate) retry: Option<Spanned<RawRetry>>,
+    pub(crate) exit_codes: StrMap,
+    pub(crate) env: StrMap,
+    pub(crate) workdir: Option<Str>,
+    pub(crate) kill_signal: Option<Str>,
+    pub(crate) kill_grace: Option<Spanned<RawDuration>>,
+    pub(crate) detect_errors: Option<Str>,
     /// Keys written with a value of the wrong type (already reported).
-    pub bad: Vec<&'static str>,
+    pub(crate) bad: Vec<&'static str>,
 }
 
 #[derive(Debug, Default)]
-pub struct RawPolicy {
-    pub attempts: Option<Spanned<i64>>,
-    pub exception_types: Option<Spanned<Vec<Str>>>,
-    pub backoff_seconds: Option<Spanned<f64>>,
-    pub backoff_multiplier: Option<Spanned<f64>>,
-    pub backoff_max_seconds: Option<Spanned<f64>>,
-    pub jitter: Option<bool>,
+pub(crate) struct RawPolicy {
+    pub(crate) attempts: Option<Spanned<i64>>,
+    pub(crate) exception_types: Option<Spanned<Vec<Str>>>,
+    pub(crate) backoff_seconds: Option<Spanned<f64>>,
+    pub(crate) backoff_multiplier: Option<Spanned<f64>>,
+    pub(crate) backoff_max_seconds: Option<Spanned<f64>>,
+    pub(crate) jitter: Option<bool>,
 }
 
 /// `retry = "name"` or `retry = { ... }`.
 #[derive(Debug)]
-pub enum RawRetry {
+pub(crate) enum RawRetry {
     Named(String),
     Inline(RawPolicy),
 }
 
 /// A duration as written: seconds as a number, or a humantime string.
 #[derive(Debug, Clone)]
-pub enum RawDuration {
+pub(crate) enum RawDuration {
     Seconds(f64),
     Text(String),
 }
@@ -114,7 +114,7 @@ type Value<'i> = Spanned<DeValue<'i>>;
 
 /// Read the parsed document `doc` of `source` into the raw flow, with a diagnostic for every
 /// unknown key and every value of the wrong type.
-pub fn read(doc: &DeTable<'_>, source: &str) -> (RawFlow, Vec<Diagnostic>) {
+pub(crate) fn read(doc: &DeTable<'_>, source: &str) -> (RawFlow, Vec<Diagnostic>) {
     let mut reader = Reader { source, diags: Vec::new() };
     let flow = reader.flow(doc);
     (flow, reader.diags)

@@ -12,17 +12,17 @@ use std::time::Duration;
 use toml::Spanned;
 
 /// Longest duration accepted anywhere: 100 years.
-pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 86_400 + 25 * 86_400);
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 86_400 + 25 * 86_400);
 /// Most attempts a policy may allow: far more than any retry budget needs, and room to add the
 /// attempts of earlier budgets (`waymark resume` of a failed run) without overflow.
-pub const MAX_ATTEMPTS: u32 = 1_000_000;
+pub(crate) const MAX_ATTEMPTS: u32 = 1_000_000;
 /// Shortest non-zero duration accepted anywhere: 1 ms. Anything shorter would be rounded to a
 /// timer tick (or to 0 s) and mean something else than what was written.
-pub const MIN_DURATION: Duration = Duration::from_millis(1);
+pub(crate) const MIN_DURATION: Duration = Duration::from_millis(1);
 /// Longest step name: a step's name is a directory name under `logs/RUN_ID/` (`NAME_MAX`).
-pub const MAX_STEP_NAME: usize = 255;
+pub(crate) const MAX_STEP_NAME: usize = 255;
 /// Longest flow name: the flow's lock file is `locks/NAME.lock`, a file name of at most 255 bytes.
-pub const MAX_FLOW_NAME: usize = 255 - ".lock".len();
+pub(crate) const MAX_FLOW_NAME: usize = 255 - ".lock".len();
 const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
 const DETECT_VALUES: [&str; 2] = ["auto", "none"];
 
@@ -34,7 +34,7 @@ struct Validator<'a> {
 }
 
 /// Build the domain flow, or return every error found (warnings included either way).
-pub fn validate(
+pub(crate) fn validate(
     raw: RawFlow,
     path: &Path,
     source: &str,
@@ -54,7 +54,7 @@ fn is_identifier(s: &str) -> bool {
 }
 
 /// A number as a person writes it: `0.5`, `1000000`, `1e300` (never 309 digits).
-pub fn number(x: f64) -> String {
+pub(crate) fn number(x: f64) -> String {
     if x == 0.0 || !x.is_finite() || (1e-4..1e15).contains(&x.abs()) { format!("{x}") } else { format!("{x:e}") }
 }
 

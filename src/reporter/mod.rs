@@ -2,10 +2,10 @@
 
 mod plain;
 
-pub use plain::PlainReporter;
+pub(crate) use plain::PlainReporter;
 
 use crate::executor::Event;
 
-pub trait Reporter {
+pub(crate) trait Reporter {
     fn report(&mut self, event: &Event);
 }

@@ -22,7 +22,7 @@ fn human(d: std::time::Duration) -> String {
 
 /// Bytes of child output that may wait for one terminal stream at once; beyond that its output is
 /// dropped from the display (the logs keep all of it) until the stream catches up.
-pub const BUDGET: usize = 8 * 1024 * 1024;
+pub(crate) const BUDGET: usize = 8 * 1024 * 1024;
 /// How long waymark waits at its end for a terminal stream that takes nothing more.
 const STALL_LIMIT: Duration = Duration::from_secs(5);
 /// Largest single write, so that progress of a slow reader is seen.
@@ -157,7 +157,7 @@ fn same_file(a: &File, b: &File) -> bool {
 /// stream is too far behind to take is dropped from the display (never from the logs), and a
 /// warning says how much, so a stalled terminal never holds up the children, their timeouts or
 /// the runner's signals.
-pub struct PlainReporter {
+pub(crate) struct PlainReporter {
     /// Show child output (off with `--quiet`).
     quiet: bool,
     /// Stdout's sink, and stderr's when it is another file.
@@ -170,7 +170,7 @@ pub struct PlainReporter {
 }
 
 impl PlainReporter {
-    pub fn new(quiet: bool) -> PlainReporter {
+    pub(crate) fn new(quiet: bool) -> PlainReporter {
         let out = own_handle(std::io::stdout().as_fd());
         let err = own_handle(std::io::stderr().as_fd());
         let shared = match (&out, &err) {

@@ -7,15 +7,15 @@ use std::time::Duration;
 const CEILING_SECS: f64 = 100.0 * 365.25 * 86_400.0;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     /// The wait before the first retry.
-    pub initial: Duration,
+    pub(crate) initial: Duration,
     /// Growth factor per retry, at least 1.0.
-    pub multiplier: f64,
+    pub(crate) multiplier: f64,
     /// Cap on any single wait.
-    pub max: Option<Duration>,
+    pub(crate) max: Option<Duration>,
     /// Multiply each wait by a uniform factor in [0.5, 1.0].
-    pub jitter: bool,
+    pub(crate) jitter: bool,
 }
 
 impl Default for Backoff {
@@ -26,7 +26,7 @@ impl Default for Backoff {
 
 impl Backoff {
     /// The longest single wait this backoff can produce: the cap, or 100 years without one.
-    pub fn ceiling(&self) -> Duration {
+    pub(crate) fn ceiling(&self) -> Duration {
         let ceiling = Duration::from_secs_f64(CEILING_SECS);
         self.max.map_or(ceiling, |max| max.min(ceiling))
     }
@@ -36,7 +36,7 @@ impl Backoff {
     /// Total: never NaN, never a panic, whatever `k` and the policy. A zero `initial` stays zero
     /// for every retry (no `0 × ∞`); growth past what a `Duration` holds saturates at
     /// [`Backoff::ceiling`]. `waymark check` prints these very values.
-    pub fn nominal(&self, k: u32) -> Duration {
+    pub(crate) fn nominal(&self, k: u32) -> Duration {
         if self.initial.is_zero() {
             return Duration::ZERO;
         }
@@ -50,21 +50,22 @@ impl Backoff {
     }
 
     /// The wait before retry `k`, with jitter drawn from `rng` when enabled.
-    pub fn delay(&self, k: u32, rng: &mut fastrand::Rng) -> Duration {
+    pub(crate) fn delay(&self, k: u32, rng: &mut fastrand::Rng) -> Duration {
         let nominal = self.nominal(k);
         // A factor in [0.5, 1.0] of a wait of at most 100 years cannot overflow.
         if self.jitter { nominal.mul_f64(0.5 + 0.5 * rng.f64()) } else { nominal }
     }
 
     /// The nominal waits before retries 1, 2, 3, …
-    pub fn sequence(&self) -> impl Iterator<Item = Duration> + '_ {
+    #[cfg(test)]
+    pub(crate) fn sequence(&self) -> impl Iterator<Item = Duration> + '_ {
         (1..).map(|k| self.nominal(k))
     }
 
     /// The first retry (1-based, at most `retries`) from which every wait equals the last one,
     /// `retries` itself when the waits still grow at the end. Waits never shrink, so this is
     /// found by bisection: what `check` shows as "then X from retry K on".
-    pub fn steady_from(&self, retries: u32) -> u32 {
+    pub(crate) fn steady_from(&self, retries: u32) -> u32 {
         if retries == 0 {
             return 0;
         }

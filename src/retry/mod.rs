@@ -3,27 +3,27 @@
 
 mod backoff;
 
-pub use backoff::Backoff;
+pub(crate) use backoff::Backoff;
 
 use crate::classify::ErrorValue;
 use serde::{Deserialize, Serialize};
 
 /// Attempts of a policy that leaves `attempts` out: 100 retries, 101 executions in all.
-pub const DEFAULT_ATTEMPTS: u32 = 101;
+pub(crate) const DEFAULT_ATTEMPTS: u32 = 101;
 
 /// A step's retry policy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RetryPolicy {
+pub(crate) struct RetryPolicy {
     /// Total executions, at least 1.
-    pub attempts: u32,
+    pub(crate) attempts: u32,
     /// Class names that retry; matched against the error's class and bases.
-    pub exception_types: Vec<String>,
-    pub backoff: Backoff,
+    pub(crate) exception_types: Vec<String>,
+    pub(crate) backoff: Backoff,
 }
 
 /// What to do after a failed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Run attempt `next` after waiting the backoff for retry `next - 1`.
     Retry { next: u32 },
     /// The error is not one the policy retries.
@@ -34,12 +34,12 @@ pub enum Decision {
 
 impl RetryPolicy {
     /// The policy of a step with no `retry`: one execution.
-    pub fn run_once() -> RetryPolicy {
+    pub(crate) fn run_once() -> RetryPolicy {
         RetryPolicy { attempts: 1, exception_types: Vec::new(), backoff: Backoff::default() }
     }
 
     /// Decide after attempt `attempt` (1-based) failed with `error`.
-    pub fn decide(&self, error: &ErrorValue, attempt: u32) -> Decision {
+    pub(crate) fn decide(&self, error: &ErrorValue, attempt: u32) -> Decision {
         if !error.matches_any(&self.exception_types) {
             Decision::NotRetryable
         } else if attempt >= self.attempts {

@@ -16,7 +16,7 @@ const GC_HOLDER: &str = "waymark gc";
 
 /// A held lock; dropping it releases the lock.
 #[derive(Debug)]
-pub struct FlowLock {
+pub(crate) struct FlowLock {
     file: File,
     /// When this runner took the lock.
     since: String,
@@ -68,7 +68,7 @@ fn open_lock_file(state_dir: &Path, key: &FlowKey, create: bool) -> Result<Optio
 
 impl FlowLock {
     /// Take the lock of flow `key` (shown as `flow`) in `state_dir`, waiting for it if `wait`.
-    pub fn acquire(state_dir: &Path, key: &FlowKey, flow: &str, wait: bool) -> Result<FlowLock, LockError> {
+    pub(crate) fn acquire(state_dir: &Path, key: &FlowKey, flow: &str, wait: bool) -> Result<FlowLock, LockError> {
         let path = state_dir.join("locks").join(key.lock_file_name());
         let io = |source| LockError::Io { path: path.clone(), source };
         let Some(mut file) = open_lock_file(state_dir, key, true)? else { unreachable!("created") };
@@ -107,7 +107,7 @@ impl FlowLock {
 
     /// Take the lock of flow `key` for `waymark gc` if no runner holds it (`None` if one does), so
     /// that gc never deletes a run that a runner holds or is about to hold.
-    pub fn try_acquire_for_gc(state_dir: &Path, key: &FlowKey) -> Result<Option<FlowLock>, LockError> {
+    pub(crate) fn try_acquire_for_gc(state_dir: &Path, key: &FlowKey) -> Result<Option<FlowLock>, LockError> {
         let path = state_dir.join("locks").join(key.lock_file_name());
         let not_found = || LockError::Io { path: path.clone(), source: std::io::ErrorKind::NotFound.into() };
         let file = open_lock_file(state_dir, key, true)?.ok_or_else(not_found)?;
@@ -124,7 +124,7 @@ impl FlowLock {
 
     /// Whether a live runner holds the lock of flow `key` (checked without creating or following
     /// anything).
-    pub fn is_held(state_dir: &Path, key: &FlowKey) -> bool {
+    pub(crate) fn is_held(state_dir: &Path, key: &FlowKey) -> bool {
         match open_lock_file(state_dir, key, false) {
             Ok(Some(file)) => matches!(file.try_lock_shared(), Err(TryLockError::WouldBlock)),
             _ => false,
@@ -132,7 +132,7 @@ impl FlowLock {
     }
 
     /// Say who holds the lock, for a second runner's message.
-    pub fn describe_holder(&mut self, run_id: &str) {
+    pub(crate) fn describe_holder(&mut self, run_id: &str) {
         let text = format!("run {run_id}, pid {}, started {}", std::process::id(), self.since);
         self.write_holder(&text);
     }

@@ -1,16 +1,20 @@
 //! Durable run state behind a small interface. The executor writes through [`RunLog`]; the
 //! commands read runs back through [`Store`]. `sqlite` is the embedded implementation.
 
-pub mod record;
-pub mod sqlite;
-pub mod state;
+pub(crate) mod record;
+pub(crate) mod sqlite;
+pub(crate) mod state;
 
 use crate::classify::ErrorValue;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
+pub use lock::LockError;
+pub use record::RecordError;
 pub use sqlite::SqliteStore;
-pub use state::{AttemptOutcome, AttemptState, RunStatus, StepState, StepStatus};
+pub use state::{AttemptOutcome, RunStatus};
+pub(crate) use state::{AttemptState, StepState, StepStatus};
+pub use statedir::TrustError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -43,7 +47,7 @@ pub enum StoreError {
          the database aside)"
     )]
     BadState { path: PathBuf, table: &'static str, run_id: String, what: String },
-    /// A run's recorded definition that this binary cannot read (see [`record`]).
+    /// A run's recorded definition that this binary cannot read (see `record`).
     #[error("run {run_id} in {path}: {error}")]
     Record { path: PathBuf, run_id: String, error: record::RecordError },
     #[error("no run with id `{0}` in the state directory")]
@@ -62,29 +66,29 @@ impl FlowKey {
     const PATH: &'static str = "path:";
 
     /// The key of a loaded flow.
-    pub fn of(flow: &crate::flow::Flow) -> FlowKey {
+    pub(crate) fn of(flow: &crate::flow::Flow) -> FlowKey {
         if flow.name_declared { FlowKey::named(&flow.name) } else { FlowKey::path(&flow.path) }
     }
 
-    pub fn named(name: &str) -> FlowKey {
+    pub(crate) fn named(name: &str) -> FlowKey {
         FlowKey(format!("{}{name}", Self::NAMED))
     }
 
-    pub fn path(path: &std::path::Path) -> FlowKey {
+    pub(crate) fn path(path: &std::path::Path) -> FlowKey {
         FlowKey(format!("{}{}", Self::PATH, path.display()))
     }
 
     /// A key as stored; `None` for text that is neither kind.
-    pub fn parse(text: &str) -> Option<FlowKey> {
+    pub(crate) fn parse(text: &str) -> Option<FlowKey> {
         (text.starts_with(Self::NAMED) || text.starts_with(Self::PATH)).then(|| FlowKey(text.to_owned()))
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 
     /// The flow file path of a path key.
-    pub fn file(&self) -> Option<&str> {
+    pub(crate) fn file(&self) -> Option<&str> {
         self.0.strip_prefix(Self::PATH)
     }
 
@@ -92,7 +96,7 @@ impl FlowKey {
     /// named flow (a name is at most 250 bytes of `[A-Za-z0-9_.-]`), `STEM@HASH.lock` for a file,
     /// with the stem cut to 64 bytes and a 128-bit hash of the whole path. `@` is not allowed in a
     /// flow name, so the two kinds never meet.
-    pub fn lock_file_name(&self) -> String {
+    pub(crate) fn lock_file_name(&self) -> String {
         let safe = |c: char| c.is_ascii_alphanumeric() || "_.-".contains(c);
         if let Some(name) = self.0.strip_prefix(Self::NAMED) {
             // A loaded flow's name always qualifies; a key read from an edited database might not,
@@ -144,15 +148,15 @@ pub enum RunFilter<'a> {
 /// One step of a recorded run.
 #[derive(Debug, Clone)]
 pub struct StepRecord {
-    pub name: String,
-    pub state: StepState,
+    pub(crate) name: String,
+    pub(crate) state: StepState,
     /// Attempts that count against the budget (cancelled ones do not).
-    pub attempts_used: u32,
+    pub(crate) attempts_used: u32,
     /// Attempts used before the current budget began (`waymark resume` of a failed run).
-    pub budget_base: u32,
-    pub last_error: Option<ErrorValue>,
-    pub started_at: Option<SystemTime>,
-    pub ended_at: Option<SystemTime>,
+    pub(crate) budget_base: u32,
+    pub(crate) last_error: Option<ErrorValue>,
+    pub(crate) started_at: Option<SystemTime>,
+    pub(crate) ended_at: Option<SystemTime>,
 }
 
 /// A recorded run.
@@ -160,36 +164,27 @@ pub struct StepRecord {
 pub struct RunRecord {
     pub id: String,
     /// The display name: the declared name or the file's stem.
-    pub flow: String,
+    pub(crate) flow: String,
     /// What the run belongs to: runs, the lock and resume are per key.
-    pub key: FlowKey,
-    pub flow_path: PathBuf,
+    pub(crate) key: FlowKey,
+    pub(crate) flow_path: PathBuf,
     /// The validated definition, as JSON.
-    pub definition: String,
+    pub(crate) definition: String,
     /// Hash of the flow file's text when the run started.
-    pub source_hash: String,
-    pub status: RunStatus,
-    pub started_at: SystemTime,
-    pub ended_at: Option<SystemTime>,
-    pub pid: u32,
-    pub host: String,
-    pub failed_step: Option<String>,
+    pub(crate) source_hash: String,
+    pub(crate) status: RunStatus,
+    pub(crate) started_at: SystemTime,
+    pub(crate) ended_at: Option<SystemTime>,
+    pub(crate) pid: u32,
+    pub(crate) host: String,
+    pub(crate) failed_step: Option<String>,
 }
 
 /// One execution of a step.
 #[derive(Debug, Clone)]
 pub struct AttemptRecord {
-    pub step: String,
-    pub attempt: u32,
-    pub redelivered: bool,
-    pub outcome: AttemptState,
-    pub started_at: SystemTime,
-    pub ended_at: Option<SystemTime>,
-    pub pid: Option<u32>,
-    pub exit_code: Option<i32>,
-    pub signal: Option<String>,
-    pub error: Option<ErrorValue>,
-    pub log_stem: PathBuf,
+    pub(crate) attempt: u32,
+    pub(crate) log_stem: PathBuf,
 }
 
 /// How a finished attempt ended, for the record.
@@ -217,7 +212,7 @@ pub enum StepUpdate {
 
 impl StepUpdate {
     /// The state the step moves to.
-    pub fn status(&self) -> StepStatus {
+    pub(crate) fn status(&self) -> StepStatus {
         match self {
             StepUpdate::Succeeded => StepStatus::Succeeded,
             StepUpdate::Failed => StepStatus::Failed,
@@ -280,23 +275,23 @@ pub trait Store: RunLog {
 }
 
 /// Milliseconds since the epoch, as stored.
-pub fn to_millis(t: SystemTime) -> i64 {
+pub(crate) fn to_millis(t: SystemTime) -> i64 {
     match t.duration_since(SystemTime::UNIX_EPOCH) {
         Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
         Err(_) => 0,
     }
 }
 
-pub fn from_millis(ms: i64) -> SystemTime {
+pub(crate) fn from_millis(ms: i64) -> SystemTime {
     SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 
-pub mod lock;
-pub mod statedir;
+pub(crate) mod lock;
+pub(crate) mod statedir;
 
 /// Where waymark keeps its state: `--state-dir`, else `$WAYMARK_STATE_DIR`, else
 /// `$XDG_STATE_HOME/waymark`, else `~/.local/state/waymark`.
-pub fn state_dir(flag: Option<&std::path::Path>) -> Option<PathBuf> {
+pub(crate) fn state_dir(flag: Option<&std::path::Path>) -> Option<PathBuf> {
     let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
     flag.map(PathBuf::from)
         .or_else(|| env("WAYMARK_STATE_DIR"))
@@ -307,7 +302,7 @@ pub fn state_dir(flag: Option<&std::path::Path>) -> Option<PathBuf> {
 /// Create a directory (and parents) readable only by its owner, below the resolved state
 /// directory: no component of `dir` may be a symlink (one a step planted there is refused, never
 /// followed).
-pub fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+pub(crate) fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
     crate::fsutil::open_dir_nofollow(dir, true).map(drop)
 }
 

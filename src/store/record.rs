@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// The version this binary writes, and the highest it reads.
-pub const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 1;
 
 /// Why a recorded definition cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -37,86 +37,86 @@ pub enum RecordError {
 /// A run's definition as recorded when the run started.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RunDefinition {
-    pub version: u32,
-    pub name: String,
+pub(crate) struct RunDefinition {
+    pub(crate) version: u32,
+    pub(crate) name: String,
     /// Whether the file declared its `name` (the run then belongs to the name, not to the file).
-    pub name_declared: bool,
+    pub(crate) name_declared: bool,
     /// The flow file the run started from, absolute.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// How old an unfinished run may be and still be resumed by `waymark run`.
     #[serde(with = "opt_duration")]
-    pub resume_within: Option<Duration>,
-    pub env: BTreeMap<String, String>,
+    pub(crate) resume_within: Option<Duration>,
+    pub(crate) env: BTreeMap<String, String>,
     /// The flow's own error classes and their direct bases, in declaration order.
-    pub errors: Vec<RecordedClass>,
-    pub exit_codes: RecordedExitCodes,
-    pub steps: Vec<RecordedStep>,
+    pub(crate) errors: Vec<RecordedClass>,
+    pub(crate) exit_codes: RecordedExitCodes,
+    pub(crate) steps: Vec<RecordedStep>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RecordedClass {
-    pub name: String,
-    pub bases: Vec<String>,
+pub(crate) struct RecordedClass {
+    pub(crate) name: String,
+    pub(crate) bases: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RecordedExitCodes {
-    pub codes: BTreeMap<u8, String>,
+pub(crate) struct RecordedExitCodes {
+    pub(crate) codes: BTreeMap<u8, String>,
     /// Keyed by canonical signal name (`SIGTERM`).
-    pub signals: BTreeMap<String, String>,
+    pub(crate) signals: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RecordedStep {
-    pub name: String,
-    pub command: RecordedCommand,
+pub(crate) struct RecordedStep {
+    pub(crate) name: String,
+    pub(crate) command: RecordedCommand,
     #[serde(with = "opt_duration")]
-    pub timeout: Option<Duration>,
-    pub retry: RecordedRetry,
-    pub retry_name: Option<String>,
-    pub exit_codes: RecordedExitCodes,
-    pub env: BTreeMap<String, String>,
-    pub workdir: PathBuf,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) retry: RecordedRetry,
+    pub(crate) retry_name: Option<String>,
+    pub(crate) exit_codes: RecordedExitCodes,
+    pub(crate) env: BTreeMap<String, String>,
+    pub(crate) workdir: PathBuf,
     /// Canonical signal name (`SIGTERM`).
-    pub kill_signal: String,
+    pub(crate) kill_signal: String,
     #[serde(with = "duration")]
-    pub kill_grace: Duration,
-    pub detect_tracebacks: bool,
+    pub(crate) kill_grace: Duration,
+    pub(crate) detect_tracebacks: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum RecordedCommand {
+pub(crate) enum RecordedCommand {
     Run(Vec<String>),
     Shell(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RecordedRetry {
-    pub attempts: u32,
-    pub exception_types: Vec<String>,
-    pub backoff: RecordedBackoff,
+pub(crate) struct RecordedRetry {
+    pub(crate) attempts: u32,
+    pub(crate) exception_types: Vec<String>,
+    pub(crate) backoff: RecordedBackoff,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RecordedBackoff {
+pub(crate) struct RecordedBackoff {
     #[serde(with = "duration")]
-    pub initial: Duration,
-    pub multiplier: f64,
+    pub(crate) initial: Duration,
+    pub(crate) multiplier: f64,
     #[serde(with = "opt_duration")]
-    pub max: Option<Duration>,
-    pub jitter: bool,
+    pub(crate) max: Option<Duration>,
+    pub(crate) jitter: bool,
 }
 
 impl RunDefinition {
     /// Read a recorded definition: a version this binary knows, or an error saying why not.
-    pub fn parse(json: &str) -> Result<RunDefinition, RecordError> {
+    pub(crate) fn parse(json: &str) -> Result<RunDefinition, RecordError> {
         let value: serde_json::Value = serde_json::from_str(json).map_err(|e| RecordError::Corrupt(e.to_string()))?;
         let Some(object) = value.as_object() else {
             return Err(RecordError::Corrupt("it is not a JSON object".into()));
@@ -136,13 +136,13 @@ impl RunDefinition {
         }
     }
 
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         // Plain data with string keys: serialising it cannot fail.
         serde_json::to_string(self).unwrap_or_default()
     }
 
     /// The flow the executor runs. Spans into the flow file are not recorded (they are empty).
-    pub fn into_flow(self) -> Result<Flow, RecordError> {
+    pub(crate) fn into_flow(self) -> Result<Flow, RecordError> {
         let signal = |name: &str| {
             flow::model::Signal::parse(name).ok_or_else(|| RecordError::Corrupt(format!("unknown signal `{name}`")))
         };

@@ -213,7 +213,7 @@ impl SqliteStore {
     /// Open the database in `state_dir` read-only, for commands that only look: nothing is
     /// written, not even a schema or a WAL file. Where there is no database yet, or an empty
     /// (0-byte) file, an empty in-memory one stands in: no runs yet.
-    pub fn open_for_reading(state_dir: &Path) -> Result<SqliteStore, StoreError> {
+    pub(crate) fn open_for_reading(state_dir: &Path) -> Result<SqliteStore, StoreError> {
         let path = state_dir.join("waymark.db");
         let unreadable = |path: PathBuf, source| StoreError::Unreadable { path, source };
         let empty = || -> Result<SqliteStore, StoreError> {
@@ -537,21 +537,11 @@ impl Store for SqliteStore {
                 let step: String = r.get("step")?;
                 let attempt: u32 = r.get("attempt")?;
                 let outcome: String = r.get("outcome")?;
-                let outcome = AttemptState::parse(&outcome)
+                // Only the attempt number and logs are read back, but a state this binary does not
+                // know is still refused.
+                AttemptState::parse(&outcome)
                     .map_err(|e| bad_row("attempts", run_id, format!("attempt {attempt} of step `{step}`: {e}")))?;
-                Ok(AttemptRecord {
-                    step,
-                    attempt,
-                    redelivered: r.get("redelivered")?,
-                    outcome,
-                    started_at: from_millis(r.get("started_at")?),
-                    ended_at: r.get::<_, Option<i64>>("ended_at")?.map(from_millis),
-                    pid: r.get("pid")?,
-                    exit_code: r.get("exit_code")?,
-                    signal: r.get("signal")?,
-                    error: parse_error(r.get("error")?),
-                    log_stem: PathBuf::from(r.get::<_, String>("log_stem")?),
-                })
+                Ok(AttemptRecord { attempt, log_stem: PathBuf::from(r.get::<_, String>("log_stem")?) })
             })
             .map_err(|e| self.sql(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
@@ -721,7 +711,7 @@ impl RunLog for SqliteStore {
 }
 
 /// This machine's name, for the record.
-pub fn host_name() -> String {
+pub(crate) fn host_name() -> String {
     nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "unknown".into())
 }
 

@@ -10,9 +10,9 @@ use std::time::SystemTime;
 /// wrote it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown {kind} state `{value}`")]
-pub struct UnknownState {
-    pub kind: &'static str,
-    pub value: String,
+pub(crate) struct UnknownState {
+    pub(crate) kind: &'static str,
+    pub(crate) value: String,
 }
 
 /// Where a run stands.
@@ -29,7 +29,7 @@ pub enum RunStatus {
 impl RunStatus {
     const ALL: [RunStatus; 5] = [Self::Running, Self::Succeeded, Self::Failed, Self::Interrupted, Self::Abandoned];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             RunStatus::Running => "running",
             RunStatus::Succeeded => "succeeded",
@@ -39,14 +39,14 @@ impl RunStatus {
         }
     }
 
-    pub fn parse(s: &str) -> Result<RunStatus, UnknownState> {
+    pub(crate) fn parse(s: &str) -> Result<RunStatus, UnknownState> {
         Self::ALL.into_iter().find(|r| r.as_str() == s).ok_or_else(|| UnknownState { kind: "run", value: s.into() })
     }
 
     /// Whether a run in this status may be given `to`. A running run may be claimed again (its
     /// runner died); an interrupted or failed one may be resumed; an unfinished one abandoned.
     /// Succeeded and abandoned runs are final.
-    pub fn can_move_to(self, to: RunStatus) -> bool {
+    pub(crate) fn can_move_to(self, to: RunStatus) -> bool {
         use RunStatus::*;
         match self {
             Running => true,
@@ -59,7 +59,7 @@ impl RunStatus {
 
 /// A step's state as stored, without its data (see [`StepState`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StepStatus {
+pub(crate) enum StepStatus {
     Pending,
     Running,
     Waiting,
@@ -70,7 +70,7 @@ pub enum StepStatus {
 impl StepStatus {
     const ALL: [StepStatus; 5] = [Self::Pending, Self::Running, Self::Waiting, Self::Succeeded, Self::Failed];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             StepStatus::Pending => "pending",
             StepStatus::Running => "running",
@@ -80,7 +80,7 @@ impl StepStatus {
         }
     }
 
-    pub fn parse(s: &str) -> Result<StepStatus, UnknownState> {
+    pub(crate) fn parse(s: &str) -> Result<StepStatus, UnknownState> {
         Self::ALL.into_iter().find(|r| r.as_str() == s).ok_or_else(|| UnknownState { kind: "step", value: s.into() })
     }
 
@@ -88,7 +88,7 @@ impl StepStatus {
     /// or again from running (an attempt redelivered after its runner died); it ends in
     /// succeeded, failed, waiting (a retry) or pending (cancelled). A failed step is reopened
     /// (pending) by `waymark resume`. Succeeded is final.
-    pub fn can_move_to(self, to: StepStatus) -> bool {
+    pub(crate) fn can_move_to(self, to: StepStatus) -> bool {
         use StepStatus::*;
         match self {
             Pending | Waiting => to == Running,
@@ -101,7 +101,7 @@ impl StepStatus {
 
 /// Where a step stands, as recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StepState {
+pub(crate) enum StepState {
     Pending,
     Succeeded,
     Failed,
@@ -121,7 +121,7 @@ pub enum StepState {
 }
 
 impl StepState {
-    pub fn status(&self) -> StepStatus {
+    pub(crate) fn status(&self) -> StepStatus {
         match self {
             StepState::Pending => StepStatus::Pending,
             StepState::Succeeded => StepStatus::Succeeded,
@@ -142,12 +142,12 @@ pub enum AttemptOutcome {
 }
 
 impl AttemptOutcome {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         self.state().as_str()
     }
 
     /// The stored state of an attempt that ended so.
-    pub fn state(self) -> AttemptState {
+    pub(crate) fn state(self) -> AttemptState {
         match self {
             AttemptOutcome::Succeeded => AttemptState::Succeeded,
             AttemptOutcome::Failed => AttemptState::Failed,
@@ -158,7 +158,7 @@ impl AttemptOutcome {
 
 /// An attempt's state as stored: running until it ends, then how it ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AttemptState {
+pub(crate) enum AttemptState {
     Running,
     Succeeded,
     Failed,
@@ -170,7 +170,7 @@ pub enum AttemptState {
 impl AttemptState {
     const ALL: [AttemptState; 5] = [Self::Running, Self::Succeeded, Self::Failed, Self::Cancelled, Self::RunnerLost];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             AttemptState::Running => "running",
             AttemptState::Succeeded => "succeeded",
@@ -180,12 +180,12 @@ impl AttemptState {
         }
     }
 
-    pub fn parse(s: &str) -> Result<AttemptState, UnknownState> {
+    pub(crate) fn parse(s: &str) -> Result<AttemptState, UnknownState> {
         Self::ALL.into_iter().find(|r| r.as_str() == s).ok_or_else(|| UnknownState { kind: "attempt", value: s.into() })
     }
 
     /// Only a running attempt ends, and only once.
-    pub fn can_move_to(self, to: AttemptState) -> bool {
+    pub(crate) fn can_move_to(self, to: AttemptState) -> bool {
         self == AttemptState::Running && to != AttemptState::Running
     }
 }

@@ -82,7 +82,7 @@ fn kind_name(k: SFlag) -> &'static str {
 }
 
 /// Check that what `st` describes is ours and writable by no one else.
-pub fn check_owner_and_mode(what: &'static str, path: &Path, st: &FileStat) -> Result<(), TrustError> {
+pub(crate) fn check_owner_and_mode(what: &'static str, path: &Path, st: &FileStat) -> Result<(), TrustError> {
     let me = nix::unistd::geteuid().as_raw();
     let mode = st.st_mode & 0o7777;
     if st.st_uid != me {
@@ -108,7 +108,7 @@ pub fn check_owner_and_mode(what: &'static str, path: &Path, st: &FileStat) -> R
 
 /// Check the entry `name` of the directory `dir` (at `dir_path`) without following it: absent is
 /// fine; otherwise it must be of the `want`ed kind, ours, and writable by no one else.
-pub fn check_entry(
+pub(crate) fn check_entry(
     dir: impl AsFd,
     dir_path: &Path,
     name: &str,
@@ -133,7 +133,12 @@ pub fn check_entry(
 
 /// Open a directory entry `name` of `dir` as a directory, without following a symlink, creating it
 /// (mode 0700) if missing; then check that it is ours and writable by no one else.
-pub fn open_subdir(dir: impl AsFd, dir_path: &Path, name: &str, what: &'static str) -> Result<OwnedFd, TrustError> {
+pub(crate) fn open_subdir(
+    dir: impl AsFd,
+    dir_path: &Path,
+    name: &str,
+    what: &'static str,
+) -> Result<OwnedFd, TrustError> {
     let path = dir_path.join(name);
     let io = |e: Errno| TrustError::Io { what, path: path.clone(), source: e.into() };
     match nix::sys::stat::mkdirat(dir.as_fd(), name, Mode::S_IRWXU) {
@@ -164,7 +169,7 @@ const ENTRIES: [(&str, SFlag, &str); 5] = [
 /// Make sure the state directory `dir` can be trusted, creating it (mode 0700, and its missing
 /// parents) when `create`. Returns its resolved path, under which no component is a symlink, or
 /// `None` when it does not exist and `create` is false.
-pub fn prepare(dir: &Path, create: bool) -> Result<Option<PathBuf>, TrustError> {
+pub(crate) fn prepare(dir: &Path, create: bool) -> Result<Option<PathBuf>, TrustError> {
     let what = "state directory";
     let io = |source| TrustError::Io { what, path: dir.to_owned(), source };
     if create {
