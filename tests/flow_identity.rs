@@ -347,18 +347,23 @@ fn runs_recorded_by_schema_1_are_read_and_resumed() {
     assert_eq!(statuses, ["succeeded", "succeeded"]);
 }
 
+/// `same.toml` of [`STALE`] declaring `name`, its runner SIGKILLed in step b; the run's id.
+fn killed_in_step_b(env: &Env, name: &str) -> String {
+    env.write("same.toml", &STALE.replace("resume_within = \"1h\"\n", &format!("name = \"{name}\"\n")));
+    let runner = env.spawn(&["run", "same.toml"]);
+    wait_until("step b to start", || env.path("ready").exists());
+    kill(runner.id(), "KILL");
+    finish(runner);
+    json(env, &["history", "--json"])[0]["id"].as_str().unwrap().to_owned()
+}
+
 #[test]
 fn a_run_of_the_same_file_and_name_under_the_other_kind_of_key_is_resumed() {
     // Schema 1 cannot tell a declared name equal to the file's stem from the default name: such a
     // run is migrated as the file's. It is still this flow's run (same file, same name), so
     // `waymark run` resumes it instead of running its succeeded steps again.
     let env = Env::new();
-    env.write("same.toml", STALE.replace("resume_within = \"1h\"\n", "name = \"same\"\n").as_str());
-    let runner = env.spawn(&["run", "same.toml"]);
-    wait_until("step b to start", || env.path("ready").exists());
-    kill(runner.id(), "KILL");
-    finish(runner);
-    let old = json(&env, &["history", "--json"])[0]["id"].as_str().unwrap().to_owned();
+    let old = killed_in_step_b(&env, "same");
     downgrade_to_schema_1(&env);
 
     std::fs::write(env.path("go"), "").unwrap();
@@ -394,12 +399,7 @@ fn a_run_of_the_same_file_and_name_under_the_other_kind_of_key_is_resumed() {
 fn a_run_of_the_same_file_under_another_name_is_named_not_resumed() {
     // The file's `name` changed since: another flow's run, which `waymark run` names, not resumes.
     let env = Env::new();
-    env.write("same.toml", STALE.replace("resume_within = \"1h\"\n", "name = \"before\"\n").as_str());
-    let runner = env.spawn(&["run", "same.toml"]);
-    wait_until("step b to start", || env.path("ready").exists());
-    kill(runner.id(), "KILL");
-    finish(runner);
-    let old = json(&env, &["history", "--json"])[0]["id"].as_str().unwrap().to_owned();
+    let old = killed_in_step_b(&env, "before");
 
     env.write("same.toml", STALE.replace("resume_within = \"1h\"\n", "name = \"after\"\n").as_str());
     std::fs::write(env.path("go"), "").unwrap();
