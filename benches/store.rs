@@ -9,12 +9,13 @@
 use std::time::{Duration, Instant, SystemTime};
 use waymark::classify::{ErrorSource, ErrorValue};
 use waymark::flow::parse;
-use waymark::store::{AttemptOutcome, AttemptResult, RunLog, SqliteStore, StepUpdate, Store};
+use waymark::store::{AttemptOutcome, AttemptResult, RunLog, SqliteStore, StateDir, StepUpdate, Store};
 
 fn main() {
     let n: u32 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(3000);
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut store = SqliteStore::open(dir.path()).expect("store");
+    let state = StateDir::create(dir.path()).expect("state directory");
+    let mut store = SqliteStore::open(&state).expect("store");
     let source = "[[step]]\nname = 's'\nrun = ['true']\nretry = {}\n";
     let (flow, _) = parse(source, &dir.path().join("bench.toml")).expect("flow");
     let run = store.create_run(&flow, "0").expect("run");

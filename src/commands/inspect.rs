@@ -4,7 +4,7 @@ use super::{CliError, EXIT_OK, open_store, read_store};
 use crate::cli::StreamArg;
 use crate::flow::Flow;
 use crate::store::lock::FlowLock;
-use crate::store::{FlowKey, RunFilter, RunRecord, RunStatus, StepState, Store, StoreError};
+use crate::store::{FlowKey, RunFilter, RunRecord, RunStatus, StateDir, StepState, Store, StoreError};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -76,7 +76,7 @@ fn choose_flow(store: &dyn Store, arg: &str) -> Result<Chosen, CliError> {
     }
 }
 
-pub(crate) fn history(state: &Path, flow: Option<&str>, limit: usize, json: bool) -> Result<i32, CliError> {
+pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: bool) -> Result<i32, CliError> {
     if limit == 0 {
         return Err(CliError::Usage(
             "`--limit 0` would show no runs; give a limit of 1 or more (the default is 20)".into(),
@@ -153,7 +153,7 @@ fn find_run(store: &dyn Store, target: Option<&str>) -> Result<RunRecord, CliErr
     }
 }
 
-pub(crate) fn status(state: &Path, target: Option<&str>, json: bool) -> Result<i32, CliError> {
+pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool) -> Result<i32, CliError> {
     let store = read_store(state)?;
     let run = find_run(store.as_ref(), target)?;
     // The attempts allowed are shown as `?` when the definition cannot be read (a newer record):
@@ -236,7 +236,7 @@ pub(crate) fn status(state: &Path, target: Option<&str>, json: bool) -> Result<i
 }
 
 pub(crate) fn logs(
-    state: &Path,
+    state: &StateDir,
     run_id: &str,
     step: &str,
     attempt: Option<u32>,
@@ -289,7 +289,7 @@ pub(crate) fn logs(
 /// Delete finished runs that ended before the cutoff, with their logs. Each run is deleted while
 /// holding its flow's lock, in a transaction that checks again that it is finished: a run that a
 /// runner holds (`waymark resume` of a failed run) or is about to hold is kept.
-pub(crate) fn gc(state: &Path, older_than: Duration) -> Result<i32, CliError> {
+pub(crate) fn gc(state: &StateDir, older_than: Duration) -> Result<i32, CliError> {
     let mut store = open_store(state)?;
     let cutoff = SystemTime::now().checked_sub(older_than).unwrap_or(SystemTime::UNIX_EPOCH);
     let candidates = store.finished_before(cutoff)?;
@@ -309,7 +309,7 @@ pub(crate) fn gc(state: &Path, older_than: Duration) -> Result<i32, CliError> {
                 continue;
             }
             deleted += 1;
-            let dir = state.join("logs").join(&run.id);
+            let dir = state.run_logs(&run.id);
             if let Err(e) = crate::fsutil::remove_any(&dir)
                 && e.kind() != std::io::ErrorKind::NotFound
             {

@@ -10,7 +10,7 @@ mod run;
 use crate::cli::{Cli, Command};
 use crate::flow::LoadError;
 use crate::store::lock::LockError;
-use crate::store::{SqliteStore, Store, StoreError, statedir};
+use crate::store::{SqliteStore, StateDir, Store, StoreError, statedir};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
@@ -101,15 +101,14 @@ fn configured_state_dir(cli_flag: Option<&std::path::Path>) -> Result<PathBuf, C
 
 /// The state directory for commands that only look: checked (ours, writable by no one else, no
 /// symlinked entries) if it exists, never created.
-fn find_state_dir(cli_flag: Option<&std::path::Path>) -> Result<PathBuf, CliError> {
+fn find_state_dir(cli_flag: Option<&std::path::Path>) -> Result<StateDir, CliError> {
     let dir = configured_state_dir(cli_flag)?;
-    let checked = statedir::prepare(&dir, false).map_err(|e| CliError::Internal(e.into()))?;
-    Ok(checked.unwrap_or(dir))
+    StateDir::find(&dir).map_err(|e| CliError::Internal(e.into()))
 }
 
 /// The state directory, created with mode 0700 if missing, checked, and resolved: no component of
 /// the returned path is a symlink.
-fn state_dir(cli_flag: Option<&std::path::Path>) -> Result<PathBuf, CliError> {
+fn state_dir(cli_flag: Option<&std::path::Path>) -> Result<StateDir, CliError> {
     let dir = configured_state_dir(cli_flag)?;
     match statedir::prepare(&dir, true) {
         Ok(Some(resolved)) => Ok(resolved),
@@ -125,12 +124,12 @@ fn state_dir(cli_flag: Option<&std::path::Path>) -> Result<PathBuf, CliError> {
     }
 }
 
-fn open_store(dir: &std::path::Path) -> Result<Box<dyn Store>, CliError> {
+fn open_store(dir: &StateDir) -> Result<Box<dyn Store>, CliError> {
     Ok(Box::new(SqliteStore::open(dir)?))
 }
 
 /// The store for commands that only look: never creates one.
-fn read_store(dir: &std::path::Path) -> Result<Box<dyn Store>, CliError> {
+fn read_store(dir: &StateDir) -> Result<Box<dyn Store>, CliError> {
     Ok(Box::new(SqliteStore::open_for_reading(dir)?))
 }
 

@@ -6,7 +6,7 @@ use crate::flow::{self, Flow};
 use crate::reporter::PlainReporter;
 use crate::store::lock::FlowLock;
 use crate::store::record::RunDefinition;
-use crate::store::{FlowKey, RunRecord, RunStatus, StepRecord, Store, StoreError, create_private_dir};
+use crate::store::{FlowKey, RunRecord, RunStatus, StateDir, StepRecord, Store, StoreError, create_private_dir};
 use anyhow::Context;
 use std::path::Path;
 use std::sync::Arc;
@@ -187,7 +187,7 @@ fn too_old(run: &RunRecord, limit: Option<std::time::Duration>) -> Option<std::t
     limit.filter(|limit| age(run) > *limit)
 }
 
-pub(crate) fn resume(state: &Path, run_id: &str, wait: bool, quiet: bool) -> Result<i32, CliError> {
+pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, quiet: bool) -> Result<i32, CliError> {
     let mut store = open_store(state)?;
     // The run's own key, whichever file started it; `resume_within` does not apply here.
     let run = store.run(run_id)?;
@@ -228,7 +228,7 @@ fn listen_for_signals() -> Result<RunnerSignals, CliError> {
 }
 
 fn execute(
-    state: &Path,
+    state: &StateDir,
     mut store: Box<dyn Store>,
     mut lock: FlowLock,
     signals: RunnerSignals,
@@ -248,9 +248,9 @@ fn execute(
             store.location().display(),
         ))
     })?;
-    let log_dir = state.join("logs").join(&record.id);
+    let log_dir = state.run_logs(&record.id);
     create_private_dir(&log_dir).with_context(|| format!("cannot create the log directory {}", log_dir.display()))?;
-    let spec = RunSpec { flow: Arc::new(flow), run_id: record.id.clone(), log_dir, steps, resumed };
+    let spec = RunSpec { flow: Arc::new(flow), run_id: record.id.clone(), state: state.clone(), steps, resumed };
     let mut reporter = PlainReporter::new(quiet);
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;

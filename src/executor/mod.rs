@@ -16,7 +16,9 @@ use crate::classify::{self, Ending, ErrorSource, ErrorValue, Evidence, error_fil
 use crate::flow::{Flow, Signal, Step};
 use crate::reporter::Reporter;
 use crate::retry::Decision;
-use crate::store::{AttemptOutcome, AttemptResult, RunLog, RunStatus, StepRecord, StepState, StepUpdate, StoreError};
+use crate::store::{
+    AttemptOutcome, AttemptResult, RunLog, RunStatus, StateDir, StepRecord, StepState, StepUpdate, StoreError,
+};
 use attempt::{AttemptSpec, Control, End, SpawnError};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -110,11 +112,12 @@ impl StepSlot {
     }
 }
 
-/// A run about to execute: the flow, its id, where its logs go, and each step's recorded state.
+/// A run about to execute: the flow, its id, the state directory its logs go to, and each step's
+/// recorded state.
 pub(crate) struct RunSpec {
     pub(crate) flow: Arc<Flow>,
     pub(crate) run_id: String,
-    pub(crate) log_dir: PathBuf,
+    pub(crate) state: StateDir,
     pub(crate) steps: Vec<StepRecord>,
     pub(crate) resumed: bool,
 }
@@ -122,7 +125,7 @@ pub(crate) struct RunSpec {
 pub(crate) struct Executor<'a> {
     flow: Arc<Flow>,
     run_id: String,
-    log_dir: PathBuf,
+    state: StateDir,
     store: &'a mut dyn RunLog,
     reporter: &'a mut dyn Reporter,
     steps: Vec<StepSlot>,
@@ -191,7 +194,7 @@ impl<'a> Executor<'a> {
         Ok(Executor {
             flow: spec.flow,
             run_id: spec.run_id,
-            log_dir: spec.log_dir,
+            state: spec.state,
             store,
             reporter,
             steps,
@@ -289,7 +292,7 @@ impl<'a> Executor<'a> {
     }
 
     fn attempt_stem(&self, step: &Step, attempt: u32) -> PathBuf {
-        self.log_dir.join(&step.name).join(format!("attempt-{attempt}"))
+        self.state.attempt_stem(&self.run_id, &step.name, attempt)
     }
 
     fn start_attempt(&mut self, index: usize, attempt: u32, redelivered: bool) -> Result<(), ExecError> {
@@ -299,8 +302,8 @@ impl<'a> Executor<'a> {
         let stem = self.attempt_stem(&step, attempt);
         let files_err = |path: &Path, source| ExecError::Files { path: path.to_owned(), source };
         if !self.steps[index].log_dir_ready {
-            let dir = stem.parent().expect("stem has a parent");
-            crate::store::create_private_dir(dir).map_err(|e| files_err(dir, e))?;
+            let dir = self.state.step_logs(&self.run_id, &step.name);
+            crate::store::create_private_dir(&dir).map_err(|e| files_err(&dir, e))?;
             self.steps[index].log_dir_ready = true;
         }
         let error_path = stem.with_extension("error.json");
@@ -557,7 +560,7 @@ impl<'a> Executor<'a> {
                     error,
                     attempts: s.last_attempt - s.budget_base,
                     stderr_tail: read_tail(&stem.with_extension("stderr"), s.last_stderr_from, 4096).0,
-                    log_dir: stem.parent().map(Path::to_owned).unwrap_or_default(),
+                    log_dir: self.state.step_logs(&self.run_id, &s.step.name),
                 })
             }),
             _ => None,

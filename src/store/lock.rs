@@ -3,12 +3,12 @@
 //! dies, so there are no stale pid files to clean up.
 
 use super::FlowKey;
-use super::statedir::{self, TrustError};
+use super::statedir::{self, StateDir, TrustError};
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 use std::fs::{File, TryLockError};
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// How `waymark gc` says it holds a flow's lock, for the moment it deletes the flow's old runs. A
 /// runner that finds the lock held by gc waits for it instead of saying that the flow is running.
@@ -35,17 +35,18 @@ pub enum LockError {
 /// Open (creating it 0600) the lock file of flow `key` in `state_dir`, without following a symlink:
 /// the state directory is resolved, `locks` is opened relative to it and the file relative to
 /// `locks`, each with O_NOFOLLOW, and `locks` must be ours and writable by no one else.
-fn open_lock_file(state_dir: &Path, key: &FlowKey, create: bool) -> Result<Option<File>, LockError> {
+fn open_lock_file(state_dir: &StateDir, key: &FlowKey, create: bool) -> Result<Option<File>, LockError> {
     let name = key.lock_file_name();
-    let path = state_dir.join("locks").join(&name);
+    let path = state_dir.lock_file(key);
+    let root = state_dir.root();
     let io = |source: std::io::Error| LockError::Io { path: path.clone(), source };
-    let state = crate::fsutil::open_dir_nofollow(state_dir, false).map_err(io)?;
+    let state = crate::fsutil::open_dir_nofollow(root, false).map_err(io)?;
     let locks = if create {
-        statedir::open_subdir(&state, state_dir, "locks", "lock directory")?
+        statedir::open_subdir(&state, root, statedir::LOCKS, "lock directory")?
     } else {
-        statedir::check_entry(&state, state_dir, "locks", nix::sys::stat::SFlag::S_IFDIR, "lock directory")?;
+        statedir::check_entry(&state, root, statedir::LOCKS, nix::sys::stat::SFlag::S_IFDIR, "lock directory")?;
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        match nix::fcntl::openat(&state, "locks", flags, Mode::empty()) {
+        match nix::fcntl::openat(&state, statedir::LOCKS, flags, Mode::empty()) {
             Ok(fd) => fd,
             Err(nix::errno::Errno::ENOENT) => return Ok(None),
             Err(e) => return Err(io(e.into())),
@@ -68,8 +69,8 @@ fn open_lock_file(state_dir: &Path, key: &FlowKey, create: bool) -> Result<Optio
 
 impl FlowLock {
     /// Take the lock of flow `key` (shown as `flow`) in `state_dir`, waiting for it if `wait`.
-    pub(crate) fn acquire(state_dir: &Path, key: &FlowKey, flow: &str, wait: bool) -> Result<FlowLock, LockError> {
-        let path = state_dir.join("locks").join(key.lock_file_name());
+    pub(crate) fn acquire(state_dir: &StateDir, key: &FlowKey, flow: &str, wait: bool) -> Result<FlowLock, LockError> {
+        let path = state_dir.lock_file(key);
         let io = |source| LockError::Io { path: path.clone(), source };
         let Some(mut file) = open_lock_file(state_dir, key, true)? else { unreachable!("created") };
         // `waymark status` probes the lock with a momentary shared lock; try a few times before
@@ -107,8 +108,8 @@ impl FlowLock {
 
     /// Take the lock of flow `key` for `waymark gc` if no runner holds it (`None` if one does), so
     /// that gc never deletes a run that a runner holds or is about to hold.
-    pub(crate) fn try_acquire_for_gc(state_dir: &Path, key: &FlowKey) -> Result<Option<FlowLock>, LockError> {
-        let path = state_dir.join("locks").join(key.lock_file_name());
+    pub(crate) fn try_acquire_for_gc(state_dir: &StateDir, key: &FlowKey) -> Result<Option<FlowLock>, LockError> {
+        let path = state_dir.lock_file(key);
         let not_found = || LockError::Io { path: path.clone(), source: std::io::ErrorKind::NotFound.into() };
         let file = open_lock_file(state_dir, key, true)?.ok_or_else(not_found)?;
         match file.try_lock() {
@@ -124,7 +125,7 @@ impl FlowLock {
 
     /// Whether a live runner holds the lock of flow `key` (checked without creating or following
     /// anything).
-    pub(crate) fn is_held(state_dir: &Path, key: &FlowKey) -> bool {
+    pub(crate) fn is_held(state_dir: &StateDir, key: &FlowKey) -> bool {
         match open_lock_file(state_dir, key, false) {
             Ok(Some(file)) => matches!(file.try_lock_shared(), Err(TryLockError::WouldBlock)),
             _ => false,

@@ -14,7 +14,7 @@ pub use record::RecordError;
 pub use sqlite::SqliteStore;
 pub use state::{AttemptOutcome, RunStatus};
 pub(crate) use state::{AttemptState, StepState, StepStatus};
-pub use statedir::TrustError;
+pub use statedir::{StateDir, TrustError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

@@ -188,8 +188,8 @@ fn new_run_id() -> String {
 
 impl SqliteStore {
     /// Open (creating if needed) the database in `state_dir`.
-    pub fn open(state_dir: &Path) -> Result<SqliteStore, StoreError> {
-        let path = state_dir.join("waymark.db");
+    pub fn open(state_dir: &StateDir) -> Result<SqliteStore, StoreError> {
+        let path = state_dir.db();
         let sql = |source| StoreError::Sql { path: path.clone(), source };
         // Never through a symlink (the state directory was checked, this closes the gap since).
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -213,8 +213,8 @@ impl SqliteStore {
     /// Open the database in `state_dir` read-only, for commands that only look: nothing is
     /// written, not even a schema or a WAL file. Where there is no database yet, or an empty
     /// (0-byte) file, an empty in-memory one stands in: no runs yet.
-    pub(crate) fn open_for_reading(state_dir: &Path) -> Result<SqliteStore, StoreError> {
-        let path = state_dir.join("waymark.db");
+    pub(crate) fn open_for_reading(state_dir: &StateDir) -> Result<SqliteStore, StoreError> {
+        let path = state_dir.db();
         let unreadable = |path: PathBuf, source| StoreError::Unreadable { path, source };
         let empty = || -> Result<SqliteStore, StoreError> {
             let conn = Connection::open_in_memory().map_err(|e| unreadable(path.clone(), e))?;
@@ -731,7 +731,7 @@ mod tests {
             &dir.path().join("f.toml"),
         )
         .unwrap();
-        let mut store = SqliteStore::open(dir.path()).unwrap();
+        let mut store = SqliteStore::open(&StateDir::create(dir.path()).unwrap()).unwrap();
         let run = store.create_run(&flow, "hash").unwrap();
         assert_eq!(store.find_resumable(&FlowKey::named("f")).unwrap().unwrap().id, run.id);
         let stem = dir.path().join("x");
@@ -749,7 +749,7 @@ mod tests {
             .unwrap();
         drop(store);
 
-        let mut store = SqliteStore::open(dir.path()).unwrap();
+        let mut store = SqliteStore::open(&StateDir::create(dir.path()).unwrap()).unwrap();
         let steps = store.steps(&run.id).unwrap();
         assert_eq!(steps[0].state, StepState::Succeeded);
         assert_eq!(steps[1].state, StepState::Waiting { next_attempt: 2, wake_at });
@@ -777,7 +777,7 @@ mod tests {
         let (flow, _) =
             crate::flow::parse("name = 'f'\n[[step]]\nname = 'a'\nrun = ['true']\n", &dir.path().join("f.toml"))
                 .unwrap();
-        let mut store = SqliteStore::open(dir.path()).unwrap();
+        let mut store = SqliteStore::open(&StateDir::create(dir.path()).unwrap()).unwrap();
         let run = store.create_run(&flow, "hash").unwrap();
         let row = store.attempt_starting(&run.id, "a", 1, false, &dir.path().join("x")).unwrap();
         store.attempt_finished(row, &result(AttemptOutcome::Succeeded), &StepUpdate::Succeeded).unwrap();

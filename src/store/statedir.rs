@@ -6,7 +6,12 @@
 //! `/tmp` is fine as long as it is our own); the path *to* the state directory may go through
 //! symlinks (a symlinked home), and it is resolved once, so that everything below it is reached
 //! without following any.
+//!
+//! [`StateDir`] is the checked, resolved state directory, and the one place that knows its layout:
+//! every path under it (the database, the lock files, the logs of a run, a step and an attempt) is
+//! built by its methods, and no other code joins names onto the state directory.
 
+use super::FlowKey;
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{FileStat, Mode, SFlag};
@@ -157,19 +162,104 @@ pub(crate) fn open_subdir(
     Ok(fd)
 }
 
+/// The database's file name in the state directory.
+const DB: &str = "waymark.db";
+/// The directory of the lock files.
+pub(crate) const LOCKS: &str = "locks";
+/// The directory of the logs.
+const LOGS: &str = "logs";
+
 /// What waymark keeps in the state directory, checked whenever it is opened.
 const ENTRIES: [(&str, SFlag, &str); 5] = [
-    ("waymark.db", SFlag::S_IFREG, "state database"),
+    (DB, SFlag::S_IFREG, "state database"),
     ("waymark.db-wal", SFlag::S_IFREG, "state database's log"),
     ("waymark.db-shm", SFlag::S_IFREG, "state database's index"),
-    ("locks", SFlag::S_IFDIR, "lock directory"),
-    ("logs", SFlag::S_IFDIR, "log directory"),
+    (LOCKS, SFlag::S_IFDIR, "lock directory"),
+    (LOGS, SFlag::S_IFDIR, "log directory"),
 ];
 
+/// The state directory, checked and resolved (no component of its path is a symlink), and its
+/// layout:
+///
+/// ```text
+/// waymark.db                              db()
+/// locks/                                  locks()
+/// locks/NAME.lock                         lock_file(key)
+/// logs/                                   logs()
+/// logs/RUN_ID/                            run_logs(run_id)
+/// logs/RUN_ID/STEP/                       step_logs(run_id, step)
+/// logs/RUN_ID/STEP/attempt-N              attempt_stem(run_id, step, n), + .stdout, .stderr, .error.json
+/// ```
+///
+/// Made only by [`prepare`] (or [`StateDir::find`], which is `prepare` without creating).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateDir {
+    root: PathBuf,
+}
+
+impl StateDir {
+    /// The state directory `dir`, created if missing, checked and resolved (for a benchmark or a
+    /// test; the commands use [`prepare`], which tells why it failed).
+    pub fn create(dir: &Path) -> Result<StateDir, TrustError> {
+        prepare(dir, true)?.ok_or_else(|| TrustError::Io {
+            what: "state directory",
+            path: dir.to_owned(),
+            source: std::io::ErrorKind::NotFound.into(),
+        })
+    }
+
+    /// The state directory `dir` for commands that only look: checked and resolved if it exists,
+    /// never created; if it does not exist, `dir` as given (absolute), where there is nothing yet.
+    pub(crate) fn find(dir: &Path) -> Result<StateDir, TrustError> {
+        Ok(prepare(dir, false)?.unwrap_or_else(|| StateDir { root: dir.to_owned() }))
+    }
+
+    /// The state directory itself.
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The SQLite database.
+    pub(crate) fn db(&self) -> PathBuf {
+        self.root.join(DB)
+    }
+
+    /// The directory of the lock files.
+    pub(crate) fn locks(&self) -> PathBuf {
+        self.root.join(LOCKS)
+    }
+
+    /// The lock file of flow `key`.
+    pub(crate) fn lock_file(&self, key: &FlowKey) -> PathBuf {
+        self.locks().join(key.lock_file_name())
+    }
+
+    /// The directory of all logs.
+    pub(crate) fn logs(&self) -> PathBuf {
+        self.root.join(LOGS)
+    }
+
+    /// The logs of run `run_id`.
+    pub(crate) fn run_logs(&self, run_id: &str) -> PathBuf {
+        self.logs().join(run_id)
+    }
+
+    /// The logs of step `step` of run `run_id`.
+    pub(crate) fn step_logs(&self, run_id: &str, step: &str) -> PathBuf {
+        self.run_logs(run_id).join(step)
+    }
+
+    /// The files of an attempt without their extension: `attempt-N`, to which `.stdout`,
+    /// `.stderr` and `.error.json` are added.
+    pub(crate) fn attempt_stem(&self, run_id: &str, step: &str, attempt: u32) -> PathBuf {
+        self.step_logs(run_id, step).join(format!("attempt-{attempt}"))
+    }
+}
+
 /// Make sure the state directory `dir` can be trusted, creating it (mode 0700, and its missing
-/// parents) when `create`. Returns its resolved path, under which no component is a symlink, or
-/// `None` when it does not exist and `create` is false.
-pub(crate) fn prepare(dir: &Path, create: bool) -> Result<Option<PathBuf>, TrustError> {
+/// parents) when `create`. Returns it resolved, so that no component of its path is a symlink,
+/// or `None` when it does not exist and `create` is false.
+pub(crate) fn prepare(dir: &Path, create: bool) -> Result<Option<StateDir>, TrustError> {
     let what = "state directory";
     let io = |source| TrustError::Io { what, path: dir.to_owned(), source };
     if create {
@@ -188,7 +278,7 @@ pub(crate) fn prepare(dir: &Path, create: bool) -> Result<Option<PathBuf>, Trust
         check_entry(&fd, dir, name, want, what)?;
     }
     let resolved = std::fs::canonicalize(dir).map_err(io)?;
-    Ok(Some(resolved))
+    Ok(Some(StateDir { root: resolved }))
 }
 
 #[cfg(test)]
@@ -206,7 +296,7 @@ mod tests {
         let dir = tmp.path().join("a/b/state");
         assert!(prepare(&dir, false).unwrap().is_none());
         assert!(!dir.exists());
-        assert_eq!(prepare(&dir, true).unwrap().unwrap(), dir);
+        assert_eq!(prepare(&dir, true).unwrap().unwrap().root(), dir);
         assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
     }
 
@@ -243,6 +333,23 @@ mod tests {
         std::fs::remove_file(dir.join("logs")).unwrap();
         let link = tmp.path().join("link");
         std::os::unix::fs::symlink(&dir, &link).unwrap();
-        assert_eq!(prepare(&link, false).unwrap().unwrap(), dir, "resolved once");
+        assert_eq!(prepare(&link, false).unwrap().unwrap().root(), dir, "resolved once");
+    }
+
+    #[test]
+    fn every_path_under_the_state_directory_is_laid_out_as_documented() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = StateDir::create(&tmp.path().join("state")).unwrap();
+        let root = state.root().to_owned();
+        assert_eq!(state.db(), root.join("waymark.db"));
+        assert_eq!(state.locks(), root.join("locks"));
+        assert_eq!(state.lock_file(&FlowKey::named("nightly")), root.join("locks/nightly.lock"));
+        assert_eq!(state.logs(), root.join("logs"));
+        assert_eq!(state.run_logs("r1"), root.join("logs/r1"));
+        assert_eq!(state.step_logs("r1", "build"), root.join("logs/r1/build"));
+        assert_eq!(state.attempt_stem("r1", "build", 3), root.join("logs/r1/build/attempt-3"));
+        let missing = tmp.path().join("nothing/here");
+        assert_eq!(StateDir::find(&missing).unwrap().root(), missing, "never created");
+        assert!(!missing.exists());
     }
 }
