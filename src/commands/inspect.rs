@@ -161,6 +161,9 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool) -> Resu
     let flow: Option<Flow> =
         crate::store::record::RunDefinition::parse(&run.definition).and_then(|d| d.into_flow()).ok();
     let steps = store.steps(&run.id)?;
+    let attempts = store.attempts(&run.id, None)?;
+    // The host a step's last attempt ran on (none before any attempt, or before hosts were recorded).
+    let host = |name: &str| attempts.iter().rev().find(|a| a.step == name).and_then(|a| a.host.clone());
     // A run recorded as running whose runner is gone (killed, or the machine rebooted).
     let orphaned = run.status == RunStatus::Running && !FlowLock::is_held(state, &run.key);
     let allowed =
@@ -186,6 +189,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool) -> Resu
                 "ended_at": opt_time(s.ended_at),
                 "duration_seconds": s.started_at.map(|st| took(st, s.ended_at).as_secs()),
                 "next_retry_at": opt_time(next),
+                "host": host(&s.name),
             })
         })
         .collect();

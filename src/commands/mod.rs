@@ -56,14 +56,9 @@ impl CliError {
             }
             CliError::Internal(e) => {
                 let mut text = format!("error: {e:#}\n");
-                if let Some(StoreError::Sql { path, .. }) = e.chain().find_map(|c| c.downcast_ref::<StoreError>()) {
-                    let dir = path.parent().unwrap_or(path).display();
-                    text.push_str(&format!(
-                        "hint: check that {dir} is writable, that its disk has free space and that no other \
-                         process holds {} locked, then run again (nothing is lost: the run resumes); \
-                         --state-dir or WAYMARK_STATE_DIR selects another directory\n",
-                        path.display()
-                    ));
+                // A store failure says what to do about it, from its kind.
+                if let Some(hint) = e.chain().find_map(|c| c.downcast_ref::<StoreError>()).and_then(StoreError::hint) {
+                    text.push_str(&format!("hint: {hint}\n"));
                 }
                 text
             }

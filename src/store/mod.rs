@@ -16,42 +16,100 @@ pub use state::{AttemptOutcome, RunStatus};
 pub(crate) use state::{AttemptState, StepState, StepStatus};
 pub use statedir::{StateDir, TrustError};
 
+/// What went wrong with the store, as a user can act on it. A store maps its own failures to
+/// these (the SQLite store in `sqlite.rs`); the message and hint are built from the kind alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreErrorKind {
+    /// Another process holds the store locked for longer than waymark waits.
+    Busy,
+    /// The store is damaged, or is not a waymark store at all.
+    Corrupt,
+    /// A newer waymark wrote the store in a form this one does not know.
+    NewerSchema,
+    /// No space left where the store lives.
+    Full,
+    /// The store, or where it lives, may not be read or written by this user.
+    Permission,
+    /// Anything else (an I/O error, a bug): the detail says what.
+    Other,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("state database {path} failed")]
-    Sql {
-        path: PathBuf,
-        #[source]
-        source: rusqlite::Error,
-    },
-    #[error(
-        "state database {path} was written by a newer waymark (schema {found}, this one knows {known}); upgrade waymark or point --state-dir elsewhere"
-    )]
-    NewerSchema { path: PathBuf, found: i64, known: i64 },
-    #[error("state database {path}: {what}")]
-    Corrupt { path: PathBuf, what: String },
-    #[error(
-        "cannot read the state database {path}; check that you may read it and its directory, or point \
-         --state-dir or WAYMARK_STATE_DIR at another state directory"
-    )]
-    Unreadable {
-        path: PathBuf,
-        #[source]
-        source: rusqlite::Error,
-    },
+    /// The store failed. `location` says where (the database file, or what a networked store
+    /// can name); `detail` is the store's own account, for the message only.
+    #[error("{}", failure_message(*kind, location, detail))]
+    Failed { kind: StoreErrorKind, location: String, detail: String },
     /// A state name this binary does not know, or a move between states that is not legal:
     /// the database was changed behind waymark's back, or a newer waymark wrote it.
     #[error(
-        "state database {path} holds a corrupt or newer state: {table} of run {run_id}: {what}; if a newer \
+        "state database {location} holds a corrupt or newer state: {table} of run {run_id}: {what}; if a newer \
          waymark wrote it, use that one; otherwise `waymark run --fresh FLOW` starts the flow anew (or move \
          the database aside)"
     )]
-    BadState { path: PathBuf, table: &'static str, run_id: String, what: String },
+    BadState { location: String, table: &'static str, run_id: String, what: String },
     /// A run's recorded definition that this binary cannot read (see `record`).
     #[error("run {run_id} in {path}: {error}")]
     Record { path: PathBuf, run_id: String, error: record::RecordError },
     #[error("no run with id `{0}` in the state directory")]
     NoSuchRun(String),
+}
+
+fn failure_message(kind: StoreErrorKind, location: &str, detail: &str) -> String {
+    match kind {
+        StoreErrorKind::Busy => format!("state database {location} is locked by another process: {detail}"),
+        StoreErrorKind::Corrupt => format!(
+            "state database {location}: the file is not a waymark database (or is corrupt); move it aside to start afresh"
+        ),
+        StoreErrorKind::NewerSchema => format!(
+            "state database {location} was written by a newer waymark ({detail}); upgrade waymark or point --state-dir elsewhere"
+        ),
+        StoreErrorKind::Full => format!("cannot write the state database {location}: {detail}"),
+        StoreErrorKind::Permission => format!("no permission to use the state database {location}: {detail}"),
+        StoreErrorKind::Other => format!("state database {location} failed: {detail}"),
+    }
+}
+
+impl StoreError {
+    /// A store failure of `kind` at `location`.
+    pub(crate) fn failed(kind: StoreErrorKind, location: impl Into<String>, detail: impl Into<String>) -> StoreError {
+        StoreError::Failed { kind, location: location.into(), detail: detail.into() }
+    }
+
+    /// The kind of a store failure; `None` for the domain errors.
+    pub fn kind(&self) -> Option<StoreErrorKind> {
+        match self {
+            StoreError::Failed { kind, .. } => Some(*kind),
+            StoreError::BadState { .. } | StoreError::Record { .. } | StoreError::NoSuchRun(_) => None,
+        }
+    }
+
+    /// What to do about a store failure, from its kind (a line for `hint:`); `None` where the
+    /// message already says it.
+    pub(crate) fn hint(&self) -> Option<String> {
+        let StoreError::Failed { kind, location, .. } = self else { return None };
+        let dir = std::path::Path::new(location).parent().map_or(location.clone(), |d| d.display().to_string());
+        let elsewhere = "--state-dir or WAYMARK_STATE_DIR selects another directory";
+        let resumes = "run again (nothing is lost: the run resumes)";
+        match kind {
+            StoreErrorKind::Corrupt | StoreErrorKind::NewerSchema => None,
+            StoreErrorKind::Busy => Some(format!(
+                "another process holds {location} locked (a waymark, or a tool with it open); wait for it or stop \
+                 it, then {resumes}"
+            )),
+            StoreErrorKind::Full => {
+                Some(format!("check that {dir} is writable, that its disk has free space, then {resumes}; {elsewhere}"))
+            }
+            StoreErrorKind::Permission => Some(format!(
+                "check that you may read and write {location} and its directory {dir} (its owner and mode), then \
+                 {resumes}; {elsewhere}"
+            )),
+            StoreErrorKind::Other => Some(format!(
+                "check that {dir} is writable, that its disk has free space and that no other process holds \
+                 {location} locked, then {resumes}; {elsewhere}"
+            )),
+        }
+    }
 }
 
 /// What a run belongs to: the flow's declared name (`named:NAME`: files that declare the same name
@@ -183,8 +241,11 @@ pub struct RunRecord {
 /// One execution of a step.
 #[derive(Debug, Clone)]
 pub struct AttemptRecord {
+    pub(crate) step: String,
     pub(crate) attempt: u32,
     pub(crate) log_stem: PathBuf,
+    /// The host it ran on (`None` for attempts recorded before hosts were).
+    pub(crate) host: Option<String>,
 }
 
 /// How a finished attempt ended, for the record.

@@ -11,7 +11,7 @@ use crate::flow::Flow;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::path::Path;
 
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 
 /// The key of a run recorded before schema 2, which had runs per flow name only: a run whose
 /// recorded path is `DIR/NAME.toml` or `DIR/NAME` (its flow name is the file's stem, the default
@@ -25,7 +25,12 @@ ALTER TABLE runs ADD COLUMN flow_key TEXT NOT NULL DEFAULT '';
 CREATE INDEX runs_by_key ON runs (flow_key, seq);
 ";
 
-/// The schema as version 1 created it; [`MIGRATE_TO_2`] brings it to the current one, for new
+/// Schema 2 to 3: each attempt records the host it ran on; older attempts have none (`NULL`).
+const MIGRATE_TO_3: &str = "
+ALTER TABLE attempts ADD COLUMN host TEXT;
+";
+
+/// The schema as version 1 created it; the migrations bring it to the current one, for new
 /// databases too, so the migration path is the one always taken.
 const SCHEMA: &str = "
 CREATE TABLE runs (
@@ -83,6 +88,18 @@ pub struct SqliteStore {
     /// The SQL for a run's [`FlowKey`]: the `flow_key` column, or, in a schema-1 database that a
     /// read-only command cannot migrate, [`LEGACY_KEY`].
     key_sql: &'static str,
+    /// The SQL for an attempt's host: the `host` column, or `NULL` in a database older than
+    /// schema 3 that a read-only command cannot migrate.
+    attempt_host_sql: &'static str,
+}
+
+/// A database whose schema is newer than this binary's.
+fn newer_schema(path: &Path, found: i64) -> StoreError {
+    StoreError::failed(
+        StoreErrorKind::NewerSchema,
+        path.display().to_string(),
+        format!("schema {found}, this one knows {SCHEMA_VERSION}"),
+    )
 }
 
 /// `SELECT` of a run's columns, with its key as `key`.
@@ -102,19 +119,38 @@ fn parse_error(s: Option<String>) -> Option<ErrorValue> {
     s.and_then(|s| serde_json::from_str(&s).ok())
 }
 
-/// A "not a database" failure as [`StoreError::Corrupt`], anything else through `other`.
-fn corrupt_or(
-    path: &Path,
-    source: rusqlite::Error,
-    other: impl FnOnce(PathBuf, rusqlite::Error) -> StoreError,
-) -> StoreError {
-    match source {
-        rusqlite::Error::SqliteFailure(e, _) if e.code == rusqlite::ErrorCode::NotADatabase => StoreError::Corrupt {
-            path: path.to_owned(),
-            what: "the file is not a waymark database (or is corrupt); move it aside to start afresh".into(),
-        },
-        source => other(path.to_owned(), source),
+/// The kind of an SQLite failure on the database at `path`: the only place that reads SQLite's
+/// codes.
+fn kind_of(path: &Path, e: &rusqlite::Error) -> StoreErrorKind {
+    use rusqlite::ErrorCode as C;
+    let rusqlite::Error::SqliteFailure(e, _) = e else { return StoreErrorKind::Other };
+    match e.code {
+        C::DatabaseBusy | C::DatabaseLocked => StoreErrorKind::Busy,
+        C::DatabaseCorrupt | C::NotADatabase => StoreErrorKind::Corrupt,
+        C::DiskFull => StoreErrorKind::Full,
+        C::PermissionDenied | C::ReadOnly | C::AuthorizationForStatementDenied => StoreErrorKind::Permission,
+        // SQLite does not say why it could not open the file: ask the file system.
+        C::CannotOpen if denied(path) => StoreErrorKind::Permission,
+        _ => StoreErrorKind::Other,
     }
+}
+
+/// Whether this user may not open `path` (or, where it does not exist, create files beside it).
+fn denied(path: &Path) -> bool {
+    let is_denied = |r: std::io::Result<()>| matches!(r, Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied);
+    if path.exists() {
+        is_denied(std::fs::File::open(path).map(drop))
+    } else {
+        path.parent().is_some_and(|dir| is_denied(std::fs::read_dir(dir).map(drop)))
+            || path.parent().is_some_and(|dir| {
+                nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK) == Err(nix::errno::Errno::EACCES)
+            })
+    }
+}
+
+/// An SQLite failure on the database at `path` as a [`StoreError`] of its kind.
+fn failure(path: &Path, e: rusqlite::Error) -> StoreError {
+    StoreError::failed(kind_of(path, &e), path.display().to_string(), e.to_string())
 }
 
 /// `file:PATH?immutable=1`, with the characters that mean something in a URI escaped.
@@ -190,7 +226,7 @@ impl SqliteStore {
     /// Open (creating if needed) the database in `state_dir`.
     pub fn open(state_dir: &StateDir) -> Result<SqliteStore, StoreError> {
         let path = state_dir.db();
-        let sql = |source| StoreError::Sql { path: path.clone(), source };
+        let sql = |e| failure(&path, e);
         // Never through a symlink (the state directory was checked, this closes the gap since).
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
@@ -199,13 +235,11 @@ impl SqliteStore {
         let conn = Connection::open_with_flags(&path, flags).map_err(sql)?;
         // The database holds commands and errors: keep it private like the logs.
         let _ = std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600));
-        let mut store = SqliteStore { conn, path, key_sql: "flow_key" };
-        store
-            .init()
-            .map_err(|source| corrupt_or(&store.path, source, |path, source| StoreError::Sql { path, source }))?;
+        let mut store = SqliteStore { conn, path, key_sql: "flow_key", attempt_host_sql: "host" };
+        store.init().map_err(|e| failure(&store.path, e))?;
         let found: i64 = store.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|e| store.sql(e))?;
         if found > SCHEMA_VERSION {
-            return Err(StoreError::NewerSchema { path: store.path, found, known: SCHEMA_VERSION });
+            return Err(newer_schema(&store.path, found));
         }
         Ok(store)
     }
@@ -215,11 +249,10 @@ impl SqliteStore {
     /// (0-byte) file, an empty in-memory one stands in: no runs yet.
     pub(crate) fn open_for_reading(state_dir: &StateDir) -> Result<SqliteStore, StoreError> {
         let path = state_dir.db();
-        let unreadable = |path: PathBuf, source| StoreError::Unreadable { path, source };
         let empty = || -> Result<SqliteStore, StoreError> {
-            let conn = Connection::open_in_memory().map_err(|e| unreadable(path.clone(), e))?;
-            let mut store = SqliteStore { conn, path: path.clone(), key_sql: "flow_key" };
-            store.init().map_err(|e| unreadable(path.clone(), e))?;
+            let conn = Connection::open_in_memory().map_err(|e| failure(&path, e))?;
+            let mut store = SqliteStore { conn, path: path.clone(), key_sql: "flow_key", attempt_host_sql: "host" };
+            store.init().map_err(|e| failure(&path, e))?;
             Ok(store)
         };
         match std::fs::symlink_metadata(&path) {
@@ -235,7 +268,7 @@ impl SqliteStore {
             conn.busy_timeout(std::time::Duration::from_secs(10))?;
             conn.query_row("PRAGMA user_version", [], |r| r.get(0))
         };
-        let mut conn = Connection::open_with_flags(&path, flags).map_err(|e| unreadable(path.clone(), e))?;
+        let mut conn = Connection::open_with_flags(&path, flags).map_err(|e| failure(&path, e))?;
         let found = match version(&conn) {
             Ok(v) => v,
             // A WAL database can be read without writing only if its -shm index exists or can be
@@ -244,14 +277,13 @@ impl SqliteStore {
             Err(rusqlite::Error::SqliteFailure(e, _))
                 if matches!(e.code, rusqlite::ErrorCode::CannotOpen | rusqlite::ErrorCode::ReadOnly) =>
             {
-                conn = Connection::open_with_flags(immutable_uri(&path), flags)
-                    .map_err(|e| unreadable(path.clone(), e))?;
-                version(&conn).map_err(|e| corrupt_or(&path, e, unreadable))?
+                conn = Connection::open_with_flags(immutable_uri(&path), flags).map_err(|e| failure(&path, e))?;
+                version(&conn).map_err(|e| failure(&path, e))?
             }
-            Err(e) => return Err(corrupt_or(&path, e, unreadable)),
+            Err(e) => return Err(failure(&path, e)),
         };
         if found > SCHEMA_VERSION {
-            return Err(StoreError::NewerSchema { path, found, known: SCHEMA_VERSION });
+            return Err(newer_schema(&path, found));
         }
         if found == 0 {
             // A database without waymark's schema (created, never written): no runs yet.
@@ -259,7 +291,9 @@ impl SqliteStore {
         }
         // A schema-1 database is migrated by the next runner; until then its keys are computed.
         let key_sql = if found < 2 { LEGACY_KEY } else { "flow_key" };
-        Ok(SqliteStore { conn, path, key_sql })
+        // Attempts recorded before schema 3 have no host.
+        let attempt_host_sql = if found < 3 { "NULL" } else { "host" };
+        Ok(SqliteStore { conn, path, key_sql, attempt_host_sql })
     }
 
     /// A run and its steps, read in one transaction: a consistent snapshot.
@@ -290,6 +324,9 @@ impl SqliteStore {
             tx.execute_batch(MIGRATE_TO_2)?;
             tx.execute(&format!("UPDATE runs SET flow_key = {LEGACY_KEY}"), [])?;
         }
+        if version < 3 {
+            tx.execute_batch(MIGRATE_TO_3)?;
+        }
         if version < SCHEMA_VERSION {
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         }
@@ -300,17 +337,14 @@ impl SqliteStore {
         match source {
             rusqlite::Error::FromSqlConversionFailure(column, kind, e) => match e.downcast::<BadRow>() {
                 Ok(bad) => StoreError::BadState {
-                    path: self.path.clone(),
+                    location: self.path.display().to_string(),
                     table: bad.table,
                     run_id: bad.run_id,
                     what: bad.what,
                 },
-                Err(e) => StoreError::Sql {
-                    path: self.path.clone(),
-                    source: rusqlite::Error::FromSqlConversionFailure(column, kind, e),
-                },
+                Err(e) => failure(&self.path, rusqlite::Error::FromSqlConversionFailure(column, kind, e)),
             },
-            source => StoreError::Sql { path: self.path.clone(), source },
+            source => failure(&self.path, source),
         }
     }
 
@@ -530,7 +564,10 @@ impl Store for SqliteStore {
     fn attempts(&self, run_id: &str, step: Option<&str>) -> Result<Vec<AttemptRecord>, StoreError> {
         let mut stmt = self
             .conn
-            .prepare("SELECT * FROM attempts WHERE run_id = ?1 AND (?2 IS NULL OR step = ?2) ORDER BY row")
+            .prepare(&format!(
+                "SELECT *, {} AS attempt_host FROM attempts WHERE run_id = ?1 AND (?2 IS NULL OR step = ?2) ORDER BY row",
+                self.attempt_host_sql
+            ))
             .map_err(|e| self.sql(e))?;
         let rows = stmt
             .query_map(params![run_id, step], |r| {
@@ -541,7 +578,12 @@ impl Store for SqliteStore {
                 // know is still refused.
                 AttemptState::parse(&outcome)
                     .map_err(|e| bad_row("attempts", run_id, format!("attempt {attempt} of step `{step}`: {e}")))?;
-                Ok(AttemptRecord { attempt, log_stem: PathBuf::from(r.get::<_, String>("log_stem")?) })
+                Ok(AttemptRecord {
+                    step,
+                    attempt,
+                    log_stem: PathBuf::from(r.get::<_, String>("log_stem")?),
+                    host: r.get("attempt_host")?,
+                })
             })
             .map_err(|e| self.sql(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
@@ -632,12 +674,13 @@ impl RunLog for SqliteStore {
         log_stem: &Path,
     ) -> Result<i64, StoreError> {
         let now = now_ms();
+        let host = host_name();
         self.write(false, |tx| {
             move_step(tx, run_id, step, StepStatus::Running)?;
             tx.execute(
-                "INSERT INTO attempts (run_id, step, attempt, redelivered, outcome, started_at, log_stem)
-                 VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6)",
-                params![run_id, step, attempt, redelivered, now, log_stem.display().to_string()],
+                "INSERT INTO attempts (run_id, step, attempt, redelivered, outcome, started_at, log_stem, host)
+                 VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7)",
+                params![run_id, step, attempt, redelivered, now, log_stem.display().to_string(), host],
             )?;
             let row = tx.last_insert_rowid();
             tx.execute(
@@ -718,6 +761,42 @@ pub(crate) fn host_name() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sqlite_codes_map_to_kinds_and_the_hint_comes_from_the_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("waymark.db");
+        let err = |code| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None);
+        for (code, kind) in [
+            (rusqlite::ffi::SQLITE_BUSY, StoreErrorKind::Busy),
+            (rusqlite::ffi::SQLITE_LOCKED, StoreErrorKind::Busy),
+            (rusqlite::ffi::SQLITE_CORRUPT, StoreErrorKind::Corrupt),
+            (rusqlite::ffi::SQLITE_NOTADB, StoreErrorKind::Corrupt),
+            (rusqlite::ffi::SQLITE_FULL, StoreErrorKind::Full),
+            (rusqlite::ffi::SQLITE_READONLY, StoreErrorKind::Permission),
+            (rusqlite::ffi::SQLITE_PERM, StoreErrorKind::Permission),
+            (rusqlite::ffi::SQLITE_IOERR, StoreErrorKind::Other),
+            // The file can be opened by this user: not a permission problem.
+            (rusqlite::ffi::SQLITE_CANTOPEN, StoreErrorKind::Other),
+        ] {
+            let e = failure(&path, err(code));
+            assert_eq!(e.kind(), Some(kind), "{code}: {e}");
+            assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+        }
+        let busy = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+            Some("database is locked".into()),
+        );
+        let busy = failure(&path, busy);
+        assert_eq!(
+            busy.to_string(),
+            format!("state database {} is locked by another process: database is locked", path.display())
+        );
+        assert!(busy.hint().unwrap().starts_with(&format!("another process holds {} locked", path.display())));
+        assert_eq!(failure(&path, err(rusqlite::ffi::SQLITE_NOTADB)).hint(), None, "the message says what to do");
+        assert_eq!(newer_schema(&path, 9).kind(), Some(StoreErrorKind::NewerSchema));
+        assert!(newer_schema(&path, 9).to_string().contains("(schema 9, this one knows 3)"));
+    }
 
     fn result(outcome: AttemptOutcome) -> AttemptResult {
         AttemptResult { outcome, exit_code: Some(1), signal: None, error: None, ended_at: SystemTime::now() }
