@@ -753,9 +753,12 @@ impl RunLog for SqliteStore {
     }
 }
 
-/// This machine's name, for the record.
-pub(crate) fn host_name() -> String {
-    nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "unknown".into())
+/// This machine's name, for the record: looked up once, not for every attempt.
+pub(crate) fn host_name() -> &'static str {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "unknown".into())
+    })
 }
 
 #[cfg(test)]
