@@ -214,7 +214,12 @@ const STALE: &str = "resume_within = \"1h\"\n[[step]]\nname = \"a\"\nshell = \"e
 
 /// Run `flow.toml` until step b waits, kill the runner; the run's id.
 fn interrupted_run(env: &Env) -> String {
-    let runner = env.spawn(&["run", "flow.toml"]);
+    interrupted_run_of(env, "flow.toml")
+}
+
+/// Run the flow file `file` until step b waits, kill the runner; the run's id.
+fn interrupted_run_of(env: &Env, file: &str) -> String {
+    let runner = env.spawn(&["run", file]);
     wait_until("step b to start", || env.path("ready").exists());
     kill(runner.id(), "KILL");
     finish(runner);
@@ -353,11 +358,7 @@ fn runs_recorded_by_schema_1_are_read_and_resumed() {
 /// `same.toml` of [`STALE`] declaring `name`, its runner SIGKILLed in step b; the run's id.
 fn killed_in_step_b(env: &Env, name: &str) -> String {
     env.write("same.toml", &STALE.replace("resume_within = \"1h\"\n", &format!("name = \"{name}\"\n")));
-    let runner = env.spawn(&["run", "same.toml"]);
-    wait_until("step b to start", || env.path("ready").exists());
-    kill(runner.id(), "KILL");
-    finish(runner);
-    json(env, &["history", "--json"])[0]["id"].as_str().unwrap().to_owned()
+    interrupted_run_of(env, "same.toml")
 }
 
 #[test]

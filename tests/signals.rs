@@ -127,6 +127,18 @@ const TRAPPING_STEP: &str = "shell = '''echo \"$WAYMARK_ATTEMPT\" >> mid.att; if
      exit 0; fi; trap 'echo got >> mid.sig' INT TERM; echo $$ >> pids; sleep 300 & echo $! >> pids; \
      echo ready > ready; while :; do sleep 0.05; done'''\nkill_grace = '1h'";
 
+/// Run [`TRAPPING_STEP`], send `first` to the runner once `mid` is ready and `second` once `mid`
+/// reported the forwarded signal; how the runner ended.
+fn signal_then(env: &Env, first: &str, second: &str) -> std::process::Output {
+    flow(env, TRAPPING_STEP);
+    let runner = env.spawn(&["run", "flow.toml"]);
+    env.wait_for_lines("ready", 1);
+    kill(runner.id(), first);
+    env.wait_for_lines("mid.sig", 1);
+    kill(runner.id(), second);
+    finish(runner)
+}
+
 #[test]
 fn a_second_signal_kills_at_once_and_the_run_resumes() {
     // The second signal is sent once the first was forwarded (the step reported it); a second
@@ -137,13 +149,7 @@ fn a_second_signal_kills_at_once_and_the_run_resumes() {
         let _sweeper = Sweeper(env.mark());
         // The step survives the forwarded signal, and its grace period is long: only the
         // second signal to the runner ends it.
-        flow(&env, TRAPPING_STEP);
-        let runner = env.spawn(&["run", "flow.toml"]);
-        env.wait_for_lines("ready", 1);
-        kill(runner.id(), signal);
-        env.wait_for_lines("mid.sig", 1);
-        kill(runner.id(), signal);
-        let out = finish(runner);
+        let out = signal_then(&env, signal, signal);
         let said = stderr(&out);
         assert_eq!(out.status.code(), Some(code), "{context}: {said}");
         assert!(said.contains("killing running steps"), "{context}: {said}");
@@ -221,13 +227,7 @@ fn a_runner_sigkilled_during_a_cancels_grace_period_leaves_a_resumable_run() {
         let env = Env::new();
         let _sweeper = Sweeper(env.mark());
         // The step outlives the forwarded signal; the runner dies before its grace period ends.
-        flow(&env, TRAPPING_STEP);
-        let runner = env.spawn(&["run", "flow.toml"]);
-        env.wait_for_lines("ready", 1);
-        kill(runner.id(), signal);
-        env.wait_for_lines("mid.sig", 1);
-        kill(runner.id(), "KILL");
-        let _ = finish(runner);
+        let _ = signal_then(&env, signal, "KILL");
         let leftover = pids(&env)[1]; // `first`, then `mid`'s shell
         assert!(common::alive(leftover), "{context}: the step outlived its runner, as a SIGKILL allows");
 

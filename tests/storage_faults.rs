@@ -32,6 +32,11 @@ fn code(env: &Env, name: &str) -> String {
 /// The crash point every test starts from: step `a` succeeded, the runner died, `b` is pending.
 const CRASHED: &str = "WAYMARK_TEST_CRASH_AFTER=a $WAYMARK run flow.toml 2> crash.err; echo $? > crash.code; ";
 
+/// The tmpfs and ownership cases need root and the debug build's crash hook.
+fn can_run(test: &str, why_root: &str) -> bool {
+    common::have_crash_hook(test) && have_root(test, why_root)
+}
+
 fn assert_resumed_once(env: &Env, name: &str) {
     assert_eq!(code(env, name), "0", "{}", env.read(&format!("{name}.err")));
     assert!(env.read(&format!("{name}.err")).contains("resuming run"), "{}", env.read(&format!("{name}.err")));
@@ -40,10 +45,7 @@ fn assert_resumed_once(env: &Env, name: &str) {
 
 #[test]
 fn a_full_filesystem_exits_4_runs_nothing_and_resumes_once_space_is_back() {
-    if !common::have_crash_hook("a_full_filesystem_exits_4_runs_nothing_and_resumes_once_space_is_back") {
-        return;
-    }
-    if !have_root("a_full_filesystem_exits_4_runs_nothing_and_resumes_once_space_is_back", "mounts a tmpfs") {
+    if !can_run("a_full_filesystem_exits_4_runs_nothing_and_resumes_once_space_is_back", "mounts a tmpfs") {
         return;
     }
     let env = Env::new();
@@ -70,10 +72,7 @@ fn a_full_filesystem_exits_4_runs_nothing_and_resumes_once_space_is_back() {
 
 #[test]
 fn a_read_only_state_directory_can_be_looked_at_and_resumes_once_writable() {
-    if !common::have_crash_hook("a_read_only_state_directory_can_be_looked_at_and_resumes_once_writable") {
-        return;
-    }
-    if !have_root("a_read_only_state_directory_can_be_looked_at_and_resumes_once_writable", "mounts a tmpfs") {
+    if !can_run("a_read_only_state_directory_can_be_looked_at_and_resumes_once_writable", "mounts a tmpfs") {
         return;
     }
     let env = Env::new();
@@ -145,13 +144,8 @@ fn a_corrupt_database_exits_4_naming_the_file_and_a_fresh_one_works() {
 
 #[test]
 fn a_state_directory_owned_by_another_user_exits_4_and_resumes_once_it_is_ours() {
-    if !common::have_crash_hook("a_state_directory_owned_by_another_user_exits_4_and_resumes_once_it_is_ours") {
-        return;
-    }
-    if !have_root(
-        "a_state_directory_owned_by_another_user_exits_4_and_resumes_once_it_is_ours",
-        "chown to another user",
-    ) {
+    if !can_run("a_state_directory_owned_by_another_user_exits_4_and_resumes_once_it_is_ours", "chown to another user")
+    {
         return;
     }
     let env = Env::new();

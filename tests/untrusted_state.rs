@@ -166,6 +166,19 @@ fn an_attempt_that_swaps_its_own_log_directory_for_a_symlink_is_refused() {
     assert_eq!(env.count("s.log"), 1);
 }
 
+/// What waymark says of a `what` at `path` (mode `mode`) that belongs to nobody, to root.
+fn owned_by_nobody(what: &str, path: &std::path::Path, mode: &str) -> String {
+    format!(
+        "error: refusing to use the {what} {p}: its owner is {nobody} (mode {mode}), but you are {me}; \
+         waymark keeps the commands it runs there, so it uses only state that you own and no one else can write: \
+         choose a state directory of your own with --state-dir or WAYMARK_STATE_DIR, or, if its contents are yours, \
+         take it over with `chown -R root {p}`\n",
+        p = path.display(),
+        nobody = user(NOBODY),
+        me = user(0)
+    )
+}
+
 #[test]
 fn a_state_directory_owned_by_another_user_is_refused() {
     if !have_root("a_state_directory_owned_by_another_user_is_refused", "chown to another user") {
@@ -176,15 +189,7 @@ fn a_state_directory_owned_by_another_user_is_refused() {
     let state = private_state(&env);
     chmod(&state, 0o755);
     chown(&state, NOBODY);
-    let expected = format!(
-        "error: refusing to use the state directory {s}: its owner is {nobody} (mode 0755), but you are {me}; \
-         waymark keeps the commands it runs there, so it uses only state that you own and no one else can write: \
-         choose a state directory of your own with --state-dir or WAYMARK_STATE_DIR, or, if its contents are yours, \
-         take it over with `chown -R root {s}`\n",
-        s = state.display(),
-        nobody = user(NOBODY),
-        me = user(0)
-    );
+    let expected = owned_by_nobody("state directory", &state, "0755");
     run_exits_4_with(&env, &expected);
     chown(&state, 0);
     env.cmd(&["run", "flow.toml"]).assert().success();
@@ -205,15 +210,7 @@ fn a_database_planted_by_another_user_is_refused_and_its_run_not_resumed() {
     assert_eq!(out.status.code(), None, "{}", stderr(&out));
     let db = env.state().join("waymark.db");
     chown(&db, NOBODY);
-    let expected = format!(
-        "error: refusing to use the state database {d}: its owner is {nobody} (mode 0600), but you are {me}; \
-         waymark keeps the commands it runs there, so it uses only state that you own and no one else can write: \
-         choose a state directory of your own with --state-dir or WAYMARK_STATE_DIR, or, if its contents are yours, \
-         take it over with `chown -R root {d}`\n",
-        d = db.display(),
-        nobody = user(NOBODY),
-        me = user(0)
-    );
+    let expected = owned_by_nobody("state database", &db, "0600");
     for args in [&["run", "flow.toml"][..], &["status"], &["history"]] {
         let out = env.cmd(args).output().unwrap();
         assert_eq!((out.status.code(), stderr(&out)), (Some(4), expected.clone()), "{args:?}");
