@@ -238,9 +238,9 @@ fn execute(
 ) -> Result<i32, CliError> {
     let flow: Flow = recorded_flow(record, store.location())?;
     lock.describe_holder(&record.id);
-    let steps = store.steps(&record.id)?;
-    no_steps_is_an_error(record, &steps, store.as_ref())?;
-    let steps = match_steps(&flow, steps).map_err(|what| {
+    // Read again: `resume` of a failed run has just reopened its failed step. A run with no steps
+    // (the flow has at least one) fails the match.
+    let steps = match_steps(&flow, store.steps(&record.id)?).map_err(|what| {
         CliError::Internal(anyhow::anyhow!(
             "run {} in {}: {what}; the database was changed behind waymark's back: `waymark run --fresh` \
              starts the flow anew",
