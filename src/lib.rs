@@ -18,6 +18,8 @@ macro_rules! note {
 pub mod classify;
 pub mod cli;
 pub mod commands;
+#[allow(dead_code)] // wired in by the events v2 change
+pub(crate) mod events;
 pub mod executor;
 pub mod flow;
 mod fsutil;

@@ -302,6 +302,67 @@ pub trait RunLog {
     fn run_finished(&mut self, run_id: &str, status: RunStatus, failed_step: Option<&str>) -> Result<(), StoreError>;
 }
 
+/// The runner's writes to the run it owns, as futures, so that a store whose writes block (SQLite's
+/// fsync, a network round trip) never stalls the runner's timers: an implementation runs them
+/// elsewhere (a writer thread) and the dispatcher awaits the result. The run id (and the lease
+/// that owning the run gives) is bound into the journal.
+#[allow(dead_code)] // the dispatcher takes it in the runner split
+pub(crate) trait RunJournal {
+    /// Commit that an attempt is about to be spawned. Returns the attempt's row id.
+    async fn attempt_starting(
+        &mut self,
+        step: &str,
+        attempt: u32,
+        redelivered: bool,
+        log_stem: &std::path::Path,
+    ) -> Result<i64, StoreError>;
+    /// Record the spawned child's pid and start time (to kill it after a runner crash).
+    async fn attempt_spawned(&mut self, row: i64, pid: u32, proc_start: Option<u64>) -> Result<(), StoreError>;
+    /// Commit an attempt's outcome together with what it does to its step.
+    async fn attempt_finished(
+        &mut self,
+        row: i64,
+        result: &AttemptResult,
+        update: &StepUpdate,
+    ) -> Result<(), StoreError>;
+    /// Commit the run's final (or interrupted) status.
+    async fn run_finished(&mut self, status: RunStatus, failed_step: Option<&str>) -> Result<(), StoreError>;
+}
+
+/// A journal that writes through a [`RunLog`] on the caller's thread (each write blocks until it
+/// is durable).
+#[allow(dead_code)]
+pub(crate) struct InlineJournal<'a> {
+    pub(crate) log: &'a mut dyn RunLog,
+    pub(crate) run_id: String,
+}
+
+impl RunJournal for InlineJournal<'_> {
+    async fn attempt_starting(
+        &mut self,
+        step: &str,
+        attempt: u32,
+        redelivered: bool,
+        log_stem: &std::path::Path,
+    ) -> Result<i64, StoreError> {
+        self.log.attempt_starting(&self.run_id, step, attempt, redelivered, log_stem)
+    }
+    async fn attempt_spawned(&mut self, row: i64, pid: u32, proc_start: Option<u64>) -> Result<(), StoreError> {
+        self.log.attempt_spawned(row, pid, proc_start)
+    }
+    async fn attempt_finished(
+        &mut self,
+        row: i64,
+        result: &AttemptResult,
+        update: &StepUpdate,
+    ) -> Result<(), StoreError> {
+        self.log.attempt_finished(row, result, update)
+    }
+    async fn run_finished(&mut self, status: RunStatus, failed_step: Option<&str>) -> Result<(), StoreError> {
+        self.log.run_finished(&self.run_id, status, failed_step)
+    }
+}
+
 /// Everything else the commands need of a store: choosing, claiming and reading runs back. The
 /// embedded [`SqliteStore`] implements it; a shared database for fleets of hosts can too.
 pub trait Store: RunLog {
