@@ -1,10 +1,12 @@
 //! Events, version 2: everything waymark tells the outside world while it runs a flow.
 //!
-//! The dispatcher and the commands around it emit [`Event`]s through an [`Emitter`], which stamps
-//! each with a sequence number, the wall-clock time and the run id (an [`Envelope`]) and hands it
-//! to every attached [`Reporter`](crate::reporter::Reporter). Reporters own the terminal (or a
-//! file, or a socket); they consume events and never reach back. Every event derives `Serialize`:
-//! a machine-readable stream is a reporter like any other.
+//! The executor and the commands around it (`waymark run` and `waymark resume`: picking the run,
+//! waiting for the flow's lock, abandoning a stale run) emit [`Event`]s through an [`Emitter`],
+//! which stamps each with a sequence number, the wall-clock time and the run id (an [`Envelope`])
+//! and hands it to every attached [`Reporter`], in the order they were attached. Nothing else
+//! prints while a flow runs: reporters own the terminal (or a file, or a socket), consume events
+//! and never reach back. Every event derives `Serialize`: a machine-readable stream is a reporter
+//! like any other, and `tests/fixtures/events/v2.jsonl` pins the wire form of every kind.
 
 use crate::classify::ErrorValue;
 use crate::executor::Chunk;
@@ -21,7 +23,8 @@ pub(crate) struct Envelope {
     /// Wall-clock time, RFC 3339 with milliseconds in UTC when serialised.
     #[serde(serialize_with = "rfc3339")]
     pub(crate) at: SystemTime,
-    /// The run the event is about; `None` only before a run is chosen (waiting for the lock).
+    /// The run the event is about; `None` only before a run is chosen (waiting for the lock, or a
+    /// notice about another run of the flow that is not resumed).
     pub(crate) run_id: Option<String>,
     #[serde(flatten)]
     pub(crate) event: Event,
@@ -100,8 +103,8 @@ pub(crate) enum AttemptEnd {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum StopReason {
-    /// The error matched none of the policy's `exception_types` (or the step has no retry policy
-    /// and the budget of one attempt is spent; see `Exhausted`).
+    /// The error matched none of the policy's `exception_types` (a step without `retry` has
+    /// none, so its one failure stops here).
     NotRetryable,
     /// Every attempt of the budget was used.
     Exhausted,
@@ -146,6 +149,10 @@ pub(crate) enum Event {
     },
     /// An unfinished run (the envelope's run id) was given up for a new one.
     RunAbandoned {
+        flow: String,
+        /// The flow file being run, as given on the command line.
+        #[serde(serialize_with = "lossy_path")]
+        file: PathBuf,
         #[serde(flatten)]
         reason: AbandonReason,
     },
@@ -172,6 +179,7 @@ pub(crate) enum Event {
     StepFinished {
         step: String,
         outcome: StepOutcome,
+        /// Attempts used in the step's current budget (as the failure report counts them).
         attempts: u32,
     },
     StepSkipped {
@@ -227,6 +235,7 @@ pub(crate) struct Failure {
     pub(crate) error: ErrorValue,
     pub(crate) attempts: u32,
     pub(crate) stderr_tail: String,
+    #[serde(serialize_with = "lossy_path")]
     pub(crate) log_dir: PathBuf,
 }
 
@@ -286,6 +295,245 @@ fn millis<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// A path as text, even one that is not UTF-8 (serde refuses those).
+fn lossy_path<S: Serializer>(path: &std::path::Path, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&path.display())
+}
+
 fn lossy<S: Serializer>(chunk: &Arc<Chunk>, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&String::from_utf8_lossy(chunk))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::ErrorSource;
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    use std::time::UNIX_EPOCH;
+
+    /// The golden wire form; `WAYMARK_BLESS=1 cargo test --lib events` rewrites it after a
+    /// deliberate change.
+    const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/events/v2.jsonl");
+
+    /// A reporter that keeps what it is given.
+    struct Recorder(Rc<RefCell<Vec<Envelope>>>);
+
+    impl Reporter for Recorder {
+        fn report(&mut self, event: &Envelope) {
+            self.0.borrow_mut().push(event.clone());
+        }
+    }
+
+    /// 2026-01-02T03:04:05.678Z
+    fn fixed_clock() -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(1_767_323_045_678)
+    }
+
+    fn recorder() -> (Rc<RefCell<Vec<Envelope>>>, Box<dyn Reporter>) {
+        let seen = Rc::new(RefCell::new(Vec::new()));
+        (Rc::clone(&seen), Box::new(Recorder(seen)))
+    }
+
+    fn json(envelopes: &[Envelope]) -> Vec<String> {
+        envelopes.iter().map(|e| serde_json::to_string(e).expect("an envelope serialises")).collect()
+    }
+
+    #[test]
+    fn every_attached_reporter_gets_every_event_in_the_same_order_numbered_without_gaps() {
+        let (first, a) = recorder();
+        let (second, b) = recorder();
+        let mut emitter = Emitter::with_clock(vec![a, b], fixed_clock);
+        emitter.notice(NoticeKind::WaitingForLock, None, "flow `f` is already running; waiting for it to finish");
+        emitter.set_run("r1");
+        emitter.emit(Event::RunStarted { flow: "f".into(), steps_total: 1 });
+        emitter.emit(Event::StepReady { step: "a".into() });
+        emitter.warning(Some("a"), "careful");
+        emitter.emit(Event::RunFinished { outcome: RunOutcome::Succeeded, failure: None });
+
+        let (first, second) = (first.borrow(), second.borrow());
+        assert_eq!(json(&first), json(&second));
+        assert_eq!(first.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3, 4, 5]);
+        let runs: Vec<Option<&str>> = first.iter().map(|e| e.run_id.as_deref()).collect();
+        assert_eq!(runs, [None, Some("r1"), Some("r1"), Some("r1"), Some("r1")]);
+        let kinds: Vec<&str> = first.iter().map(|e| kind(&e.event)).collect();
+        assert_eq!(kinds, ["notice", "run_started", "step_ready", "notice", "run_finished"]);
+    }
+
+    /// Every kind, named as the wire names it. Exhaustive: a new kind does not compile until it is
+    /// named here, and the golden test then wants a sample of it.
+    fn kind(event: &Event) -> &'static str {
+        match event {
+            Event::RunStarted { .. } => "run_started",
+            Event::RunResumed { .. } => "run_resumed",
+            Event::RunAbandoned { .. } => "run_abandoned",
+            Event::RunFinished { .. } => "run_finished",
+            Event::StepReady { .. } => "step_ready",
+            Event::StepStarted { .. } => "step_started",
+            Event::StepWaiting { .. } => "step_waiting",
+            Event::StepFinished { .. } => "step_finished",
+            Event::StepSkipped { .. } => "step_skipped",
+            Event::AttemptStarted { .. } => "attempt_started",
+            Event::Output { .. } => "output",
+            Event::AttemptFinished { .. } => "attempt_finished",
+            Event::Notice { .. } => "notice",
+            Event::Cancelling { .. } => "cancelling",
+        }
+    }
+
+    const KINDS: usize = 14;
+
+    fn error() -> ErrorValue {
+        ErrorValue {
+            class: "ConnectionResetError".into(),
+            bases: vec!["ConnectionError".into(), "OSError".into(), "Exception".into()],
+            message: "peer reset".into(),
+            source: ErrorSource::Traceback,
+        }
+    }
+
+    /// One envelope of every kind, and of every variant of what a kind carries that changes its shape.
+    fn samples() -> Vec<Event> {
+        let step = || "fetch".to_owned();
+        let wake_at = fixed_clock() + Duration::from_millis(1500);
+        let retry = RetryPlan { delay: Duration::from_millis(1500), wake_at };
+        vec![
+            Event::Notice {
+                notice: NoticeKind::WaitingForLock,
+                step: None,
+                message: "flow `nightly` is already running (run r0, pid 7, started 2026-01-02T03:00:00Z); waiting \
+                          for it to finish"
+                    .into(),
+            },
+            Event::RunAbandoned { flow: "nightly".into(), file: "nightly.toml".into(), reason: AbandonReason::Fresh },
+            Event::RunAbandoned {
+                flow: "nightly".into(),
+                file: "/srv/nightly.toml".into(),
+                reason: AbandonReason::Stale {
+                    age: Duration::from_millis(7_200_123),
+                    limit: Duration::from_secs(3600),
+                },
+            },
+            Event::RunStarted { flow: "nightly".into(), steps_total: 2 },
+            Event::RunResumed { flow: "nightly".into(), steps_total: 2, steps_done: 1 },
+            Event::StepSkipped { step: "setup".into(), reason: SkipReason::AlreadySucceeded },
+            Event::StepReady { step: step() },
+            Event::StepStarted { step: step() },
+            Event::AttemptStarted { step: step(), attempt: 1, max_attempts: 3, pid: Some(4242), redelivered: false },
+            Event::Output {
+                step: step(),
+                stream: Stream::Stdout,
+                chunk: Arc::new(Chunk::new(b"got 3 rows\n".to_vec())),
+            },
+            Event::Output {
+                step: step(),
+                stream: Stream::Stderr,
+                chunk: Arc::new(Chunk::new(b"bad byte \xff\n".to_vec())),
+            },
+            Event::AttemptFinished {
+                step: step(),
+                attempt: 1,
+                max_attempts: 3,
+                outcome: AttemptEnd::Failed,
+                error: Some(error()),
+                duration: Duration::from_millis(250),
+                retry: Some(retry),
+                stopped: None,
+            },
+            Event::StepWaiting { step: step(), next_attempt: 2, retry },
+            Event::AttemptStarted { step: step(), attempt: 2, max_attempts: 3, pid: None, redelivered: true },
+            Event::Notice {
+                notice: NoticeKind::Warning,
+                step: Some(step()),
+                message: "attempt 2: the error file is not JSON".into(),
+            },
+            Event::AttemptFinished {
+                step: step(),
+                attempt: 2,
+                max_attempts: 3,
+                outcome: AttemptEnd::Failed,
+                error: Some(error()),
+                duration: Duration::from_millis(3),
+                retry: None,
+                stopped: Some(StopReason::NotRetryable),
+            },
+            Event::AttemptFinished {
+                step: step(),
+                attempt: 3,
+                max_attempts: 3,
+                outcome: AttemptEnd::Failed,
+                error: Some(error()),
+                duration: Duration::from_millis(4),
+                retry: None,
+                stopped: Some(StopReason::Exhausted),
+            },
+            Event::AttemptFinished {
+                step: step(),
+                attempt: 3,
+                max_attempts: 3,
+                outcome: AttemptEnd::Succeeded,
+                error: None,
+                duration: Duration::from_millis(1234),
+                retry: None,
+                stopped: None,
+            },
+            Event::AttemptFinished {
+                step: step(),
+                attempt: 3,
+                max_attempts: 3,
+                outcome: AttemptEnd::Cancelled,
+                error: None,
+                duration: Duration::from_millis(99),
+                retry: None,
+                stopped: None,
+            },
+            Event::StepFinished { step: step(), outcome: StepOutcome::Succeeded, attempts: 3 },
+            Event::StepFinished { step: step(), outcome: StepOutcome::Failed, attempts: 3 },
+            Event::Notice {
+                notice: NoticeKind::FlowChanged,
+                step: None,
+                message: "nightly.toml changed since run r1 started".into(),
+            },
+            Event::Notice { notice: NoticeKind::Info, step: None, message: "run r1 already succeeded".into() },
+            Event::Cancelling { signal: 2, forced: false },
+            Event::Cancelling { signal: 2, forced: true },
+            Event::RunFinished { outcome: RunOutcome::Succeeded, failure: None },
+            Event::RunFinished { outcome: RunOutcome::Interrupted { signal: 15 }, failure: None },
+            Event::RunFinished {
+                outcome: RunOutcome::Failed,
+                failure: Some(Box::new(Failure {
+                    step: step(),
+                    error: error(),
+                    attempts: 3,
+                    stderr_tail: "Traceback (most recent call last):\n".into(),
+                    log_dir: "/state/logs/r1/fetch".into(),
+                })),
+            },
+        ]
+    }
+
+    #[test]
+    fn the_wire_form_of_every_kind_is_unchanged() {
+        let (seen, recorder) = recorder();
+        let mut emitter = Emitter::with_clock(vec![recorder], fixed_clock);
+        let events = samples();
+        let covered: std::collections::BTreeSet<&str> = events.iter().map(kind).collect();
+        assert_eq!(covered.len(), KINDS, "a sample of every kind: {covered:?}");
+        for (i, event) in events.into_iter().enumerate() {
+            // The first envelope comes before a run is chosen.
+            if i == 1 {
+                emitter.set_run("r1");
+            }
+            emitter.emit(event);
+        }
+        let actual: String = json(&seen.borrow()).iter().map(|line| format!("{line}\n")).collect();
+        if std::env::var_os("WAYMARK_BLESS").is_some() {
+            std::fs::write(GOLDEN, &actual).expect("write the golden file");
+        }
+        let expected = std::fs::read_to_string(GOLDEN).expect("read tests/fixtures/events/v2.jsonl");
+        for (i, (actual, expected)) in actual.lines().zip(expected.lines()).enumerate() {
+            assert_eq!(actual, expected, "line {} of {GOLDEN}", i + 1);
+        }
+        assert_eq!(actual.lines().count(), expected.lines().count(), "lines in {GOLDEN}");
+    }
 }

@@ -1,8 +1,9 @@
 //! waymark: run a TOML workflow of child processes with durable, Waymark-style retries.
 //!
 //! The pipeline: [`flow`] loads and validates the file; `retry` decides what retries and when;
-//! [`executor`] runs attempts in one event loop and emits `executor::Event`s; `reporter`s own the
-//! terminal; [`store`] keeps run state durable; [`classify`] names the errors of failed attempts.
+//! [`executor`] runs attempts in one event loop and emits `events::Event`s (as do the run commands
+//! around it); `reporter`s consume them and own the terminal; [`store`] keeps run state durable;
+//! [`classify`] names the errors of failed attempts.
 
 #![warn(unreachable_pub)]
 
@@ -18,7 +19,6 @@ macro_rules! note {
 pub mod classify;
 pub mod cli;
 pub mod commands;
-#[allow(dead_code)] // wired in by the events v2 change
 pub(crate) mod events;
 pub mod executor;
 pub mod flow;

@@ -1,7 +1,12 @@
 //! `waymark run` and `waymark resume`: pick the run, take the flow's lock, drive the executor.
+//!
+//! From the moment the lock is sought, everything these commands say goes through the run's
+//! [`Emitter`] (waiting for the lock, abandoning a run, resuming one whose file changed), like the
+//! executor's own events; only the flow file's diagnostics come before it.
 
 use super::{CliError, EXIT_FAILED, EXIT_OK, open_store, print_warnings};
-use crate::executor::{ExecError, Executor, RunOutcome, RunSpec, RunnerSignals, kill_leftovers};
+use crate::events::{AbandonReason, Emitter, Event, NoticeKind, RunOutcome};
+use crate::executor::{ExecError, Executor, RunSpec, RunnerSignals, kill_leftovers};
 use crate::flow::{self, Flow};
 use crate::reporter::PlainReporter;
 use crate::store::lock::FlowLock;
@@ -25,7 +30,8 @@ pub(crate) fn run(
     let name = loaded.flow.name.clone();
     // Runs, the lock and resume belong to the flow's key: its declared name, else its file.
     let key = FlowKey::of(&loaded.flow);
-    let lock = FlowLock::acquire(state, &key, &name, wait).map_err(CliError::Locked)?;
+    let mut events = emitter(quiet);
+    let lock = take_lock(&mut events, state, &key, &name, wait)?;
     let signals = listen_for_signals()?;
     let mut store = open_store(state)?;
     let hash = source_hash(&loaded.source);
@@ -36,69 +42,94 @@ pub(crate) fn run(
         && let Some(old) = same_flow_under_sibling_key(store.as_ref(), &loaded.flow, &key)?
     {
         // `waymark resume ID` of that run takes its own key's lock: hold it too, then look again.
-        _sibling_lock = Some(FlowLock::acquire(state, &old.key, &old.flow, wait).map_err(CliError::Locked)?);
+        _sibling_lock = Some(take_lock(&mut events, state, &old.key, &old.flow, wait)?);
         let old = store.run(&old.id)?;
         if matches!(old.status, RunStatus::Running | RunStatus::Interrupted) {
-            note!(
-                "waymark: run {} of {} was recorded under {} (a declared `name` equal to the file's stem and the \
-                 default name are the same flow); resuming it",
-                old.id,
-                loaded.flow.path.display(),
-                old.key.as_str()
+            events.set_run(&old.id);
+            events.notice(
+                NoticeKind::Info,
+                None,
+                format!(
+                    "run {} of {} was recorded under {} (a declared `name` equal to the file's stem and the \
+                     default name are the same flow); resuming it",
+                    old.id,
+                    loaded.flow.path.display(),
+                    old.key.as_str()
+                ),
             );
             found = Some(old);
         }
     }
     let stale = found.as_ref().and_then(|old| too_old(old, loaded.flow.resume_within));
+    let abandoned = |reason| Event::RunAbandoned { flow: name.clone(), file: flow_path.to_owned(), reason };
     let (record, resumed) = match found {
         Some(old) if fresh => {
-            abandon(store.as_mut(), &old)?;
-            note!("waymark: abandoned unfinished run {}", old.id);
+            abandon(store.as_mut(), &mut events, &old, abandoned(AbandonReason::Fresh))?;
             (store.create_run(&loaded.flow, &hash)?, false)
         }
         Some(old) if stale.is_some() => {
-            let limit = stale.unwrap_or_default();
-            abandon(store.as_mut(), &old)?;
-            note!(
-                "waymark: abandoned unfinished run {} of flow `{name}`: it started {} ago, longer than \
-                 resume_within = {} in {}; starting a new run (`waymark resume {}` would still resume it)",
-                old.id,
-                humantime::format_duration(readable(age(&old))),
-                humantime::format_duration(limit),
-                flow_path.display(),
-                old.id
-            );
+            let (age, limit) = stale.unwrap_or_default();
+            abandon(store.as_mut(), &mut events, &old, abandoned(AbandonReason::Stale { age, limit }))?;
             (store.create_run(&loaded.flow, &hash)?, false)
         }
         Some(old) => {
+            events.set_run(&old.id);
             if old.flow_path != loaded.flow.path {
-                note!(
-                    "waymark: run {} of flow `{name}` was started from {}; resuming it with the definition \
-                     recorded then (files that declare the same `name` share runs; use --fresh to start over \
-                     with {})",
-                    old.id,
-                    old.flow_path.display(),
-                    flow_path.display()
+                events.notice(
+                    NoticeKind::Info,
+                    None,
+                    format!(
+                        "run {} of flow `{name}` was started from {}; resuming it with the definition recorded \
+                         then (files that declare the same `name` share runs; use --fresh to start over with {})",
+                        old.id,
+                        old.flow_path.display(),
+                        flow_path.display()
+                    ),
                 );
             }
             if old.source_hash != hash {
-                note!(
-                    "waymark: {} changed since run {} started; resuming with the definition recorded then \
-                     (use --fresh to start over with the new one)",
-                    flow_path.display(),
-                    old.id
+                events.notice(
+                    NoticeKind::FlowChanged,
+                    None,
+                    format!(
+                        "{} changed since run {} started; resuming with the definition recorded then (use --fresh \
+                         to start over with the new one)",
+                        flow_path.display(),
+                        old.id
+                    ),
                 );
             }
             store.claim(&old.id)?;
             (old, true)
         }
         None => {
-            mention_runs_of_this_file_under_another_key(store.as_ref(), &loaded.flow.path, &key)?;
-            mention_runs_of_a_moved_file(store.as_ref(), &loaded.flow)?;
+            mention_runs_of_this_file_under_another_key(store.as_ref(), &mut events, &loaded.flow.path, &key)?;
+            mention_runs_of_a_moved_file(store.as_ref(), &mut events, &loaded.flow)?;
             (store.create_run(&loaded.flow, &hash)?, false)
         }
     };
-    execute(state, store, lock, signals, &record, resumed, quiet)
+    execute(state, store, lock, signals, events, &record, resumed)
+}
+
+/// The run's emitter, with the terminal's reporter.
+fn emitter(quiet: bool) -> Emitter {
+    Emitter::new(vec![Box::new(PlainReporter::new(quiet))])
+}
+
+/// Take the lock of flow `key` (shown as `flow`), saying so through `events` before waiting for
+/// another runner.
+fn take_lock(
+    events: &mut Emitter,
+    state: &StateDir,
+    key: &FlowKey,
+    flow: &str,
+    wait: bool,
+) -> Result<FlowLock, CliError> {
+    FlowLock::acquire(state, key, flow, wait, |holder| {
+        let message = format!("flow `{flow}` is already running ({holder}); waiting for it to finish");
+        events.notice(NoticeKind::WaitingForLock, None, message);
+    })
+    .map_err(CliError::Locked)
 }
 
 /// An unfinished run of this very file under the other kind of key with the same flow name: the
@@ -116,7 +147,12 @@ fn same_flow_under_sibling_key(store: &dyn Store, flow: &Flow, key: &FlowKey) ->
 /// Say so when this file has an unfinished run that belongs to another key (the file's `name` key
 /// was added, removed or changed since, or the run was recorded before flow identity with a name
 /// equal to the file's stem): `waymark run` does not resume it, `waymark resume ID` does.
-fn mention_runs_of_this_file_under_another_key(store: &dyn Store, path: &Path, key: &FlowKey) -> Result<(), CliError> {
+fn mention_runs_of_this_file_under_another_key(
+    store: &dyn Store,
+    events: &mut Emitter,
+    path: &Path,
+    key: &FlowKey,
+) -> Result<(), CliError> {
     let runs = store.list_runs(crate::store::RunFilter::File(path), 50)?;
     let unfinished = |r: &&RunRecord| matches!(r.status, RunStatus::Running | RunStatus::Interrupted);
     if let Some(old) = runs.iter().filter(unfinished).find(|r| r.key != *key) {
@@ -124,13 +160,14 @@ fn mention_runs_of_this_file_under_another_key(store: &dyn Store, path: &Path, k
             Some(_) => "to the file itself (no `name` key)".to_owned(),
             None => format!("to the flow name `{}`", old.flow),
         };
-        note!(
-            "waymark: unfinished run {} of {} belongs {owner}, not to this flow (its `name` key changed since, or \
-             the run predates flow identity), so it is not resumed; `waymark resume {}` resumes it",
+        let message = format!(
+            "unfinished run {} of {} belongs {owner}, not to this flow (its `name` key changed since, or the run \
+             predates flow identity), so it is not resumed; `waymark resume {}` resumes it",
             old.id,
             path.display(),
             old.id
         );
+        events.notice(NoticeKind::Info, None, message);
     }
     Ok(())
 }
@@ -138,7 +175,7 @@ fn mention_runs_of_this_file_under_another_key(store: &dyn Store, path: &Path, k
 /// Say so when an unfinished run of a flow of the same name was started from a file that is gone
 /// (moved or renamed, perhaps to this one): a flow without a `name` key is its file, so it is not
 /// resumed here; `waymark resume ID` resumes it.
-fn mention_runs_of_a_moved_file(store: &dyn Store, flow: &Flow) -> Result<(), CliError> {
+fn mention_runs_of_a_moved_file(store: &dyn Store, events: &mut Emitter, flow: &Flow) -> Result<(), CliError> {
     let runs = store.list_runs(crate::store::RunFilter::Name(&flow.name), 50)?;
     let moved = |r: &&RunRecord| {
         matches!(r.status, RunStatus::Running | RunStatus::Interrupted)
@@ -147,27 +184,31 @@ fn mention_runs_of_a_moved_file(store: &dyn Store, flow: &Flow) -> Result<(), Cl
             && !r.flow_path.exists()
     };
     for old in runs.iter().filter(moved) {
-        note!(
-            "waymark: unfinished run {} of flow `{}` was started from {}, which is gone; a flow without a `name` \
-             key is its file, so it is not resumed here: `waymark resume {}` resumes it (or declare the same \
-             `name` in both places to share runs)",
+        let message = format!(
+            "unfinished run {} of flow `{}` was started from {}, which is gone; a flow without a `name` key is \
+             its file, so it is not resumed here: `waymark resume {}` resumes it (or declare the same `name` in \
+             both places to share runs)",
             old.id,
             old.flow,
             old.flow_path.display(),
             old.id
         );
+        events.notice(NoticeKind::Info, None, message);
     }
     Ok(())
 }
 
-/// Abandon an unfinished run: its dead runner's attempts must not go on beside the new run.
-fn abandon(store: &mut dyn Store, old: &RunRecord) -> Result<(), CliError> {
+/// Abandon an unfinished run: its dead runner's attempts must not go on beside the new run. Then
+/// say so with `abandoned` (a `RunAbandoned`), about the old run.
+fn abandon(store: &mut dyn Store, events: &mut Emitter, old: &RunRecord, abandoned: Event) -> Result<(), CliError> {
+    events.set_run(&old.id);
     for step in store.steps(&old.id)? {
         if let Some(message) = kill_leftovers(&old.id, &step).map_err(exec_error)? {
-            note!("waymark: warning: {}: {message}", step.name);
+            events.warning(Some(&step.name), message);
         }
     }
     store.set_status(&old.id, RunStatus::Abandoned)?;
+    events.emit(abandoned);
     Ok(())
 }
 
@@ -177,21 +218,19 @@ fn age(run: &RunRecord) -> std::time::Duration {
     std::time::Duration::from_millis(u64::try_from(age.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// A run's age for a message: whole seconds, or milliseconds under a second.
-fn readable(age: std::time::Duration) -> std::time::Duration {
-    if age.as_secs() > 0 { std::time::Duration::from_secs(age.as_secs()) } else { age }
-}
-
-/// The flow's `resume_within` if `run` started longer ago than that.
-fn too_old(run: &RunRecord, limit: Option<std::time::Duration>) -> Option<std::time::Duration> {
-    limit.filter(|limit| age(run) > *limit)
+/// The run's age and the flow's `resume_within` if `run` started longer ago than that.
+fn too_old(run: &RunRecord, limit: Option<std::time::Duration>) -> Option<(std::time::Duration, std::time::Duration)> {
+    let age = age(run);
+    limit.filter(|limit| age > *limit).map(|limit| (age, limit))
 }
 
 pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, quiet: bool) -> Result<i32, CliError> {
+    let mut events = emitter(quiet);
+    events.set_run(run_id);
     let mut store = open_store(state)?;
     // The run's own key, whichever file started it; `resume_within` does not apply here.
     let run = store.run(run_id)?;
-    let lock = FlowLock::acquire(state, &run.key, &run.flow, wait).map_err(CliError::Locked)?;
+    let lock = take_lock(&mut events, state, &run.key, &run.flow, wait)?;
     let signals = listen_for_signals()?;
     // Decide only under the lock, on one snapshot of the run and its steps: a runner we waited
     // for may have changed it, and `waymark gc` may have deleted it before we held the lock (gc
@@ -205,7 +244,7 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, quiet: bool) ->
     no_steps_is_an_error(&record, &steps, store.as_ref())?;
     match record.status {
         RunStatus::Succeeded => {
-            note!("waymark: run {run_id} already succeeded; nothing to do");
+            events.notice(NoticeKind::Info, None, format!("run {run_id} already succeeded; nothing to do"));
             return Ok(EXIT_OK);
         }
         RunStatus::Abandoned => {
@@ -217,7 +256,7 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, quiet: bool) ->
         RunStatus::Running | RunStatus::Interrupted => {}
     }
     store.claim(run_id)?;
-    execute(state, store, lock, signals, &record, true, quiet)
+    execute(state, store, lock, signals, events, &record, true)
 }
 
 /// Listen for the runner's signals from the moment it holds the lock (waiting for the lock stays
@@ -232,10 +271,11 @@ fn execute(
     mut store: Box<dyn Store>,
     mut lock: FlowLock,
     signals: RunnerSignals,
+    mut events: Emitter,
     record: &RunRecord,
     resumed: bool,
-    quiet: bool,
 ) -> Result<i32, CliError> {
+    events.set_run(&record.id);
     let flow: Flow = recorded_flow(record, store.location())?;
     lock.describe_holder(&record.id);
     // Read again: `resume` of a failed run has just reopened its failed step. A run with no steps
@@ -251,10 +291,9 @@ fn execute(
     let log_dir = state.run_logs(&record.id);
     create_private_dir(&log_dir).with_context(|| format!("cannot create the log directory {}", log_dir.display()))?;
     let spec = RunSpec { flow: Arc::new(flow), run_id: record.id.clone(), state: state.clone(), steps, resumed };
-    let mut reporter = PlainReporter::new(quiet);
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
-    let outcome = match Executor::new(spec, store.as_mut(), &mut reporter, signals) {
+    let outcome = match Executor::new(spec, store.as_mut(), &mut events, signals) {
         Ok(executor) => runtime.block_on(executor.run()),
         Err(e) => Err(e),
     };
@@ -263,7 +302,8 @@ fn execute(
     drop(lock);
     // From here on a signal ends waymark at once, even while the last output is written.
     crate::executor::restore_default_signals();
-    drop(reporter);
+    // The reporters deliver what they still hold.
+    drop(events);
     match outcome {
         Ok(RunOutcome::Succeeded) => Ok(EXIT_OK),
         Ok(RunOutcome::Failed) => Ok(EXIT_FAILED),

@@ -2,9 +2,9 @@
 //! files and to the event loop, enforce the timeout, obey cancellation, and reap the whole group.
 
 use super::Msg;
-use super::events::Stream;
 use super::output::Chunk;
 use super::unix::{self, ExitKind};
+use crate::events::Stream;
 use crate::flow::{Signal, Step};
 use std::fs::File;
 use std::io::{Read, Write};

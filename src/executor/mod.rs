@@ -1,20 +1,20 @@
 //! The executor: one event loop that alone owns a run's state. Child exits, output, timers and the
 //! runner's own signals all arrive here; every state change is committed to the store before the
-//! next thing happens, and reported as an `Event`. It never prints.
+//! next thing happens, and emitted as a [`crate::events::Event`]. It never prints.
 
 mod attempt;
-pub(crate) mod events;
 pub(crate) mod output;
 mod unix;
 
-pub(crate) use events::{Event, Failure, RunOutcome, Stream};
 pub(crate) use output::Chunk;
 pub use unix::close_inherited_fds_on_exec;
 pub(crate) use unix::{RunnerSignals, restore_default_signals};
 
 use crate::classify::{self, Ending, ErrorSource, ErrorValue, Evidence, error_file};
+use crate::events::{
+    AttemptEnd, Emitter, Event, Failure, RetryPlan, RunOutcome, SkipReason, StepOutcome, StopReason, Stream,
+};
 use crate::flow::{Flow, Signal, Step};
-use crate::reporter::Reporter;
 use crate::retry::Decision;
 use crate::store::{
     AttemptOutcome, AttemptResult, RunLog, RunStatus, StateDir, StepRecord, StepState, StepUpdate, StoreError,
@@ -103,6 +103,10 @@ struct StepSlot {
     last_error: Option<ErrorValue>,
     /// Whether this runner has made sure the step's log directory exists.
     log_dir_ready: bool,
+    /// Whether this runner has said that the step's turn came (`StepReady`), and that its first
+    /// attempt here started (`StepStarted`).
+    said_ready: bool,
+    said_started: bool,
 }
 
 impl StepSlot {
@@ -127,7 +131,7 @@ pub(crate) struct Executor<'a> {
     run_id: String,
     state: StateDir,
     store: &'a mut dyn RunLog,
-    reporter: &'a mut dyn Reporter,
+    events: &'a mut Emitter,
     steps: Vec<StepSlot>,
     rng: fastrand::Rng,
     tx: mpsc::Sender<Msg>,
@@ -148,25 +152,23 @@ impl<'a> Executor<'a> {
     pub(crate) fn new(
         spec: RunSpec,
         store: &'a mut dyn RunLog,
-        reporter: &'a mut dyn Reporter,
+        events: &'a mut Emitter,
         signals: RunnerSignals,
     ) -> Result<Executor<'a>, ExecError> {
         let (tx, rx) = mpsc::channel(256);
-        let resumed = spec.resumed;
         let done = spec.steps.iter().filter(|s| s.state == StepState::Succeeded).count();
-        reporter.report(&Event::RunStarted {
-            run_id: spec.run_id.clone(),
-            flow: spec.flow.name.clone(),
-            steps_total: spec.flow.steps.len(),
-            steps_done: done,
-            resumed,
+        let (flow, steps_total) = (spec.flow.name.clone(), spec.flow.steps.len());
+        events.emit(if spec.resumed {
+            Event::RunResumed { flow, steps_total, steps_done: done }
+        } else {
+            Event::RunStarted { flow, steps_total }
         });
         let mut steps = Vec::with_capacity(spec.steps.len());
         for (step, rec) in spec.flow.steps.iter().zip(&spec.steps) {
             let slot = match &rec.state {
                 StepState::Pending => Slot::Ready { attempt: rec.attempts_used + 1, redelivered: false },
                 StepState::Succeeded => {
-                    reporter.report(&Event::StepAlreadyDone { step: step.name.clone() });
+                    events.emit(Event::StepSkipped { step: step.name.clone(), reason: SkipReason::AlreadySucceeded });
                     Slot::Succeeded
                 }
                 StepState::Failed => Slot::Failed,
@@ -176,7 +178,7 @@ impl<'a> Executor<'a> {
                 }
                 StepState::InFlight { attempt, .. } => {
                     if let Some(message) = kill_leftovers(&spec.run_id, rec)? {
-                        reporter.report(&Event::Warning { step: Some(step.name.clone()), message });
+                        events.warning(Some(&step.name), message);
                     }
                     Slot::Ready { attempt: *attempt, redelivered: true }
                 }
@@ -189,6 +191,8 @@ impl<'a> Executor<'a> {
                 last_stderr_from: 0,
                 last_error: rec.last_error.clone(),
                 log_dir_ready: false,
+                said_ready: false,
+                said_started: false,
             });
         }
         Ok(Executor {
@@ -196,7 +200,7 @@ impl<'a> Executor<'a> {
             run_id: spec.run_id,
             state: spec.state,
             store,
-            reporter,
+            events,
             steps,
             rng: fastrand::Rng::new(),
             tx,
@@ -283,6 +287,18 @@ impl<'a> Executor<'a> {
             return Ok(());
         };
         let now = Instant::now();
+        if !self.steps[index].said_ready && matches!(self.steps[index].slot, Slot::Ready { .. } | Slot::Waiting { .. })
+        {
+            self.steps[index].said_ready = true;
+            let step = self.steps[index].step.name.clone();
+            self.events.emit(Event::StepReady { step: step.clone() });
+            // A resumed run may find the step in its backoff.
+            if let Slot::Waiting { attempt, wake } = self.steps[index].slot {
+                let delay = wake.saturating_duration_since(now);
+                let retry = RetryPlan { delay, wake_at: SystemTime::now() + delay };
+                self.events.emit(Event::StepWaiting { step, next_attempt: attempt, retry });
+            }
+        }
         let (attempt, redelivered) = match self.steps[index].slot {
             Slot::Ready { attempt, redelivered } => (attempt, redelivered),
             Slot::Waiting { attempt, wake } if wake <= now => (attempt, false),
@@ -347,7 +363,17 @@ impl<'a> Executor<'a> {
             unix::kill_group(running.pid);
             return Err(e.into());
         }
-        self.reporter.report(&Event::AttemptStarted { step: step.name.clone(), attempt, max_attempts, redelivered });
+        if !self.steps[index].said_started {
+            self.steps[index].said_started = true;
+            self.events.emit(Event::StepStarted { step: step.name.clone() });
+        }
+        self.events.emit(Event::AttemptStarted {
+            step: step.name.clone(),
+            attempt,
+            max_attempts,
+            pid: spawned.as_ref().ok().map(|r| r.pid),
+            redelivered,
+        });
         // Only what follows now in the stderr log belongs to this attempt.
         let stderr_from = match &spawned {
             Ok(r) => r.stderr_from,
@@ -375,7 +401,7 @@ impl<'a> Executor<'a> {
             Msg::Output { step, row, stream, chunk } => {
                 if self.is_current(step, row) {
                     let name = self.steps[step].step.name.clone();
-                    self.reporter.report(&Event::Output { step: name, stream, chunk });
+                    self.events.emit(Event::Output { step: name, stream, chunk });
                 }
                 Ok(())
             }
@@ -387,7 +413,7 @@ impl<'a> Executor<'a> {
             }
             Msg::Done { step, end, notes } => {
                 for message in notes {
-                    self.reporter.report(&Event::Warning { step: Some(self.steps[step].step.name.clone()), message });
+                    self.events.warning(Some(&self.steps[step].step.name), message);
                 }
                 match end {
                     End::Exited(unix::ExitKind::Code(0)) => self.attempt_succeeded(step),
@@ -435,12 +461,24 @@ impl<'a> Executor<'a> {
         self.store.attempt_finished(row, &result, &StepUpdate::Succeeded)?;
         self.crash_point(index);
         self.steps[index].slot = Slot::Succeeded;
-        self.reporter.report(&Event::AttemptSucceeded { step: self.steps[index].step.name.clone(), attempt, elapsed });
+        let step = self.steps[index].step.name.clone();
+        self.events.emit(Event::AttemptFinished {
+            step: step.clone(),
+            attempt,
+            max_attempts: self.steps[index].max_attempts(),
+            outcome: AttemptEnd::Succeeded,
+            error: None,
+            duration: elapsed,
+            retry: None,
+            stopped: None,
+        });
+        let attempts = attempt - self.steps[index].budget_base;
+        self.events.emit(Event::StepFinished { step, outcome: StepOutcome::Succeeded, attempts });
         Ok(())
     }
 
     fn attempt_cancelled(&mut self, index: usize) -> Result<(), ExecError> {
-        let (attempt, row, _) = self.take_running(index);
+        let (attempt, row, elapsed) = self.take_running(index);
         let result = AttemptResult {
             outcome: AttemptOutcome::Cancelled,
             exit_code: None,
@@ -450,11 +488,21 @@ impl<'a> Executor<'a> {
         };
         self.store.attempt_finished(row, &result, &StepUpdate::Pending)?;
         self.steps[index].slot = Slot::Ready { attempt, redelivered: true };
+        self.events.emit(Event::AttemptFinished {
+            step: self.steps[index].step.name.clone(),
+            attempt,
+            max_attempts: self.steps[index].max_attempts(),
+            outcome: AttemptEnd::Cancelled,
+            error: None,
+            duration: elapsed,
+            retry: None,
+            stopped: None,
+        });
         Ok(())
     }
 
     fn attempt_failed(&mut self, index: usize, ending: Ending, exit_code: Option<i32>) -> Result<(), ExecError> {
-        let (attempt, row, _) = self.take_running(index);
+        let (attempt, row, elapsed) = self.take_running(index);
         let step = Arc::clone(&self.steps[index].step);
         let stem = self.attempt_stem(&step, attempt);
         let from = self.steps[index].last_stderr_from;
@@ -487,17 +535,18 @@ impl<'a> Executor<'a> {
             ));
         }
         for message in warnings {
-            self.reporter.report(&Event::Warning { step: Some(step.name.clone()), message });
+            self.events.warning(Some(&step.name), message);
         }
         // Attempt numbers go on across budgets; the policy counts within the current one.
         let k = attempt - self.steps[index].budget_base;
-        let (update, retry) = match step.retry.decide(&error, k) {
+        let (update, retry, stopped) = match step.retry.decide(&error, k) {
             Decision::Retry { .. } => {
                 let delay = step.retry.backoff.delay(k, &mut self.rng);
                 let wake_at = SystemTime::now() + delay;
-                (StepUpdate::Waiting { next_attempt: attempt + 1, wake_at }, Some((delay, wake_at)))
+                (StepUpdate::Waiting { next_attempt: attempt + 1, wake_at }, Some(RetryPlan { delay, wake_at }), None)
             }
-            Decision::NotRetryable | Decision::Exhausted => (StepUpdate::Failed, None),
+            Decision::NotRetryable => (StepUpdate::Failed, None, Some(StopReason::NotRetryable)),
+            Decision::Exhausted => (StepUpdate::Failed, None, Some(StopReason::Exhausted)),
         };
         let result = AttemptResult {
             outcome: AttemptOutcome::Failed,
@@ -512,17 +561,33 @@ impl<'a> Executor<'a> {
         self.store.attempt_finished(row, &result, &update)?;
         self.crash_point(index);
         self.steps[index].slot = match retry {
-            Some((delay, _)) => Slot::Waiting { attempt: attempt + 1, wake: Instant::now() + delay },
+            Some(plan) => Slot::Waiting { attempt: attempt + 1, wake: Instant::now() + plan.delay },
             None => Slot::Failed,
         };
         self.steps[index].last_error = Some(error.clone());
-        self.reporter.report(&Event::AttemptFailed {
+        self.events.emit(Event::AttemptFinished {
             step: step.name.clone(),
             attempt,
             max_attempts: self.steps[index].max_attempts(),
-            error,
+            outcome: AttemptEnd::Failed,
+            error: Some(error),
+            duration: elapsed,
             retry,
+            stopped,
         });
+        match retry {
+            Some(retry) => {
+                self.events.emit(Event::StepWaiting { step: step.name.clone(), next_attempt: attempt + 1, retry });
+            }
+            None => {
+                let attempts = attempt - self.steps[index].budget_base;
+                self.events.emit(Event::StepFinished {
+                    step: step.name.clone(),
+                    outcome: StepOutcome::Failed,
+                    attempts,
+                });
+            }
+        }
         Ok(())
     }
 
@@ -541,7 +606,7 @@ impl<'a> Executor<'a> {
                 let _ = control.send(if forced { Control::Kill } else { Control::Cancel(sig) });
             }
         }
-        self.reporter.report(&Event::Cancelling { signal: sig.number(), forced });
+        self.events.emit(Event::Cancelling { signal: sig.number(), forced });
     }
 
     fn finish(&mut self, outcome: RunOutcome) -> Result<RunOutcome, ExecError> {
@@ -565,7 +630,7 @@ impl<'a> Executor<'a> {
             }),
             _ => None,
         };
-        self.reporter.report(&Event::RunFinished { run_id: self.run_id.clone(), outcome, failure });
+        self.events.emit(Event::RunFinished { outcome, failure });
         Ok(outcome)
     }
 }

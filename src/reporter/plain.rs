@@ -1,8 +1,7 @@
 //! Line-oriented output: child lines prefixed with their step, waymark's own lines on stderr
 //! behind `waymark:`, and a failure report at the end.
 
-use super::Reporter;
-use crate::executor::{Event, RunOutcome, Stream};
+use crate::events::{AbandonReason, AttemptEnd, Envelope, Event, NoticeKind, Reporter, RunOutcome, SkipReason, Stream};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
@@ -163,7 +162,7 @@ pub(crate) struct PlainReporter {
     /// Stdout's sink, and stderr's when it is another file.
     out: Sink,
     err: Option<Sink>,
-    /// The run, for the hint about where the logs are.
+    /// The run of the latest event, for the hint about where the logs are.
     run_id: String,
     /// Child output not shown, per step and stream, since it was last reported.
     dropped: BTreeMap<(String, &'static str), u64>,
@@ -259,8 +258,11 @@ impl Drop for PlainReporter {
 }
 
 impl Reporter for PlainReporter {
-    fn report(&mut self, event: &Event) {
-        match event {
+    fn report(&mut self, envelope: &Envelope) {
+        if let Some(run_id) = &envelope.run_id {
+            self.run_id.clone_from(run_id);
+        }
+        match &envelope.event {
             Event::Output { step, stream, chunk } => {
                 if self.quiet {
                     return;
@@ -276,30 +278,51 @@ impl Reporter for PlainReporter {
                 }
                 return;
             }
-            Event::RunStarted { run_id, .. } => self.run_id.clone_from(run_id),
-            Event::AttemptSucceeded { step, .. } | Event::AttemptFailed { step, .. } => {
+            Event::AttemptFinished { step, outcome: AttemptEnd::Succeeded | AttemptEnd::Failed, .. } => {
                 self.report_drops(Some(step));
             }
             Event::RunFinished { .. } => self.report_drops(None),
             _ => {}
         }
-        if let Some(text) = describe(event) {
+        if let Some(text) = describe(envelope) {
             self.line(text);
         }
     }
 }
 
-/// Waymark's own line(s) for an event, newline-terminated.
-fn describe(event: &Event) -> Option<String> {
-    let text = match event {
-        Event::RunStarted { run_id, flow, steps_total, steps_done, resumed } => {
-            if *resumed {
-                format!("waymark: resuming run {run_id} of {flow}: {steps_done} of {steps_total} steps done")
-            } else {
-                format!("waymark: run {run_id} of {flow}: {steps_total} step(s)")
-            }
+/// A run's age for a message: whole seconds, or milliseconds under a second.
+fn readable(age: Duration) -> Duration {
+    if age.as_secs() > 0 { Duration::from_secs(age.as_secs()) } else { age }
+}
+
+/// Waymark's own line(s) for an event, newline-terminated; `None` for the events that have no
+/// line (a step's turn, start, wait and end are said by the attempts' lines).
+fn describe(envelope: &Envelope) -> Option<String> {
+    let run_id = envelope.run_id.as_deref().unwrap_or_default();
+    let text = match &envelope.event {
+        Event::RunStarted { flow, steps_total } => format!("waymark: run {run_id} of {flow}: {steps_total} step(s)"),
+        Event::RunResumed { flow, steps_total, steps_done } => {
+            format!("waymark: resuming run {run_id} of {flow}: {steps_done} of {steps_total} steps done")
         }
-        Event::StepAlreadyDone { step } => format!("waymark: {step}: already succeeded, skipped"),
+        Event::RunAbandoned { reason: AbandonReason::Fresh, .. } => {
+            format!("waymark: abandoned unfinished run {run_id}")
+        }
+        Event::RunAbandoned { flow, file, reason: AbandonReason::Stale { age, limit } } => format!(
+            "waymark: abandoned unfinished run {run_id} of flow `{flow}`: it started {} ago, longer than \
+             resume_within = {} in {}; starting a new run (`waymark resume {run_id}` would still resume it)",
+            humantime::format_duration(readable(*age)),
+            humantime::format_duration(*limit),
+            file.display(),
+        ),
+        Event::StepSkipped { step, reason: SkipReason::AlreadySucceeded } => {
+            format!("waymark: {step}: already succeeded, skipped")
+        }
+        Event::StepReady { .. }
+        | Event::StepStarted { .. }
+        | Event::StepWaiting { .. }
+        | Event::StepFinished { .. } => {
+            return None;
+        }
         Event::AttemptStarted { step, attempt, max_attempts, redelivered, .. } => {
             if *max_attempts == 1 && *attempt == 1 && !*redelivered {
                 return None;
@@ -308,20 +331,26 @@ fn describe(event: &Event) -> Option<String> {
             format!("waymark: {step}: attempt {attempt}/{max_attempts}{again}")
         }
         Event::Output { .. } => return None,
-        Event::AttemptSucceeded { step, attempt, elapsed } => {
-            format!("waymark: {step}: succeeded on attempt {attempt} in {}", human(*elapsed))
+        Event::AttemptFinished { step, attempt, outcome: AttemptEnd::Succeeded, duration, .. } => {
+            format!("waymark: {step}: succeeded on attempt {attempt} in {}", human(*duration))
         }
-        Event::AttemptFailed { step, attempt, max_attempts, error, retry, .. } => {
+        Event::AttemptFinished { step, attempt, max_attempts, outcome: AttemptEnd::Failed, error, retry, .. } => {
             let next = match retry {
-                Some((delay, _)) if delay.is_zero() => "; retrying now".to_owned(),
-                Some((delay, _)) => format!("; retrying in {}", human(*delay)),
+                Some(plan) if plan.delay.is_zero() => "; retrying now".to_owned(),
+                Some(plan) => format!("; retrying in {}", human(plan.delay)),
                 None => String::new(),
             };
-            let source = error.source.describe();
-            format!("waymark: {step}: attempt {attempt}/{max_attempts} failed: {error} [{source}]{next}")
+            let error = error.as_ref().map(|e| format!(": {e} [{}]", e.source.describe())).unwrap_or_default();
+            format!("waymark: {step}: attempt {attempt}/{max_attempts} failed{error}{next}")
         }
-        Event::Warning { step: Some(step), message } => format!("waymark: warning: {step}: {message}"),
-        Event::Warning { step: None, message } => format!("waymark: warning: {message}"),
+        // A cancelled attempt runs again on resume; the run's end says it was interrupted.
+        Event::AttemptFinished { outcome: AttemptEnd::Cancelled, .. } => return None,
+        Event::Notice { notice: NoticeKind::Warning, step: Some(step), message } => {
+            format!("waymark: warning: {step}: {message}")
+        }
+        Event::Notice { notice: NoticeKind::Warning, step: None, message } => format!("waymark: warning: {message}"),
+        Event::Notice { step: Some(step), message, .. } => format!("waymark: {step}: {message}"),
+        Event::Notice { step: None, message, .. } => format!("waymark: {message}"),
         Event::Cancelling { signal, forced } => {
             let name = crate::flow::Signal::from_number(*signal).map_or("signal", |s| s.name());
             if *forced {
@@ -330,11 +359,11 @@ fn describe(event: &Event) -> Option<String> {
                 format!("waymark: got {name}, stopping running steps (send it again to kill them)")
             }
         }
-        Event::RunFinished { run_id, outcome: RunOutcome::Succeeded, .. } => format!("waymark: run {run_id} succeeded"),
-        Event::RunFinished { run_id, outcome: RunOutcome::Interrupted { .. }, .. } => {
+        Event::RunFinished { outcome: RunOutcome::Succeeded, .. } => format!("waymark: run {run_id} succeeded"),
+        Event::RunFinished { outcome: RunOutcome::Interrupted { .. }, .. } => {
             format!("waymark: run {run_id} interrupted; `waymark run` again resumes it")
         }
-        Event::RunFinished { run_id, outcome: RunOutcome::Failed, failure } => {
+        Event::RunFinished { outcome: RunOutcome::Failed, failure } => {
             let mut report = format!("\nwaymark: run {run_id} failed\n");
             if let Some(f) = failure {
                 report.push_str(&format!(
@@ -357,4 +386,87 @@ fn describe(event: &Event) -> Option<String> {
         }
     };
     Some(text + "\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{RetryPlan, StepOutcome};
+    use std::time::SystemTime;
+
+    fn line(run_id: Option<&str>, event: Event) -> Option<String> {
+        describe(&Envelope { seq: 1, at: SystemTime::UNIX_EPOCH, run_id: run_id.map(str::to_owned), event })
+    }
+
+    #[test]
+    fn the_run_id_of_a_line_comes_from_the_envelope() {
+        assert_eq!(
+            line(Some("r1"), Event::RunStarted { flow: "nightly".into(), steps_total: 2 }).as_deref(),
+            Some("waymark: run r1 of nightly: 2 step(s)\n")
+        );
+        assert_eq!(
+            line(Some("r1"), Event::RunResumed { flow: "nightly".into(), steps_total: 2, steps_done: 1 }).as_deref(),
+            Some("waymark: resuming run r1 of nightly: 1 of 2 steps done\n")
+        );
+    }
+
+    #[test]
+    fn an_abandoned_run_is_said_as_before() {
+        let abandoned = |reason| Event::RunAbandoned { flow: "nightly".into(), file: "n.toml".into(), reason };
+        assert_eq!(
+            line(Some("old"), abandoned(AbandonReason::Fresh)).as_deref(),
+            Some("waymark: abandoned unfinished run old\n")
+        );
+        let stale = AbandonReason::Stale { age: Duration::from_millis(7_200_900), limit: Duration::from_secs(3600) };
+        assert_eq!(
+            line(Some("old"), abandoned(stale)).as_deref(),
+            Some(
+                "waymark: abandoned unfinished run old of flow `nightly`: it started 2h ago, longer than \
+                 resume_within = 1h in n.toml; starting a new run (`waymark resume old` would still resume it)\n"
+            )
+        );
+    }
+
+    #[test]
+    fn notices_are_waymark_lines_and_warnings_say_so() {
+        let notice = |notice, step: Option<&str>| Event::Notice {
+            notice,
+            step: step.map(str::to_owned),
+            message: "text".into(),
+        };
+        let said = |event| line(None, event).unwrap_or_default();
+        assert_eq!(said(notice(NoticeKind::Warning, Some("a"))), "waymark: warning: a: text\n");
+        assert_eq!(said(notice(NoticeKind::Warning, None)), "waymark: warning: text\n");
+        assert_eq!(said(notice(NoticeKind::WaitingForLock, None)), "waymark: text\n");
+        assert_eq!(said(notice(NoticeKind::FlowChanged, None)), "waymark: text\n");
+        assert_eq!(said(notice(NoticeKind::Info, Some("a"))), "waymark: a: text\n");
+    }
+
+    #[test]
+    fn events_without_a_line_of_their_own_print_nothing() {
+        let step = || "a".to_owned();
+        let retry = RetryPlan { delay: Duration::from_secs(1), wake_at: SystemTime::UNIX_EPOCH };
+        let silent = [
+            Event::StepReady { step: step() },
+            Event::StepStarted { step: step() },
+            Event::StepWaiting { step: step(), next_attempt: 2, retry },
+            Event::StepFinished { step: step(), outcome: StepOutcome::Succeeded, attempts: 1 },
+            Event::StepFinished { step: step(), outcome: StepOutcome::Failed, attempts: 1 },
+            Event::AttemptStarted { step: step(), attempt: 1, max_attempts: 1, pid: Some(1), redelivered: false },
+            Event::AttemptFinished {
+                step: step(),
+                attempt: 1,
+                max_attempts: 1,
+                outcome: AttemptEnd::Cancelled,
+                error: None,
+                duration: Duration::from_millis(5),
+                retry: None,
+                stopped: None,
+            },
+        ];
+        for event in silent {
+            let shown = format!("{event:?}");
+            assert_eq!(line(Some("r1"), event), None, "{shown}");
+        }
+    }
 }

@@ -69,7 +69,15 @@ fn open_lock_file(state_dir: &StateDir, key: &FlowKey, create: bool) -> Result<O
 
 impl FlowLock {
     /// Take the lock of flow `key` (shown as `flow`) in `state_dir`, waiting for it if `wait`.
-    pub(crate) fn acquire(state_dir: &StateDir, key: &FlowKey, flow: &str, wait: bool) -> Result<FlowLock, LockError> {
+    /// Before it waits for another runner, `waiting` is told who holds the lock (this module never
+    /// prints: the command says so through its reporters).
+    pub(crate) fn acquire(
+        state_dir: &StateDir,
+        key: &FlowKey,
+        flow: &str,
+        wait: bool,
+        waiting: impl FnOnce(&str),
+    ) -> Result<FlowLock, LockError> {
         let path = state_dir.lock_file(key);
         let io = |source| LockError::Io { path: path.clone(), source };
         let Some(mut file) = open_lock_file(state_dir, key, true)? else { unreachable!("created") };
@@ -86,7 +94,7 @@ impl FlowLock {
         match result {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) if wait => {
-                note!("waymark: flow `{flow}` is already running ({}); waiting for it to finish", holder(&mut file));
+                waiting(&holder(&mut file));
                 file.lock().map_err(io)?
             }
             Err(TryLockError::WouldBlock) => {
