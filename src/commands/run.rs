@@ -1,12 +1,14 @@
 //! `waymark run` and `waymark resume`: pick the run, take the flow's lock, drive the executor.
 
 use super::{CliError, EXIT_FAILED, EXIT_OK, open_store, print_warnings};
-use crate::executor::{ExecError, Executor, RunOutcome, RunSpec, RunnerSignals, kill_leftovers};
+use crate::events::RunOutcome;
+use crate::executor::{ExecError, RunSpec, RunnerSignals, kill_leftovers};
 use crate::flow::{self, Flow};
-use crate::reporter::PlainReporter;
 use crate::store::lock::FlowLock;
 use crate::store::record::RunDefinition;
-use crate::store::{FlowKey, RunRecord, RunStatus, StateDir, StepRecord, Store, StoreError, create_private_dir};
+use crate::store::{
+    FlowKey, InlineJournal, RunRecord, RunStatus, StateDir, StepRecord, Store, StoreError, create_private_dir,
+};
 use anyhow::Context;
 use std::path::Path;
 use std::sync::Arc;
@@ -250,20 +252,21 @@ fn execute(
     })?;
     let log_dir = state.run_logs(&record.id);
     create_private_dir(&log_dir).with_context(|| format!("cannot create the log directory {}", log_dir.display()))?;
-    let spec = RunSpec { flow: Arc::new(flow), run_id: record.id.clone(), state: state.clone(), steps, resumed };
-    let mut reporter = PlainReporter::new(quiet);
+    let spec = RunSpec { flow: Arc::new(flow), run_id: record.id.clone(), steps, resumed };
+    // TEMPORARY until events v2 reach the plain reporter (merge of branch `events`).
+    let mut emitter = crate::events::Emitter::new(Vec::new());
+    let _ = quiet;
+    emitter.set_run(&record.id);
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
-    let outcome = match Executor::new(spec, store.as_mut(), &mut reporter, signals) {
-        Ok(executor) => runtime.block_on(executor.run()),
-        Err(e) => Err(e),
-    };
+    let journal = InlineJournal { log: store.as_mut(), run_id: record.id.clone() };
+    let outcome = runtime.block_on(crate::executor::execute(spec, state.clone(), journal, signals, &mut emitter));
     // Only once the runtime (and every attempt task in it) is gone may another runner take over.
     drop(runtime);
     drop(lock);
     // From here on a signal ends waymark at once, even while the last output is written.
     crate::executor::restore_default_signals();
-    drop(reporter);
+    drop(emitter);
     match outcome {
         Ok(RunOutcome::Succeeded) => Ok(EXIT_OK),
         Ok(RunOutcome::Failed) => Ok(EXIT_FAILED),
