@@ -41,8 +41,11 @@ struct Spawned {
 
 type Shared<T> = Rc<RefCell<Vec<T>>>;
 
+/// Says what attempt N of a step does.
+type ScriptFn = Box<dyn FnMut(&str, u32) -> Script>;
+
 struct FakeLauncher {
-    script: Box<dyn FnMut(&str, u32) -> Script>,
+    script: ScriptFn,
     spawned: Shared<Spawned>,
     leftovers_checked: Shared<String>,
     begin: Instant,
