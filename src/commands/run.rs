@@ -6,12 +6,14 @@
 
 use super::{CliError, EXIT_FAILED, EXIT_OK, open_store, print_warnings};
 use crate::events::{AbandonReason, Emitter, Event, NoticeKind, RunOutcome};
-use crate::executor::{ExecError, Executor, RunSpec, RunnerSignals, kill_leftovers};
+use crate::executor::{ExecError, RunSpec, RunnerSignals, kill_leftovers};
 use crate::flow::{self, Flow};
 use crate::reporter::PlainReporter;
 use crate::store::lock::FlowLock;
 use crate::store::record::RunDefinition;
-use crate::store::{FlowKey, RunRecord, RunStatus, StateDir, StepRecord, Store, StoreError, create_private_dir};
+use crate::store::{
+    FlowKey, InlineJournal, RunRecord, RunStatus, StateDir, StepRecord, Store, StoreError, create_private_dir,
+};
 use anyhow::Context;
 use std::path::Path;
 use std::sync::Arc;
@@ -290,13 +292,11 @@ fn execute(
     })?;
     let log_dir = state.run_logs(&record.id);
     create_private_dir(&log_dir).with_context(|| format!("cannot create the log directory {}", log_dir.display()))?;
-    let spec = RunSpec { flow: Arc::new(flow), run_id: record.id.clone(), state: state.clone(), steps, resumed };
+    let spec = RunSpec { flow: Arc::new(flow), run_id: record.id.clone(), steps, resumed };
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
-    let outcome = match Executor::new(spec, store.as_mut(), &mut events, signals) {
-        Ok(executor) => runtime.block_on(executor.run()),
-        Err(e) => Err(e),
-    };
+    let journal = InlineJournal { log: store.as_mut(), run_id: record.id.clone() };
+    let outcome = runtime.block_on(crate::executor::execute(spec, state.clone(), journal, signals, &mut events));
     // Only once the runtime (and every attempt task in it) is gone may another runner take over.
     drop(runtime);
     drop(lock);

@@ -1,5 +1,7 @@
-//! One attempt of one step: spawn the child in its own process group, copy its output to the log
-//! files and to the event loop, enforce the timeout, obey cancellation, and reap the whole group.
+//! The supervisor of one spawned attempt: copies its output to the log files and to the
+//! dispatcher, enforces the timeout (whose clock started when the attempt was issued), obeys
+//! cancellation, and leaves the attempt's whole process group dead, including processes that left
+//! the group, found by the attempt id in their environment.
 
 use super::Msg;
 use super::output::Chunk;
@@ -8,7 +10,7 @@ use crate::events::Stream;
 use crate::flow::{Signal, Step};
 use std::fs::File;
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -23,22 +25,6 @@ const CHUNK: usize = 64 * 1024;
 const DRAIN: Duration = Duration::from_millis(500);
 /// How long to wait for the output after those processes were killed, before giving up on it.
 const LAST_DRAIN: Duration = Duration::from_secs(5);
-
-/// Everything needed to start one attempt.
-pub(crate) struct AttemptSpec {
-    pub(crate) step_index: usize,
-    pub(crate) step: Arc<Step>,
-    pub(crate) env: Vec<(String, String)>,
-    pub(crate) stdout_log: PathBuf,
-    pub(crate) stderr_log: PathBuf,
-    /// The attempt's row in the store; its output is tagged with it.
-    pub(crate) row: i64,
-    /// The attempt's `WAYMARK_ATTEMPT_ID`, by which its processes are found if they leave its group.
-    pub(crate) attempt_id: String,
-    pub(crate) attempt: u32,
-    /// Run again after its runner died (or after a cancel, when `false` and logs exist).
-    pub(crate) redelivered: bool,
-}
 
 /// What the event loop may ask of a running attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,12 +44,10 @@ pub(crate) enum End {
     Cancelled,
 }
 
-/// A spawned attempt, before it is handed to its supervising task.
-pub(crate) struct Running {
+/// A spawned attempt under supervision.
+pub(crate) struct Supervisor {
     child: tokio::process::Child,
-    pub(crate) pid: u32,
-    /// Where this attempt's output starts in its stderr log (earlier executions may precede it).
-    pub(crate) stderr_from: u64,
+    pid: u32,
     attempt_id: String,
     /// Each output reader sends one message here when it has reached end-of-file.
     readers_done: mpsc::Receiver<()>,
@@ -73,90 +57,47 @@ pub(crate) struct Running {
     abandoned: Arc<AtomicBool>,
 }
 
-/// Why an attempt could not start: the child's fault (retryable) or waymark's own.
-#[derive(Debug)]
-pub(crate) enum SpawnError {
-    NotStarted(String),
-    Runner(std::io::Error, PathBuf),
+/// One output stream of a child: the pipe it writes and the log it is copied to.
+pub(crate) struct Output {
+    pub(crate) pipe: std::io::PipeReader,
+    pub(crate) log: File,
+    pub(crate) log_path: PathBuf,
 }
 
-/// Open a log for appending; returns it with its length before this attempt. Where an earlier
-/// execution of the same attempt left output, a line marks where this one begins.
-fn open_log(path: &Path, spec: &AttemptSpec) -> Result<(File, u64), SpawnError> {
-    let fail = |e| SpawnError::Runner(e, path.to_owned());
-    let mut file = crate::fsutil::open_append_private(path).map_err(fail)?;
-    let mut len = file.metadata().map_err(fail)?.len();
-    if len > 0 {
-        let text = format!(
-            "\n==> waymark: attempt {} {} at {} <==\n",
-            spec.attempt,
-            if spec.redelivered { "redelivered" } else { "runs again" },
-            humantime::format_rfc3339_seconds(std::time::SystemTime::now())
-        );
-        file.write_all(text.as_bytes()).map_err(fail)?;
-        len += text.len() as u64;
-    }
-    Ok((file, len))
-}
-
-/// Why the program could not be executed, in words that say what to fix.
-fn spawn_failure(program: &str, workdir: &Path, e: &std::io::Error) -> String {
-    let path_like = program.contains('/');
-    match e.kind() {
-        std::io::ErrorKind::NotFound if !path_like => format!("program `{program}` not found in PATH"),
-        std::io::ErrorKind::NotFound if workdir.join(program).exists() => {
-            format!("cannot execute `{program}`: its #! interpreter (or a library it needs) was not found")
+impl Supervisor {
+    /// Start copying the child's output (a reader thread per stream, tagged with the attempt's
+    /// step and row) and take charge of it.
+    pub(crate) fn watch(
+        child: tokio::process::Child,
+        attempt_id: String,
+        step: usize,
+        row: i64,
+        [stdout, stderr]: [Output; 2],
+        events: &mpsc::Sender<Msg>,
+    ) -> Supervisor {
+        let pid = child.id().unwrap_or(0);
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let (done, readers_done) = mpsc::channel(2);
+        for (out, stream) in [(stdout, Stream::Stdout), (stderr, Stream::Stderr)] {
+            Reader {
+                pipe: out.pipe,
+                log: out.log,
+                log_path: out.log_path,
+                stream,
+                step,
+                row,
+                events: events.clone(),
+                abandoned: Arc::clone(&abandoned),
+                done: done.clone(),
+            }
+            .start();
         }
-        std::io::ErrorKind::NotFound => format!("program `{program}` not found"),
-        std::io::ErrorKind::PermissionDenied => format!("program `{program}` is not executable: {e}"),
-        _ => format!("cannot start `{program}`: {e}"),
+        Supervisor { child, pid, attempt_id, readers_done, readers_left: 2, abandoned }
     }
-}
 
-/// Start the child. Runs on the event loop so the pid is known before anything else happens.
-pub(crate) fn spawn(spec: &AttemptSpec, events: &mpsc::Sender<Msg>) -> Result<Running, SpawnError> {
-    let step = &spec.step;
-    let (stdout_log, _) = open_log(&spec.stdout_log, spec)?;
-    let (stderr_log, stderr_from) = open_log(&spec.stderr_log, spec)?;
-    if !step.workdir.is_dir() {
-        return Err(SpawnError::NotStarted(format!(
-            "working directory {} does not exist or is not a directory",
-            step.workdir.display()
-        )));
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid
     }
-    let argv = step.command.argv();
-    let (out_r, out_w) = std::io::pipe().map_err(|e| SpawnError::Runner(e, "pipe".into()))?;
-    let (err_r, err_w) = std::io::pipe().map_err(|e| SpawnError::Runner(e, "pipe".into()))?;
-    let mut cmd = tokio::process::Command::new(&argv[0]);
-    cmd.args(&argv[1..])
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&step.workdir)
-        .stdin(std::process::Stdio::null())
-        .stdout(out_w)
-        .stderr(err_w)
-        .process_group(0)
-        .kill_on_drop(false);
-    let child = cmd.spawn().map_err(|e| SpawnError::NotStarted(spawn_failure(&argv[0], &step.workdir, &e)))?;
-    // `cmd` still holds the write ends; drop it so the readers see EOF when the child exits.
-    drop(cmd);
-    let pid = child.id().unwrap_or(0);
-    let abandoned = Arc::new(AtomicBool::new(false));
-    let (done, readers_done) = mpsc::channel(2);
-    let reader = |pipe, log, path: &PathBuf, stream| Reader {
-        pipe,
-        log,
-        log_path: path.clone(),
-        stream,
-        step: spec.step_index,
-        row: spec.row,
-        events: events.clone(),
-        abandoned: Arc::clone(&abandoned),
-        done: done.clone(),
-    };
-    reader(out_r, stdout_log, &spec.stdout_log, Stream::Stdout).start();
-    reader(err_r, stderr_log, &spec.stderr_log, Stream::Stderr).start();
-    let attempt_id = spec.attempt_id.clone();
-    Ok(Running { child, pid, stderr_from, attempt_id, readers_done, readers_left: 2, abandoned })
 }
 
 /// Copies one of a child's streams to its log file and, in whole lines, to the event loop.
@@ -242,7 +183,7 @@ impl Reader {
     }
 }
 
-impl Running {
+impl Supervisor {
     /// Wait, up to `limit`, until every reader has reached end-of-file; true when they did.
     /// Readers never wait for the terminal, so only a process holding the output open can make
     /// this take long.

@@ -1,0 +1,538 @@
+//! The dispatcher: the one owner of a run's live state. It decides which steps are ready, issues
+//! their attempts through a [`Launcher`], applies the retry model when they end, commits every
+//! change through a [`RunJournal`] before acting on it, and tells the world through an
+//! [`Emitter`]. Everything it touches from outside is injected: the launcher, the journal, the
+//! runner's signal source, the wall clock and the random source for jitter; tokio's clock drives
+//! its timers, so a test runs it under a paused clock with fakes (see `tests.rs`).
+
+use super::launch::{Attempt, Launched, Launcher};
+use super::supervise::{Control, End};
+use super::unix::ExitKind;
+use super::{ExecError, Msg, evidence};
+use crate::classify::{Ending, ErrorValue};
+use crate::events::{AttemptEnd, Emitter, Event, Failure, RetryPlan, RunOutcome, SkipReason, StepOutcome, StopReason};
+use crate::flow::{Flow, Signal, Step};
+use crate::retry::Decision;
+use crate::store::{AttemptOutcome, AttemptResult, RunJournal, RunStatus, StepRecord, StepState, StepUpdate};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+/// Where the runner's own signals (SIGINT, SIGTERM, SIGHUP) come from.
+pub(crate) trait SignalSource {
+    /// A signal delivered before the dispatcher listened, if one is waiting.
+    fn try_next(&mut self) -> Option<Signal>;
+    /// The next signal; pending forever when none will come.
+    async fn next(&mut self) -> Signal;
+}
+
+/// The wall clock, for what is recorded (a retry's wake-up time, an attempt's end).
+pub(crate) trait Clock {
+    fn now(&self) -> SystemTime;
+}
+
+/// The system's wall clock.
+pub(crate) struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> SystemTime {
+        SystemTime::now()
+    }
+}
+
+/// A run about to execute: the flow as recorded, its id, each step's recorded state (in the
+/// flow's order) and whether an earlier runner started it.
+pub(crate) struct RunSpec {
+    pub(crate) flow: Arc<Flow>,
+    pub(crate) run_id: String,
+    pub(crate) steps: Vec<StepRecord>,
+    pub(crate) resumed: bool,
+}
+
+/// What the dispatcher is given to act on the world.
+pub(crate) struct Parts<L, J, S, C> {
+    pub(crate) launcher: L,
+    pub(crate) journal: J,
+    pub(crate) signals: S,
+    pub(crate) clock: C,
+    /// For the jitter of backoff delays.
+    pub(crate) rng: fastrand::Rng,
+    /// Test hook, in debug builds only (`WAYMARK_TEST_CRASH_AFTER=STEP`): SIGKILL the runner
+    /// right after an attempt outcome of STEP is committed, to test resuming from exactly there.
+    pub(crate) crash_after: Option<String>,
+}
+
+/// An attempt whose child runs.
+struct Live {
+    attempt: u32,
+    row: i64,
+    pid: u32,
+    stem: PathBuf,
+    stderr_from: u64,
+    issued: Instant,
+    control: watch::Sender<Control>,
+}
+
+/// What is kept of an attempt that ended (or never started).
+struct Ended {
+    attempt: u32,
+    row: i64,
+    stem: PathBuf,
+    stderr_from: u64,
+    issued: Instant,
+}
+
+enum Slot {
+    /// Ready to start `attempt` once its turn comes.
+    Ready {
+        attempt: u32,
+        redelivered: bool,
+    },
+    /// A retry waits for its backoff.
+    Waiting {
+        attempt: u32,
+        wake: Instant,
+    },
+    Running(Live),
+    Succeeded,
+    Failed,
+}
+
+struct StepSlot {
+    step: Arc<Step>,
+    slot: Slot,
+    /// Attempts used before the current budget began (`waymark resume` of a failed run).
+    budget_base: u32,
+    /// The attempt that ran last, whose logs explain a failure, and where its stderr starts.
+    last_attempt: u32,
+    last_stderr_from: u64,
+    last_error: Option<ErrorValue>,
+    /// Whether this runner has said the step is ready, and that it started.
+    said_ready: bool,
+    said_started: bool,
+}
+
+impl StepSlot {
+    /// The number of the last attempt the current budget allows.
+    fn max_attempts(&self) -> u32 {
+        self.budget_base.saturating_add(self.step.retry.attempts)
+    }
+
+    /// Attempt `attempt`'s number within the current budget, as the retry policy counts.
+    fn within_budget(&self, attempt: u32) -> u32 {
+        attempt - self.budget_base
+    }
+}
+
+pub(crate) struct Dispatcher<'e, L, J, S, C> {
+    flow: Arc<Flow>,
+    parts: Parts<L, J, S, C>,
+    emitter: &'e mut Emitter,
+    steps: Vec<StepSlot>,
+    tx: mpsc::Sender<Msg>,
+    rx: mpsc::Receiver<Msg>,
+    /// The first signal the runner received, if any.
+    cancelled: Option<Signal>,
+    running: usize,
+}
+
+impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L, J, S, C> {
+    /// Set up a run from its recorded state. An attempt left in flight by a dead runner is made
+    /// sure to be dead first; an error if some of its processes will not die.
+    pub(crate) fn new(
+        spec: RunSpec,
+        mut parts: Parts<L, J, S, C>,
+        emitter: &'e mut Emitter,
+    ) -> Result<Dispatcher<'e, L, J, S, C>, ExecError> {
+        let (tx, rx) = mpsc::channel(256);
+        let flow = spec.flow;
+        let steps_total = flow.steps.len();
+        let steps_done = spec.steps.iter().filter(|s| s.state == StepState::Succeeded).count();
+        emitter.emit(match spec.resumed {
+            true => Event::RunResumed { flow: flow.name.clone(), steps_total, steps_done },
+            false => Event::RunStarted { flow: flow.name.clone(), steps_total },
+        });
+        let mut steps = Vec::with_capacity(spec.steps.len());
+        for (step, rec) in flow.steps.iter().zip(&spec.steps) {
+            let slot = match &rec.state {
+                StepState::Pending => Slot::Ready { attempt: rec.attempts_used + 1, redelivered: false },
+                StepState::Succeeded => {
+                    emitter.emit(Event::StepSkipped { step: step.name.clone(), reason: SkipReason::AlreadySucceeded });
+                    Slot::Succeeded
+                }
+                StepState::Failed => Slot::Failed,
+                StepState::Waiting { next_attempt, wake_at } => {
+                    // A resumed run serves the rest of a recorded backoff.
+                    let left = wake_at.duration_since(parts.clock.now()).unwrap_or(Duration::ZERO);
+                    let retry = RetryPlan { delay: left, wake_at: *wake_at };
+                    emitter.emit(Event::StepWaiting { step: step.name.clone(), next_attempt: *next_attempt, retry });
+                    Slot::Waiting { attempt: *next_attempt, wake: Instant::now() + left }
+                }
+                StepState::InFlight { attempt, .. } => {
+                    if let Some(message) = parts.launcher.kill_leftovers(rec)? {
+                        emitter.warning(Some(&step.name), message);
+                    }
+                    Slot::Ready { attempt: *attempt, redelivered: true }
+                }
+            };
+            steps.push(StepSlot {
+                step: Arc::new(step.clone()),
+                slot,
+                budget_base: rec.budget_base,
+                last_attempt: rec.attempts_used,
+                last_stderr_from: 0,
+                last_error: rec.last_error.clone(),
+                said_ready: false,
+                said_started: false,
+            });
+        }
+        Ok(Dispatcher { flow, parts, emitter, steps, tx, rx, cancelled: None, running: 0 })
+    }
+
+    /// Run until every step succeeded, one failed for good, or a signal stopped the runner.
+    /// On waymark's own failure every running attempt's process group is killed first.
+    pub(crate) async fn run(mut self) -> Result<RunOutcome, ExecError> {
+        let result = self.event_loop().await;
+        if result.is_err() {
+            for s in &self.steps {
+                if let Slot::Running(live) = &s.slot {
+                    self.parts.launcher.kill(live.pid);
+                }
+            }
+        }
+        result
+    }
+
+    async fn event_loop(&mut self) -> Result<RunOutcome, ExecError> {
+        // Signals that came before the loop listened: nothing starts after them.
+        while let Some(sig) = self.parts.signals.try_next() {
+            self.on_signal(sig);
+        }
+        loop {
+            if self.cancelled.is_none() {
+                for index in self.ready(Instant::now()) {
+                    self.start(index).await?;
+                }
+            }
+            if self.running == 0
+                && let Some(outcome) = self.outcome()
+            {
+                return self.finish(outcome).await;
+            }
+            let wake = self.next_wake();
+            tokio::select! {
+                Some(msg) = self.rx.recv() => self.handle(msg).await?,
+                _ = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {}
+                sig = self.parts.signals.next() => self.on_signal(sig),
+            }
+        }
+    }
+
+    /// The steps whose turn has come, in file order. Today a flow is a sequence: the first
+    /// unfinished step, once every step before it succeeded, when it is ready or its backoff is
+    /// over.
+    fn ready(&mut self, now: Instant) -> Vec<usize> {
+        let Some(index) = self.steps.iter().position(|s| !matches!(s.slot, Slot::Succeeded)) else {
+            return Vec::new();
+        };
+        let ready = match self.steps[index].slot {
+            Slot::Ready { .. } => true,
+            Slot::Waiting { wake, .. } => wake <= now,
+            _ => false,
+        };
+        if !ready {
+            return Vec::new();
+        }
+        if !self.steps[index].said_ready {
+            self.steps[index].said_ready = true;
+            self.emitter.emit(Event::StepReady { step: self.steps[index].step.name.clone() });
+        }
+        vec![index]
+    }
+
+    /// The run's outcome once nothing is running, or `None` while work remains.
+    fn outcome(&self) -> Option<RunOutcome> {
+        if self.steps.iter().all(|s| matches!(s.slot, Slot::Succeeded)) {
+            return Some(RunOutcome::Succeeded);
+        }
+        if self.steps.iter().any(|s| matches!(s.slot, Slot::Failed)) {
+            return Some(RunOutcome::Failed);
+        }
+        self.cancelled.map(|sig| RunOutcome::Interrupted { signal: sig.number() })
+    }
+
+    fn next_wake(&self) -> Option<Instant> {
+        if self.cancelled.is_some() {
+            return None;
+        }
+        self.steps
+            .iter()
+            .filter_map(|s| match s.slot {
+                Slot::Waiting { wake, .. } => Some(wake),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// Issue the next attempt of step `index`: its start is durable before the child exists.
+    async fn start(&mut self, index: usize) -> Result<(), ExecError> {
+        let (attempt, redelivered) = match self.steps[index].slot {
+            Slot::Ready { attempt, redelivered } => (attempt, redelivered),
+            Slot::Waiting { attempt, .. } => (attempt, false),
+            _ => return Ok(()),
+        };
+        let issued = Instant::now();
+        let step = Arc::clone(&self.steps[index].step);
+        let max_attempts = self.steps[index].max_attempts();
+        let stem = self.parts.launcher.prepare(&step, attempt)?;
+        let row = self.parts.journal.attempt_starting(&step.name, attempt, redelivered, &stem).await?;
+        if !self.steps[index].said_started {
+            self.steps[index].said_started = true;
+            self.emitter.emit(Event::StepStarted { step: step.name.clone() });
+        }
+        let (control, control_rx) = watch::channel(Control::Run);
+        let spec = Attempt {
+            step_index: index,
+            step: Arc::clone(&step),
+            attempt,
+            max_attempts,
+            redelivered,
+            row,
+            stem: stem.clone(),
+            deadline: step.timeout.map(|t| issued + t),
+        };
+        let launched = self.parts.launcher.spawn(spec, control_rx, &self.tx)?;
+        let pid = match &launched {
+            Launched::Running { pid, .. } => Some(*pid),
+            Launched::NotStarted { .. } => None,
+        };
+        if let Launched::Running { pid, proc_start, .. } = &launched
+            && let Err(e) = self.parts.journal.attempt_spawned(row, *pid, *proc_start).await
+        {
+            // Without its pid on record a later resume could not find this child: stop it.
+            self.parts.launcher.kill(*pid);
+            return Err(e.into());
+        }
+        self.emitter.emit(Event::AttemptStarted { step: step.name.clone(), attempt, max_attempts, pid, redelivered });
+        match launched {
+            Launched::Running { pid, stderr_from, .. } => {
+                self.steps[index].slot = Slot::Running(Live { attempt, row, pid, stem, stderr_from, issued, control });
+                self.running += 1;
+                Ok(())
+            }
+            Launched::NotStarted { why, stderr_from } => {
+                let ended = Ended { attempt, row, stem, stderr_from, issued };
+                self.failed(index, ended, Ending::NotStarted(why), None).await
+            }
+        }
+    }
+
+    async fn handle(&mut self, msg: Msg) -> Result<(), ExecError> {
+        match msg {
+            Msg::Output { step, row, stream, chunk } => {
+                if self.is_current(step, row) {
+                    let name = self.steps[step].step.name.clone();
+                    self.emitter.emit(Event::Output { step: name, stream, chunk });
+                }
+                Ok(())
+            }
+            Msg::LogFailed { row, path, error } => {
+                if !(0..self.steps.len()).any(|i| self.is_current(i, row)) {
+                    return Ok(()); // from an attempt that is already over
+                }
+                Err(ExecError::Files { path, source: error })
+            }
+            Msg::Done { step: index, end, notes } => {
+                for message in notes {
+                    self.emitter.warning(Some(&self.steps[index].step.name), message);
+                }
+                let ended = self.take_running(index);
+                match end {
+                    End::Exited(ExitKind::Code(0)) => self.succeeded(index, ended).await,
+                    End::Exited(ExitKind::Code(code)) => {
+                        self.failed(index, ended, Ending::Exited(code), Some(code)).await
+                    }
+                    End::Exited(ExitKind::Signal(sig)) => self.failed(index, ended, Ending::Signaled(sig), None).await,
+                    End::TimedOut => {
+                        let t = self.steps[index].step.timeout.unwrap_or_default();
+                        self.failed(index, ended, Ending::TimedOut(t), None).await
+                    }
+                    End::Cancelled => self.cancelled(index, ended).await,
+                }
+            }
+        }
+    }
+
+    /// Whether `row` is the attempt now running for step `index`.
+    fn is_current(&self, index: usize, row: i64) -> bool {
+        matches!(&self.steps[index].slot, Slot::Running(live) if live.row == row)
+    }
+
+    /// Take the running attempt of a step that just ended.
+    fn take_running(&mut self, index: usize) -> Ended {
+        match std::mem::replace(&mut self.steps[index].slot, Slot::Failed) {
+            Slot::Running(Live { attempt, row, stem, stderr_from, issued, .. }) => {
+                self.running -= 1;
+                Ended { attempt, row, stem, stderr_from, issued }
+            }
+            _ => unreachable!("an attempt ends only once, and only while its step runs"),
+        }
+    }
+
+    fn result(&self, outcome: AttemptOutcome, exit_code: Option<i32>, signal: Option<String>) -> AttemptResult {
+        AttemptResult { outcome, exit_code, signal, error: None, ended_at: self.parts.clock.now() }
+    }
+
+    async fn succeeded(&mut self, index: usize, ended: Ended) -> Result<(), ExecError> {
+        let result = self.result(AttemptOutcome::Succeeded, Some(0), None);
+        self.parts.journal.attempt_finished(ended.row, &result, &StepUpdate::Succeeded).await?;
+        self.crash_point(index);
+        let s = &mut self.steps[index];
+        s.slot = Slot::Succeeded;
+        (s.last_attempt, s.last_stderr_from) = (ended.attempt, ended.stderr_from);
+        let (step, max_attempts, used) = (s.step.name.clone(), s.max_attempts(), s.within_budget(ended.attempt));
+        self.emitter.emit(Event::AttemptFinished {
+            step: step.clone(),
+            attempt: ended.attempt,
+            max_attempts,
+            outcome: AttemptEnd::Succeeded,
+            error: None,
+            duration: ended.issued.elapsed(),
+            retry: None,
+            stopped: None,
+        });
+        self.emitter.emit(Event::StepFinished { step, outcome: StepOutcome::Succeeded, attempts: used });
+        Ok(())
+    }
+
+    /// An attempt stopped by the runner's signal: it does not count, and runs again on resume.
+    async fn cancelled(&mut self, index: usize, ended: Ended) -> Result<(), ExecError> {
+        let signal = self.cancelled.map(|s| s.name().to_owned());
+        let result = self.result(AttemptOutcome::Cancelled, None, signal);
+        self.parts.journal.attempt_finished(ended.row, &result, &StepUpdate::Pending).await?;
+        let s = &mut self.steps[index];
+        s.slot = Slot::Ready { attempt: ended.attempt, redelivered: true };
+        (s.last_attempt, s.last_stderr_from) = (ended.attempt, ended.stderr_from);
+        let (step, max_attempts) = (s.step.name.clone(), s.max_attempts());
+        self.emitter.emit(Event::AttemptFinished {
+            step,
+            attempt: ended.attempt,
+            max_attempts,
+            outcome: AttemptEnd::Cancelled,
+            error: None,
+            duration: ended.issued.elapsed(),
+            retry: None,
+            stopped: None,
+        });
+        Ok(())
+    }
+
+    /// A failed attempt: read its evidence, decide by the retry policy, commit, then say it.
+    async fn failed(
+        &mut self,
+        index: usize,
+        ended: Ended,
+        ending: Ending,
+        exit_code: Option<i32>,
+    ) -> Result<(), ExecError> {
+        let step = Arc::clone(&self.steps[index].step);
+        let (error, warnings) =
+            evidence::read(&self.flow, &step, ended.attempt, &ending, &ended.stem, ended.stderr_from);
+        for message in warnings {
+            self.emitter.warning(Some(&step.name), message);
+        }
+        let k = self.steps[index].within_budget(ended.attempt);
+        let (update, retry, stopped) = match step.retry.decide(&error, k) {
+            Decision::Retry { .. } => {
+                let delay = step.retry.backoff.delay(k, &mut self.parts.rng);
+                let wake_at = self.parts.clock.now() + delay;
+                let update = StepUpdate::Waiting { next_attempt: ended.attempt + 1, wake_at };
+                (update, Some(RetryPlan { delay, wake_at }), None)
+            }
+            Decision::NotRetryable => (StepUpdate::Failed, None, Some(StopReason::NotRetryable)),
+            Decision::Exhausted => (StepUpdate::Failed, None, Some(StopReason::Exhausted)),
+        };
+        let signal = match &ending {
+            Ending::Signaled(s) => Some(s.name().to_owned()),
+            _ => None,
+        };
+        let result =
+            AttemptResult { error: Some(error.clone()), ..self.result(AttemptOutcome::Failed, exit_code, signal) };
+        self.parts.journal.attempt_finished(ended.row, &result, &update).await?;
+        self.crash_point(index);
+        let s = &mut self.steps[index];
+        s.slot = match retry {
+            Some(plan) => Slot::Waiting { attempt: ended.attempt + 1, wake: Instant::now() + plan.delay },
+            None => Slot::Failed,
+        };
+        (s.last_attempt, s.last_stderr_from) = (ended.attempt, ended.stderr_from);
+        s.last_error = Some(error.clone());
+        let max_attempts = s.max_attempts();
+        self.emitter.emit(Event::AttemptFinished {
+            step: step.name.clone(),
+            attempt: ended.attempt,
+            max_attempts,
+            outcome: AttemptEnd::Failed,
+            error: Some(error),
+            duration: ended.issued.elapsed(),
+            retry,
+            stopped,
+        });
+        self.emitter.emit(match retry {
+            Some(retry) => Event::StepWaiting { step: step.name.clone(), next_attempt: ended.attempt + 1, retry },
+            None => Event::StepFinished { step: step.name.clone(), outcome: StepOutcome::Failed, attempts: k },
+        });
+        Ok(())
+    }
+
+    fn crash_point(&self, index: usize) {
+        if self.parts.crash_after.as_deref() == Some(self.steps[index].step.name.as_str()) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+
+    fn on_signal(&mut self, sig: Signal) {
+        let forced = self.cancelled.is_some();
+        self.cancelled.get_or_insert(sig);
+        // Children first, then words.
+        for s in &self.steps {
+            if let Slot::Running(live) = &s.slot {
+                let _ = live.control.send(if forced { Control::Kill } else { Control::Cancel(sig) });
+            }
+        }
+        self.emitter.emit(Event::Cancelling { signal: sig.number(), forced });
+    }
+
+    async fn finish(&mut self, outcome: RunOutcome) -> Result<RunOutcome, ExecError> {
+        let failed = self.steps.iter().find(|s| matches!(s.slot, Slot::Failed));
+        let (status, failed_step) = match outcome {
+            RunOutcome::Succeeded => (RunStatus::Succeeded, None),
+            RunOutcome::Failed => (RunStatus::Failed, failed.map(|s| s.step.name.clone())),
+            RunOutcome::Interrupted { .. } => (RunStatus::Interrupted, None),
+        };
+        self.parts.journal.run_finished(status, failed_step.as_deref()).await?;
+        let failure = match (outcome, failed) {
+            (RunOutcome::Failed, Some(s)) => s.last_error.clone().map(|error| {
+                let launcher = &self.parts.launcher;
+                Box::new(Failure {
+                    step: s.step.name.clone(),
+                    error,
+                    attempts: s.within_budget(s.last_attempt),
+                    stderr_tail: evidence::report_tail(
+                        &launcher.stem(&s.step.name, s.last_attempt),
+                        s.last_stderr_from,
+                    ),
+                    log_dir: launcher.log_dir(&s.step.name),
+                })
+            }),
+            _ => None,
+        };
+        self.emitter.emit(Event::RunFinished { outcome, failure });
+        Ok(outcome)
+    }
+}
+
+#[cfg(test)]
+mod tests;

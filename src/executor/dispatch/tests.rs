@@ -1,0 +1,567 @@
+//! The dispatcher driven by fakes under tokio's paused clock: a launcher whose "children" end when
+//! a script says, a journal that keeps its writes in memory, a signal source the test feeds, a
+//! wall clock that follows tokio's, and a seeded random source. Time only moves when every task
+//! waits, so every instant below is exact and the tests take no real time.
+
+use super::*;
+use crate::events::{Envelope, Reporter};
+use crate::store::StoreError;
+use std::cell::RefCell;
+use std::path::Path;
+use std::rc::Rc;
+
+/// What a fake attempt does.
+#[derive(Debug, Clone, Copy)]
+enum Script {
+    /// Exit with `code` after `after`.
+    Exit { after: Duration, code: i32 },
+    /// Run until its timeout or a cancel.
+    Hang,
+    /// The program cannot be started.
+    NotStarted,
+}
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+fn exit(after: u64, code: i32) -> Script {
+    Script::Exit { after: secs(after), code }
+}
+
+/// One attempt the fake launcher was asked to spawn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Spawned {
+    step: String,
+    attempt: u32,
+    redelivered: bool,
+    /// When, since the test began.
+    at: Duration,
+}
+
+type Shared<T> = Rc<RefCell<Vec<T>>>;
+
+/// Says what attempt N of a step does.
+type ScriptFn = Box<dyn FnMut(&str, u32) -> Script>;
+
+struct FakeLauncher {
+    script: ScriptFn,
+    spawned: Shared<Spawned>,
+    leftovers_checked: Shared<String>,
+    begin: Instant,
+    next_pid: u32,
+}
+
+impl Launcher for FakeLauncher {
+    fn prepare(&mut self, step: &Step, attempt: u32) -> Result<PathBuf, ExecError> {
+        Ok(self.stem(&step.name, attempt))
+    }
+
+    fn stem(&self, step: &str, attempt: u32) -> PathBuf {
+        // Nothing is there: the evidence reader finds no file and goes by the exit status.
+        Path::new("/nonexistent/waymark-dispatch-test").join(step).join(format!("attempt-{attempt}"))
+    }
+
+    fn spawn(
+        &mut self,
+        a: Attempt,
+        mut control: watch::Receiver<Control>,
+        events: &mpsc::Sender<Msg>,
+    ) -> Result<Launched, ExecError> {
+        let at = Instant::now() - self.begin;
+        self.spawned.borrow_mut().push(Spawned {
+            step: a.step.name.clone(),
+            attempt: a.attempt,
+            redelivered: a.redelivered,
+            at,
+        });
+        let script = (self.script)(&a.step.name, a.attempt);
+        if let Script::NotStarted = script {
+            return Ok(Launched::NotStarted { why: "program `nope` not found in PATH".into(), stderr_from: 0 });
+        }
+        self.next_pid += 1;
+        let (tx, step, deadline) = (events.clone(), a.step_index, a.deadline);
+        tokio::spawn(async move {
+            let exit = match script {
+                Script::Exit { after, code } => Some((Instant::now() + after, code)),
+                _ => None,
+            };
+            let never = Instant::now() + secs(1_000_000_000);
+            let end = tokio::select! {
+                () = tokio::time::sleep_until(exit.map_or(never, |e| e.0)), if exit.is_some() => {
+                    End::Exited(ExitKind::Code(exit.map_or(0, |e| e.1)))
+                }
+                () = tokio::time::sleep_until(deadline.unwrap_or(never)), if deadline.is_some() => End::TimedOut,
+                _ = control.changed() => End::Cancelled,
+            };
+            let _ = tx.send(Msg::Done { step, end, notes: Vec::new() }).await;
+        });
+        Ok(Launched::Running { pid: self.next_pid, proc_start: None, stderr_from: 0 })
+    }
+
+    fn kill(&mut self, _pid: u32) {}
+
+    fn kill_leftovers(&mut self, step: &StepRecord) -> Result<Option<String>, ExecError> {
+        self.leftovers_checked.borrow_mut().push(step.name.clone());
+        Ok(None)
+    }
+
+    fn log_dir(&self, step: &str) -> PathBuf {
+        Path::new("/nonexistent/waymark-dispatch-test").join(step)
+    }
+}
+
+/// A journal that keeps every write as a line, with times relative to the fake clock's start.
+struct FakeJournal {
+    writes: Shared<String>,
+    next_row: i64,
+}
+
+fn since_base(t: SystemTime) -> Duration {
+    t.duration_since(BASE).expect("after the base")
+}
+
+impl RunJournal for FakeJournal {
+    async fn attempt_starting(
+        &mut self,
+        step: &str,
+        attempt: u32,
+        redelivered: bool,
+        _log_stem: &Path,
+    ) -> Result<i64, StoreError> {
+        self.next_row += 1;
+        let again = if redelivered { " redelivered" } else { "" };
+        self.writes.borrow_mut().push(format!("starting {step} #{attempt}{again} row {}", self.next_row));
+        Ok(self.next_row)
+    }
+
+    async fn attempt_spawned(&mut self, row: i64, _pid: u32, _proc_start: Option<u64>) -> Result<(), StoreError> {
+        self.writes.borrow_mut().push(format!("spawned row {row}"));
+        Ok(())
+    }
+
+    async fn attempt_finished(
+        &mut self,
+        row: i64,
+        result: &AttemptResult,
+        update: &StepUpdate,
+    ) -> Result<(), StoreError> {
+        let error = result.error.as_ref().map_or(String::new(), |e| format!(" {}", e.class));
+        let update = match update {
+            StepUpdate::Waiting { next_attempt, wake_at } => {
+                format!("waiting for #{next_attempt} until +{:?}", since_base(*wake_at))
+            }
+            other => format!("{other:?}"),
+        };
+        let outcome = result.outcome;
+        self.writes.borrow_mut().push(format!("finished row {row} {outcome:?}{error} -> {update}"));
+        Ok(())
+    }
+
+    async fn run_finished(&mut self, status: RunStatus, failed_step: Option<&str>) -> Result<(), StoreError> {
+        self.writes.borrow_mut().push(format!("run {status:?} {failed_step:?}"));
+        Ok(())
+    }
+}
+
+/// The runner's signals, sent by the test.
+struct FakeSignals(mpsc::UnboundedReceiver<Signal>);
+
+impl SignalSource for FakeSignals {
+    fn try_next(&mut self) -> Option<Signal> {
+        self.0.try_recv().ok()
+    }
+
+    async fn next(&mut self) -> Signal {
+        match self.0.recv().await {
+            Some(sig) => sig,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// Wall-clock time when a test begins.
+const BASE: SystemTime = SystemTime::UNIX_EPOCH;
+
+/// A wall clock that moves with tokio's (paused) clock, from [`BASE`].
+struct FakeClock(Instant);
+
+impl Clock for FakeClock {
+    fn now(&self) -> SystemTime {
+        BASE + (Instant::now() - self.0)
+    }
+}
+
+struct Recorder(Shared<Envelope>);
+
+impl Reporter for Recorder {
+    fn report(&mut self, event: &Envelope) {
+        self.0.borrow_mut().push(event.clone());
+    }
+}
+
+/// The contents of a shared record once the run is over.
+fn take<T: Clone>(shared: Shared<T>) -> Vec<T> {
+    shared.borrow().clone()
+}
+
+/// What a run did.
+struct Ran {
+    outcome: RunOutcome,
+    spawned: Vec<Spawned>,
+    writes: Vec<String>,
+    events: Vec<Envelope>,
+    leftovers_checked: Vec<String>,
+    /// How long the run took, by tokio's clock.
+    took: Duration,
+}
+
+impl Ran {
+    /// The attempts' (step, attempt, start time in seconds).
+    fn schedule(&self) -> Vec<(&str, u32, f64)> {
+        self.spawned.iter().map(|s| (s.step.as_str(), s.attempt, s.at.as_secs_f64())).collect()
+    }
+
+    /// The events' kinds in order, with the step where there is one.
+    fn kinds(&self) -> Vec<String> {
+        self.events
+            .iter()
+            .map(|e| {
+                let json = serde_json::to_value(e).expect("events serialise");
+                let kind = json["kind"].as_str().unwrap_or("?").to_owned();
+                match json["step"].as_str() {
+                    Some(step) => format!("{kind} {step}"),
+                    None => kind,
+                }
+            })
+            .collect()
+    }
+
+    fn attempt_finished(&self) -> Vec<(u32, AttemptEnd, Option<String>, Option<StopReason>)> {
+        self.events
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::AttemptFinished { attempt, outcome, error, stopped, .. } => {
+                    Some((*attempt, *outcome, error.as_ref().map(|e| e.class.clone()), *stopped))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+struct Test {
+    flow: Arc<Flow>,
+    records: Vec<StepRecord>,
+    resumed: bool,
+    seed: u64,
+    /// Signals to send, at these times since the start.
+    signals: Vec<(Duration, Signal)>,
+}
+
+fn flow(toml: &str) -> Arc<Flow> {
+    match crate::flow::parse(toml, Path::new("/nonexistent/flow.toml")) {
+        Ok((flow, _)) => Arc::new(flow),
+        Err(e) => panic!("test flow is invalid: {e:?}"),
+    }
+}
+
+fn pending(name: &str) -> StepRecord {
+    StepRecord {
+        name: name.to_owned(),
+        state: StepState::Pending,
+        attempts_used: 0,
+        budget_base: 0,
+        last_error: None,
+        started_at: None,
+        ended_at: None,
+    }
+}
+
+impl Test {
+    fn new(toml: &str) -> Test {
+        let flow = flow(toml);
+        let records = flow.steps.iter().map(|s| pending(&s.name)).collect();
+        Test { flow, records, resumed: false, seed: 7, signals: Vec::new() }
+    }
+
+    async fn run(self, script: impl FnMut(&str, u32) -> Script + 'static) -> Ran {
+        let begin = Instant::now();
+        let (spawned, writes, events, leftovers): (Shared<Spawned>, Shared<String>, Shared<Envelope>, Shared<String>) =
+            Default::default();
+        let (sig_tx, sig_rx) = mpsc::unbounded_channel();
+        for (after, sig) in self.signals {
+            let tx = sig_tx.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(after).await;
+                let _ = tx.send(sig);
+            });
+        }
+        let parts = Parts {
+            launcher: FakeLauncher {
+                script: Box::new(script),
+                spawned: Rc::clone(&spawned),
+                leftovers_checked: Rc::clone(&leftovers),
+                begin,
+                next_pid: 1000,
+            },
+            journal: FakeJournal { writes: Rc::clone(&writes), next_row: 0 },
+            signals: FakeSignals(sig_rx),
+            clock: FakeClock(begin),
+            rng: fastrand::Rng::with_seed(self.seed),
+            crash_after: None,
+        };
+        let mut emitter = Emitter::with_clock(vec![Box::new(Recorder(Rc::clone(&events)))], || BASE);
+        emitter.set_run("r1");
+        let spec = RunSpec { flow: self.flow, run_id: "r1".into(), steps: self.records, resumed: self.resumed };
+        let outcome = Dispatcher::new(spec, parts, &mut emitter).expect("set up").run().await.expect("runs");
+        let took = Instant::now() - begin;
+        drop(emitter);
+        Ran {
+            outcome,
+            spawned: take(spawned),
+            writes: take(writes),
+            events: take(events),
+            leftovers_checked: take(leftovers),
+            took,
+        }
+    }
+}
+
+const FLAKY: &str = r#"
+[errors]
+BadInput = []
+[exit_codes]
+"3" = "ConnectionError"
+"4" = "BadInput"
+[[step]]
+name = "a"
+run = ["fetch"]
+retry = { attempts = 3, exception_types = ["ConnectionError"], backoff_seconds = 1, backoff_multiplier = 2 }
+[[step]]
+name = "b"
+run = ["load"]
+"#;
+
+#[tokio::test(start_paused = true)]
+async fn retries_until_the_budget_is_spent() {
+    let ran = Test::new(FLAKY).run(|_, _| exit(5, 3)).await;
+    assert_eq!(ran.outcome, RunOutcome::Failed);
+    // Each attempt runs 5 s; the waits before retries 1 and 2 are 1 s and 2 s.
+    assert_eq!(ran.schedule(), [("a", 1, 0.0), ("a", 2, 6.0), ("a", 3, 13.0)]);
+    assert_eq!(ran.took, secs(18));
+    let ce = Some("ConnectionError".to_owned());
+    assert_eq!(
+        ran.attempt_finished(),
+        [
+            (1, AttemptEnd::Failed, ce.clone(), None),
+            (2, AttemptEnd::Failed, ce.clone(), None),
+            (3, AttemptEnd::Failed, ce, Some(StopReason::Exhausted)),
+        ]
+    );
+    assert_eq!(
+        ran.writes,
+        [
+            "starting a #1 row 1",
+            "spawned row 1",
+            "finished row 1 Failed ConnectionError -> waiting for #2 until +6s",
+            "starting a #2 row 2",
+            "spawned row 2",
+            "finished row 2 Failed ConnectionError -> waiting for #3 until +13s",
+            "starting a #3 row 3",
+            "spawned row 3",
+            "finished row 3 Failed ConnectionError -> Failed",
+            "run Failed Some(\"a\")",
+        ]
+    );
+    assert_eq!(
+        ran.kinds(),
+        [
+            "run_started",
+            "step_ready a",
+            "step_started a",
+            "attempt_started a",
+            "attempt_finished a",
+            "step_waiting a",
+            "attempt_started a",
+            "attempt_finished a",
+            "step_waiting a",
+            "attempt_started a",
+            "attempt_finished a",
+            "step_finished a",
+            "run_finished",
+        ]
+    );
+    // Every event is stamped: 1, 2, 3, … and the run's id.
+    assert!(ran.events.iter().enumerate().all(|(i, e)| e.seq == i as u64 + 1 && e.run_id.as_deref() == Some("r1")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn backoff_wakes_at_the_recorded_time_and_jitter_follows_the_seed() {
+    let jittery = FLAKY.replace("backoff_multiplier = 2", "backoff_multiplier = 2, jitter = true");
+    let run = |seed| {
+        let jittery = jittery.clone();
+        async move {
+            let mut test = Test::new(&jittery);
+            test.seed = seed;
+            test.run(|_, _| exit(5, 3)).await
+        }
+    };
+    let ran = run(1).await;
+    let waits: Vec<RetryPlan> = ran
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::StepWaiting { retry, .. } => Some(*retry),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(waits.len(), 2);
+    // The next attempt starts when the recorded wake-up time comes, after the wait the event
+    // announced (an attempt runs 5 s), to tokio's timer resolution of a millisecond.
+    let starts: Vec<Duration> = ran.spawned.iter().map(|s| s.at).collect();
+    let on_time = |actual: Duration, due: Duration| actual >= due && actual - due < Duration::from_millis(1);
+    assert!(on_time(starts[1], secs(5) + waits[0].delay), "{starts:?} {waits:?}");
+    assert!(on_time(starts[2], starts[1] + secs(5) + waits[1].delay), "{starts:?} {waits:?}");
+    assert!(on_time(starts[1], since_base(waits[0].wake_at)), "{starts:?} {waits:?}");
+    assert!(on_time(starts[2], since_base(waits[1].wake_at)), "{starts:?} {waits:?}");
+    // Full jitter: each wait is within [0, nominal].
+    assert!(waits[0].delay <= secs(1) && waits[1].delay <= secs(2), "{waits:?}");
+    // The same seed gives the same schedule; another seed another one.
+    assert_eq!(run(1).await.schedule(), ran.schedule());
+    let seeds: Vec<_> = [2, 3, 4, 5].into_iter().collect();
+    let mut differs = false;
+    for seed in seeds {
+        differs |= run(seed).await.schedule() != ran.schedule();
+    }
+    assert!(differs, "jitter ignores the seed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_error_the_filter_does_not_match_stops_at_once() {
+    let ran = Test::new(FLAKY).run(|_, _| exit(2, 4)).await;
+    assert_eq!(ran.outcome, RunOutcome::Failed);
+    assert_eq!(ran.schedule(), [("a", 1, 0.0)]);
+    assert_eq!(ran.took, secs(2));
+    assert_eq!(
+        ran.attempt_finished(),
+        [(1, AttemptEnd::Failed, Some("BadInput".to_owned()), Some(StopReason::NotRetryable))]
+    );
+    assert_eq!(ran.writes.last().map(String::as_str), Some("run Failed Some(\"a\")"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn steps_run_in_file_order_each_after_the_previous_succeeded() {
+    let ran = Test::new(FLAKY).run(|step, _| if step == "a" { exit(3, 0) } else { exit(4, 0) }).await;
+    assert_eq!(ran.outcome, RunOutcome::Succeeded);
+    assert_eq!(ran.schedule(), [("a", 1, 0.0), ("b", 1, 3.0)]);
+    assert_eq!(ran.took, secs(7));
+    assert_eq!(ran.writes.last().map(String::as_str), Some("run Succeeded None"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_counts_from_the_issue_and_is_not_retried_by_an_ordinary_policy() {
+    let flow = r#"
+[[step]]
+name = "a"
+run = ["slow"]
+timeout = 3
+retry = { attempts = 4, exception_types = ["Exception"] }
+"#;
+    let ran = Test::new(flow).run(|_, _| Script::Hang).await;
+    assert_eq!(ran.outcome, RunOutcome::Failed);
+    assert_eq!(ran.took, secs(3));
+    assert_eq!(
+        ran.attempt_finished(),
+        [(1, AttemptEnd::Failed, Some("ActionTimeout".to_owned()), Some(StopReason::NotRetryable))]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_program_that_cannot_start_is_an_attempt_failure_that_retries() {
+    let flow = r#"
+[[step]]
+name = "a"
+run = ["nope"]
+retry = { attempts = 2, exception_types = ["Exception"], backoff_seconds = 10 }
+"#;
+    let ran = Test::new(flow).run(|_, attempt| if attempt == 1 { Script::NotStarted } else { exit(1, 0) }).await;
+    assert_eq!(ran.outcome, RunOutcome::Succeeded);
+    assert_eq!(ran.schedule(), [("a", 1, 0.0), ("a", 2, 10.0)]);
+    let pids: Vec<Option<u32>> = ran
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::AttemptStarted { pid, .. } => Some(*pid),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(pids, [None, Some(1001)]);
+    assert_eq!(ran.attempt_finished()[0].2.as_deref(), Some("ActionExecutionNotStarted"));
+    // No pid is recorded for an attempt that never started.
+    assert_eq!(
+        ran.writes[..2],
+        ["starting a #1 row 1", "finished row 1 Failed ActionExecutionNotStarted -> waiting for #2 until +10s"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_signal_during_an_attempt_cancels_it_and_the_run_is_interrupted() {
+    let mut test = Test::new(FLAKY);
+    test.signals = vec![(secs(2), Signal(nix::sys::signal::Signal::SIGTERM))];
+    let ran = test.run(|_, _| Script::Hang).await;
+    assert_eq!(ran.outcome, RunOutcome::Interrupted { signal: 15 });
+    assert_eq!(ran.took, secs(2));
+    assert_eq!(ran.schedule(), [("a", 1, 0.0)]);
+    assert_eq!(ran.attempt_finished(), [(1, AttemptEnd::Cancelled, None, None)]);
+    // The cancelled attempt does not count: the step is pending again with the same number.
+    assert_eq!(ran.writes[2..], ["finished row 1 Cancelled -> Pending", "run Interrupted None"]);
+    assert!(ran.kinds().contains(&"cancelling".to_owned()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_signal_during_a_backoff_ends_the_run_without_waiting_it_out() {
+    let slow = FLAKY.replace("backoff_seconds = 1", "backoff_seconds = 600");
+    let mut test = Test::new(&slow);
+    test.signals = vec![(secs(10), Signal(nix::sys::signal::Signal::SIGINT))];
+    let ran = test.run(|_, _| exit(1, 3)).await;
+    assert_eq!(ran.outcome, RunOutcome::Interrupted { signal: 2 });
+    assert_eq!(ran.took, secs(10));
+    assert_eq!(ran.schedule(), [("a", 1, 0.0)]);
+    // The wait stays recorded: a resumed run serves the rest of it.
+    assert_eq!(
+        ran.writes[2..],
+        ["finished row 1 Failed ConnectionError -> waiting for #2 until +601s", "run Interrupted None"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn resume_redelivers_an_in_flight_attempt_under_the_same_number() {
+    let mut test = Test::new(FLAKY);
+    test.resumed = true;
+    test.records[0].attempts_used = 2;
+    test.records[0].state = StepState::InFlight { attempt: 2, row: 41, pid: Some(4242), proc_start: None };
+    let ran = test.run(|_, _| exit(1, 0)).await;
+    assert_eq!(ran.outcome, RunOutcome::Succeeded);
+    assert_eq!(ran.leftovers_checked, ["a"], "the dead runner's attempt is made sure dead first");
+    assert_eq!(
+        ran.spawned.iter().map(|s| (s.step.as_str(), s.attempt, s.redelivered)).collect::<Vec<_>>(),
+        [("a", 2, true), ("b", 1, false)]
+    );
+    assert_eq!(ran.writes[0], "starting a #2 redelivered row 1");
+    assert_eq!(ran.kinds()[0], "run_resumed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn resume_serves_the_rest_of_a_recorded_backoff_and_skips_finished_steps() {
+    let mut test = Test::new(FLAKY);
+    test.resumed = true;
+    test.records[0].state = StepState::Succeeded;
+    test.records[1].attempts_used = 1;
+    // Recorded as waking 30 s after the test begins (the fake wall clock starts at BASE).
+    test.records[1].state = StepState::Waiting { next_attempt: 2, wake_at: BASE + secs(30) };
+    let ran = test.run(|_, _| exit(1, 0)).await;
+    assert_eq!(ran.outcome, RunOutcome::Succeeded);
+    assert_eq!(ran.schedule(), [("b", 2, 30.0)]);
+    assert_eq!(ran.kinds()[..3], ["run_resumed", "step_skipped a", "step_waiting b"]);
+}

@@ -1,0 +1,81 @@
+//! The evidence reader: turns an attempt that ended badly into an error, from what it left
+//! behind (its error file, the tail of its stderr) and how it ended. The classification itself is
+//! `classify`'s; this part reads the files, no-follow, and never fails: what cannot be read is
+//! no evidence.
+
+use crate::classify::{self, Ending, ErrorSource, ErrorValue, Evidence, error_file};
+use crate::flow::{Flow, Step};
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
+
+/// How much of an attempt's stderr is kept for tracebacks and the failure report.
+const STDERR_TAIL: u64 = 64 * 1024;
+/// How much of it the failure report repeats at most.
+const REPORT_TAIL: u64 = 4096;
+
+/// The error of attempt `attempt` of `step`, whose files are at `stem` and whose stderr starts at
+/// `stderr_from` in its log, and warnings for the user about the evidence.
+pub(crate) fn read(
+    flow: &Flow,
+    step: &Step,
+    attempt: u32,
+    ending: &Ending,
+    stem: &Path,
+    stderr_from: u64,
+) -> (ErrorValue, Vec<String>) {
+    let (stderr_tail, stderr_cut) = read_tail(&stem.with_extension("stderr"), stderr_from, STDERR_TAIL);
+    let evidence = Evidence {
+        classes: &flow.classes,
+        step_codes: &step.exit_codes,
+        flow_codes: &flow.exit_codes,
+        detect_tracebacks: step.detect_tracebacks,
+        error_file: error_file::read_error_file(&stem.with_extension("error.json")),
+        stderr_tail: &stderr_tail,
+    };
+    let (mut error, mut warnings) = classify::classify(ending, evidence);
+    // A traceback longer than the tail has lost its header and is not recognised: say so rather
+    // than report a plain exit status as if nothing were there.
+    if stderr_cut
+        && step.detect_tracebacks
+        && *ending == Ending::Exited(1)
+        && matches!(error.source, ErrorSource::ExitStatus | ErrorSource::ExitCodeMapping)
+        && ends_with_cut_traceback(&stderr_tail)
+    {
+        let kib = STDERR_TAIL / 1024;
+        error.message.push_str(&format!(" (the traceback may be cut: stderr tail is {kib} KiB; use an error file)"));
+        warnings.push(format!(
+            "attempt {attempt}: stderr ends like a Python traceback longer than the {kib} KiB that waymark reads, \
+             so its error class was not recognised; report the error through WAYMARK_ERROR_FILE \
+             (examples/helpers/waymark_errors.py does it for Python)"
+        ));
+    }
+    (error, warnings)
+}
+
+/// The end of an attempt's stderr, for the failure report.
+pub(crate) fn report_tail(stem: &Path, stderr_from: u64) -> String {
+    read_tail(&stem.with_extension("stderr"), stderr_from, REPORT_TAIL).0
+}
+
+/// The last `max` bytes of a file after offset `from`, lossily decoded, and whether there were
+/// more than `max` after `from` (the tail is cut); empty if it cannot be read.
+fn read_tail(path: &Path, from: u64, max: u64) -> (String, bool) {
+    let Ok(mut f) = crate::fsutil::open_read_nofollow(path) else { return (String::new(), false) };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let cut = len.saturating_sub(from) > max;
+    let start = len.saturating_sub(max).max(from);
+    if f.seek(SeekFrom::Start(start)).is_err() {
+        return (String::new(), cut);
+    }
+    let mut buf = Vec::new();
+    let _ = f.take(max).read_to_end(&mut buf);
+    (String::from_utf8_lossy(&buf).into_owned(), cut)
+}
+
+/// Whether `tail` ends like a Python traceback whose header was cut off: from its first frame
+/// line on, it parses as a traceback once the header is put back.
+fn ends_with_cut_traceback(tail: &str) -> bool {
+    let Some(frame) = tail.find("\n  File \"") else { return false };
+    let rebuilt = format!("Traceback (most recent call last):{}", &tail[frame..]);
+    classify::traceback::parse_traceback(&rebuilt).is_some()
+}

@@ -1,0 +1,238 @@
+//! The launcher: prepares an attempt's files and environment, spawns its child in a process group
+//! of its own, and hands the child to a [`Supervisor`] task that reports back to the dispatcher.
+//! The dispatcher sees only the [`Launcher`] trait, so tests drive it with a fake.
+
+use super::supervise::{Control, Output, Supervisor};
+use super::{ExecError, Msg, unix};
+use crate::flow::{Flow, Step};
+use crate::store::{StateDir, StepRecord, StepState};
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+/// One attempt, recorded as starting and about to be spawned.
+pub(crate) struct Attempt {
+    pub(crate) step_index: usize,
+    pub(crate) step: Arc<Step>,
+    pub(crate) attempt: u32,
+    pub(crate) max_attempts: u32,
+    /// Run again after its runner died or was stopped.
+    pub(crate) redelivered: bool,
+    /// The attempt's row in the store: its output and its end are tagged with it.
+    pub(crate) row: i64,
+    /// Its files without their extension (see [`StateDir::attempt_stem`]).
+    pub(crate) stem: PathBuf,
+    /// When its timeout passes: its clock started when the attempt was issued.
+    pub(crate) deadline: Option<Instant>,
+}
+
+/// What became of a spawn.
+#[derive(Debug)]
+pub(crate) enum Launched {
+    /// The child runs; its supervisor will send [`Msg::Done`].
+    Running {
+        pid: u32,
+        /// The child's start time, which identifies it across pid reuse after a runner crash.
+        proc_start: Option<u64>,
+        /// Where this attempt's output starts in its stderr log (earlier executions precede it).
+        stderr_from: u64,
+    },
+    /// The program could not be started: the attempt's own failure (`ActionExecutionNotStarted`).
+    NotStarted { why: String, stderr_from: u64 },
+}
+
+/// How the dispatcher starts and stops attempts.
+pub(crate) trait Launcher {
+    /// Make the attempt's files ready (its step's log directory, an empty error file); returns
+    /// the attempt's file stem.
+    fn prepare(&mut self, step: &Step, attempt: u32) -> Result<PathBuf, ExecError>;
+    /// An attempt's file stem, whether or not it was prepared by this runner.
+    fn stem(&self, step: &str, attempt: u32) -> PathBuf;
+    /// Spawn the attempt; its supervisor reports its output and its end to `events`.
+    fn spawn(
+        &mut self,
+        attempt: Attempt,
+        control: watch::Receiver<Control>,
+        events: &mpsc::Sender<Msg>,
+    ) -> Result<Launched, ExecError>;
+    /// SIGKILL an attempt's whole process group now.
+    fn kill(&mut self, pid: u32);
+    /// Make sure an attempt left in flight by a dead runner is dead; a message for the user when
+    /// something had to be killed, an error when something would not die.
+    fn kill_leftovers(&mut self, step: &StepRecord) -> Result<Option<String>, ExecError>;
+    /// Where a step's logs are.
+    fn log_dir(&self, step: &str) -> PathBuf;
+}
+
+/// The launcher of real child processes.
+pub(crate) struct ProcessLauncher {
+    flow: Arc<Flow>,
+    run_id: String,
+    state: StateDir,
+    /// Steps whose log directory this runner has made sure exists.
+    log_dirs: HashSet<String>,
+}
+
+impl ProcessLauncher {
+    pub(crate) fn new(flow: Arc<Flow>, run_id: String, state: StateDir) -> ProcessLauncher {
+        ProcessLauncher { flow, run_id, state, log_dirs: HashSet::new() }
+    }
+
+    fn env(&self, a: &Attempt, attempt_id: &str) -> Vec<(String, String)> {
+        let step = &a.step;
+        let mut env: Vec<(String, String)> =
+            self.flow.env.iter().chain(&step.env).map(|(k, v)| (k.clone(), v.clone())).collect();
+        env.extend([
+            ("WAYMARK_RUN_ID".to_owned(), self.run_id.clone()),
+            ("WAYMARK_FLOW".to_owned(), self.flow.name.clone()),
+            ("WAYMARK_STEP".to_owned(), step.name.clone()),
+            ("WAYMARK_ATTEMPT".to_owned(), a.attempt.to_string()),
+            ("WAYMARK_MAX_ATTEMPTS".to_owned(), a.max_attempts.to_string()),
+            ("WAYMARK_ERROR_FILE".to_owned(), a.stem.with_extension("error.json").display().to_string()),
+            (unix::ATTEMPT_ID_VAR.to_owned(), attempt_id.to_owned()),
+        ]);
+        env
+    }
+}
+
+impl Launcher for ProcessLauncher {
+    fn prepare(&mut self, step: &Step, attempt: u32) -> Result<PathBuf, ExecError> {
+        let files_err = |path: &Path, source| ExecError::Files { path: path.to_owned(), source };
+        if !self.log_dirs.contains(&step.name) {
+            let dir = self.state.step_logs(&self.run_id, &step.name);
+            crate::store::create_private_dir(&dir).map_err(|e| files_err(&dir, e))?;
+            self.log_dirs.insert(step.name.clone());
+        }
+        let stem = self.stem(&step.name, attempt);
+        let error_path = stem.with_extension("error.json");
+        crate::classify::error_file::create_error_file(&error_path).map_err(|e| files_err(&error_path, e))?;
+        Ok(stem)
+    }
+
+    fn spawn(
+        &mut self,
+        a: Attempt,
+        control: watch::Receiver<Control>,
+        events: &mpsc::Sender<Msg>,
+    ) -> Result<Launched, ExecError> {
+        let attempt_id = attempt_id(&self.run_id, a.row);
+        let files_err = |path: &Path, source| ExecError::Files { path: path.to_owned(), source };
+        let stdout_log = a.stem.with_extension("stdout");
+        let stderr_log = a.stem.with_extension("stderr");
+        let (out_log, _) = open_log(&stdout_log, &a).map_err(|e| files_err(&stdout_log, e))?;
+        let (err_log, stderr_from) = open_log(&stderr_log, &a).map_err(|e| files_err(&stderr_log, e))?;
+        let step = Arc::clone(&a.step);
+        if !step.workdir.is_dir() {
+            let why = format!("working directory {} does not exist or is not a directory", step.workdir.display());
+            return Ok(Launched::NotStarted { why, stderr_from });
+        }
+        let argv = step.command.argv();
+        let pipe_err = |e| files_err(Path::new("pipe"), e);
+        let (out_r, out_w) = std::io::pipe().map_err(pipe_err)?;
+        let (err_r, err_w) = std::io::pipe().map_err(pipe_err)?;
+        let mut cmd = tokio::process::Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .envs(self.env(&a, &attempt_id))
+            .current_dir(&step.workdir)
+            .stdin(std::process::Stdio::null())
+            .stdout(out_w)
+            .stderr(err_w)
+            .process_group(0)
+            .kill_on_drop(false);
+        let child = match cmd.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                let why = spawn_failure(&argv[0], &step.workdir, &e);
+                return Ok(Launched::NotStarted { why, stderr_from });
+            }
+        };
+        // `cmd` still holds the write ends; drop it so the readers see EOF when the child exits.
+        drop(cmd);
+        let outputs = [
+            Output { pipe: out_r, log: out_log, log_path: stdout_log },
+            Output { pipe: err_r, log: err_log, log_path: stderr_log },
+        ];
+        let supervisor = Supervisor::watch(child, attempt_id, a.step_index, a.row, outputs, events);
+        let pid = supervisor.pid();
+        let proc_start = unix::process_start_time(pid);
+        let (tx, index, deadline) = (events.clone(), a.step_index, a.deadline);
+        tokio::spawn(async move {
+            let (end, notes) = supervisor.supervise(step, deadline, control).await;
+            let _ = tx.send(Msg::Done { step: index, end, notes }).await;
+        });
+        Ok(Launched::Running { pid, proc_start, stderr_from })
+    }
+
+    fn stem(&self, step: &str, attempt: u32) -> PathBuf {
+        self.state.attempt_stem(&self.run_id, step, attempt)
+    }
+
+    fn kill(&mut self, pid: u32) {
+        unix::kill_group(pid);
+    }
+
+    fn kill_leftovers(&mut self, step: &StepRecord) -> Result<Option<String>, ExecError> {
+        kill_leftovers(&self.run_id, step)
+    }
+
+    fn log_dir(&self, step: &str) -> PathBuf {
+        self.state.step_logs(&self.run_id, step)
+    }
+}
+
+/// Open a log for appending; returns it with its length before this attempt. Where an earlier
+/// execution of the same attempt left output, a line marks where this one begins.
+fn open_log(path: &Path, a: &Attempt) -> std::io::Result<(File, u64)> {
+    let mut file = crate::fsutil::open_append_private(path)?;
+    let mut len = file.metadata()?.len();
+    if len > 0 {
+        let text = format!(
+            "\n==> waymark: attempt {} {} at {} <==\n",
+            a.attempt,
+            if a.redelivered { "redelivered" } else { "runs again" },
+            humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+        );
+        file.write_all(text.as_bytes())?;
+        len += text.len() as u64;
+    }
+    Ok((file, len))
+}
+
+/// Why the program could not be executed, in words that say what to fix.
+fn spawn_failure(program: &str, workdir: &Path, e: &std::io::Error) -> String {
+    let path_like = program.contains('/');
+    match e.kind() {
+        std::io::ErrorKind::NotFound if !path_like => format!("program `{program}` not found in PATH"),
+        std::io::ErrorKind::NotFound if workdir.join(program).exists() => {
+            format!("cannot execute `{program}`: its #! interpreter (or a library it needs) was not found")
+        }
+        std::io::ErrorKind::NotFound => format!("program `{program}` not found"),
+        std::io::ErrorKind::PermissionDenied => format!("program `{program}` is not executable: {e}"),
+        _ => format!("cannot start `{program}`: {e}"),
+    }
+}
+
+/// The `WAYMARK_ATTEMPT_ID` of an attempt: unique per execution, inherited by all its processes.
+fn attempt_id(run_id: &str, row: i64) -> String {
+    format!("{run_id}.{row}")
+}
+
+/// Make sure an attempt that was in flight when its runner died is dead: its process group
+/// (checked against the recorded start time) and any of its processes that left the group.
+/// Returns a message for the user when something had to be killed.
+/// An error when some would not die: the attempt must not run twice at once.
+pub(crate) fn kill_leftovers(run_id: &str, step: &StepRecord) -> Result<Option<String>, ExecError> {
+    let StepState::InFlight { attempt, row, pid, proc_start } = &step.state else { return Ok(None) };
+    let (killed, survivors) =
+        unix::kill_leftovers(*pid, *proc_start, &attempt_id(run_id, *row), Duration::from_secs(5));
+    if !survivors.is_empty() {
+        return Err(ExecError::Leftovers { step: step.name.clone(), attempt: *attempt, pids: survivors });
+    }
+    Ok((killed > 0)
+        .then(|| format!("killed {killed} leftover process(es) of attempt {attempt} from the previous runner")))
+}
