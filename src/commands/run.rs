@@ -245,7 +245,7 @@ fn execute(
             "run {} in {}: {what}; the database was changed behind waymark's back: `waymark run --fresh` \
              starts the flow anew",
             record.id,
-            store.location().display(),
+            store.location(),
         ))
     })?;
     let log_dir = state.run_logs(&record.id);
@@ -276,10 +276,10 @@ fn execute(
 }
 
 /// The flow a run recorded when it started, through its versioned record.
-fn recorded_flow(record: &RunRecord, location: &Path) -> Result<Flow, CliError> {
+fn recorded_flow(record: &RunRecord, location: &str) -> Result<Flow, CliError> {
     RunDefinition::parse(&record.definition)
         .and_then(RunDefinition::into_flow)
-        .map_err(|error| StoreError::Record { path: location.to_owned(), run_id: record.id.clone(), error }.into())
+        .map_err(|error| StoreError::Record { location: location.to_owned(), run_id: record.id.clone(), error }.into())
 }
 
 /// The recorded steps in the definition's order, matched by name (never by position): every step
@@ -306,7 +306,7 @@ fn no_steps_is_an_error(record: &RunRecord, steps: &[StepRecord], store: &dyn St
             "run {} in {} has no steps recorded, so it cannot be resumed (its steps were deleted behind \
              waymark's back); nothing ran: `waymark run --fresh FLOW` starts the flow anew",
             record.id,
-            store.location().display()
+            store.location()
         )));
     }
     Ok(())

@@ -49,8 +49,8 @@ pub enum StoreError {
     )]
     BadState { location: String, table: &'static str, run_id: String, what: String },
     /// A run's recorded definition that this binary cannot read (see `record`).
-    #[error("run {run_id} in {path}: {error}")]
-    Record { path: PathBuf, run_id: String, error: record::RecordError },
+    #[error("run {run_id} in {location}: {error}")]
+    Record { location: String, run_id: String, error: record::RecordError },
     #[error("no run with id `{0}` in the state directory")]
     NoSuchRun(String),
 }
@@ -366,8 +366,9 @@ impl RunJournal for InlineJournal<'_> {
 /// Everything else the commands need of a store: choosing, claiming and reading runs back. The
 /// embedded [`SqliteStore`] implements it; a shared database for fleets of hosts can too.
 pub trait Store: RunLog {
-    /// Where the state lives, for messages.
-    fn location(&self) -> &std::path::Path;
+    /// Where the state lives, for messages: the database file, or what a networked store can
+    /// name (never a path other code may open).
+    fn location(&self) -> &str;
     /// Record a new run of `flow`, all steps pending, owned by this process.
     fn create_run(&mut self, flow: &crate::flow::Flow, source_hash: &str) -> Result<RunRecord, StoreError>;
     fn run(&self, id: &str) -> Result<RunRecord, StoreError>;

@@ -85,6 +85,8 @@ CREATE INDEX attempts_by_step ON attempts (run_id, step, attempt);
 pub struct SqliteStore {
     conn: Connection,
     path: PathBuf,
+    /// `path` as shown in messages (see [`Store::location`]).
+    location: String,
     /// The SQL for a run's [`FlowKey`]: the `flow_key` column, or, in a schema-1 database that a
     /// read-only command cannot migrate, [`LEGACY_KEY`].
     key_sql: &'static str,
@@ -223,6 +225,11 @@ fn new_run_id() -> String {
 }
 
 impl SqliteStore {
+    fn with(conn: Connection, path: PathBuf, key_sql: &'static str, attempt_host_sql: &'static str) -> SqliteStore {
+        let location = path.display().to_string();
+        SqliteStore { conn, path, location, key_sql, attempt_host_sql }
+    }
+
     /// Open (creating if needed) the database in `state_dir`.
     pub fn open(state_dir: &StateDir) -> Result<SqliteStore, StoreError> {
         let path = state_dir.db();
@@ -235,7 +242,7 @@ impl SqliteStore {
         let conn = Connection::open_with_flags(&path, flags).map_err(sql)?;
         // The database holds commands and errors: keep it private like the logs.
         let _ = std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600));
-        let mut store = SqliteStore { conn, path, key_sql: "flow_key", attempt_host_sql: "host" };
+        let mut store = SqliteStore::with(conn, path, "flow_key", "host");
         store.init().map_err(|e| failure(&store.path, e))?;
         let found: i64 = store.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|e| store.sql(e))?;
         if found > SCHEMA_VERSION {
@@ -251,7 +258,7 @@ impl SqliteStore {
         let path = state_dir.db();
         let empty = || -> Result<SqliteStore, StoreError> {
             let conn = Connection::open_in_memory().map_err(|e| failure(&path, e))?;
-            let mut store = SqliteStore { conn, path: path.clone(), key_sql: "flow_key", attempt_host_sql: "host" };
+            let mut store = SqliteStore::with(conn, path.clone(), "flow_key", "host");
             store.init().map_err(|e| failure(&path, e))?;
             Ok(store)
         };
@@ -293,7 +300,7 @@ impl SqliteStore {
         let key_sql = if found < 2 { LEGACY_KEY } else { "flow_key" };
         // Attempts recorded before schema 3 have no host.
         let attempt_host_sql = if found < 3 { "NULL" } else { "host" };
-        Ok(SqliteStore { conn, path, key_sql, attempt_host_sql })
+        Ok(SqliteStore::with(conn, path, key_sql, attempt_host_sql))
     }
 
     /// A run and its steps, read in one transaction: a consistent snapshot.
@@ -337,7 +344,7 @@ impl SqliteStore {
         match source {
             rusqlite::Error::FromSqlConversionFailure(column, kind, e) => match e.downcast::<BadRow>() {
                 Ok(bad) => StoreError::BadState {
-                    location: self.path.display().to_string(),
+                    location: self.location.clone(),
                     table: bad.table,
                     run_id: bad.run_id,
                     what: bad.what,
@@ -413,8 +420,8 @@ impl SqliteStore {
 }
 
 impl Store for SqliteStore {
-    fn location(&self) -> &Path {
-        &self.path
+    fn location(&self) -> &str {
+        &self.location
     }
 
     fn create_run(&mut self, flow: &Flow, source_hash: &str) -> Result<RunRecord, StoreError> {
