@@ -6,7 +6,9 @@ use crate::flow::{self, Flow};
 use crate::reporter::PlainReporter;
 use crate::store::lock::FlowLock;
 use crate::store::record::RunDefinition;
-use crate::store::{FlowKey, RunRecord, RunStatus, StateDir, StepRecord, Store, StoreError, create_private_dir};
+use crate::store::{
+    FlowKey, InlineJournal, Lease, RunRecord, RunStatus, StateDir, StepRecord, Store, StoreError, create_private_dir,
+};
 use anyhow::Context;
 use std::path::Path;
 use std::sync::Arc;
@@ -29,6 +31,8 @@ pub(crate) fn run(
     let signals = listen_for_signals()?;
     let mut store = open_store(state)?;
     let hash = source_hash(&loaded.source);
+    // Who this runner is, in the lease of the run it creates or claims.
+    let owner = Lease::new_owner();
     let mut found = store.find_resumable(&key)?;
     // The lock of the key a run of this file was recorded under, if it is resumed from there.
     let mut _sibling_lock = None;
@@ -50,11 +54,12 @@ pub(crate) fn run(
         }
     }
     let stale = found.as_ref().and_then(|old| too_old(old, loaded.flow.resume_within));
-    let (record, resumed) = match found {
+    let owned = match found {
         Some(old) if fresh => {
             abandon(store.as_mut(), &old)?;
             note!("waymark: abandoned unfinished run {}", old.id);
-            (store.create_run(&loaded.flow, &hash)?, false)
+            let (record, lease) = store.create_run(&loaded.flow, &hash, &owner)?;
+            Owned { record, lease, resumed: false }
         }
         Some(old) if stale.is_some() => {
             let limit = stale.unwrap_or_default();
@@ -68,7 +73,8 @@ pub(crate) fn run(
                 flow_path.display(),
                 old.id
             );
-            (store.create_run(&loaded.flow, &hash)?, false)
+            let (record, lease) = store.create_run(&loaded.flow, &hash, &owner)?;
+            Owned { record, lease, resumed: false }
         }
         Some(old) => {
             if old.flow_path != loaded.flow.path {
@@ -89,16 +95,17 @@ pub(crate) fn run(
                     old.id
                 );
             }
-            store.claim(&old.id)?;
-            (old, true)
+            let lease = store.claim(&old.id, &owner)?;
+            Owned { record: old, lease, resumed: true }
         }
         None => {
             mention_runs_of_this_file_under_another_key(store.as_ref(), &loaded.flow.path, &key)?;
             mention_runs_of_a_moved_file(store.as_ref(), &loaded.flow)?;
-            (store.create_run(&loaded.flow, &hash)?, false)
+            let (record, lease) = store.create_run(&loaded.flow, &hash, &owner)?;
+            Owned { record, lease, resumed: false }
         }
     };
-    execute(state, store, lock, signals, &record, resumed, quiet)
+    execute(state, store, lock, signals, owned, quiet)
 }
 
 /// An unfinished run of this very file under the other kind of key with the same flow name: the
@@ -216,8 +223,8 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, quiet: bool) ->
         RunStatus::Failed => store.reopen_failed(run_id)?,
         RunStatus::Running | RunStatus::Interrupted => {}
     }
-    store.claim(run_id)?;
-    execute(state, store, lock, signals, &record, true, quiet)
+    let lease = store.claim(run_id, &Lease::new_owner())?;
+    execute(state, store, lock, signals, Owned { record, lease, resumed: true }, quiet)
 }
 
 /// Listen for the runner's signals from the moment it holds the lock (waiting for the lock stays
@@ -227,15 +234,23 @@ fn listen_for_signals() -> Result<RunnerSignals, CliError> {
     RunnerSignals::install().context("cannot install the runner's signal handlers").map_err(CliError::Internal)
 }
 
+/// The run this runner goes on with: created or claimed, with the lease that gave it.
+struct Owned {
+    record: RunRecord,
+    lease: Lease,
+    resumed: bool,
+}
+
 fn execute(
     state: &StateDir,
     mut store: Box<dyn Store>,
     mut lock: FlowLock,
     signals: RunnerSignals,
-    record: &RunRecord,
-    resumed: bool,
+    owned: Owned,
     quiet: bool,
 ) -> Result<i32, CliError> {
+    let Owned { record, lease, resumed } = owned;
+    let record = &record;
     let flow: Flow = recorded_flow(record, store.location())?;
     lock.describe_holder(&record.id);
     // Read again: `resume` of a failed run has just reopened its failed step. A run with no steps
@@ -254,7 +269,8 @@ fn execute(
     let mut reporter = PlainReporter::new(quiet);
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
-    let outcome = match Executor::new(spec, store.as_mut(), &mut reporter, signals) {
+    let mut journal = InlineJournal { log: store.as_mut(), run_id: record.id.clone(), lease };
+    let outcome = match Executor::new(spec, &mut journal, &mut reporter, signals) {
         Ok(executor) => runtime.block_on(executor.run()),
         Err(e) => Err(e),
     };
@@ -268,6 +284,8 @@ fn execute(
         Ok(RunOutcome::Succeeded) => Ok(EXIT_OK),
         Ok(RunOutcome::Failed) => Ok(EXIT_FAILED),
         Ok(RunOutcome::Interrupted { signal }) => Ok(128 + signal),
+        // Another runner owns the run now: resuming it here is not this runner's to suggest.
+        Err(e @ ExecError::Store(StoreError::LeaseLost { .. })) => Err(CliError::Internal(exec_error(e))),
         Err(e) => {
             let context = format!("run {} stopped; `waymark run` resumes it once the cause is fixed", record.id);
             Err(CliError::Internal(exec_error(e).context(context)))

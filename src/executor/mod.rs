@@ -17,7 +17,7 @@ use crate::flow::{Flow, Signal, Step};
 use crate::reporter::Reporter;
 use crate::retry::Decision;
 use crate::store::{
-    AttemptOutcome, AttemptResult, RunLog, RunStatus, StateDir, StepRecord, StepState, StepUpdate, StoreError,
+    AttemptOutcome, AttemptResult, RunJournal, RunStatus, StateDir, StepRecord, StepState, StepUpdate, StoreError,
 };
 use attempt::{AttemptSpec, Control, End, SpawnError};
 use std::io::{Read, Seek, SeekFrom};
@@ -122,11 +122,11 @@ pub(crate) struct RunSpec {
     pub(crate) resumed: bool,
 }
 
-pub(crate) struct Executor<'a> {
+pub(crate) struct Executor<'a, J: RunJournal> {
     flow: Arc<Flow>,
     run_id: String,
     state: StateDir,
-    store: &'a mut dyn RunLog,
+    store: &'a mut J,
     reporter: &'a mut dyn Reporter,
     steps: Vec<StepSlot>,
     rng: fastrand::Rng,
@@ -142,15 +142,15 @@ pub(crate) struct Executor<'a> {
     crash_after: Option<String>,
 }
 
-impl<'a> Executor<'a> {
+impl<'a, J: RunJournal> Executor<'a, J> {
     /// Set up a run from its recorded state. An attempt left in flight by a dead runner is made
     /// sure to be dead first; an error if some of its processes will not die.
     pub(crate) fn new(
         spec: RunSpec,
-        store: &'a mut dyn RunLog,
+        store: &'a mut J,
         reporter: &'a mut dyn Reporter,
         signals: RunnerSignals,
-    ) -> Result<Executor<'a>, ExecError> {
+    ) -> Result<Executor<'a, J>, ExecError> {
         let (tx, rx) = mpsc::channel(256);
         let resumed = spec.resumed;
         let done = spec.steps.iter().filter(|s| s.state == StepState::Succeeded).count();
@@ -237,16 +237,16 @@ impl<'a> Executor<'a> {
         };
         loop {
             if self.cancelled.is_none() {
-                self.start_ready()?;
+                self.start_ready().await?;
             }
             if self.running == 0
                 && let Some(outcome) = self.finished()
             {
-                return self.finish(outcome);
+                return self.finish(outcome).await;
             }
             let wake = self.next_wake();
             tokio::select! {
-                Some(msg) = self.rx.recv() => self.handle(msg)?,
+                Some(msg) = self.rx.recv() => self.handle(msg).await?,
                 _ = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {}
                 sig = next_signal() => self.on_signal(Signal(sig)),
             }
@@ -278,7 +278,7 @@ impl<'a> Executor<'a> {
     }
 
     /// Steps run in file order: the first unfinished step runs once all before it succeeded.
-    fn start_ready(&mut self) -> Result<(), ExecError> {
+    async fn start_ready(&mut self) -> Result<(), ExecError> {
         let Some(index) = self.steps.iter().position(|s| !matches!(s.slot, Slot::Succeeded)) else {
             return Ok(());
         };
@@ -288,14 +288,14 @@ impl<'a> Executor<'a> {
             Slot::Waiting { attempt, wake } if wake <= now => (attempt, false),
             _ => return Ok(()),
         };
-        self.start_attempt(index, attempt, redelivered)
+        self.start_attempt(index, attempt, redelivered).await
     }
 
     fn attempt_stem(&self, step: &Step, attempt: u32) -> PathBuf {
         self.state.attempt_stem(&self.run_id, &step.name, attempt)
     }
 
-    fn start_attempt(&mut self, index: usize, attempt: u32, redelivered: bool) -> Result<(), ExecError> {
+    async fn start_attempt(&mut self, index: usize, attempt: u32, redelivered: bool) -> Result<(), ExecError> {
         let issued = Instant::now();
         let step = Arc::clone(&self.steps[index].step);
         let max_attempts = self.steps[index].max_attempts();
@@ -309,7 +309,7 @@ impl<'a> Executor<'a> {
         let error_path = stem.with_extension("error.json");
         error_file::create_error_file(&error_path).map_err(|e| files_err(&error_path, e))?;
         // The start is durable before the child exists.
-        let row = self.store.attempt_starting(&self.run_id, &step.name, attempt, redelivered, &stem)?;
+        let row = self.store.attempt_starting(&step.name, attempt, redelivered, &stem).await?;
         let attempt_id = attempt_id(&self.run_id, row);
         let mut env: Vec<(String, String)> =
             self.flow.env.iter().chain(&step.env).map(|(k, v)| (k.clone(), v.clone())).collect();
@@ -341,7 +341,7 @@ impl<'a> Executor<'a> {
         };
         let pid = spawned.as_ref().map_or(0, |r| r.pid);
         if let Ok(running) = &spawned
-            && let Err(e) = self.store.attempt_spawned(row, pid, unix::process_start_time(pid))
+            && let Err(e) = self.store.attempt_spawned(row, pid, unix::process_start_time(pid)).await
         {
             // Without its pid on record a later resume could not find this child: stop it.
             unix::kill_group(running.pid);
@@ -366,11 +366,11 @@ impl<'a> Executor<'a> {
                 });
                 Ok(())
             }
-            Err(why) => self.attempt_failed(index, Ending::NotStarted(why), None),
+            Err(why) => self.attempt_failed(index, Ending::NotStarted(why), None).await,
         }
     }
 
-    fn handle(&mut self, msg: Msg) -> Result<(), ExecError> {
+    async fn handle(&mut self, msg: Msg) -> Result<(), ExecError> {
         match msg {
             Msg::Output { step, row, stream, chunk } => {
                 if self.is_current(step, row) {
@@ -390,16 +390,18 @@ impl<'a> Executor<'a> {
                     self.reporter.report(&Event::Warning { step: Some(self.steps[step].step.name.clone()), message });
                 }
                 match end {
-                    End::Exited(unix::ExitKind::Code(0)) => self.attempt_succeeded(step),
+                    End::Exited(unix::ExitKind::Code(0)) => self.attempt_succeeded(step).await,
                     End::Exited(unix::ExitKind::Code(code)) => {
-                        self.attempt_failed(step, Ending::Exited(code), Some(code))
+                        self.attempt_failed(step, Ending::Exited(code), Some(code)).await
                     }
-                    End::Exited(unix::ExitKind::Signal(sig)) => self.attempt_failed(step, Ending::Signaled(sig), None),
+                    End::Exited(unix::ExitKind::Signal(sig)) => {
+                        self.attempt_failed(step, Ending::Signaled(sig), None).await
+                    }
                     End::TimedOut => {
                         let t = self.steps[step].step.timeout.unwrap_or_default();
-                        self.attempt_failed(step, Ending::TimedOut(t), None)
+                        self.attempt_failed(step, Ending::TimedOut(t), None).await
                     }
-                    End::Cancelled => self.attempt_cancelled(step),
+                    End::Cancelled => self.attempt_cancelled(step).await,
                 }
             }
         }
@@ -423,7 +425,7 @@ impl<'a> Executor<'a> {
         }
     }
 
-    fn attempt_succeeded(&mut self, index: usize) -> Result<(), ExecError> {
+    async fn attempt_succeeded(&mut self, index: usize) -> Result<(), ExecError> {
         let (attempt, row, elapsed) = self.take_running(index);
         let result = AttemptResult {
             outcome: AttemptOutcome::Succeeded,
@@ -432,14 +434,14 @@ impl<'a> Executor<'a> {
             error: None,
             ended_at: SystemTime::now(),
         };
-        self.store.attempt_finished(row, &result, &StepUpdate::Succeeded)?;
+        self.store.attempt_finished(row, &result, &StepUpdate::Succeeded).await?;
         self.crash_point(index);
         self.steps[index].slot = Slot::Succeeded;
         self.reporter.report(&Event::AttemptSucceeded { step: self.steps[index].step.name.clone(), attempt, elapsed });
         Ok(())
     }
 
-    fn attempt_cancelled(&mut self, index: usize) -> Result<(), ExecError> {
+    async fn attempt_cancelled(&mut self, index: usize) -> Result<(), ExecError> {
         let (attempt, row, _) = self.take_running(index);
         let result = AttemptResult {
             outcome: AttemptOutcome::Cancelled,
@@ -448,12 +450,12 @@ impl<'a> Executor<'a> {
             error: None,
             ended_at: SystemTime::now(),
         };
-        self.store.attempt_finished(row, &result, &StepUpdate::Pending)?;
+        self.store.attempt_finished(row, &result, &StepUpdate::Pending).await?;
         self.steps[index].slot = Slot::Ready { attempt, redelivered: true };
         Ok(())
     }
 
-    fn attempt_failed(&mut self, index: usize, ending: Ending, exit_code: Option<i32>) -> Result<(), ExecError> {
+    async fn attempt_failed(&mut self, index: usize, ending: Ending, exit_code: Option<i32>) -> Result<(), ExecError> {
         let (attempt, row, _) = self.take_running(index);
         let step = Arc::clone(&self.steps[index].step);
         let stem = self.attempt_stem(&step, attempt);
@@ -509,7 +511,7 @@ impl<'a> Executor<'a> {
             error: Some(error.clone()),
             ended_at: SystemTime::now(),
         };
-        self.store.attempt_finished(row, &result, &update)?;
+        self.store.attempt_finished(row, &result, &update).await?;
         self.crash_point(index);
         self.steps[index].slot = match retry {
             Some((delay, _)) => Slot::Waiting { attempt: attempt + 1, wake: Instant::now() + delay },
@@ -544,14 +546,14 @@ impl<'a> Executor<'a> {
         self.reporter.report(&Event::Cancelling { signal: sig.number(), forced });
     }
 
-    fn finish(&mut self, outcome: RunOutcome) -> Result<RunOutcome, ExecError> {
+    async fn finish(&mut self, outcome: RunOutcome) -> Result<RunOutcome, ExecError> {
         let failed = self.steps.iter().find(|s| matches!(s.slot, Slot::Failed));
         let (status, failed_step) = match outcome {
             RunOutcome::Succeeded => (RunStatus::Succeeded, None),
             RunOutcome::Failed => (RunStatus::Failed, failed.map(|s| s.step.name.as_str())),
             RunOutcome::Interrupted { .. } => (RunStatus::Interrupted, None),
         };
-        self.store.run_finished(&self.run_id, status, failed_step)?;
+        self.store.run_finished(status, failed_step).await?;
         let failure = match (outcome, failed) {
             (RunOutcome::Failed, Some(s)) => s.last_error.clone().map(|error| {
                 let stem = self.attempt_stem(&s.step, s.last_attempt);
