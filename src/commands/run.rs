@@ -7,7 +7,7 @@ use crate::reporter::PlainReporter;
 use crate::store::lock::FlowLock;
 use crate::store::record::RunDefinition;
 use crate::store::{
-    FlowKey, InlineJournal, Lease, RunRecord, RunStatus, StateDir, StepRecord, Store, StoreError, create_private_dir,
+    FlowKey, Lease, RunRecord, RunStatus, StateDir, StepRecord, Store, StoreError, ThreadJournal, create_private_dir,
 };
 use anyhow::Context;
 use std::path::Path;
@@ -243,7 +243,7 @@ struct Owned {
 
 fn execute(
     state: &StateDir,
-    mut store: Box<dyn Store>,
+    store: Box<dyn Store>,
     mut lock: FlowLock,
     signals: RunnerSignals,
     owned: Owned,
@@ -269,13 +269,18 @@ fn execute(
     let mut reporter = PlainReporter::new(quiet);
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
-    let mut journal = InlineJournal { log: store.as_mut(), run_id: record.id.clone(), lease };
+    // From here on the run is written by the journal's thread, which owns the store connection.
+    let location = store.location().to_owned();
+    let mut journal = ThreadJournal::start(store, location, record.id.clone(), lease)
+        .context("cannot start the thread that writes the run's state")?;
     let outcome = match Executor::new(spec, &mut journal, &mut reporter, signals) {
         Ok(executor) => runtime.block_on(executor.run()),
         Err(e) => Err(e),
     };
-    // Only once the runtime (and every attempt task in it) is gone may another runner take over.
+    // Only once the runtime (and every attempt task in it) is gone, and every write sent is made,
+    // may another runner take over.
     drop(runtime);
+    drop(journal);
     drop(lock);
     // From here on a signal ends waymark at once, even while the last output is written.
     crate::executor::restore_default_signals();

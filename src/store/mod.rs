@@ -1,6 +1,25 @@
-//! Durable run state behind a small interface. The executor writes through [`RunLog`]; the
-//! commands read runs back through [`Store`]. `sqlite` is the embedded implementation.
+//! Durable run state behind a small interface, and which part owns what:
+//!
+//! - [`StateDir`] (`statedir.rs`) owns the state directory: checked (ours, writable by no one else)
+//!   and resolved once; every path under it (database, lock files, logs) is built by it alone.
+//! - `FlowLock` (`lock.rs`) keeps one runner per flow: an OS file lock on the
+//!   flow's lock file, released by the kernel when its holder dies. It is how the SQLite store
+//!   makes a lease exclusive.
+//! - A [`Store`] owns the records (runs, steps, attempts): the commands create, claim, choose and
+//!   read runs through it. [`SqliteStore`] (`sqlite.rs`) is the embedded one; a shared database
+//!   can be another. Its failures are [`StoreError`]s by kind, naming a printable location, never
+//!   a path for other code to open.
+//! - A [`Lease`] (`lease.rs`) is a runner's ownership of one run: an owner id and a fencing token,
+//!   given by `create_run` or `claim`. Every write of the runner ([`RunLog`]) carries it and is
+//!   checked in its own transaction; once another runner has claimed the run, the write is
+//!   [`StoreError::LeaseLost`] and changes nothing.
+//! - A `RunJournal` is how the runner writes its run, each write a future, with the run id and the
+//!   lease bound in. `ThreadJournal` (`journal.rs`) owns the store connection on a writer thread,
+//!   so the runner's timers never wait for the disk (or another process's lock); the runner drops
+//!   it, which makes every write it sent, before it releases the flow's lock.
+//! - `state.rs` owns the states and their legal moves; `record.rs` the versioned run record.
 
+pub(crate) mod journal;
 pub(crate) mod lease;
 pub(crate) mod record;
 pub(crate) mod sqlite;
@@ -10,6 +29,7 @@ use crate::classify::ErrorValue;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
+pub(crate) use journal::ThreadJournal;
 pub use lease::Lease;
 pub use lock::LockError;
 pub use record::RecordError;
@@ -361,7 +381,7 @@ pub(crate) trait RunJournal {
 }
 
 /// A journal that writes through a [`RunLog`] on the caller's thread (each write blocks until it
-/// is durable, and the caller's timers with it).
+/// is durable, and the caller's timers with it); the runner uses a [`ThreadJournal`].
 #[allow(dead_code)]
 pub(crate) struct InlineJournal<'a> {
     pub(crate) log: &'a mut dyn RunLog,
@@ -397,7 +417,7 @@ impl RunJournal for InlineJournal<'_> {
 
 /// Everything else the commands need of a store: choosing, claiming and reading runs back. The
 /// embedded [`SqliteStore`] implements it; a shared database for fleets of hosts can too.
-pub trait Store: RunLog {
+pub trait Store: RunLog + Send {
     /// Where the state lives, for messages: the database file, or what a networked store can
     /// name (never a path other code may open).
     fn location(&self) -> &str;
