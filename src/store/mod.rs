@@ -446,7 +446,9 @@ pub trait Store: RunLog + Send {
     /// Take over a run in this process for `owner`: status `running`, our pid and host, and a new
     /// lease whose token fences off every earlier owner's writes.
     fn claim(&mut self, run_id: &str, owner: &str) -> Result<Lease, StoreError>;
-    /// Give failed steps a fresh attempt budget (for `waymark resume` of a failed run).
+    /// Give failed steps a fresh attempt budget (for `waymark resume` of a failed run). Made under
+    /// the flow's lock just before the claim, so it carries no lease (nor do `set_status`, which
+    /// abandons a run this runner does not own, and `delete_finished`).
     fn reopen_failed(&mut self, run_id: &str) -> Result<(), StoreError>;
     fn set_status(&mut self, run_id: &str, status: RunStatus) -> Result<(), StoreError>;
     /// Finished runs (succeeded, failed, abandoned) that ended before `cutoff`, oldest first.
