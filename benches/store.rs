@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant, SystemTime};
 use waymark::classify::{ErrorSource, ErrorValue};
 use waymark::flow::parse;
-use waymark::store::{AttemptOutcome, AttemptResult, RunLog, SqliteStore, StateDir, StepUpdate, Store};
+use waymark::store::{AttemptOutcome, AttemptResult, Lease, RunLog, SqliteStore, StateDir, StepUpdate, Store};
 
 fn main() {
     let n: u32 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(3000);
@@ -18,7 +18,7 @@ fn main() {
     let mut store = SqliteStore::open(&state).expect("store");
     let source = "[[step]]\nname = 's'\nrun = ['true']\nretry = {}\n";
     let (flow, _) = parse(source, &dir.path().join("bench.toml")).expect("flow");
-    let run = store.create_run(&flow, "0").expect("run");
+    let (run, lease) = store.create_run(&flow, "0", &Lease::new_owner()).expect("run");
     let error = ErrorValue {
         class: "CalledProcessError".into(),
         bases: vec!["SubprocessError".into(), "Exception".into(), "BaseException".into()],
@@ -29,8 +29,8 @@ fn main() {
     let mut time = |update: &StepUpdate, outcome: AttemptOutcome| -> Duration {
         let start = Instant::now();
         for attempt in 1..=n {
-            let row = store.attempt_starting(&run.id, "s", attempt, false, &stem).unwrap();
-            store.attempt_spawned(row, 4242, Some(1)).unwrap();
+            let row = store.attempt_starting(&lease, &run.id, "s", attempt, false, &stem).unwrap();
+            store.attempt_spawned(&lease, row, 4242, Some(1)).unwrap();
             let result = AttemptResult {
                 outcome,
                 exit_code: Some(1),
@@ -38,7 +38,7 @@ fn main() {
                 error: Some(error.clone()),
                 ended_at: SystemTime::now(),
             };
-            store.attempt_finished(row, &result, update).unwrap();
+            store.attempt_finished(&lease, row, &result, update).unwrap();
         }
         start.elapsed() / n
     };

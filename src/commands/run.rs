@@ -12,7 +12,7 @@ use crate::reporter::PlainReporter;
 use crate::store::lock::FlowLock;
 use crate::store::record::RunDefinition;
 use crate::store::{
-    FlowKey, InlineJournal, RunRecord, RunStatus, StateDir, StepRecord, Store, StoreError, create_private_dir,
+    FlowKey, Lease, RunRecord, RunStatus, StateDir, StepRecord, Store, StoreError, ThreadJournal, create_private_dir,
 };
 use anyhow::Context;
 use std::path::Path;
@@ -37,6 +37,8 @@ pub(crate) fn run(
     let signals = listen_for_signals()?;
     let mut store = open_store(state)?;
     let hash = source_hash(&loaded.source);
+    // Who this runner is, in the lease of the run it creates or claims.
+    let owner = Lease::new_owner();
     let mut found = store.find_resumable(&key)?;
     // The lock of the key a run of this file was recorded under, if it is resumed from there.
     let mut _sibling_lock = None;
@@ -64,15 +66,17 @@ pub(crate) fn run(
     }
     let stale = found.as_ref().and_then(|old| too_old(old, loaded.flow.resume_within));
     let abandoned = |reason| Event::RunAbandoned { flow: name.clone(), file: flow_path.to_owned(), reason };
-    let (record, resumed) = match found {
+    let owned = match found {
         Some(old) if fresh => {
             abandon(store.as_mut(), &mut events, &old, abandoned(AbandonReason::Fresh))?;
-            (store.create_run(&loaded.flow, &hash)?, false)
+            let (record, lease) = store.create_run(&loaded.flow, &hash, &owner)?;
+            Owned { record, lease, resumed: false }
         }
         Some(old) if stale.is_some() => {
             let (age, limit) = stale.unwrap_or_default();
             abandon(store.as_mut(), &mut events, &old, abandoned(AbandonReason::Stale { age, limit }))?;
-            (store.create_run(&loaded.flow, &hash)?, false)
+            let (record, lease) = store.create_run(&loaded.flow, &hash, &owner)?;
+            Owned { record, lease, resumed: false }
         }
         Some(old) => {
             events.set_run(&old.id);
@@ -101,16 +105,17 @@ pub(crate) fn run(
                     ),
                 );
             }
-            store.claim(&old.id)?;
-            (old, true)
+            let lease = store.claim(&old.id, &owner)?;
+            Owned { record: old, lease, resumed: true }
         }
         None => {
             mention_runs_of_this_file_under_another_key(store.as_ref(), &mut events, &loaded.flow.path, &key)?;
             mention_runs_of_a_moved_file(store.as_ref(), &mut events, &loaded.flow)?;
-            (store.create_run(&loaded.flow, &hash)?, false)
+            let (record, lease) = store.create_run(&loaded.flow, &hash, &owner)?;
+            Owned { record, lease, resumed: false }
         }
     };
-    execute(state, store, lock, signals, events, &record, resumed)
+    execute(state, store, lock, signals, events, owned)
 }
 
 /// The run's emitter, with the terminal's reporter.
@@ -257,8 +262,8 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, quiet: bool) ->
         RunStatus::Failed => store.reopen_failed(run_id)?,
         RunStatus::Running | RunStatus::Interrupted => {}
     }
-    store.claim(run_id)?;
-    execute(state, store, lock, signals, events, &record, true)
+    let lease = store.claim(run_id, &Lease::new_owner())?;
+    execute(state, store, lock, signals, events, Owned { record, lease, resumed: true })
 }
 
 /// Listen for the runner's signals from the moment it holds the lock (waiting for the lock stays
@@ -268,15 +273,23 @@ fn listen_for_signals() -> Result<RunnerSignals, CliError> {
     RunnerSignals::install().context("cannot install the runner's signal handlers").map_err(CliError::Internal)
 }
 
+/// The run this runner goes on with: created or claimed, with the lease that gave it.
+struct Owned {
+    record: RunRecord,
+    lease: Lease,
+    resumed: bool,
+}
+
 fn execute(
     state: &StateDir,
-    mut store: Box<dyn Store>,
+    store: Box<dyn Store>,
     mut lock: FlowLock,
     signals: RunnerSignals,
     mut events: Emitter,
-    record: &RunRecord,
-    resumed: bool,
+    owned: Owned,
 ) -> Result<i32, CliError> {
+    let Owned { record, lease, resumed } = owned;
+    let record = &record;
     events.set_run(&record.id);
     let flow: Flow = recorded_flow(record, store.location())?;
     lock.describe_holder(&record.id);
@@ -287,7 +300,7 @@ fn execute(
             "run {} in {}: {what}; the database was changed behind waymark's back: `waymark run --fresh` \
              starts the flow anew",
             record.id,
-            store.location().display(),
+            store.location(),
         ))
     })?;
     let log_dir = state.run_logs(&record.id);
@@ -295,7 +308,11 @@ fn execute(
     let spec = RunSpec { flow: Arc::new(flow), run_id: record.id.clone(), steps, resumed };
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
-    let journal = InlineJournal { log: store.as_mut(), run_id: record.id.clone() };
+    // From here on the run is written by the journal's thread, which owns the store connection;
+    // the dispatcher drops the journal when it is done, which waits until every write sent is made.
+    let location = store.location().to_owned();
+    let journal = ThreadJournal::start(store, location, record.id.clone(), lease)
+        .context("cannot start the thread that writes the run's state")?;
     let outcome = runtime.block_on(crate::executor::execute(spec, state.clone(), journal, signals, &mut events));
     // Only once the runtime (and every attempt task in it) is gone may another runner take over.
     drop(runtime);
@@ -308,6 +325,8 @@ fn execute(
         Ok(RunOutcome::Succeeded) => Ok(EXIT_OK),
         Ok(RunOutcome::Failed) => Ok(EXIT_FAILED),
         Ok(RunOutcome::Interrupted { signal }) => Ok(128 + signal),
+        // Another runner owns the run now: resuming it here is not this runner's to suggest.
+        Err(e @ ExecError::Store(StoreError::LeaseLost { .. })) => Err(CliError::Internal(exec_error(e))),
         Err(e) => {
             let context = format!("run {} stopped; `waymark run` resumes it once the cause is fixed", record.id);
             Err(CliError::Internal(exec_error(e).context(context)))
@@ -316,10 +335,10 @@ fn execute(
 }
 
 /// The flow a run recorded when it started, through its versioned record.
-fn recorded_flow(record: &RunRecord, location: &Path) -> Result<Flow, CliError> {
+fn recorded_flow(record: &RunRecord, location: &str) -> Result<Flow, CliError> {
     RunDefinition::parse(&record.definition)
         .and_then(RunDefinition::into_flow)
-        .map_err(|error| StoreError::Record { path: location.to_owned(), run_id: record.id.clone(), error }.into())
+        .map_err(|error| StoreError::Record { location: location.to_owned(), run_id: record.id.clone(), error }.into())
 }
 
 /// The recorded steps in the definition's order, matched by name (never by position): every step
@@ -346,7 +365,7 @@ fn no_steps_is_an_error(record: &RunRecord, steps: &[StepRecord], store: &dyn St
             "run {} in {} has no steps recorded, so it cannot be resumed (its steps were deleted behind \
              waymark's back); nothing ran: `waymark run --fresh FLOW` starts the flow anew",
             record.id,
-            store.location().display()
+            store.location()
         )));
     }
     Ok(())

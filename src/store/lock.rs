@@ -1,6 +1,11 @@
 //! One runner per flow: an OS file lock per flow (per [`FlowKey`], named by
 //! [`FlowKey::lock_file_name`]), released by the kernel when the holder
 //! dies, so there are no stale pid files to clean up.
+//!
+//! The lock is also what makes a run's lease (see `lease`) exclusive in the SQLite store: a runner
+//! takes it before it creates or claims a run, and releases it only after its last write. The
+//! lease's token is checked on every write all the same, for when the lock does not hold (its
+//! file deleted under a live runner, a file system whose locks do not work).
 
 use super::FlowKey;
 use super::statedir::{self, StateDir, TrustError};

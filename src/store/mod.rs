@@ -1,6 +1,26 @@
-//! Durable run state behind a small interface. The executor writes through [`RunLog`]; the
-//! commands read runs back through [`Store`]. `sqlite` is the embedded implementation.
+//! Durable run state behind a small interface, and which part owns what:
+//!
+//! - [`StateDir`] (`statedir.rs`) owns the state directory: checked (ours, writable by no one else)
+//!   and resolved once; every path under it (database, lock files, logs) is built by it alone.
+//! - `FlowLock` (`lock.rs`) keeps one runner per flow: an OS file lock on the
+//!   flow's lock file, released by the kernel when its holder dies. It is how the SQLite store
+//!   makes a lease exclusive.
+//! - A [`Store`] owns the records (runs, steps, attempts): the commands create, claim, choose and
+//!   read runs through it. [`SqliteStore`] (`sqlite.rs`) is the embedded one; a shared database
+//!   can be another. Its failures are [`StoreError`]s by kind, naming a printable location, never
+//!   a path for other code to open.
+//! - A [`Lease`] (`lease.rs`) is a runner's ownership of one run: an owner id and a fencing token,
+//!   given by `create_run` or `claim`. Every write of the runner ([`RunLog`]) carries it and is
+//!   checked in its own transaction; once another runner has claimed the run, the write is
+//!   [`StoreError::LeaseLost`] and changes nothing.
+//! - A `RunJournal` is how the runner writes its run, each write a future, with the run id and the
+//!   lease bound in. `ThreadJournal` (`journal.rs`) owns the store connection on a writer thread,
+//!   so the runner's timers never wait for the disk (or another process's lock); the runner drops
+//!   it, which makes every write it sent, before it releases the flow's lock.
+//! - `state.rs` owns the states and their legal moves; `record.rs` the versioned run record.
 
+pub(crate) mod journal;
+pub(crate) mod lease;
 pub(crate) mod record;
 pub(crate) mod sqlite;
 pub(crate) mod state;
@@ -9,6 +29,8 @@ use crate::classify::ErrorValue;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
+pub(crate) use journal::ThreadJournal;
+pub use lease::Lease;
 pub use lock::LockError;
 pub use record::RecordError;
 pub use sqlite::SqliteStore;
@@ -49,10 +71,21 @@ pub enum StoreError {
     )]
     BadState { location: String, table: &'static str, run_id: String, what: String },
     /// A run's recorded definition that this binary cannot read (see `record`).
-    #[error("run {run_id} in {path}: {error}")]
-    Record { path: PathBuf, run_id: String, error: record::RecordError },
+    #[error("run {run_id} in {location}: {error}")]
+    Record { location: String, run_id: String, error: record::RecordError },
     #[error("no run with id `{0}` in the state directory")]
     NoSuchRun(String),
+    /// A write by a runner whose lease was taken: another runner claimed the run since (see
+    /// `lease`). The write changed nothing.
+    #[error(
+        "run {run_id} in {location} was taken over by another runner ({holder}) while this runner ({owner}) \
+         was running it; this runner stops: its attempts are killed and their outcomes are not recorded, and \
+         the run goes on under the other runner (`waymark status {run_id}` shows it); two runners held the \
+         run at once, so its flow's lock did not keep the second one out: do not delete the lock files under \
+         the state directory's `locks/` while a runner is active, and keep the state directory on a local \
+         file system"
+    )]
+    LeaseLost { run_id: String, location: String, owner: String, holder: String },
 }
 
 fn failure_message(kind: StoreErrorKind, location: &str, detail: &str) -> String {
@@ -80,7 +113,10 @@ impl StoreError {
     pub fn kind(&self) -> Option<StoreErrorKind> {
         match self {
             StoreError::Failed { kind, .. } => Some(*kind),
-            StoreError::BadState { .. } | StoreError::Record { .. } | StoreError::NoSuchRun(_) => None,
+            StoreError::BadState { .. }
+            | StoreError::Record { .. }
+            | StoreError::NoSuchRun(_)
+            | StoreError::LeaseLost { .. } => None,
         }
     }
 
@@ -283,11 +319,14 @@ impl StepUpdate {
     }
 }
 
-/// The executor's view of the store: every write it makes, each one transaction.
+/// The executor's view of the store: every write it makes, each one transaction. Each write
+/// carries the runner's [`Lease`] on the run, checked in the same transaction: a lease that a
+/// later claim replaced fails the write with [`StoreError::LeaseLost`], which changes nothing.
 pub trait RunLog {
     /// Commit that an attempt is about to be spawned. Returns the attempt's row id.
     fn attempt_starting(
         &mut self,
+        lease: &Lease,
         run_id: &str,
         step: &str,
         attempt: u32,
@@ -295,18 +334,30 @@ pub trait RunLog {
         log_stem: &std::path::Path,
     ) -> Result<i64, StoreError>;
     /// Record the spawned child's pid and start time (to kill it after a runner crash).
-    fn attempt_spawned(&mut self, row: i64, pid: u32, proc_start: Option<u64>) -> Result<(), StoreError>;
+    fn attempt_spawned(&mut self, lease: &Lease, row: i64, pid: u32, proc_start: Option<u64>)
+    -> Result<(), StoreError>;
     /// Commit an attempt's outcome together with what it does to its step.
-    fn attempt_finished(&mut self, row: i64, result: &AttemptResult, update: &StepUpdate) -> Result<(), StoreError>;
+    fn attempt_finished(
+        &mut self,
+        lease: &Lease,
+        row: i64,
+        result: &AttemptResult,
+        update: &StepUpdate,
+    ) -> Result<(), StoreError>;
     /// Commit the run's final (or interrupted) status.
-    fn run_finished(&mut self, run_id: &str, status: RunStatus, failed_step: Option<&str>) -> Result<(), StoreError>;
+    fn run_finished(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        status: RunStatus,
+        failed_step: Option<&str>,
+    ) -> Result<(), StoreError>;
 }
 
 /// The runner's writes to the run it owns, as futures, so that a store whose writes block (SQLite's
 /// fsync, a network round trip) never stalls the runner's timers: an implementation runs them
 /// elsewhere (a writer thread) and the dispatcher awaits the result. The run id (and the lease
 /// that owning the run gives) is bound into the journal.
-#[allow(dead_code)] // the dispatcher takes it in the runner split
 pub(crate) trait RunJournal {
     /// Commit that an attempt is about to be spawned. Returns the attempt's row id.
     async fn attempt_starting(
@@ -330,11 +381,12 @@ pub(crate) trait RunJournal {
 }
 
 /// A journal that writes through a [`RunLog`] on the caller's thread (each write blocks until it
-/// is durable).
+/// is durable, and the caller's timers with it); the runner uses a [`ThreadJournal`].
 #[allow(dead_code)]
 pub(crate) struct InlineJournal<'a> {
     pub(crate) log: &'a mut dyn RunLog,
     pub(crate) run_id: String,
+    pub(crate) lease: Lease,
 }
 
 impl RunJournal for InlineJournal<'_> {
@@ -345,10 +397,10 @@ impl RunJournal for InlineJournal<'_> {
         redelivered: bool,
         log_stem: &std::path::Path,
     ) -> Result<i64, StoreError> {
-        self.log.attempt_starting(&self.run_id, step, attempt, redelivered, log_stem)
+        self.log.attempt_starting(&self.lease, &self.run_id, step, attempt, redelivered, log_stem)
     }
     async fn attempt_spawned(&mut self, row: i64, pid: u32, proc_start: Option<u64>) -> Result<(), StoreError> {
-        self.log.attempt_spawned(row, pid, proc_start)
+        self.log.attempt_spawned(&self.lease, row, pid, proc_start)
     }
     async fn attempt_finished(
         &mut self,
@@ -356,20 +408,27 @@ impl RunJournal for InlineJournal<'_> {
         result: &AttemptResult,
         update: &StepUpdate,
     ) -> Result<(), StoreError> {
-        self.log.attempt_finished(row, result, update)
+        self.log.attempt_finished(&self.lease, row, result, update)
     }
     async fn run_finished(&mut self, status: RunStatus, failed_step: Option<&str>) -> Result<(), StoreError> {
-        self.log.run_finished(&self.run_id, status, failed_step)
+        self.log.run_finished(&self.lease, &self.run_id, status, failed_step)
     }
 }
 
 /// Everything else the commands need of a store: choosing, claiming and reading runs back. The
 /// embedded [`SqliteStore`] implements it; a shared database for fleets of hosts can too.
-pub trait Store: RunLog {
-    /// Where the state lives, for messages.
-    fn location(&self) -> &std::path::Path;
-    /// Record a new run of `flow`, all steps pending, owned by this process.
-    fn create_run(&mut self, flow: &crate::flow::Flow, source_hash: &str) -> Result<RunRecord, StoreError>;
+pub trait Store: RunLog + Send {
+    /// Where the state lives, for messages: the database file, or what a networked store can
+    /// name (never a path other code may open).
+    fn location(&self) -> &str;
+    /// Record a new run of `flow`, all steps pending, owned by `owner` (see [`Lease::new_owner`]):
+    /// its lease is the first.
+    fn create_run(
+        &mut self,
+        flow: &crate::flow::Flow,
+        source_hash: &str,
+        owner: &str,
+    ) -> Result<(RunRecord, Lease), StoreError>;
     fn run(&self, id: &str) -> Result<RunRecord, StoreError>;
     /// A run and its steps as one consistent snapshot (one read transaction).
     fn run_and_steps(&self, id: &str) -> Result<(RunRecord, Vec<StepRecord>), StoreError>;
@@ -384,9 +443,12 @@ pub trait Store: RunLog {
     fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError>;
     /// Every attempt of a run (or of one of its steps), oldest first.
     fn attempts(&self, run_id: &str, step: Option<&str>) -> Result<Vec<AttemptRecord>, StoreError>;
-    /// Take over a run in this process: status `running`, our pid and host.
-    fn claim(&mut self, run_id: &str) -> Result<(), StoreError>;
-    /// Give failed steps a fresh attempt budget (for `waymark resume` of a failed run).
+    /// Take over a run in this process for `owner`: status `running`, our pid and host, and a new
+    /// lease whose token fences off every earlier owner's writes.
+    fn claim(&mut self, run_id: &str, owner: &str) -> Result<Lease, StoreError>;
+    /// Give failed steps a fresh attempt budget (for `waymark resume` of a failed run). Made under
+    /// the flow's lock just before the claim, so it carries no lease (nor do `set_status`, which
+    /// abandons a run this runner does not own, and `delete_finished`).
     fn reopen_failed(&mut self, run_id: &str) -> Result<(), StoreError>;
     fn set_status(&mut self, run_id: &str, status: RunStatus) -> Result<(), StoreError>;
     /// Finished runs (succeeded, failed, abandoned) that ended before `cutoff`, oldest first.

@@ -4,6 +4,10 @@
 //! not a power loss), except the commits that finish a step or a run, which use `FULL` and so
 //! reach the disk before waymark goes on: a succeeded step is never run again, even after a power
 //! loss; an attempt's start or a retry's wake-up time may be lost by one, and is then redone.
+//!
+//! Leases: a run records its owner and fencing token (`lease_owner`, `lease_token`); every write of
+//! the runner checks them first, in its own transaction (see [`check_lease`]). The per-flow file
+//! lock is what makes the lease exclusive here: a runner takes it before it creates or claims a run.
 
 use super::record::RunDefinition;
 use super::*;
@@ -11,7 +15,7 @@ use crate::flow::Flow;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::path::Path;
 
-const SCHEMA_VERSION: i64 = 3;
+const SCHEMA_VERSION: i64 = 4;
 
 /// The key of a run recorded before schema 2, which had runs per flow name only: a run whose
 /// recorded path is `DIR/NAME.toml` or `DIR/NAME` (its flow name is the file's stem, the default
@@ -28,6 +32,13 @@ CREATE INDEX runs_by_key ON runs (flow_key, seq);
 /// Schema 2 to 3: each attempt records the host it ran on; older attempts have none (`NULL`).
 const MIGRATE_TO_3: &str = "
 ALTER TABLE attempts ADD COLUMN host TEXT;
+";
+
+/// Schema 3 to 4: owning a run is a lease (see `lease`). Runs recorded before have no owner and
+/// token 0; the next claim gives them token 1, so they resume as before.
+const MIGRATE_TO_4: &str = "
+ALTER TABLE runs ADD COLUMN lease_owner TEXT;
+ALTER TABLE runs ADD COLUMN lease_token INTEGER NOT NULL DEFAULT 0;
 ";
 
 /// The schema as version 1 created it; the migrations bring it to the current one, for new
@@ -85,6 +96,8 @@ CREATE INDEX attempts_by_step ON attempts (run_id, step, attempt);
 pub struct SqliteStore {
     conn: Connection,
     path: PathBuf,
+    /// `path` as shown in messages (see [`Store::location`]).
+    location: String,
     /// The SQL for a run's [`FlowKey`]: the `flow_key` column, or, in a schema-1 database that a
     /// read-only command cannot migrate, [`LEGACY_KEY`].
     key_sql: &'static str,
@@ -217,12 +230,54 @@ fn move_step(tx: &rusqlite::Transaction, run_id: &str, step: &str, to: StepStatu
     Ok(())
 }
 
+/// A write by an owner whose lease a later claim replaced: carried through rusqlite's error type
+/// like [`BadRow`], then turned into [`StoreError::LeaseLost`] by [`SqliteStore::sql`].
+#[derive(Debug, thiserror::Error)]
+#[error("run {run_id}: lease of {owner} lost to {holder}")]
+struct LostLease {
+    run_id: String,
+    owner: String,
+    holder: String,
+}
+
+/// Check, inside the writing transaction, that `lease` is still the lease of run `run_id`: the
+/// first thing every write of the runner does, so a fenced-off write changes nothing.
+fn check_lease(tx: &rusqlite::Transaction, run_id: &str, lease: &Lease) -> rusqlite::Result<()> {
+    let found: Option<(Option<String>, i64)> = tx
+        .query_row("SELECT lease_owner, lease_token FROM runs WHERE id = ?1", [run_id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let (holder, token) = found.ok_or_else(|| bad_row("runs", run_id, "the run is not recorded"))?;
+    if token == lease.token && holder.as_deref() == Some(lease.owner.as_str()) {
+        return Ok(());
+    }
+    let lost = LostLease {
+        run_id: run_id.to_owned(),
+        owner: lease.owner.clone(),
+        holder: holder.unwrap_or_else(|| "an unknown runner".to_owned()),
+    };
+    Err(rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(lost)))
+}
+
+/// The run an attempt belongs to, checking that `lease` is still that run's lease.
+fn check_lease_of_attempt(tx: &rusqlite::Transaction, row: i64, lease: &Lease) -> rusqlite::Result<String> {
+    let run_id: Option<String> =
+        tx.query_row("SELECT run_id FROM attempts WHERE row = ?1", [row], |r| r.get(0)).optional()?;
+    let run_id = run_id.ok_or_else(|| bad_row("attempts", "?", format!("attempt {row} is not recorded")))?;
+    check_lease(tx, &run_id, lease)?;
+    Ok(run_id)
+}
+
 fn new_run_id() -> String {
     const ALPHABET: &[u8] = b"0123456789abcdefghjkmnpqrstvwxyz";
     (0..8).map(|_| ALPHABET[fastrand::usize(..ALPHABET.len())] as char).collect()
 }
 
 impl SqliteStore {
+    fn with(conn: Connection, path: PathBuf, key_sql: &'static str, attempt_host_sql: &'static str) -> SqliteStore {
+        let location = path.display().to_string();
+        SqliteStore { conn, path, location, key_sql, attempt_host_sql }
+    }
+
     /// Open (creating if needed) the database in `state_dir`.
     pub fn open(state_dir: &StateDir) -> Result<SqliteStore, StoreError> {
         let path = state_dir.db();
@@ -235,7 +290,7 @@ impl SqliteStore {
         let conn = Connection::open_with_flags(&path, flags).map_err(sql)?;
         // The database holds commands and errors: keep it private like the logs.
         let _ = std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600));
-        let mut store = SqliteStore { conn, path, key_sql: "flow_key", attempt_host_sql: "host" };
+        let mut store = SqliteStore::with(conn, path, "flow_key", "host");
         store.init().map_err(|e| failure(&store.path, e))?;
         let found: i64 = store.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|e| store.sql(e))?;
         if found > SCHEMA_VERSION {
@@ -251,7 +306,7 @@ impl SqliteStore {
         let path = state_dir.db();
         let empty = || -> Result<SqliteStore, StoreError> {
             let conn = Connection::open_in_memory().map_err(|e| failure(&path, e))?;
-            let mut store = SqliteStore { conn, path: path.clone(), key_sql: "flow_key", attempt_host_sql: "host" };
+            let mut store = SqliteStore::with(conn, path.clone(), "flow_key", "host");
             store.init().map_err(|e| failure(&path, e))?;
             Ok(store)
         };
@@ -293,7 +348,7 @@ impl SqliteStore {
         let key_sql = if found < 2 { LEGACY_KEY } else { "flow_key" };
         // Attempts recorded before schema 3 have no host.
         let attempt_host_sql = if found < 3 { "NULL" } else { "host" };
-        Ok(SqliteStore { conn, path, key_sql, attempt_host_sql })
+        Ok(SqliteStore::with(conn, path, key_sql, attempt_host_sql))
     }
 
     /// A run and its steps, read in one transaction: a consistent snapshot.
@@ -327,6 +382,9 @@ impl SqliteStore {
         if version < 3 {
             tx.execute_batch(MIGRATE_TO_3)?;
         }
+        if version < 4 {
+            tx.execute_batch(MIGRATE_TO_4)?;
+        }
         if version < SCHEMA_VERSION {
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         }
@@ -337,12 +395,20 @@ impl SqliteStore {
         match source {
             rusqlite::Error::FromSqlConversionFailure(column, kind, e) => match e.downcast::<BadRow>() {
                 Ok(bad) => StoreError::BadState {
-                    location: self.path.display().to_string(),
+                    location: self.location.clone(),
                     table: bad.table,
                     run_id: bad.run_id,
                     what: bad.what,
                 },
-                Err(e) => failure(&self.path, rusqlite::Error::FromSqlConversionFailure(column, kind, e)),
+                Err(e) => match e.downcast::<LostLease>() {
+                    Ok(lost) => StoreError::LeaseLost {
+                        run_id: lost.run_id,
+                        location: self.location.clone(),
+                        owner: lost.owner,
+                        holder: lost.holder,
+                    },
+                    Err(e) => failure(&self.path, rusqlite::Error::FromSqlConversionFailure(column, kind, e)),
+                },
             },
             source => failure(&self.path, source),
         }
@@ -413,11 +479,12 @@ impl SqliteStore {
 }
 
 impl Store for SqliteStore {
-    fn location(&self) -> &Path {
-        &self.path
+    fn location(&self) -> &str {
+        &self.location
     }
 
-    fn create_run(&mut self, flow: &Flow, source_hash: &str) -> Result<RunRecord, StoreError> {
+    fn create_run(&mut self, flow: &Flow, source_hash: &str, owner: &str) -> Result<(RunRecord, Lease), StoreError> {
+        let lease = Lease { owner: owner.to_owned(), token: 1 };
         let definition = RunDefinition::from(flow).to_json();
         let host = host_name();
         let pid = std::process::id();
@@ -429,8 +496,9 @@ impl Store for SqliteStore {
                 id = new_run_id();
             }
             tx.execute(
-                "INSERT INTO runs (id, seq, flow, flow_key, flow_path, definition, source_hash, status, started_at, pid, host)
-                 VALUES (?1, ?2, ?3, ?10, ?4, ?5, ?6, 'running', ?7, ?8, ?9)",
+                "INSERT INTO runs (id, seq, flow, flow_key, flow_path, definition, source_hash, status, started_at, pid, host,
+                                   lease_owner, lease_token)
+                 VALUES (?1, ?2, ?3, ?10, ?4, ?5, ?6, 'running', ?7, ?8, ?9, ?11, ?12)",
                 params![
                     id,
                     seq,
@@ -441,7 +509,9 @@ impl Store for SqliteStore {
                     started,
                     pid,
                     host,
-                    FlowKey::of(flow).as_str()
+                    FlowKey::of(flow).as_str(),
+                    lease.owner,
+                    lease.token
                 ],
             )?;
             for (i, step) in flow.steps.iter().enumerate() {
@@ -452,7 +522,7 @@ impl Store for SqliteStore {
             }
             Ok(id)
         })?;
-        self.run(&id)
+        Ok((self.run(&id)?, lease))
     }
 
     fn run(&self, id: &str) -> Result<RunRecord, StoreError> {
@@ -589,20 +659,24 @@ impl Store for SqliteStore {
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }
 
-    fn claim(&mut self, run_id: &str) -> Result<(), StoreError> {
+    fn claim(&mut self, run_id: &str, owner: &str) -> Result<Lease, StoreError> {
         let host = host_name();
         self.write(true, |tx| {
             move_run(tx, run_id, RunStatus::Running)?;
+            // A new token: every earlier owner's writes are refused from this commit on.
             tx.execute(
-                "UPDATE runs SET status = 'running', ended_at = NULL, failed_step = NULL, pid = ?2, host = ?3 WHERE id = ?1",
-                params![run_id, std::process::id(), host],
+                "UPDATE runs SET status = 'running', ended_at = NULL, failed_step = NULL, pid = ?2, host = ?3,
+                        lease_owner = ?4, lease_token = lease_token + 1
+                 WHERE id = ?1",
+                params![run_id, std::process::id(), host, owner],
             )?;
+            let token: i64 = tx.query_row("SELECT lease_token FROM runs WHERE id = ?1", [run_id], |r| r.get(0))?;
             // Attempts the dead runner left open ended with it.
             tx.execute(
                 "UPDATE attempts SET outcome = 'runner_lost', ended_at = ?2 WHERE run_id = ?1 AND outcome = 'running'",
                 params![run_id, now_ms()],
             )?;
-            Ok(())
+            Ok(Lease { owner: owner.to_owned(), token })
         })
     }
 
@@ -667,6 +741,7 @@ impl Store for SqliteStore {
 impl RunLog for SqliteStore {
     fn attempt_starting(
         &mut self,
+        lease: &Lease,
         run_id: &str,
         step: &str,
         attempt: u32,
@@ -676,6 +751,7 @@ impl RunLog for SqliteStore {
         let now = now_ms();
         let host = host_name();
         self.write(false, |tx| {
+            check_lease(tx, run_id, lease)?;
             move_step(tx, run_id, step, StepStatus::Running)?;
             tx.execute(
                 "INSERT INTO attempts (run_id, step, attempt, redelivered, outcome, started_at, log_stem, host)
@@ -693,8 +769,15 @@ impl RunLog for SqliteStore {
         })
     }
 
-    fn attempt_spawned(&mut self, row: i64, pid: u32, proc_start: Option<u64>) -> Result<(), StoreError> {
+    fn attempt_spawned(
+        &mut self,
+        lease: &Lease,
+        row: i64,
+        pid: u32,
+        proc_start: Option<u64>,
+    ) -> Result<(), StoreError> {
         self.write(false, |tx| {
+            check_lease_of_attempt(tx, row, lease)?;
             tx.execute(
                 "UPDATE attempts SET pid = ?2, proc_start = ?3 WHERE row = ?1",
                 params![row, pid, proc_start.map(|v| v as i64)],
@@ -703,10 +786,17 @@ impl RunLog for SqliteStore {
         })
     }
 
-    fn attempt_finished(&mut self, row: i64, result: &AttemptResult, update: &StepUpdate) -> Result<(), StoreError> {
+    fn attempt_finished(
+        &mut self,
+        lease: &Lease,
+        row: i64,
+        result: &AttemptResult,
+        update: &StepUpdate,
+    ) -> Result<(), StoreError> {
         let durable = matches!(update, StepUpdate::Succeeded | StepUpdate::Failed);
         let ended = to_millis(result.ended_at);
         self.write(durable, |tx| {
+            check_lease_of_attempt(tx, row, lease)?;
             let (run_id, step, outcome): (String, String, String) = tx.query_row(
                 "SELECT run_id, step, outcome FROM attempts WHERE row = ?1",
                 [row],
@@ -741,8 +831,15 @@ impl RunLog for SqliteStore {
         })
     }
 
-    fn run_finished(&mut self, run_id: &str, status: RunStatus, failed_step: Option<&str>) -> Result<(), StoreError> {
+    fn run_finished(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        status: RunStatus,
+        failed_step: Option<&str>,
+    ) -> Result<(), StoreError> {
         self.write(true, |tx| {
+            check_lease(tx, run_id, lease)?;
             move_run(tx, run_id, status)?;
             tx.execute(
                 "UPDATE runs SET status = ?2, ended_at = ?3, failed_step = ?4 WHERE id = ?1",
@@ -798,7 +895,7 @@ mod tests {
         assert!(busy.hint().unwrap().starts_with(&format!("another process holds {} locked", path.display())));
         assert_eq!(failure(&path, err(rusqlite::ffi::SQLITE_NOTADB)).hint(), None, "the message says what to do");
         assert_eq!(newer_schema(&path, 9).kind(), Some(StoreErrorKind::NewerSchema));
-        assert!(newer_schema(&path, 9).to_string().contains("(schema 9, this one knows 3)"));
+        assert!(newer_schema(&path, 9).to_string().contains("(schema 9, this one knows 4)"));
     }
 
     fn result(outcome: AttemptOutcome) -> AttemptResult {
@@ -814,20 +911,25 @@ mod tests {
         )
         .unwrap();
         let mut store = SqliteStore::open(&StateDir::create(dir.path()).unwrap()).unwrap();
-        let run = store.create_run(&flow, "hash").unwrap();
+        let (run, lease) = store.create_run(&flow, "hash", "test:1:a").unwrap();
         assert_eq!(store.find_resumable(&FlowKey::named("f")).unwrap().unwrap().id, run.id);
         let stem = dir.path().join("x");
 
-        let row = store.attempt_starting(&run.id, "a", 1, false, &stem).unwrap();
-        store.attempt_spawned(row, 4242, Some(7)).unwrap();
+        let row = store.attempt_starting(&lease, &run.id, "a", 1, false, &stem).unwrap();
+        store.attempt_spawned(&lease, row, 4242, Some(7)).unwrap();
         let steps = store.steps(&run.id).unwrap();
         assert_eq!(steps[0].state, StepState::InFlight { attempt: 1, row, pid: Some(4242), proc_start: Some(7) });
-        store.attempt_finished(row, &result(AttemptOutcome::Succeeded), &StepUpdate::Succeeded).unwrap();
+        store.attempt_finished(&lease, row, &result(AttemptOutcome::Succeeded), &StepUpdate::Succeeded).unwrap();
 
-        let row = store.attempt_starting(&run.id, "b", 1, false, &stem).unwrap();
+        let row = store.attempt_starting(&lease, &run.id, "b", 1, false, &stem).unwrap();
         let wake_at = from_millis(to_millis(SystemTime::now()) + 60_000);
         store
-            .attempt_finished(row, &result(AttemptOutcome::Failed), &StepUpdate::Waiting { next_attempt: 2, wake_at })
+            .attempt_finished(
+                &lease,
+                row,
+                &result(AttemptOutcome::Failed),
+                &StepUpdate::Waiting { next_attempt: 2, wake_at },
+            )
             .unwrap();
         drop(store);
 
@@ -838,14 +940,14 @@ mod tests {
         assert_eq!(steps[1].attempts_used, 1);
 
         // A cancelled attempt does not use up the budget.
-        let row = store.attempt_starting(&run.id, "b", 2, false, &stem).unwrap();
-        store.attempt_finished(row, &result(AttemptOutcome::Cancelled), &StepUpdate::Pending).unwrap();
+        let row = store.attempt_starting(&lease, &run.id, "b", 2, false, &stem).unwrap();
+        store.attempt_finished(&lease, row, &result(AttemptOutcome::Cancelled), &StepUpdate::Pending).unwrap();
         assert_eq!(store.steps(&run.id).unwrap()[1].attempts_used, 1);
 
         // A failed step reopened gets a fresh budget on top of the attempts it used.
-        let row = store.attempt_starting(&run.id, "b", 2, false, &stem).unwrap();
-        store.attempt_finished(row, &result(AttemptOutcome::Failed), &StepUpdate::Failed).unwrap();
-        store.run_finished(&run.id, RunStatus::Failed, Some("b")).unwrap();
+        let row = store.attempt_starting(&lease, &run.id, "b", 2, false, &stem).unwrap();
+        store.attempt_finished(&lease, row, &result(AttemptOutcome::Failed), &StepUpdate::Failed).unwrap();
+        store.run_finished(&lease, &run.id, RunStatus::Failed, Some("b")).unwrap();
         assert!(store.find_resumable(&FlowKey::named("f")).unwrap().is_none(), "a failed run is not resumed by `run`");
         store.reopen_failed(&run.id).unwrap();
         let b = &store.steps(&run.id).unwrap()[1];
@@ -860,20 +962,74 @@ mod tests {
             crate::flow::parse("name = 'f'\n[[step]]\nname = 'a'\nrun = ['true']\n", &dir.path().join("f.toml"))
                 .unwrap();
         let mut store = SqliteStore::open(&StateDir::create(dir.path()).unwrap()).unwrap();
-        let run = store.create_run(&flow, "hash").unwrap();
-        let row = store.attempt_starting(&run.id, "a", 1, false, &dir.path().join("x")).unwrap();
-        store.attempt_finished(row, &result(AttemptOutcome::Succeeded), &StepUpdate::Succeeded).unwrap();
-        let err = store.attempt_starting(&run.id, "a", 2, false, &dir.path().join("x")).unwrap_err();
+        let (run, lease) = store.create_run(&flow, "hash", "test:1:a").unwrap();
+        let row = store.attempt_starting(&lease, &run.id, "a", 1, false, &dir.path().join("x")).unwrap();
+        store.attempt_finished(&lease, row, &result(AttemptOutcome::Succeeded), &StepUpdate::Succeeded).unwrap();
+        let err = store.attempt_starting(&lease, &run.id, "a", 2, false, &dir.path().join("x")).unwrap_err();
         assert!(
             matches!(&err, StoreError::BadState { table: "steps", what, .. } if what == "step `a` cannot go from succeeded to running"),
             "{err}"
         );
-        let err = store.attempt_finished(row, &result(AttemptOutcome::Failed), &StepUpdate::Failed).unwrap_err();
+        let err =
+            store.attempt_finished(&lease, row, &result(AttemptOutcome::Failed), &StepUpdate::Failed).unwrap_err();
         assert!(matches!(&err, StoreError::BadState { table: "attempts", .. }), "{err}");
-        store.run_finished(&run.id, RunStatus::Succeeded, None).unwrap();
+        store.run_finished(&lease, &run.id, RunStatus::Succeeded, None).unwrap();
         assert!(matches!(store.set_status(&run.id, RunStatus::Abandoned), Err(StoreError::BadState { .. })));
         assert_eq!(store.run(&run.id).unwrap().status, RunStatus::Succeeded);
         assert_eq!(store.steps(&run.id).unwrap()[0].state, StepState::Succeeded);
         assert_eq!(store.attempts(&run.id, None).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_later_claim_fences_off_the_earlier_owner_whose_writes_change_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (flow, _) = crate::flow::parse(
+            "name = 'f'\n[[step]]\nname = 'a'\nrun = ['true']\n[[step]]\nname = 'b'\nrun = ['true']\n",
+            &dir.path().join("f.toml"),
+        )
+        .unwrap();
+        let state = StateDir::create(dir.path()).unwrap();
+        let stem = dir.path().join("x");
+        // The first runner creates the run and starts an attempt of `a`.
+        let mut first = SqliteStore::open(&state).unwrap();
+        let (run, old) = first.create_run(&flow, "hash", "host:1:first").unwrap();
+        let row = first.attempt_starting(&old, &run.id, "a", 1, false, &stem).unwrap();
+        // A second runner claims the run (the lock did not keep it out) on its own connection.
+        let mut second = SqliteStore::open(&state).unwrap();
+        let new = second.claim(&run.id, "host:2:second").unwrap();
+        assert_eq!((new.owner.as_str(), new.token), ("host:2:second", old.token + 1));
+        let states = |s: &SqliteStore| s.steps(&run.id).unwrap().into_iter().map(|s| s.state).collect::<Vec<_>>();
+        let before = (states(&second), second.attempts(&run.id, None).unwrap().len());
+
+        // Every write of the first runner is refused, names both runners, and changes nothing.
+        let lost = |e: StoreError| match e {
+            StoreError::LeaseLost { run_id, owner, holder, .. } => (run_id, owner, holder),
+            e => panic!("not a lost lease: {e}"),
+        };
+        let expected = (run.id.clone(), "host:1:first".to_owned(), "host:2:second".to_owned());
+        let err = first.attempt_finished(&old, row, &result(AttemptOutcome::Succeeded), &StepUpdate::Succeeded);
+        let err = err.unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.starts_with(&format!(
+                "run {} in {} was taken over by another runner (host:2:second) while this runner (host:1:first) \
+                 was running it; this runner stops",
+                run.id,
+                state.db().display()
+            )),
+            "{message}"
+        );
+        assert_eq!(lost(err), expected);
+        assert_eq!(lost(first.attempt_spawned(&old, row, 4242, Some(7)).unwrap_err()), expected);
+        assert_eq!(lost(first.attempt_starting(&old, &run.id, "b", 1, false, &stem).unwrap_err()), expected);
+        assert_eq!(lost(first.run_finished(&old, &run.id, RunStatus::Succeeded, None).unwrap_err()), expected);
+        assert_eq!((states(&second), second.attempts(&run.id, None).unwrap().len()), before);
+        assert_eq!(second.run(&run.id).unwrap().status, RunStatus::Running);
+        assert!(matches!(states(&second)[0], StepState::InFlight { attempt: 1, pid: None, .. }));
+
+        // The second runner's writes go through.
+        let row = second.attempt_starting(&new, &run.id, "a", 1, true, &stem).unwrap();
+        second.attempt_finished(&new, row, &result(AttemptOutcome::Succeeded), &StepUpdate::Succeeded).unwrap();
+        assert_eq!(states(&first)[0], StepState::Succeeded);
     }
 }

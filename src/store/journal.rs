@@ -1,0 +1,243 @@
+//! The runner's writes off its event loop. A [`ThreadJournal`] owns the store connection the run is
+//! written through, on a thread of its own, with the run's id and the runner's [`Lease`]; each
+//! [`RunJournal`] call sends the write there and awaits its reply, so a write that blocks (an
+//! fsync, a database another process holds locked, one day a network round trip) never blocks the
+//! runtime's thread: the tasks that supervise running attempts (their timeouts, their kills) and
+//! any timer of the runner go on while the write waits.
+//!
+//! Writes are made one at a time, in the order they were sent; a reply means the write is
+//! committed (or failed, and changed nothing). Dropping the journal closes the channel and waits
+//! for the thread to make every write already sent, even one whose caller stopped waiting for the
+//! reply, so nothing the runner sent is lost when it lets go of the run (and its flow's lock).
+
+use super::{AttemptResult, Lease, RunJournal, RunLog, RunStatus, StepUpdate, StoreError, StoreErrorKind};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use tokio::sync::oneshot;
+
+type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
+
+/// A write for the journal's thread, with where to send its result.
+enum Write {
+    Starting { step: String, attempt: u32, redelivered: bool, log_stem: PathBuf, reply: Reply<i64> },
+    Spawned { row: i64, pid: u32, proc_start: Option<u64>, reply: Reply<()> },
+    Finished { row: i64, result: AttemptResult, update: StepUpdate, reply: Reply<()> },
+    RunFinished { status: RunStatus, failed_step: Option<String>, reply: Reply<()> },
+}
+
+/// A [`RunJournal`] whose writes run on a writer thread that owns the store connection.
+pub(crate) struct ThreadJournal {
+    writes: Option<mpsc::Sender<Write>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// The store's location, for the error if the thread is gone.
+    location: String,
+}
+
+impl ThreadJournal {
+    /// Start the writer thread for run `run_id`, owned under `lease`, writing through `log` (a
+    /// store connection of its own: the thread is the only one to use it from now on).
+    pub(crate) fn start(
+        log: Box<dyn RunLog + Send>,
+        location: String,
+        run_id: String,
+        lease: Lease,
+    ) -> std::io::Result<ThreadJournal> {
+        let (writes, queue) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("waymark-journal".into())
+            .spawn(move || write_all(log, &queue, &run_id, &lease))?;
+        Ok(ThreadJournal { writes: Some(writes), thread: Some(thread), location })
+    }
+
+    /// Send a write to the thread and wait for its result.
+    async fn send<T>(&mut self, write: impl FnOnce(Reply<T>) -> Write) -> Result<T, StoreError> {
+        let (reply, result) = oneshot::channel();
+        let sent = self.writes.as_ref().is_some_and(|w| w.send(write(reply)).is_ok());
+        if !sent {
+            return Err(self.gone());
+        }
+        result.await.unwrap_or_else(|_| Err(self.gone()))
+    }
+
+    /// The thread ended without replying: only a panic in a store does that.
+    fn gone(&self) -> StoreError {
+        StoreError::failed(
+            StoreErrorKind::Other,
+            &self.location,
+            "the writer thread stopped (a bug in waymark; its panic message is above)",
+        )
+    }
+}
+
+/// The writer thread: make each write in turn until the journal is dropped. A reply nobody awaits
+/// any more is dropped; the write was made all the same.
+fn write_all(mut log: Box<dyn RunLog + Send>, queue: &mpsc::Receiver<Write>, run_id: &str, lease: &Lease) {
+    for write in queue {
+        match write {
+            Write::Starting { step, attempt, redelivered, log_stem, reply } => {
+                let _ = reply.send(log.attempt_starting(lease, run_id, &step, attempt, redelivered, &log_stem));
+            }
+            Write::Spawned { row, pid, proc_start, reply } => {
+                let _ = reply.send(log.attempt_spawned(lease, row, pid, proc_start));
+            }
+            Write::Finished { row, result, update, reply } => {
+                let _ = reply.send(log.attempt_finished(lease, row, &result, &update));
+            }
+            Write::RunFinished { status, failed_step, reply } => {
+                let _ = reply.send(log.run_finished(lease, run_id, status, failed_step.as_deref()));
+            }
+        }
+    }
+}
+
+impl Drop for ThreadJournal {
+    /// Close the channel and wait until the thread has made every write sent before.
+    fn drop(&mut self) {
+        drop(self.writes.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl RunJournal for ThreadJournal {
+    async fn attempt_starting(
+        &mut self,
+        step: &str,
+        attempt: u32,
+        redelivered: bool,
+        log_stem: &Path,
+    ) -> Result<i64, StoreError> {
+        let (step, log_stem) = (step.to_owned(), log_stem.to_owned());
+        self.send(|reply| Write::Starting { step, attempt, redelivered, log_stem, reply }).await
+    }
+
+    async fn attempt_spawned(&mut self, row: i64, pid: u32, proc_start: Option<u64>) -> Result<(), StoreError> {
+        self.send(|reply| Write::Spawned { row, pid, proc_start, reply }).await
+    }
+
+    async fn attempt_finished(
+        &mut self,
+        row: i64,
+        result: &AttemptResult,
+        update: &StepUpdate,
+    ) -> Result<(), StoreError> {
+        let (result, update) = (result.clone(), update.clone());
+        self.send(|reply| Write::Finished { row, result, update, reply }).await
+    }
+
+    async fn run_finished(&mut self, status: RunStatus, failed_step: Option<&str>) -> Result<(), StoreError> {
+        let failed_step = failed_step.map(str::to_owned);
+        self.send(|reply| Write::RunFinished { status, failed_step, reply }).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{AttemptOutcome, RunRecord, SqliteStore, StateDir, StepState, Store};
+    use std::time::{Duration, Instant, SystemTime};
+
+    /// A state directory with a run of a one-step flow, created by `owner`.
+    fn run(owner: &str) -> (tempfile::TempDir, StateDir, RunRecord, Lease) {
+        let dir = tempfile::tempdir().unwrap();
+        let (flow, _) =
+            crate::flow::parse("name = 'f'\n[[step]]\nname = 'a'\nrun = ['true']\n", &dir.path().join("f.toml"))
+                .unwrap();
+        let state = StateDir::create(dir.path()).unwrap();
+        let (record, lease) = SqliteStore::open(&state).unwrap().create_run(&flow, "hash", owner).unwrap();
+        (dir, state, record, lease)
+    }
+
+    fn journal(state: &StateDir, run: &RunRecord, lease: Lease) -> ThreadJournal {
+        let store = SqliteStore::open(state).unwrap();
+        let location = store.location().to_owned();
+        ThreadJournal::start(Box::new(store), location, run.id.clone(), lease).unwrap()
+    }
+
+    fn succeeded() -> AttemptResult {
+        AttemptResult {
+            outcome: AttemptOutcome::Succeeded,
+            exit_code: Some(0),
+            signal: None,
+            error: None,
+            ended_at: SystemTime::now(),
+        }
+    }
+
+    /// Another connection holding the database's write lock, as another process would.
+    fn lock_database(state: &StateDir) -> rusqlite::Connection {
+        let locker = rusqlite::Connection::open(state.db()).unwrap();
+        locker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+        locker
+    }
+
+    #[tokio::test]
+    async fn writes_are_made_on_the_thread_and_a_lost_lease_comes_back_as_the_error() {
+        let (dir, state, run, lease) = run("host:1:first");
+        let mut journal = journal(&state, &run, lease);
+        let row = journal.attempt_starting("a", 1, false, &dir.path().join("x")).await.unwrap();
+        journal.attempt_spawned(row, 4242, Some(7)).await.unwrap();
+        let reader = SqliteStore::open(&state).unwrap();
+        let a = |r: &SqliteStore| r.steps(&run.id).unwrap().remove(0).state;
+        assert_eq!(a(&reader), StepState::InFlight { attempt: 1, row, pid: Some(4242), proc_start: Some(7) });
+
+        // Another runner claims the run: this journal's writes are refused and change nothing.
+        SqliteStore::open(&state).unwrap().claim(&run.id, "host:2:second").unwrap();
+        let err = journal.attempt_finished(row, &succeeded(), &StepUpdate::Succeeded).await.unwrap_err();
+        assert!(matches!(&err, StoreError::LeaseLost { holder, .. } if holder == "host:2:second"), "{err}");
+        let err = journal.run_finished(RunStatus::Succeeded, None).await.unwrap_err();
+        assert!(matches!(err, StoreError::LeaseLost { .. }), "{err}");
+        assert!(matches!(a(&reader), StepState::InFlight { attempt: 1, .. }));
+        assert_eq!(reader.run(&run.id).unwrap().status, RunStatus::Running);
+    }
+
+    /// The point of the journal: while a write waits for a database that another process holds
+    /// locked (SQLite waits up to 10 s), the runner's timers (an attempt's timeout, a backoff)
+    /// still fire on time. Written inline, the write would hold the runtime's only thread and the
+    /// timer would fire only after the write gave up.
+    #[tokio::test]
+    async fn a_write_waiting_for_a_locked_store_does_not_stall_a_timer() {
+        let (dir, state, run, lease) = run("host:1:only");
+        let mut journal = journal(&state, &run, lease);
+        let locker = lock_database(&state);
+        let start = Instant::now();
+        let timer = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            start.elapsed()
+        });
+        let stem = dir.path().join("x");
+        let write = journal.attempt_starting("a", 1, false, &stem);
+        tokio::pin!(write);
+        let fired = tokio::select! {
+            fired = timer => fired.unwrap(),
+            result = &mut write => panic!("the write ended while the database was locked: {result:?}"),
+        };
+        assert!(fired < Duration::from_secs(3), "the 100 ms timer fired after {fired:?}");
+        // Once the other process lets go, the write goes through.
+        locker.execute_batch("ROLLBACK").unwrap();
+        let row = write.await.unwrap();
+        let reader = SqliteStore::open(&state).unwrap();
+        assert!(matches!(reader.steps(&run.id).unwrap()[0].state, StepState::InFlight { row: r, .. } if r == row));
+    }
+
+    #[test]
+    fn dropping_the_journal_makes_the_writes_already_sent_even_if_nobody_awaits_them() {
+        let (_dir, state, run, lease) = run("host:1:only");
+        let mut journal = journal(&state, &run, lease);
+        let locker = lock_database(&state);
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        // The write is sent (polled once), then its caller stops waiting for it.
+        let write = journal.run_finished(RunStatus::Interrupted, None);
+        let abandoned = runtime.block_on(async { tokio::time::timeout(Duration::ZERO, write).await });
+        assert!(abandoned.is_err(), "the database is locked: the write cannot have been made yet");
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            locker.execute_batch("ROLLBACK").unwrap();
+        });
+        drop(journal);
+        release.join().unwrap();
+        let reader = SqliteStore::open(&state).unwrap();
+        assert_eq!(reader.run(&run.id).unwrap().status, RunStatus::Interrupted);
+    }
+}
