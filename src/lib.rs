@@ -22,7 +22,7 @@ pub mod commands;
 pub(crate) mod events;
 pub mod executor;
 pub mod flow;
-mod fsutil;
+mod os;
 mod reporter;
 mod retry;
 pub mod store;

@@ -48,7 +48,7 @@ pub enum ErrorFileOutcome {
 /// created with O_CREAT|O_EXCL|O_NOFOLLOW so that the runner never writes through a link.
 pub(crate) fn create_error_file(path: &Path) -> io::Result<()> {
     // Whatever is there goes: a stale file, a symlink (never its target), a planted directory.
-    crate::fsutil::remove_any(path)?;
+    crate::os::fs::remove_any(path)?;
     let file = OpenOptions::new()
         .write(true)
         .create_new(true) // O_CREAT | O_EXCL
@@ -67,7 +67,7 @@ pub(crate) fn read_error_file(path: &Path) -> ErrorFileOutcome {
     let shown = path.display().to_string();
     let invalid = |what: String| ErrorFileOutcome::Invalid(format!("error file {shown}: {what}"));
 
-    let file = match crate::fsutil::open_read_nofollow(path) {
+    let file = match crate::os::fs::open_read_nofollow(path) {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return ErrorFileOutcome::Empty,
         Err(e) if e.raw_os_error() == Some(Errno::ELOOP as i32) => {

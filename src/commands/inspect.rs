@@ -276,7 +276,7 @@ pub(crate) fn logs(
         if streams.len() > 1 {
             super::output::print(format!("==> {} <==\n", path.display()))?;
         }
-        match crate::fsutil::open_read_nofollow(&path) {
+        match crate::os::fs::open_read_nofollow(&path) {
             Ok(mut file) => {
                 // Streamed: a log may be far larger than memory.
                 if let Err(e) = super::output::copy(&mut file)? {
@@ -314,7 +314,7 @@ pub(crate) fn gc(state: &StateDir, older_than: Duration) -> Result<i32, CliError
             }
             deleted += 1;
             let dir = state.run_logs(&run.id);
-            if let Err(e) = crate::fsutil::remove_any(&dir)
+            if let Err(e) = crate::os::fs::remove_any(&dir)
                 && e.kind() != std::io::ErrorKind::NotFound
             {
                 note!("waymark: warning: cannot delete {}: {e}", dir.display());

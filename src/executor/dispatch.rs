@@ -7,11 +7,11 @@
 
 use super::launch::{Attempt, Launched, Launcher};
 use super::supervise::{Control, End};
-use super::unix::ExitKind;
 use super::{ExecError, Msg, evidence};
 use crate::classify::{Ending, ErrorValue};
 use crate::events::{AttemptEnd, Emitter, Event, Failure, RetryPlan, RunOutcome, SkipReason, StepOutcome, StopReason};
 use crate::flow::{Flow, Signal, Step};
+use crate::os::process::ExitKind;
 use crate::retry::Decision;
 use crate::store::{AttemptOutcome, AttemptResult, RunJournal, RunStatus, StepRecord, StepState, StepUpdate};
 use std::path::PathBuf;

@@ -60,7 +60,7 @@ pub(crate) fn report_tail(stem: &Path, stderr_from: u64) -> String {
 /// The last `max` bytes of a file after offset `from`, lossily decoded, and whether there were
 /// more than `max` after `from` (the tail is cut); empty if it cannot be read.
 fn read_tail(path: &Path, from: u64, max: u64) -> (String, bool) {
-    let Ok(mut f) = crate::fsutil::open_read_nofollow(path) else { return (String::new(), false) };
+    let Ok(mut f) = crate::os::fs::open_read_nofollow(path) else { return (String::new(), false) };
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);
     let cut = len.saturating_sub(from) > max;
     let start = len.saturating_sub(max).max(from);

@@ -3,8 +3,9 @@
 //! The dispatcher sees only the [`Launcher`] trait, so tests drive it with a fake.
 
 use super::supervise::{Control, Output, Supervisor};
-use super::{ExecError, Msg, unix};
+use super::{ExecError, Msg};
 use crate::flow::{Flow, Step};
+use crate::os::process as unix;
 use crate::store::{StateDir, StepRecord, StepState};
 use std::collections::HashSet;
 use std::fs::File;
@@ -188,7 +189,7 @@ impl Launcher for ProcessLauncher {
 /// Open a log for appending; returns it with its length before this attempt. Where an earlier
 /// execution of the same attempt left output, a line marks where this one begins.
 fn open_log(path: &Path, a: &Attempt) -> std::io::Result<(File, u64)> {
-    let mut file = crate::fsutil::open_append_private(path)?;
+    let mut file = crate::os::fs::open_append_private(path)?;
     let mut len = file.metadata()?.len();
     if len > 0 {
         let text = format!(

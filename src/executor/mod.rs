@@ -11,7 +11,8 @@
 //!   cancellation, copies its output, and leaves its whole process group dead.
 //! - [`evidence`]: the **evidence reader** turns an attempt that ended badly into an error, from
 //!   its error file and stderr tail (the classification itself is `crate::classify`'s).
-//! - `unix`: the platform code (process groups, `/proc`, signals), private to the crate.
+//! - `crate::os`: the platform code (process groups, `/proc`, signals, no-follow file opens),
+//!   private to the crate.
 //!
 //! Spawning, the runner's signal source, the wall clock and the random source are injected
 //! ([`dispatch::Parts`]), so the dispatcher is tested deterministically with fakes under tokio's
@@ -22,11 +23,10 @@ mod evidence;
 mod launch;
 pub(crate) mod output;
 mod supervise;
-mod unix;
 
+pub use crate::os::process::close_inherited_fds_on_exec;
+pub(crate) use crate::os::signals::{RunnerSignals, restore_default_signals};
 pub(crate) use output::Chunk;
-pub use unix::close_inherited_fds_on_exec;
-pub(crate) use unix::{RunnerSignals, restore_default_signals};
 
 pub(crate) use dispatch::RunSpec;
 pub(crate) use launch::kill_leftovers;
@@ -69,7 +69,7 @@ pub(crate) enum ExecError {
 }
 
 /// The runner's own signals, as the dispatcher reads them.
-struct OsSignals(unix::AsyncSignals);
+struct OsSignals(crate::os::signals::AsyncSignals);
 
 impl SignalSource for OsSignals {
     fn try_next(&mut self) -> Option<Signal> {

@@ -5,9 +5,9 @@
 
 use super::Msg;
 use super::output::Chunk;
-use super::unix::{self, ExitKind};
 use crate::events::Stream;
 use crate::flow::{Signal, Step};
+use crate::os::process::{self as unix, ExitKind};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::path::PathBuf;

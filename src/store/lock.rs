@@ -45,7 +45,7 @@ fn open_lock_file(state_dir: &StateDir, key: &FlowKey, create: bool) -> Result<O
     let path = state_dir.lock_file(key);
     let root = state_dir.root();
     let io = |source: std::io::Error| LockError::Io { path: path.clone(), source };
-    let state = crate::fsutil::open_dir_nofollow(root, false).map_err(io)?;
+    let state = crate::os::fs::open_dir_nofollow(root, false).map_err(io)?;
     let locks = if create {
         statedir::open_subdir(&state, root, statedir::LOCKS, "lock directory")?
     } else {

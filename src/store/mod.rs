@@ -487,7 +487,7 @@ pub(crate) fn state_dir(flag: Option<&std::path::Path>) -> Option<PathBuf> {
 /// directory: no component of `dir` may be a symlink (one a step planted there is refused, never
 /// followed).
 pub(crate) fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
-    crate::fsutil::open_dir_nofollow(dir, true).map(drop)
+    crate::os::fs::open_dir_nofollow(dir, true).map(drop)
 }
 
 /// Create the state directory itself (and parents) with mode 0700; the path to it may go through

@@ -1,4 +1,5 @@
-//! Process groups and signals: the platform-specific part of running a child.
+//! Processes: process groups, `/proc`, exit statuses, and finding an attempt's processes by the
+//! id in their environment.
 
 use crate::flow::Signal;
 use nix::sys::signal::{self, Signal as NixSignal};
@@ -145,34 +146,6 @@ pub(crate) fn kill_leftovers(
     (leftovers.len(), left)
 }
 
-/// Whether signal `sig` was ignored when this process started (the `SigIgn` mask of
-/// `/proc/self/status`, read before any handler of ours is installed). False where there is
-/// no `/proc`.
-pub(crate) fn ignored_at_start(sig: i32) -> bool {
-    let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return false };
-    let mask = status
-        .lines()
-        .find_map(|l| l.strip_prefix("SigIgn:"))
-        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
-        .unwrap_or(0);
-    (1..=64).contains(&sig) && mask & (1 << (sig - 1)) != 0
-}
-
-/// Put the runner's own signals back to their default action, once the run is over and
-/// nothing listens for them any more, so that a signal during the last writes still ends the
-/// process.
-pub(crate) fn restore_default_signals() {
-    use nix::sys::signal::{SigHandler, signal as set_handler};
-    for sig in [NixSignal::SIGINT, NixSignal::SIGTERM, NixSignal::SIGHUP] {
-        if ignored_at_start(sig as i32) {
-            continue;
-        }
-        // SAFETY: installs SIG_DFL, which runs no code of ours in the handler; the only unsafe
-        // syscall wrapper needed here (sigaction).
-        let _ = unsafe { set_handler(sig, SigHandler::SigDfl) };
-    }
-}
-
 /// Mark every file descriptor above 2 close-on-exec: descriptors that whoever started waymark
 /// leaked to it (opened without `O_CLOEXEC`) must not reach the steps. Called once at startup,
 /// before waymark opens anything of its own (everything it opens later is close-on-exec), so
@@ -206,83 +179,6 @@ pub(crate) fn is_alive(pid: u32, start: Option<u64>) -> bool {
     };
     let Some(fields) = stat_fields(&stat) else { return false };
     fields.first() != Some(&"Z") && (start.is_none() || fields.get(19).and_then(|s| s.parse().ok()) == start)
-}
-
-/// The runner's own SIGINT, SIGTERM and SIGHUP, each delivery counted: the handler (from
-/// signal-hook's registry) writes one byte per delivery to a socket pair, and every byte read is
-/// one signal. Installed before the run is created or claimed, so a signal that arrives before
-/// the event loop listens waits for it instead of killing the runner with the run left
-/// `running`; and two signals delivered before the loop looked are two, so the second one still
-/// kills (tokio's signal streams coalesce them). A signal that was ignored when waymark started
-/// (`nohup`) is not listened for and stays ignored.
-pub(crate) struct RunnerSignals<S = std::os::unix::net::UnixStream> {
-    sources: Vec<(NixSignal, S, Registration)>,
-}
-
-/// Removes the handler's action when the signal is no longer listened for.
-struct Registration(signal_hook::SigId);
-
-impl Drop for Registration {
-    fn drop(&mut self) {
-        signal_hook::low_level::unregister(self.0);
-    }
-}
-
-/// [`RunnerSignals`] read by the event loop.
-pub(crate) type AsyncSignals = RunnerSignals<tokio::net::UnixStream>;
-
-impl RunnerSignals {
-    pub(crate) fn install() -> std::io::Result<RunnerSignals> {
-        let mut sources = Vec::new();
-        for sig in [NixSignal::SIGINT, NixSignal::SIGTERM, NixSignal::SIGHUP] {
-            if ignored_at_start(sig as i32) {
-                continue;
-            }
-            let (read, write) = std::os::unix::net::UnixStream::pair()?;
-            read.set_nonblocking(true)?;
-            let id = signal_hook::low_level::pipe::register(sig as i32, write)?;
-            sources.push((sig, read, Registration(id)));
-        }
-        Ok(RunnerSignals { sources })
-    }
-
-    /// The same signals, read by the event loop's runtime (which must be running).
-    pub(crate) fn into_async(self) -> std::io::Result<AsyncSignals> {
-        let sources = self
-            .sources
-            .into_iter()
-            .map(|(sig, read, id)| Ok((sig, tokio::net::UnixStream::from_std(read)?, id)))
-            .collect::<std::io::Result<_>>()?;
-        Ok(RunnerSignals { sources })
-    }
-}
-
-impl AsyncSignals {
-    /// The next delivered signal, if one is waiting.
-    pub(crate) fn try_next(&self) -> Option<NixSignal> {
-        let mut byte = [0u8; 1];
-        self.sources.iter().find_map(|(sig, read, _)| matches!(read.try_read(&mut byte), Ok(1)).then_some(*sig))
-    }
-
-    /// Wait for the next delivered signal; pending forever when none is listened for.
-    pub(crate) async fn next(&self) -> NixSignal {
-        let readable = |i: usize| async move {
-            match self.sources.get(i) {
-                Some((_, read, _)) => drop(read.readable().await),
-                None => std::future::pending().await,
-            }
-        };
-        loop {
-            if let Some(sig) = self.try_next() {
-                return sig;
-            }
-            tokio::select! {
-                () = readable(0) => {}
-                () = readable(1) => {}
-                () = readable(2) => {}
-            }
-        }
-    }
 }
 
 #[cfg(test)]
