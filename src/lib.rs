@@ -1,9 +1,11 @@
 //! waymark: run a TOML workflow of child processes with durable, Waymark-style retries.
 //!
 //! The pipeline: [`flow`] loads and validates the file; `retry` decides what retries and when;
-//! [`executor`] runs attempts in one event loop and emits `events::Event`s (as do the run commands
-//! around it); `reporter`s consume them and own the terminal; [`store`] keeps run state durable;
-//! [`classify`] names the errors of failed attempts.
+//! [`executor`] runs a flow: its dispatcher owns the run's state and decides, its launcher and
+//! supervisors run the attempts, and it emits `events::Event`s (as do the run commands around it);
+//! `reporter`s consume them and own the terminal; [`store`] keeps run state durable behind a
+//! journal and a lease; [`classify`] names the errors of failed attempts; `os` is the platform
+//! code.
 
 #![warn(unreachable_pub)]
 

@@ -1,9 +1,9 @@
 //! Child output on its way to the reporters.
 //!
-//! Readers copy a child's output to its log file first, then hand whole lines to the event loop.
+//! Readers copy a child's output to its log file first, then hand whole lines to the dispatcher.
 //! Nothing on this path waits for the terminal: a reporter that cannot keep up drops lines from
 //! its display (never from the logs), so a stalled terminal slows neither the children nor the
-//! event loop, and timeouts and signals keep working.
+//! dispatcher, and timeouts and signals keep working.
 
 use std::fmt;
 

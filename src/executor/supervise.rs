@@ -26,7 +26,7 @@ const DRAIN: Duration = Duration::from_millis(500);
 /// How long to wait for the output after those processes were killed, before giving up on it.
 const LAST_DRAIN: Duration = Duration::from_secs(5);
 
-/// What the event loop may ask of a running attempt.
+/// What the dispatcher may ask of a running attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Control {
     Run,
@@ -100,7 +100,7 @@ impl Supervisor {
     }
 }
 
-/// Copies one of a child's streams to its log file and, in whole lines, to the event loop.
+/// Copies one of a child's streams to its log file and, in whole lines, to the dispatcher.
 struct Reader {
     pipe: std::io::PipeReader,
     log: File,
@@ -137,7 +137,7 @@ impl Reader {
         if self.abandoned.load(Ordering::Relaxed) {
             return;
         }
-        // The event loop takes output as fast as it comes (the reporter drops what the terminal
+        // The dispatcher takes output as fast as it comes (the reporter drops what the terminal
         // cannot take), so this waits at most for the loop's current step, never for the terminal.
         let chunk = Arc::new(Chunk::new(bytes));
         let _ = self.events.blocking_send(Msg::Output { step: self.step, row: self.row, stream: self.stream, chunk });
@@ -225,7 +225,7 @@ impl Supervisor {
                 }
                 changed = control.changed() => {
                     if changed.is_err() {
-                        // The event loop is gone; do not leave the child behind.
+                        // The dispatcher is gone; do not leave the child behind.
                         unix::kill_group(pgid);
                         continue;
                     }
