@@ -3,7 +3,9 @@
 //! Every diagnostic but a TOML syntax error is waymark's own wording.
 
 pub(crate) mod diagnostic;
+pub(crate) mod graph;
 pub(crate) mod model;
+pub mod params;
 pub(crate) mod raw;
 pub(crate) mod validate;
 
