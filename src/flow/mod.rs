@@ -3,6 +3,7 @@
 //! Every diagnostic but a TOML syntax error is waymark's own wording.
 
 pub(crate) mod diagnostic;
+pub mod dotenv;
 pub(crate) mod graph;
 pub(crate) mod model;
 pub mod params;
