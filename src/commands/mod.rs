@@ -132,7 +132,18 @@ fn read_store(dir: &StateDir) -> Result<Box<dyn Store>, CliError> {
 pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
     let flag = cli.state_dir.as_deref();
     match cli.command {
-        Command::Run { flow, fresh, wait, quiet } => run::run(flag, &flow, fresh, wait, quiet),
+        Command::Run { flow, fresh, wait, quiet, max_parallel, params } => {
+            // Parsed, not acted on yet: refused rather than silently ignored until the runner
+            // wires them (`flow::params::resolve`, and `max_parallel` over the flow's).
+            if max_parallel.is_some() || !params.is_empty() {
+                return Err(CliError::Usage(
+                    "`--max-parallel` and `--param` are not supported by this build of `waymark run` yet; run \
+                     without them"
+                        .into(),
+                ));
+            }
+            run::run(flag, &flow, fresh, wait, quiet)
+        }
         Command::Resume { run_id, wait, quiet } => run::resume(&state_dir(flag)?, &run_id, wait, quiet),
         Command::Check { flow } => check::check(&flow),
         Command::History { flow, limit, json } => {
