@@ -303,7 +303,7 @@ impl Validator<'_> {
         for item in raw.get_ref() {
             let n = item.get_ref();
             if !is_identifier(n) {
-                let d = self.error(item.span(), &format!("{n:?} is not a variable name"));
+                let d = self.error(item.span(), &format!("`{n}` is not a variable name"));
                 d.label = "invalid name".into();
                 d.help = Some(match n.strip_prefix('$').or_else(|| n.split_once('=').map(|(k, _)| k)) {
                     Some(bare) if is_identifier(bare) => format!("write only the name: `\"{bare}\"`"),
@@ -311,7 +311,7 @@ impl Validator<'_> {
                 });
             } else if !seen.insert(n.as_str()) {
                 let d = self.error(item.span(), &format!("`{n}` is listed twice"));
-                d.label = "listed before".into();
+                d.label = "listed again".into();
                 d.help = Some("remove one of the two".into());
             } else {
                 out.push(n.clone());
@@ -396,7 +396,7 @@ impl Validator<'_> {
                     }
                     Some(&j) if !seen.insert(j) => {
                         let d = self.error(item.span(), &format!("`{n}` is listed twice"));
-                        d.label = "listed before".into();
+                        d.label = "listed again".into();
                         d.help = Some("remove one of the two".into());
                     }
                     Some(&j) => {
