@@ -190,3 +190,26 @@ fn run_flags_for_params_and_parallelism_are_checked() {
     assert_eq!(out.status.code(), Some(2));
     assert!(!env.path("state").join("waymark.db").exists(), "nothing ran");
 }
+
+/// Until the runner acts on the workflow structure, `waymark run` refuses a flow that uses it
+/// instead of running it as if the keys were not there; `max_parallel` and `fail_fast`, which
+/// change nothing while steps run one after another, pass.
+#[test]
+fn run_refuses_a_flow_whose_structure_it_would_ignore() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "[hooks]\non_exit = ['true']\n[[step]]\nname = 'a'\nneeds = []\nrun = ['touch', 'ran']\ncompensate = 'true'\n",
+    );
+    let out = env.cmd(&["run", "flow.toml"]).env("NO_COLOR", "1").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        common::stderr(&out),
+        "error: flow.toml uses `needs`, `compensate`, `hooks`, which this build of `waymark run` does not act on \
+         yet; nothing was run. `waymark check flow.toml` validates the flow and shows its plan\n"
+    );
+    assert!(!env.path("ran").exists());
+    env.write("flow.toml", "max_parallel = 1\nfail_fast = true\n[[step]]\nname = 'a'\nrun = ['touch', 'ran']\n");
+    env.cmd(&["run", "--quiet", "flow.toml"]).assert().success();
+    assert!(env.path("ran").exists());
+}
