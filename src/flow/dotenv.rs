@@ -249,6 +249,24 @@ mod tests {
         assert!(msg.contains(&format!("`{}…`", "x".repeat(40))), "{msg}");
     }
 
+    /// The example in README.md's "Environment files and secrets" means what it says there.
+    #[test]
+    fn the_readme_example_reads_as_documented() {
+        let readme = include_str!("../../README.md");
+        let start = readme.find("# a comment; blank lines are ignored").expect("the README's dotenv example");
+        let text = &readme[start..start + readme[start..].find("```").expect("the end of the example")];
+        assert_eq!(
+            vars(text),
+            pairs(&[
+                ("ESCAPED", "line one\nline two"),
+                ("GREETING", "hello world"),
+                ("PEM", "-----BEGIN KEY-----\nabc\n-----END KEY-----"),
+                ("QUOTED", "kept $AS written"),
+                ("REGION", "eu-west-1"),
+            ])
+        );
+    }
+
     #[test]
     fn empty_text_has_no_variables() {
         assert!(vars("").is_empty());

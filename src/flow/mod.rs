@@ -584,4 +584,16 @@ mod tests {
                 .starts_with("did you mean `exception_types`?")
         );
     }
+
+    /// The flow files in README.md's "Workflow structure" section load.
+    #[test]
+    fn the_readme_examples_of_the_workflow_structure_load() {
+        let readme = include_str!("../../README.md");
+        let section = &readme[readme.find("### Workflow structure").unwrap()..readme.find("### Durations").unwrap()];
+        let blocks: Vec<&str> = section.split("```toml\n").skip(1).map(|b| &b[..b.find("```").unwrap()]).collect();
+        assert_eq!(blocks.len(), 2, "the fan-out example and the catch example");
+        for block in blocks {
+            parse(block, Path::new("/x/etl.toml")).unwrap_or_else(|d| panic!("{d:?}\n{block}"));
+        }
+    }
 }
