@@ -9,10 +9,11 @@ pub(crate) struct Cycle {
     pub(crate) entry: usize,
 }
 
-/// Every cycle a depth-first walk finds, starting from the steps in file order and following each
-/// step's needs in the order written: one per entry that leads back to a step still being walked.
-/// Empty when the graph is acyclic. Entries pointing outside `needs` are ignored.
-pub(crate) fn cycles(needs: &[Vec<usize>]) -> Vec<Cycle> {
+/// The cycles a depth-first walk finds, starting from the steps in file order and following each
+/// step's needs in the order written: one per entry that leads back to a step still being walked,
+/// at most `limit` of them (each costs up to the number of steps). Empty when the graph is
+/// acyclic. Entries pointing outside `needs` are ignored.
+pub(crate) fn cycles(needs: &[Vec<usize>], limit: usize) -> Vec<Cycle> {
     #[derive(Clone, Copy, PartialEq)]
     enum Mark {
         New,
@@ -46,6 +47,9 @@ pub(crate) fn cycles(needs: &[Vec<usize>]) -> Vec<Cycle> {
                     path.push((target, 0));
                 }
                 Some(Mark::OnPath) => {
+                    if found.len() == limit {
+                        return found;
+                    }
                     let steps = path[at[target]..].iter().map(|(s, _)| *s).collect();
                     found.push(Cycle { steps, entry });
                 }
@@ -91,7 +95,7 @@ mod tests {
     fn an_acyclic_graph_has_no_cycles_and_depths_by_longest_chain() {
         // 0, 1 roots; 2 needs both; 3 needs 2 and 0.
         let needs = vec![vec![], vec![], vec![0, 1], vec![2, 0]];
-        assert!(cycles(&needs).is_empty());
+        assert!(cycles(&needs, usize::MAX).is_empty());
         assert_eq!(depths(&needs), Some(vec![0, 0, 1, 2]));
     }
 
@@ -99,10 +103,10 @@ mod tests {
     fn a_cycle_is_cut_out_of_the_walk_and_closed_by_the_entry_that_leads_back() {
         // 0 needs 1, 1 needs 2, 2 needs (0: a root, then 1: closes 1 -> 2 -> 1).
         let needs = vec![vec![1], vec![2], vec![3, 1], vec![]];
-        assert_eq!(cycles(&needs), [Cycle { steps: vec![1, 2], entry: 1 }]);
+        assert_eq!(cycles(&needs, usize::MAX), [Cycle { steps: vec![1, 2], entry: 1 }]);
         assert_eq!(depths(&needs), None);
         let two = vec![vec![1], vec![0]];
-        let found = cycles(&two);
+        let found = cycles(&two, usize::MAX);
         assert_eq!(found, [Cycle { steps: vec![0, 1], entry: 0 }], "closed by step 1's entry 0");
     }
 
@@ -110,7 +114,7 @@ mod tests {
     fn each_entry_closing_a_cycle_is_found_once() {
         let needs = vec![vec![0], vec![2], vec![1], vec![3]];
         assert_eq!(
-            cycles(&needs),
+            cycles(&needs, usize::MAX),
             [
                 Cycle { steps: vec![0], entry: 0 },
                 Cycle { steps: vec![1, 2], entry: 0 },
@@ -123,16 +127,27 @@ mod tests {
     fn long_chains_need_no_recursion() {
         let n = 200_000;
         let mut needs: Vec<Vec<usize>> = (0..n).map(|i| if i == 0 { vec![] } else { vec![i - 1] }).collect();
-        assert!(cycles(&needs).is_empty());
+        assert!(cycles(&needs, usize::MAX).is_empty());
         assert_eq!(depths(&needs).map(|d| d[n - 1]), Some(n - 1));
         needs[0] = vec![n - 1];
-        assert_eq!(cycles(&needs).len(), 1);
-        assert_eq!(cycles(&needs)[0].steps.len(), n);
+        assert_eq!(cycles(&needs, usize::MAX).len(), 1);
+        assert_eq!(cycles(&needs, usize::MAX)[0].steps.len(), n);
+    }
+
+    #[test]
+    fn the_walk_stops_at_the_limit() {
+        // Every step needs the next and the first: each closes a cycle as long as the walk so far.
+        let n = 100_000;
+        let needs: Vec<Vec<usize>> = (0..n).map(|i| if i + 1 < n { vec![i + 1, 0] } else { vec![0] }).collect();
+        let found = cycles(&needs, 3);
+        assert_eq!(found.len(), 3);
+        assert_eq!(found[0].steps.len(), n);
+        assert!(cycles(&needs, 0).is_empty());
     }
 
     #[test]
     fn entries_outside_the_graph_are_not_followed() {
-        assert!(cycles(&[vec![7]]).is_empty());
+        assert!(cycles(&[vec![7]], usize::MAX).is_empty());
         assert_eq!(depths(&[vec![7]]), None);
     }
 }

@@ -25,6 +25,15 @@ pub(crate) const MIN_DURATION: Duration = Duration::from_millis(1);
 pub(crate) const MAX_STEP_NAME: usize = 255;
 /// Longest flow name: the flow's lock file is `locks/NAME.lock`, a file name of at most 255 bytes.
 pub(crate) const MAX_FLOW_NAME: usize = 255 - ".lock".len();
+/// Most cycles of `needs` reported for one file, and most step names compared in all for the
+/// "did you mean" of unknown names in `needs` (each compares every step's name): bounds the work
+/// on a hostile file, while a flow of a hundred steps gets a suggestion for 2,000 unknown names.
+const MAX_CYCLES_REPORTED: usize = 20;
+const MAX_SUGGESTION_WORK: usize = 200_000;
+/// Longest cycle spelled out in full; a longer one is shortened in the middle.
+const MAX_CYCLE_SHOWN: usize = 10;
+/// Most steps without `needs` a cycle's help names.
+const MAX_IMPLICIT_SHOWN: usize = 5;
 /// Most steps `max_parallel` lets run at once: each is a process group with two reader threads,
 /// and far more than a machine runs usefully side by side.
 pub(crate) const MAX_PARALLEL: u32 = 10_000;
@@ -349,11 +358,15 @@ impl Validator<'_> {
     /// twice, and every cycle, at the entry that closes it.
     fn needs(&mut self, steps: &[Spanned<RawStep>]) -> Vec<(Vec<usize>, bool)> {
         let mut index: HashMap<&str, usize> = HashMap::new();
+        // In file order, so that of two equally close names the first is suggested.
+        let mut names: Vec<&str> = Vec::new();
         for (i, s) in steps.iter().enumerate() {
             if let Some(n) = &s.get_ref().name {
                 index.entry(n.get_ref().as_str()).or_insert(i);
+                names.push(n.get_ref());
             }
         }
+        let mut suggestion_work = 0;
         let name =
             |i: usize| steps[i].get_ref().name.as_ref().map_or_else(|| format!("step[{i}]"), |n| n.get_ref().clone());
         let mut out = Vec::with_capacity(steps.len());
@@ -386,7 +399,10 @@ impl Validator<'_> {
                 }
                 match index.get(n) {
                     None => {
-                        let hint = crate::suggest::closest(n, index.keys().copied());
+                        suggestion_work += names.len();
+                        let hint = (suggestion_work <= MAX_SUGGESTION_WORK)
+                            .then(|| crate::suggest::closest(n, names.iter().copied()))
+                            .flatten();
                         let d = self.error(item.span(), &format!("no step named `{n}`"));
                         d.label = "unknown step".into();
                         d.help = Some(match hint {
@@ -410,7 +426,13 @@ impl Validator<'_> {
         }
         let graph: Vec<Vec<usize>> = out.iter().map(|(needs, _)| needs.clone()).collect();
         let mut reported = HashSet::new();
-        for cycle in graph::cycles(&graph) {
+        let cycles = graph::cycles(&graph, MAX_CYCLES_REPORTED);
+        let more = if cycles.len() == MAX_CYCLES_REPORTED {
+            format!("; only the first {MAX_CYCLES_REPORTED} cycles are reported")
+        } else {
+            String::new()
+        };
+        for cycle in cycles {
             let k = cycle.steps.len();
             // The entry of `cycle.steps[pos]` that needs the next step of the cycle.
             let entry = |pos: usize| {
@@ -438,14 +460,27 @@ impl Validator<'_> {
             }
             // Start the cycle at the step the entry names, so that it ends with the entry.
             let order: Vec<usize> = (1..=k).map(|d| cycle.steps[(pos + d) % k]).collect();
-            let mut text: Vec<String> = order.iter().map(|&s| name(s)).collect();
+            let mut text: Vec<String> = if k > MAX_CYCLE_SHOWN {
+                let (head, tail) = (MAX_CYCLE_SHOWN / 2, MAX_CYCLE_SHOWN / 2 - 1);
+                let mut t: Vec<String> = order[..head].iter().map(|&s| name(s)).collect();
+                t.push(format!("… {} more …", k - head - tail));
+                t.extend(order[k - tail..].iter().map(|&s| name(s)));
+                t
+            } else {
+                order.iter().map(|&s| name(s)).collect()
+            };
             text.push(name(order[0]));
             // The steps of the cycle that need the step before them only because they have no `needs`.
-            let implicit: Vec<String> = order
+            let mut implicit: Vec<String> = order
                 .iter()
                 .filter(|&&s| steps[s].get_ref().needs.is_none())
                 .map(|&s| format!("`{}`", name(s)))
                 .collect();
+            if implicit.len() > MAX_IMPLICIT_SHOWN {
+                let rest = implicit.len() - (MAX_IMPLICIT_SHOWN - 1);
+                implicit.truncate(MAX_IMPLICIT_SHOWN - 1);
+                implicit.push(format!("{rest} more steps"));
+            }
             let implicit = match implicit.as_slice() {
                 [] => String::new(),
                 [one] => {
@@ -460,7 +495,8 @@ impl Validator<'_> {
             let d = self.error(span, &format!("steps need each other in a cycle: {}", text.join(" -> ")));
             d.label = "closes the cycle".into();
             d.help = Some(format!(
-                "{implicit}`x -> y` means x needs y, so none of these steps could ever start; remove one of these needs"
+                "{implicit}`x -> y` means x needs y, so none of these steps could ever start; remove one of these \
+                 needs{more}"
             ));
         }
         out

@@ -342,19 +342,24 @@ fn needs(steps: &[RecordedStep]) -> Result<Vec<Vec<usize>>, RecordError> {
             continue;
         };
         let mut needs = Vec::with_capacity(names.len());
+        let mut seen = std::collections::HashSet::new();
         for name in names {
             let &j = index.get(name.as_str()).ok_or_else(|| {
                 RecordError::Corrupt(format!("step `{}` needs `{name}`, which is not a recorded step", step.name))
             })?;
-            if needs.contains(&j) {
+            if !seen.insert(j) {
                 return Err(RecordError::Corrupt(format!("step `{}` needs `{name}` twice", step.name)));
             }
             needs.push(j);
         }
         out.push(needs);
     }
-    if let Some(cycle) = flow::graph::cycles(&out).first() {
-        let names: Vec<&str> = cycle.steps.iter().map(|&i| steps[i].name.as_str()).collect();
+    if let Some(cycle) = flow::graph::cycles(&out, 1).first() {
+        // A corrupt record may hold any cycle: name at most ten of its steps.
+        let mut names: Vec<&str> = cycle.steps.iter().take(10).map(|&i| steps[i].name.as_str()).collect();
+        if cycle.steps.len() > names.len() {
+            names.push("…");
+        }
         return Err(RecordError::Corrupt(format!(
             "its steps need each other in a cycle: {} -> {}",
             names.join(" -> "),
