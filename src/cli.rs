@@ -27,11 +27,17 @@ pub struct Cli {
 pub(crate) enum Command {
     /// Run a flow, resuming its interrupted run if there is one (and not older than its `resume_within`)
     #[command(
-        after_help = "Examples:\n  waymark run flow.toml\n  waymark run --fresh flow.toml     abandon an unfinished run and start over\n  waymark run --wait flow.toml      wait for a runner of the same flow to finish first"
+        after_help = "Examples:\n  waymark run flow.toml\n  waymark run --fresh flow.toml     abandon an unfinished run and start over\n  waymark run --wait flow.toml      wait for a runner of the same flow to finish first\n  waymark run --param date=2026-01-31 flow.toml\n  waymark run --max-parallel 2 flow.toml"
     )]
     Run {
         /// The flow file
         flow: PathBuf,
+        /// Run at most N steps at once, instead of the flow's `max_parallel` (default 4)
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::flow::validate::MAX_PARALLEL)))]
+        max_parallel: Option<u32>,
+        /// Set a parameter declared in the flow's [params]; repeat for each one
+        #[arg(long = "param", value_name = "NAME=VALUE", value_parser = crate::flow::params::parse_arg)]
+        params: Vec<(String, String)>,
         /// Abandon an unfinished run of this flow and start a new one
         #[arg(long)]
         fresh: bool,

@@ -23,7 +23,8 @@ fn config(ci: u32, long: u32) -> Config {
     Config { cases: if common::long_mode() { long } else { ci }, ..Config::default() }
 }
 
-/// Valid flows to start from: the shipped examples and one that uses every key.
+/// Valid flows to start from: the shipped examples, one that uses every key of the first format,
+/// and one with the workflow structure (needs, catch, compensate, hooks, params, ...).
 fn seeds() -> Vec<String> {
     let mut seeds: Vec<String> = ["hello", "python", "retry", "timeout"]
         .iter()
@@ -75,6 +76,51 @@ env = { BATCH = "500" }
 "#
         .to_owned(),
     );
+    seeds.push(
+        r#"name = "structure"
+max_parallel = 2
+fail_fast = true
+timeout = "1h"
+env_file = ".env"
+secret_env = ["API_TOKEN"]
+
+[params]
+date = {}
+region = "eu"
+
+[hooks]
+on_success = ["notify", "ok"]
+on_failure = "page"
+on_exit = ["true"]
+
+[[step]]
+name = "a"
+needs = []
+run = ["true"]
+catch = [{ exception_types = ["ActionTimeout"], shell = "true" }, {}]
+
+[[step]]
+name = "b"
+needs = []
+run = ["true"]
+compensate = ["rm", "b"]
+
+[[step]]
+name = "c"
+needs = ["a", "b"]
+shell = "true"
+compensate = "rm c"
+
+[[step.catch]]
+exception_types = ["OSError"]
+run = ["true"]
+
+[[step]]
+name = "d"
+run = ["true"]
+"#
+        .to_owned(),
+    );
     seeds
 }
 
@@ -100,6 +146,12 @@ const VALUES: &[&str] = &[
     "[]",
     "[[]]",
     "[{}]",
+    "[\"a\"]",
+    "[\"a\", \"a\"]",
+    "[\"d\", \"c\"]",
+    "[\"WorkflowTimeout\"]",
+    "[{ run = [] }]",
+    "[{ exception_types = [], run = [\"x\"], shell = \"y\" }]",
     "{}",
     "{ attempts = 0 }",
     "{ backoff_multiplier = 1e300, attempts = 1000000 }",
@@ -128,6 +180,20 @@ const KEYS: &[&str] = &[
     "backoff_multiplier",
     "backoff_max_seconds",
     "jitter",
+    "needs",
+    "catch",
+    "compensate",
+    "max_parallel",
+    "fail_fast",
+    "env_file",
+    "secret_env",
+    "on_success",
+    "on_failure",
+    "on_exit",
+    "date",
+    "[hooks]",
+    "[params]",
+    "[[step.catch]]",
     "[defaults]",
     "[[step]]",
     "[step]",
@@ -277,12 +343,21 @@ fn assert_located(text: &str, diags: &[Diagnostic]) {
     }
 }
 
+/// Mutations start from valid flows: a seed that stopped loading would test only one error.
+#[test]
+fn every_seed_loads() {
+    for (i, seed) in seeds().iter().enumerate() {
+        let loaded = flow::parse(seed, Path::new("/work/flow.toml"));
+        assert!(loaded.is_ok(), "seed {i} does not load: {loaded:?}");
+    }
+}
+
 proptest! {
     #![proptest_config(config(1_500, 50_000))]
 
     #[test]
     fn mutated_flow_files_load_or_say_where(
-        seed in 0usize..5,
+        seed in 0usize..6,
         mutations in proptest::collection::vec(mutation(), 1..6),
     ) {
         let mut bytes = seeds()[seed].clone().into_bytes();

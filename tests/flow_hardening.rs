@@ -1,7 +1,8 @@
 //! Regressions for the flow-file defects of issue 7, end to end through the real binary: backoff
 //! arithmetic that must stay total (defect 1), class hierarchies that took exponential time or
 //! overflowed the stack (defect 3), diagnostics that were quadratic in the number of errors
-//! (defect 7), and a flow file read without a size limit (defect 10).
+//! (defect 7), and a flow file read without a size limit (defect 10). The same for `needs` (issue
+//! 9): many unknown names, and a graph whose every step closes a cycle as long as the file.
 //!
 //! No test measures time: the inputs are sized so that the old code would not finish within the
 //! harness's patience (`common::PATIENCE`), or would crash.
@@ -178,4 +179,53 @@ fn a_flow_file_over_16_mib_is_refused() {
                    flow file you meant\n";
     env.cmd(&["check", "big.toml"]).assert().code(2).stdout("").stderr(refused);
     env.cmd(&["check", "/dev/zero"]).assert().code(2).stdout("").stderr(refused.replace("big.toml", "/dev/zero"));
+}
+
+/// `needs` naming no step, 20,000 times: each is reported, at its place, without looking every
+/// name up against every step more than a bounded number of times.
+#[test]
+fn twenty_thousand_unknown_needs_are_all_reported() {
+    let env = Env::new();
+    let src: String =
+        (0..20_000).map(|i| format!("[[step]]\nname = 's{i}'\nneeds = ['gone{i}']\nrun = ['true']\n")).collect();
+    env.write("flow.toml", &src);
+    let out = env.cmd(&["check", "flow.toml"]).env("NO_COLOR", "1").output().unwrap();
+    let stderr = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(2));
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error: `step[")).collect();
+    assert_eq!(errors.len(), 20_000);
+    assert_eq!(errors[19_999], "error: `step[19999].needs`: no step named `gone19999`");
+    assert!(stderr.ends_with("\nerror: flow.toml is not a valid flow (20000 errors); nothing was run\n"));
+}
+
+/// Every step needs the next one and the first: each of the 49,999 entries naming the first step
+/// closes a cycle as long as the walk to it, which spelled out would be quadratic in time and in
+/// output. The first cycles are reported, shortened in the middle.
+#[test]
+fn fifty_thousand_cycles_report_the_first_ones_shortened() {
+    let env = Env::new();
+    let n = 50_000;
+    let src: String = (0..n)
+        .map(|i| {
+            let needs = match i {
+                0 => "['s1']".to_owned(),
+                _ if i + 1 < n => format!("['s{}', 's0']", i + 1),
+                _ => "['s0']".to_owned(),
+            };
+            format!("[[step]]\nname = 's{i}'\nneeds = {needs}\nrun = ['true']\n")
+        })
+        .collect();
+    env.write("flow.toml", &src);
+    let out = env.cmd(&["check", "flow.toml"]).env("NO_COLOR", "1").output().unwrap();
+    let stderr = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(2));
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error: `step[")).collect();
+    // In the order of the file: the walk found the last 20 entries first.
+    assert_eq!(errors.len(), 20, "{stderr}");
+    assert_eq!(
+        errors[0],
+        "error: `step[49980].needs`: steps need each other in a cycle: s0 -> s1 -> s2 -> s3 -> s4 -> … 49972 more … \
+         -> s49977 -> s49978 -> s49979 -> s49980 -> s0"
+    );
+    assert!(stderr.contains("only the first 20 cycles are reported"), "{stderr}");
 }

@@ -10,6 +10,9 @@ pub(crate) const ACTION_TIMEOUT: &str = "ActionTimeout";
 pub(crate) const ACTION_EXECUTION_LOST: &str = "ActionExecutionLost";
 /// Waymark's runtime error: the child provably never started.
 pub(crate) const ACTION_EXECUTION_NOT_STARTED: &str = "ActionExecutionNotStarted";
+/// Waymark's runtime error: the flow's `timeout` (the workflow deadline) passed. It ends the run:
+/// no retry policy retries it and no catch handler catches it.
+pub(crate) const WORKFLOW_TIMEOUT: &str = "WorkflowTimeout";
 /// A non-zero exit with no mapping.
 pub(crate) const CALLED_PROCESS_ERROR: &str = "CalledProcessError";
 
@@ -87,6 +90,7 @@ const BUILTIN: &[(&str, &[&str])] = &[
     (ACTION_TIMEOUT, &["BaseException"]),
     (ACTION_EXECUTION_LOST, &["BaseException"]),
     (ACTION_EXECUTION_NOT_STARTED, &["Exception"]),
+    (WORKFLOW_TIMEOUT, &["BaseException"]),
     ("SubprocessError", &["Exception"]),
     (CALLED_PROCESS_ERROR, &["SubprocessError"]),
 ];
@@ -312,6 +316,8 @@ mod tests {
             ["ConnectionError", "OSError", "Exception", "BaseException"]
         );
         assert_eq!(t.bases("ActionTimeout").unwrap(), ["BaseException"]);
+        assert_eq!(t.bases(WORKFLOW_TIMEOUT).unwrap(), ["BaseException"]);
+        assert!(!t.bases(WORKFLOW_TIMEOUT).unwrap().iter().any(|b| b == "Exception"), "outside `Exception`");
         assert_eq!(t.bases("ActionExecutionNotStarted").unwrap(), ["Exception", "BaseException"]);
         assert_eq!(t.bases("ExceptionGroup").unwrap(), ["BaseExceptionGroup", "Exception", "BaseException"]);
         assert_eq!(t.bases("Nope"), None);

@@ -1,6 +1,7 @@
 //! `waymark check`: validate a flow and print what `run` would do.
 
 use super::{CliError, EXIT_OK, print_warnings};
+use crate::flow::model::{Catch, DEFAULT_MAX_PARALLEL};
 use crate::flow::{self, Flow, Step};
 use std::fmt::Write;
 use std::path::Path;
@@ -19,21 +20,124 @@ fn human(d: std::time::Duration) -> String {
     humantime::format_duration(d).to_string()
 }
 
-/// The plan of a flow, as `check` prints it.
+/// The plan of a flow, as `check` prints it. A flow without the keys of the workflow structure
+/// (`needs`, `catch`, `compensate`, `[hooks]`, ...) prints as it always did.
 pub(crate) fn plan(flow: &Flow, shown: &str) -> String {
     let mut out = String::new();
     let n = flow.steps.len();
-    let _ = writeln!(out, "flow {} ({shown}): {n} step{}, run in order", flow.name, if n == 1 { "" } else { "s" });
+    let steps = format!("{n} step{}", if n == 1 { "" } else { "s" });
+    // Without `needs`, every step needs the one before: nothing runs side by side.
+    let parallel = flow.has_explicit_needs();
+    if parallel {
+        let _ = writeln!(
+            out,
+            "flow {} ({shown}): {steps}, each once the steps it needs have succeeded, at most {} at once",
+            flow.name, flow.max_parallel
+        );
+    } else {
+        let _ = writeln!(out, "flow {} ({shown}): {steps}, run in order", flow.name);
+    }
+    for (key, value) in settings(flow, parallel) {
+        let _ = writeln!(out, "  {:<14}{value}", format!("{key}:"));
+    }
     for (i, step) in flow.steps.iter().enumerate() {
         let _ = writeln!(out, "  {}. {}", i + 1, step.name);
+        if parallel {
+            let _ = writeln!(out, "     needs:    {}", needs_line(flow, i));
+        }
         let _ = writeln!(out, "     command:  {}", step.command.display());
         let _ = writeln!(out, "     timeout:  {}", timeout_line(step));
         let _ = writeln!(out, "     retry:    {}", retry_line(step));
         if step.retry.attempts > 1 && !step.retry.exception_types.is_empty() {
             let _ = writeln!(out, "     backoff:  {}", backoff_line(step));
         }
+        for handler in &step.catch {
+            let _ = writeln!(out, "     catch:    {}", catch_line(handler));
+        }
+        if let Some(undo) = &step.compensate {
+            let _ = writeln!(out, "     compensate: {}", undo.display());
+        }
+    }
+    if parallel && let Some(order) = ready_order(flow) {
+        let _ = writeln!(out, "  ready order: {order}");
     }
     out
+}
+
+/// The flow-wide settings that differ from their defaults, as `(key, what it does)`.
+fn settings(flow: &Flow, parallel: bool) -> Vec<(&'static str, String)> {
+    let mut lines = Vec::new();
+    if !parallel && flow.max_parallel != DEFAULT_MAX_PARALLEL {
+        lines.push((
+            "max_parallel",
+            format!("{} (no step has `needs`, so each runs after the one before it)", flow.max_parallel),
+        ));
+    }
+    if let Some(t) = flow.timeout {
+        lines.push(("timeout", format!("{} for the whole run, then it fails with WorkflowTimeout", human(t))));
+    }
+    if flow.fail_fast {
+        lines.push(("fail_fast", "a step that fails for good cancels the running steps".into()));
+    }
+    if !flow.params.is_empty() {
+        let params: Vec<String> = flow
+            .params
+            .iter()
+            .map(|(name, p)| match &p.default {
+                Some(d) => format!("{name} = {d:?}"),
+                None => format!("{name} (required)"),
+            })
+            .collect();
+        lines.push(("params", params.join(", ")));
+    }
+    if let Some(file) = &flow.env_file {
+        lines.push(("env_file", file.display().to_string()));
+    }
+    if !flow.secret_env.is_empty() {
+        lines.push(("secret_env", format!("{} (shown as ***)", flow.secret_env.join(", "))));
+    }
+    for (key, hook) in [
+        ("on_success", &flow.hooks.on_success),
+        ("on_failure", &flow.hooks.on_failure),
+        ("on_exit", &flow.hooks.on_exit),
+    ] {
+        if let Some(command) = hook {
+            lines.push((key, command.display()));
+        }
+    }
+    lines
+}
+
+fn needs_line(flow: &Flow, i: usize) -> String {
+    let step = &flow.steps[i];
+    let names = || step.needs.iter().filter_map(|&j| flow.steps.get(j)).map(|s| s.name.as_str());
+    match (step.needs_explicit, step.needs.is_empty()) {
+        (true, true) => "none: a root, ready at once".into(),
+        (true, false) => names().collect::<Vec<_>>().join(", "),
+        (false, true) => "none: the first step, a root".into(),
+        (false, false) => format!("{} (the step before it)", names().collect::<Vec<_>>().join(", ")),
+    }
+}
+
+fn catch_line(handler: &Catch) -> String {
+    let what = match &handler.command {
+        Some(command) => command.display(),
+        None => "nothing: the error is swallowed".into(),
+    };
+    format!("{} -> {what}", handler.exception_types.join(", "))
+}
+
+/// The steps by how deep they sit (a root first, then the steps that need only roots, ...), each
+/// group in file order: `a, b; then c; then d`. A step starts as soon as the steps it needs have
+/// succeeded, so it may start before the rest of the group before it is done.
+fn ready_order(flow: &Flow) -> Option<String> {
+    let needs: Vec<Vec<usize>> = flow.steps.iter().map(|s| s.needs.clone()).collect();
+    let depths = flow::graph::depths(&needs)?;
+    let mut waves: Vec<Vec<&str>> = vec![Vec::new(); depths.iter().max().map_or(0, |d| d + 1)];
+    for (step, depth) in flow.steps.iter().zip(depths) {
+        waves[depth].push(&step.name);
+    }
+    Some(waves.iter().map(|w| w.join(", ")).collect::<Vec<_>>().join("; then "))
 }
 
 fn timeout_line(step: &Step) -> String {

@@ -128,11 +128,56 @@ fn read_store(dir: &StateDir) -> Result<Box<dyn Store>, CliError> {
     Ok(Box::new(SqliteStore::open_for_reading(dir)?))
 }
 
+/// Until the runner acts on the workflow structure of issue 9, refuse a flow whose run would mean
+/// something else without it, rather than run it as if the keys were not there. `max_parallel`
+/// and `fail_fast` change nothing while steps run one after another, so they pass. A flow that
+/// does not load is left to `run`, which reports it.
+fn refuse_what_run_ignores(path: &std::path::Path) -> Result<(), CliError> {
+    let Ok(loaded) = crate::flow::load(path) else { return Ok(()) };
+    let flow = &loaded.flow;
+    let mut keys = Vec::new();
+    let mut note = |used: bool, key: &'static str| {
+        if used {
+            keys.push(format!("`{key}`"));
+        }
+    };
+    note(flow.has_explicit_needs(), "needs");
+    note(flow.steps.iter().any(|s| !s.catch.is_empty()), "catch");
+    note(flow.steps.iter().any(|s| s.compensate.is_some()), "compensate");
+    note(flow.timeout.is_some(), "timeout");
+    note(flow.hooks != crate::flow::model::Hooks::default(), "hooks");
+    note(!flow.params.is_empty(), "params");
+    note(flow.env_file.is_some(), "env_file");
+    note(!flow.secret_env.is_empty(), "secret_env");
+    if keys.is_empty() {
+        return Ok(());
+    }
+    Err(CliError::Usage(format!(
+        "{} uses {}, which this build of `waymark run` does not act on yet; nothing was run. `waymark check {}` \
+         validates the flow and shows its plan",
+        path.display(),
+        keys.join(", "),
+        path.display()
+    )))
+}
+
 /// Run the parsed command line.
 pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
     let flag = cli.state_dir.as_deref();
     match cli.command {
-        Command::Run { flow, fresh, wait, quiet } => run::run(flag, &flow, fresh, wait, quiet),
+        Command::Run { flow, fresh, wait, quiet, max_parallel, params } => {
+            // Parsed, not acted on yet: refused rather than silently ignored until the runner
+            // wires them (`flow::params::resolve`, and `max_parallel` over the flow's).
+            if max_parallel.is_some() || !params.is_empty() {
+                return Err(CliError::Usage(
+                    "`--max-parallel` and `--param` are not supported by this build of `waymark run` yet; run \
+                     without them"
+                        .into(),
+                ));
+            }
+            refuse_what_run_ignores(&flow)?;
+            run::run(flag, &flow, fresh, wait, quiet)
+        }
         Command::Resume { run_id, wait, quiet } => run::resume(&state_dir(flag)?, &run_id, wait, quiet),
         Command::Check { flow } => check::check(&flow),
         Command::History { flow, limit, json } => {

@@ -3,7 +3,10 @@
 //! Every diagnostic but a TOML syntax error is waymark's own wording.
 
 pub(crate) mod diagnostic;
+pub mod dotenv;
+pub(crate) mod graph;
 pub(crate) mod model;
+pub mod params;
 pub(crate) mod raw;
 pub(crate) mod validate;
 
@@ -339,5 +342,258 @@ mod tests {
             help(&format!("{step}run = ['true']\nattempts = 3\n")),
             "`attempts` belongs in a retry policy: write `retry = { attempts = ... }`"
         );
+    }
+    fn load(src: &str) -> Flow {
+        parse(src, Path::new("/x/flow.toml")).unwrap_or_else(|d| panic!("{d:?}")).0
+    }
+
+    /// `(needs, explicit)` of every step.
+    fn needs(flow: &Flow) -> Vec<(Vec<usize>, bool)> {
+        flow.steps.iter().map(|s| (s.needs.clone(), s.needs_explicit)).collect()
+    }
+
+    fn steps(names_and_needs: &[(&str, Option<&str>)]) -> String {
+        names_and_needs
+            .iter()
+            .map(|(name, needs)| {
+                let needs = needs.map(|n| format!("needs = {n}\n")).unwrap_or_default();
+                format!("[[step]]\nname = '{name}'\n{needs}run = ['true']\n")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn without_needs_each_step_needs_the_one_before() {
+        let flow = load(&steps(&[("a", None), ("b", None), ("c", None)]));
+        assert_eq!(needs(&flow), [(vec![], false), (vec![0], false), (vec![1], false)]);
+        assert!(!flow.has_explicit_needs());
+    }
+
+    #[test]
+    fn needs_resolve_to_indices_in_the_order_written() {
+        let flow = load(&steps(&[
+            ("fetch-a", Some("[]")),
+            ("load", Some("['fetch-b', 'fetch-a']")),
+            ("fetch-b", Some("[]")),
+            ("report", None),
+        ]));
+        assert_eq!(needs(&flow), [(vec![], true), (vec![2, 0], true), (vec![], true), (vec![2], false)]);
+        assert!(flow.has_explicit_needs());
+    }
+
+    #[test]
+    fn bad_needs_are_reported_at_the_entry_with_what_to_do() {
+        let src = steps(&[("fetch", Some("[]")), ("load", Some("['fetch', 'fecth', 'load', 'fetch', 'zzz']"))]);
+        let d = parse(&src, Path::new("/x/f.toml")).unwrap_err();
+        let got: Vec<(&str, &str, Option<&str>, usize)> = d
+            .iter()
+            .map(|d| (d.message.as_str(), d.label.as_str(), d.help.as_deref(), d.location.unwrap().column))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("`step[1].needs`: no step named `fecth`", "unknown step", Some("did you mean `fetch`?"), 19),
+                (
+                    "`step[1].needs`: step `load` cannot need itself",
+                    "its own name",
+                    Some(
+                        "remove it; without `needs` a step needs the step before it, and `needs = []` makes it a root"
+                    ),
+                    28
+                ),
+                ("`step[1].needs`: `fetch` is listed twice", "listed again", Some("remove one of the two"), 36),
+                (
+                    "`step[1].needs`: no step named `zzz`",
+                    "unknown step",
+                    Some("`needs` lists the `name`s of other steps of this flow"),
+                    45
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_cycle_is_named_and_pointed_at_the_entry_that_closes_it() {
+        let src = steps(&[("a", Some("['b']")), ("b", Some("['c']")), ("c", Some("['a']")), ("d", Some("[]"))]);
+        let d = parse(&src, Path::new("/x/f.toml")).unwrap_err();
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(d[0].message, "`step[2].needs`: steps need each other in a cycle: a -> b -> c -> a");
+        assert_eq!(d[0].label, "closes the cycle");
+        assert_eq!(d[0].location.unwrap().line, src.lines().position(|l| l == "needs = ['a']").unwrap() + 1);
+        assert_eq!(
+            d[0].help.as_deref(),
+            Some("`x -> y` means x needs y, so none of these steps could ever start; remove one of these needs")
+        );
+    }
+
+    #[test]
+    fn a_cycle_through_a_step_without_needs_points_at_a_written_entry() {
+        // b has no `needs`, so it needs a; a needs b.
+        let d = parse(&steps(&[("a", Some("['b']")), ("b", None)]), Path::new("/x/f.toml")).unwrap_err();
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(d[0].message, "`step[0].needs`: steps need each other in a cycle: b -> a -> b");
+        assert_eq!(
+            d[0].help.as_deref(),
+            Some(
+                "`b` has no `needs`, so it needs the step before it (`needs = []` makes it a root); `x -> y` means \
+                 x needs y, so none of these steps could ever start; remove one of these needs"
+            )
+        );
+    }
+
+    #[test]
+    fn two_cycles_are_two_errors() {
+        let src = steps(&[("a", Some("['b']")), ("b", Some("['a']")), ("c", Some("['d']")), ("d", Some("['c']"))]);
+        assert_eq!(
+            errors(&src),
+            [
+                "`step[1].needs`: steps need each other in a cycle: a -> b -> a",
+                "`step[3].needs`: steps need each other in a cycle: c -> d -> c"
+            ]
+        );
+    }
+
+    #[test]
+    fn needs_are_checked_against_steps_that_are_themselves_invalid() {
+        // `a` has nothing to run: that is the one error, not also "no step named `a`".
+        let src = "[[step]]\nname = 'a'\n[[step]]\nname = 'b'\nneeds = ['a']\nrun = ['true']\n";
+        assert_eq!(errors(src), ["`step[0]`: step `a` has nothing to run"]);
+        // `needs` of the wrong type is reported once, and the step is not taken to need anything.
+        assert_eq!(
+            errors(&steps(&[("a", None), ("b", Some("'a'"))])),
+            ["`step[1].needs`: expected an array of strings, found a string"]
+        );
+    }
+
+    #[test]
+    fn new_top_level_keys_default_to_todays_behaviour() {
+        let flow = load(&steps(&[("a", None)]));
+        assert_eq!(flow.max_parallel, 4);
+        assert!(!flow.fail_fast);
+        assert_eq!(flow.timeout, None);
+        assert!(flow.params.is_empty() && flow.secret_env.is_empty());
+        assert_eq!(flow.env_file, None);
+        assert_eq!(flow.hooks, model::Hooks::default());
+        assert!(flow.steps[0].catch.is_empty());
+        assert_eq!(flow.steps[0].compensate, None);
+    }
+
+    #[test]
+    fn new_top_level_keys_are_read() {
+        let src = format!(
+            "max_parallel = 2\nfail_fast = true\ntimeout = '1h'\nenv_file = 'conf/.env'\n\
+             secret_env = ['API_TOKEN', 'DB_PASSWORD']\n\
+             [params]\ndate = {{}}\nregion = 'eu'\n\
+             [hooks]\non_success = ['notify', 'ok']\non_failure = 'page \"$WAYMARK_FAILED_STEP\"'\n{}",
+            steps(&[("a", None)])
+        );
+        let flow = load(&src);
+        assert_eq!(flow.max_parallel, 2);
+        assert!(flow.fail_fast);
+        assert_eq!(flow.timeout, Some(std::time::Duration::from_secs(3600)));
+        assert_eq!(flow.env_file.as_deref(), Some(Path::new("/x/conf/.env")));
+        assert_eq!(flow.secret_env, ["API_TOKEN", "DB_PASSWORD"]);
+        assert_eq!(flow.params["date"], model::Param { default: None });
+        assert_eq!(flow.params["region"], model::Param { default: Some("eu".into()) });
+        assert_eq!(flow.hooks.on_success, Some(model::Command::Run(vec!["notify".into(), "ok".into()])));
+        assert_eq!(flow.hooks.on_failure, Some(model::Command::Shell("page \"$WAYMARK_FAILED_STEP\"".into())));
+        assert_eq!(flow.hooks.on_exit, None);
+    }
+
+    #[test]
+    fn catch_handlers_and_compensation_are_read() {
+        let src = "[[step]]\nname = 'a'\nrun = ['true']\ncompensate = ['rm', 'x']\n\
+                   catch = [{ exception_types = ['ActionTimeout'], run = ['cp', 'cache', 'x'] }, {}]\n\
+                   [[step]]\nname = 'b'\nrun = ['true']\ncompensate = 'rm y'\n\
+                   [[step.catch]]\nexception_types = ['OSError', 'ValueError']\nshell = 'echo caught'\n";
+        let flow = load(src);
+        let a = &flow.steps[0];
+        assert_eq!(a.compensate, Some(model::Command::Run(vec!["rm".into(), "x".into()])));
+        assert_eq!(
+            a.catch,
+            [
+                model::Catch {
+                    exception_types: vec!["ActionTimeout".into()],
+                    command: Some(model::Command::Run(vec!["cp".into(), "cache".into(), "x".into()]))
+                },
+                model::Catch { exception_types: vec!["Exception".into()], command: None },
+            ]
+        );
+        let b = &flow.steps[1];
+        assert_eq!(b.compensate, Some(model::Command::Shell("rm y".into())));
+        assert_eq!(b.catch[0].exception_types, ["OSError", "ValueError"]);
+        assert_eq!(b.catch[0].command, Some(model::Command::Shell("echo caught".into())));
+    }
+
+    #[test]
+    fn bad_values_of_the_new_keys_are_all_reported() {
+        let src = format!(
+            "max_parallel = 0\ntimeout = 0\nsecret_env = ['$TOKEN']\nenv_file = ''\n\
+             [params]\n'my-date' = 'x'\nzone = 'a'\nZONE = 'b'\n[hooks]\non_exit = []\n{}\
+             retry = {{ exception_types = ['WorkflowTimeout'] }}\ncatch = [{{ exception_types = ['WorkflowTimeout'] }}]\n",
+            steps(&[("a", None)])
+        );
+        assert_eq!(
+            errors(&src),
+            [
+                "`max_parallel`: `max_parallel` must be at least 1, got 0",
+                "`timeout`: a duration must be at least 1 ms, got 0 s",
+                "`secret_env`: `$TOKEN` is not a variable name",
+                "`env_file`: the path of the env file is empty",
+                "`params.my-date`: `my-date` is not a parameter name: it must start with a letter or `_` and hold \
+                 only ASCII letters, digits and `_`",
+                "`params.ZONE`: parameters `zone` and `ZONE` would both be `WAYMARK_PARAM_ZONE`",
+                "`hooks.on_exit`: a command needs at least a program name",
+                "`step[0].retry.exception_types`: `WorkflowTimeout` is never retried: it ends the run when the \
+                 flow's `timeout` passes",
+                "`step[0].catch[0].exception_types`: `WorkflowTimeout` is never caught: it ends the run when the \
+                 flow's `timeout` passes",
+            ]
+        );
+        assert_eq!(
+            errors(&format!("max_parallel = 99999999999999999999\n{}", steps(&[("a", None)]))),
+            ["`max_parallel`: `max_parallel` must be at most 10000"]
+        );
+    }
+
+    #[test]
+    fn wrong_types_of_the_new_keys_say_what_would_work() {
+        let help = |src: &str| parse(src, Path::new("/x/f.toml")).unwrap_err().remove(0).help.unwrap_or_default();
+        let a = steps(&[("a", None)]);
+        assert_eq!(help(&format!("max_parallel = '2'\n{a}")), "write the number without quotes: `2`");
+        assert_eq!(help(&format!("max_parallel = 2.0\n{a}")), "write a whole number: `2`");
+        assert_eq!(help(&format!("fail_fast = 'true'\n{a}")), "write `true` without quotes");
+        assert_eq!(help(&format!("secret_env = 'TOKEN'\n{a}")), "write a list: `secret_env = [\"TOKEN\"]`");
+        assert_eq!(
+            help(&format!("[params]\ndate = 2026\n{a}")),
+            "a default is a string: write it in quotes: `\"2026\"`"
+        );
+        assert_eq!(
+            help(&format!("[hooks]\non_exit = 5\n{a}")),
+            "write `on_exit = [\"program\", \"arg\"]` to run a program, or `on_exit = \"command line\"` for /bin/sh -c"
+        );
+        assert_eq!(help(&format!("{a}needs = 'x'\n")), "write a list: `needs = [\"x\"]`");
+        assert!(help(&format!("{a}catch = {{ run = ['x'] }}\n")).starts_with("put the handler in a list: "));
+        assert_eq!(
+            help(&format!("hooks = ['x']\n{a}")),
+            "write a `[hooks]` table with keys such as `on_failure = [\"notify\", \"failed\"]`"
+        );
+        assert!(help(&format!("[hooks]\non_fail = ['x']\n{a}")).starts_with("valid keys here: `on_success`"));
+        assert!(
+            help(&format!("{a}catch = [{{ exception_type = ['X'] }}]\n"))
+                .starts_with("did you mean `exception_types`?")
+        );
+    }
+
+    /// The flow files in README.md's "Workflow structure" section load.
+    #[test]
+    fn the_readme_examples_of_the_workflow_structure_load() {
+        let readme = include_str!("../../README.md");
+        let section = &readme[readme.find("### Workflow structure").unwrap()..readme.find("### Durations").unwrap()];
+        let blocks: Vec<&str> = section.split("```toml\n").skip(1).map(|b| &b[..b.find("```").unwrap()]).collect();
+        assert_eq!(blocks.len(), 2, "the fan-out example and the catch example");
+        for block in blocks {
+            parse(block, Path::new("/x/etl.toml")).unwrap_or_else(|d| panic!("{d:?}\n{block}"));
+        }
     }
 }

@@ -21,10 +21,61 @@ pub struct Flow {
     /// How old an unfinished run may be and still be resumed by `waymark run`.
     #[serde(default)]
     pub(crate) resume_within: Option<Duration>,
+    /// The most steps that run at once (`max_parallel`, at least 1).
+    #[serde(default = "default_max_parallel")]
+    pub(crate) max_parallel: u32,
+    /// Whether a step failing for good cancels the running attempts (`fail_fast`).
+    #[serde(default)]
+    pub(crate) fail_fast: bool,
+    /// The workflow deadline (`timeout` at the top level); `None`: the run may take forever.
+    #[serde(default)]
+    pub(crate) timeout: Option<Duration>,
+    /// The run's inputs (`[params]`), by name.
+    #[serde(default)]
+    pub(crate) params: BTreeMap<String, Param>,
     pub(crate) env: BTreeMap<String, String>,
+    /// The dotenv file (`env_file`), absolute; read when a run starts, not when the flow loads.
+    #[serde(default)]
+    pub(crate) env_file: Option<PathBuf>,
+    /// Names of variables whose values are shown and stored as `***` (`secret_env`).
+    #[serde(default)]
+    pub(crate) secret_env: Vec<String>,
+    #[serde(default)]
+    pub(crate) hooks: Hooks,
     pub(crate) classes: ClassTree,
     pub(crate) exit_codes: ExitCodes,
     pub(crate) steps: Vec<Step>,
+}
+
+/// `max_parallel` when the flow does not set it.
+pub(crate) const DEFAULT_MAX_PARALLEL: u32 = 4;
+
+fn default_max_parallel() -> u32 {
+    DEFAULT_MAX_PARALLEL
+}
+
+/// A declared parameter of the flow.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Param {
+    /// `None`: required, the run must be given `--param NAME=VALUE`.
+    pub(crate) default: Option<String>,
+}
+
+/// `[hooks]`: commands run once at the very end of a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Hooks {
+    pub(crate) on_success: Option<Command>,
+    pub(crate) on_failure: Option<Command>,
+    pub(crate) on_exit: Option<Command>,
+}
+
+/// One handler of a step's `catch`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Catch {
+    /// Matched like a retry policy's `exception_types` (by name along the error's bases).
+    pub(crate) exception_types: Vec<String>,
+    /// `None`: the handler swallows the error without running anything.
+    pub(crate) command: Option<Command>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -32,6 +83,14 @@ pub(crate) struct Step {
     pub(crate) name: String,
     /// Where the step's `[[step]]` table starts in the flow file.
     pub(crate) span: Range<usize>,
+    /// The steps (indices into [`Flow::steps`]) that must succeed (or be caught) before this one
+    /// is ready, in the order written. Without `needs` in the file it is the step before
+    /// (`[i - 1]`, nothing for the first step); `needs = []` gives none: a root. Always acyclic.
+    #[serde(default)]
+    pub(crate) needs: Vec<usize>,
+    /// Whether the file wrote `needs` (else `needs` is the step before).
+    #[serde(default)]
+    pub(crate) needs_explicit: bool,
     pub(crate) command: Command,
     /// Per-attempt deadline; `None` lets an attempt run forever.
     pub(crate) timeout: Option<Duration>,
@@ -46,6 +105,24 @@ pub(crate) struct Step {
     pub(crate) kill_grace: Duration,
     /// Read Python tracebacks from stderr to name errors.
     pub(crate) detect_tracebacks: bool,
+    /// Handlers for the step's final error, tried in order.
+    #[serde(default)]
+    pub(crate) catch: Vec<Catch>,
+    /// What undoes the step's work when the run fails after the step succeeded.
+    #[serde(default)]
+    pub(crate) compensate: Option<Command>,
+}
+
+/// What a step without `needs` depends on: the step before it in the file.
+pub(crate) fn implicit_needs(index: usize) -> Vec<usize> {
+    index.checked_sub(1).into_iter().collect()
+}
+
+impl Flow {
+    /// Whether some step declares `needs`, so that steps may run side by side.
+    pub(crate) fn has_explicit_needs(&self) -> bool {
+        self.steps.iter().any(|s| s.needs_explicit)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -22,13 +22,29 @@ pub(crate) type Str = Spanned<String>;
 pub(crate) type StrMap = BTreeMap<Str, Str>;
 
 /// The keys of the top level, in the order the README lists them.
-pub(crate) const FLOW_KEYS: [&str; 8] =
-    ["name", "resume_within", "env", "defaults", "policies", "errors", "exit_codes", "step"];
+pub(crate) const FLOW_KEYS: [&str; 15] = [
+    "name",
+    "resume_within",
+    "max_parallel",
+    "fail_fast",
+    "timeout",
+    "params",
+    "env",
+    "env_file",
+    "secret_env",
+    "hooks",
+    "defaults",
+    "policies",
+    "errors",
+    "exit_codes",
+    "step",
+];
 /// The keys of `[defaults]`.
 pub(crate) const DEFAULTS_KEYS: [&str; 5] = ["timeout", "retry", "kill_signal", "kill_grace", "detect_errors"];
 /// The keys of a `[[step]]`.
-pub(crate) const STEP_KEYS: [&str; 11] = [
+pub(crate) const STEP_KEYS: [&str; 14] = [
     "name",
+    "needs",
     "run",
     "shell",
     "timeout",
@@ -39,7 +55,13 @@ pub(crate) const STEP_KEYS: [&str; 11] = [
     "kill_signal",
     "kill_grace",
     "detect_errors",
+    "catch",
+    "compensate",
 ];
+/// The keys of `[hooks]`.
+pub(crate) const HOOK_KEYS: [&str; 3] = ["on_success", "on_failure", "on_exit"];
+/// The keys of a step's `catch` handler.
+pub(crate) const CATCH_KEYS: [&str; 3] = ["exception_types", "run", "shell"];
 /// The keys of a retry policy.
 pub(crate) const POLICY_KEYS: [&str; 6] =
     ["attempts", "exception_types", "backoff_seconds", "backoff_multiplier", "backoff_max_seconds", "jitter"];
@@ -50,7 +72,15 @@ const DURATION_HELP: &str = "write seconds as a number (`90`, `0.5`) or a string
 pub(crate) struct RawFlow {
     pub(crate) name: Option<Str>,
     pub(crate) resume_within: Option<Spanned<RawDuration>>,
+    pub(crate) max_parallel: Option<Spanned<i64>>,
+    pub(crate) fail_fast: Option<bool>,
+    pub(crate) timeout: Option<Spanned<RawDuration>>,
+    /// `[params]` in the order of the file: the name and its default (`None`: required).
+    pub(crate) params: Vec<(Str, Option<Str>)>,
     pub(crate) env: StrMap,
+    pub(crate) env_file: Option<Str>,
+    pub(crate) secret_env: Option<Spanned<Vec<Str>>>,
+    pub(crate) hooks: RawHooks,
     pub(crate) defaults: Option<RawDefaults>,
     pub(crate) policies: BTreeMap<Str, Spanned<RawPolicy>>,
     pub(crate) errors: BTreeMap<Str, Spanned<Vec<Str>>>,
@@ -58,6 +88,28 @@ pub(crate) struct RawFlow {
     pub(crate) step: Vec<Spanned<RawStep>>,
     /// Keys written with a value of the wrong type (already reported).
     pub(crate) bad: Vec<&'static str>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct RawHooks {
+    pub(crate) on_success: Option<Spanned<RawCommand>>,
+    pub(crate) on_failure: Option<Spanned<RawCommand>>,
+    pub(crate) on_exit: Option<Spanned<RawCommand>>,
+}
+
+/// A command written as a list of arguments or as one shell command line (hooks, `compensate`).
+#[derive(Debug)]
+pub(crate) enum RawCommand {
+    Run(Vec<Str>),
+    Shell(String),
+}
+
+/// One handler of a step's `catch`.
+#[derive(Debug, Default)]
+pub(crate) struct RawCatch {
+    pub(crate) exception_types: Option<Spanned<Vec<Str>>>,
+    pub(crate) run: Option<Spanned<Vec<Str>>>,
+    pub(crate) shell: Option<Str>,
 }
 
 #[derive(Debug, Default)]
@@ -72,6 +124,7 @@ pub(crate) struct RawDefaults {
 #[derive(Debug, Default)]
 pub(crate) struct RawStep {
     pub(crate) name: Option<Str>,
+    pub(crate) needs: Option<Spanned<Vec<Str>>>,
     pub(crate) run: Option<Spanned<Vec<Str>>>,
     pub(crate) shell: Option<Str>,
     pub(crate) timeout: Option<Spanned<RawDuration>>,
@@ -82,6 +135,8 @@ pub(crate) struct RawStep {
     pub(crate) kill_signal: Option<Str>,
     pub(crate) kill_grace: Option<Spanned<RawDuration>>,
     pub(crate) detect_errors: Option<Str>,
+    pub(crate) catch: Vec<Spanned<RawCatch>>,
+    pub(crate) compensate: Option<Spanned<RawCommand>>,
     /// Keys written with a value of the wrong type (already reported).
     pub(crate) bad: Vec<&'static str>,
 }
@@ -315,7 +370,31 @@ impl Reader<'_> {
                     }
                 }
                 "resume_within" => raw.resume_within = self.duration(value, &path),
+                "max_parallel" => raw.max_parallel = self.whole(value, &path, "a whole number of steps, such as `4`"),
+                "fail_fast" => raw.fail_fast = self.boolean(value, &path),
+                "timeout" => raw.timeout = self.duration(value, &path),
+                "params" => {
+                    let help = "write `[params]` with entries such as `date = \"today\"` (a default) or `date = {}` \
+                                (required)";
+                    if let Some(t) = self.table(value, &path, help) {
+                        raw.params = self.params(t, &path);
+                    }
+                }
                 "env" => raw.env = self.string_map(value, &path, "write `env = { NAME = \"value\" }`"),
+                "env_file" => raw.env_file = self.string(value, &path, None),
+                "secret_env" => {
+                    let help = match value.get_ref().as_str().and_then(quoted) {
+                        Some(q) => format!("write a list: `secret_env = [{q}]`"),
+                        None => "write a list of variable names, such as `secret_env = [\"API_TOKEN\"]`".into(),
+                    };
+                    raw.secret_env = self.strings(value, &path, Some(help));
+                }
+                "hooks" => {
+                    let help = "write a `[hooks]` table with keys such as `on_failure = [\"notify\", \"failed\"]`";
+                    if let Some(t) = self.table(value, &path, help) {
+                        raw.hooks = self.hooks(t, &path);
+                    }
+                }
                 "defaults" => {
                     raw.defaults = self
                         .table(value, &path, "write a `[defaults]` table with keys such as `timeout = \"10m\"`")
@@ -451,6 +530,20 @@ impl Reader<'_> {
                 "kill_signal" => raw.kill_signal = self.signal(value, &path),
                 "kill_grace" => raw.kill_grace = self.duration(value, &path),
                 "detect_errors" => raw.detect_errors = self.detect(value, &path),
+                "needs" => {
+                    let help = match value.get_ref().as_str().and_then(quoted) {
+                        Some(q) => format!("write a list: `needs = [{q}]`"),
+                        None => "write a list of step names, such as `needs = [\"fetch\"]`; `needs = []` makes the \
+                                 step a root"
+                            .into(),
+                    };
+                    raw.needs = self.strings(value, &path, Some(help));
+                }
+                "catch" => match self.catch(value, &path) {
+                    Some(handlers) => raw.catch = handlers,
+                    None => raw.bad.push("catch"),
+                },
+                "compensate" => raw.compensate = self.command(value, &path),
                 _ => {
                     self.unknown(key, &path, &STEP_KEYS, true);
                     continue;
@@ -458,8 +551,10 @@ impl Reader<'_> {
             }
             let read = match k {
                 "name" => raw.name.is_some(),
+                "needs" => raw.needs.is_some(),
                 "run" => raw.run.is_some(),
                 "shell" => raw.shell.is_some(),
+                "compensate" => raw.compensate.is_some(),
                 _ => true,
             };
             if !read && let Some(known) = STEP_KEYS.iter().find(|s| **s == k) {
@@ -474,57 +569,180 @@ impl Reader<'_> {
         for (key, value) in table {
             let path = join(prefix, key.get_ref());
             match key.get_ref().as_ref() {
-                "attempts" => match (integer(value.get_ref()), value.get_ref().as_integer()) {
-                    (Some(n), _) => raw.attempts = Some(Spanned::new(value.span(), n)),
-                    // An integer past `i64`: out of range, which validation says with the bounds.
-                    (None, Some(i)) => {
-                        let n = if i.as_str().starts_with('-') { i64::MIN } else { i64::MAX };
-                        raw.attempts = Some(Spanned::new(value.span(), n));
-                    }
-                    (None, None) => {
-                        let help = self.attempts_help(value.get_ref());
-                        self.wrong(value, &path, "an integer", Some(help));
-                    }
-                },
-                "exception_types" => {
-                    let help = match value.get_ref().as_str().and_then(quoted) {
-                        Some(q) => format!("write a list: `exception_types = [{q}]`"),
-                        None => "write a list of class names, such as `exception_types = [\"OSError\"]`".into(),
-                    };
-                    raw.exception_types = self.strings(value, &path, Some(help));
-                }
+                "attempts" => raw.attempts = self.whole(value, &path, "a whole number of attempts, such as `3`"),
+                "exception_types" => raw.exception_types = self.exception_types(value, &path),
                 k @ ("backoff_seconds" | "backoff_max_seconds") => {
                     let x = self.seconds(value, &path, "a number of seconds");
                     *(if k == "backoff_seconds" { &mut raw.backoff_seconds } else { &mut raw.backoff_max_seconds }) = x;
                 }
                 "backoff_multiplier" => raw.backoff_multiplier = self.seconds(value, &path, "a number"),
-                "jitter" => match value.get_ref().as_bool() {
-                    Some(b) => raw.jitter = Some(b),
-                    None => {
-                        let help = match value.get_ref().as_str() {
-                            Some(s @ ("true" | "false")) => format!("write `{s}` without quotes"),
-                            _ => "write `true` or `false`".into(),
-                        };
-                        self.wrong(value, &path, "a boolean", Some(help));
-                    }
-                },
+                "jitter" => raw.jitter = self.boolean(value, &path),
                 _ => self.unknown(key, &path, &POLICY_KEYS, false),
             }
         }
         raw
     }
 
-    fn attempts_help(&self, value: &DeValue<'_>) -> String {
-        match value {
-            DeValue::String(s) if s.trim().parse::<i64>().is_ok() => {
-                format!("write the number without quotes: `{}`", s.trim())
+    /// An integer; one past `i64` is kept as `i64::MAX` (or `MIN`), out of range, which validation
+    /// says with the bounds. `example` completes "write ..." for a value of another type.
+    fn whole(&mut self, value: &Value<'_>, path: &str, example: &str) -> Option<Spanned<i64>> {
+        match (integer(value.get_ref()), value.get_ref().as_integer()) {
+            (Some(n), _) => Some(Spanned::new(value.span(), n)),
+            (None, Some(i)) => {
+                let n = if i.as_str().starts_with('-') { i64::MIN } else { i64::MAX };
+                Some(Spanned::new(value.span(), n))
             }
-            DeValue::Float(_) => match number(value) {
-                Some(x) if x.fract() == 0.0 && x.abs() < 1e15 => format!("write a whole number: `{x}`"),
-                _ => "write a whole number of attempts, such as `3`".into(),
-            },
-            _ => "write a whole number of attempts, such as `3`".into(),
+            (None, None) => {
+                let help = match value.get_ref() {
+                    DeValue::String(s) if s.trim().parse::<i64>().is_ok() => {
+                        format!("write the number without quotes: `{}`", s.trim())
+                    }
+                    v @ DeValue::Float(_) => match number(v) {
+                        Some(x) if x.fract() == 0.0 && x.abs() < 1e15 => format!("write a whole number: `{x}`"),
+                        _ => format!("write {example}"),
+                    },
+                    _ => format!("write {example}"),
+                };
+                self.wrong(value, path, "an integer", Some(help));
+                None
+            }
         }
+    }
+
+    fn boolean(&mut self, value: &Value<'_>, path: &str) -> Option<bool> {
+        let b = value.get_ref().as_bool();
+        if b.is_none() {
+            let help = match value.get_ref().as_str() {
+                Some(s @ ("true" | "false")) => format!("write `{s}` without quotes"),
+                _ => "write `true` or `false`".into(),
+            };
+            self.wrong(value, path, "a boolean", Some(help));
+        }
+        b
+    }
+
+    /// `exception_types` of a retry policy or a catch handler.
+    fn exception_types(&mut self, value: &Value<'_>, path: &str) -> Option<Spanned<Vec<Str>>> {
+        let help = match value.get_ref().as_str().and_then(quoted) {
+            Some(q) => format!("write a list: `exception_types = [{q}]`"),
+            None => "write a list of class names, such as `exception_types = [\"OSError\"]`".into(),
+        };
+        self.strings(value, path, Some(help))
+    }
+
+    /// A command as a list of arguments (run directly) or a string (run by /bin/sh -c): hooks and
+    /// `compensate`.
+    fn command(&mut self, value: &Value<'_>, path: &str) -> Option<Spanned<RawCommand>> {
+        let raw = match value.get_ref() {
+            DeValue::String(s) => RawCommand::Shell(s.to_string()),
+            DeValue::Array(_) => RawCommand::Run(self.strings(value, path, None)?.into_inner()),
+            _ => {
+                let key = path.rsplit('.').next().unwrap_or(path);
+                let help = format!(
+                    "write `{key} = [\"program\", \"arg\"]` to run a program, or `{key} = \"command line\"` for /bin/sh -c"
+                );
+                self.wrong(value, path, "a list of arguments or a shell command line", Some(help));
+                return None;
+            }
+        };
+        Some(Spanned::new(value.span(), raw))
+    }
+
+    fn hooks(&mut self, table: &DeTable<'_>, prefix: &str) -> RawHooks {
+        let mut raw = RawHooks::default();
+        for (key, value) in table {
+            let path = join(prefix, key.get_ref());
+            match key.get_ref().as_ref() {
+                "on_success" => raw.on_success = self.command(value, &path),
+                "on_failure" => raw.on_failure = self.command(value, &path),
+                "on_exit" => raw.on_exit = self.command(value, &path),
+                _ => self.unknown(key, &path, &HOOK_KEYS, false),
+            }
+        }
+        raw
+    }
+
+    /// `[params]`: `NAME = "default"`, or `NAME = {}` for a parameter without a default.
+    fn params(&mut self, table: &DeTable<'_>, prefix: &str) -> Vec<(Str, Option<Str>)> {
+        let mut out = Vec::new();
+        for (key, value) in table {
+            let path = join(prefix, key.get_ref());
+            let name = Spanned::new(key.span(), key.get_ref().to_string());
+            let forms = format!(
+                "write `{0} = \"default\"`, or `{0} = {{}}` for a parameter that must be given with `--param {0}=VALUE`",
+                key.get_ref()
+            );
+            match value.get_ref() {
+                DeValue::String(s) => out.push((name, Some(Spanned::new(value.span(), s.to_string())))),
+                DeValue::Table(t) => {
+                    for (k, _) in t {
+                        let d = Diagnostic::error(k.span(), format!("`{}`: unknown key", join(&path, k.get_ref())))
+                            .label("unknown key")
+                            .help(Some(format!("a required parameter is an empty table: {forms}")));
+                        self.diags.push(d);
+                    }
+                    out.push((name, None));
+                }
+                _ => {
+                    let help = self.quote_help(value).map(|q| format!("a default is a string: {q}")).unwrap_or(forms);
+                    self.wrong(value, &path, "a string (the default) or `{}` (required)", Some(help));
+                }
+            }
+        }
+        // In the order of the file, so that of two clashing names the later one is reported.
+        out.sort_by_key(|(name, _)| name.span().start);
+        out
+    }
+
+    /// A step's `catch`: a list of handler tables. `None` when it is not a list or an item is not
+    /// a table (reported).
+    fn catch(&mut self, value: &Value<'_>, path: &str) -> Option<Vec<Spanned<RawCatch>>> {
+        const EXAMPLE: &str = "`catch = [{ exception_types = [\"ActionTimeout\"], run = [\"program\", \"arg\"] }]`";
+        let Some(items) = value.get_ref().as_array() else {
+            let help = if value.get_ref().as_table().is_some() {
+                format!("put the handler in a list: {EXAMPLE}, or write it under `[[step.catch]]`")
+            } else {
+                format!("write a list of handlers: {EXAMPLE}")
+            };
+            self.wrong(value, path, "an array of tables", Some(help));
+            return None;
+        };
+        let mut out = Vec::new();
+        let mut ok = true;
+        for (i, item) in items.iter().enumerate() {
+            let item_path = format!("{path}[{i}]");
+            match self.table(item, &item_path, &format!("write each handler as a table: {EXAMPLE}")) {
+                Some(t) => out.push(Spanned::new(item.span(), self.handler(t, &item_path))),
+                None => ok = false,
+            }
+        }
+        ok.then_some(out)
+    }
+
+    fn handler(&mut self, table: &DeTable<'_>, prefix: &str) -> RawCatch {
+        let mut raw = RawCatch::default();
+        for (key, value) in table {
+            let path = join(prefix, key.get_ref());
+            match key.get_ref().as_ref() {
+                "exception_types" => raw.exception_types = self.exception_types(value, &path),
+                "run" => {
+                    let help = match value.get_ref().as_str() {
+                        Some(line) => run_help(line),
+                        None => "write the program and its arguments: `run = [\"program\", \"arg\"]`".into(),
+                    };
+                    raw.run = self.strings(value, &path, Some(help));
+                }
+                "shell" => {
+                    let help = value.get_ref().as_array().map(|_| {
+                        "`shell` is one command line for /bin/sh; for a list of arguments write `run = [...]`"
+                            .to_owned()
+                    });
+                    raw.shell = self.string(value, &path, help);
+                }
+                _ => self.unknown(key, &path, &CATCH_KEYS, false),
+            }
+        }
+        raw
     }
 
     /// A number (`backoff_*`); a string holding a number or a duration says what to write instead.

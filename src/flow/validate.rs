@@ -2,11 +2,13 @@
 //! pointing at its source span; warnings never stop a flow from loading.
 
 use super::diagnostic::{Diagnostic, KeyIndex};
-use super::model::{Command, ExitCodes, Flow, Signal, Step};
-use super::raw::{RawDefaults, RawDuration, RawFlow, RawPolicy, RawRetry, RawStep, Str, StrMap};
-use crate::classify::classes::{ClassError, ClassTree, MAX_USER_CLASSES, is_builtin};
+use super::graph;
+use super::model::{Catch, Command, DEFAULT_MAX_PARALLEL, ExitCodes, Flow, Hooks, Param, Signal, Step, implicit_needs};
+use super::raw::{RawCatch, RawCommand, RawDefaults, RawDuration, RawFlow, RawPolicy, RawRetry, RawStep, Str, StrMap};
+use crate::classify::classes::{ClassError, ClassTree, MAX_USER_CLASSES, WORKFLOW_TIMEOUT, is_builtin};
 use crate::retry::{Backoff, DEFAULT_ATTEMPTS, RetryPolicy};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Range;
 use std::path::Path;
 use std::time::Duration;
 use toml::Spanned;
@@ -23,6 +25,18 @@ pub(crate) const MIN_DURATION: Duration = Duration::from_millis(1);
 pub(crate) const MAX_STEP_NAME: usize = 255;
 /// Longest flow name: the flow's lock file is `locks/NAME.lock`, a file name of at most 255 bytes.
 pub(crate) const MAX_FLOW_NAME: usize = 255 - ".lock".len();
+/// Most cycles of `needs` reported for one file, and most step names compared in all for the
+/// "did you mean" of unknown names in `needs` (each compares every step's name): bounds the work
+/// on a hostile file, while a flow of a hundred steps gets a suggestion for 2,000 unknown names.
+const MAX_CYCLES_REPORTED: usize = 20;
+const MAX_SUGGESTION_WORK: usize = 200_000;
+/// Longest cycle spelled out in full; a longer one is shortened in the middle.
+const MAX_CYCLE_SHOWN: usize = 10;
+/// Most steps without `needs` a cycle's help names.
+const MAX_IMPLICIT_SHOWN: usize = 5;
+/// Most steps `max_parallel` lets run at once: each is a process group with two reader threads,
+/// and far more than a machine runs usefully side by side.
+pub(crate) const MAX_PARALLEL: u32 = 10_000;
 const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
 const DETECT_VALUES: [&str; 2] = ["auto", "none"];
 
@@ -49,7 +63,8 @@ fn is_name(s: &str, extra: &str) -> bool {
     !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || extra.contains(c))
 }
 
-fn is_identifier(s: &str) -> bool {
+/// `[A-Za-z_][A-Za-z0-9_]*`: parameter and variable names.
+pub(crate) fn is_identifier(s: &str) -> bool {
     is_name(s, "") && !s.starts_with(|c: char| c.is_ascii_digit())
 }
 
@@ -127,6 +142,17 @@ impl Validator<'_> {
             }
         };
         let resume_within = raw.resume_within.as_ref().and_then(|d| self.duration(d, false));
+        let max_parallel = raw.max_parallel.as_ref().map_or(DEFAULT_MAX_PARALLEL, |n| self.max_parallel(n));
+        let timeout = raw.timeout.as_ref().and_then(|d| self.duration(d, false));
+        let params = self.params(&raw.params);
+        let dir = path.parent().unwrap_or(Path::new("/"));
+        let env_file = raw.env_file.as_ref().and_then(|f| self.env_file(f, dir));
+        let secret_env = raw.secret_env.as_ref().map(|list| self.secret_env(list)).unwrap_or_default();
+        let hooks = Hooks {
+            on_success: raw.hooks.on_success.as_ref().and_then(|c| self.command(c)),
+            on_failure: raw.hooks.on_failure.as_ref().and_then(|c| self.command(c)),
+            on_exit: raw.hooks.on_exit.as_ref().and_then(|c| self.command(c)),
+        };
         let classes = self.classes(&raw.errors);
         let exit_codes = self.exit_codes(&raw.exit_codes, &classes);
         let env = self.env(&raw.env);
@@ -139,19 +165,35 @@ impl Validator<'_> {
             policies.insert(pname.get_ref().clone(), p);
         }
         let defaults = Defaults::new(self, raw.defaults.as_ref(), &policies, &classes);
-        let dir = path.parent().unwrap_or(Path::new("/"));
         let mut seen = HashSet::new();
-        let mut steps = Vec::new();
+        let mut built = Vec::with_capacity(raw.step.len());
         for raw_step in &raw.step {
-            if let Some(step) = self.step(raw_step, &defaults, &policies, &classes, dir) {
-                if !seen.insert(step.name.clone()) {
-                    let span = raw_step.get_ref().name.as_ref().map_or(raw_step.span(), Spanned::span);
-                    self.error(span, &format!("a step named `{}` is already defined", step.name)).label =
-                        "duplicate step name".into();
-                }
-                steps.push(step);
+            let step = self.step(raw_step, &defaults, &policies, &classes, dir);
+            if let Some(step) = &step
+                && !seen.insert(step.name.clone())
+            {
+                let span = raw_step.get_ref().name.as_ref().map_or(raw_step.span(), Spanned::span);
+                self.error(span, &format!("a step named `{}` is already defined", step.name)).label =
+                    "duplicate step name".into();
             }
+            built.push(step);
         }
+        let needs = self.needs(&raw.step);
+        // Indices into the steps hold only when every step was built; else the flow is refused.
+        let complete = built.iter().all(Option::is_some);
+        let steps = built
+            .into_iter()
+            .zip(needs)
+            .filter_map(|(step, (needs, explicit))| {
+                step.map(|mut step| {
+                    if complete {
+                        step.needs = needs;
+                    }
+                    step.needs_explicit = explicit;
+                    step
+                })
+            })
+            .collect();
         if raw.step.is_empty() && !raw.bad.contains(&"step") {
             // The file as a whole is at fault; point at its first line so the report has a place.
             let first_line = self.source.find('\n').unwrap_or(self.source.len());
@@ -169,11 +211,295 @@ impl Validator<'_> {
             name_declared: raw.name.is_some(),
             path: path.to_owned(),
             resume_within,
+            max_parallel,
+            fail_fast: raw.fail_fast.unwrap_or(false),
+            timeout,
+            params,
             env,
+            env_file,
+            secret_env,
+            hooks,
             classes,
             exit_codes,
             steps,
         }
+    }
+
+    fn max_parallel(&mut self, raw: &Spanned<i64>) -> u32 {
+        let n = *raw.get_ref();
+        match u32::try_from(n) {
+            Ok(m) if (1..=MAX_PARALLEL).contains(&m) => m,
+            _ => {
+                let (what, help) = if n < 1 {
+                    (
+                        format!("`max_parallel` must be at least 1, got {n}"),
+                        "`max_parallel = 1` runs one step at a time; without the key, 4 steps may run at once",
+                    )
+                } else {
+                    (
+                        format!("`max_parallel` must be at most {MAX_PARALLEL}"),
+                        "each running step is a process group of its own; choose how many your machine runs well",
+                    )
+                };
+                let d = self.error(raw.span(), &what);
+                d.label = "out of range".into();
+                d.help = Some(help.into());
+                DEFAULT_MAX_PARALLEL
+            }
+        }
+    }
+
+    /// `[params]`: names are identifiers, distinct once upper-cased (each is `WAYMARK_PARAM_NAME`).
+    fn params(&mut self, raw: &[(Str, Option<Str>)]) -> BTreeMap<String, Param> {
+        let mut out = BTreeMap::new();
+        let mut by_var: HashMap<String, String> = HashMap::new();
+        for (name, default) in raw {
+            let n = name.get_ref();
+            if !is_identifier(n) {
+                let mut fixed: String = n.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+                if fixed.starts_with(|c: char| c.is_ascii_digit()) {
+                    fixed.insert(0, '_');
+                }
+                let d = self.error(
+                    name.span(),
+                    &format!(
+                        "`{n}` is not a parameter name: it must start with a letter or `_` and hold only ASCII \
+                         letters, digits and `_`"
+                    ),
+                );
+                d.label = "invalid name".into();
+                d.help = Some(format!(
+                    "steps see a parameter as the variable `WAYMARK_PARAM_NAME`, so its name must be one a variable \
+                     can have: write `{fixed}`"
+                ));
+                continue;
+            }
+            let var = super::params::env_name(n);
+            if let Some(other) = by_var.get(&var) {
+                let d = self.error(name.span(), &format!("parameters `{other}` and `{n}` would both be `{var}`"));
+                d.label = "same name upper-cased".into();
+                d.help = Some("steps see parameters upper-cased; rename one of the two".into());
+                continue;
+            }
+            by_var.insert(var, n.clone());
+            if let Some(d) = default {
+                self.no_nul(d, "a parameter's default");
+            }
+            out.insert(n.clone(), Param { default: default.as_ref().map(|d| d.get_ref().clone()) });
+        }
+        out
+    }
+
+    fn env_file(&mut self, raw: &Str, dir: &Path) -> Option<std::path::PathBuf> {
+        if raw.get_ref().is_empty() {
+            let d = self.error(raw.span(), "the path of the env file is empty");
+            d.label = "no path".into();
+            d.help = Some(
+                "write the path of a dotenv file, relative to the flow file's directory: `env_file = \".env\"`".into(),
+            );
+            return None;
+        }
+        if raw.get_ref().contains('\0') {
+            self.no_nul(raw, "a path");
+            return None;
+        }
+        Some(dir.join(raw.get_ref()))
+    }
+
+    fn secret_env(&mut self, raw: &Spanned<Vec<Str>>) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let mut seen = HashSet::new();
+        for item in raw.get_ref() {
+            let n = item.get_ref();
+            if !is_identifier(n) {
+                let d = self.error(item.span(), &format!("`{n}` is not a variable name"));
+                d.label = "invalid name".into();
+                d.help = Some(match n.strip_prefix('$').or_else(|| n.split_once('=').map(|(k, _)| k)) {
+                    Some(bare) if is_identifier(bare) => format!("write only the name: `\"{bare}\"`"),
+                    _ => "a variable name holds ASCII letters, digits and `_` and does not start with a digit".into(),
+                });
+            } else if !seen.insert(n.as_str()) {
+                let d = self.error(item.span(), &format!("`{n}` is listed twice"));
+                d.label = "listed again".into();
+                d.help = Some("remove one of the two".into());
+            } else {
+                out.push(n.clone());
+            }
+        }
+        out
+    }
+
+    /// A hook or a `compensate`: a list of arguments or a shell command line.
+    fn command(&mut self, raw: &Spanned<RawCommand>) -> Option<Command> {
+        match raw.get_ref() {
+            RawCommand::Run(argv) => {
+                if argv.first().is_none_or(|p| p.get_ref().is_empty()) {
+                    let d = self.error(raw.span(), "a command needs at least a program name");
+                    d.label = "no program".into();
+                    d.help = Some(
+                        "write `[\"program\", \"arg\"]`, or a string to run a command line with /bin/sh -c".into(),
+                    );
+                    return None;
+                }
+                for arg in argv {
+                    self.no_nul(arg, "a program or argument");
+                }
+                Some(Command::Run(argv.iter().map(|a| a.get_ref().clone()).collect()))
+            }
+            RawCommand::Shell(script) => {
+                self.no_nul(&Spanned::new(raw.span(), script.clone()), "a shell command");
+                Some(Command::Shell(script.clone()))
+            }
+        }
+    }
+
+    /// Every step's `needs` as indices into `steps` (the steps of the file, built or not), and
+    /// whether the file wrote it. Reports unknown names, a step needing itself, an entry written
+    /// twice, and every cycle, at the entry that closes it.
+    fn needs(&mut self, steps: &[Spanned<RawStep>]) -> Vec<(Vec<usize>, bool)> {
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        // In file order, so that of two equally close names the first is suggested.
+        let mut names: Vec<&str> = Vec::new();
+        for (i, s) in steps.iter().enumerate() {
+            if let Some(n) = &s.get_ref().name {
+                index.entry(n.get_ref().as_str()).or_insert(i);
+                names.push(n.get_ref());
+            }
+        }
+        let mut suggestion_work = 0;
+        let name =
+            |i: usize| steps[i].get_ref().name.as_ref().map_or_else(|| format!("step[{i}]"), |n| n.get_ref().clone());
+        let mut out = Vec::with_capacity(steps.len());
+        // Per step, the span of each entry kept (`None`: the implicit need of the step before).
+        let mut spans: Vec<Vec<Option<Range<usize>>>> = Vec::with_capacity(steps.len());
+        for (i, s) in steps.iter().enumerate() {
+            let s = s.get_ref();
+            let Some(list) = &s.needs else {
+                // A `needs` of the wrong type is reported already: no dependencies to guess at.
+                let explicit = s.bad.contains(&"needs");
+                let needs = if explicit { Vec::new() } else { implicit_needs(i) };
+                spans.push(vec![None; needs.len()]);
+                out.push((needs, explicit));
+                continue;
+            };
+            let own = s.name.as_ref().map(|n| n.get_ref().as_str());
+            let mut kept = Vec::new();
+            let mut kept_spans = Vec::new();
+            let mut seen = HashSet::new();
+            for item in list.get_ref() {
+                let n = item.get_ref().as_str();
+                if Some(n) == own {
+                    let d = self.error(item.span(), &format!("step `{n}` cannot need itself"));
+                    d.label = "its own name".into();
+                    d.help = Some(
+                        "remove it; without `needs` a step needs the step before it, and `needs = []` makes it a root"
+                            .into(),
+                    );
+                    continue;
+                }
+                match index.get(n) {
+                    None => {
+                        suggestion_work += names.len();
+                        let hint = (suggestion_work <= MAX_SUGGESTION_WORK)
+                            .then(|| crate::suggest::closest(n, names.iter().copied()))
+                            .flatten();
+                        let d = self.error(item.span(), &format!("no step named `{n}`"));
+                        d.label = "unknown step".into();
+                        d.help = Some(match hint {
+                            Some(h) => format!("did you mean `{h}`?"),
+                            None => "`needs` lists the `name`s of other steps of this flow".into(),
+                        });
+                    }
+                    Some(&j) if !seen.insert(j) => {
+                        let d = self.error(item.span(), &format!("`{n}` is listed twice"));
+                        d.label = "listed again".into();
+                        d.help = Some("remove one of the two".into());
+                    }
+                    Some(&j) => {
+                        kept.push(j);
+                        kept_spans.push(Some(item.span()));
+                    }
+                }
+            }
+            spans.push(kept_spans);
+            out.push((kept, true));
+        }
+        let graph: Vec<Vec<usize>> = out.iter().map(|(needs, _)| needs.clone()).collect();
+        let mut reported = HashSet::new();
+        let cycles = graph::cycles(&graph, MAX_CYCLES_REPORTED);
+        let more = if cycles.len() == MAX_CYCLES_REPORTED {
+            format!("; only the first {MAX_CYCLES_REPORTED} cycles are reported")
+        } else {
+            String::new()
+        };
+        for cycle in cycles {
+            let k = cycle.steps.len();
+            // The entry of `cycle.steps[pos]` that needs the next step of the cycle.
+            let entry = |pos: usize| {
+                let step = cycle.steps[pos];
+                let entry = if pos + 1 == k {
+                    cycle.entry
+                } else {
+                    graph[step].iter().position(|&t| t == cycle.steps[pos + 1]).unwrap_or_default()
+                };
+                (step, entry)
+            };
+            // Point at the entry that closes the cycle, or, when that one is implicit (a step
+            // without `needs`), at the last written entry before it: every cycle has one, since
+            // implicit needs only point back.
+            let Some(pos) = (0..k).rev().find(|&pos| {
+                let (step, e) = entry(pos);
+                spans[step].get(e).is_some_and(Option::is_some)
+            }) else {
+                continue;
+            };
+            let (step, e) = entry(pos);
+            let Some(Some(span)) = spans[step].get(e).cloned() else { continue };
+            if !reported.insert((step, e)) {
+                continue;
+            }
+            // Start the cycle at the step the entry names, so that it ends with the entry.
+            let order: Vec<usize> = (1..=k).map(|d| cycle.steps[(pos + d) % k]).collect();
+            let mut text: Vec<String> = if k > MAX_CYCLE_SHOWN {
+                let (head, tail) = (MAX_CYCLE_SHOWN / 2, MAX_CYCLE_SHOWN / 2 - 1);
+                let mut t: Vec<String> = order[..head].iter().map(|&s| name(s)).collect();
+                t.push(format!("… {} more …", k - head - tail));
+                t.extend(order[k - tail..].iter().map(|&s| name(s)));
+                t
+            } else {
+                order.iter().map(|&s| name(s)).collect()
+            };
+            text.push(name(order[0]));
+            // The steps of the cycle that need the step before them only because they have no `needs`.
+            let mut implicit: Vec<String> = order
+                .iter()
+                .filter(|&&s| steps[s].get_ref().needs.is_none())
+                .map(|&s| format!("`{}`", name(s)))
+                .collect();
+            if implicit.len() > MAX_IMPLICIT_SHOWN {
+                let rest = implicit.len() - (MAX_IMPLICIT_SHOWN - 1);
+                implicit.truncate(MAX_IMPLICIT_SHOWN - 1);
+                implicit.push(format!("{rest} more steps"));
+            }
+            let implicit = match implicit.as_slice() {
+                [] => String::new(),
+                [one] => {
+                    format!("{one} has no `needs`, so it needs the step before it (`needs = []` makes it a root); ")
+                }
+                [init @ .., last] => format!(
+                    "{} and {last} have no `needs`, so each needs the step before it (`needs = []` makes a step a \
+                     root); ",
+                    init.join(", ")
+                ),
+            };
+            let d = self.error(span, &format!("steps need each other in a cycle: {}", text.join(" -> ")));
+            d.label = "closes the cycle".into();
+            d.help = Some(format!(
+                "{implicit}`x -> y` means x needs y, so none of these steps could ever start; remove one of these \
+                 needs{more}"
+            ));
+        }
+        out
     }
 
     fn classes(&mut self, errors: &BTreeMap<Str, Spanned<Vec<Str>>>) -> ClassTree {
@@ -414,31 +740,7 @@ impl Validator<'_> {
         };
         let exception_types = match &raw.exception_types {
             None => vec!["Exception".to_owned()],
-            Some(list) => {
-                let mut names = Vec::new();
-                for item in list.get_ref() {
-                    let n = item.get_ref();
-                    if n.contains('.') {
-                        self.error(
-                            item.span(),
-                            "exception types are matched by bare class name; a module path is not allowed",
-                        )
-                        .help = n.rsplit('.').next().map(|last| format!("write `{last}`"));
-                    } else if !classes.knows(n) {
-                        let hint = classes.suggest(n);
-                        let d = self.warn(item.span(), &format!("no known class is named `{n}`"));
-                        d.label = "matches only errors children report with this name".into();
-                        d.help = Some(match hint {
-                            Some(h) => format!("did you mean `{h}`?"),
-                            None => format!("declare it in [errors] to silence this warning: `{n} = [\"Exception\"]`"),
-                        });
-                        names.push(n.clone());
-                    } else {
-                        names.push(n.clone());
-                    }
-                }
-                names
-            }
+            Some(list) => self.exception_types(list, classes, "retried"),
         };
         let mut backoff = Backoff::default();
         if let Some(s) = &raw.backoff_seconds
@@ -478,6 +780,94 @@ impl Validator<'_> {
         }
         backoff.jitter = raw.jitter.unwrap_or(false);
         RetryPolicy { attempts, exception_types, backoff }
+    }
+
+    /// The class names of a retry policy's or a catch handler's `exception_types`; `verb` says
+    /// what `WorkflowTimeout` never is ("retried", "caught").
+    fn exception_types(&mut self, list: &Spanned<Vec<Str>>, classes: &ClassTree, verb: &str) -> Vec<String> {
+        let mut names = Vec::new();
+        for item in list.get_ref() {
+            let n = item.get_ref();
+            if n.contains('.') {
+                self.error(
+                    item.span(),
+                    "exception types are matched by bare class name; a module path is not allowed",
+                )
+                .help = n.rsplit('.').next().map(|last| format!("write `{last}`"));
+            } else if n == WORKFLOW_TIMEOUT {
+                let d = self.error(
+                    item.span(),
+                    &format!("`{WORKFLOW_TIMEOUT}` is never {verb}: it ends the run when the flow's `timeout` passes"),
+                );
+                d.label = "never matches".into();
+                d.help = Some(
+                    "remove it; `[hooks] on_failure` and the steps' `compensate` commands run after a workflow \
+                     timeout"
+                        .into(),
+                );
+            } else if !classes.knows(n) {
+                let hint = classes.suggest(n);
+                let d = self.warn(item.span(), &format!("no known class is named `{n}`"));
+                d.label = "matches only errors children report with this name".into();
+                d.help = Some(match hint {
+                    Some(h) => format!("did you mean `{h}`?"),
+                    None => format!("declare it in [errors] to silence this warning: `{n} = [\"Exception\"]`"),
+                });
+                names.push(n.clone());
+            } else {
+                names.push(n.clone());
+            }
+        }
+        names
+    }
+
+    /// One handler of a step's `catch`.
+    fn handler(&mut self, raw: &Spanned<RawCatch>, classes: &ClassTree) -> Option<Catch> {
+        let h = raw.get_ref();
+        let exception_types = match &h.exception_types {
+            None => vec!["Exception".to_owned()],
+            Some(list) => {
+                if list.get_ref().is_empty() {
+                    let d =
+                        self.warn(list.span(), "an empty `exception_types` matches no error: this handler never runs");
+                    d.label = "matches nothing".into();
+                    d.help = Some(
+                        "list the classes it handles, such as `exception_types = [\"ActionTimeout\"]` (without the \
+                         key it handles `Exception`), or remove the handler"
+                            .into(),
+                    );
+                }
+                self.exception_types(list, classes, "caught")
+            }
+        };
+        let command = match (&h.run, &h.shell) {
+            (Some(run), None) => {
+                if run.get_ref().first().is_none_or(|p| p.get_ref().is_empty()) {
+                    self.error(run.span(), "`run` needs at least a program name").help =
+                        Some("write `run = [\"program\", \"arg\"]`, or leave out `run` to swallow the error".into());
+                }
+                for arg in run.get_ref() {
+                    self.no_nul(arg, "a program or argument");
+                }
+                Some(Command::Run(run.get_ref().iter().map(|a| a.get_ref().clone()).collect()))
+            }
+            (None, Some(shell)) => {
+                self.no_nul(shell, "a shell command");
+                Some(Command::Shell(shell.get_ref().clone()))
+            }
+            (Some(run), Some(_)) => {
+                let d = self.error(run.span(), "a catch handler takes at most one of `run` and `shell`, not both");
+                d.label = "remove this or `shell`".into();
+                d.help = Some(
+                    "`run` starts the program directly; `shell` runs a command line with /bin/sh -c; with neither, \
+                     the handler swallows the error"
+                        .into(),
+                );
+                return None;
+            }
+            (None, None) => None,
+        };
+        Some(Catch { exception_types, command })
     }
 
     /// A step's or the defaults' `retry`: inline, or a `[policies]` name.
@@ -624,9 +1014,14 @@ impl Validator<'_> {
             Some(d) => self.detect(d).unwrap_or(true),
             None => defaults.detect,
         };
+        let catch = raw.catch.iter().filter_map(|h| self.handler(h, classes)).collect();
+        let compensate = raw.compensate.as_ref().and_then(|c| self.command(c));
         Some(Step {
             name: name.get_ref().clone(),
             span,
+            // Set by `needs` once every step is known.
+            needs: Vec::new(),
+            needs_explicit: false,
             command,
             timeout,
             retry,
@@ -637,6 +1032,8 @@ impl Validator<'_> {
             kill_signal,
             kill_grace,
             detect_tracebacks,
+            catch,
+            compensate,
         })
     }
 }

@@ -7,8 +7,15 @@
 //! and so is a field this version does not know: an older binary never runs a newer record with
 //! part of it silently ignored. Each version written is kept as a fixture in
 //! `tests/fixtures/records/run-definition-vN.json` and must go on loading.
+//!
+//! Version 2 added the workflow structure: `needs`, `catch` and `compensate` per step, and
+//! `max_parallel`, `fail_fast`, `timeout`, `params`, `env_file`, `secret_env` and `hooks` per
+//! flow. Their defaults are what a version 1 run meant: each step needs the one before it (so
+//! nothing runs side by side and `max_parallel` changes nothing), no deadline, no handlers, no
+//! compensation, no hooks, no parameters, no env file, no secrets.
 
 use crate::classify::classes::ClassTree;
+use crate::flow::model::{Catch, Command, DEFAULT_MAX_PARALLEL, Hooks, Param, implicit_needs};
 use crate::flow::{self, Flow};
 use crate::retry::{Backoff, RetryPolicy};
 use serde::{Deserialize, Serialize};
@@ -17,7 +24,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// The version this binary writes, and the highest it reads.
-pub(crate) const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 2;
 
 /// Why a recorded definition cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -47,11 +54,62 @@ pub(crate) struct RunDefinition {
     /// How old an unfinished run may be and still be resumed by `waymark run`.
     #[serde(with = "opt_duration")]
     pub(crate) resume_within: Option<Duration>,
+    /// The flow's `max_parallel` (since version 2).
+    #[serde(default = "default_max_parallel")]
+    pub(crate) max_parallel: u32,
+    /// Since version 2.
+    #[serde(default)]
+    pub(crate) fail_fast: bool,
+    /// The workflow deadline (since version 2).
+    #[serde(default, with = "opt_duration")]
+    pub(crate) timeout: Option<Duration>,
+    /// The declared parameters (since version 2).
+    #[serde(default)]
+    pub(crate) params: BTreeMap<String, RecordedParam>,
     pub(crate) env: BTreeMap<String, String>,
+    /// The dotenv file, absolute (since version 2).
+    #[serde(default)]
+    pub(crate) env_file: Option<PathBuf>,
+    /// Since version 2.
+    #[serde(default)]
+    pub(crate) secret_env: Vec<String>,
+    /// Since version 2.
+    #[serde(default)]
+    pub(crate) hooks: RecordedHooks,
     /// The flow's own error classes and their direct bases, in declaration order.
     pub(crate) errors: Vec<RecordedClass>,
     pub(crate) exit_codes: RecordedExitCodes,
     pub(crate) steps: Vec<RecordedStep>,
+}
+
+fn default_max_parallel() -> u32 {
+    DEFAULT_MAX_PARALLEL
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RecordedParam {
+    /// `None`: required.
+    pub(crate) default: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RecordedHooks {
+    #[serde(default)]
+    pub(crate) on_success: Option<RecordedCommand>,
+    #[serde(default)]
+    pub(crate) on_failure: Option<RecordedCommand>,
+    #[serde(default)]
+    pub(crate) on_exit: Option<RecordedCommand>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RecordedCatch {
+    pub(crate) exception_types: Vec<String>,
+    /// `None`: the handler swallows the error.
+    pub(crate) command: Option<RecordedCommand>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -73,6 +131,10 @@ pub(crate) struct RecordedExitCodes {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RecordedStep {
     pub(crate) name: String,
+    /// The names of the steps it needs, as written; `None` (and in version 1, always): the step
+    /// before it (none for the first step). Since version 2.
+    #[serde(default)]
+    pub(crate) needs: Option<Vec<String>>,
     pub(crate) command: RecordedCommand,
     #[serde(with = "opt_duration")]
     pub(crate) timeout: Option<Duration>,
@@ -86,6 +148,12 @@ pub(crate) struct RecordedStep {
     #[serde(with = "duration")]
     pub(crate) kill_grace: Duration,
     pub(crate) detect_tracebacks: bool,
+    /// Since version 2.
+    #[serde(default)]
+    pub(crate) catch: Vec<RecordedCatch>,
+    /// Since version 2.
+    #[serde(default)]
+    pub(crate) compensate: Option<RecordedCommand>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,6 +161,24 @@ pub(crate) struct RecordedStep {
 pub(crate) enum RecordedCommand {
     Run(Vec<String>),
     Shell(String),
+}
+
+impl From<&Command> for RecordedCommand {
+    fn from(c: &Command) -> RecordedCommand {
+        match c {
+            Command::Run(argv) => RecordedCommand::Run(argv.clone()),
+            Command::Shell(script) => RecordedCommand::Shell(script.clone()),
+        }
+    }
+}
+
+impl From<RecordedCommand> for Command {
+    fn from(c: RecordedCommand) -> Command {
+        match c {
+            RecordedCommand::Run(argv) => Command::Run(argv),
+            RecordedCommand::Shell(script) => Command::Shell(script),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -129,6 +215,11 @@ impl RunDefinition {
             Some(v) => match v.as_u64() {
                 Some(found) if found > u64::from(VERSION) => Err(RecordError::Newer { found, known: VERSION }),
                 Some(found) if found >= 1 => {
+                    if let Some(field) = field_after(object, found) {
+                        return Err(RecordError::Corrupt(format!(
+                            "`{field}` is not part of run record version {found}, which it claims to be"
+                        )));
+                    }
                     serde_json::from_value(value).map_err(|e| RecordError::Corrupt(e.to_string()))
                 }
                 _ => Err(RecordError::Corrupt(format!("`version` is {v}, not a version number"))),
@@ -154,17 +245,21 @@ impl RunDefinition {
         };
         let classes = ClassTree::new(self.errors.into_iter().map(|c| (c.name, c.bases)).collect())
             .map_err(|e| RecordError::Corrupt(e.to_string()))?;
+        if self.max_parallel == 0 {
+            return Err(RecordError::Corrupt("`max_parallel` is 0; it is at least 1".into()));
+        }
+        let needs = needs(&self.steps)?;
         let steps = self
             .steps
             .into_iter()
-            .map(|s| {
+            .zip(needs)
+            .map(|(s, needs)| {
                 Ok(flow::Step {
                     name: s.name,
                     span: 0..0,
-                    command: match s.command {
-                        RecordedCommand::Run(argv) => flow::model::Command::Run(argv),
-                        RecordedCommand::Shell(script) => flow::model::Command::Shell(script),
-                    },
+                    needs_explicit: s.needs.is_some(),
+                    needs,
+                    command: s.command.into(),
                     timeout: s.timeout,
                     retry: RetryPolicy {
                         attempts: s.retry.attempts,
@@ -183,20 +278,95 @@ impl RunDefinition {
                     kill_signal: signal(&s.kill_signal)?,
                     kill_grace: s.kill_grace,
                     detect_tracebacks: s.detect_tracebacks,
+                    catch: s
+                        .catch
+                        .into_iter()
+                        .map(|c| Catch { exception_types: c.exception_types, command: c.command.map(Command::from) })
+                        .collect(),
+                    compensate: s.compensate.map(Command::from),
                 })
             })
             .collect::<Result<Vec<_>, RecordError>>()?;
+        let hooks = Hooks {
+            on_success: self.hooks.on_success.map(Command::from),
+            on_failure: self.hooks.on_failure.map(Command::from),
+            on_exit: self.hooks.on_exit.map(Command::from),
+        };
         Ok(Flow {
             name: self.name,
             name_declared: self.name_declared,
             path: self.path,
             resume_within: self.resume_within,
+            max_parallel: self.max_parallel,
+            fail_fast: self.fail_fast,
+            timeout: self.timeout,
+            params: self.params.into_iter().map(|(name, p)| (name, Param { default: p.default })).collect(),
             env: self.env,
+            env_file: self.env_file,
+            secret_env: self.secret_env,
+            hooks,
             classes,
             exit_codes: exit_codes(self.exit_codes)?,
             steps,
         })
     }
+}
+
+/// Fields of the run and of each step added in version 2.
+const SINCE_2: [&str; 7] = ["max_parallel", "fail_fast", "timeout", "params", "env_file", "secret_env", "hooks"];
+const STEP_SINCE_2: [&str; 3] = ["needs", "catch", "compensate"];
+
+/// The first field of `record` that its version `found` did not have yet (`steps[0].needs`).
+fn field_after(record: &serde_json::Map<String, serde_json::Value>, found: u64) -> Option<String> {
+    if found >= 2 {
+        return None;
+    }
+    if let Some(field) = SINCE_2.iter().find(|f| record.contains_key(**f)) {
+        return Some((*field).to_owned());
+    }
+    let steps = record.get("steps").and_then(serde_json::Value::as_array)?;
+    steps.iter().enumerate().find_map(|(i, step)| {
+        let step = step.as_object()?;
+        STEP_SINCE_2.iter().find(|f| step.contains_key(**f)).map(|f| format!("steps[{i}].{f}"))
+    })
+}
+
+/// The recorded steps' needs as indices: the named steps, or the step before. A name that is not
+/// a recorded step, a name given twice, or a cycle is corruption: the loader never records one.
+fn needs(steps: &[RecordedStep]) -> Result<Vec<Vec<usize>>, RecordError> {
+    let index: BTreeMap<&str, usize> = steps.iter().enumerate().rev().map(|(i, s)| (s.name.as_str(), i)).collect();
+    let mut out = Vec::with_capacity(steps.len());
+    for (i, step) in steps.iter().enumerate() {
+        let Some(names) = &step.needs else {
+            out.push(implicit_needs(i));
+            continue;
+        };
+        let mut needs = Vec::with_capacity(names.len());
+        let mut seen = std::collections::HashSet::new();
+        for name in names {
+            let &j = index.get(name.as_str()).ok_or_else(|| {
+                RecordError::Corrupt(format!("step `{}` needs `{name}`, which is not a recorded step", step.name))
+            })?;
+            if !seen.insert(j) {
+                return Err(RecordError::Corrupt(format!("step `{}` needs `{name}` twice", step.name)));
+            }
+            needs.push(j);
+        }
+        out.push(needs);
+    }
+    if let Some(cycle) = flow::graph::cycles(&out, 1).first() {
+        // A corrupt record may hold any cycle: name at most ten of its steps.
+        let mut names: Vec<&str> = cycle.steps.iter().take(10).map(|&i| steps[i].name.as_str()).collect();
+        if cycle.steps.len() > names.len() {
+            names.push("…");
+        }
+        return Err(RecordError::Corrupt(format!(
+            "its steps need each other in a cycle: {} -> {}",
+            names.join(" -> "),
+            names[0]
+        )));
+    }
+    Ok(out)
 }
 
 impl From<&Flow> for RunDefinition {
@@ -209,7 +379,22 @@ impl From<&Flow> for RunDefinition {
             name_declared: flow.name_declared,
             path: flow.path.clone(),
             resume_within: flow.resume_within,
+            max_parallel: flow.max_parallel,
+            fail_fast: flow.fail_fast,
+            timeout: flow.timeout,
+            params: flow
+                .params
+                .iter()
+                .map(|(name, p)| (name.clone(), RecordedParam { default: p.default.clone() }))
+                .collect(),
             env: flow.env.clone(),
+            env_file: flow.env_file.clone(),
+            secret_env: flow.secret_env.clone(),
+            hooks: RecordedHooks {
+                on_success: flow.hooks.on_success.as_ref().map(RecordedCommand::from),
+                on_failure: flow.hooks.on_failure.as_ref().map(RecordedCommand::from),
+                on_exit: flow.hooks.on_exit.as_ref().map(RecordedCommand::from),
+            },
             errors: flow
                 .classes
                 .user
@@ -222,10 +407,10 @@ impl From<&Flow> for RunDefinition {
                 .iter()
                 .map(|s| RecordedStep {
                     name: s.name.clone(),
-                    command: match &s.command {
-                        flow::model::Command::Run(argv) => RecordedCommand::Run(argv.clone()),
-                        flow::model::Command::Shell(script) => RecordedCommand::Shell(script.clone()),
-                    },
+                    needs: s
+                        .needs_explicit
+                        .then(|| s.needs.iter().filter_map(|&i| flow.steps.get(i)).map(|n| n.name.clone()).collect()),
+                    command: (&s.command).into(),
                     timeout: s.timeout,
                     retry: RecordedRetry {
                         attempts: s.retry.attempts,
@@ -244,6 +429,15 @@ impl From<&Flow> for RunDefinition {
                     kill_signal: s.kill_signal.name().to_owned(),
                     kill_grace: s.kill_grace,
                     detect_tracebacks: s.detect_tracebacks,
+                    catch: s
+                        .catch
+                        .iter()
+                        .map(|c| RecordedCatch {
+                            exception_types: c.exception_types.clone(),
+                            command: c.command.as_ref().map(RecordedCommand::from),
+                        })
+                        .collect(),
+                    compensate: s.compensate.as_ref().map(RecordedCommand::from),
                 })
                 .collect(),
         }
@@ -297,9 +491,9 @@ mod tests {
         std::fs::read_to_string(Path::new(FIXTURES).join(name)).unwrap()
     }
 
-    /// The fixture's flow as the loader builds it today.
-    fn fixture_flow() -> Flow {
-        let toml = fixture("run-definition-v1.toml");
+    /// The flow behind the fixture of `version`, as the loader builds it today.
+    fn fixture_flow(version: u32) -> Flow {
+        let toml = fixture(&format!("run-definition-v{version}.toml"));
         flow::parse(&toml, Path::new("/srv/waymark-fixture/nightly.toml")).unwrap().0
     }
 
@@ -310,18 +504,62 @@ mod tests {
         flow
     }
 
+    /// Every fixture ever written loads as the flow it was recorded from, loaded today.
     #[test]
-    fn the_version_1_fixture_loads_as_the_flow_it_was_recorded_from() {
-        let recorded = RunDefinition::parse(&fixture("run-definition-v1.json")).unwrap();
-        assert_eq!(recorded.version, 1);
-        assert_eq!(recorded.into_flow().unwrap(), without_spans(fixture_flow()));
+    fn every_version_s_fixture_loads_as_the_flow_it_was_recorded_from() {
+        for version in 1..=VERSION {
+            let recorded = RunDefinition::parse(&fixture(&format!("run-definition-v{version}.json"))).unwrap();
+            assert_eq!(recorded.version, version);
+            assert_eq!(recorded.into_flow().unwrap(), without_spans(fixture_flow(version)), "version {version}");
+        }
+    }
+
+    /// A run recorded before the workflow structure existed means what it meant: each step needs
+    /// the one before (so nothing runs side by side), no deadline, handlers, compensation, hooks,
+    /// parameters, env file or secrets.
+    #[test]
+    fn a_version_1_record_runs_its_steps_one_after_another_as_before() {
+        let flow = RunDefinition::parse(&fixture("run-definition-v1.json")).unwrap().into_flow().unwrap();
+        let needs: Vec<(Vec<usize>, bool)> = flow.steps.iter().map(|s| (s.needs.clone(), s.needs_explicit)).collect();
+        assert_eq!(needs, [(vec![], false), (vec![0], false)]);
+        assert!(!flow.has_explicit_needs());
+        assert!(flow.steps.iter().all(|s| s.catch.is_empty() && s.compensate.is_none()));
+        assert_eq!(flow.max_parallel, DEFAULT_MAX_PARALLEL);
+        assert!(!flow.fail_fast);
+        assert_eq!(flow.timeout, None);
+        assert_eq!(flow.hooks, Hooks::default());
+        assert!(flow.params.is_empty() && flow.secret_env.is_empty());
+        assert_eq!(flow.env_file, None);
+        // Recorded again today, its steps keep depending on the step before, not on nothing.
+        let again = RunDefinition::from(&flow);
+        assert!(again.steps.iter().all(|s| s.needs.is_none()));
+    }
+
+    #[test]
+    fn the_version_2_fixture_keeps_the_workflow_structure() {
+        let flow = RunDefinition::parse(&fixture("run-definition-v2.json")).unwrap().into_flow().unwrap();
+        let needs: Vec<(Vec<usize>, bool)> = flow.steps.iter().map(|s| (s.needs.clone(), s.needs_explicit)).collect();
+        assert_eq!(needs, [(vec![], true), (vec![], true), (vec![1, 0], true), (vec![2], false)]);
+        assert_eq!(flow.max_parallel, 3);
+        assert!(flow.fail_fast);
+        assert_eq!(flow.timeout, Some(Duration::from_secs(9000)));
+        assert_eq!(flow.params["date"].default, None);
+        assert_eq!(flow.params["region"].default.as_deref(), Some("eu-west-1"));
+        assert_eq!(flow.env_file.as_deref(), Some(Path::new("/srv/waymark-fixture/secrets/.env")));
+        assert_eq!(flow.secret_env, ["API_TOKEN", "DB_PASSWORD"]);
+        assert_eq!(flow.hooks.on_success, Some(Command::Run(vec!["notify".into(), "--ok".into()])));
+        assert_eq!(flow.hooks.on_exit, Some(Command::Run(vec!["cleanup".into()])));
+        assert_eq!(flow.steps[0].catch.len(), 2);
+        assert_eq!(flow.steps[0].catch[1], Catch { exception_types: vec!["BadInput".into()], command: None });
+        assert_eq!(flow.steps[2].catch[0].exception_types, ["Exception"]);
+        assert_eq!(flow.steps[1].compensate, Some(Command::Shell("rm -f mirror.log".into())));
     }
 
     /// Whatever this binary records must be kept as a fixture: raising [`VERSION`] without adding
     /// `run-definition-vN.json` (or changing what is recorded without raising it) fails here.
     #[test]
     fn this_version_records_exactly_its_fixture() {
-        let written = RunDefinition::from(&fixture_flow()).to_json();
+        let written = RunDefinition::from(&fixture_flow(VERSION)).to_json();
         let written: serde_json::Value = serde_json::from_str(&written).unwrap();
         let kept: serde_json::Value =
             serde_json::from_str(&fixture(&format!("run-definition-v{VERSION}.json"))).unwrap();
@@ -332,23 +570,73 @@ mod tests {
     fn a_newer_version_is_refused_with_what_to_do() {
         let mut record: serde_json::Value = serde_json::from_str(&fixture("run-definition-v1.json")).unwrap();
         record["version"] = (VERSION + 1).into();
-        record["dependencies"] = serde_json::json!({"report": ["fetch"]});
+        record["outputs"] = serde_json::json!({"report": ["fetch"]});
         let err = RunDefinition::parse(&record.to_string()).unwrap_err();
         assert!(matches!(err, RecordError::Newer { found, known: VERSION } if found == u64::from(VERSION) + 1));
         assert_eq!(
             err.to_string(),
-            "its definition was recorded by a newer waymark (run record version 2; this one reads up to 1); \
-             resume it with that waymark, or start the flow anew with `waymark run --fresh FLOW`"
+            format!(
+                "its definition was recorded by a newer waymark (run record version {}; this one reads up to \
+                 {VERSION}); resume it with that waymark, or start the flow anew with `waymark run --fresh FLOW`",
+                VERSION + 1
+            )
         );
     }
 
     #[test]
     fn an_unknown_field_in_a_known_version_is_corruption_not_ignored() {
-        let mut record: serde_json::Value = serde_json::from_str(&fixture("run-definition-v1.json")).unwrap();
-        record["steps"][0]["needs"] = serde_json::json!(["report"]);
+        let mut record: serde_json::Value = serde_json::from_str(&fixture("run-definition-v2.json")).unwrap();
+        record["steps"][0]["outputs"] = serde_json::json!(["report"]);
         let err = RunDefinition::parse(&record.to_string()).unwrap_err();
         let RecordError::Corrupt(what) = &err else { panic!("{err:?}") };
-        assert!(what.starts_with("unknown field `needs`"), "{what}");
+        assert!(what.starts_with("unknown field `outputs`"), "{what}");
+    }
+
+    /// A version 1 record cannot carry what version 2 added: it would run with a meaning no
+    /// version 1 waymark gave it.
+    #[test]
+    fn a_field_newer_than_the_record_s_version_is_corruption() {
+        for (path, value) in [("needs", serde_json::json!(["report"])), ("catch", serde_json::json!([]))] {
+            let mut record: serde_json::Value = serde_json::from_str(&fixture("run-definition-v1.json")).unwrap();
+            record["steps"][1][path] = value;
+            let err = RunDefinition::parse(&record.to_string()).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "its recorded definition cannot be read (`steps[1].{path}` is not part of run record version 1, \
+                     which it claims to be); the database was changed behind waymark's back: `waymark run --fresh \
+                     FLOW` starts the flow anew"
+                )
+            );
+        }
+        let mut record: serde_json::Value = serde_json::from_str(&fixture("run-definition-v1.json")).unwrap();
+        record["max_parallel"] = 2.into();
+        assert!(RunDefinition::parse(&record.to_string()).unwrap_err().to_string().contains("`max_parallel` is not"));
+    }
+
+    #[test]
+    fn needs_that_no_loader_records_are_corruption() {
+        let corrupt = |edit: &dyn Fn(&mut serde_json::Value)| {
+            let mut record: serde_json::Value = serde_json::from_str(&fixture("run-definition-v2.json")).unwrap();
+            edit(&mut record);
+            match RunDefinition::parse(&record.to_string()).and_then(RunDefinition::into_flow) {
+                Err(RecordError::Corrupt(what)) => what,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(
+            corrupt(&|r| r["steps"][2]["needs"] = serde_json::json!(["fetch", "gone"])),
+            "step `report` needs `gone`, which is not a recorded step"
+        );
+        assert_eq!(
+            corrupt(&|r| r["steps"][2]["needs"] = serde_json::json!(["fetch", "fetch"])),
+            "step `report` needs `fetch` twice"
+        );
+        assert_eq!(
+            corrupt(&|r| r["steps"][0]["needs"] = serde_json::json!(["archive"])),
+            "its steps need each other in a cycle: fetch -> archive -> report -> fetch"
+        );
+        assert_eq!(corrupt(&|r| r["max_parallel"] = 0.into()), "`max_parallel` is 0; it is at least 1");
     }
 
     #[test]
@@ -365,7 +653,7 @@ mod tests {
 
     #[test]
     fn a_record_from_before_versions_is_read_as_the_flow_it_was() {
-        let flow = fixture_flow();
+        let flow = fixture_flow(1);
         let legacy = serde_json::to_string(&flow).unwrap();
         assert_eq!(RunDefinition::parse(&legacy).unwrap().into_flow().unwrap(), without_spans(flow));
     }

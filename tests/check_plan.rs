@@ -1,0 +1,215 @@
+//! `waymark check` of flows with the workflow structure of issue 9: the dependency structure
+//! (needs per step, roots, the order steps become ready), the flow-wide settings, catch handlers
+//! and compensation, asserted exactly. Flows without these keys print as before; `tests/run.rs`
+//! and `tests/flow_hardening.rs` pin that output.
+
+mod common;
+
+use common::Env;
+
+/// `waymark check flow.toml` with `flow` as the file: its stdout, the temp dir shown as `DIR`.
+fn plan(flow: &str) -> String {
+    let env = Env::new();
+    env.write("flow.toml", flow);
+    let out = env.cmd(&["check", "flow.toml"]).env("NO_COLOR", "1").output().unwrap();
+    let stderr = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
+    assert_eq!(stderr, "", "no warnings expected");
+    assert!(!env.state().exists(), "check runs nothing and writes no state");
+    let dir = env.dir.path().canonicalize().unwrap();
+    String::from_utf8(out.stdout).unwrap().replace(dir.to_str().unwrap(), "DIR")
+}
+
+const NO_TIMEOUT: &str = "     timeout:  none (an attempt may run forever)\n";
+const RUNS_ONCE: &str = "     retry:    none: runs once\n";
+
+#[test]
+fn fan_out_and_fan_in_with_every_new_key() {
+    let flow = r#"name = "etl"
+max_parallel = 2
+fail_fast = true
+timeout = "1h 30m"
+env_file = "conf/.env"
+secret_env = ["API_TOKEN", "DB_PASSWORD"]
+
+[params]
+date = {}
+region = "eu-west-1"
+
+[hooks]
+on_success = ["notify", "etl done"]
+on_failure = "page-oncall \"$WAYMARK_FAILED_STEP\""
+on_exit = ["rm", "-rf", "tmp"]
+
+[[step]]
+name = "fetch-a"
+needs = []
+run = ["curl", "-fsS", "-o", "a.json", "https://example.com/a"]
+catch = [{ exception_types = ["ActionTimeout"], shell = "cp cache/a.json a.json" }]
+
+[[step]]
+name = "fetch-b"
+needs = []
+run = ["curl", "-fsS", "-o", "b.json", "https://example.com/b"]
+
+[[step]]
+name = "load"
+needs = ["fetch-a", "fetch-b"]
+shell = "python3 load.py"
+compensate = "python3 unload.py"
+catch = [{ exception_types = ["BadInput", "ValueError"] }]
+
+[[step]]
+name = "report"
+run = ["true"]
+compensate = ["rm", "-f", "report.html"]
+
+[errors]
+BadInput = ["ValueError"]
+"#;
+    assert_eq!(
+        plan(flow),
+        format!(
+            "flow etl (flow.toml): 4 steps, each once the steps it needs have succeeded, at most 2 at once\n\
+             \x20 timeout:      1h 30m for the whole run, then it fails with WorkflowTimeout\n\
+             \x20 fail_fast:    a step that fails for good cancels the running steps\n\
+             \x20 params:       date (required), region = \"eu-west-1\"\n\
+             \x20 env_file:     DIR/conf/.env\n\
+             \x20 secret_env:   API_TOKEN, DB_PASSWORD (shown as ***)\n\
+             \x20 on_success:   notify 'etl done'\n\
+             \x20 on_failure:   sh -c 'page-oncall \"$WAYMARK_FAILED_STEP\"'\n\
+             \x20 on_exit:      rm -rf tmp\n\
+             \x20 1. fetch-a\n\
+             \x20    needs:    none: a root, ready at once\n\
+             \x20    command:  curl -fsS -o a.json https://example.com/a\n\
+             {NO_TIMEOUT}{RUNS_ONCE}\
+             \x20    catch:    ActionTimeout -> sh -c 'cp cache/a.json a.json'\n\
+             \x20 2. fetch-b\n\
+             \x20    needs:    none: a root, ready at once\n\
+             \x20    command:  curl -fsS -o b.json https://example.com/b\n\
+             {NO_TIMEOUT}{RUNS_ONCE}\
+             \x20 3. load\n\
+             \x20    needs:    fetch-a, fetch-b\n\
+             \x20    command:  sh -c 'python3 load.py'\n\
+             {NO_TIMEOUT}{RUNS_ONCE}\
+             \x20    catch:    BadInput, ValueError -> nothing: the error is swallowed\n\
+             \x20    compensate: sh -c 'python3 unload.py'\n\
+             \x20 4. report\n\
+             \x20    needs:    load (the step before it)\n\
+             \x20    command:  true\n\
+             {NO_TIMEOUT}{RUNS_ONCE}\
+             \x20    compensate: rm -f report.html\n\
+             \x20 ready order: fetch-a, fetch-b; then load; then report\n"
+        )
+    );
+}
+
+/// A step may need a step written after it, and the ready order follows the needs, not the file.
+#[test]
+fn needs_may_point_forward_and_the_ready_order_follows_them() {
+    let flow = "[[step]]\nname = 'publish'\nneeds = ['build', 'test']\nrun = ['true']\n\
+                [[step]]\nname = 'build'\nneeds = []\nrun = ['true']\n\
+                [[step]]\nname = 'test'\nrun = ['true']\n\
+                [[step]]\nname = 'lint'\nneeds = []\nrun = ['true']\n";
+    let step = |n: usize, name: &str, needs: &str| {
+        format!("  {n}. {name}\n     needs:    {needs}\n     command:  true\n{NO_TIMEOUT}{RUNS_ONCE}")
+    };
+    assert_eq!(
+        plan(flow),
+        format!(
+            "flow flow (flow.toml): 4 steps, each once the steps it needs have succeeded, at most 4 at once\n{}{}{}{}\
+             \x20 ready order: build, lint; then test; then publish\n",
+            step(1, "publish", "build, test"),
+            step(2, "build", "none: a root, ready at once"),
+            step(3, "test", "build (the step before it)"),
+            step(4, "lint", "none: a root, ready at once"),
+        )
+    );
+}
+
+/// A step without `needs` written after a step that needs it would close a cycle: `check`
+/// refuses it and says why.
+#[test]
+fn a_step_without_needs_after_one_that_needs_it_is_a_cycle() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "[[step]]\nname = 'publish'\nneeds = ['build']\nrun = ['true']\n[[step]]\nname = 'build'\nrun = ['true']\n",
+    );
+    let out = env.cmd(&["check", "flow.toml"]).env("NO_COLOR", "1").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    assert!(
+        common::stderr(&out)
+            .starts_with("error: `step[0].needs`: steps need each other in a cycle: build -> publish -> build\n"),
+        "{}",
+        common::stderr(&out)
+    );
+}
+
+/// Without `needs` the header still says "run in order"; the new settings are listed, and a
+/// `max_parallel` that cannot matter says why.
+#[test]
+fn settings_without_needs_keep_the_plan_in_order() {
+    let flow = "max_parallel = 8\ntimeout = 60\n[params]\nday = 'mon'\n\
+                [[step]]\nname = 'a'\nrun = ['true']\ncompensate = 'echo undo'\n\
+                [[step]]\nname = 'b'\nrun = ['true']\ncatch = [{ run = ['echo', 'caught'] }]\n";
+    assert_eq!(
+        plan(flow),
+        format!(
+            "flow flow (flow.toml): 2 steps, run in order\n\
+             \x20 max_parallel: 8 (no step has `needs`, so each runs after the one before it)\n\
+             \x20 timeout:      1m for the whole run, then it fails with WorkflowTimeout\n\
+             \x20 params:       day = \"mon\"\n\
+             \x20 1. a\n     command:  true\n{NO_TIMEOUT}{RUNS_ONCE}\
+             \x20    compensate: sh -c 'echo undo'\n\
+             \x20 2. b\n     command:  true\n{NO_TIMEOUT}{RUNS_ONCE}\
+             \x20    catch:    Exception -> echo caught\n"
+        )
+    );
+}
+
+/// The flags of `waymark run` for parameters and parallelism are parsed: a malformed one is a
+/// usage error (exit 2) that says how to write it. Until the runner acts on them, a well-formed
+/// one is refused rather than ignored.
+#[test]
+fn run_flags_for_params_and_parallelism_are_checked() {
+    let env = Env::new();
+    env.write("flow.toml", "[params]\ndate = {}\n[[step]]\nname = 'a'\nrun = ['true']\n");
+    let out = env.cmd(&["run", "--param", "date", "flow.toml"]).env("NO_COLOR", "1").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        common::stderr(&out).contains("`date` is not NAME=VALUE: it has no `=`; write `--param date=VALUE`"),
+        "{}",
+        common::stderr(&out)
+    );
+    let out = env.cmd(&["run", "--max-parallel", "0", "flow.toml"]).env("NO_COLOR", "1").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(common::stderr(&out).contains("0 is not in 1..=10000"), "{}", common::stderr(&out));
+    let out = env.cmd(&["run", "--param", "date=2026-01-31", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!env.path("state").join("waymark.db").exists(), "nothing ran");
+}
+
+/// Until the runner acts on the workflow structure, `waymark run` refuses a flow that uses it
+/// instead of running it as if the keys were not there; `max_parallel` and `fail_fast`, which
+/// change nothing while steps run one after another, pass.
+#[test]
+fn run_refuses_a_flow_whose_structure_it_would_ignore() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "[hooks]\non_exit = ['true']\n[[step]]\nname = 'a'\nneeds = []\nrun = ['touch', 'ran']\ncompensate = 'true'\n",
+    );
+    let out = env.cmd(&["run", "flow.toml"]).env("NO_COLOR", "1").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        common::stderr(&out),
+        "error: flow.toml uses `needs`, `compensate`, `hooks`, which this build of `waymark run` does not act on \
+         yet; nothing was run. `waymark check flow.toml` validates the flow and shows its plan\n"
+    );
+    assert!(!env.path("ran").exists());
+    env.write("flow.toml", "max_parallel = 1\nfail_fast = true\n[[step]]\nname = 'a'\nrun = ['touch', 'ran']\n");
+    env.cmd(&["run", "--quiet", "flow.toml"]).assert().success();
+    assert!(env.path("ran").exists());
+}
