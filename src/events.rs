@@ -79,6 +79,10 @@ pub(crate) enum AbandonReason {
 pub(crate) enum SkipReason {
     /// An earlier runner of the same run already finished it.
     AlreadySucceeded,
+    /// A step failed for good, so no new step started.
+    RunFailed,
+    /// The workflow's deadline passed before it could run (or run again).
+    DeadlinePassed,
 }
 
 /// How a step ended.

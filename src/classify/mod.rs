@@ -88,6 +88,8 @@ pub(crate) enum Ending {
     Signaled(Signal),
     /// Its timeout passed (whatever happened next).
     TimedOut(std::time::Duration),
+    /// The workflow's deadline (its top-level `timeout`) passed while it ran.
+    WorkflowTimeout(std::time::Duration),
     /// Could not be started; the reason.
     NotStarted(String),
 }
@@ -118,6 +120,10 @@ pub(crate) fn classify(ending: &Ending, ev: Evidence<'_>) -> (ErrorValue, Vec<St
         Ending::TimedOut(after) => {
             let message = format!("timed out after {}", humantime::format_duration(*after));
             return (builtin(ACTION_TIMEOUT, message, ErrorSource::Timeout), warnings);
+        }
+        Ending::WorkflowTimeout(limit) => {
+            let message = format!("the workflow's timeout of {} passed", humantime::format_duration(*limit));
+            return (builtin(classes::WORKFLOW_TIMEOUT, message, ErrorSource::Timeout), warnings);
         }
         Ending::NotStarted(why) => {
             return (builtin(ACTION_EXECUTION_NOT_STARTED, why.clone(), ErrorSource::NotStarted), warnings);

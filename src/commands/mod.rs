@@ -141,10 +141,10 @@ fn refuse_what_run_ignores(path: &std::path::Path) -> Result<(), CliError> {
             keys.push(format!("`{key}`"));
         }
     };
-    note(flow.has_explicit_needs(), "needs");
+
     note(flow.steps.iter().any(|s| !s.catch.is_empty()), "catch");
     note(flow.steps.iter().any(|s| s.compensate.is_some()), "compensate");
-    note(flow.timeout.is_some(), "timeout");
+
     note(flow.hooks != crate::flow::model::Hooks::default(), "hooks");
     note(!flow.params.is_empty(), "params");
     note(flow.env_file.is_some(), "env_file");
@@ -167,16 +167,14 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
     match cli.command {
         Command::Run { flow, fresh, wait, quiet, max_parallel, params } => {
             // Parsed, not acted on yet: refused rather than silently ignored until the runner
-            // wires them (`flow::params::resolve`, and `max_parallel` over the flow's).
-            if max_parallel.is_some() || !params.is_empty() {
+            // wires it (`flow::params::resolve`).
+            if !params.is_empty() {
                 return Err(CliError::Usage(
-                    "`--max-parallel` and `--param` are not supported by this build of `waymark run` yet; run \
-                     without them"
-                        .into(),
+                    "`--param` is not supported by this build of `waymark run` yet; run without it".into(),
                 ));
             }
             refuse_what_run_ignores(&flow)?;
-            run::run(flag, &flow, fresh, wait, quiet)
+            run::run(flag, &flow, fresh, wait, quiet, max_parallel)
         }
         Command::Resume { run_id, wait, quiet } => run::resume(&state_dir(flag)?, &run_id, wait, quiet),
         Command::Check { flow } => check::check(&flow),

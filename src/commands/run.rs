@@ -24,6 +24,7 @@ pub(crate) fn run(
     fresh: bool,
     wait: bool,
     quiet: bool,
+    max_parallel: Option<u32>,
 ) -> Result<i32, CliError> {
     // The flow file first: an invalid one is reported as such whatever the state directory.
     let loaded = flow::load(flow_path)?;
@@ -115,7 +116,7 @@ pub(crate) fn run(
             Owned { record, lease, resumed: false }
         }
     };
-    execute(state, store, lock, signals, events, owned)
+    execute(state, store, lock, signals, events, owned, Schedule { max_parallel, reopened: false })
 }
 
 /// The run's emitter, with the terminal's reporter.
@@ -263,7 +264,8 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, quiet: bool) ->
         RunStatus::Running | RunStatus::Interrupted => {}
     }
     let lease = store.claim(run_id, &Lease::new_owner())?;
-    execute(state, store, lock, signals, events, Owned { record, lease, resumed: true })
+    let schedule = Schedule { max_parallel: None, reopened: record.status == RunStatus::Failed };
+    execute(state, store, lock, signals, events, Owned { record, lease, resumed: true }, schedule)
 }
 
 /// Listen for the runner's signals from the moment it holds the lock (waiting for the lock stays
@@ -271,6 +273,14 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, quiet: bool) ->
 /// handled by the run, which ends `interrupted`, however early it comes.
 fn listen_for_signals() -> Result<RunnerSignals, CliError> {
     RunnerSignals::install().context("cannot install the runner's signal handlers").map_err(CliError::Internal)
+}
+
+/// How this runner schedules the run: `--max-parallel` over the flow's `max_parallel`, and
+/// whether the run is a failed one reopened by `waymark resume`, whose workflow deadline then
+/// counts anew from now (otherwise from the run's start, across runners).
+struct Schedule {
+    max_parallel: Option<u32>,
+    reopened: bool,
 }
 
 /// The run this runner goes on with: created or claimed, with the lease that gave it.
@@ -287,6 +297,7 @@ fn execute(
     signals: RunnerSignals,
     mut events: Emitter,
     owned: Owned,
+    schedule: Schedule,
 ) -> Result<i32, CliError> {
     let Owned { record, lease, resumed } = owned;
     let record = &record;
@@ -305,7 +316,11 @@ fn execute(
     })?;
     let log_dir = state.run_logs(&record.id);
     create_private_dir(&log_dir).with_context(|| format!("cannot create the log directory {}", log_dir.display()))?;
-    let spec = RunSpec { flow: Arc::new(flow), run_id: record.id.clone(), steps, resumed };
+    let max_parallel = schedule.max_parallel.unwrap_or(flow.max_parallel);
+    let since = if schedule.reopened { std::time::SystemTime::now() } else { record.started_at };
+    let deadline = flow.timeout.map(|t| since + t);
+    let max_parallel = usize::try_from(max_parallel).unwrap_or(usize::MAX);
+    let spec = RunSpec { flow: Arc::new(flow), run_id: record.id.clone(), steps, resumed, max_parallel, deadline };
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
     // From here on the run is written by the journal's thread, which owns the store connection;

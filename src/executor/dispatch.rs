@@ -49,6 +49,10 @@ pub(crate) struct RunSpec {
     pub(crate) run_id: String,
     pub(crate) steps: Vec<StepRecord>,
     pub(crate) resumed: bool,
+    /// At most this many attempts run at once.
+    pub(crate) max_parallel: usize,
+    /// When the workflow's deadline (its top-level `timeout`) passes, if it has one.
+    pub(crate) deadline: Option<SystemTime>,
 }
 
 /// What the dispatcher is given to act on the world.
@@ -85,10 +89,18 @@ struct Ended {
 }
 
 enum Slot {
-    /// Ready to start `attempt` once its turn comes.
+    /// To start `attempt` once the steps it needs have succeeded.
     Ready {
         attempt: u32,
         redelivered: bool,
+    },
+    /// Issued: its turn came (or its backoff is over), and it waits for a free slot. Its timeout
+    /// counts from `issued`. `retry`: a later attempt of a step that already ran in this run.
+    Queued {
+        attempt: u32,
+        redelivered: bool,
+        issued: Instant,
+        retry: bool,
     },
     /// A retry waits for its backoff.
     Waiting {
@@ -98,6 +110,7 @@ enum Slot {
     Running(Live),
     Succeeded,
     Failed,
+    Skipped,
 }
 
 struct StepSlot {
@@ -136,6 +149,12 @@ pub(crate) struct Dispatcher<'e, L, J, S, C> {
     /// The first signal the runner received, if any.
     cancelled: Option<Signal>,
     running: usize,
+    max_parallel: usize,
+    /// The step that failed for good first: from then on no new step starts.
+    stopping: Option<usize>,
+    /// When the workflow's deadline passes, and whether it has.
+    deadline: Option<Instant>,
+    expired: bool,
 }
 
 impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L, J, S, C> {
@@ -163,6 +182,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                     Slot::Succeeded
                 }
                 StepState::Failed => Slot::Failed,
+                StepState::Skipped => Slot::Skipped,
                 StepState::Waiting { next_attempt, wake_at } => {
                     // A resumed run serves the rest of a recorded backoff.
                     let left = wake_at.duration_since(parts.clock.now()).unwrap_or(Duration::ZERO);
@@ -188,7 +208,26 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 said_started: false,
             });
         }
-        Ok(Dispatcher { flow, parts, emitter, steps, tx, rx, cancelled: None, running: 0 })
+        // A step already failed for good (its runner died before the run was finished): nothing
+        // new starts, as if it had just failed.
+        let stopping = steps.iter().position(|s| matches!(s.slot, Slot::Failed));
+        let deadline =
+            spec.deadline.map(|at| Instant::now() + at.duration_since(parts.clock.now()).unwrap_or(Duration::ZERO));
+        let max_parallel = spec.max_parallel.max(1);
+        Ok(Dispatcher {
+            flow,
+            parts,
+            emitter,
+            steps,
+            tx,
+            rx,
+            cancelled: None,
+            running: 0,
+            max_parallel,
+            stopping,
+            deadline,
+            expired: false,
+        })
     }
 
     /// Run until every step succeeded, one failed for good, or a signal stopped the runner.
@@ -211,10 +250,13 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             self.on_signal(sig);
         }
         loop {
-            if self.cancelled.is_none() {
-                for index in self.ready(Instant::now()) {
-                    self.start(index).await?;
-                }
+            let now = Instant::now();
+            if self.deadline.is_some_and(|d| d <= now) && !self.expired && self.cancelled.is_none() {
+                self.on_deadline();
+            }
+            if self.cancelled.is_none() && !self.expired {
+                self.make_ready(now);
+                self.start_queued().await?;
             }
             if self.running == 0
                 && let Some(outcome) = self.outcome()
@@ -222,34 +264,55 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 return self.finish(outcome).await;
             }
             let wake = self.next_wake();
+            let deadline = self.deadline.filter(|_| !self.expired && self.cancelled.is_none());
             tokio::select! {
                 Some(msg) = self.rx.recv() => self.handle(msg).await?,
                 _ = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {}
+                _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {}
                 sig = self.parts.signals.next() => self.on_signal(sig),
             }
         }
     }
 
-    /// The steps whose turn has come, in file order. Today a flow is a sequence: the first
-    /// unfinished step, once every step before it succeeded, when it is ready or its backoff is
-    /// over.
-    fn ready(&mut self, now: Instant) -> Vec<usize> {
-        let Some(index) = self.steps.iter().position(|s| !matches!(s.slot, Slot::Succeeded)) else {
-            return Vec::new();
-        };
-        let ready = match self.steps[index].slot {
-            Slot::Ready { .. } => true,
-            Slot::Waiting { wake, .. } => wake <= now,
-            _ => false,
-        };
-        if !ready {
-            return Vec::new();
+    /// Whether every step that step `index` needs has succeeded.
+    fn needs_done(&self, index: usize) -> bool {
+        self.steps[index].step.needs.iter().all(|&n| matches!(self.steps[n].slot, Slot::Succeeded))
+    }
+
+    /// Issue what may run now, in file order: a step whose needs have all succeeded (unless a
+    /// step failed for good: then no new step starts), and a retry whose backoff is over (unless
+    /// `fail_fast` stopped retrying).
+    fn make_ready(&mut self, now: Instant) {
+        let retries_go_on = self.stopping.is_none() || !self.flow.fail_fast;
+        for index in 0..self.steps.len() {
+            let queued = match self.steps[index].slot {
+                Slot::Ready { attempt, redelivered } if self.stopping.is_none() && self.needs_done(index) => {
+                    Slot::Queued { attempt, redelivered, issued: now, retry: false }
+                }
+                Slot::Waiting { attempt, wake } if wake <= now && retries_go_on => {
+                    Slot::Queued { attempt, redelivered: false, issued: now, retry: true }
+                }
+                _ => continue,
+            };
+            self.steps[index].slot = queued;
+            if !self.steps[index].said_ready {
+                self.steps[index].said_ready = true;
+                self.emitter.emit(Event::StepReady { step: self.steps[index].step.name.clone() });
+            }
         }
-        if !self.steps[index].said_ready {
-            self.steps[index].said_ready = true;
-            self.emitter.emit(Event::StepReady { step: self.steps[index].step.name.clone() });
+    }
+
+    /// Start issued attempts in file order while fewer than `max_parallel` run.
+    async fn start_queued(&mut self) -> Result<(), ExecError> {
+        for index in 0..self.steps.len() {
+            if self.running >= self.max_parallel || self.cancelled.is_some() || self.expired {
+                break;
+            }
+            if matches!(self.steps[index].slot, Slot::Queued { .. }) {
+                self.start(index).await?;
+            }
         }
-        vec![index]
+        Ok(())
     }
 
     /// The run's outcome once nothing is running, or `None` while work remains.
@@ -257,8 +320,14 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         if self.steps.iter().all(|s| matches!(s.slot, Slot::Succeeded)) {
             return Some(RunOutcome::Succeeded);
         }
-        if self.steps.iter().any(|s| matches!(s.slot, Slot::Failed)) {
+        if self.expired {
             return Some(RunOutcome::Failed);
+        }
+        if self.stopping.is_some() {
+            // Without fail_fast the steps already under way finish with their retries.
+            let retrying = |s: &StepSlot| matches!(s.slot, Slot::Waiting { .. } | Slot::Queued { retry: true, .. });
+            let waits = !self.flow.fail_fast && self.cancelled.is_none() && self.steps.iter().any(retrying);
+            return (!waits).then_some(RunOutcome::Failed);
         }
         self.cancelled.map(|sig| RunOutcome::Interrupted { signal: sig.number() })
     }
@@ -278,12 +347,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
 
     /// Issue the next attempt of step `index`: its start is durable before the child exists.
     async fn start(&mut self, index: usize) -> Result<(), ExecError> {
-        let (attempt, redelivered) = match self.steps[index].slot {
-            Slot::Ready { attempt, redelivered } => (attempt, redelivered),
-            Slot::Waiting { attempt, .. } => (attempt, false),
-            _ => return Ok(()),
-        };
-        let issued = Instant::now();
+        let Slot::Queued { attempt, redelivered, issued, .. } = self.steps[index].slot else { return Ok(()) };
         let step = Arc::clone(&self.steps[index].step);
         let max_attempts = self.steps[index].max_attempts();
         let stem = self.parts.launcher.prepare(&step, attempt)?;
@@ -358,6 +422,10 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                     End::TimedOut => {
                         let t = self.steps[index].step.timeout.unwrap_or_default();
                         self.failed(index, ended, Ending::TimedOut(t), None).await
+                    }
+                    End::Expired => {
+                        let limit = self.flow.timeout.unwrap_or_default();
+                        self.failed(index, ended, Ending::WorkflowTimeout(limit), None).await
                     }
                     End::Cancelled => self.cancelled(index, ended).await,
                 }
@@ -444,7 +512,12 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             self.emitter.warning(Some(&step.name), message);
         }
         let k = self.steps[index].within_budget(ended.attempt);
-        let (update, retry, stopped) = match step.retry.decide(&error, k) {
+        // The workflow's deadline is final: no policy retries it.
+        let decision = match ending {
+            Ending::WorkflowTimeout(_) => Decision::NotRetryable,
+            _ => step.retry.decide(&error, k),
+        };
+        let (update, retry, stopped) = match decision {
             Decision::Retry { .. } => {
                 let delay = step.retry.backoff.delay(k, &mut self.parts.rng);
                 let wake_at = self.parts.clock.now() + delay;
@@ -484,7 +557,44 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             Some(retry) => Event::StepWaiting { step: step.name.clone(), next_attempt: ended.attempt + 1, retry },
             None => Event::StepFinished { step: step.name.clone(), outcome: StepOutcome::Failed, attempts: k },
         });
+        if retry.is_none() {
+            self.failed_for_good(index);
+        }
         Ok(())
+    }
+
+    /// Step `index` failed for good: no new step starts from now on (issued steps that have not
+    /// started go back to waiting for their turn, which does not come); with `fail_fast` the
+    /// running attempts are cancelled the way a signal does.
+    fn failed_for_good(&mut self, index: usize) {
+        if self.stopping.is_some() {
+            return;
+        }
+        self.stopping = Some(index);
+        for s in &mut self.steps {
+            if let Slot::Queued { attempt, redelivered, retry: false, .. } = s.slot {
+                s.slot = Slot::Ready { attempt, redelivered };
+            }
+        }
+        if self.flow.fail_fast {
+            let sig = Signal(nix::sys::signal::Signal::SIGTERM);
+            for s in &self.steps {
+                if let Slot::Running(live) = &s.slot {
+                    let _ = live.control.send(Control::Cancel(sig));
+                }
+            }
+        }
+    }
+
+    /// The workflow's deadline passed: running attempts are stopped as a timeout stops them (and
+    /// fail with `WorkflowTimeout`), and nothing starts any more.
+    fn on_deadline(&mut self) {
+        self.expired = true;
+        for s in &self.steps {
+            if let Slot::Running(live) = &s.slot {
+                let _ = live.control.send(Control::Expire);
+            }
+        }
     }
 
     fn crash_point(&self, index: usize) {
@@ -506,29 +616,55 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     }
 
     async fn finish(&mut self, outcome: RunOutcome) -> Result<RunOutcome, ExecError> {
-        let failed = self.steps.iter().find(|s| matches!(s.slot, Slot::Failed));
-        let (status, failed_step) = match outcome {
-            RunOutcome::Succeeded => (RunStatus::Succeeded, None),
-            RunOutcome::Failed => (RunStatus::Failed, failed.map(|s| s.step.name.clone())),
-            RunOutcome::Interrupted { .. } => (RunStatus::Interrupted, None),
-        };
-        self.parts.journal.run_finished(status, failed_step.as_deref()).await?;
-        let failure = match (outcome, failed) {
-            (RunOutcome::Failed, Some(s)) => s.last_error.clone().map(|error| {
-                let launcher = &self.parts.launcher;
-                Box::new(Failure {
-                    step: s.step.name.clone(),
-                    error,
-                    attempts: s.within_budget(s.last_attempt),
-                    stderr_tail: evidence::report_tail(
-                        &launcher.stem(&s.step.name, s.last_attempt),
-                        s.last_stderr_from,
-                    ),
-                    log_dir: launcher.log_dir(&s.step.name),
-                })
-            }),
+        // The step the failure report is about: the first to fail for good, else (the deadline
+        // passed while nothing ran) the first that had not finished.
+        let unfinished = |s: &StepSlot| !matches!(s.slot, Slot::Succeeded);
+        let failed = match outcome {
+            RunOutcome::Failed => self.stopping.or_else(|| self.steps.iter().position(unfinished)),
             _ => None,
         };
+        // Steps of a failed run that will not run: those whose turn never came, and after the
+        // deadline those waiting for a retry too.
+        let mut skipped = Vec::new();
+        if outcome == RunOutcome::Failed {
+            for s in &mut self.steps {
+                let skip = match s.slot {
+                    Slot::Ready { redelivered, .. } | Slot::Queued { redelivered, .. } => !redelivered,
+                    Slot::Waiting { .. } => self.expired,
+                    _ => false,
+                };
+                if skip {
+                    s.slot = Slot::Skipped;
+                    skipped.push(s.step.name.clone());
+                }
+            }
+        }
+        let status = match outcome {
+            RunOutcome::Succeeded => RunStatus::Succeeded,
+            RunOutcome::Failed => RunStatus::Failed,
+            RunOutcome::Interrupted { .. } => RunStatus::Interrupted,
+        };
+        let failed_step = failed.map(|i| self.steps[i].step.name.clone());
+        self.parts.journal.run_finished(status, failed_step.as_deref(), &skipped).await?;
+        let reason = if self.expired { SkipReason::DeadlinePassed } else { SkipReason::RunFailed };
+        for step in skipped {
+            self.emitter.emit(Event::StepSkipped { step, reason });
+        }
+        let failure = failed.and_then(|i| {
+            let s = &self.steps[i];
+            let error = match self.expired {
+                true => Some(evidence::workflow_timeout(&self.flow)),
+                false => s.last_error.clone(),
+            }?;
+            let launcher = &self.parts.launcher;
+            Some(Box::new(Failure {
+                step: s.step.name.clone(),
+                error,
+                attempts: s.within_budget(s.last_attempt),
+                stderr_tail: evidence::report_tail(&launcher.stem(&s.step.name, s.last_attempt), s.last_stderr_from),
+                log_dir: launcher.log_dir(&s.step.name),
+            }))
+        });
         self.emitter.emit(Event::RunFinished { outcome, failure });
         Ok(outcome)
     }

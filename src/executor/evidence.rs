@@ -52,6 +52,18 @@ pub(crate) fn read(
     (error, warnings)
 }
 
+/// The error of a run whose deadline (its top-level `timeout`) passed.
+pub(crate) fn workflow_timeout(flow: &Flow) -> ErrorValue {
+    let limit = flow.timeout.unwrap_or_default();
+    let class = crate::classify::classes::WORKFLOW_TIMEOUT;
+    ErrorValue {
+        class: class.to_owned(),
+        bases: flow.classes.bases(class).unwrap_or_default(),
+        message: format!("the workflow's timeout of {} passed", humantime::format_duration(limit)),
+        source: ErrorSource::Timeout,
+    }
+}
+
 /// The end of an attempt's stderr, for the failure report.
 pub(crate) fn report_tail(stem: &Path, stderr_from: u64) -> String {
     read_tail(&stem.with_extension("stderr"), stderr_from, REPORT_TAIL).0

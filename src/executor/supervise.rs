@@ -34,6 +34,8 @@ pub(crate) enum Control {
     Cancel(Signal),
     /// SIGKILL the group now.
     Kill,
+    /// The workflow's deadline passed: stop the group as a timeout does.
+    Expire,
 }
 
 /// How an attempt that started came to an end.
@@ -41,6 +43,8 @@ pub(crate) enum Control {
 pub(crate) enum End {
     Exited(ExitKind),
     TimedOut,
+    /// Stopped because the workflow's deadline passed.
+    Expired,
     Cancelled,
 }
 
@@ -239,6 +243,15 @@ impl Supervisor {
                             if stopping.is_none() {
                                 stopping = Some(End::Cancelled);
                                 kill_at = stop_group(pgid, sig, step.kill_grace);
+                            }
+                        }
+                        Control::Expire => {
+                            if let Ok(Some(status)) = self.child.try_wait() {
+                                break Ok(status);
+                            }
+                            if stopping.is_none() {
+                                stopping = Some(End::Expired);
+                                kill_at = stop_group(pgid, step.kill_signal, step.kill_grace);
                             }
                         }
                         Control::Kill => {

@@ -317,7 +317,9 @@ fn describe(envelope: &Envelope) -> Option<String> {
         Event::StepSkipped { step, reason: SkipReason::AlreadySucceeded } => {
             format!("waymark: {step}: already succeeded, skipped")
         }
-        Event::StepReady { .. }
+        // `status` shows them; the failure report says why the run failed.
+        Event::StepSkipped { reason: SkipReason::RunFailed | SkipReason::DeadlinePassed, .. }
+        | Event::StepReady { .. }
         | Event::StepStarted { .. }
         | Event::StepWaiting { .. }
         | Event::StepFinished { .. } => {

@@ -22,7 +22,7 @@ enum Write {
     Starting { step: String, attempt: u32, redelivered: bool, log_stem: PathBuf, reply: Reply<i64> },
     Spawned { row: i64, pid: u32, proc_start: Option<u64>, reply: Reply<()> },
     Finished { row: i64, result: AttemptResult, update: StepUpdate, reply: Reply<()> },
-    RunFinished { status: RunStatus, failed_step: Option<String>, reply: Reply<()> },
+    RunFinished { status: RunStatus, failed_step: Option<String>, skipped: Vec<String>, reply: Reply<()> },
 }
 
 /// A [`RunJournal`] whose writes run on a writer thread that owns the store connection.
@@ -83,8 +83,8 @@ fn write_all(mut log: Box<dyn RunLog + Send>, queue: &mpsc::Receiver<Write>, run
             Write::Finished { row, result, update, reply } => {
                 let _ = reply.send(log.attempt_finished(lease, row, &result, &update));
             }
-            Write::RunFinished { status, failed_step, reply } => {
-                let _ = reply.send(log.run_finished(lease, run_id, status, failed_step.as_deref()));
+            Write::RunFinished { status, failed_step, skipped, reply } => {
+                let _ = reply.send(log.run_finished(lease, run_id, status, failed_step.as_deref(), &skipped));
             }
         }
     }
@@ -126,9 +126,14 @@ impl RunJournal for ThreadJournal {
         self.send(|reply| Write::Finished { row, result, update, reply }).await
     }
 
-    async fn run_finished(&mut self, status: RunStatus, failed_step: Option<&str>) -> Result<(), StoreError> {
-        let failed_step = failed_step.map(str::to_owned);
-        self.send(|reply| Write::RunFinished { status, failed_step, reply }).await
+    async fn run_finished(
+        &mut self,
+        status: RunStatus,
+        failed_step: Option<&str>,
+        skipped: &[String],
+    ) -> Result<(), StoreError> {
+        let (failed_step, skipped) = (failed_step.map(str::to_owned), skipped.to_vec());
+        self.send(|reply| Write::RunFinished { status, failed_step, skipped, reply }).await
     }
 }
 
@@ -186,7 +191,7 @@ mod tests {
         SqliteStore::open(&state).unwrap().claim(&run.id, "host:2:second").unwrap();
         let err = journal.attempt_finished(row, &succeeded(), &StepUpdate::Succeeded).await.unwrap_err();
         assert!(matches!(&err, StoreError::LeaseLost { holder, .. } if holder == "host:2:second"), "{err}");
-        let err = journal.run_finished(RunStatus::Succeeded, None).await.unwrap_err();
+        let err = journal.run_finished(RunStatus::Succeeded, None, &[]).await.unwrap_err();
         assert!(matches!(err, StoreError::LeaseLost { .. }), "{err}");
         assert!(matches!(a(&reader), StepState::InFlight { attempt: 1, .. }));
         assert_eq!(reader.run(&run.id).unwrap().status, RunStatus::Running);
@@ -228,7 +233,7 @@ mod tests {
         let locker = lock_database(&state);
         let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
         // The write is sent (polled once), then its caller stops waiting for it.
-        let write = journal.run_finished(RunStatus::Interrupted, None);
+        let write = journal.run_finished(RunStatus::Interrupted, None, &[]);
         let abandoned = runtime.block_on(async { tokio::time::timeout(Duration::ZERO, write).await });
         assert!(abandoned.is_err(), "the database is locked: the write cannot have been made yet");
         let release = std::thread::spawn(move || {

@@ -344,13 +344,15 @@ pub trait RunLog {
         result: &AttemptResult,
         update: &StepUpdate,
     ) -> Result<(), StoreError>;
-    /// Commit the run's final (or interrupted) status.
+    /// Commit the run's final (or interrupted) status, and mark `skipped` the steps that will not
+    /// run (pending or waiting ones of a failed run), in one transaction.
     fn run_finished(
         &mut self,
         lease: &Lease,
         run_id: &str,
         status: RunStatus,
         failed_step: Option<&str>,
+        skipped: &[String],
     ) -> Result<(), StoreError>;
 }
 
@@ -377,7 +379,13 @@ pub(crate) trait RunJournal {
         update: &StepUpdate,
     ) -> Result<(), StoreError>;
     /// Commit the run's final (or interrupted) status.
-    async fn run_finished(&mut self, status: RunStatus, failed_step: Option<&str>) -> Result<(), StoreError>;
+    /// Commit the run's final (or interrupted) status, with the steps it skipped.
+    async fn run_finished(
+        &mut self,
+        status: RunStatus,
+        failed_step: Option<&str>,
+        skipped: &[String],
+    ) -> Result<(), StoreError>;
 }
 
 /// A journal that writes through a [`RunLog`] on the caller's thread (each write blocks until it
@@ -410,8 +418,13 @@ impl RunJournal for InlineJournal<'_> {
     ) -> Result<(), StoreError> {
         self.log.attempt_finished(&self.lease, row, result, update)
     }
-    async fn run_finished(&mut self, status: RunStatus, failed_step: Option<&str>) -> Result<(), StoreError> {
-        self.log.run_finished(&self.lease, &self.run_id, status, failed_step)
+    async fn run_finished(
+        &mut self,
+        status: RunStatus,
+        failed_step: Option<&str>,
+        skipped: &[String],
+    ) -> Result<(), StoreError> {
+        self.log.run_finished(&self.lease, &self.run_id, status, failed_step, skipped)
     }
 }
 

@@ -598,6 +598,7 @@ impl Store for SqliteStore {
                     StepStatus::Pending => StepState::Pending,
                     StepStatus::Succeeded => StepState::Succeeded,
                     StepStatus::Failed => StepState::Failed,
+                    StepStatus::Skipped => StepState::Skipped,
                     StepStatus::Waiting => StepState::Waiting {
                         next_attempt: r.get("next_attempt")?,
                         wake_at: from_millis(r.get("wake_at")?),
@@ -684,7 +685,7 @@ impl Store for SqliteStore {
         self.write(true, |tx| {
             tx.execute(
                 "UPDATE steps SET state = 'pending', budget_base = attempts_used, ended_at = NULL
-                 WHERE run_id = ?1 AND state = 'failed'",
+                 WHERE run_id = ?1 AND state IN ('failed', 'skipped')",
                 [run_id],
             )?;
             Ok(())
@@ -837,10 +838,19 @@ impl RunLog for SqliteStore {
         run_id: &str,
         status: RunStatus,
         failed_step: Option<&str>,
+        skipped: &[String],
     ) -> Result<(), StoreError> {
         self.write(true, |tx| {
             check_lease(tx, run_id, lease)?;
             move_run(tx, run_id, status)?;
+            for step in skipped {
+                move_step(tx, run_id, step, StepStatus::Skipped)?;
+                tx.execute(
+                    "UPDATE steps SET state = 'skipped', next_attempt = NULL, wake_at = NULL
+                     WHERE run_id = ?1 AND name = ?2",
+                    params![run_id, step],
+                )?;
+            }
             tx.execute(
                 "UPDATE runs SET status = ?2, ended_at = ?3, failed_step = ?4 WHERE id = ?1",
                 params![run_id, status.as_str(), now_ms(), failed_step],
@@ -947,7 +957,7 @@ mod tests {
         // A failed step reopened gets a fresh budget on top of the attempts it used.
         let row = store.attempt_starting(&lease, &run.id, "b", 2, false, &stem).unwrap();
         store.attempt_finished(&lease, row, &result(AttemptOutcome::Failed), &StepUpdate::Failed).unwrap();
-        store.run_finished(&lease, &run.id, RunStatus::Failed, Some("b")).unwrap();
+        store.run_finished(&lease, &run.id, RunStatus::Failed, Some("b"), &[]).unwrap();
         assert!(store.find_resumable(&FlowKey::named("f")).unwrap().is_none(), "a failed run is not resumed by `run`");
         store.reopen_failed(&run.id).unwrap();
         let b = &store.steps(&run.id).unwrap()[1];
@@ -973,7 +983,7 @@ mod tests {
         let err =
             store.attempt_finished(&lease, row, &result(AttemptOutcome::Failed), &StepUpdate::Failed).unwrap_err();
         assert!(matches!(&err, StoreError::BadState { table: "attempts", .. }), "{err}");
-        store.run_finished(&lease, &run.id, RunStatus::Succeeded, None).unwrap();
+        store.run_finished(&lease, &run.id, RunStatus::Succeeded, None, &[]).unwrap();
         assert!(matches!(store.set_status(&run.id, RunStatus::Abandoned), Err(StoreError::BadState { .. })));
         assert_eq!(store.run(&run.id).unwrap().status, RunStatus::Succeeded);
         assert_eq!(store.steps(&run.id).unwrap()[0].state, StepState::Succeeded);
@@ -1022,7 +1032,7 @@ mod tests {
         assert_eq!(lost(err), expected);
         assert_eq!(lost(first.attempt_spawned(&old, row, 4242, Some(7)).unwrap_err()), expected);
         assert_eq!(lost(first.attempt_starting(&old, &run.id, "b", 1, false, &stem).unwrap_err()), expected);
-        assert_eq!(lost(first.run_finished(&old, &run.id, RunStatus::Succeeded, None).unwrap_err()), expected);
+        assert_eq!(lost(first.run_finished(&old, &run.id, RunStatus::Succeeded, None, &[]).unwrap_err()), expected);
         assert_eq!((states(&second), second.attempts(&run.id, None).unwrap().len()), before);
         assert_eq!(second.run(&run.id).unwrap().status, RunStatus::Running);
         assert!(matches!(states(&second)[0], StepState::InFlight { attempt: 1, pid: None, .. }));

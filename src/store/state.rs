@@ -65,10 +65,13 @@ pub(crate) enum StepStatus {
     Waiting,
     Succeeded,
     Failed,
+    /// Never ran (or ran no more) because the run failed or its deadline passed first.
+    Skipped,
 }
 
 impl StepStatus {
-    const ALL: [StepStatus; 5] = [Self::Pending, Self::Running, Self::Waiting, Self::Succeeded, Self::Failed];
+    const ALL: [StepStatus; 6] =
+        [Self::Pending, Self::Running, Self::Waiting, Self::Succeeded, Self::Failed, Self::Skipped];
 
     pub(crate) fn as_str(self) -> &'static str {
         match self {
@@ -77,6 +80,7 @@ impl StepStatus {
             StepStatus::Waiting => "waiting",
             StepStatus::Succeeded => "succeeded",
             StepStatus::Failed => "failed",
+            StepStatus::Skipped => "skipped",
         }
     }
 
@@ -86,14 +90,15 @@ impl StepStatus {
 
     /// Whether a step in this state may move to `to`. An attempt starts from pending or waiting,
     /// or again from running (an attempt redelivered after its runner died); it ends in
-    /// succeeded, failed, waiting (a retry) or pending (cancelled). A failed step is reopened
-    /// (pending) by `waymark resume`. Succeeded is final.
+    /// succeeded, failed, waiting (a retry) or pending (cancelled). A step that is pending or
+    /// waiting when the run fails (or its deadline passes) is skipped. A failed or skipped step
+    /// is reopened (pending) by `waymark resume`. Succeeded is final.
     pub(crate) fn can_move_to(self, to: StepStatus) -> bool {
         use StepStatus::*;
         match self {
-            Pending | Waiting => to == Running,
-            Running => true,
-            Failed => to == Pending,
+            Pending | Waiting => matches!(to, Running | Skipped),
+            Running => to != Skipped,
+            Failed | Skipped => to == Pending,
             Succeeded => false,
         }
     }
@@ -105,6 +110,7 @@ pub(crate) enum StepState {
     Pending,
     Succeeded,
     Failed,
+    Skipped,
     /// A retry waits until `wake_at`.
     Waiting {
         next_attempt: u32,
@@ -126,6 +132,7 @@ impl StepState {
             StepState::Pending => StepStatus::Pending,
             StepState::Succeeded => StepStatus::Succeeded,
             StepState::Failed => StepStatus::Failed,
+            StepState::Skipped => StepStatus::Skipped,
             StepState::Waiting { .. } => StepStatus::Waiting,
             StepState::InFlight { .. } => StepStatus::Running,
         }

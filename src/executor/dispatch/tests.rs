@@ -92,7 +92,10 @@ impl Launcher for FakeLauncher {
                     End::Exited(ExitKind::Code(exit.map_or(0, |e| e.1)))
                 }
                 () = tokio::time::sleep_until(deadline.unwrap_or(never)), if deadline.is_some() => End::TimedOut,
-                _ = control.changed() => End::Cancelled,
+                                _ = control.changed() => match *control.borrow() {
+                    Control::Expire => End::Expired,
+                    _ => End::Cancelled,
+                },
             };
             let _ = tx.send(Msg::Done { step, end, notes: Vec::new() }).await;
         });
@@ -158,8 +161,14 @@ impl RunJournal for FakeJournal {
         Ok(())
     }
 
-    async fn run_finished(&mut self, status: RunStatus, failed_step: Option<&str>) -> Result<(), StoreError> {
-        self.writes.borrow_mut().push(format!("run {status:?} {failed_step:?}"));
+    async fn run_finished(
+        &mut self,
+        status: RunStatus,
+        failed_step: Option<&str>,
+        skipped: &[String],
+    ) -> Result<(), StoreError> {
+        let skipped = if skipped.is_empty() { String::new() } else { format!(" skipped {skipped:?}") };
+        self.writes.borrow_mut().push(format!("run {status:?} {failed_step:?}{skipped}"));
         Ok(())
     }
 }
@@ -257,6 +266,10 @@ struct Test {
     seed: u64,
     /// Signals to send, at these times since the start.
     signals: Vec<(Duration, Signal)>,
+    /// As the command gives them: the flow's `max_parallel`, and its `timeout` from the start.
+    max_parallel: usize,
+    /// The workflow's deadline, since the start.
+    deadline: Option<Duration>,
 }
 
 fn flow(toml: &str) -> Arc<Flow> {
@@ -282,7 +295,8 @@ impl Test {
     fn new(toml: &str) -> Test {
         let flow = flow(toml);
         let records = flow.steps.iter().map(|s| pending(&s.name)).collect();
-        Test { flow, records, resumed: false, seed: 7, signals: Vec::new() }
+        let (max_parallel, deadline) = (flow.max_parallel as usize, flow.timeout);
+        Test { flow, records, resumed: false, seed: 7, signals: Vec::new(), max_parallel, deadline }
     }
 
     async fn run(self, script: impl FnMut(&str, u32) -> Script + 'static) -> Ran {
@@ -313,7 +327,14 @@ impl Test {
         };
         let mut emitter = Emitter::with_clock(vec![Box::new(Recorder(Rc::clone(&events)))], || BASE);
         emitter.set_run("r1");
-        let spec = RunSpec { flow: self.flow, run_id: "r1".into(), steps: self.records, resumed: self.resumed };
+        let spec = RunSpec {
+            flow: self.flow,
+            run_id: "r1".into(),
+            steps: self.records,
+            resumed: self.resumed,
+            max_parallel: self.max_parallel,
+            deadline: self.deadline.map(|d| BASE + d),
+        };
         let outcome = Dispatcher::new(spec, parts, &mut emitter).expect("set up").run().await.expect("runs");
         let took = Instant::now() - begin;
         drop(emitter);
@@ -371,7 +392,7 @@ async fn retries_until_the_budget_is_spent() {
             "starting a #3 row 3",
             "spawned row 3",
             "finished row 3 Failed ConnectionError -> Failed",
-            "run Failed Some(\"a\")",
+            "run Failed Some(\"a\") skipped [\"b\"]",
         ]
     );
     assert_eq!(
@@ -389,6 +410,7 @@ async fn retries_until_the_budget_is_spent() {
             "attempt_started a",
             "attempt_finished a",
             "step_finished a",
+            "step_skipped b",
             "run_finished",
         ]
     );
@@ -447,7 +469,7 @@ async fn an_error_the_filter_does_not_match_stops_at_once() {
         ran.attempt_finished(),
         [(1, AttemptEnd::Failed, Some("BadInput".to_owned()), Some(StopReason::NotRetryable))]
     );
-    assert_eq!(ran.writes.last().map(String::as_str), Some("run Failed Some(\"a\")"));
+    assert_eq!(ran.writes.last().map(String::as_str), Some("run Failed Some(\"a\") skipped [\"b\"]"));
 }
 
 #[tokio::test(start_paused = true)]
@@ -564,4 +586,197 @@ async fn resume_serves_the_rest_of_a_recorded_backoff_and_skips_finished_steps()
     assert_eq!(ran.outcome, RunOutcome::Succeeded);
     assert_eq!(ran.schedule(), [("b", 2, 30.0)]);
     assert_eq!(ran.kinds()[..3], ["run_resumed", "step_skipped a", "step_waiting b"]);
+}
+
+/// Three roots and a step that needs them all; `a` and `c` end as the script says.
+const FAN: &str = r#"
+[[step]]
+name = "a"
+run = ["a"]
+needs = []
+[[step]]
+name = "b"
+run = ["b"]
+needs = []
+[[step]]
+name = "c"
+run = ["c"]
+needs = []
+[[step]]
+name = "d"
+run = ["d"]
+needs = ["a", "b", "c"]
+"#;
+
+fn durations(step: &str) -> u64 {
+    match step {
+        "a" => 3,
+        "b" => 5,
+        "c" => 2,
+        _ => 1,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn ready_steps_start_in_file_order_at_most_max_parallel_at_once() {
+    let mut test = Test::new(FAN);
+    test.max_parallel = 2;
+    let ran = test.run(|step, _| exit(durations(step), 0)).await;
+    assert_eq!(ran.outcome, RunOutcome::Succeeded);
+    // a and b fill both slots; c takes a's when it ends at 3; d needs all three: b and c end at 5.
+    assert_eq!(ran.schedule(), [("a", 1, 0.0), ("b", 1, 0.0), ("c", 1, 3.0), ("d", 1, 5.0)]);
+    assert_eq!(ran.took, secs(6));
+    // Without a limit the three roots overlap.
+    let mut test = Test::new(FAN);
+    test.max_parallel = 4;
+    let ran = test.run(|step, _| exit(durations(step), 0)).await;
+    assert_eq!(ran.schedule(), [("a", 1, 0.0), ("b", 1, 0.0), ("c", 1, 0.0), ("d", 1, 5.0)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn time_spent_waiting_for_a_slot_counts_against_the_timeout() {
+    let flow = r#"
+max_parallel = 1
+[[step]]
+name = "long"
+run = ["long"]
+needs = []
+[[step]]
+name = "quick"
+run = ["quick"]
+needs = []
+timeout = 3
+"#;
+    let ran = Test::new(flow).run(|step, _| if step == "long" { exit(5, 0) } else { exit(1, 0) }).await;
+    // `quick` was issued at 0 and got its slot at 5, after its timeout of 3 s had passed.
+    assert_eq!(ran.schedule(), [("long", 1, 0.0), ("quick", 1, 5.0)]);
+    assert_eq!(ran.outcome, RunOutcome::Failed);
+    assert_eq!(ran.took, secs(5));
+    assert_eq!(ran.attempt_finished()[1].2.as_deref(), Some("ActionTimeout"));
+}
+
+/// `a` fails for good at 1 s; `b` runs 10 s; `c` is ready but has no slot; `d` needs b.
+const FAILING: &str = r#"
+max_parallel = 2
+[[step]]
+name = "a"
+run = ["a"]
+needs = []
+[[step]]
+name = "b"
+run = ["b"]
+needs = []
+[[step]]
+name = "c"
+run = ["c"]
+needs = []
+[[step]]
+name = "d"
+run = ["d"]
+needs = ["b"]
+"#;
+
+fn failing(step: &str, _attempt: u32) -> Script {
+    match step {
+        "a" => exit(1, 1),
+        "b" => exit(10, 0),
+        _ => exit(1, 0),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_failure_running_steps_finish_and_no_new_step_starts() {
+    let ran = Test::new(FAILING).run(failing).await;
+    assert_eq!(ran.outcome, RunOutcome::Failed);
+    assert_eq!(ran.schedule(), [("a", 1, 0.0), ("b", 1, 0.0)]);
+    assert_eq!(ran.took, secs(10), "b finishes");
+    assert_eq!(ran.writes.last().map(String::as_str), Some("run Failed Some(\"a\") skipped [\"c\", \"d\"]"));
+    let skipped: Vec<(String, SkipReason)> = ran
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::StepSkipped { step, reason } => Some((step.clone(), *reason)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(skipped, [("c".to_owned(), SkipReason::RunFailed), ("d".to_owned(), SkipReason::RunFailed)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn fail_fast_cancels_the_running_attempts_the_way_a_signal_does() {
+    let ran = Test::new(&format!("fail_fast = true\n{FAILING}")).run(failing).await;
+    assert_eq!(ran.outcome, RunOutcome::Failed);
+    assert_eq!(ran.took, secs(1));
+    assert_eq!(
+        ran.attempt_finished(),
+        [
+            (1, AttemptEnd::Failed, Some("CalledProcessError".to_owned()), Some(StopReason::NotRetryable)),
+            (1, AttemptEnd::Cancelled, None, None)
+        ]
+    );
+    // The cancelled attempt of b does not count and b is not "skipped": it ran.
+    assert!(ran.writes.contains(&"finished row 2 Cancelled -> Pending".to_owned()), "{:?}", ran.writes);
+    assert_eq!(ran.writes.last().map(String::as_str), Some("run Failed Some(\"a\") skipped [\"c\", \"d\"]"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_failure_a_running_step_still_gets_its_retries() {
+    let flow = r#"
+[[step]]
+name = "a"
+run = ["a"]
+needs = []
+[[step]]
+name = "b"
+run = ["b"]
+needs = []
+retry = { attempts = 3, exception_types = ["Exception"], backoff_seconds = 3 }
+"#;
+    let ran = Test::new(flow)
+        .run(|step, attempt| match (step, attempt) {
+            ("a", _) => exit(1, 1),
+            ("b", 1) => exit(2, 1),
+            _ => exit(1, 0),
+        })
+        .await;
+    assert_eq!(ran.outcome, RunOutcome::Failed);
+    assert_eq!(ran.schedule(), [("a", 1, 0.0), ("b", 1, 0.0), ("b", 2, 5.0)]);
+    assert_eq!(ran.took, secs(6));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_workflow_deadline_stops_running_attempts_and_skips_the_rest() {
+    let flow = format!("timeout = 10\n{FLAKY}");
+    let ran = Test::new(&flow).run(|_, _| Script::Hang).await;
+    assert_eq!(ran.outcome, RunOutcome::Failed);
+    assert_eq!(ran.took, secs(10));
+    // WorkflowTimeout is final, whatever the policy says.
+    assert_eq!(
+        ran.attempt_finished(),
+        [(1, AttemptEnd::Failed, Some("WorkflowTimeout".to_owned()), Some(StopReason::NotRetryable))]
+    );
+    assert_eq!(ran.writes.last().map(String::as_str), Some("run Failed Some(\"a\") skipped [\"b\"]"));
+    let failure = ran.events.iter().find_map(|e| match &e.event {
+        Event::RunFinished { failure: Some(f), .. } => Some((f.step.clone(), f.error.class.clone())),
+        _ => None,
+    });
+    assert_eq!(failure, Some(("a".to_owned(), "WorkflowTimeout".to_owned())));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_workflow_deadline_ends_a_backoff_and_a_resumed_run_past_it_fails_at_once() {
+    let slow = format!("timeout = 10\n{}", FLAKY.replace("backoff_seconds = 1", "backoff_seconds = 100"));
+    let ran = Test::new(&slow).run(|_, _| exit(1, 3)).await;
+    assert_eq!(ran.outcome, RunOutcome::Failed);
+    assert_eq!(ran.took, secs(10));
+    assert_eq!(ran.schedule(), [("a", 1, 0.0)]);
+    assert_eq!(ran.writes.last().map(String::as_str), Some("run Failed Some(\"a\") skipped [\"a\", \"b\"]"));
+    // A run resumed after its deadline passed runs nothing.
+    let mut test = Test::new(FLAKY);
+    test.resumed = true;
+    test.deadline = Some(Duration::ZERO);
+    let ran = test.run(|_, _| exit(1, 0)).await;
+    assert_eq!(ran.outcome, RunOutcome::Failed);
+    assert!(ran.spawned.is_empty());
+    assert_eq!(ran.writes, ["run Failed Some(\"a\") skipped [\"a\", \"b\"]"]);
 }
