@@ -100,10 +100,13 @@ pub(crate) enum Command {
         stream: Option<StreamArg>,
     },
     /// Delete finished runs (succeeded, failed, abandoned) and their logs
-    #[command(after_help = "Examples:\n  waymark gc --older-than 30d")]
+    #[command(
+        after_help = "Examples:\n  waymark gc --older-than 30d\n  waymark gc --older-than '2w 3d'\n  waymark gc --older-than 0          every finished run"
+    )]
     Gc {
-        /// Age of the runs to delete, e.g. \"30d\", \"12h\"
-        #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+        /// Delete the runs that ended longer ago than this: seconds (`3600`, `0.5`) or a duration
+        /// such as `30d`, `12h`, `1h 30m`, as in flow files
+        #[arg(long, value_parser = age, value_name = "DURATION")]
         older_than: std::time::Duration,
     },
     /// Print the error class tree that retry filters match against
@@ -120,6 +123,11 @@ pub(crate) enum Command {
         after_help = "Examples:\n  waymark completions bash > ~/.local/share/bash-completion/completions/waymark"
     )]
     Completions { shell: clap_complete::Shell },
+}
+
+/// `gc --older-than`: a duration as flow files write one; 0 is every finished run.
+fn age(arg: &str) -> Result<std::time::Duration, String> {
+    crate::flow::duration::from_arg(arg, true)
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -3,6 +3,7 @@
 //! Every diagnostic but a TOML syntax error is waymark's own wording.
 
 pub(crate) mod diagnostic;
+pub(crate) mod duration;
 pub(crate) mod model;
 pub(crate) mod raw;
 pub(crate) mod validate;
