@@ -152,7 +152,20 @@ pub(crate) enum Command {
         #[arg(value_name = "SHELL")]
         shell: clap_complete::Shell,
     },
+    /// Print waymark's manual page (roff), or one command's
+    #[command(
+        after_help = "Examples:\n  waymark man | man -l -\n  waymark man run | man -l -\n  waymark man > ~/.local/share/man/man1/waymark.1"
+    )]
+    Man {
+        /// The command whose page to print (`waymark-COMMAND(1)`) [default: the page of waymark]
+        #[arg(value_name = "COMMAND", value_parser = clap::builder::PossibleValuesParser::new(COMMANDS))]
+        command: Option<String>,
+    },
 }
+
+/// The commands, for `waymark man COMMAND` (a test keeps the list whole).
+pub(crate) const COMMANDS: [&str; 10] =
+    ["run", "resume", "check", "history", "status", "logs", "gc", "errors", "completions", "man"];
 
 /// `--state-dir`, on the commands that keep or read runs.
 #[derive(Debug, Args)]
@@ -172,4 +185,16 @@ fn age(arg: &str) -> Result<std::time::Duration, String> {
 pub(crate) enum StreamArg {
     Stdout,
     Stderr,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_command_has_its_man_page_name() {
+        let cmd = <Cli as clap::CommandFactory>::command();
+        let names: Vec<&str> = cmd.get_subcommands().map(|c| c.get_name()).collect();
+        assert_eq!(names, COMMANDS, "add the new command to `COMMANDS` in src/cli.rs");
+    }
 }

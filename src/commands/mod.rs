@@ -2,6 +2,7 @@
 //! `main` prints and maps to its documented exit status.
 
 mod check;
+mod docs;
 mod errors;
 mod inspect;
 mod output;
@@ -153,13 +154,8 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
         }
         Command::Gc { older_than, state } => inspect::gc(&state_dir(chosen(&state, before))?, older_than),
         Command::Errors { flow } => errors::errors(flow.as_deref()),
-        Command::Completions { shell } => {
-            let mut cmd = <Cli as clap::CommandFactory>::command();
-            let mut script = Vec::new();
-            clap_complete::generate(shell, &mut cmd, "waymark", &mut script);
-            output::print(script)?;
-            Ok(EXIT_OK)
-        }
+        Command::Completions { shell } => docs::completions(shell),
+        Command::Man { command } => docs::man(command.as_deref()),
     }
 }
 
