@@ -176,6 +176,13 @@ pub(crate) struct StateDirArg {
     pub(crate) dir: Option<PathBuf>,
 }
 
+impl StateDirArg {
+    /// The directory given after the command, else the one given before it.
+    pub(crate) fn or<'a>(&'a self, before: Option<&'a std::path::Path>) -> Option<&'a std::path::Path> {
+        self.dir.as_deref().or(before)
+    }
+}
+
 /// `gc --older-than`: a duration as flow files write one; 0 is every finished run.
 fn age(arg: &str) -> Result<std::time::Duration, String> {
     crate::flow::duration::from_arg(arg, true)

@@ -8,7 +8,7 @@ mod inspect;
 mod output;
 mod run;
 
-use crate::cli::{Cli, Command, StateDirArg};
+use crate::cli::{Cli, Command};
 use crate::flow::LoadError;
 use crate::store::lock::LockError;
 use crate::store::{SqliteStore, StateDir, Store, StoreError, statedir};
@@ -129,30 +129,25 @@ fn read_store(dir: &StateDir) -> Result<Box<dyn Store>, CliError> {
     Ok(Box::new(SqliteStore::open_for_reading(dir)?))
 }
 
-/// `--state-dir` as given after the command, else before it.
-fn chosen<'a>(after: &'a StateDirArg, before: Option<&'a std::path::Path>) -> Option<&'a std::path::Path> {
-    after.dir.as_deref().or(before)
-}
-
 /// Run the parsed command line.
 pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
-    let before = cli.state_dir.as_deref();
+    let flag = cli.state_dir.as_deref();
     match cli.command {
-        Command::Run { flow, fresh, wait, quiet, state } => run::run(chosen(&state, before), &flow, fresh, wait, quiet),
+        Command::Run { flow, fresh, wait, quiet, state } => run::run(state.or(flag), &flow, fresh, wait, quiet),
         Command::Resume { run_id, wait, quiet, state } => {
-            run::resume(&state_dir(chosen(&state, before))?, &run_id, wait, quiet)
+            run::resume(&state_dir(state.or(flag))?, &run_id, wait, quiet)
         }
         Command::Check { flow } => check::check(&flow),
         Command::History { flow, limit, json, state } => {
-            inspect::history(&find_state_dir(chosen(&state, before))?, flow.as_deref(), limit, json)
+            inspect::history(&find_state_dir(state.or(flag))?, flow.as_deref(), limit, json)
         }
         Command::Status { target, json, state } => {
-            inspect::status(&find_state_dir(chosen(&state, before))?, target.as_deref(), json)
+            inspect::status(&find_state_dir(state.or(flag))?, target.as_deref(), json)
         }
         Command::Logs { target, step, attempt, stream, state } => {
-            inspect::logs(&find_state_dir(chosen(&state, before))?, &target, &step, attempt, stream)
+            inspect::logs(&find_state_dir(state.or(flag))?, &target, &step, attempt, stream)
         }
-        Command::Gc { older_than, state } => inspect::gc(&state_dir(chosen(&state, before))?, older_than),
+        Command::Gc { older_than, state } => inspect::gc(&state_dir(state.or(flag))?, older_than),
         Command::Errors { flow } => errors::errors(flow.as_deref()),
         Command::Completions { shell } => docs::completions(shell),
         Command::Man { command } => docs::man(command.as_deref()),
