@@ -1,6 +1,6 @@
 //! The command line, as clap types. Parsing only: the commands live in `commands/`.
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum, ValueHint};
 use std::path::PathBuf;
 
 const AFTER_HELP: &str = "\
@@ -8,7 +8,7 @@ Examples:
   waymark run flow.toml              run a flow (or resume its interrupted run)
   waymark check flow.toml            validate a flow and print its plan
   waymark status                     show the newest run, step by step
-  waymark logs RUN_ID fetch          show the last attempt's output of step `fetch`
+  waymark logs RUN fetch             show the last attempt's output of step `fetch`
 
 Exit status: 0 success, 1 the workflow failed, 2 invalid command line or flow file,
 3 the flow is already running, 4 waymark's own failure, 128+n stopped by signal n.";
@@ -16,8 +16,10 @@ Exit status: 0 success, 1 the workflow failed, 2 invalid command line or flow fi
 #[derive(Debug, Parser)]
 #[command(name = "waymark", version, about = "Run a TOML workflow of child processes with durable retries", after_help = AFTER_HELP)]
 pub struct Cli {
-    /// Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]
-    #[arg(long, global = true, value_name = "DIR")]
+    /// Where runs and logs are kept, for the commands that keep or read them (run, resume, history,
+    /// status, logs, gc); the others ignore it, so an alias may always pass it. The same option
+    /// after the command wins
+    #[arg(long, value_name = "DIR", value_hint = ValueHint::DirPath)]
     pub(crate) state_dir: Option<PathBuf>,
     #[command(subcommand)]
     pub(crate) command: Command,
@@ -31,6 +33,7 @@ pub(crate) enum Command {
     )]
     Run {
         /// The flow file
+        #[arg(value_hint = ValueHint::FilePath)]
         flow: PathBuf,
         /// Run at most N steps at once, instead of the flow's `max_parallel` (default 4)
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::flow::validate::MAX_PARALLEL)))]
@@ -47,10 +50,14 @@ pub(crate) enum Command {
         /// Do not echo the steps' output (it is still kept in the log files)
         #[arg(long, short)]
         quiet: bool,
+        #[command(flatten)]
+        state: StateDirArg,
     },
     /// Resume a given run, including a failed one (its failed step gets a fresh attempt budget)
     #[command(after_help = "Examples:\n  waymark resume 4k2m9xq1\n  waymark history               find run ids")]
     Resume {
+        /// The run's id, as `waymark history` shows it
+        #[arg(value_name = "RUN_ID")]
         run_id: String,
         /// Wait for another runner of the same flow instead of exiting with status 3
         #[arg(long)]
@@ -58,11 +65,14 @@ pub(crate) enum Command {
         /// Do not echo the steps' output
         #[arg(long, short)]
         quiet: bool,
+        #[command(flatten)]
+        state: StateDirArg,
     },
     /// Validate a flow file and print its plan; runs nothing
     #[command(after_help = "Examples:\n  waymark check flow.toml && echo valid")]
     Check {
         /// The flow file
+        #[arg(value_hint = ValueHint::FilePath)]
         flow: PathBuf,
     },
     /// List runs, newest first
@@ -72,6 +82,7 @@ pub(crate) enum Command {
     History {
         /// Only runs of this flow: its file's path, or its name (a name that several flows have
         /// is refused with the list of them)
+        #[arg(value_name = "FLOW", value_hint = ValueHint::FilePath)]
         flow: Option<String>,
         /// How many runs to show
         #[arg(long, default_value_t = 20)]
@@ -79,24 +90,34 @@ pub(crate) enum Command {
         /// Print a JSON array
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        state: StateDirArg,
     },
     /// Show a run step by step: state, attempts, last error, next retry
     #[command(
         after_help = "Examples:\n  waymark status                the newest run\n  waymark status nightly        the newest run of flow `nightly`\n  waymark status app1/nightly.toml\n  waymark status 4k2m9xq1 --json"
     )]
     Status {
-        /// A run id, a flow file's path or a flow name [default: the newest run]
+        /// A run id, or a flow file's path or a flow name for the flow's newest run [default: the
+        /// newest run of all]
+        #[arg(value_name = "RUN", value_hint = ValueHint::FilePath)]
         target: Option<String>,
         /// Print JSON
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        state: StateDirArg,
     },
     /// Print the output an attempt of a step wrote
     #[command(
-        after_help = "Examples:\n  waymark logs 4k2m9xq1 fetch\n  waymark logs 4k2m9xq1 fetch --attempt 2 --stream stderr"
+        after_help = "Examples:\n  waymark logs 4k2m9xq1 fetch\n  waymark logs 4k2m9xq1 fetch --attempt 2 --stream stderr\n  waymark logs nightly.toml fetch    the newest run of the flow"
     )]
     Logs {
-        run_id: String,
+        /// A run id, or a flow file's path or a flow name for the flow's newest run
+        #[arg(value_name = "RUN", value_hint = ValueHint::FilePath)]
+        target: String,
+        /// The step's name, as `waymark status RUN` lists it
+        #[arg(value_name = "STEP", value_hint = ValueHint::Other)]
         step: String,
         /// Which attempt [default: the last one]
         #[arg(long)]
@@ -104,13 +125,20 @@ pub(crate) enum Command {
         /// Only this stream [default: both]
         #[arg(long, value_enum)]
         stream: Option<StreamArg>,
+        #[command(flatten)]
+        state: StateDirArg,
     },
     /// Delete finished runs (succeeded, failed, abandoned) and their logs
-    #[command(after_help = "Examples:\n  waymark gc --older-than 30d")]
+    #[command(
+        after_help = "Examples:\n  waymark gc --older-than 30d\n  waymark gc --older-than '2w 3d'\n  waymark gc --older-than 0          every finished run"
+    )]
     Gc {
-        /// Age of the runs to delete, e.g. \"30d\", \"12h\"
-        #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+        /// Delete the runs that ended longer ago than this: seconds (`3600`, `0.5`) or a duration
+        /// such as `30d`, `12h`, `1h 30m`, as in flow files
+        #[arg(long, value_parser = age, value_name = "DURATION")]
         older_than: std::time::Duration,
+        #[command(flatten)]
+        state: StateDirArg,
     },
     /// Print the error class tree that retry filters match against
     #[command(
@@ -118,18 +146,68 @@ pub(crate) enum Command {
     )]
     Errors {
         /// Include this flow file's own classes
-        #[arg(long, value_name = "FLOW")]
+        #[arg(long, value_name = "FLOW", value_hint = ValueHint::FilePath)]
         flow: Option<PathBuf>,
     },
     /// Print a shell completion script
     #[command(
-        after_help = "Examples:\n  waymark completions bash > ~/.local/share/bash-completion/completions/waymark"
+        after_help = "Examples:\n  waymark completions bash > ~/.local/share/bash-completion/completions/waymark\n  waymark completions zsh > ~/.zfunc/_waymark\n  waymark completions fish > ~/.config/fish/completions/waymark.fish"
     )]
-    Completions { shell: clap_complete::Shell },
+    Completions {
+        /// The shell to write the script for
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Print waymark's manual page (roff), or one command's
+    #[command(
+        after_help = "Examples:\n  waymark man | man -l -\n  waymark man run | man -l -\n  waymark man > ~/.local/share/man/man1/waymark.1"
+    )]
+    Man {
+        /// The command whose page to print (`waymark-COMMAND(1)`) [default: the page of waymark]
+        #[arg(value_name = "COMMAND", value_parser = clap::builder::PossibleValuesParser::new(COMMANDS))]
+        command: Option<String>,
+    },
+}
+
+/// The commands, for `waymark man COMMAND` (a test keeps the list whole).
+pub(crate) const COMMANDS: [&str; 10] =
+    ["run", "resume", "check", "history", "status", "logs", "gc", "errors", "completions", "man"];
+
+/// `--state-dir`, on the commands that keep or read runs.
+#[derive(Debug, Args)]
+pub(crate) struct StateDirArg {
+    /// Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark,
+    /// else ~/.local/state/waymark]
+    #[arg(long = "state-dir", value_name = "DIR", value_hint = ValueHint::DirPath)]
+    pub(crate) dir: Option<PathBuf>,
+}
+
+impl StateDirArg {
+    /// The directory given after the command, else the one given before it.
+    pub(crate) fn or<'a>(&'a self, before: Option<&'a std::path::Path>) -> Option<&'a std::path::Path> {
+        self.dir.as_deref().or(before)
+    }
+}
+
+/// `gc --older-than`: a duration as flow files write one; 0 is every finished run.
+fn age(arg: &str) -> Result<std::time::Duration, String> {
+    crate::flow::duration::from_arg(arg, true)
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub(crate) enum StreamArg {
     Stdout,
     Stderr,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_command_has_its_man_page_name() {
+        let cmd = <Cli as clap::CommandFactory>::command();
+        let names: Vec<&str> = cmd.get_subcommands().map(|c| c.get_name()).collect();
+        assert_eq!(names, COMMANDS, "add the new command to `COMMANDS` in src/cli.rs");
+    }
 }

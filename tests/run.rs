@@ -366,7 +366,7 @@ fn invalid_command_line_exits_2() {
 #[test]
 fn help_has_examples_and_version_prints() {
     let env = Env::new();
-    for sub in ["run", "check", "resume", "history", "status", "logs", "gc", "errors", "completions"] {
+    for sub in ["run", "check", "resume", "history", "status", "logs", "gc", "errors", "completions", "man"] {
         env.cmd(&[sub, "--help"]).assert().success().stdout(predicate::str::contains("Examples:"));
     }
     env.cmd(&["--help"]).assert().success().stdout(predicate::str::contains("Exit status"));

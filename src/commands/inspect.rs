@@ -38,6 +38,26 @@ enum Chosen {
 }
 
 impl Chosen {
+    /// Why a flow argument that found no runs is not an answer but a mistake: it names a flow
+    /// file that does not exist (or, ending in `.toml`, looks like one) and no run was ever started
+    /// from such a file.
+    fn missing_file(&self, arg: &str) -> Option<String> {
+        let what = match self {
+            Chosen::File(path) if !path.is_file() => {
+                format!("there is no flow file {}, and no run was started from that path", path.display())
+            }
+            Chosen::Unknown if arg.ends_with(".toml") => {
+                let here = std::env::current_dir().map(|d| format!(" in {}", d.display())).unwrap_or_default();
+                format!("there is no flow file `{arg}`{here} and no flow named `{arg}`")
+            }
+            _ => return None,
+        };
+        Some(format!(
+            "{what}; give the path of the flow file, or the flow's name (`waymark history` lists the runs and \
+             their flows)"
+        ))
+    }
+
     fn filter<'a>(&'a self, name: &'a str) -> RunFilter<'a> {
         match self {
             Chosen::File(path) => RunFilter::File(path),
@@ -85,7 +105,14 @@ pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: 
     let store = read_store(state)?;
     let runs = match flow {
         None => store.list_runs(RunFilter::All, limit)?,
-        Some(f) => store.list_runs(choose_flow(store.as_ref(), f)?.filter(f), limit)?,
+        Some(f) => {
+            let chosen = choose_flow(store.as_ref(), f)?;
+            let runs = store.list_runs(chosen.filter(f), limit)?;
+            if let Some(mistake) = runs.is_empty().then(|| chosen.missing_file(f)).flatten() {
+                return Err(CliError::Usage(mistake));
+            }
+            runs
+        }
     };
     if json {
         let rows: Vec<Value> = runs
@@ -132,6 +159,9 @@ fn find_run(store: &dyn Store, target: Option<&str>) -> Result<RunRecord, CliErr
             Err(StoreError::NoSuchRun(_)) => {
                 let chosen = choose_flow(store, t)?;
                 store.list_runs(chosen.filter(t), 1)?.into_iter().next().ok_or_else(|| {
+                    if let Some(mistake) = chosen.missing_file(t) {
+                        return CliError::Usage(format!("no run has the id `{t}`; {mistake}"));
+                    }
                     CliError::Usage(match chosen {
                         Chosen::File(path) => format!(
                             "no runs of the flow file {}; `waymark run {t}` starts one, `waymark history` lists the runs",
@@ -239,15 +269,18 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool) -> Resu
     Ok(EXIT_OK)
 }
 
+/// The output of an attempt of `step`, in the run `target` names: a run id, or a flow (file or
+/// name) for its newest run.
 pub(crate) fn logs(
     state: &StateDir,
-    run_id: &str,
+    target: &str,
     step: &str,
     attempt: Option<u32>,
     stream: Option<StreamArg>,
 ) -> Result<i32, CliError> {
     let store = read_store(state)?;
-    store.run(run_id)?;
+    let run = find_run(store.as_ref(), Some(target))?;
+    let run_id = run.id.as_str();
     let attempts = store.attempts(run_id, Some(step))?;
     if attempts.is_empty() {
         let names: Vec<String> = store.steps(run_id)?.into_iter().map(|s| s.name).collect();

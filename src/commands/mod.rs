@@ -2,6 +2,7 @@
 //! `main` prints and maps to its documented exit status.
 
 mod check;
+mod docs;
 mod errors;
 mod inspect;
 mod output;
@@ -165,7 +166,7 @@ fn refuse_what_run_ignores(path: &std::path::Path) -> Result<(), CliError> {
 pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
     let flag = cli.state_dir.as_deref();
     match cli.command {
-        Command::Run { flow, fresh, wait, quiet, max_parallel, params } => {
+        Command::Run { flow, fresh, wait, quiet, max_parallel, params, state } => {
             // Parsed, not acted on yet: refused rather than silently ignored until the runner
             // wires it (`flow::params::resolve`).
             if !params.is_empty() {
@@ -174,26 +175,25 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
                 ));
             }
             refuse_what_run_ignores(&flow)?;
-            run::run(flag, &flow, fresh, wait, quiet, max_parallel)
+            run::run(state.or(flag), &flow, fresh, wait, quiet, max_parallel)
         }
-        Command::Resume { run_id, wait, quiet } => run::resume(&state_dir(flag)?, &run_id, wait, quiet),
+        Command::Resume { run_id, wait, quiet, state } => {
+            run::resume(&state_dir(state.or(flag))?, &run_id, wait, quiet)
+        }
         Command::Check { flow } => check::check(&flow),
-        Command::History { flow, limit, json } => {
-            inspect::history(&find_state_dir(flag)?, flow.as_deref(), limit, json)
+        Command::History { flow, limit, json, state } => {
+            inspect::history(&find_state_dir(state.or(flag))?, flow.as_deref(), limit, json)
         }
-        Command::Status { target, json } => inspect::status(&find_state_dir(flag)?, target.as_deref(), json),
-        Command::Logs { run_id, step, attempt, stream } => {
-            inspect::logs(&find_state_dir(flag)?, &run_id, &step, attempt, stream)
+        Command::Status { target, json, state } => {
+            inspect::status(&find_state_dir(state.or(flag))?, target.as_deref(), json)
         }
-        Command::Gc { older_than } => inspect::gc(&state_dir(flag)?, older_than),
+        Command::Logs { target, step, attempt, stream, state } => {
+            inspect::logs(&find_state_dir(state.or(flag))?, &target, &step, attempt, stream)
+        }
+        Command::Gc { older_than, state } => inspect::gc(&state_dir(state.or(flag))?, older_than),
         Command::Errors { flow } => errors::errors(flow.as_deref()),
-        Command::Completions { shell } => {
-            let mut cmd = <Cli as clap::CommandFactory>::command();
-            let mut script = Vec::new();
-            clap_complete::generate(shell, &mut cmd, "waymark", &mut script);
-            output::print(script)?;
-            Ok(EXIT_OK)
-        }
+        Command::Completions { shell } => docs::completions(shell),
+        Command::Man { command } => docs::man(command.as_deref()),
     }
 }
 

@@ -4,6 +4,7 @@
 
 pub(crate) mod diagnostic;
 pub mod dotenv;
+pub(crate) mod duration;
 pub(crate) mod graph;
 pub(crate) mod model;
 pub mod params;

@@ -663,38 +663,17 @@ impl Validator<'_> {
     }
 
     fn duration(&mut self, raw: &Spanned<RawDuration>, allow_zero: bool) -> Option<Duration> {
-        let span = raw.span();
-        let secs = match raw.get_ref() {
-            RawDuration::Seconds(s) => *s,
-            RawDuration::Text(text) => match humantime::parse_duration(text) {
-                Ok(d) => d.as_secs_f64(),
-                Err(e) => {
-                    self.error(span, &format!("invalid duration {text:?}: {e}")).help = Some(
-                        "write seconds as a number (`90`, `0.5`) or a string such as \"90s\", \"2m 30s\", \"1h\""
-                            .into(),
-                    );
-                    return None;
+        match super::duration::resolve(raw.get_ref(), allow_zero) {
+            Ok(d) => Some(d),
+            Err(invalid) => {
+                let d = self.error(raw.span(), &invalid.message);
+                if let Some(label) = invalid.label {
+                    d.label = label.into();
                 }
-            },
-        };
-        let floor = if allow_zero { "0 or at least 1 ms" } else { "at least 1 ms" };
-        if !secs.is_finite() {
-            self.error(span, "a duration must be a finite number of seconds").label = "not a number".into();
-            return None;
-        }
-        if secs < 0.0 || (secs < MIN_DURATION.as_secs_f64() && !(allow_zero && secs == 0.0)) {
-            let d = self.error(span, &format!("a duration must be {floor}, got {} s", number(secs)));
-            d.label = "out of range".into();
-            if secs > 0.0 {
-                d.help = Some("waymark counts time in milliseconds; write at least `0.001` or \"1ms\"".into());
+                d.help = invalid.help.map(Into::into);
+                None
             }
-            return None;
         }
-        if secs > MAX_DURATION.as_secs_f64() {
-            self.error(span, "a duration must be at most 100 years").label = "out of range".into();
-            return None;
-        }
-        Some(Duration::from_secs_f64(secs))
     }
 
     /// Add a help line to the diagnostic just reported.

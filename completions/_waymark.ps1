@@ -1,0 +1,163 @@
+
+using namespace System.Management.Automation
+using namespace System.Management.Automation.Language
+
+Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
+    param($wordToComplete, $commandAst, $cursorPosition)
+
+    $commandElements = $commandAst.CommandElements
+    $command = @(
+        'waymark'
+        for ($i = 1; $i -lt $commandElements.Count; $i++) {
+            $element = $commandElements[$i]
+            if ($element -isnot [StringConstantExpressionAst] -or
+                $element.StringConstantType -ne [StringConstantType]::BareWord -or
+                $element.Value.StartsWith('-') -or
+                $element.Value -eq $wordToComplete) {
+                break
+        }
+        $element.Value
+    }) -join ';'
+
+    $completions = @(switch ($command) {
+        'waymark' {
+            [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Where runs and logs are kept, for the commands that keep or read them (run, resume, history, status, logs, gc); the others ignore it, so an alias may always pass it. The same option after the command wins')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Run a flow, resuming its interrupted run if there is one (and not older than its `resume_within`)')
+            [CompletionResult]::new('resume', 'resume', [CompletionResultType]::ParameterValue, 'Resume a given run, including a failed one (its failed step gets a fresh attempt budget)')
+            [CompletionResult]::new('check', 'check', [CompletionResultType]::ParameterValue, 'Validate a flow file and print its plan; runs nothing')
+            [CompletionResult]::new('history', 'history', [CompletionResultType]::ParameterValue, 'List runs, newest first')
+            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show a run step by step: state, attempts, last error, next retry')
+            [CompletionResult]::new('logs', 'logs', [CompletionResultType]::ParameterValue, 'Print the output an attempt of a step wrote')
+            [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete finished runs (succeeded, failed, abandoned) and their logs')
+            [CompletionResult]::new('errors', 'errors', [CompletionResultType]::ParameterValue, 'Print the error class tree that retry filters match against')
+            [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
+            [CompletionResult]::new('man', 'man', [CompletionResultType]::ParameterValue, 'Print waymark''s manual page (roff), or one command''s')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'waymark;run' {
+            [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]')
+            [CompletionResult]::new('--fresh', '--fresh', [CompletionResultType]::ParameterName, 'Abandon an unfinished run of this flow and start a new one')
+            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait for another runner of the same flow instead of exiting with status 3')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Do not echo the steps'' output (it is still kept in the log files)')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Do not echo the steps'' output (it is still kept in the log files)')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            break
+        }
+        'waymark;resume' {
+            [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]')
+            [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait for another runner of the same flow instead of exiting with status 3')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Do not echo the steps'' output')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Do not echo the steps'' output')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            break
+        }
+        'waymark;check' {
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            break
+        }
+        'waymark;history' {
+            [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'How many runs to show')
+            [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print a JSON array')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            break
+        }
+        'waymark;status' {
+            [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            break
+        }
+        'waymark;logs' {
+            [CompletionResult]::new('--attempt', '--attempt', [CompletionResultType]::ParameterName, 'Which attempt [default: the last one]')
+            [CompletionResult]::new('--stream', '--stream', [CompletionResultType]::ParameterName, 'Only this stream [default: both]')
+            [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            break
+        }
+        'waymark;gc' {
+            [CompletionResult]::new('--older-than', '--older-than', [CompletionResultType]::ParameterName, 'Delete the runs that ended longer ago than this: seconds (`3600`, `0.5`) or a duration such as `30d`, `12h`, `1h 30m`, as in flow files')
+            [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            break
+        }
+        'waymark;errors' {
+            [CompletionResult]::new('--flow', '--flow', [CompletionResultType]::ParameterName, 'Include this flow file''s own classes')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            break
+        }
+        'waymark;completions' {
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            break
+        }
+        'waymark;man' {
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            break
+        }
+        'waymark;help' {
+            [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Run a flow, resuming its interrupted run if there is one (and not older than its `resume_within`)')
+            [CompletionResult]::new('resume', 'resume', [CompletionResultType]::ParameterValue, 'Resume a given run, including a failed one (its failed step gets a fresh attempt budget)')
+            [CompletionResult]::new('check', 'check', [CompletionResultType]::ParameterValue, 'Validate a flow file and print its plan; runs nothing')
+            [CompletionResult]::new('history', 'history', [CompletionResultType]::ParameterValue, 'List runs, newest first')
+            [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show a run step by step: state, attempts, last error, next retry')
+            [CompletionResult]::new('logs', 'logs', [CompletionResultType]::ParameterValue, 'Print the output an attempt of a step wrote')
+            [CompletionResult]::new('gc', 'gc', [CompletionResultType]::ParameterValue, 'Delete finished runs (succeeded, failed, abandoned) and their logs')
+            [CompletionResult]::new('errors', 'errors', [CompletionResultType]::ParameterValue, 'Print the error class tree that retry filters match against')
+            [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
+            [CompletionResult]::new('man', 'man', [CompletionResultType]::ParameterValue, 'Print waymark''s manual page (roff), or one command''s')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'waymark;help;run' {
+            break
+        }
+        'waymark;help;resume' {
+            break
+        }
+        'waymark;help;check' {
+            break
+        }
+        'waymark;help;history' {
+            break
+        }
+        'waymark;help;status' {
+            break
+        }
+        'waymark;help;logs' {
+            break
+        }
+        'waymark;help;gc' {
+            break
+        }
+        'waymark;help;errors' {
+            break
+        }
+        'waymark;help;completions' {
+            break
+        }
+        'waymark;help;man' {
+            break
+        }
+        'waymark;help;help' {
+            break
+        }
+    })
+
+    $completions.Where{ $_.CompletionText -like "$wordToComplete*" } |
+        Sort-Object -Property ListItemText
+}

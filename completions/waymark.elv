@@ -1,0 +1,135 @@
+
+use builtin;
+use str;
+
+set edit:completion:arg-completer[waymark] = {|@words|
+    fn spaces {|n|
+        builtin:repeat $n ' ' | str:join ''
+    }
+    fn cand {|text desc|
+        edit:complex-candidate $text &display=$text' '(spaces (- 14 (wcswidth $text)))$desc
+    }
+    var command = 'waymark'
+    for word $words[1..-1] {
+        if (str:has-prefix $word '-') {
+            break
+        }
+        set command = $command';'$word
+    }
+    var completions = [
+        &'waymark'= {
+            cand --state-dir 'Where runs and logs are kept, for the commands that keep or read them (run, resume, history, status, logs, gc); the others ignore it, so an alias may always pass it. The same option after the command wins'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+            cand run 'Run a flow, resuming its interrupted run if there is one (and not older than its `resume_within`)'
+            cand resume 'Resume a given run, including a failed one (its failed step gets a fresh attempt budget)'
+            cand check 'Validate a flow file and print its plan; runs nothing'
+            cand history 'List runs, newest first'
+            cand status 'Show a run step by step: state, attempts, last error, next retry'
+            cand logs 'Print the output an attempt of a step wrote'
+            cand gc 'Delete finished runs (succeeded, failed, abandoned) and their logs'
+            cand errors 'Print the error class tree that retry filters match against'
+            cand completions 'Print a shell completion script'
+            cand man 'Print waymark''s manual page (roff), or one command''s'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'waymark;run'= {
+            cand --state-dir 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]'
+            cand --fresh 'Abandon an unfinished run of this flow and start a new one'
+            cand --wait 'Wait for another runner of the same flow instead of exiting with status 3'
+            cand -q 'Do not echo the steps'' output (it is still kept in the log files)'
+            cand --quiet 'Do not echo the steps'' output (it is still kept in the log files)'
+            cand -h 'Print help'
+            cand --help 'Print help'
+        }
+        &'waymark;resume'= {
+            cand --state-dir 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]'
+            cand --wait 'Wait for another runner of the same flow instead of exiting with status 3'
+            cand -q 'Do not echo the steps'' output'
+            cand --quiet 'Do not echo the steps'' output'
+            cand -h 'Print help'
+            cand --help 'Print help'
+        }
+        &'waymark;check'= {
+            cand -h 'Print help'
+            cand --help 'Print help'
+        }
+        &'waymark;history'= {
+            cand --limit 'How many runs to show'
+            cand --state-dir 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]'
+            cand --json 'Print a JSON array'
+            cand -h 'Print help'
+            cand --help 'Print help'
+        }
+        &'waymark;status'= {
+            cand --state-dir 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]'
+            cand --json 'Print JSON'
+            cand -h 'Print help'
+            cand --help 'Print help'
+        }
+        &'waymark;logs'= {
+            cand --attempt 'Which attempt [default: the last one]'
+            cand --stream 'Only this stream [default: both]'
+            cand --state-dir 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]'
+            cand -h 'Print help'
+            cand --help 'Print help'
+        }
+        &'waymark;gc'= {
+            cand --older-than 'Delete the runs that ended longer ago than this: seconds (`3600`, `0.5`) or a duration such as `30d`, `12h`, `1h 30m`, as in flow files'
+            cand --state-dir 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]'
+            cand -h 'Print help'
+            cand --help 'Print help'
+        }
+        &'waymark;errors'= {
+            cand --flow 'Include this flow file''s own classes'
+            cand -h 'Print help'
+            cand --help 'Print help'
+        }
+        &'waymark;completions'= {
+            cand -h 'Print help'
+            cand --help 'Print help'
+        }
+        &'waymark;man'= {
+            cand -h 'Print help'
+            cand --help 'Print help'
+        }
+        &'waymark;help'= {
+            cand run 'Run a flow, resuming its interrupted run if there is one (and not older than its `resume_within`)'
+            cand resume 'Resume a given run, including a failed one (its failed step gets a fresh attempt budget)'
+            cand check 'Validate a flow file and print its plan; runs nothing'
+            cand history 'List runs, newest first'
+            cand status 'Show a run step by step: state, attempts, last error, next retry'
+            cand logs 'Print the output an attempt of a step wrote'
+            cand gc 'Delete finished runs (succeeded, failed, abandoned) and their logs'
+            cand errors 'Print the error class tree that retry filters match against'
+            cand completions 'Print a shell completion script'
+            cand man 'Print waymark''s manual page (roff), or one command''s'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'waymark;help;run'= {
+        }
+        &'waymark;help;resume'= {
+        }
+        &'waymark;help;check'= {
+        }
+        &'waymark;help;history'= {
+        }
+        &'waymark;help;status'= {
+        }
+        &'waymark;help;logs'= {
+        }
+        &'waymark;help;gc'= {
+        }
+        &'waymark;help;errors'= {
+        }
+        &'waymark;help;completions'= {
+        }
+        &'waymark;help;man'= {
+        }
+        &'waymark;help;help'= {
+        }
+    ]
+    $completions[$command]
+}

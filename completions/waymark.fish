@@ -1,0 +1,80 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_waymark_global_optspecs
+    string join \n state-dir= h/help V/version
+end
+
+function __fish_waymark_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_waymark_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_waymark_using_subcommand
+    set -l cmd (__fish_waymark_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c waymark -n "__fish_waymark_needs_command" -l state-dir -d 'Where runs and logs are kept, for the commands that keep or read them (run, resume, history, status, logs, gc); the others ignore it, so an alias may always pass it. The same option after the command wins' -r -f -a "(__fish_complete_directories)"
+complete -c waymark -n "__fish_waymark_needs_command" -s h -l help -d 'Print help'
+complete -c waymark -n "__fish_waymark_needs_command" -s V -l version -d 'Print version'
+complete -c waymark -n "__fish_waymark_needs_command" -f -a "run" -d 'Run a flow, resuming its interrupted run if there is one (and not older than its `resume_within`)'
+complete -c waymark -n "__fish_waymark_needs_command" -f -a "resume" -d 'Resume a given run, including a failed one (its failed step gets a fresh attempt budget)'
+complete -c waymark -n "__fish_waymark_needs_command" -f -a "check" -d 'Validate a flow file and print its plan; runs nothing'
+complete -c waymark -n "__fish_waymark_needs_command" -f -a "history" -d 'List runs, newest first'
+complete -c waymark -n "__fish_waymark_needs_command" -f -a "status" -d 'Show a run step by step: state, attempts, last error, next retry'
+complete -c waymark -n "__fish_waymark_needs_command" -f -a "logs" -d 'Print the output an attempt of a step wrote'
+complete -c waymark -n "__fish_waymark_needs_command" -f -a "gc" -d 'Delete finished runs (succeeded, failed, abandoned) and their logs'
+complete -c waymark -n "__fish_waymark_needs_command" -f -a "errors" -d 'Print the error class tree that retry filters match against'
+complete -c waymark -n "__fish_waymark_needs_command" -f -a "completions" -d 'Print a shell completion script'
+complete -c waymark -n "__fish_waymark_needs_command" -f -a "man" -d 'Print waymark\'s manual page (roff), or one command\'s'
+complete -c waymark -n "__fish_waymark_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c waymark -n "__fish_waymark_using_subcommand run" -l state-dir -d 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]' -r -f -a "(__fish_complete_directories)"
+complete -c waymark -n "__fish_waymark_using_subcommand run" -l fresh -d 'Abandon an unfinished run of this flow and start a new one'
+complete -c waymark -n "__fish_waymark_using_subcommand run" -l wait -d 'Wait for another runner of the same flow instead of exiting with status 3'
+complete -c waymark -n "__fish_waymark_using_subcommand run" -s q -l quiet -d 'Do not echo the steps\' output (it is still kept in the log files)'
+complete -c waymark -n "__fish_waymark_using_subcommand run" -s h -l help -d 'Print help'
+complete -c waymark -n "__fish_waymark_using_subcommand resume" -l state-dir -d 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]' -r -f -a "(__fish_complete_directories)"
+complete -c waymark -n "__fish_waymark_using_subcommand resume" -l wait -d 'Wait for another runner of the same flow instead of exiting with status 3'
+complete -c waymark -n "__fish_waymark_using_subcommand resume" -s q -l quiet -d 'Do not echo the steps\' output'
+complete -c waymark -n "__fish_waymark_using_subcommand resume" -s h -l help -d 'Print help'
+complete -c waymark -n "__fish_waymark_using_subcommand check" -s h -l help -d 'Print help'
+complete -c waymark -n "__fish_waymark_using_subcommand history" -l limit -d 'How many runs to show' -r
+complete -c waymark -n "__fish_waymark_using_subcommand history" -l state-dir -d 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]' -r -f -a "(__fish_complete_directories)"
+complete -c waymark -n "__fish_waymark_using_subcommand history" -l json -d 'Print a JSON array'
+complete -c waymark -n "__fish_waymark_using_subcommand history" -s h -l help -d 'Print help'
+complete -c waymark -n "__fish_waymark_using_subcommand status" -l state-dir -d 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]' -r -f -a "(__fish_complete_directories)"
+complete -c waymark -n "__fish_waymark_using_subcommand status" -l json -d 'Print JSON'
+complete -c waymark -n "__fish_waymark_using_subcommand status" -s h -l help -d 'Print help'
+complete -c waymark -n "__fish_waymark_using_subcommand logs" -l attempt -d 'Which attempt [default: the last one]' -r
+complete -c waymark -n "__fish_waymark_using_subcommand logs" -l stream -d 'Only this stream [default: both]' -r -f -a "stdout\t''
+stderr\t''"
+complete -c waymark -n "__fish_waymark_using_subcommand logs" -l state-dir -d 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]' -r -f -a "(__fish_complete_directories)"
+complete -c waymark -n "__fish_waymark_using_subcommand logs" -s h -l help -d 'Print help'
+complete -c waymark -n "__fish_waymark_using_subcommand gc" -l older-than -d 'Delete the runs that ended longer ago than this: seconds (`3600`, `0.5`) or a duration such as `30d`, `12h`, `1h 30m`, as in flow files' -r
+complete -c waymark -n "__fish_waymark_using_subcommand gc" -l state-dir -d 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]' -r -f -a "(__fish_complete_directories)"
+complete -c waymark -n "__fish_waymark_using_subcommand gc" -s h -l help -d 'Print help'
+complete -c waymark -n "__fish_waymark_using_subcommand errors" -l flow -d 'Include this flow file\'s own classes' -r -F
+complete -c waymark -n "__fish_waymark_using_subcommand errors" -s h -l help -d 'Print help'
+complete -c waymark -n "__fish_waymark_using_subcommand completions" -s h -l help -d 'Print help'
+complete -c waymark -n "__fish_waymark_using_subcommand man" -s h -l help -d 'Print help'
+complete -c waymark -n "__fish_waymark_using_subcommand help; and not __fish_seen_subcommand_from run resume check history status logs gc errors completions man help" -f -a "run" -d 'Run a flow, resuming its interrupted run if there is one (and not older than its `resume_within`)'
+complete -c waymark -n "__fish_waymark_using_subcommand help; and not __fish_seen_subcommand_from run resume check history status logs gc errors completions man help" -f -a "resume" -d 'Resume a given run, including a failed one (its failed step gets a fresh attempt budget)'
+complete -c waymark -n "__fish_waymark_using_subcommand help; and not __fish_seen_subcommand_from run resume check history status logs gc errors completions man help" -f -a "check" -d 'Validate a flow file and print its plan; runs nothing'
+complete -c waymark -n "__fish_waymark_using_subcommand help; and not __fish_seen_subcommand_from run resume check history status logs gc errors completions man help" -f -a "history" -d 'List runs, newest first'
+complete -c waymark -n "__fish_waymark_using_subcommand help; and not __fish_seen_subcommand_from run resume check history status logs gc errors completions man help" -f -a "status" -d 'Show a run step by step: state, attempts, last error, next retry'
+complete -c waymark -n "__fish_waymark_using_subcommand help; and not __fish_seen_subcommand_from run resume check history status logs gc errors completions man help" -f -a "logs" -d 'Print the output an attempt of a step wrote'
+complete -c waymark -n "__fish_waymark_using_subcommand help; and not __fish_seen_subcommand_from run resume check history status logs gc errors completions man help" -f -a "gc" -d 'Delete finished runs (succeeded, failed, abandoned) and their logs'
+complete -c waymark -n "__fish_waymark_using_subcommand help; and not __fish_seen_subcommand_from run resume check history status logs gc errors completions man help" -f -a "errors" -d 'Print the error class tree that retry filters match against'
+complete -c waymark -n "__fish_waymark_using_subcommand help; and not __fish_seen_subcommand_from run resume check history status logs gc errors completions man help" -f -a "completions" -d 'Print a shell completion script'
+complete -c waymark -n "__fish_waymark_using_subcommand help; and not __fish_seen_subcommand_from run resume check history status logs gc errors completions man help" -f -a "man" -d 'Print waymark\'s manual page (roff), or one command\'s'
+complete -c waymark -n "__fish_waymark_using_subcommand help; and not __fish_seen_subcommand_from run resume check history status logs gc errors completions man help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

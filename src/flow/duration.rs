@@ -1,0 +1,118 @@
+//! Durations as flow files write them, checked against waymark's range: a number of seconds
+//! (`90`, `0.5`) or a humantime string (`"90s"`, `"2m 30s"`). The flow loader reports a rejection
+//! as a diagnostic at the value; the command line (`gc --older-than`) reads its arguments here too,
+//! so that every duration waymark takes means the same thing wherever it is written.
+
+use super::raw::RawDuration;
+use super::validate::{MAX_DURATION, MIN_DURATION, number};
+use std::time::Duration;
+
+/// What to write instead, for a duration that is not one.
+pub(crate) const FORMS: &str =
+    "write seconds as a number (`90`, `0.5`) or a string such as \"90s\", \"2m 30s\", \"1h\"";
+
+/// Why a duration was refused.
+#[derive(Debug)]
+pub(crate) struct Invalid {
+    pub(crate) message: String,
+    /// What the diagnostic's caret says, when not its default.
+    pub(crate) label: Option<&'static str>,
+    pub(crate) help: Option<&'static str>,
+}
+
+/// The duration `raw` stands for, within waymark's range: at least 1 ms (or exactly 0 where
+/// `allow_zero`), at most 100 years, never rounded to something else than what was written.
+pub(crate) fn resolve(raw: &RawDuration, allow_zero: bool) -> Result<Duration, Invalid> {
+    let secs = match raw {
+        RawDuration::Seconds(s) => *s,
+        RawDuration::Text(text) => match humantime::parse_duration(text) {
+            Ok(d) => d.as_secs_f64(),
+            Err(e) => {
+                return Err(Invalid {
+                    message: format!("invalid duration {text:?}: {e}"),
+                    label: None,
+                    help: Some(FORMS),
+                });
+            }
+        },
+    };
+    let floor = if allow_zero { "0 or at least 1 ms" } else { "at least 1 ms" };
+    if !secs.is_finite() {
+        return Err(Invalid {
+            message: "a duration must be a finite number of seconds".into(),
+            label: Some("not a number"),
+            help: None,
+        });
+    }
+    if secs < 0.0 || (secs < MIN_DURATION.as_secs_f64() && !(allow_zero && secs == 0.0)) {
+        return Err(Invalid {
+            message: format!("a duration must be {floor}, got {} s", number(secs)),
+            label: Some("out of range"),
+            help: (secs > 0.0).then_some("waymark counts time in milliseconds; write at least `0.001` or \"1ms\""),
+        });
+    }
+    if secs > MAX_DURATION.as_secs_f64() {
+        return Err(Invalid {
+            message: "a duration must be at most 100 years".into(),
+            label: Some("out of range"),
+            help: None,
+        });
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// A duration given on the command line, read as a flow file reads one: a bare number is seconds
+/// (`30`, `0.5`), anything else a humantime string (`30d`, `12h`, `2m 30s`). The error says what was
+/// wrong and which forms work.
+pub(crate) fn from_arg(arg: &str, allow_zero: bool) -> Result<Duration, String> {
+    let trimmed = arg.trim();
+    let raw = match trimmed.parse::<f64>() {
+        Ok(secs) => RawDuration::Seconds(secs),
+        Err(_) => RawDuration::Text(trimmed.to_owned()),
+    };
+    resolve(&raw, allow_zero).map_err(|e| {
+        // The forms in the words of a command line; a more precise help (a value below 1 ms) stays.
+        let help = match e.help {
+            Some(help) if help != FORMS => help,
+            _ => "write seconds as a number (`90`, `0.5`) or a duration such as `30d`, `12h`, `2m 30s`",
+        };
+        format!("{}; {help}", e.message)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_read_like_flow_file_values() {
+        assert_eq!(from_arg("30", false), Ok(Duration::from_secs(30)));
+        assert_eq!(from_arg("0.5", false), Ok(Duration::from_millis(500)));
+        assert_eq!(from_arg("30d", false), Ok(Duration::from_secs(30 * 86_400)));
+        assert_eq!(from_arg("2m 30s", false), Ok(Duration::from_secs(150)));
+        assert_eq!(from_arg("0", true), Ok(Duration::ZERO));
+        assert_eq!(from_arg("0s", true), Ok(Duration::ZERO));
+    }
+
+    #[test]
+    fn arguments_out_of_range_or_malformed_say_what_works() {
+        assert_eq!(
+            from_arg("0", false).unwrap_err(),
+            "a duration must be at least 1 ms, got 0 s; write seconds as a number (`90`, `0.5`) or a duration such \
+             as `30d`, `12h`, `2m 30s`"
+        );
+        assert_eq!(
+            from_arg("-5", true).unwrap_err(),
+            "a duration must be 0 or at least 1 ms, got -5 s; write seconds as a number (`90`, `0.5`) or a \
+             duration such as `30d`, `12h`, `2m 30s`"
+        );
+        assert_eq!(
+            from_arg("1e-6", true).unwrap_err(),
+            "a duration must be 0 or at least 1 ms, got 1e-6 s; waymark counts time in milliseconds; write at \
+             least `0.001` or \"1ms\""
+        );
+        assert!(from_arg("nan", true).unwrap_err().starts_with("a duration must be a finite number of seconds; "));
+        assert!(from_arg("200 years", true).unwrap_err().starts_with("a duration must be at most 100 years; "));
+        assert!(from_arg("30 dayz", true).unwrap_err().starts_with("invalid duration \"30 dayz\": "));
+    }
+}

@@ -1,0 +1,242 @@
+//! The command line as a user meets it: every argument described, durations read as flow files
+//! read them, `--state-dir` only where it applies, and a flow named by its file or its name
+//! wherever a command takes one.
+
+mod common;
+
+use clap::CommandFactory;
+use common::Env;
+
+/// A flow whose one step prints which time it ran (1, 2, ...).
+const FLOW: &str = "[[step]]\nname = 'greet'\nshell = 'echo x >> runs; echo \"hello $(wc -l < runs)\"'\n";
+
+/// `waymark ARGS` as a user at a terminal 100 columns wide, or wider, sees it.
+fn cmd(env: &Env, args: &[&str]) -> assert_cmd::Command {
+    let mut c = env.cmd(args);
+    c.env_remove("COLUMNS");
+    c
+}
+
+/// The id of the newest run.
+fn newest_run(env: &Env) -> String {
+    let out = cmd(env, &["history", "--json"]).output().unwrap();
+    let runs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    runs[0]["id"].as_str().expect("a run").to_owned()
+}
+
+#[test]
+fn every_argument_and_command_has_a_description() {
+    fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+        for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+            if arg.get_help().is_none_or(|h| h.to_string().trim().is_empty()) {
+                missing.push(format!("{path} {}", arg.get_id()));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            let path = format!("{path} {}", sub.get_name());
+            if sub.get_about().is_none_or(|h| h.to_string().trim().is_empty()) {
+                missing.push(path.clone());
+            }
+            walk(sub, &path, missing);
+        }
+    }
+    let mut cmd = waymark::cli::Cli::command();
+    cmd.build();
+    let mut missing = Vec::new();
+    walk(&cmd, "waymark", &mut missing);
+    assert!(missing.is_empty(), "without a description: {missing:?}");
+}
+
+#[test]
+fn arguments_are_described_in_help() {
+    let env = Env::new();
+    cmd(&env, &["logs", "--help"]).assert().success().stdout(
+        "Print the output an attempt of a step wrote
+
+Usage: waymark logs [OPTIONS] <RUN> <STEP>
+
+Arguments:
+  <RUN>   A run id, or a flow file's path or a flow name for the flow's newest run
+  <STEP>  The step's name, as `waymark status RUN` lists it
+
+Options:
+      --attempt <ATTEMPT>  Which attempt [default: the last one]
+      --stream <STREAM>    Only this stream [default: both] [possible values: stdout, stderr]
+      --state-dir <DIR>    Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else
+                           $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]
+  -h, --help               Print help
+
+Examples:
+  waymark logs 4k2m9xq1 fetch
+  waymark logs 4k2m9xq1 fetch --attempt 2 --stream stderr
+  waymark logs nightly.toml fetch    the newest run of the flow
+",
+    );
+    cmd(&env, &["resume", "--help"])
+        .assert()
+        .success()
+        .stdout(predicates::str::contains("  <RUN_ID>  The run's id, as `waymark history` shows it\n"));
+}
+
+#[test]
+fn gc_help_shows_the_duration_forms_without_escapes() {
+    let env = Env::new();
+    cmd(&env, &["gc", "--help"]).assert().success().stdout(
+        "Delete finished runs (succeeded, failed, abandoned) and their logs
+
+Usage: waymark gc [OPTIONS] --older-than <DURATION>
+
+Options:
+      --older-than <DURATION>  Delete the runs that ended longer ago than this: seconds (`3600`,
+                               `0.5`) or a duration such as `30d`, `12h`, `1h 30m`, as in flow files
+      --state-dir <DIR>        Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else
+                               $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]
+  -h, --help                   Print help
+
+Examples:
+  waymark gc --older-than 30d
+  waymark gc --older-than '2w 3d'
+  waymark gc --older-than 0          every finished run
+",
+    );
+}
+
+#[test]
+fn gc_older_than_reads_durations_as_flow_files_do() {
+    let env = Env::new();
+    env.write("flow.toml", FLOW);
+    cmd(&env, &["run", "flow.toml"]).assert().success();
+    for (arg, shown) in [("30", "30s"), ("1.5", "1s 500ms"), ("30d", "30days"), ("2m 30s", "2m 30s")] {
+        cmd(&env, &["gc", "--older-than", arg])
+            .assert()
+            .success()
+            .stdout("")
+            .stderr(format!("waymark: deleted 0 finished run(s) older than {shown}\n"));
+    }
+    cmd(&env, &["gc", "--older-than", "0"])
+        .assert()
+        .success()
+        .stderr("waymark: deleted 1 finished run(s) older than 0s\n");
+}
+
+#[test]
+fn gc_older_than_refuses_what_flow_files_refuse_and_says_what_works() {
+    let env = Env::new();
+    let forms = "write seconds as a number (`90`, `0.5`) or a duration such as `30d`, `12h`, `2m 30s`";
+    for (arg, why) in [
+        ("30x", format!("invalid duration \"30x\": unknown time unit \"x\", supported units: ns, us/µs, ms, sec, min, hours, days, weeks, months, years (and few variations); {forms}")),
+        ("0.0001", "a duration must be 0 or at least 1 ms, got 0.0001 s; waymark counts time in milliseconds; write at least `0.001` or \"1ms\"".to_owned()),
+        ("200 years", format!("a duration must be at most 100 years; {forms}")),
+        ("inf", format!("a duration must be a finite number of seconds; {forms}")),
+    ] {
+        cmd(&env, &["gc", "--older-than", arg]).assert().code(2).stdout("").stderr(format!(
+            "error: invalid value '{arg}' for '--older-than <DURATION>': {why}\n\nFor more information, try '--help'.\n"
+        ));
+    }
+    assert!(!env.state().exists(), "a refused gc must not create the state directory");
+}
+
+#[test]
+fn state_dir_is_offered_only_by_the_commands_that_keep_or_read_runs() {
+    let env = Env::new();
+    let with = ["run", "resume", "history", "status", "logs", "gc"];
+    for command in waymark::cli::Cli::command().get_subcommands() {
+        let name = command.get_name();
+        let help = cmd(&env, &[name, "--help"]).output().unwrap();
+        let help = String::from_utf8(help.stdout).unwrap();
+        assert_eq!(help.contains("--state-dir"), with.contains(&name), "waymark {name} --help:\n{help}");
+    }
+    cmd(&env, &["completions", "--state-dir", "x", "bash"]).assert().code(2).stdout("").stderr(
+        "error: unexpected argument '--state-dir' found\n\n  tip: to pass '--state-dir' as a value, use '-- --state-dir'\n\n\
+         Usage: waymark completions <SHELL>\n\nFor more information, try '--help'.\n",
+    );
+}
+
+#[test]
+fn state_dir_before_the_command_works_for_every_command_and_the_one_after_wins() {
+    let env = Env::new();
+    env.write("flow.toml", FLOW);
+    cmd(&env, &["run", "--state-dir", "other", "flow.toml"]).assert().success();
+    assert!(env.path("other/waymark.db").exists());
+    // Not in the default state directory (WAYMARK_STATE_DIR of the test) ...
+    cmd(&env, &["history"]).assert().success().stdout("").stderr("no runs yet\n");
+    // ... but in the one named before or after the command, the one after winning.
+    for args in
+        [&["--state-dir", "other", "history"][..], &["--state-dir", "elsewhere", "history", "--state-dir", "other"]]
+    {
+        let out = cmd(&env, args).assert().success().get_output().stdout.clone();
+        assert_eq!(String::from_utf8(out).unwrap().lines().count(), 2, "{args:?}");
+    }
+    // An alias that always passes it still works with the commands that keep no state.
+    cmd(&env, &["--state-dir", "other", "check", "flow.toml"]).assert().success();
+    cmd(&env, &["--state-dir", "other", "completions", "bash"]).assert().success();
+}
+
+#[test]
+fn history_and_status_take_a_flow_file_or_a_flow_name() {
+    let env = Env::new();
+    env.write("flow.toml", FLOW);
+    env.write("sub/.keep", "");
+    cmd(&env, &["run", "flow.toml"]).assert().success();
+    let id = newest_run(&env);
+    let here = env.dir.path().canonicalize().unwrap();
+    let runs_of = |args: &[&str], dir: &str| {
+        let mut c = cmd(&env, args);
+        c.current_dir(env.path(dir));
+        let out = c.assert().success().get_output().stdout.clone();
+        String::from_utf8(out).unwrap().lines().skip(1).map(|l| l[..8].to_owned()).collect::<Vec<_>>()
+    };
+    assert_eq!(runs_of(&["history", "flow.toml"], "."), [id.as_str()]);
+    assert_eq!(runs_of(&["history", "flow"], "."), [id.as_str()]);
+    assert_eq!(runs_of(&["history", "../flow.toml"], "sub"), [id.as_str()]);
+    assert_eq!(runs_of(&["history", here.join("flow.toml").to_str().unwrap()], "sub"), [id.as_str()]);
+    for target in ["flow.toml", "flow", id.as_str()] {
+        let out = cmd(&env, &["status", target]).assert().success().get_output().stdout.clone();
+        assert!(String::from_utf8(out).unwrap().starts_with(&format!("run {id} of flow (")), "status {target}");
+    }
+
+    // A flow file that is not there is a mistake, not a flow without runs.
+    let mut c = cmd(&env, &["history", "flow.toml"]);
+    c.current_dir(env.path("sub"));
+    c.assert().code(2).stdout("").stderr(format!(
+        "error: there is no flow file `flow.toml` in {} and no flow named `flow.toml`; give the path of the flow \
+         file, or the flow's name (`waymark history` lists the runs and their flows)\n",
+        here.join("sub").display()
+    ));
+    cmd(&env, &["history", "sub/flow.toml", "--json"]).assert().code(2).stdout("").stderr(format!(
+        "error: there is no flow file {}, and no run was started from that path; give the path of the flow file, \
+         or the flow's name (`waymark history` lists the runs and their flows)\n",
+        here.join("sub/flow.toml").display()
+    ));
+    cmd(&env, &["status", "sub/flow.toml"]).assert().code(2).stdout("").stderr(format!(
+        "error: no run has the id `sub/flow.toml`; there is no flow file {}, and no run was started from that \
+         path; give the path of the flow file, or the flow's name (`waymark history` lists the runs and their \
+         flows)\n",
+        here.join("sub/flow.toml").display()
+    ));
+    // A flow file that exists but never ran has no runs yet; so has a name no run has.
+    env.write("other.toml", FLOW);
+    cmd(&env, &["history", "other.toml"]).assert().success().stdout("").stderr("no runs yet of flow `other.toml`\n");
+    cmd(&env, &["history", "nightly"]).assert().success().stdout("").stderr("no runs yet of flow `nightly`\n");
+}
+
+#[test]
+fn logs_take_a_run_id_or_a_flow_for_its_newest_run() {
+    let env = Env::new();
+    env.write("flow.toml", FLOW);
+    cmd(&env, &["run", "flow.toml"]).assert().success();
+    let first = newest_run(&env);
+    cmd(&env, &["run", "flow.toml"]).assert().success();
+    for target in ["flow.toml", "./flow.toml", "flow"] {
+        cmd(&env, &["logs", target, "greet", "--stream", "stdout"]).assert().success().stdout("hello 2\n");
+    }
+    cmd(&env, &["logs", &first, "greet", "--stream", "stdout"]).assert().success().stdout("hello 1\n");
+    cmd(&env, &["logs", "nightly", "greet"]).assert().code(2).stdout("").stderr(
+        "error: no run with id `nightly` and no runs of a flow named `nightly`; `waymark history` lists the runs\n",
+    );
+    cmd(&env, &["logs", "flow", "grete"])
+        .assert()
+        .code(2)
+        .stdout("")
+        .stderr(format!("error: step `grete` of run {} has no attempts; its steps are: greet\n", newest_run(&env)));
+}
