@@ -215,6 +215,7 @@ impl Validator<'_> {
             fail_fast: raw.fail_fast.unwrap_or(false),
             timeout,
             params,
+            param_values: BTreeMap::new(),
             env,
             env_file,
             secret_env,
