@@ -556,6 +556,19 @@ mod tests {
         );
     }
 
+    /// Parameter values are recorded with the run; a secret never is.
+    #[test]
+    fn a_parameter_cannot_be_a_secret() {
+        let src = format!(
+            "secret_env = ['API_TOKEN', 'WAYMARK_PARAM_TOKEN']\n[params]\ntoken = {{}}\n{}",
+            steps(&[("a", None)])
+        );
+        assert_eq!(
+            errors(&src),
+            ["`secret_env`: `WAYMARK_PARAM_TOKEN` is parameter `token`, which cannot be a secret"]
+        );
+    }
+
     #[test]
     fn wrong_types_of_the_new_keys_say_what_would_work() {
         let help = |src: &str| parse(src, Path::new("/x/f.toml")).unwrap_err().remove(0).help.unwrap_or_default();

@@ -147,7 +147,7 @@ impl Validator<'_> {
         let params = self.params(&raw.params);
         let dir = path.parent().unwrap_or(Path::new("/"));
         let env_file = raw.env_file.as_ref().and_then(|f| self.env_file(f, dir));
-        let secret_env = raw.secret_env.as_ref().map(|list| self.secret_env(list)).unwrap_or_default();
+        let secret_env = raw.secret_env.as_ref().map(|list| self.secret_env(list, &params)).unwrap_or_default();
         let hooks = Hooks {
             on_success: raw.hooks.on_success.as_ref().and_then(|c| self.command(c)),
             on_failure: raw.hooks.on_failure.as_ref().and_then(|c| self.command(c)),
@@ -307,7 +307,9 @@ impl Validator<'_> {
         Some(dir.join(raw.get_ref()))
     }
 
-    fn secret_env(&mut self, raw: &Spanned<Vec<Str>>) -> Vec<String> {
+    /// `secret_env`: variable names, each once, none of them a parameter's: parameter values are
+    /// recorded with the run (to resume it with them), and a secret never is.
+    fn secret_env(&mut self, raw: &Spanned<Vec<Str>>, params: &BTreeMap<String, Param>) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         let mut seen = HashSet::new();
         for item in raw.get_ref() {
@@ -323,6 +325,15 @@ impl Validator<'_> {
                 let d = self.error(item.span(), &format!("`{n}` is listed twice"));
                 d.label = "listed again".into();
                 d.help = Some("remove one of the two".into());
+            } else if let Some(param) = params.keys().find(|p| super::params::env_name(p) == *n) {
+                let d = self.error(item.span(), &format!("`{n}` is parameter `{param}`, which cannot be a secret"));
+                d.label = "a parameter".into();
+                d.help = Some(
+                    "parameter values are recorded with the run so that a resumed run has them, and a secret is \
+                     never recorded: pass the secret in the environment or the `env_file`, and name that variable \
+                     here"
+                        .into(),
+                );
             } else {
                 out.push(n.clone());
             }
