@@ -382,7 +382,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     }
 
     fn result(&self, outcome: AttemptOutcome, exit_code: Option<i32>, signal: Option<String>) -> AttemptResult {
-        AttemptResult { outcome, exit_code, signal, error: None, ended_at: self.parts.clock.now() }
+        let ended_at = self.parts.clock.now();
+        AttemptResult { outcome, exit_code, signal, error: None, ended_at, outputs: Default::default() }
     }
 
     async fn succeeded(&mut self, index: usize, ended: Ended) -> Result<(), ExecError> {

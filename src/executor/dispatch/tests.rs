@@ -275,6 +275,7 @@ fn pending(name: &str) -> StepRecord {
         last_error: None,
         started_at: None,
         ended_at: None,
+        outputs: Default::default(),
     }
 }
 
