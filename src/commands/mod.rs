@@ -128,10 +128,11 @@ fn read_store(dir: &StateDir) -> Result<Box<dyn Store>, CliError> {
     Ok(Box::new(SqliteStore::open_for_reading(dir)?))
 }
 
-/// Until the runner acts on the workflow structure of issue 9, refuse a flow whose run would mean
-/// something else without it, rather than run it as if the keys were not there. `max_parallel`
-/// and `fail_fast` change nothing while steps run one after another, so they pass. A flow that
-/// does not load is left to `run`, which reports it.
+/// Until the runner acts on the rest of the workflow structure of issue 9, refuse a flow whose run
+/// would mean something else without it, rather than run it as if the keys were not there.
+/// `max_parallel` and `fail_fast` change nothing while steps run one after another, so they pass;
+/// `[params]`, `env_file` and `secret_env` are acted on. A flow that does not load is left to
+/// `run`, which reports it.
 fn refuse_what_run_ignores(path: &std::path::Path) -> Result<(), CliError> {
     let Ok(loaded) = crate::flow::load(path) else { return Ok(()) };
     let flow = &loaded.flow;
@@ -146,9 +147,6 @@ fn refuse_what_run_ignores(path: &std::path::Path) -> Result<(), CliError> {
     note(flow.steps.iter().any(|s| s.compensate.is_some()), "compensate");
     note(flow.timeout.is_some(), "timeout");
     note(flow.hooks != crate::flow::model::Hooks::default(), "hooks");
-    note(!flow.params.is_empty(), "params");
-    note(flow.env_file.is_some(), "env_file");
-    note(!flow.secret_env.is_empty(), "secret_env");
     if keys.is_empty() {
         return Ok(());
     }
@@ -167,16 +165,14 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
     match cli.command {
         Command::Run { flow, fresh, wait, quiet, max_parallel, params } => {
             // Parsed, not acted on yet: refused rather than silently ignored until the runner
-            // wires them (`flow::params::resolve`, and `max_parallel` over the flow's).
-            if max_parallel.is_some() || !params.is_empty() {
+            // wires it (`max_parallel` over the flow's).
+            if max_parallel.is_some() {
                 return Err(CliError::Usage(
-                    "`--max-parallel` and `--param` are not supported by this build of `waymark run` yet; run \
-                     without them"
-                        .into(),
+                    "`--max-parallel` is not supported by this build of `waymark run` yet; run without it".into(),
                 ));
             }
             refuse_what_run_ignores(&flow)?;
-            run::run(flag, &flow, fresh, wait, quiet)
+            run::run(flag, &flow, fresh, wait, quiet, &params)
         }
         Command::Resume { run_id, wait, quiet } => run::resume(&state_dir(flag)?, &run_id, wait, quiet),
         Command::Check { flow } => check::check(&flow),

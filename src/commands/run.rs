@@ -3,10 +3,18 @@
 //! From the moment the lock is sought, everything these commands say goes through the run's
 //! [`Emitter`] (waiting for the lock, abandoning a run, resuming one whose file changed), like the
 //! executor's own events; only the flow file's diagnostics come before it.
+//!
+//! Parameters: a new run's values are `--param`s over the defaults, checked before anything is
+//! abandoned or created, and recorded with the run. A resumed run goes on with the values it was
+//! started with; a `--param` that differs from them is refused (exit 2, nothing runs) rather than
+//! silently ignored or silently applied to half a run. The env file is read (and checked) before a
+//! run is created or claimed, by every runner: its contents are never recorded.
 
 use super::{CliError, EXIT_FAILED, EXIT_OK, open_store, print_warnings};
 use crate::events::{AbandonReason, Emitter, Event, NoticeKind, RunOutcome};
+use crate::executor::environment::RunEnv;
 use crate::executor::{ExecError, RunSpec, RunnerSignals, kill_leftovers};
+use crate::flow::params::ParamError;
 use crate::flow::{self, Flow};
 use crate::reporter::PlainReporter;
 use crate::store::lock::FlowLock;
@@ -24,10 +32,27 @@ pub(crate) fn run(
     fresh: bool,
     wait: bool,
     quiet: bool,
+    params: &[(String, String)],
 ) -> Result<i32, CliError> {
     // The flow file first: an invalid one is reported as such whatever the state directory.
     let loaded = flow::load(flow_path)?;
     print_warnings(&loaded, &flow_path.display().to_string());
+    // A parameter the flow does not declare (or one given twice) is wrong whichever run goes on.
+    // A required one left out is wrong only for a new run: a resumed run has its values.
+    let resolved = match flow::params::resolve(&loaded.flow, params) {
+        Ok(values) => Ok(values),
+        Err(e @ ParamError::Missing { .. }) => Err(e),
+        Err(e) => return Err(CliError::Usage(format!("{e}; nothing ran"))),
+    };
+    // What a new run needs, checked before an old run is abandoned or a new one created: every
+    // parameter's value and a readable env file.
+    let new_run = || -> Result<(Flow, RunEnv), CliError> {
+        let values = resolved.clone().map_err(|e| CliError::Usage(format!("{e}; nothing ran")))?;
+        let mut flow = loaded.flow.clone();
+        flow.param_values = values;
+        let env = run_env(&flow, None)?;
+        Ok((flow, env))
+    };
     let state = &super::state_dir(state_flag)?;
     let name = loaded.flow.name.clone();
     // Runs, the lock and resume belong to the flow's key: its declared name, else its file.
@@ -68,17 +93,22 @@ pub(crate) fn run(
     let abandoned = |reason| Event::RunAbandoned { flow: name.clone(), file: flow_path.to_owned(), reason };
     let owned = match found {
         Some(old) if fresh => {
+            let (flow, env) = new_run()?;
             abandon(store.as_mut(), &mut events, &old, abandoned(AbandonReason::Fresh))?;
-            let (record, lease) = store.create_run(&loaded.flow, &hash, &owner)?;
-            Owned { record, lease, resumed: false }
+            let (record, lease) = store.create_run(&flow, &hash, &owner)?;
+            Owned { record, lease, resumed: false, env }
         }
         Some(old) if stale.is_some() => {
+            let (flow, env) = new_run()?;
             let (age, limit) = stale.unwrap_or_default();
             abandon(store.as_mut(), &mut events, &old, abandoned(AbandonReason::Stale { age, limit }))?;
-            let (record, lease) = store.create_run(&loaded.flow, &hash, &owner)?;
-            Owned { record, lease, resumed: false }
+            let (record, lease) = store.create_run(&flow, &hash, &owner)?;
+            Owned { record, lease, resumed: false, env }
         }
         Some(old) => {
+            let recorded = recorded_flow(&old, store.location())?;
+            params_differ(&old, &recorded, params, flow_path)?;
+            let env = run_env(&recorded, Some(&old.id))?;
             events.set_run(&old.id);
             if old.flow_path != loaded.flow.path {
                 events.notice(
@@ -106,16 +136,71 @@ pub(crate) fn run(
                 );
             }
             let lease = store.claim(&old.id, &owner)?;
-            Owned { record: old, lease, resumed: true }
+            Owned { record: old, lease, resumed: true, env }
         }
         None => {
+            let (flow, env) = new_run()?;
             mention_runs_of_this_file_under_another_key(store.as_ref(), &mut events, &loaded.flow.path, &key)?;
             mention_runs_of_a_moved_file(store.as_ref(), &mut events, &loaded.flow)?;
-            let (record, lease) = store.create_run(&loaded.flow, &hash, &owner)?;
-            Owned { record, lease, resumed: false }
+            let (record, lease) = store.create_run(&flow, &hash, &owner)?;
+            Owned { record, lease, resumed: false, env }
         }
     };
     execute(state, store, lock, signals, events, owned)
+}
+
+/// What this runner gives the run's attempts besides `flow`: its env file, read now, and its
+/// secrets. A bad env file is a usage error; nothing ran (`resuming`: the run that was to resume).
+fn run_env(flow: &Flow, resuming: Option<&str>) -> Result<RunEnv, CliError> {
+    RunEnv::prepare(flow, |name| std::env::var_os(name)).map_err(|e| {
+        let then = match resuming {
+            Some(id) => format!("; nothing ran: fix the env file, then run again to resume run {id}"),
+            None => "; nothing ran: fix the env file, then run again".to_owned(),
+        };
+        CliError::Usage(format!("{e}{then}"))
+    })
+}
+
+/// Refuse `--param`s that differ from the values run `old` was started with: it resumes with its
+/// own. The same values (or none) are fine.
+fn params_differ(
+    old: &RunRecord,
+    recorded: &Flow,
+    given: &[(String, String)],
+    flow_path: &Path,
+) -> Result<(), CliError> {
+    fn args<'a>(values: impl Iterator<Item = (&'a String, &'a String)>) -> String {
+        values.map(|(k, v)| format!("--param {k}={}", shell_word(v))).collect::<Vec<_>>().join(" ")
+    }
+    let differs: Vec<(&String, &String)> = given
+        .iter()
+        .filter(|(name, value)| recorded.param_values.get(name) != Some(value))
+        .map(|(name, value)| (name, value))
+        .collect();
+    if differs.is_empty() {
+        return Ok(());
+    }
+    let started = match recorded.param_values.is_empty() {
+        true => "no parameters".to_owned(),
+        false => format!("`{}`", args(recorded.param_values.iter())),
+    };
+    Err(CliError::Usage(format!(
+        "run {} of {} is unfinished and resumes with the values it started with ({started}), but `{}` \
+         differs: run without `--param` (or with the same values) to resume it, or add `--fresh` to abandon it \
+         and start a new run with the new values; nothing ran",
+        old.id,
+        flow_path.display(),
+        args(differs.into_iter())
+    )))
+}
+
+/// A value as the shell would need it written, for a message.
+fn shell_word(value: &str) -> String {
+    if !value.is_empty() && value.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c)) {
+        value.to_owned()
+    } else {
+        format!("'{}'", value.replace('\'', r"'\''"))
+    }
 }
 
 /// The run's emitter, with the terminal's reporter.
@@ -259,11 +344,15 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, quiet: bool) ->
                 "run {run_id} was abandoned and cannot be resumed; `waymark run` starts a new one"
             )));
         }
-        RunStatus::Failed => store.reopen_failed(run_id)?,
-        RunStatus::Running | RunStatus::Interrupted => {}
+        RunStatus::Failed | RunStatus::Running | RunStatus::Interrupted => {}
+    }
+    // Its env file is read before the run is touched: a bad one leaves it as it was.
+    let env = run_env(&recorded_flow(&record, store.location())?, Some(run_id))?;
+    if record.status == RunStatus::Failed {
+        store.reopen_failed(run_id)?;
     }
     let lease = store.claim(run_id, &Lease::new_owner())?;
-    execute(state, store, lock, signals, events, Owned { record, lease, resumed: true })
+    execute(state, store, lock, signals, events, Owned { record, lease, resumed: true, env })
 }
 
 /// Listen for the runner's signals from the moment it holds the lock (waiting for the lock stays
@@ -273,11 +362,13 @@ fn listen_for_signals() -> Result<RunnerSignals, CliError> {
     RunnerSignals::install().context("cannot install the runner's signal handlers").map_err(CliError::Internal)
 }
 
-/// The run this runner goes on with: created or claimed, with the lease that gave it.
+/// The run this runner goes on with: created or claimed, with the lease that gave it, and what
+/// the runner adds to its definition.
 struct Owned {
     record: RunRecord,
     lease: Lease,
     resumed: bool,
+    env: RunEnv,
 }
 
 fn execute(
@@ -288,9 +379,11 @@ fn execute(
     mut events: Emitter,
     owned: Owned,
 ) -> Result<i32, CliError> {
-    let Owned { record, lease, resumed } = owned;
+    let Owned { record, lease, resumed, env } = owned;
     let record = &record;
     events.set_run(&record.id);
+    // From here on every event hides the run's secrets.
+    events.set_secrets(Arc::clone(&env.secrets));
     let flow: Flow = recorded_flow(record, store.location())?;
     lock.describe_holder(&record.id);
     // Read again: `resume` of a failed run has just reopened its failed step. A run with no steps
@@ -305,7 +398,7 @@ fn execute(
     })?;
     let log_dir = state.run_logs(&record.id);
     create_private_dir(&log_dir).with_context(|| format!("cannot create the log directory {}", log_dir.display()))?;
-    let spec = RunSpec { flow: Arc::new(flow), run_id: record.id.clone(), steps, resumed };
+    let spec = RunSpec { flow: Arc::new(flow), run_id: record.id.clone(), steps, resumed, env: Arc::new(env) };
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
     // From here on the run is written by the journal's thread, which owns the store connection;

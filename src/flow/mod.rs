@@ -13,6 +13,7 @@ pub(crate) mod validate;
 pub use diagnostic::Diagnostic;
 pub use model::Flow;
 pub(crate) use model::{ExitCodes, Signal, Step};
+pub(crate) use validate::is_identifier;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -314,7 +314,13 @@ impl Test {
         };
         let mut emitter = Emitter::with_clock(vec![Box::new(Recorder(Rc::clone(&events)))], || BASE);
         emitter.set_run("r1");
-        let spec = RunSpec { flow: self.flow, run_id: "r1".into(), steps: self.records, resumed: self.resumed };
+        let spec = RunSpec {
+            flow: self.flow,
+            run_id: "r1".into(),
+            steps: self.records,
+            resumed: self.resumed,
+            env: Default::default(),
+        };
         let outcome = Dispatcher::new(spec, parts, &mut emitter).expect("set up").run().await.expect("runs");
         let took = Instant::now() - begin;
         drop(emitter);
