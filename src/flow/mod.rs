@@ -557,6 +557,20 @@ mod tests {
         );
     }
 
+    /// A secret's value written in the flow file is recorded with every run: said, not refused.
+    #[test]
+    fn a_secret_written_in_an_env_table_is_a_warning() {
+        let src =
+            format!("secret_env = ['API_TOKEN', 'OTHER']\nenv = {{ API_TOKEN = 'x' }}\n{}", steps(&[("a", None)]));
+        let (_, warnings) = parse(&src, Path::new("/x/flow.toml")).unwrap();
+        let messages: Vec<&str> = warnings.iter().map(|w| w.message.as_str()).collect();
+        assert_eq!(
+            messages,
+            ["`secret_env`: the value of secret `API_TOKEN` is written in this file (the flow's `env`), and every \
+                 run records the flow's definition, its `env` tables included, in the state database"]
+        );
+    }
+
     /// Parameter values are recorded with the run; a secret never is.
     #[test]
     fn a_parameter_cannot_be_a_secret() {

@@ -181,7 +181,7 @@ impl Validator<'_> {
         let needs = self.needs(&raw.step);
         // Indices into the steps hold only when every step was built; else the flow is refused.
         let complete = built.iter().all(Option::is_some);
-        let steps = built
+        let steps: Vec<Step> = built
             .into_iter()
             .zip(needs)
             .filter_map(|(step, (needs, explicit))| {
@@ -194,6 +194,7 @@ impl Validator<'_> {
                 })
             })
             .collect();
+        self.secrets_written_here(raw.secret_env.as_ref(), &env, &steps);
         if raw.step.is_empty() && !raw.bad.contains(&"step") {
             // The file as a whole is at fault; point at its first line so the report has a place.
             let first_line = self.source.find('\n').unwrap_or(self.source.len());
@@ -305,6 +306,40 @@ impl Validator<'_> {
             return None;
         }
         Some(dir.join(raw.get_ref()))
+    }
+
+    /// A warning for each secret whose value the file itself sets in an `env` table: the run
+    /// records the flow's definition, `env` included, so the value would be kept in the state
+    /// database (it is still hidden wherever waymark prints it).
+    fn secrets_written_here(
+        &mut self,
+        raw: Option<&Spanned<Vec<Str>>>,
+        env: &BTreeMap<String, String>,
+        steps: &[Step],
+    ) {
+        for item in raw.map(|list| list.get_ref().as_slice()).unwrap_or_default() {
+            let n = item.get_ref();
+            let Some(first) = std::iter::once(("the flow's `env`".to_owned(), env))
+                .chain(steps.iter().map(|s| (format!("step `{}`'s `env`", s.name), &s.env)))
+                .find(|(_, table)| table.contains_key(n))
+                .map(|(what, _)| what)
+            else {
+                continue;
+            };
+            let d = self.warn(
+                item.span(),
+                &format!(
+                    "the value of secret `{n}` is written in this file ({first}), and every run records the flow's \
+                     definition, its `env` tables included, in the state database"
+                ),
+            );
+            d.label = "value written in the flow file".into();
+            d.help = Some(
+                "set it in the `env_file` or in the environment waymark runs in, which are never recorded; it is \
+                 shown as *** either way"
+                    .into(),
+            );
+        }
     }
 
     /// `secret_env`: variable names, each once, none of them a parameter's: parameter values are
