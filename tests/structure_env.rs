@@ -134,7 +134,7 @@ fn parameters_and_outputs_survive_a_kill_9_of_the_runner() {
 
     // Resumed without `--param` (the same value would do too): `load` sees the recorded outputs
     // and the value the run started with.
-    let out = env.cmd(&["run", "flow.toml", "--param", "date=2026-01-31"]).output().unwrap();
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(
         normalise(&env, &stderr(&out)),
@@ -258,6 +258,30 @@ fn a_bad_env_file_is_exit_2_naming_the_file_and_line_and_nothing_runs() {
          make it a comment\n  \
          DIR/.env:3: the closing ' of `QUOTED`'s value is missing: add it where the value ends; nothing ran: fix \
          the env file, then run again\n"
+    );
+    assert!(!env.path("ran").exists());
+    assert_eq!(json_of(&env, &["history", "--json"]), json!([]), "no run was recorded");
+}
+
+/// Parameter values are recorded with the run: one that holds a secret's value is refused.
+#[test]
+fn a_parameter_holding_a_secret_is_refused() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "secret_env = ['API_TOKEN']\n[params]\nurl = {}\n[[step]]\nname = 'a'\nrun = ['touch', 'ran']\n",
+    );
+    let out = env
+        .cmd(&["run", "flow.toml", "--param", "url=https://me:hunter2@example.com"])
+        .env("API_TOKEN", "hunter2")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "error: the value of `--param url` holds the value of a variable of `secret_env`; parameter values are \
+         recorded with the run (to resume it with them) and a secret never is: let the step read the secret from \
+         its environment instead; nothing ran\n"
     );
     assert!(!env.path("ran").exists());
     assert_eq!(json_of(&env, &["history", "--json"]), json!([]), "no run was recorded");

@@ -45,12 +45,19 @@ pub(crate) fn run(
         Err(e) => return Err(CliError::Usage(format!("{e}; nothing ran"))),
     };
     // What a new run needs, checked before an old run is abandoned or a new one created: every
-    // parameter's value and a readable env file.
+    // parameter's value, none holding a secret (the values are recorded), and a readable env file.
     let new_run = || -> Result<(Flow, RunEnv), CliError> {
         let values = resolved.clone().map_err(|e| CliError::Usage(format!("{e}; nothing ran")))?;
         let mut flow = loaded.flow.clone();
         flow.param_values = values;
         let env = run_env(&flow, None)?;
+        if let Some(name) = flow.param_values.iter().find(|(_, v)| env.secrets.redact(v) != **v).map(|(k, _)| k) {
+            return Err(CliError::Usage(format!(
+                "the value of `--param {name}` holds the value of a variable of `secret_env`; parameter values are \
+                 recorded with the run (to resume it with them) and a secret never is: let the step read the \
+                 secret from its environment instead; nothing ran"
+            )));
+        }
         Ok((flow, env))
     };
     let state = &super::state_dir(state_flag)?;
