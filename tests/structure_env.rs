@@ -256,8 +256,8 @@ fn a_bad_env_file_is_exit_2_naming_the_file_and_line_and_nothing_runs() {
         "error: the env file DIR/.env cannot be read as dotenv:\n  \
          DIR/.env:2: `export BROKEN LINE` is not `KEY=value`: write `NAME=value`, or start the line with `#` to \
          make it a comment\n  \
-         DIR/.env:3: the closing ' of `QUOTED`'s value is missing: add it where the value ends; nothing ran: fix \
-         the env file, then run again\n"
+         DIR/.env:3: the closing ' of `QUOTED`'s value is missing: add it where the value ends\n\
+         nothing ran: fix the env file, then run again\n"
     );
     assert!(!env.path("ran").exists());
     assert_eq!(json_of(&env, &["history", "--json"]), json!([]), "no run was recorded");

@@ -160,11 +160,14 @@ pub(crate) fn run(
 /// secrets. A bad env file is a usage error; nothing ran (`resuming`: the run that was to resume).
 fn run_env(flow: &Flow, resuming: Option<&str>) -> Result<RunEnv, CliError> {
     RunEnv::prepare(flow, |name| std::env::var_os(name)).map_err(|e| {
+        let e = e.to_string();
+        // After a list of bad lines, on a line of its own.
+        let sep = if e.contains('\n') { "\n" } else { "; " };
         let then = match resuming {
-            Some(id) => format!("; nothing ran: fix the env file, then run again to resume run {id}"),
-            None => "; nothing ran: fix the env file, then run again".to_owned(),
+            Some(id) => format!("nothing ran: fix the env file, then run again to resume run {id}"),
+            None => "nothing ran: fix the env file, then run again".to_owned(),
         };
-        CliError::Usage(format!("{e}{then}"))
+        CliError::Usage(format!("{e}{sep}{then}"))
     })
 }
 

@@ -619,7 +619,7 @@ mod tests {
         let readme = include_str!("../../README.md");
         let section = &readme[readme.find("### Workflow structure").unwrap()..readme.find("### Durations").unwrap()];
         let blocks: Vec<&str> = section.split("```toml\n").skip(1).map(|b| &b[..b.find("```").unwrap()]).collect();
-        assert_eq!(blocks.len(), 2, "the fan-out example and the catch example");
+        assert_eq!(blocks.len(), 5, "the fan-out, catch, parameters, outputs and environment examples");
         for block in blocks {
             parse(block, Path::new("/x/etl.toml")).unwrap_or_else(|d| panic!("{d:?}\n{block}"));
         }
