@@ -180,7 +180,13 @@ fn later_steps_see_the_outputs_of_the_success_and_bad_lines_are_warnings() {
          [[step]]\nname = 'quiet'\nrun = ['true']\n\
          [[step]]\nname = 'show'\nshell = 'env | grep ^WAYMARK_OUTPUT | sort'\n",
     );
-    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    // The variables of another run (this runner started by one of its steps) are not this run's.
+    let out = env
+        .cmd(&["run", "flow.toml"])
+        .env("WAYMARK_OUTPUT_OUTER_X", "outer")
+        .env("WAYMARK_OUTPUT", "/outer/file")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     // Only the succeeded attempt's outputs count; `show` gets its own outputs file, not theirs.
     let file = |step: &str| format!("STATE/logs/ID/{step}/attempt-1.outputs");

@@ -82,11 +82,21 @@ pub(crate) struct ProcessLauncher {
     state: StateDir,
     /// Steps whose log directory this runner has made sure exists.
     log_dirs: HashSet<String>,
+    /// `WAYMARK_PARAM_*` and `WAYMARK_OUTPUT*` variables in the runner's own environment (a
+    /// runner started by a step of another run): not this run's, so its attempts do not get them.
+    foreign: Vec<std::ffi::OsString>,
 }
 
 impl ProcessLauncher {
     pub(crate) fn new(flow: Arc<Flow>, run_id: String, env: Arc<RunEnv>, state: StateDir) -> ProcessLauncher {
-        ProcessLauncher { flow, run_id, env, state, log_dirs: HashSet::new() }
+        let foreign = std::env::vars_os()
+            .map(|(name, _)| name)
+            .filter(|name| {
+                let name = name.as_encoded_bytes();
+                name.starts_with(b"WAYMARK_PARAM_") || name.starts_with(b"WAYMARK_OUTPUT")
+            })
+            .collect();
+        ProcessLauncher { flow, run_id, env, state, log_dirs: HashSet::new(), foreign }
     }
 
     /// The attempt's variables over the inherited environment, in the order they are set (a later
@@ -149,6 +159,9 @@ impl Launcher for ProcessLauncher {
         let (out_r, out_w) = std::io::pipe().map_err(pipe_err)?;
         let (err_r, err_w) = std::io::pipe().map_err(pipe_err)?;
         let mut cmd = tokio::process::Command::new(&argv[0]);
+        for name in &self.foreign {
+            cmd.env_remove(name);
+        }
         cmd.args(&argv[1..])
             .envs(self.env(&a, &attempt_id))
             .current_dir(&step.workdir)
