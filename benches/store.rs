@@ -37,6 +37,7 @@ fn main() {
                 signal: None,
                 error: Some(error.clone()),
                 ended_at: SystemTime::now(),
+                outputs: Default::default(),
             };
             store.attempt_finished(&lease, row, &result, update).unwrap();
         }

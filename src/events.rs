@@ -3,13 +3,15 @@
 //! The executor and the commands around it (`waymark run` and `waymark resume`: picking the run,
 //! waiting for the flow's lock, abandoning a stale run) emit [`Event`]s through an [`Emitter`],
 //! which stamps each with a sequence number, the wall-clock time and the run id (an [`Envelope`])
-//! and hands it to every attached [`Reporter`], in the order they were attached. Nothing else
+//! and hands it to every attached [`Reporter`], in the order they were attached, with the run's
+//! secrets replaced by `***` in every text an event carries. Nothing else
 //! prints while a flow runs: reporters own the terminal (or a file, or a socket), consume events
 //! and never reach back. Every event derives `Serialize`: a machine-readable stream is a reporter
 //! like any other, and `tests/fixtures/events/v2.jsonl` pins the wire form of every kind.
 
 use crate::classify::ErrorValue;
 use crate::executor::Chunk;
+use crate::secrets::Secrets;
 use serde::{Serialize, Serializer};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -255,11 +257,13 @@ pub(crate) struct Emitter {
     reporters: Vec<Box<dyn Reporter>>,
     /// Wall-clock time; injected by tests.
     now: fn() -> SystemTime,
+    /// Hidden in every event before a reporter sees it.
+    secrets: Arc<Secrets>,
 }
 
 impl Emitter {
     pub(crate) fn new(reporters: Vec<Box<dyn Reporter>>) -> Emitter {
-        Emitter { seq: 0, run_id: None, reporters, now: SystemTime::now }
+        Emitter { seq: 0, run_id: None, reporters, now: SystemTime::now, secrets: Arc::default() }
     }
 
     /// An emitter whose clock is `now` (tests).
@@ -273,7 +277,13 @@ impl Emitter {
         self.run_id = Some(run_id.to_owned());
     }
 
+    /// The run's secrets: from now on they are hidden in every event.
+    pub(crate) fn set_secrets(&mut self, secrets: Arc<Secrets>) {
+        self.secrets = secrets;
+    }
+
     pub(crate) fn emit(&mut self, event: Event) {
+        let event = if self.secrets.is_empty() { event } else { redact(&self.secrets, event) };
         self.seq += 1;
         let envelope = Envelope { seq: self.seq, at: (self.now)(), run_id: self.run_id.clone(), event };
         for reporter in &mut self.reporters {
@@ -288,6 +298,43 @@ impl Emitter {
 
     pub(crate) fn warning(&mut self, step: Option<&str>, message: impl Into<String>) {
         self.notice(NoticeKind::Warning, step, message);
+    }
+}
+
+/// `event` with `secrets` hidden in every text it carries that a step could have put a secret in.
+/// Exhaustive: a new kind does not compile until it says what it carries.
+fn redact(secrets: &Secrets, event: Event) -> Event {
+    match event {
+        Event::Notice { notice, step, message } => {
+            Event::Notice { notice, step, message: secrets.redact_string(message) }
+        }
+        Event::AttemptFinished { step, attempt, max_attempts, outcome, error, duration, retry, stopped } => {
+            let error = error.map(|e| secrets.redact_error(e));
+            Event::AttemptFinished { step, attempt, max_attempts, outcome, error, duration, retry, stopped }
+        }
+        Event::RunFinished { outcome, failure } => {
+            let failure = failure.map(|f| {
+                let Failure { step, error, attempts, stderr_tail, log_dir } = *f;
+                let (error, stderr_tail) = (secrets.redact_error(error), secrets.redact_string(stderr_tail));
+                Box::new(Failure { step, error, attempts, stderr_tail, log_dir })
+            });
+            Event::RunFinished { outcome, failure }
+        }
+        // The output readers hide secrets before the dispatcher sees a child's output (a secret
+        // split between two reads, or two lines, too); hiding them again here would cost a second
+        // pass over every byte.
+        e @ Event::Output { .. } => e,
+        // Names from the flow file, numbers, states.
+        e @ (Event::RunStarted { .. }
+        | Event::RunResumed { .. }
+        | Event::RunAbandoned { .. }
+        | Event::StepReady { .. }
+        | Event::StepStarted { .. }
+        | Event::StepWaiting { .. }
+        | Event::StepFinished { .. }
+        | Event::StepSkipped { .. }
+        | Event::AttemptStarted { .. }
+        | Event::Cancelling { .. }) => e,
     }
 }
 
@@ -514,6 +561,20 @@ mod tests {
                 })),
             },
         ]
+    }
+
+    #[test]
+    fn secrets_are_hidden_in_every_text_an_event_carries() {
+        let (seen, recorder) = recorder();
+        let mut emitter = Emitter::with_clock(vec![recorder], fixed_clock);
+        emitter.set_secrets(Arc::new(Secrets::new(["peer"])));
+        for event in samples() {
+            emitter.emit(event);
+        }
+        let text: String = json(&seen.borrow()).concat();
+        assert!(!text.contains("peer"), "{text}");
+        assert!(text.contains("\"message\":\"*** reset\""), "{text}");
+        assert!(text.contains("ConnectionResetError"), "only the secret goes: {text}");
     }
 
     #[test]

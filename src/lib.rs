@@ -27,5 +27,6 @@ pub mod flow;
 mod os;
 mod reporter;
 mod retry;
+mod secrets;
 pub mod store;
 mod suggest;

@@ -170,8 +170,8 @@ fn settings_without_needs_keep_the_plan_in_order() {
 }
 
 /// The flags of `waymark run` for parameters and parallelism are parsed: a malformed one is a
-/// usage error (exit 2) that says how to write it. Until the runner acts on them, a well-formed
-/// one is refused rather than ignored.
+/// usage error (exit 2) that says how to write it. Until the runner acts on `--max-parallel`, a
+/// well-formed one is refused rather than ignored (`--param` is acted on: `tests/structure_env.rs`).
 #[test]
 fn run_flags_for_params_and_parallelism_are_checked() {
     let env = Env::new();
@@ -186,8 +186,12 @@ fn run_flags_for_params_and_parallelism_are_checked() {
     let out = env.cmd(&["run", "--max-parallel", "0", "flow.toml"]).env("NO_COLOR", "1").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(common::stderr(&out).contains("0 is not in 1..=10000"), "{}", common::stderr(&out));
-    let out = env.cmd(&["run", "--param", "date=2026-01-31", "flow.toml"]).output().unwrap();
+    let out = env.cmd(&["run", "--max-parallel", "2", "--param", "date=2026-01-31", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        common::stderr(&out),
+        "error: `--max-parallel` is not supported by this build of `waymark run` yet; run without it\n"
+    );
     assert!(!env.path("state").join("waymark.db").exists(), "nothing ran");
 }
 

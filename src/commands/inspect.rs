@@ -220,6 +220,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool) -> Resu
                 "duration_seconds": s.started_at.map(|st| took(st, s.ended_at).as_secs()),
                 "next_retry_at": opt_time(next),
                 "host": host(&s.name),
+                "outputs": s.outputs,
             })
         })
         .collect();

@@ -129,10 +129,9 @@ fn read_store(dir: &StateDir) -> Result<Box<dyn Store>, CliError> {
     Ok(Box::new(SqliteStore::open_for_reading(dir)?))
 }
 
-/// Until the runner acts on the workflow structure of issue 9, refuse a flow whose run would mean
-/// something else without it, rather than run it as if the keys were not there. `max_parallel`
-/// and `fail_fast` change nothing while steps run one after another, so they pass. A flow that
-/// does not load is left to `run`, which reports it.
+/// Until the runner acts on catch handlers, compensation and hooks, refuse a flow that uses them,
+/// rather than run it as if the keys were not there. A flow that does not load is left to `run`,
+/// which reports it.
 fn refuse_what_run_ignores(path: &std::path::Path) -> Result<(), CliError> {
     let Ok(loaded) = crate::flow::load(path) else { return Ok(()) };
     let flow = &loaded.flow;
@@ -142,14 +141,9 @@ fn refuse_what_run_ignores(path: &std::path::Path) -> Result<(), CliError> {
             keys.push(format!("`{key}`"));
         }
     };
-
     note(flow.steps.iter().any(|s| !s.catch.is_empty()), "catch");
     note(flow.steps.iter().any(|s| s.compensate.is_some()), "compensate");
-
     note(flow.hooks != crate::flow::model::Hooks::default(), "hooks");
-    note(!flow.params.is_empty(), "params");
-    note(flow.env_file.is_some(), "env_file");
-    note(!flow.secret_env.is_empty(), "secret_env");
     if keys.is_empty() {
         return Ok(());
     }
@@ -167,15 +161,8 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
     let flag = cli.state_dir.as_deref();
     match cli.command {
         Command::Run { flow, fresh, wait, quiet, max_parallel, params, state } => {
-            // Parsed, not acted on yet: refused rather than silently ignored until the runner
-            // wires it (`flow::params::resolve`).
-            if !params.is_empty() {
-                return Err(CliError::Usage(
-                    "`--param` is not supported by this build of `waymark run` yet; run without it".into(),
-                ));
-            }
             refuse_what_run_ignores(&flow)?;
-            run::run(state.or(flag), &flow, fresh, wait, quiet, max_parallel)
+            run::run(state.or(flag), &flow, fresh, wait, quiet, max_parallel, &params)
         }
         Command::Resume { run_id, wait, quiet, state } => {
             run::resume(&state_dir(state.or(flag))?, &run_id, wait, quiet)

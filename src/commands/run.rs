@@ -3,10 +3,18 @@
 //! From the moment the lock is sought, everything these commands say goes through the run's
 //! [`Emitter`] (waiting for the lock, abandoning a run, resuming one whose file changed), like the
 //! executor's own events; only the flow file's diagnostics come before it.
+//!
+//! Parameters: a new run's values are `--param`s over the defaults, checked before anything is
+//! abandoned or created, and recorded with the run. A resumed run goes on with the values it was
+//! started with; a `--param` that differs from them is refused (exit 2, nothing runs) rather than
+//! silently ignored or silently applied to half a run. The env file is read (and checked) before a
+//! run is created or claimed, by every runner: its contents are never recorded.
 
 use super::{CliError, EXIT_FAILED, EXIT_OK, open_store, print_warnings};
 use crate::events::{AbandonReason, Emitter, Event, NoticeKind, RunOutcome};
+use crate::executor::environment::RunEnv;
 use crate::executor::{ExecError, RunSpec, RunnerSignals, kill_leftovers};
+use crate::flow::params::ParamError;
 use crate::flow::{self, Flow};
 use crate::reporter::PlainReporter;
 use crate::store::lock::FlowLock;
@@ -25,10 +33,34 @@ pub(crate) fn run(
     wait: bool,
     quiet: bool,
     max_parallel: Option<u32>,
+    params: &[(String, String)],
 ) -> Result<i32, CliError> {
     // The flow file first: an invalid one is reported as such whatever the state directory.
     let loaded = flow::load(flow_path)?;
     print_warnings(&loaded, &flow_path.display().to_string());
+    // A parameter the flow does not declare (or one given twice) is wrong whichever run goes on.
+    // A required one left out is wrong only for a new run: a resumed run has its values.
+    let resolved = match flow::params::resolve(&loaded.flow, params) {
+        Ok(values) => Ok(values),
+        Err(e @ ParamError::Missing { .. }) => Err(e),
+        Err(e) => return Err(CliError::Usage(format!("{e}; nothing ran"))),
+    };
+    // What a new run needs, checked before an old run is abandoned or a new one created: every
+    // parameter's value, none holding a secret (the values are recorded), and a readable env file.
+    let new_run = || -> Result<(Flow, RunEnv), CliError> {
+        let values = resolved.clone().map_err(|e| CliError::Usage(format!("{e}; nothing ran")))?;
+        let mut flow = loaded.flow.clone();
+        flow.param_values = values;
+        let env = run_env(&flow, None)?;
+        if let Some(name) = flow.param_values.iter().find(|(_, v)| env.secrets.redact(v) != **v).map(|(k, _)| k) {
+            return Err(CliError::Usage(format!(
+                "the value of `--param {name}` holds the value of a variable of `secret_env`; parameter values are \
+                 recorded with the run (to resume it with them) and a secret never is: let the step read the \
+                 secret from its environment instead; nothing ran"
+            )));
+        }
+        Ok((flow, env))
+    };
     let state = &super::state_dir(state_flag)?;
     let name = loaded.flow.name.clone();
     // Runs, the lock and resume belong to the flow's key: its declared name, else its file.
@@ -69,17 +101,22 @@ pub(crate) fn run(
     let abandoned = |reason| Event::RunAbandoned { flow: name.clone(), file: flow_path.to_owned(), reason };
     let owned = match found {
         Some(old) if fresh => {
+            let (flow, env) = new_run()?;
             abandon(store.as_mut(), &mut events, &old, abandoned(AbandonReason::Fresh))?;
-            let (record, lease) = store.create_run(&loaded.flow, &hash, &owner)?;
-            Owned { record, lease, resumed: false }
+            let (record, lease) = store.create_run(&flow, &hash, &owner)?;
+            Owned { record, lease, resumed: false, env }
         }
         Some(old) if stale.is_some() => {
+            let (flow, env) = new_run()?;
             let (age, limit) = stale.unwrap_or_default();
             abandon(store.as_mut(), &mut events, &old, abandoned(AbandonReason::Stale { age, limit }))?;
-            let (record, lease) = store.create_run(&loaded.flow, &hash, &owner)?;
-            Owned { record, lease, resumed: false }
+            let (record, lease) = store.create_run(&flow, &hash, &owner)?;
+            Owned { record, lease, resumed: false, env }
         }
         Some(old) => {
+            let recorded = recorded_flow(&old, store.location())?;
+            params_differ(&old, &recorded, params, flow_path)?;
+            let env = run_env(&recorded, Some(&old.id))?;
             events.set_run(&old.id);
             if old.flow_path != loaded.flow.path {
                 events.notice(
@@ -107,16 +144,74 @@ pub(crate) fn run(
                 );
             }
             let lease = store.claim(&old.id, &owner)?;
-            Owned { record: old, lease, resumed: true }
+            Owned { record: old, lease, resumed: true, env }
         }
         None => {
+            let (flow, env) = new_run()?;
             mention_runs_of_this_file_under_another_key(store.as_ref(), &mut events, &loaded.flow.path, &key)?;
             mention_runs_of_a_moved_file(store.as_ref(), &mut events, &loaded.flow)?;
-            let (record, lease) = store.create_run(&loaded.flow, &hash, &owner)?;
-            Owned { record, lease, resumed: false }
+            let (record, lease) = store.create_run(&flow, &hash, &owner)?;
+            Owned { record, lease, resumed: false, env }
         }
     };
     execute(state, store, lock, signals, events, owned, Schedule { max_parallel, reopened: false })
+}
+
+/// What this runner gives the run's attempts besides `flow`: its env file, read now, and its
+/// secrets. A bad env file is a usage error; nothing ran (`resuming`: the run that was to resume).
+fn run_env(flow: &Flow, resuming: Option<&str>) -> Result<RunEnv, CliError> {
+    RunEnv::prepare(flow, |name| std::env::var_os(name)).map_err(|e| {
+        let e = e.to_string();
+        // After a list of bad lines, on a line of its own.
+        let sep = if e.contains('\n') { "\n" } else { "; " };
+        let then = match resuming {
+            Some(id) => format!("nothing ran: fix the env file, then run again to resume run {id}"),
+            None => "nothing ran: fix the env file, then run again".to_owned(),
+        };
+        CliError::Usage(format!("{e}{sep}{then}"))
+    })
+}
+
+/// Refuse `--param`s that differ from the values run `old` was started with: it resumes with its
+/// own. The same values (or none) are fine.
+fn params_differ(
+    old: &RunRecord,
+    recorded: &Flow,
+    given: &[(String, String)],
+    flow_path: &Path,
+) -> Result<(), CliError> {
+    fn args<'a>(values: impl Iterator<Item = (&'a String, &'a String)>) -> String {
+        values.map(|(k, v)| format!("--param {k}={}", shell_word(v))).collect::<Vec<_>>().join(" ")
+    }
+    let differs: Vec<(&String, &String)> = given
+        .iter()
+        .filter(|(name, value)| recorded.param_values.get(name) != Some(value))
+        .map(|(name, value)| (name, value))
+        .collect();
+    if differs.is_empty() {
+        return Ok(());
+    }
+    let started = match recorded.param_values.is_empty() {
+        true => "no parameters".to_owned(),
+        false => format!("`{}`", args(recorded.param_values.iter())),
+    };
+    Err(CliError::Usage(format!(
+        "run {} of {} is unfinished and resumes with the values it started with ({started}), but `{}` \
+         differs: run without `--param` (or with the same values) to resume it, or add `--fresh` to abandon it \
+         and start a new run with the new values; nothing ran",
+        old.id,
+        flow_path.display(),
+        args(differs.into_iter())
+    )))
+}
+
+/// A value as the shell would need it written, for a message.
+fn shell_word(value: &str) -> String {
+    if !value.is_empty() && value.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c)) {
+        value.to_owned()
+    } else {
+        format!("'{}'", value.replace('\'', r"'\''"))
+    }
 }
 
 /// The run's emitter, with the terminal's reporter.
@@ -260,12 +355,16 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, quiet: bool) ->
                 "run {run_id} was abandoned and cannot be resumed; `waymark run` starts a new one"
             )));
         }
-        RunStatus::Failed => store.reopen_failed(run_id)?,
-        RunStatus::Running | RunStatus::Interrupted => {}
+        RunStatus::Failed | RunStatus::Running | RunStatus::Interrupted => {}
+    }
+    // Its env file is read before the run is touched: a bad one leaves it as it was.
+    let env = run_env(&recorded_flow(&record, store.location())?, Some(run_id))?;
+    if record.status == RunStatus::Failed {
+        store.reopen_failed(run_id)?;
     }
     let lease = store.claim(run_id, &Lease::new_owner())?;
     let schedule = Schedule { max_parallel: None, reopened: record.status == RunStatus::Failed };
-    execute(state, store, lock, signals, events, Owned { record, lease, resumed: true }, schedule)
+    execute(state, store, lock, signals, events, Owned { record, lease, resumed: true, env }, schedule)
 }
 
 /// Listen for the runner's signals from the moment it holds the lock (waiting for the lock stays
@@ -283,11 +382,13 @@ struct Schedule {
     reopened: bool,
 }
 
-/// The run this runner goes on with: created or claimed, with the lease that gave it.
+/// The run this runner goes on with: created or claimed, with the lease that gave it, and what
+/// the runner adds to its definition.
 struct Owned {
     record: RunRecord,
     lease: Lease,
     resumed: bool,
+    env: RunEnv,
 }
 
 fn execute(
@@ -299,9 +400,11 @@ fn execute(
     owned: Owned,
     schedule: Schedule,
 ) -> Result<i32, CliError> {
-    let Owned { record, lease, resumed } = owned;
+    let Owned { record, lease, resumed, env } = owned;
     let record = &record;
     events.set_run(&record.id);
+    // From here on every event hides the run's secrets.
+    events.set_secrets(Arc::clone(&env.secrets));
     let flow: Flow = recorded_flow(record, store.location())?;
     lock.describe_holder(&record.id);
     // Read again: `resume` of a failed run has just reopened its failed step. A run with no steps
@@ -320,7 +423,15 @@ fn execute(
     let since = if schedule.reopened { std::time::SystemTime::now() } else { record.started_at };
     let deadline = flow.timeout.map(|t| since + t);
     let max_parallel = usize::try_from(max_parallel).unwrap_or(usize::MAX);
-    let spec = RunSpec { flow: Arc::new(flow), run_id: record.id.clone(), steps, resumed, max_parallel, deadline };
+    let spec = RunSpec {
+        flow: Arc::new(flow),
+        run_id: record.id.clone(),
+        steps,
+        resumed,
+        max_parallel,
+        deadline,
+        env: Arc::new(env),
+    };
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
     // From here on the run is written by the journal's thread, which owns the store connection;

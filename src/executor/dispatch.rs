@@ -5,7 +5,9 @@
 //! runner's signal source, the wall clock and the random source for jitter; tokio's clock drives
 //! its timers, so a test runs it under a paused clock with fakes (see `tests.rs`).
 
+use super::environment::RunEnv;
 use super::launch::{Attempt, Launched, Launcher};
+use super::outputs::{self, RunOutputs};
 use super::supervise::{Control, End};
 use super::{ExecError, Msg, evidence};
 use crate::classify::{Ending, ErrorValue};
@@ -13,6 +15,7 @@ use crate::events::{AttemptEnd, Emitter, Event, Failure, RetryPlan, RunOutcome, 
 use crate::flow::{Flow, Signal, Step};
 use crate::os::process::ExitKind;
 use crate::retry::Decision;
+use crate::secrets::Secrets;
 use crate::store::{AttemptOutcome, AttemptResult, RunJournal, RunStatus, StepRecord, StepState, StepUpdate};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -53,6 +56,8 @@ pub(crate) struct RunSpec {
     pub(crate) max_parallel: usize,
     /// When the workflow's deadline (its top-level `timeout`) passes, if it has one.
     pub(crate) deadline: Option<SystemTime>,
+    /// What this runner adds to the definition: the env file's variables and the secrets.
+    pub(crate) env: Arc<RunEnv>,
 }
 
 /// What the dispatcher is given to act on the world.
@@ -155,6 +160,10 @@ pub(crate) struct Dispatcher<'e, L, J, S, C> {
     /// When the workflow's deadline passes, and whether it has.
     deadline: Option<Instant>,
     expired: bool,
+    /// The outputs of the steps that succeeded, recorded ones included: what an attempt sees.
+    outputs: RunOutputs,
+    /// Hidden in what is read from an attempt's files before it is recorded.
+    secrets: Arc<Secrets>,
 }
 
 impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L, J, S, C> {
@@ -166,6 +175,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         emitter: &'e mut Emitter,
     ) -> Result<Dispatcher<'e, L, J, S, C>, ExecError> {
         let (tx, rx) = mpsc::channel(256);
+        let (outputs, secrets) = (RunOutputs::recorded(&spec.steps), Arc::clone(&spec.env.secrets));
         let flow = spec.flow;
         let steps_total = flow.steps.len();
         let steps_done = spec.steps.iter().filter(|s| s.state == StepState::Succeeded).count();
@@ -227,6 +237,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             stopping,
             deadline,
             expired: false,
+            outputs,
+            secrets,
         })
     }
 
@@ -366,6 +378,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             row,
             stem: stem.clone(),
             deadline: step.timeout.map(|t| issued + t),
+            outputs: self.outputs.env().collect(),
         };
         let launched = self.parts.launcher.spawn(spec, control_rx, &self.tx)?;
         let pid = match &launched {
@@ -450,13 +463,20 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     }
 
     fn result(&self, outcome: AttemptOutcome, exit_code: Option<i32>, signal: Option<String>) -> AttemptResult {
-        AttemptResult { outcome, exit_code, signal, error: None, ended_at: self.parts.clock.now() }
+        let ended_at = self.parts.clock.now();
+        AttemptResult { outcome, exit_code, signal, error: None, ended_at, outputs: Default::default() }
     }
 
     async fn succeeded(&mut self, index: usize, ended: Ended) -> Result<(), ExecError> {
-        let result = self.result(AttemptOutcome::Succeeded, Some(0), None);
+        let name = self.steps[index].step.name.clone();
+        let (found, warnings) = outputs::read(&outputs::path(&ended.stem), &self.secrets);
+        for message in warnings {
+            self.emitter.warning(Some(&name), message);
+        }
+        let result = AttemptResult { outputs: found, ..self.result(AttemptOutcome::Succeeded, Some(0), None) };
         self.parts.journal.attempt_finished(ended.row, &result, &StepUpdate::Succeeded).await?;
         self.crash_point(index);
+        self.outputs.insert(index, &name, result.outputs);
         let s = &mut self.steps[index];
         s.slot = Slot::Succeeded;
         (s.last_attempt, s.last_stderr_from) = (ended.attempt, ended.stderr_from);
@@ -507,7 +527,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     ) -> Result<(), ExecError> {
         let step = Arc::clone(&self.steps[index].step);
         let (error, warnings) =
-            evidence::read(&self.flow, &step, ended.attempt, &ending, &ended.stem, ended.stderr_from);
+            evidence::read(&self.flow, &step, ended.attempt, &ending, &ended.stem, ended.stderr_from, &self.secrets);
         for message in warnings {
             self.emitter.warning(Some(&step.name), message);
         }

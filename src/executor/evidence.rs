@@ -1,10 +1,12 @@
 //! The evidence reader: turns an attempt that ended badly into an error, from what it left
 //! behind (its error file, the tail of its stderr) and how it ended. The classification itself is
 //! `classify`'s; this part reads the files, no-follow, and never fails: what cannot be read is
-//! no evidence.
+//! no evidence. The error it returns has the run's secrets hidden (it is recorded and shown), and
+//! so, once read, has the error file kept in the logs directory; the stderr log never held them.
 
 use crate::classify::{self, Ending, ErrorSource, ErrorValue, Evidence, error_file};
 use crate::flow::{Flow, Step};
+use crate::secrets::Secrets;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
@@ -14,7 +16,7 @@ const STDERR_TAIL: u64 = 64 * 1024;
 const REPORT_TAIL: u64 = 4096;
 
 /// The error of attempt `attempt` of `step`, whose files are at `stem` and whose stderr starts at
-/// `stderr_from` in its log, and warnings for the user about the evidence.
+/// `stderr_from` in its log, with `secrets` hidden, and warnings for the user about the evidence.
 pub(crate) fn read(
     flow: &Flow,
     step: &Step,
@@ -22,6 +24,7 @@ pub(crate) fn read(
     ending: &Ending,
     stem: &Path,
     stderr_from: u64,
+    secrets: &Secrets,
 ) -> (ErrorValue, Vec<String>) {
     let (stderr_tail, stderr_cut) = read_tail(&stem.with_extension("stderr"), stderr_from, STDERR_TAIL);
     let evidence = Evidence {
@@ -32,7 +35,12 @@ pub(crate) fn read(
         error_file: error_file::read_error_file(&stem.with_extension("error.json")),
         stderr_tail: &stderr_tail,
     };
-    let (mut error, mut warnings) = classify::classify(ending, evidence);
+    let (error, mut warnings) = classify::classify(ending, evidence);
+    let mut error = secrets.redact_error(error);
+    let error_path = stem.with_extension("error.json");
+    if let Err(e) = secrets.scrub_file(&error_path) {
+        warnings.push(format!("cannot hide the secrets in the error file {}: {e}", error_path.display()));
+    }
     // A traceback longer than the tail has lost its header and is not recognised: say so rather
     // than report a plain exit status as if nothing were there.
     if stderr_cut

@@ -2,8 +2,9 @@
 //! of its own, and hands the child to a [`Supervisor`] task that reports back to the dispatcher.
 //! The dispatcher sees only the [`Launcher`] trait, so tests drive it with a fake.
 
+use super::environment::RunEnv;
 use super::supervise::{Control, Output, Supervisor};
-use super::{ExecError, Msg};
+use super::{ExecError, Msg, outputs};
 use crate::flow::{Flow, Step};
 use crate::os::process as unix;
 use crate::store::{StateDir, StepRecord, StepState};
@@ -30,6 +31,8 @@ pub(crate) struct Attempt {
     pub(crate) stem: PathBuf,
     /// When its timeout passes: its clock started when the attempt was issued.
     pub(crate) deadline: Option<Instant>,
+    /// The `WAYMARK_OUTPUT_<STEP>_<KEY>` variables of the steps that succeeded before it.
+    pub(crate) outputs: Vec<(String, String)>,
 }
 
 /// What became of a spawn.
@@ -49,8 +52,8 @@ pub(crate) enum Launched {
 
 /// How the dispatcher starts and stops attempts.
 pub(crate) trait Launcher {
-    /// Make the attempt's files ready (its step's log directory, an empty error file); returns
-    /// the attempt's file stem.
+    /// Make the attempt's files ready (its step's log directory, an empty error file and an empty
+    /// outputs file); returns the attempt's file stem.
     fn prepare(&mut self, step: &Step, attempt: u32) -> Result<PathBuf, ExecError>;
     /// An attempt's file stem, whether or not it was prepared by this runner.
     fn stem(&self, step: &str, attempt: u32) -> PathBuf;
@@ -74,20 +77,36 @@ pub(crate) trait Launcher {
 pub(crate) struct ProcessLauncher {
     flow: Arc<Flow>,
     run_id: String,
+    /// The env file's variables and the secrets, as this runner read them.
+    env: Arc<RunEnv>,
     state: StateDir,
     /// Steps whose log directory this runner has made sure exists.
     log_dirs: HashSet<String>,
+    /// `WAYMARK_PARAM_*` and `WAYMARK_OUTPUT*` variables in the runner's own environment (a
+    /// runner started by a step of another run): not this run's, so its attempts do not get them.
+    foreign: Vec<std::ffi::OsString>,
 }
 
 impl ProcessLauncher {
-    pub(crate) fn new(flow: Arc<Flow>, run_id: String, state: StateDir) -> ProcessLauncher {
-        ProcessLauncher { flow, run_id, state, log_dirs: HashSet::new() }
+    pub(crate) fn new(flow: Arc<Flow>, run_id: String, env: Arc<RunEnv>, state: StateDir) -> ProcessLauncher {
+        let foreign = std::env::vars_os()
+            .map(|(name, _)| name)
+            .filter(|name| {
+                let name = name.as_encoded_bytes();
+                name.starts_with(b"WAYMARK_PARAM_") || name.starts_with(b"WAYMARK_OUTPUT")
+            })
+            .collect();
+        ProcessLauncher { flow, run_id, env, state, log_dirs: HashSet::new(), foreign }
     }
 
+    /// The attempt's variables over the inherited environment, in the order they are set (a later
+    /// one wins): see `environment` for the precedence.
     fn env(&self, a: &Attempt, attempt_id: &str) -> Vec<(String, String)> {
         let step = &a.step;
         let mut env: Vec<(String, String)> =
-            self.flow.env.iter().chain(&step.env).map(|(k, v)| (k.clone(), v.clone())).collect();
+            self.env.layered(&self.flow, step).map(|(k, v)| (k.clone(), v.clone())).collect();
+        env.extend(self.flow.param_values.iter().map(|(k, v)| (crate::flow::params::env_name(k), v.clone())));
+        env.extend(a.outputs.iter().cloned());
         env.extend([
             ("WAYMARK_RUN_ID".to_owned(), self.run_id.clone()),
             ("WAYMARK_FLOW".to_owned(), self.flow.name.clone()),
@@ -95,6 +114,7 @@ impl ProcessLauncher {
             ("WAYMARK_ATTEMPT".to_owned(), a.attempt.to_string()),
             ("WAYMARK_MAX_ATTEMPTS".to_owned(), a.max_attempts.to_string()),
             ("WAYMARK_ERROR_FILE".to_owned(), a.stem.with_extension("error.json").display().to_string()),
+            ("WAYMARK_OUTPUT".to_owned(), outputs::path(&a.stem).display().to_string()),
             (unix::ATTEMPT_ID_VAR.to_owned(), attempt_id.to_owned()),
         ]);
         env
@@ -112,6 +132,8 @@ impl Launcher for ProcessLauncher {
         let stem = self.stem(&step.name, attempt);
         let error_path = stem.with_extension("error.json");
         crate::classify::error_file::create_error_file(&error_path).map_err(|e| files_err(&error_path, e))?;
+        let outputs_path = outputs::path(&stem);
+        outputs::create(&outputs_path).map_err(|e| files_err(&outputs_path, e))?;
         Ok(stem)
     }
 
@@ -137,6 +159,9 @@ impl Launcher for ProcessLauncher {
         let (out_r, out_w) = std::io::pipe().map_err(pipe_err)?;
         let (err_r, err_w) = std::io::pipe().map_err(pipe_err)?;
         let mut cmd = tokio::process::Command::new(&argv[0]);
+        for name in &self.foreign {
+            cmd.env_remove(name);
+        }
         cmd.args(&argv[1..])
             .envs(self.env(&a, &attempt_id))
             .current_dir(&step.workdir)
@@ -158,7 +183,8 @@ impl Launcher for ProcessLauncher {
             Output { pipe: out_r, log: out_log, log_path: stdout_log },
             Output { pipe: err_r, log: err_log, log_path: stderr_log },
         ];
-        let supervisor = Supervisor::watch(child, attempt_id, a.step_index, a.row, outputs, events);
+        let secrets = Arc::clone(&self.env.secrets);
+        let supervisor = Supervisor::watch(child, attempt_id, a.step_index, a.row, outputs, secrets, events);
         let pid = supervisor.pid();
         let proc_start = unix::process_start_time(pid);
         let (tx, index, deadline) = (events.clone(), a.step_index, a.deadline);

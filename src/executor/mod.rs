@@ -6,11 +6,17 @@
 //!   `crate::events::Event`s. It never prints, never touches a process, and reads no clock but
 //!   tokio's and the injected wall clock.
 //! - [`launch`]: the **launcher** prepares an attempt's files and environment and spawns its
-//!   child in a process group of its own.
+//!   child in a process group of its own; [`environment`] is what a runner adds to the
+//!   definition (the env file's variables, read when it starts, and the run's secrets).
+//! - [`outputs`]: a step's `WAYMARK_OUTPUT` file, read after it succeeds, and the
+//!   `WAYMARK_OUTPUT_*` variables later steps see.
 //! - [`supervise`]: a **supervisor** task per attempt enforces its timeout and grace, obeys
 //!   cancellation, copies its output, and leaves its whole process group dead.
 //! - [`evidence`]: the **evidence reader** turns an attempt that ended badly into an error, from
 //!   its error file and stderr tail (the classification itself is `crate::classify`'s).
+//! - Secrets (`crate::secrets`) are hidden by every sink: the output readers before the log
+//!   files, the evidence and outputs readers before anything is recorded, the emitter before a
+//!   reporter sees an event.
 //! - `crate::os`: the platform code (process groups, `/proc`, signals, no-follow file opens),
 //!   private to the crate.
 //!
@@ -19,9 +25,11 @@
 //! paused clock (`dispatch/tests.rs`); [`execute`] wires the real parts together.
 
 mod dispatch;
+pub(crate) mod environment;
 mod evidence;
 mod launch;
 pub(crate) mod output;
+mod outputs;
 mod supervise;
 
 pub use crate::os::process::close_inherited_fds_on_exec;
@@ -92,7 +100,7 @@ pub(crate) async fn execute(
     emitter: &mut Emitter,
 ) -> Result<RunOutcome, ExecError> {
     let signals = OsSignals(signals.into_async().map_err(ExecError::Signals)?);
-    let launcher = ProcessLauncher::new(Arc::clone(&spec.flow), spec.run_id.clone(), state);
+    let launcher = ProcessLauncher::new(Arc::clone(&spec.flow), spec.run_id.clone(), Arc::clone(&spec.env), state);
     let crash_after = if cfg!(debug_assertions) { std::env::var("WAYMARK_TEST_CRASH_AFTER").ok() } else { None };
     let parts = Parts { launcher, journal, signals, clock: SystemClock, rng: fastrand::Rng::new(), crash_after };
     Dispatcher::new(spec, parts, emitter)?.run().await

@@ -1,5 +1,5 @@
-//! The supervisor of one spawned attempt: copies its output to the log files and to the
-//! dispatcher, enforces the timeout (whose clock started when the attempt was issued), obeys
+//! The supervisor of one spawned attempt: copies its output, secrets hidden, to the log files and
+//! to the dispatcher, enforces the timeout (whose clock started when the attempt was issued), obeys
 //! cancellation, and leaves the attempt's whole process group dead, including processes that left
 //! the group, found by the attempt id in their environment.
 
@@ -8,6 +8,7 @@ use super::output::Chunk;
 use crate::events::Stream;
 use crate::flow::{Signal, Step};
 use crate::os::process::{self as unix, ExitKind};
+use crate::secrets::{Secrets, StreamRedactor};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -70,13 +71,14 @@ pub(crate) struct Output {
 
 impl Supervisor {
     /// Start copying the child's output (a reader thread per stream, tagged with the attempt's
-    /// step and row) and take charge of it.
+    /// step and row, hiding `secrets`) and take charge of it.
     pub(crate) fn watch(
         child: tokio::process::Child,
         attempt_id: String,
         step: usize,
         row: i64,
         [stdout, stderr]: [Output; 2],
+        secrets: Arc<Secrets>,
         events: &mpsc::Sender<Msg>,
     ) -> Supervisor {
         let pid = child.id().unwrap_or(0);
@@ -90,6 +92,7 @@ impl Supervisor {
                 stream,
                 step,
                 row,
+                secrets: Arc::clone(&secrets),
                 events: events.clone(),
                 abandoned: Arc::clone(&abandoned),
                 done: done.clone(),
@@ -104,7 +107,8 @@ impl Supervisor {
     }
 }
 
-/// Copies one of a child's streams to its log file and, in whole lines, to the dispatcher.
+/// Copies one of a child's streams to its log file and, in whole lines, to the dispatcher, with
+/// every secret replaced by `***` before either sees it (a secret split between two reads too).
 struct Reader {
     pipe: std::io::PipeReader,
     log: File,
@@ -112,6 +116,7 @@ struct Reader {
     stream: Stream,
     step: usize,
     row: i64,
+    secrets: Arc<Secrets>,
     events: mpsc::Sender<Msg>,
     abandoned: Arc<AtomicBool>,
     /// Told once at end-of-file.
@@ -149,8 +154,9 @@ impl Reader {
 
     fn copy(mut self) {
         let mut buf = vec![0u8; CHUNK];
-        let mut partial: Vec<u8> = Vec::new();
-        let mut logging = true;
+        let mut out = Copied { partial: Vec::new(), logging: true };
+        let secrets = Arc::clone(&self.secrets);
+        let mut redactor = StreamRedactor::new(&secrets);
         loop {
             let n = match self.pipe.read(&mut buf) {
                 Ok(0) => break,
@@ -158,33 +164,55 @@ impl Reader {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(_) => break,
             };
-            let data = &buf[..n];
-            if logging && let Err(error) = self.log.write_all(data) {
-                // Output that cannot be kept is waymark's own failure: the loop stops the run.
-                logging = false;
-                let msg = Msg::LogFailed { row: self.row, path: self.log_path.clone(), error };
-                let _ = self.events.blocking_send(msg);
-            }
-            // Only the new bytes are searched, so a long line costs linear time.
-            match data.iter().rposition(|b| *b == b'\n') {
-                Some(last_nl) => {
-                    partial.extend_from_slice(&data[..=last_nl]);
-                    self.send(std::mem::take(&mut partial));
-                    partial.extend_from_slice(&data[last_nl + 1..]);
-                }
-                None => partial.extend_from_slice(data),
-            }
-            // A line with no end in sight is shown in pieces rather than held in memory.
-            if partial.len() >= CHUNK {
-                partial.push(b'\n');
-                self.send(std::mem::take(&mut partial));
-            }
+            let data = redactor.feed(&buf[..n]);
+            self.pass(&data, &mut out);
         }
-        if !partial.is_empty() {
-            partial.push(b'\n');
-            self.send(partial);
+        // The bytes held back in case they began a secret.
+        let rest = redactor.finish();
+        self.pass(&rest, &mut out);
+        if !out.partial.is_empty() {
+            out.partial.push(b'\n');
+            self.send(out.partial);
         }
     }
+
+    /// Write `data` (redacted) to the log, and send the whole lines it completes.
+    fn pass(&mut self, data: &[u8], out: &mut Copied) {
+        if data.is_empty() {
+            return;
+        }
+        if out.logging
+            && let Err(error) = self.log.write_all(data)
+        {
+            // Output that cannot be kept is waymark's own failure: the loop stops the run.
+            out.logging = false;
+            let msg = Msg::LogFailed { row: self.row, path: self.log_path.clone(), error };
+            let _ = self.events.blocking_send(msg);
+        }
+        let partial = &mut out.partial;
+        // Only the new bytes are searched, so a long line costs linear time.
+        match data.iter().rposition(|b| *b == b'\n') {
+            Some(last_nl) => {
+                partial.extend_from_slice(&data[..=last_nl]);
+                self.send(std::mem::take(partial));
+                partial.extend_from_slice(&data[last_nl + 1..]);
+            }
+            None => partial.extend_from_slice(data),
+        }
+        // A line with no end in sight is shown in pieces rather than held in memory.
+        if partial.len() >= CHUNK {
+            partial.push(b'\n');
+            self.send(std::mem::take(partial));
+        }
+    }
+}
+
+/// What a reader carries from one read to the next.
+struct Copied {
+    /// The start of a line not yet ended.
+    partial: Vec<u8>,
+    /// Whether the log still takes writes.
+    logging: bool,
 }
 
 impl Supervisor {

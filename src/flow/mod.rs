@@ -14,6 +14,7 @@ pub(crate) mod validate;
 pub use diagnostic::Diagnostic;
 pub use model::Flow;
 pub(crate) use model::{ExitCodes, Signal, Step};
+pub(crate) use validate::is_identifier;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -557,6 +558,33 @@ mod tests {
         );
     }
 
+    /// A secret's value written in the flow file is recorded with every run: said, not refused.
+    #[test]
+    fn a_secret_written_in_an_env_table_is_a_warning() {
+        let src =
+            format!("secret_env = ['API_TOKEN', 'OTHER']\nenv = {{ API_TOKEN = 'x' }}\n{}", steps(&[("a", None)]));
+        let (_, warnings) = parse(&src, Path::new("/x/flow.toml")).unwrap();
+        let messages: Vec<&str> = warnings.iter().map(|w| w.message.as_str()).collect();
+        assert_eq!(
+            messages,
+            ["`secret_env`: the value of secret `API_TOKEN` is written in this file (the flow's `env`), and every \
+                 run records the flow's definition, its `env` tables included, in the state database"]
+        );
+    }
+
+    /// Parameter values are recorded with the run; a secret never is.
+    #[test]
+    fn a_parameter_cannot_be_a_secret() {
+        let src = format!(
+            "secret_env = ['API_TOKEN', 'WAYMARK_PARAM_TOKEN']\n[params]\ntoken = {{}}\n{}",
+            steps(&[("a", None)])
+        );
+        assert_eq!(
+            errors(&src),
+            ["`secret_env`: `WAYMARK_PARAM_TOKEN` is parameter `token`, which cannot be a secret"]
+        );
+    }
+
     #[test]
     fn wrong_types_of_the_new_keys_say_what_would_work() {
         let help = |src: &str| parse(src, Path::new("/x/f.toml")).unwrap_err().remove(0).help.unwrap_or_default();
@@ -592,7 +620,7 @@ mod tests {
         let readme = include_str!("../../README.md");
         let section = &readme[readme.find("### Workflow structure").unwrap()..readme.find("### Durations").unwrap()];
         let blocks: Vec<&str> = section.split("```toml\n").skip(1).map(|b| &b[..b.find("```").unwrap()]).collect();
-        assert_eq!(blocks.len(), 2, "the fan-out example and the catch example");
+        assert_eq!(blocks.len(), 5, "the fan-out, catch, parameters, outputs and environment examples");
         for block in blocks {
             parse(block, Path::new("/x/etl.toml")).unwrap_or_else(|d| panic!("{d:?}\n{block}"));
         }

@@ -33,6 +33,11 @@ pub struct Flow {
     /// The run's inputs (`[params]`), by name.
     #[serde(default)]
     pub(crate) params: BTreeMap<String, Param>,
+    /// The value of each parameter for the run this flow is run as (`--param`, else the
+    /// default): set by `waymark run` when it creates the run, and recorded with it, so that a
+    /// resumed run goes on with the values it started with. Empty in a flow loaded from a file.
+    #[serde(default)]
+    pub(crate) param_values: BTreeMap<String, String>,
     pub(crate) env: BTreeMap<String, String>,
     /// The dotenv file (`env_file`), absolute; read when a run starts, not when the flow loads.
     #[serde(default)]

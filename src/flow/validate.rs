@@ -147,7 +147,7 @@ impl Validator<'_> {
         let params = self.params(&raw.params);
         let dir = path.parent().unwrap_or(Path::new("/"));
         let env_file = raw.env_file.as_ref().and_then(|f| self.env_file(f, dir));
-        let secret_env = raw.secret_env.as_ref().map(|list| self.secret_env(list)).unwrap_or_default();
+        let secret_env = raw.secret_env.as_ref().map(|list| self.secret_env(list, &params)).unwrap_or_default();
         let hooks = Hooks {
             on_success: raw.hooks.on_success.as_ref().and_then(|c| self.command(c)),
             on_failure: raw.hooks.on_failure.as_ref().and_then(|c| self.command(c)),
@@ -181,7 +181,7 @@ impl Validator<'_> {
         let needs = self.needs(&raw.step);
         // Indices into the steps hold only when every step was built; else the flow is refused.
         let complete = built.iter().all(Option::is_some);
-        let steps = built
+        let steps: Vec<Step> = built
             .into_iter()
             .zip(needs)
             .filter_map(|(step, (needs, explicit))| {
@@ -194,6 +194,7 @@ impl Validator<'_> {
                 })
             })
             .collect();
+        self.secrets_written_here(raw.secret_env.as_ref(), &env, &steps);
         if raw.step.is_empty() && !raw.bad.contains(&"step") {
             // The file as a whole is at fault; point at its first line so the report has a place.
             let first_line = self.source.find('\n').unwrap_or(self.source.len());
@@ -215,6 +216,7 @@ impl Validator<'_> {
             fail_fast: raw.fail_fast.unwrap_or(false),
             timeout,
             params,
+            param_values: BTreeMap::new(),
             env,
             env_file,
             secret_env,
@@ -306,7 +308,43 @@ impl Validator<'_> {
         Some(dir.join(raw.get_ref()))
     }
 
-    fn secret_env(&mut self, raw: &Spanned<Vec<Str>>) -> Vec<String> {
+    /// A warning for each secret whose value the file itself sets in an `env` table: the run
+    /// records the flow's definition, `env` included, so the value would be kept in the state
+    /// database (it is still hidden wherever waymark prints it).
+    fn secrets_written_here(
+        &mut self,
+        raw: Option<&Spanned<Vec<Str>>>,
+        env: &BTreeMap<String, String>,
+        steps: &[Step],
+    ) {
+        for item in raw.map(|list| list.get_ref().as_slice()).unwrap_or_default() {
+            let n = item.get_ref();
+            let Some(first) = std::iter::once(("the flow's `env`".to_owned(), env))
+                .chain(steps.iter().map(|s| (format!("step `{}`'s `env`", s.name), &s.env)))
+                .find(|(_, table)| table.contains_key(n))
+                .map(|(what, _)| what)
+            else {
+                continue;
+            };
+            let d = self.warn(
+                item.span(),
+                &format!(
+                    "the value of secret `{n}` is written in this file ({first}), and every run records the flow's \
+                     definition, its `env` tables included, in the state database"
+                ),
+            );
+            d.label = "value written in the flow file".into();
+            d.help = Some(
+                "set it in the `env_file` or in the environment waymark runs in, which are never recorded; it is \
+                 shown as *** either way"
+                    .into(),
+            );
+        }
+    }
+
+    /// `secret_env`: variable names, each once, none of them a parameter's: parameter values are
+    /// recorded with the run (to resume it with them), and a secret never is.
+    fn secret_env(&mut self, raw: &Spanned<Vec<Str>>, params: &BTreeMap<String, Param>) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         let mut seen = HashSet::new();
         for item in raw.get_ref() {
@@ -322,6 +360,15 @@ impl Validator<'_> {
                 let d = self.error(item.span(), &format!("`{n}` is listed twice"));
                 d.label = "listed again".into();
                 d.help = Some("remove one of the two".into());
+            } else if let Some(param) = params.keys().find(|p| super::params::env_name(p) == *n) {
+                let d = self.error(item.span(), &format!("`{n}` is parameter `{param}`, which cannot be a secret"));
+                d.label = "a parameter".into();
+                d.help = Some(
+                    "parameter values are recorded with the run so that a resumed run has them, and a secret is \
+                     never recorded: pass the secret in the environment or the `env_file`, and name that variable \
+                     here"
+                        .into(),
+                );
             } else {
                 out.push(n.clone());
             }

@@ -167,6 +167,7 @@ mod tests {
             signal: None,
             error: None,
             ended_at: SystemTime::now(),
+            outputs: Default::default(),
         }
     }
 

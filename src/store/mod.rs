@@ -26,6 +26,7 @@ pub(crate) mod sqlite;
 pub(crate) mod state;
 
 use crate::classify::ErrorValue;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
@@ -251,6 +252,9 @@ pub struct StepRecord {
     pub(crate) last_error: Option<ErrorValue>,
     pub(crate) started_at: Option<SystemTime>,
     pub(crate) ended_at: Option<SystemTime>,
+    /// What the step's succeeded attempt wrote to its `WAYMARK_OUTPUT` file (secrets hidden);
+    /// empty until it succeeds (schema 5).
+    pub(crate) outputs: BTreeMap<String, String>,
 }
 
 /// A recorded run.
@@ -292,6 +296,9 @@ pub struct AttemptResult {
     pub signal: Option<String>,
     pub error: Option<ErrorValue>,
     pub ended_at: SystemTime,
+    /// A succeeded attempt's outputs, recorded with the success in the same transaction (only
+    /// with [`StepUpdate::Succeeded`]; empty otherwise).
+    pub outputs: BTreeMap<String, String>,
 }
 
 /// What a finished attempt does to its step, committed in the same transaction.

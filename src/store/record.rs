@@ -13,6 +13,11 @@
 //! flow. Their defaults are what a version 1 run meant: each step needs the one before it (so
 //! nothing runs side by side and `max_parallel` changes nothing), no deadline, no handlers, no
 //! compensation, no hooks, no parameters, no env file, no secrets.
+//!
+//! Version 3 added `param_values`: the value of each parameter the run was started with, so that a
+//! resumed run goes on with them. A version 2 record has none (no version 2 waymark ran a flow
+//! with parameters). The env file's contents are never recorded (only its path): they may hold
+//! secrets, and are read again by each runner.
 
 use crate::classify::classes::ClassTree;
 use crate::flow::model::{Catch, Command, DEFAULT_MAX_PARALLEL, Hooks, Param, implicit_needs};
@@ -24,7 +29,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// The version this binary writes, and the highest it reads.
-pub(crate) const VERSION: u32 = 2;
+pub(crate) const VERSION: u32 = 3;
 
 /// Why a recorded definition cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +71,9 @@ pub(crate) struct RunDefinition {
     /// The declared parameters (since version 2).
     #[serde(default)]
     pub(crate) params: BTreeMap<String, RecordedParam>,
+    /// The value of each parameter for this run (since version 3).
+    #[serde(default)]
+    pub(crate) param_values: BTreeMap<String, String>,
     pub(crate) env: BTreeMap<String, String>,
     /// The dotenv file, absolute (since version 2).
     #[serde(default)]
@@ -248,6 +256,9 @@ impl RunDefinition {
         if self.max_parallel == 0 {
             return Err(RecordError::Corrupt("`max_parallel` is 0; it is at least 1".into()));
         }
+        if let Some(name) = self.param_values.keys().find(|name| !self.params.contains_key(*name)) {
+            return Err(RecordError::Corrupt(format!("a value is recorded for `{name}`, which is not a parameter")));
+        }
         let needs = needs(&self.steps)?;
         let steps = self
             .steps
@@ -301,6 +312,7 @@ impl RunDefinition {
             fail_fast: self.fail_fast,
             timeout: self.timeout,
             params: self.params.into_iter().map(|(name, p)| (name, Param { default: p.default })).collect(),
+            param_values: self.param_values,
             env: self.env,
             env_file: self.env_file,
             secret_env: self.secret_env,
@@ -315,9 +327,16 @@ impl RunDefinition {
 /// Fields of the run and of each step added in version 2.
 const SINCE_2: [&str; 7] = ["max_parallel", "fail_fast", "timeout", "params", "env_file", "secret_env", "hooks"];
 const STEP_SINCE_2: [&str; 3] = ["needs", "catch", "compensate"];
+/// Fields of the run added in version 3.
+const SINCE_3: [&str; 1] = ["param_values"];
 
 /// The first field of `record` that its version `found` did not have yet (`steps[0].needs`).
 fn field_after(record: &serde_json::Map<String, serde_json::Value>, found: u64) -> Option<String> {
+    if found < 3
+        && let Some(field) = SINCE_3.iter().find(|f| record.contains_key(**f))
+    {
+        return Some((*field).to_owned());
+    }
     if found >= 2 {
         return None;
     }
@@ -387,6 +406,7 @@ impl From<&Flow> for RunDefinition {
                 .iter()
                 .map(|(name, p)| (name.clone(), RecordedParam { default: p.default.clone() }))
                 .collect(),
+            param_values: flow.param_values.clone(),
             env: flow.env.clone(),
             env_file: flow.env_file.clone(),
             secret_env: flow.secret_env.clone(),
@@ -491,10 +511,15 @@ mod tests {
         std::fs::read_to_string(Path::new(FIXTURES).join(name)).unwrap()
     }
 
-    /// The flow behind the fixture of `version`, as the loader builds it today.
+    /// The flow behind the fixture of `version`, as the loader builds it today; from version 3 on,
+    /// as run with `--param date=2026-01-31` (`region` keeps its default).
     fn fixture_flow(version: u32) -> Flow {
         let toml = fixture(&format!("run-definition-v{version}.toml"));
-        flow::parse(&toml, Path::new("/srv/waymark-fixture/nightly.toml")).unwrap().0
+        let mut flow = flow::parse(&toml, Path::new("/srv/waymark-fixture/nightly.toml")).unwrap().0;
+        if version >= 3 {
+            flow.param_values = flow::params::resolve(&flow, &[("date".into(), "2026-01-31".into())]).unwrap();
+        }
+        flow
     }
 
     fn without_spans(mut flow: Flow) -> Flow {
@@ -528,7 +553,7 @@ mod tests {
         assert!(!flow.fail_fast);
         assert_eq!(flow.timeout, None);
         assert_eq!(flow.hooks, Hooks::default());
-        assert!(flow.params.is_empty() && flow.secret_env.is_empty());
+        assert!(flow.params.is_empty() && flow.secret_env.is_empty() && flow.param_values.is_empty());
         assert_eq!(flow.env_file, None);
         // Recorded again today, its steps keep depending on the step before, not on nothing.
         let again = RunDefinition::from(&flow);
@@ -553,6 +578,25 @@ mod tests {
         assert_eq!(flow.steps[0].catch[1], Catch { exception_types: vec!["BadInput".into()], command: None });
         assert_eq!(flow.steps[2].catch[0].exception_types, ["Exception"]);
         assert_eq!(flow.steps[1].compensate, Some(Command::Shell("rm -f mirror.log".into())));
+        assert!(flow.param_values.is_empty(), "version 2 records no parameter values");
+    }
+
+    #[test]
+    fn the_version_3_fixture_keeps_the_values_the_run_was_given() {
+        let flow = RunDefinition::parse(&fixture("run-definition-v3.json")).unwrap().into_flow().unwrap();
+        let values: Vec<(&str, &str)> = flow.param_values.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(values, [("date", "2026-01-31"), ("region", "eu-west-1")]);
+    }
+
+    #[test]
+    fn a_value_for_a_parameter_that_is_not_declared_is_corruption() {
+        let mut record: serde_json::Value = serde_json::from_str(&fixture("run-definition-v3.json")).unwrap();
+        record["param_values"]["zone"] = "x".into();
+        let err = RunDefinition::parse(&record.to_string()).and_then(RunDefinition::into_flow).unwrap_err();
+        assert!(
+            matches!(&err, RecordError::Corrupt(what) if what == "a value is recorded for `zone`, which is not a parameter"),
+            "{err}"
+        );
     }
 
     /// Whatever this binary records must be kept as a fixture: raising [`VERSION`] without adding
@@ -612,6 +656,14 @@ mod tests {
         let mut record: serde_json::Value = serde_json::from_str(&fixture("run-definition-v1.json")).unwrap();
         record["max_parallel"] = 2.into();
         assert!(RunDefinition::parse(&record.to_string()).unwrap_err().to_string().contains("`max_parallel` is not"));
+        let mut record: serde_json::Value = serde_json::from_str(&fixture("run-definition-v2.json")).unwrap();
+        record["param_values"] = serde_json::json!({"date": "2026-01-31"});
+        assert!(
+            RunDefinition::parse(&record.to_string())
+                .unwrap_err()
+                .to_string()
+                .contains("(`param_values` is not part of run record version 2, which it claims to be)")
+        );
     }
 
     #[test]

@@ -13,9 +13,10 @@ use super::record::RunDefinition;
 use super::*;
 use crate::flow::Flow;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use std::collections::BTreeMap;
 use std::path::Path;
 
-const SCHEMA_VERSION: i64 = 4;
+const SCHEMA_VERSION: i64 = 5;
 
 /// The key of a run recorded before schema 2, which had runs per flow name only: a run whose
 /// recorded path is `DIR/NAME.toml` or `DIR/NAME` (its flow name is the file's stem, the default
@@ -39,6 +40,12 @@ ALTER TABLE attempts ADD COLUMN host TEXT;
 const MIGRATE_TO_4: &str = "
 ALTER TABLE runs ADD COLUMN lease_owner TEXT;
 ALTER TABLE runs ADD COLUMN lease_token INTEGER NOT NULL DEFAULT 0;
+";
+
+/// Schema 4 to 5: a succeeded step records its outputs (what it wrote to `WAYMARK_OUTPUT`), a
+/// JSON object of strings; steps recorded before have none (`NULL`).
+const MIGRATE_TO_5: &str = "
+ALTER TABLE steps ADD COLUMN outputs TEXT;
 ";
 
 /// The schema as version 1 created it; the migrations bring it to the current one, for new
@@ -104,6 +111,9 @@ pub struct SqliteStore {
     /// The SQL for an attempt's host: the `host` column, or `NULL` in a database older than
     /// schema 3 that a read-only command cannot migrate.
     attempt_host_sql: &'static str,
+    /// The SQL for a step's outputs: the `outputs` column, or `NULL` in a database older than
+    /// schema 5 that a read-only command cannot migrate.
+    step_outputs_sql: &'static str,
 }
 
 /// A database whose schema is newer than this binary's.
@@ -126,6 +136,11 @@ fn now_ms() -> i64 {
 
 fn error_json(e: &ErrorValue) -> String {
     serde_json::to_string(e).unwrap_or_default()
+}
+
+fn outputs_json(outputs: &BTreeMap<String, String>) -> String {
+    // A map of strings: serialising it cannot fail.
+    serde_json::to_string(outputs).unwrap_or_default()
 }
 
 fn parse_error(s: Option<String>) -> Option<ErrorValue> {
@@ -273,9 +288,15 @@ fn new_run_id() -> String {
 }
 
 impl SqliteStore {
-    fn with(conn: Connection, path: PathBuf, key_sql: &'static str, attempt_host_sql: &'static str) -> SqliteStore {
+    fn with(
+        conn: Connection,
+        path: PathBuf,
+        key_sql: &'static str,
+        attempt_host_sql: &'static str,
+        step_outputs_sql: &'static str,
+    ) -> SqliteStore {
         let location = path.display().to_string();
-        SqliteStore { conn, path, location, key_sql, attempt_host_sql }
+        SqliteStore { conn, path, location, key_sql, attempt_host_sql, step_outputs_sql }
     }
 
     /// Open (creating if needed) the database in `state_dir`.
@@ -290,7 +311,7 @@ impl SqliteStore {
         let conn = Connection::open_with_flags(&path, flags).map_err(sql)?;
         // The database holds commands and errors: keep it private like the logs.
         let _ = std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600));
-        let mut store = SqliteStore::with(conn, path, "flow_key", "host");
+        let mut store = SqliteStore::with(conn, path, "flow_key", "host", "outputs");
         store.init().map_err(|e| failure(&store.path, e))?;
         let found: i64 = store.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|e| store.sql(e))?;
         if found > SCHEMA_VERSION {
@@ -306,7 +327,7 @@ impl SqliteStore {
         let path = state_dir.db();
         let empty = || -> Result<SqliteStore, StoreError> {
             let conn = Connection::open_in_memory().map_err(|e| failure(&path, e))?;
-            let mut store = SqliteStore::with(conn, path.clone(), "flow_key", "host");
+            let mut store = SqliteStore::with(conn, path.clone(), "flow_key", "host", "outputs");
             store.init().map_err(|e| failure(&path, e))?;
             Ok(store)
         };
@@ -348,7 +369,9 @@ impl SqliteStore {
         let key_sql = if found < 2 { LEGACY_KEY } else { "flow_key" };
         // Attempts recorded before schema 3 have no host.
         let attempt_host_sql = if found < 3 { "NULL" } else { "host" };
-        Ok(SqliteStore::with(conn, path, key_sql, attempt_host_sql))
+        // Steps recorded before schema 5 have no outputs.
+        let step_outputs_sql = if found < 5 { "NULL" } else { "s.outputs" };
+        Ok(SqliteStore::with(conn, path, key_sql, attempt_host_sql, step_outputs_sql))
     }
 
     /// A run and its steps, read in one transaction: a consistent snapshot.
@@ -384,6 +407,9 @@ impl SqliteStore {
         }
         if version < 4 {
             tx.execute_batch(MIGRATE_TO_4)?;
+        }
+        if version < 5 {
+            tx.execute_batch(MIGRATE_TO_5)?;
         }
         if version < SCHEMA_VERSION {
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
@@ -583,11 +609,13 @@ impl Store for SqliteStore {
     fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError> {
         let mut stmt = self
             .conn
-            .prepare(
-                "SELECT s.*, a.pid AS a_pid, a.proc_start AS a_start, a.attempt AS a_attempt
+            .prepare(&format!(
+                "SELECT s.*, a.pid AS a_pid, a.proc_start AS a_start, a.attempt AS a_attempt,
+                        {} AS step_outputs
                  FROM steps s LEFT JOIN attempts a ON a.row = s.current_row
                  WHERE s.run_id = ?1 ORDER BY s.position",
-            )
+                self.step_outputs_sql
+            ))
             .map_err(|e| self.sql(e))?;
         let rows = stmt
             .query_map([run_id], |r| {
@@ -618,6 +646,12 @@ impl Store for SqliteStore {
                         }
                     }
                 };
+                let outputs = match r.get::<_, Option<String>>("step_outputs")? {
+                    None => BTreeMap::new(),
+                    Some(json) => serde_json::from_str(&json).map_err(|e| {
+                        bad("its outputs are not a JSON object of strings: ".to_owned() + &e.to_string())
+                    })?,
+                };
                 Ok(StepRecord {
                     name,
                     state,
@@ -626,6 +660,7 @@ impl Store for SqliteStore {
                     last_error: parse_error(r.get("last_error")?),
                     started_at: r.get::<_, Option<i64>>("started_at")?.map(from_millis),
                     ended_at: r.get::<_, Option<i64>>("ended_at")?.map(from_millis),
+                    outputs,
                 })
             })
             .map_err(|e| self.sql(e))?;
@@ -822,11 +857,27 @@ impl RunLog for SqliteStore {
                 StepUpdate::Succeeded | StepUpdate::Failed | StepUpdate::Pending => (None, None),
             };
             let ended_at = durable.then_some(ended);
+            // Outputs are the success's: recorded with it, in this transaction, and only then.
+            let outputs = match update {
+                StepUpdate::Succeeded if !result.outputs.is_empty() => Some(outputs_json(&result.outputs)),
+                _ => None,
+            };
             tx.execute(
                 "UPDATE steps SET state = ?3, attempts_used = attempts_used + ?4, next_attempt = ?5, wake_at = ?6,
-                        current_row = NULL, last_error = COALESCE(?7, last_error), ended_at = ?8
+                        current_row = NULL, last_error = COALESCE(?7, last_error), ended_at = ?8,
+                        outputs = COALESCE(?9, outputs)
                  WHERE run_id = ?1 AND name = ?2",
-                params![run_id, step, state, used, next, wake, result.error.as_ref().map(error_json), ended_at],
+                params![
+                    run_id,
+                    step,
+                    state,
+                    used,
+                    next,
+                    wake,
+                    result.error.as_ref().map(error_json),
+                    ended_at,
+                    outputs
+                ],
             )?;
             Ok(())
         })
@@ -905,11 +956,18 @@ mod tests {
         assert!(busy.hint().unwrap().starts_with(&format!("another process holds {} locked", path.display())));
         assert_eq!(failure(&path, err(rusqlite::ffi::SQLITE_NOTADB)).hint(), None, "the message says what to do");
         assert_eq!(newer_schema(&path, 9).kind(), Some(StoreErrorKind::NewerSchema));
-        assert!(newer_schema(&path, 9).to_string().contains("(schema 9, this one knows 4)"));
+        assert!(newer_schema(&path, 9).to_string().contains("(schema 9, this one knows 5)"));
     }
 
     fn result(outcome: AttemptOutcome) -> AttemptResult {
-        AttemptResult { outcome, exit_code: Some(1), signal: None, error: None, ended_at: SystemTime::now() }
+        AttemptResult {
+            outcome,
+            exit_code: Some(1),
+            signal: None,
+            error: None,
+            ended_at: SystemTime::now(),
+            outputs: BTreeMap::new(),
+        }
     }
 
     #[test]
@@ -963,6 +1021,40 @@ mod tests {
         let b = &store.steps(&run.id).unwrap()[1];
         assert_eq!((b.state.clone(), b.attempts_used, b.budget_base), (StepState::Pending, 2, 2));
         assert_eq!(store.attempts(&run.id, Some("b")).unwrap().len(), 3);
+    }
+
+    #[test]
+    fn outputs_are_recorded_with_the_success_only_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let (flow, _) = crate::flow::parse(
+            "name = 'f'\n[[step]]\nname = 'a'\nrun = ['true']\nretry = {}\n[[step]]\nname = 'b'\nrun = ['true']\n",
+            &dir.path().join("f.toml"),
+        )
+        .unwrap();
+        let mut store = SqliteStore::open(&StateDir::create(dir.path()).unwrap()).unwrap();
+        let (run, lease) = store.create_run(&flow, "hash", "test:1:a").unwrap();
+        let stem = dir.path().join("x");
+        let outputs = BTreeMap::from([("rows".to_owned(), "42".to_owned()), ("path".to_owned(), "/a b".to_owned())]);
+        // A failed attempt's outputs are not the step's: nothing is recorded.
+        let row = store.attempt_starting(&lease, &run.id, "a", 1, false, &stem).unwrap();
+        let failed = AttemptResult { outputs: outputs.clone(), ..result(AttemptOutcome::Failed) };
+        let wake_at = SystemTime::now();
+        store.attempt_finished(&lease, row, &failed, &StepUpdate::Waiting { next_attempt: 2, wake_at }).unwrap();
+        assert!(store.steps(&run.id).unwrap()[0].outputs.is_empty());
+        let row = store.attempt_starting(&lease, &run.id, "a", 2, false, &stem).unwrap();
+        let succeeded = AttemptResult { outputs: outputs.clone(), ..result(AttemptOutcome::Succeeded) };
+        store.attempt_finished(&lease, row, &succeeded, &StepUpdate::Succeeded).unwrap();
+        drop(store);
+        let store = SqliteStore::open(&StateDir::create(dir.path()).unwrap()).unwrap();
+        let steps = store.steps(&run.id).unwrap();
+        assert_eq!((steps[0].outputs.clone(), steps[1].outputs.clone()), (outputs, BTreeMap::new()));
+        // What no waymark writes there is corruption, never read as no outputs.
+        store.conn.execute("UPDATE steps SET outputs = '[1]' WHERE name = 'a'", []).unwrap();
+        let err = store.steps(&run.id).unwrap_err();
+        assert!(
+            matches!(&err, StoreError::BadState { what, .. } if what.starts_with("step `a`: its outputs are not a JSON object of strings")),
+            "{err}"
+        );
     }
 
     #[test]

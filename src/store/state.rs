@@ -217,7 +217,7 @@ mod tests {
     #[test]
     fn unknown_names_are_errors_not_defaults() {
         assert_eq!(RunStatus::parse("paused").unwrap_err().to_string(), "unknown run state `paused`");
-        assert_eq!(StepStatus::parse("skipped").unwrap_err().to_string(), "unknown step state `skipped`");
+        assert_eq!(StepStatus::parse("caught").unwrap_err().to_string(), "unknown step state `caught`");
         assert_eq!(AttemptState::parse("").unwrap_err().to_string(), "unknown attempt state ``");
         assert!(RunStatus::parse("Running").is_err(), "names are exact");
     }
@@ -232,6 +232,10 @@ mod tests {
         assert!(!S::Failed.can_move_to(S::Running), "a failed step is reopened before it runs");
         assert!(S::Running.can_move_to(S::Running), "redelivery");
         assert!(!S::Pending.can_move_to(S::Succeeded), "a step succeeds only through an attempt");
+        assert!(S::Pending.can_move_to(S::Skipped) && S::Waiting.can_move_to(S::Skipped));
+        assert!(!S::Running.can_move_to(S::Skipped), "a running step ends through its attempt");
+        assert!(S::Skipped.can_move_to(S::Pending), "reopened by `waymark resume`");
+        assert!(!S::Skipped.can_move_to(S::Running), "a skipped step is reopened before it runs");
         for to in RunStatus::ALL {
             assert!(!RunStatus::Succeeded.can_move_to(to));
             assert!(!RunStatus::Abandoned.can_move_to(to));

@@ -288,6 +288,7 @@ fn pending(name: &str) -> StepRecord {
         last_error: None,
         started_at: None,
         ended_at: None,
+        outputs: Default::default(),
     }
 }
 
@@ -334,6 +335,7 @@ impl Test {
             resumed: self.resumed,
             max_parallel: self.max_parallel,
             deadline: self.deadline.map(|d| BASE + d),
+            env: Default::default(),
         };
         let outcome = Dispatcher::new(spec, parts, &mut emitter).expect("set up").run().await.expect("runs");
         let took = Instant::now() - begin;

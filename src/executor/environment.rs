@@ -1,0 +1,170 @@
+//! What a runner gives every attempt of its run besides the flow's definition: the variables of
+//! the flow's `env_file`, read when the runner starts (the first runner and each one that resumes
+//! the run) and never recorded, since they may hold secrets; and the run's secrets, the values of
+//! the `secret_env` variables wherever they come from, which every sink hides.
+//!
+//! An attempt's environment, lowest precedence first: the runner's own (inherited), the env
+//! file, the flow's `env`, the step's `env`; then waymark's variables over all of them: the
+//! run's parameters (`WAYMARK_PARAM_*`, recorded with the run), the outputs of the steps that
+//! succeeded before it started (`WAYMARK_OUTPUT_*`) and the attempt's own (`WAYMARK_RUN_ID`, ...).
+
+use crate::flow::Flow;
+use crate::flow::dotenv::{self, DotenvError};
+use crate::secrets::Secrets;
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The most of an env file that is read: a larger one is refused rather than read forever.
+const MAX_ENV_FILE: u64 = 16 * 1024 * 1024;
+
+/// The environment a runner gives its run's attempts, on top of the definition.
+#[derive(Debug, Default)]
+pub(crate) struct RunEnv {
+    /// The env file's variables, as read when this runner started.
+    pub(crate) file: BTreeMap<String, String>,
+    /// The values of the `secret_env` variables.
+    pub(crate) secrets: Arc<Secrets>,
+}
+
+/// Why the env file cannot be used; nothing runs.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum EnvFileError {
+    #[error("cannot read the env file {}: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("the env file {} is larger than {} MiB", path.display(), MAX_ENV_FILE / (1024 * 1024))]
+    TooLarge { path: PathBuf },
+    #[error("the env file {} is not UTF-8 (first invalid byte at offset {offset})", path.display())]
+    NotUtf8 { path: PathBuf, offset: usize },
+    #[error("{}", syntax(path, errors))]
+    Syntax { path: PathBuf, errors: Vec<DotenvError> },
+}
+
+fn syntax(path: &Path, errors: &[DotenvError]) -> String {
+    let mut text = format!("the env file {} cannot be read as dotenv:", path.display());
+    for e in errors {
+        text.push_str(&format!("\n  {}:{}: {}", path.display(), e.line, e.message));
+    }
+    text
+}
+
+impl RunEnv {
+    /// The environment for a run of `flow` by this runner: its env file read now, and its
+    /// secrets' values from `inherited` (the runner's environment), the env file and the flow's
+    /// and steps' `env`.
+    pub(crate) fn prepare(
+        flow: &Flow,
+        inherited: impl Fn(&str) -> Option<std::ffi::OsString>,
+    ) -> Result<RunEnv, EnvFileError> {
+        let file = match &flow.env_file {
+            Some(path) => read_env_file(path)?,
+            None => BTreeMap::new(),
+        };
+        let secrets = secrets(flow, &file, inherited);
+        Ok(RunEnv { file, secrets: Arc::new(secrets) })
+    }
+
+    /// The variables an attempt of `step` gets over the inherited environment, lowest precedence
+    /// first (a later one wins): the env file, the flow's `env`, the step's `env`.
+    pub(crate) fn layered<'a>(
+        &'a self,
+        flow: &'a Flow,
+        step: &'a crate::flow::Step,
+    ) -> impl Iterator<Item = (&'a String, &'a String)> {
+        self.file.iter().chain(&flow.env).chain(&step.env)
+    }
+}
+
+/// The variables of the env file at `path`, or why they cannot be had (every bad line at once).
+pub(crate) fn read_env_file(path: &Path) -> Result<BTreeMap<String, String>, EnvFileError> {
+    let read = |source| EnvFileError::Read { path: path.to_owned(), source };
+    let mut bytes = Vec::new();
+    std::fs::File::open(path).and_then(|f| f.take(MAX_ENV_FILE + 1).read_to_end(&mut bytes)).map_err(read)?;
+    if bytes.len() as u64 > MAX_ENV_FILE {
+        return Err(EnvFileError::TooLarge { path: path.to_owned() });
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|e| EnvFileError::NotUtf8 { path: path.to_owned(), offset: e.utf8_error().valid_up_to() })?;
+    dotenv::parse(&text).map_err(|errors| EnvFileError::Syntax { path: path.to_owned(), errors })
+}
+
+/// The values of `flow`'s `secret_env` variables, from every place an attempt's variable can come
+/// from: the inherited environment, the env file, the flow's `env` and every step's `env`.
+fn secrets(
+    flow: &Flow,
+    file: &BTreeMap<String, String>,
+    inherited: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Secrets {
+    use std::os::unix::ffi::OsStringExt;
+    let mut values: Vec<Vec<u8>> = Vec::new();
+    for name in &flow.secret_env {
+        values.extend(inherited(name).map(OsStringExt::into_vec));
+        let tables = std::iter::once(file).chain(std::iter::once(&flow.env)).chain(flow.steps.iter().map(|s| &s.env));
+        values.extend(tables.filter_map(|t| t.get(name)).map(|v| v.as_bytes().to_vec()));
+    }
+    Secrets::new(values)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsString;
+
+    fn flow(dir: &Path) -> Flow {
+        let src = "env_file = '.env'\nsecret_env = ['TOKEN', 'PASS', 'UNSET', 'EMPTY']\nenv = { PASS = 'from-flow' }\n\
+                   [[step]]\nname = 'a'\nrun = ['true']\nenv = { TOKEN = 'from-step', OTHER = 'x' }\n";
+        crate::flow::parse(src, &dir.join("flow.toml")).unwrap().0
+    }
+
+    #[test]
+    fn secrets_come_from_everywhere_a_variable_can() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(".env"), "TOKEN=from-file\nEMPTY=\nPLAIN=not-secret\n").unwrap();
+        let inherited = |name: &str| (name == "TOKEN").then(|| OsString::from("from-runner"));
+        let env = RunEnv::prepare(&flow(dir.path()), inherited).unwrap();
+        assert_eq!(
+            env.secrets.redact("from-runner from-file from-flow from-step not-secret x"),
+            "*** *** *** *** not-secret x"
+        );
+        assert_eq!(env.file["PLAIN"], "not-secret");
+    }
+
+    #[test]
+    fn precedence_is_step_over_flow_over_env_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(".env"), "A=file\nB=file\nC=file\n").unwrap();
+        let src = "env_file = '.env'\nenv = { B = 'flow', C = 'flow' }\n\
+                   [[step]]\nname = 'a'\nrun = ['true']\nenv = { C = 'step' }\n";
+        let flow = crate::flow::parse(src, &dir.path().join("flow.toml")).unwrap().0;
+        let env = RunEnv::prepare(&flow, |_| None).unwrap();
+        let seen: BTreeMap<&String, &String> = env.layered(&flow, &flow.steps[0]).collect();
+        let seen: Vec<(&str, &str)> = seen.into_iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(seen, [("A", "file"), ("B", "flow"), ("C", "step")]);
+    }
+
+    #[test]
+    fn a_bad_env_file_names_the_file_and_every_bad_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(".env");
+        let err = RunEnv::prepare(&flow(dir.path()), |_| None).unwrap_err();
+        assert!(
+            err.to_string().starts_with(&format!("cannot read the env file {}: No such file", path.display())),
+            "{err}"
+        );
+        std::fs::write(&path, "OK=1\nBROKEN LINE\nX='open\n").unwrap();
+        let err = RunEnv::prepare(&flow(dir.path()), |_| None).unwrap_err();
+        let p = path.display();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "the env file {p} cannot be read as dotenv:\n  {p}:2: `BROKEN LINE` is not `KEY=value`: write \
+                 `NAME=value`, or start the line with `#` to make it a comment\n  {p}:3: the closing ' of `X`'s \
+                 value is missing: add it where the value ends"
+            )
+        );
+        std::fs::write(&path, b"A=\xff\n").unwrap();
+        let err = RunEnv::prepare(&flow(dir.path()), |_| None).unwrap_err();
+        assert_eq!(err.to_string(), format!("the env file {p} is not UTF-8 (first invalid byte at offset 2)"));
+    }
+}

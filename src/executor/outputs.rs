@@ -1,0 +1,265 @@
+//! Step outputs: each attempt gets `WAYMARK_OUTPUT`, a file (`attempt-N.outputs`, beside its
+//! logs, created empty when the attempt is prepared) where the step writes `key=value` lines.
+//! After the step succeeds the file is read here; its outputs are recorded with the success and
+//! every step that starts later sees `WAYMARK_OUTPUT_<STEP>_<KEY>`.
+//!
+//! The syntax, deliberately small: one `key=value` per line; the key is `[A-Za-z_][A-Za-z0-9_]*`,
+//! the value is the rest of the line as written (no quotes, no escapes, no trimming; a final `\r`
+//! is dropped); blank lines are ignored; a key written again keeps its last value. Any other line
+//! is reported as a warning and skipped, never fatal. A value cannot span lines: write a file and
+//! pass its path.
+
+use crate::os::fs;
+use crate::secrets::Secrets;
+use crate::store::StepRecord;
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// One step's outputs: key to value.
+pub(crate) type StepOutputs = BTreeMap<String, String>;
+
+/// How much of an outputs file is read; the lines after it are reported and skipped.
+pub(crate) const MAX_FILE: usize = 1024 * 1024;
+
+/// The outputs file of the attempt whose files are at `stem`.
+pub(crate) fn path(stem: &Path) -> PathBuf {
+    stem.with_extension("outputs")
+}
+
+/// Create the attempt's outputs file empty (mode 0600, writable by the step whatever the umask);
+/// whatever was at its path goes, a symlink included (never its target).
+pub(crate) fn create(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::remove_any(path)?;
+    let file = fs::open_append_private(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+}
+
+/// The variable a later step sees output `key` of step `step` as: `WAYMARK_OUTPUT_FETCH_A_ROWS`
+/// for key `rows` of step `fetch-a`.
+pub(crate) fn env_name(step: &str, key: &str) -> String {
+    let upper = |s: &str| -> String {
+        s.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect()
+    };
+    format!("WAYMARK_OUTPUT_{}_{}", upper(step), upper(key))
+}
+
+/// The outputs of a succeeded attempt whose outputs file is `path`, with every secret's value
+/// replaced by `***` (in the file too, so that it holds none), and warnings for the user: bad
+/// lines, a file too large, a file that cannot be read. Never fails: what cannot be read is no
+/// output.
+pub(crate) fn read(path: &Path, secrets: &Secrets) -> (StepOutputs, Vec<String>) {
+    let shown = path.display();
+    let mut file = match fs::open_read_nofollow(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (StepOutputs::new(), Vec::new()),
+        Err(e) => return (StepOutputs::new(), vec![format!("cannot read the outputs file {shown}: {e}; no outputs")]),
+    };
+    match file.metadata() {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => {
+            return (StepOutputs::new(), vec![format!("the outputs file {shown} is not a regular file; no outputs")]);
+        }
+        Err(e) => return (StepOutputs::new(), vec![format!("cannot read the outputs file {shown}: {e}; no outputs")]),
+    }
+    let mut bytes = Vec::new();
+    if let Err(e) = (&mut file).take(MAX_FILE as u64 + 1).read_to_end(&mut bytes) {
+        return (StepOutputs::new(), vec![format!("cannot read the outputs file {shown}: {e}; no outputs")]);
+    }
+    let redacted = secrets.redact_bytes(&bytes);
+    let (outputs, warnings) = parse(&redacted);
+    let mut warnings: Vec<String> = warnings.into_iter().map(|w| format!("outputs file {shown}: {w}")).collect();
+    if redacted[..] != bytes[..]
+        && let Err(e) = secrets.scrub_file(path)
+    {
+        warnings.push(format!("cannot hide the secrets in the outputs file {shown}: {e}"));
+    }
+    (outputs, warnings)
+}
+
+/// The outputs in an outputs file's bytes, and what is wrong with its other lines. Pure.
+pub(crate) fn parse(bytes: &[u8]) -> (StepOutputs, Vec<String>) {
+    let mut outputs = StepOutputs::new();
+    let mut warnings = Vec::new();
+    let (text, cut) = if bytes.len() > MAX_FILE { (&bytes[..MAX_FILE], true) } else { (bytes, false) };
+    let mut lines: Vec<&[u8]> = text.split(|b| *b == b'\n').collect();
+    // A file that ends with a newline has no line after it; a cut file's last line is cut.
+    if lines.last().is_some_and(|l| l.is_empty()) || cut {
+        lines.pop();
+    }
+    for (i, line) in lines.iter().enumerate() {
+        let number = i + 1;
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            continue;
+        }
+        let Ok(line) = std::str::from_utf8(line) else {
+            warnings.push(format!("line {number} is not UTF-8; skipped"));
+            continue;
+        };
+        let Some((key, value)) = line.split_once('=') else {
+            warnings.push(format!("line {number} is not `key=value`; skipped (write `name=value`, one per line)"));
+            continue;
+        };
+        if !crate::flow::is_identifier(key) {
+            warnings.push(format!(
+                "line {number}: `{}` is not an output name ([A-Za-z_][A-Za-z0-9_]*, no spaces); skipped",
+                shown(key)
+            ));
+            continue;
+        }
+        if value.contains('\0') {
+            warnings
+                .push(format!("line {number}: the value of `{key}` holds a NUL byte, which no variable can; skipped"));
+            continue;
+        }
+        outputs.insert(key.to_owned(), value.to_owned());
+    }
+    if cut {
+        warnings.push(format!(
+            "the file is larger than {} KiB; what follows line {} is skipped",
+            MAX_FILE / 1024,
+            lines.len()
+        ));
+    }
+    (outputs, warnings)
+}
+
+/// At most 40 characters of a bad key, for a message.
+fn shown(text: &str) -> String {
+    match text.char_indices().nth(40) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+/// The outputs of the steps that succeeded so far in a run: what an attempt that starts now
+/// sees. Kept by step position, so that where two steps' variables meet (step `a` key `b_c`, step
+/// `a_b` key `c`: both `WAYMARK_OUTPUT_A_B_C`) the step later in the file wins, whatever the order
+/// in which they finished.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RunOutputs {
+    by_step: BTreeMap<usize, (String, StepOutputs)>,
+}
+
+impl RunOutputs {
+    /// The outputs recorded for a run's steps (in the flow's order: the position is the index).
+    pub(crate) fn recorded(steps: &[StepRecord]) -> RunOutputs {
+        let mut run = RunOutputs::default();
+        for (index, step) in steps.iter().enumerate() {
+            if !step.outputs.is_empty() {
+                run.insert(index, &step.name, step.outputs.clone());
+            }
+        }
+        run
+    }
+
+    /// Step `index`, named `step`, succeeded with `outputs`.
+    pub(crate) fn insert(&mut self, index: usize, step: &str, outputs: StepOutputs) {
+        self.by_step.insert(index, (step.to_owned(), outputs));
+    }
+
+    /// The variables, in step order (so a later step's value wins where two names meet).
+    pub(crate) fn env(&self) -> impl Iterator<Item = (String, String)> + '_ {
+        self.by_step.values().flat_map(|(step, outputs)| outputs.iter().map(|(k, v)| (env_name(step, k), v.clone())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(outputs: &StepOutputs) -> Vec<(&str, &str)> {
+        outputs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+    }
+
+    #[test]
+    fn lines_are_key_value_taken_as_written() {
+        let (outputs, warnings) =
+            parse(b"rows=42\npath=/tmp/a b.csv \n\nempty=\neq=a=b\r\nrows=43\n_x1='quoted' # kept\n");
+        assert_eq!(
+            pairs(&outputs),
+            [("_x1", "'quoted' # kept"), ("empty", ""), ("eq", "a=b"), ("path", "/tmp/a b.csv "), ("rows", "43")]
+        );
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(pairs(&parse(b"last=no newline").0), [("last", "no newline")]);
+    }
+
+    #[test]
+    fn bad_lines_are_reported_with_their_number_and_skipped() {
+        let (outputs, warnings) =
+            parse(b"ok=1\njust words\n1st=x\nmy-key=y\n key=z\nnul=a\0b\n\xff=bad\n# comment\nalso=2\n");
+        assert_eq!(pairs(&outputs), [("also", "2"), ("ok", "1")]);
+        assert_eq!(
+            warnings,
+            [
+                "line 2 is not `key=value`; skipped (write `name=value`, one per line)",
+                "line 3: `1st` is not an output name ([A-Za-z_][A-Za-z0-9_]*, no spaces); skipped",
+                "line 4: `my-key` is not an output name ([A-Za-z_][A-Za-z0-9_]*, no spaces); skipped",
+                "line 5: ` key` is not an output name ([A-Za-z_][A-Za-z0-9_]*, no spaces); skipped",
+                "line 6: the value of `nul` holds a NUL byte, which no variable can; skipped",
+                "line 7 is not UTF-8; skipped",
+                "line 8 is not `key=value`; skipped (write `name=value`, one per line)",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_file_too_large_is_read_up_to_the_limit() {
+        let mut text = b"a=1\n".to_vec();
+        text.extend(std::iter::repeat_n(b'x', MAX_FILE));
+        text.extend(b"\nb=2\n");
+        let (outputs, warnings) = parse(&text);
+        assert_eq!(pairs(&outputs), [("a", "1")]);
+        assert_eq!(warnings, ["the file is larger than 1024 KiB; what follows line 1 is skipped"]);
+    }
+
+    #[test]
+    fn variables_are_upper_cased_with_other_characters_as_underscores() {
+        assert_eq!(env_name("fetch-a", "rows"), "WAYMARK_OUTPUT_FETCH_A_ROWS");
+        assert_eq!(env_name("v1.2", "Path_x"), "WAYMARK_OUTPUT_V1_2_PATH_X");
+    }
+
+    #[test]
+    fn where_two_names_meet_the_step_later_in_the_file_wins() {
+        let mut run = RunOutputs::default();
+        let one = |k: &str, v: &str| StepOutputs::from([(k.to_owned(), v.to_owned())]);
+        run.insert(3, "a_b", one("c", "later step"));
+        run.insert(0, "a", one("b_c", "earlier step"));
+        let env: BTreeMap<String, String> = run.env().collect();
+        assert_eq!(env["WAYMARK_OUTPUT_A_B_C"], "later step");
+    }
+
+    #[test]
+    fn reading_hides_secrets_in_the_outputs_and_in_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("attempt-1.outputs");
+        create(&file).unwrap();
+        std::fs::write(&file, "token=abc-SECRET-def\nrows=3\nbad line\n").unwrap();
+        let (outputs, warnings) = read(&file, &Secrets::new(["SECRET"]));
+        assert_eq!(pairs(&outputs), [("rows", "3"), ("token", "abc-***-def")]);
+        assert_eq!(
+            warnings,
+            [format!(
+                "outputs file {}: line 3 is not `key=value`; skipped (write `name=value`, one per line)",
+                file.display()
+            )]
+        );
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "token=abc-***-def\nrows=3\nbad line\n");
+        // A missing file is no outputs, without a word.
+        assert_eq!(read(&dir.path().join("none"), &Secrets::default()), (StepOutputs::new(), Vec::new()));
+    }
+
+    #[test]
+    fn a_planted_link_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("victim"), "x=1\n").unwrap();
+        let file = dir.path().join("attempt-1.outputs");
+        std::os::unix::fs::symlink(dir.path().join("victim"), &file).unwrap();
+        let (outputs, warnings) = read(&file, &Secrets::default());
+        assert!(outputs.is_empty());
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].starts_with(&format!("cannot read the outputs file {}", file.display())), "{warnings:?}");
+    }
+}

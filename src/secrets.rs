@@ -1,0 +1,349 @@
+//! The values of a flow's `secret_env` variables, and their replacement by [`MASK`] wherever
+//! waymark prints or stores text: each sink redacts what it is given (the output readers before
+//! the log files, the evidence reader before an error is recorded, the outputs reader before
+//! outputs are recorded, the emitter before reporters see an event).
+//!
+//! A secret is a value, matched byte for byte: empty values are not secrets, and a transformed
+//! secret (base64 of it, a slice of it, its characters spaced out) is not recognised. Where two
+//! secrets overlap, the longer one at the leftmost place is replaced.
+
+use crate::classify::ErrorValue;
+use aho_corasick::{AhoCorasick, MatchKind};
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::path::Path;
+
+/// What a secret's value is replaced by.
+pub(crate) const MASK: &str = "***";
+
+/// The secret values of a run, ready to be replaced.
+#[derive(Debug, Default)]
+pub(crate) struct Secrets {
+    /// Distinct, non-empty.
+    values: Vec<Vec<u8>>,
+    /// `None` when there are no values.
+    matcher: Option<AhoCorasick>,
+}
+
+impl Secrets {
+    /// The secrets among `values`; empty values are dropped (an empty string is not a secret).
+    pub(crate) fn new<V: AsRef<[u8]>>(values: impl IntoIterator<Item = V>) -> Secrets {
+        let distinct: BTreeSet<Vec<u8>> =
+            values.into_iter().map(|v| v.as_ref().to_vec()).filter(|v| !v.is_empty()).collect();
+        let values: Vec<Vec<u8>> = distinct.into_iter().collect();
+        if values.is_empty() {
+            return Secrets::default();
+        }
+        // Building fails only past the automaton's size limits, far beyond any set of variables an
+        // environment can hold; without a matcher nothing would be hidden, so fall back to one
+        // value per pattern search rather than to nothing.
+        let matcher = AhoCorasick::builder().match_kind(MatchKind::LeftmostLongest).build(&values).ok();
+        Secrets { values, matcher }
+    }
+
+    /// Whether there is nothing to hide.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// Every match in `bytes` as (start, end), leftmost-longest, not overlapping.
+    fn matches(&self, bytes: &[u8]) -> Vec<(usize, usize)> {
+        match &self.matcher {
+            Some(m) => m.find_iter(bytes).map(|m| (m.start(), m.end())).collect(),
+            None => {
+                // No automaton (see `new`): scan for each value, longest first.
+                let mut found: Vec<(usize, usize)> = Vec::new();
+                let mut by_length: Vec<&Vec<u8>> = self.values.iter().collect();
+                by_length.sort_by_key(|v| std::cmp::Reverse(v.len()));
+                let mut at = 0;
+                'scan: while at < bytes.len() {
+                    for v in &by_length {
+                        if bytes[at..].starts_with(v) {
+                            found.push((at, at + v.len()));
+                            at += v.len();
+                            continue 'scan;
+                        }
+                    }
+                    at += 1;
+                }
+                found
+            }
+        }
+    }
+
+    /// `bytes` with every secret replaced by [`MASK`].
+    pub(crate) fn redact_bytes<'a>(&self, bytes: &'a [u8]) -> Cow<'a, [u8]> {
+        if self.is_empty() {
+            return Cow::Borrowed(bytes);
+        }
+        let found = self.matches(bytes);
+        if found.is_empty() {
+            return Cow::Borrowed(bytes);
+        }
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut from = 0;
+        for (start, end) in found {
+            out.extend_from_slice(&bytes[from..start]);
+            out.extend_from_slice(MASK.as_bytes());
+            from = end;
+        }
+        out.extend_from_slice(&bytes[from..]);
+        Cow::Owned(out)
+    }
+
+    /// `text` with every secret replaced by [`MASK`].
+    pub(crate) fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        match self.redact_bytes(text.as_bytes()) {
+            Cow::Borrowed(_) => Cow::Borrowed(text),
+            // A secret that is not UTF-8 may have matched part of a character.
+            Cow::Owned(bytes) => Cow::Owned(
+                String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+            ),
+        }
+    }
+
+    /// [`redact`](Self::redact) into an owned string.
+    pub(crate) fn redact_string(&self, text: String) -> String {
+        match self.redact(&text) {
+            Cow::Borrowed(_) => text,
+            Cow::Owned(redacted) => redacted,
+        }
+    }
+
+    /// An error with every secret hidden in its class, bases and message (an error file is the
+    /// step's own text, all of it).
+    pub(crate) fn redact_error(&self, error: ErrorValue) -> ErrorValue {
+        if self.is_empty() {
+            return error;
+        }
+        ErrorValue {
+            class: self.redact_string(error.class),
+            bases: error.bases.into_iter().map(|b| self.redact_string(b)).collect(),
+            message: self.redact_string(error.message),
+            source: error.source,
+        }
+    }
+
+    /// Replace every secret in the file at `path`, under the state directory, by [`MASK`]: a file
+    /// a step wrote there itself (its error file, its outputs file), which waymark keeps. Streams
+    /// it into a new file and renames that over it, only when there was something to hide. Never
+    /// follows a link; a missing file or one that is not a regular file is left alone.
+    pub(crate) fn scrub_file(&self, path: &Path) -> std::io::Result<()> {
+        if self.is_empty() {
+            return Ok(());
+        }
+        let mut file = match crate::os::fs::open_read_nofollow(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            other => other?,
+        };
+        if !file.metadata()?.is_file() {
+            return Ok(());
+        }
+        let mut name = path.file_name().unwrap_or_default().to_owned();
+        name.push(".scrubbed");
+        let temp = path.with_file_name(name);
+        crate::os::fs::remove_any(&temp)?;
+        let mut out = crate::os::fs::open_append_private(&temp)?;
+        let mut redactor = StreamRedactor::new(self);
+        let mut buf = vec![0u8; 64 * 1024];
+        let copied = (|| {
+            loop {
+                let n = match file.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                };
+                out.write_all(&redactor.feed(&buf[..n]))?;
+            }
+            out.write_all(&redactor.finish())
+        })();
+        if copied.is_err() || redactor.replaced == 0 {
+            let _ = std::fs::remove_file(&temp);
+            return copied;
+        }
+        std::fs::rename(&temp, path)
+    }
+
+    /// The longest end of `bytes` that is the start (not the whole) of some secret: the bytes
+    /// that may turn out to be a secret once more come.
+    fn unfinished_tail(&self, bytes: &[u8]) -> usize {
+        let mut longest = 0;
+        for v in &self.values {
+            let most = (v.len() - 1).min(bytes.len());
+            // Only where the secret's first byte is can it begin.
+            for k in (longest + 1..=most).rev() {
+                if bytes[bytes.len() - k] == v[0] && bytes.ends_with(&v[..k]) {
+                    longest = k;
+                    break;
+                }
+            }
+        }
+        longest
+    }
+}
+
+/// Redacts a stream that arrives in pieces: a secret split across two pieces is still replaced.
+/// The bytes that may be the start of a secret are held back until the next piece (or
+/// [`finish`](Self::finish)) says whether they are.
+#[derive(Debug)]
+pub(crate) struct StreamRedactor<'s> {
+    secrets: &'s Secrets,
+    held: Vec<u8>,
+    /// How many secrets were replaced so far.
+    replaced: usize,
+}
+
+impl<'s> StreamRedactor<'s> {
+    pub(crate) fn new(secrets: &'s Secrets) -> StreamRedactor<'s> {
+        StreamRedactor { secrets, held: Vec::new(), replaced: 0 }
+    }
+
+    /// The redacted bytes that `piece` (after what was held back) makes final.
+    pub(crate) fn feed<'a>(&mut self, piece: &'a [u8]) -> Cow<'a, [u8]> {
+        if self.secrets.is_empty() {
+            return Cow::Borrowed(piece);
+        }
+        let mut buf = std::mem::take(&mut self.held);
+        buf.extend_from_slice(piece);
+        let safe = buf.len() - self.secrets.unfinished_tail(&buf);
+        let mut out = Vec::with_capacity(buf.len());
+        let mut from = 0;
+        for (start, end) in self.secrets.matches(&buf) {
+            // A match that starts in the held-back end may be part of a longer secret.
+            if start >= safe {
+                break;
+            }
+            out.extend_from_slice(&buf[from..start]);
+            out.extend_from_slice(MASK.as_bytes());
+            from = end;
+            self.replaced += 1;
+        }
+        let keep = from.max(safe);
+        out.extend_from_slice(&buf[from..keep]);
+        self.held = buf[keep..].to_vec();
+        Cow::Owned(out)
+    }
+
+    /// What was held back, redacted: the stream has ended.
+    pub(crate) fn finish(&mut self) -> Vec<u8> {
+        let held = std::mem::take(&mut self.held);
+        let found = self.secrets.matches(&held);
+        self.replaced += found.len();
+        self.secrets.redact_bytes(&held).into_owned()
+    }
+
+    /// How many bytes are held back at most: one less than the longest secret.
+    #[cfg(test)]
+    fn most_held(&self) -> usize {
+        self.secrets.values.iter().map(Vec::len).max().unwrap_or(0).saturating_sub(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::ErrorSource;
+
+    fn secrets(values: &[&str]) -> Secrets {
+        Secrets::new(values.iter().map(|v| v.as_bytes()))
+    }
+
+    #[test]
+    fn every_occurrence_is_replaced_and_empty_values_are_not_secrets() {
+        let s = secrets(&["hunter2", "", "s3cr3t"]);
+        assert_eq!(s.redact("token=hunter2 and hunter2hunter2, s3cr3t."), "token=*** and ******, ***.");
+        assert_eq!(s.redact("nothing here"), "nothing here");
+        assert!(matches!(s.redact("nothing here"), Cow::Borrowed(_)));
+        assert!(secrets(&["", ""]).is_empty());
+        assert_eq!(secrets(&[""]).redact("a b"), "a b", "an empty value hides nothing");
+    }
+
+    #[test]
+    fn the_longest_secret_wins_where_two_overlap() {
+        let s = secrets(&["abc", "abcdef", "cde"]);
+        assert_eq!(s.redact("xabcdefx"), "x***x");
+        assert_eq!(s.redact("xabcdex"), "x***dex");
+    }
+
+    #[test]
+    fn an_error_is_redacted_in_every_part() {
+        let s = secrets(&["Tok"]);
+        let e = ErrorValue {
+            class: "Tok".into(),
+            bases: vec!["Exception".into()],
+            message: "bad Tok in Tokyo".into(),
+            source: ErrorSource::ErrorFile,
+        };
+        let e = s.redact_error(e);
+        assert_eq!((e.class.as_str(), e.message.as_str()), ("***", "bad *** in ***yo"));
+        assert_eq!(e.bases, ["Exception"]);
+    }
+
+    /// Every way of cutting a text into two or three pieces gives the same result as redacting it
+    /// whole, and nothing is held back longer than a secret could need.
+    #[test]
+    fn a_secret_split_across_pieces_is_still_replaced() {
+        let s = secrets(&["hunter2", "hunt", "PEM\nkey"]);
+        let text = b"say hunter2 hunt hunter hunter2! PEM\nkey end hunte";
+        let whole = s.redact_bytes(text).into_owned();
+        assert_eq!(String::from_utf8_lossy(&whole), "say *** *** ***er ***! *** end ***e");
+        for i in 0..=text.len() {
+            for j in i..=text.len() {
+                let mut r = StreamRedactor::new(&s);
+                let mut out = Vec::new();
+                for piece in [&text[..i], &text[i..j], &text[j..]] {
+                    out.extend_from_slice(&r.feed(piece));
+                    assert!(r.held.len() <= r.most_held(), "held {} bytes", r.held.len());
+                }
+                out.extend(r.finish());
+                assert_eq!(out, whole, "cut at {i} and {j}");
+            }
+        }
+    }
+
+    #[test]
+    fn without_secrets_a_stream_passes_through_untouched() {
+        let s = Secrets::default();
+        let mut r = StreamRedactor::new(&s);
+        assert!(matches!(r.feed(b"abc"), Cow::Borrowed(b"abc")));
+        assert!(r.finish().is_empty());
+    }
+
+    #[test]
+    fn without_an_automaton_the_scan_finds_the_same() {
+        let mut s = secrets(&["abc", "abcdef", "cde"]);
+        s.matcher = None;
+        assert_eq!(s.redact("xabcdefx xabcdex"), "x***x x***dex");
+    }
+
+    #[test]
+    fn a_file_is_scrubbed_only_when_it_holds_a_secret() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("attempt-1.error.json");
+        let s = secrets(&["hunter2"]);
+        std::fs::write(&path, "{\"message\": \"token hunter2 refused\"}").unwrap();
+        s.scrub_file(&path).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"message\": \"token *** refused\"}");
+        let clean = dir.path().join("clean");
+        std::fs::write(&clean, "nothing").unwrap();
+        let before = std::fs::metadata(&clean).unwrap().modified().unwrap();
+        s.scrub_file(&clean).unwrap();
+        assert_eq!(std::fs::metadata(&clean).unwrap().modified().unwrap(), before, "left as it was");
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names.len(), 2, "no temporary file left: {names:?}");
+        s.scrub_file(&dir.path().join("missing")).unwrap();
+        // A link is not followed: its target keeps its text.
+        std::os::unix::fs::symlink(&clean, dir.path().join("link")).unwrap();
+        std::fs::write(&clean, "hunter2").unwrap();
+        assert!(s.scrub_file(&dir.path().join("link")).is_err());
+        assert_eq!(std::fs::read_to_string(&clean).unwrap(), "hunter2");
+    }
+
+    #[test]
+    fn a_secret_that_is_not_utf8_leaves_valid_text() {
+        let s = Secrets::new([vec![0xa9u8]]);
+        assert_eq!(s.redact("café"), "caf\u{fffd}***");
+    }
+}

@@ -1,0 +1,437 @@
+//! Parameters, the environment, secrets and step outputs, end to end with real processes:
+//! `--param` values reach steps (and only through the environment), a resumed run keeps the values
+//! and the outputs it started with (after a kill -9 of its runner too), env sources take
+//! precedence as documented, a bad env file stops nothing but itself, and a secret's value never
+//! reaches the terminal, the logs, `status` or any file under the state directory.
+
+mod common;
+
+use common::{Env, stderr};
+use serde_json::{Value, json};
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+
+fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn json_of(env: &Env, args: &[&str]) -> Value {
+    let out = env.cmd(args).output().unwrap();
+    assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The newest run's id.
+fn run_id(env: &Env) -> String {
+    json_of(env, &["history", "--json"])[0]["id"].as_str().unwrap().to_owned()
+}
+
+/// `text` with the run ids, the state directory and the attempts' durations made stable: `ID`,
+/// `STATE` and `in MS`.
+fn normalise(env: &Env, text: &str) -> String {
+    let mut text = text.to_owned();
+    for run in json_of(env, &["history", "--json"]).as_array().unwrap() {
+        text = text.replace(run["id"].as_str().unwrap(), "ID");
+    }
+    text = text.replace(&env.state().canonicalize().unwrap().display().to_string(), "STATE");
+    text = text.replace(&env.dir.path().canonicalize().unwrap().display().to_string(), "DIR");
+    text.lines()
+        .map(|line| match line.rsplit_once(" in ") {
+            Some((head, _)) if line.contains(": succeeded on attempt ") => format!("{head} in MS\n"),
+            _ => format!("{line}\n"),
+        })
+        .collect()
+}
+
+#[test]
+fn parameters_reach_steps_through_the_environment_only() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'nightly'\n[params]\ndate = {}\nregion = 'eu-west-1'\n\
+         [[step]]\nname = 'show'\nshell = 'printf \"date=%s region=%s\\n\" \"$WAYMARK_PARAM_DATE\" \"$WAYMARK_PARAM_REGION\"'\n",
+    );
+    // A value that would run a command if it were spliced into the shell text.
+    let value = "2026-01-31 $(touch pwned) `touch pwned`; touch pwned";
+    let out = env.cmd(&["run", "flow.toml", "--param", &format!("date={value}")]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), format!("show | date={value} region=eu-west-1\n"));
+    assert!(!env.path("pwned").exists(), "a parameter's value is never shell text");
+    // A given value wins over the default; so does an empty one.
+    let out = env.cmd(&["run", "flow.toml", "--param", "date=", "--param", "region=us"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "show | date= region=us\n");
+}
+
+#[test]
+fn an_undeclared_or_missing_parameter_is_exit_2_and_nothing_runs() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'nightly'\n[params]\ndate = {}\nregion = 'eu-west-1'\n[[step]]\nname = 'a'\nrun = ['touch', 'ran']\n",
+    );
+    let out = env.cmd(&["run", "flow.toml", "--param", "dte=2026-01-31"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "error: flow `nightly` has no parameter `dte`: did you mean `date`? Its parameters: `date`, `region`; \
+         nothing ran\n"
+    );
+    assert!(!env.state().join("waymark.db").exists(), "refused before the state is touched");
+    let out = env.cmd(&["run", "flow.toml", "--param", "region=us"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "error: flow `nightly` needs the parameter `date`, which has no default: add `--param date=VALUE`; \
+         nothing ran\n"
+    );
+    let out = env.cmd(&["run", "flow.toml", "--param", "date=1", "--param", "date=2"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "error: `--param date` is given twice (`1` and `2`); give each parameter once; nothing ran\n"
+    );
+    assert!(!env.path("ran").exists());
+    assert_eq!(json_of(&env, &["history", "--json"]), json!([]), "no run was recorded");
+}
+
+/// The flow of the resume tests: `fetch-a` writes outputs (one of them from a parameter), `load`
+/// records what it sees, and fails until the file `go` exists.
+const RESUMED: &str = "name = 'nightly'\n[params]\ndate = {}\n\
+    [[step]]\nname = 'fetch-a'\n\
+    shell = 'echo x >> fetch.log; printf \"rows=42\\nday=%s\\n\" \"$WAYMARK_PARAM_DATE\" >> \"$WAYMARK_OUTPUT\"'\n\
+    [[step]]\nname = 'load'\n\
+    shell = 'echo \"$WAYMARK_OUTPUT_FETCH_A_ROWS $WAYMARK_OUTPUT_FETCH_A_DAY $WAYMARK_PARAM_DATE\" >> load.log; [ -e go ]'\n";
+
+#[test]
+fn parameters_and_outputs_survive_a_kill_9_of_the_runner() {
+    if !common::have_crash_hook("parameters_and_outputs_survive_a_kill_9_of_the_runner") {
+        return;
+    }
+    let env = Env::new();
+    env.write("flow.toml", RESUMED);
+    env.write("go", "");
+    // The runner is SIGKILLed right after `fetch-a`'s success (and its outputs) is committed.
+    let out = env
+        .cmd(&["run", "flow.toml", "--param", "date=2026-01-31"])
+        .env("WAYMARK_TEST_CRASH_AFTER", "fetch-a")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.signal(), Some(9), "{}", stderr(&out));
+    assert_eq!((env.count("fetch.log"), env.count("load.log")), (1, 0));
+    let id = run_id(&env);
+
+    // Another value for the run's parameter is refused: the run resumes with its own.
+    let out = env.cmd(&["run", "flow.toml", "--param", "date=2026-02-01"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        normalise(&env, &stderr(&out)),
+        "error: run ID of flow.toml is unfinished and resumes with the values it started with (`--param \
+         date=2026-01-31`), but `--param date=2026-02-01` differs: run without `--param` (or with the same \
+         values) to resume it, or add `--fresh` to abandon it and start a new run with the new values; nothing ran\n"
+    );
+    assert_eq!(env.count("load.log"), 0, "nothing ran");
+
+    // Resumed without `--param` (the same value would do too): `load` sees the recorded outputs
+    // and the value the run started with.
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        normalise(&env, &stderr(&out)),
+        "waymark: resuming run ID of nightly: 1 of 2 steps done\n\
+         waymark: fetch-a: already succeeded, skipped\n\
+         waymark: load: succeeded on attempt 1 in MS\n\
+         waymark: run ID succeeded\n"
+    );
+    assert_eq!(env.read("load.log"), "42 2026-01-31 2026-01-31\n");
+    assert_eq!(env.count("fetch.log"), 1, "a succeeded step never runs again");
+    let status = json_of(&env, &["status", &id, "--json"]);
+    assert_eq!(status["steps"][0]["outputs"], json!({"day": "2026-01-31", "rows": "42"}));
+    assert_eq!(status["steps"][1]["outputs"], json!({}));
+}
+
+#[test]
+fn waymark_resume_of_a_failed_run_keeps_its_parameters_and_outputs() {
+    let env = Env::new();
+    env.write("flow.toml", RESUMED);
+    let out = env.cmd(&["run", "flow.toml", "--param", "date=2026-01-31"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let id = run_id(&env);
+    // The flow file now declares a default: the run still has the value it started with.
+    env.write("flow.toml", &RESUMED.replace("date = {}", "date = 'today'"));
+    env.write("go", "");
+    let out = env.cmd(&["resume", &id]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(env.read("load.log"), "42 2026-01-31 2026-01-31\n42 2026-01-31 2026-01-31\n");
+    assert_eq!(env.count("fetch.log"), 1);
+}
+
+#[test]
+fn later_steps_see_the_outputs_of_the_success_and_bad_lines_are_warnings() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'outs'\n\
+         [[step]]\nname = 'fetch-a'\nretry = { attempts = 2 }\n\
+         shell = '''\n\
+         if [ \"$WAYMARK_ATTEMPT\" = 1 ]; then echo stale=first >> \"$WAYMARK_OUTPUT\"; exit 3; fi\n\
+         printf 'rows=42\\nnot a pair\\n2x=3\\npath=/tmp/a b.csv\\nrows=43\\n' >> \"$WAYMARK_OUTPUT\"\n\
+         '''\n\
+         [[step]]\nname = 'quiet'\nrun = ['true']\n\
+         [[step]]\nname = 'show'\nshell = 'env | grep ^WAYMARK_OUTPUT | sort'\n",
+    );
+    // The variables of another run (this runner started by one of its steps) are not this run's.
+    let out = env
+        .cmd(&["run", "flow.toml"])
+        .env("WAYMARK_OUTPUT_OUTER_X", "outer")
+        .env("WAYMARK_OUTPUT", "/outer/file")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Only the succeeded attempt's outputs count; `show` gets its own outputs file, not theirs.
+    let file = |step: &str| format!("STATE/logs/ID/{step}/attempt-1.outputs");
+    assert_eq!(
+        normalise(&env, &stdout(&out)),
+        format!(
+            "show | WAYMARK_OUTPUT={}\n\
+             show | WAYMARK_OUTPUT_FETCH_A_PATH=/tmp/a b.csv\n\
+             show | WAYMARK_OUTPUT_FETCH_A_ROWS=43\n",
+            file("show")
+        )
+    );
+    let outputs2 = "STATE/logs/ID/fetch-a/attempt-2.outputs";
+    assert_eq!(
+        normalise(&env, &stderr(&out)),
+        format!(
+            "waymark: run ID of outs: 3 step(s)\n\
+             waymark: fetch-a: attempt 1/2\n\
+             waymark: fetch-a: attempt 1/2 failed: CalledProcessError(SubprocessError, Exception, BaseException): \
+             exit status 3 [exit status]; retrying now\n\
+             waymark: fetch-a: attempt 2/2\n\
+             waymark: warning: fetch-a: outputs file {outputs2}: line 2 is not `key=value`; skipped (write \
+             `name=value`, one per line)\n\
+             waymark: warning: fetch-a: outputs file {outputs2}: line 3: `2x` is not an output name \
+             ([A-Za-z_][A-Za-z0-9_]*, no spaces); skipped\n\
+             waymark: fetch-a: succeeded on attempt 2 in MS\n\
+             waymark: quiet: succeeded on attempt 1 in MS\n\
+             waymark: show: succeeded on attempt 1 in MS\n\
+             waymark: run ID succeeded\n"
+        )
+    );
+}
+
+#[test]
+fn precedence_is_step_env_then_flow_env_then_env_file_then_inherited() {
+    let env = Env::new();
+    env.write("conf/.env", "# read when the run starts\nA=file\nB=file\nC=file\nexport D=\"file d\"\n");
+    env.write(
+        "flow.toml",
+        "env_file = 'conf/.env'\nenv = { B = 'flow', C = 'flow' }\n\
+         [[step]]\nname = 'show'\nenv = { C = 'step' }\n\
+         shell = 'echo \"A=$A B=$B C=$C D=$D E=$E\"'\n",
+    );
+    let out = env
+        .cmd(&["run", "flow.toml"])
+        .env("A", "inherited")
+        .env("B", "inherited")
+        .env("C", "inherited")
+        .env("D", "inherited")
+        .env("E", "inherited")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "show | A=file B=flow C=step D=file d E=inherited\n");
+}
+
+#[test]
+fn a_bad_env_file_is_exit_2_naming_the_file_and_line_and_nothing_runs() {
+    let env = Env::new();
+    env.write("flow.toml", "env_file = '.env'\n[[step]]\nname = 'a'\nrun = ['touch', 'ran']\n");
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        normalise(&env, &stderr(&out)),
+        "error: cannot read the env file DIR/.env: No such file or directory (os error 2); nothing ran: fix the \
+         env file, then run again\n"
+    );
+    env.write(".env", "GOOD=1\nexport BROKEN LINE\nQUOTED='never closed\n");
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        normalise(&env, &stderr(&out)),
+        "error: the env file DIR/.env cannot be read as dotenv:\n  \
+         DIR/.env:2: `export BROKEN LINE` is not `KEY=value`: write `NAME=value`, or start the line with `#` to \
+         make it a comment\n  \
+         DIR/.env:3: the closing ' of `QUOTED`'s value is missing: add it where the value ends\n\
+         nothing ran: fix the env file, then run again\n"
+    );
+    assert!(!env.path("ran").exists());
+    assert_eq!(json_of(&env, &["history", "--json"]), json!([]), "no run was recorded");
+}
+
+/// Parameter values are recorded with the run: one that holds a secret's value is refused.
+#[test]
+fn a_parameter_holding_a_secret_is_refused() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "secret_env = ['API_TOKEN']\n[params]\nurl = {}\n[[step]]\nname = 'a'\nrun = ['touch', 'ran']\n",
+    );
+    let out = env
+        .cmd(&["run", "flow.toml", "--param", "url=https://me:hunter2@example.com"])
+        .env("API_TOKEN", "hunter2")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "error: the value of `--param url` holds the value of a variable of `secret_env`; parameter values are \
+         recorded with the run (to resume it with them) and a secret never is: let the step read the secret from \
+         its environment instead; nothing ran\n"
+    );
+    assert!(!env.path("ran").exists());
+    assert_eq!(json_of(&env, &["history", "--json"]), json!([]), "no run was recorded");
+}
+
+/// Every file under `dir`, recursively, as (path, bytes).
+fn every_file(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            found.extend(every_file(&path));
+        } else {
+            found.push((path.display().to_string(), std::fs::read(&path).unwrap()));
+        }
+    }
+    found
+}
+
+fn holds(haystack: &[u8], needle: &str) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+#[test]
+fn secrets_never_reach_the_terminal_the_logs_status_or_the_state_directory() {
+    let env = Env::new();
+    let (token, password) = ("hunter2-token", "pa55-word");
+    env.write(".env", &format!("API_TOKEN={token}\nREGION=eu\n"));
+    env.write(
+        "flow.toml",
+        "name = 'secretive'\nenv_file = '.env'\nsecret_env = ['API_TOKEN', 'DB_PASS', 'EMPTY_ONE']\n\
+         [[step]]\nname = 'fetch'\n\
+         shell = '''\n\
+         printf 'token=%s' \"${API_TOKEN%-token}-\"; sleep 0.3; printf 'token region=%s\\n' \"$REGION\"\n\
+         echo \"tok=$API_TOKEN\" >> \"$WAYMARK_OUTPUT\"\n\
+         '''\n\
+         [[step]]\nname = 'load'\nretry = { attempts = 2 }\n\
+         shell = '''\n\
+         echo \"got $WAYMARK_OUTPUT_FETCH_TOK\"\n\
+         if [ \"$WAYMARK_ATTEMPT\" = 1 ]; then\n\
+           printf '{\"type\": \"PermissionError\", \"message\": \"login %s refused\"}' \"$DB_PASS\" > \"$WAYMARK_ERROR_FILE\"\n\
+           exit 1\n\
+         fi\n\
+         printf 'Traceback (most recent call last):\\n  File \"load.py\", line 1, in <module>\\nValueError: bad token %s\\n' \"$API_TOKEN\" >&2\n\
+         exit 1\n\
+         '''\n",
+    );
+    let out = env.cmd(&["run", "flow.toml"]).env("DB_PASS", password).env("EMPTY_ONE", "").output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let id = run_id(&env);
+    // The token was written in two pieces, 0.3 s apart: it is hidden all the same.
+    assert_eq!(stdout(&out), "fetch | token=*** region=eu\nload | got ***\nload | got ***\n");
+    let load = "STATE/logs/ID/load";
+    assert_eq!(
+        normalise(&env, &stderr(&out)),
+        format!(
+            "waymark: run ID of secretive: 2 step(s)\n\
+             waymark: fetch: succeeded on attempt 1 in MS\n\
+             waymark: load: attempt 1/2\n\
+             waymark: load: attempt 1/2 failed: PermissionError(OSError, Exception, BaseException): login *** \
+             refused [error file]; retrying now\n\
+             waymark: load: attempt 2/2\n\
+             load | Traceback (most recent call last):\n\
+             load |   File \"load.py\", line 1, in <module>\n\
+             load | ValueError: bad token ***\n\
+             waymark: load: attempt 2/2 failed: ValueError(Exception, BaseException): bad token *** [traceback]\n\
+             \n\
+             waymark: run ID failed\n  \
+             step:     load\n  \
+             error:    ValueError(Exception, BaseException): bad token ***\n  \
+             source:   traceback\n  \
+             attempts: 2\n  \
+             stderr (last lines):\n    \
+             Traceback (most recent call last):\n      \
+             File \"load.py\", line 1, in <module>\n    \
+             ValueError: bad token ***\n  \
+             logs:     {load}\n"
+        )
+    );
+    // What `logs` and `status` show, and what waymark keeps.
+    let mut shown = String::new();
+    for args in [
+        vec!["logs", &id, "fetch"],
+        vec!["logs", &id, "load", "--attempt", "1"],
+        vec!["logs", &id, "load"],
+        vec!["status", &id, "--json"],
+        vec!["status", &id],
+        vec!["history", "--json"],
+    ] {
+        let out = env.cmd(&args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        shown.push_str(&stdout(&out));
+        shown.push_str(&stderr(&out));
+    }
+    assert!(shown.contains("token=*** region=eu") && shown.contains("bad token ***"), "{shown}");
+    // The error file the step wrote is kept with the secret hidden.
+    let error_file = env.state().join(format!("logs/{id}/load/attempt-1.error.json"));
+    assert_eq!(
+        std::fs::read_to_string(error_file).unwrap(),
+        "{\"type\": \"PermissionError\", \"message\": \"login *** refused\"}"
+    );
+    for secret in [token, password] {
+        assert!(!holds(&out.stdout, secret) && !holds(&out.stderr, secret), "{secret} on the terminal");
+        assert!(!shown.contains(secret), "{secret} shown by logs or status:\n{shown}");
+        for (path, bytes) in every_file(&env.state()) {
+            assert!(!holds(&bytes, secret), "{secret} is in {path}");
+        }
+    }
+    let status = json_of(&env, &["status", &id, "--json"]);
+    assert_eq!(status["steps"][0]["outputs"], json!({"tok": "***"}));
+    assert_eq!(status["steps"][1]["last_error"]["message"], "bad token ***");
+    // An empty value is no secret: nothing else was replaced (the region, the step names).
+    assert!(shown.contains("region=eu") && !shown.contains("*****"), "{shown}");
+}
+
+/// A database written before step outputs (schema 4) is read as it is, and migrated by the next
+/// runner; steps recorded before then have no outputs.
+#[test]
+fn a_schema_4_database_is_read_as_it_is_and_migrated_by_the_next_runner() {
+    if !common::have_crash_hook("a_schema_4_database_is_read_as_it_is_and_migrated_by_the_next_runner") {
+        return;
+    }
+    let env = Env::new();
+    env.write("flow.toml", RESUMED);
+    env.write("go", "");
+    let out = env
+        .cmd(&["run", "flow.toml", "--param", "date=2026-01-31"])
+        .env("WAYMARK_TEST_CRASH_AFTER", "fetch-a")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.signal(), Some(9), "{}", stderr(&out));
+    let db = || rusqlite::Connection::open(env.state().join("waymark.db")).unwrap();
+    let version = || -> i64 { db().query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap() };
+    assert_eq!(version(), 5);
+    db().execute_batch("ALTER TABLE steps DROP COLUMN outputs; PRAGMA user_version = 4;").unwrap();
+
+    // Looking does not migrate (it writes nothing).
+    let status = json_of(&env, &["status", "--json"]);
+    assert_eq!(status["steps"][0]["outputs"], json!({}));
+    assert_eq!(version(), 4);
+
+    // A runner migrates and resumes; `fetch-a` recorded no outputs under schema 4.
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(version(), 5);
+    assert_eq!(env.read("load.log"), "  2026-01-31\n");
+}
