@@ -40,6 +40,8 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
             break
         }
         'waymark;run' {
+            [CompletionResult]::new('--max-parallel', '--max-parallel', [CompletionResultType]::ParameterName, 'Run at most N steps at once, instead of the flow''s `max_parallel` (default 4)')
+            [CompletionResult]::new('--param', '--param', [CompletionResultType]::ParameterName, 'Set a parameter declared in the flow''s [params]; repeat for each one')
             [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]')
             [CompletionResult]::new('--fresh', '--fresh', [CompletionResultType]::ParameterName, 'Abandon an unfinished run of this flow and start a new one')
             [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait for another runner of the same flow instead of exiting with status 3')

@@ -36,6 +36,8 @@ set edit:completion:arg-completer[waymark] = {|@words|
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'waymark;run'= {
+            cand --max-parallel 'Run at most N steps at once, instead of the flow''s `max_parallel` (default 4)'
+            cand --param 'Set a parameter declared in the flow''s [params]; repeat for each one'
             cand --state-dir 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]'
             cand --fresh 'Abandon an unfinished run of this flow and start a new one'
             cand --wait 'Wait for another runner of the same flow instead of exiting with status 3'

@@ -38,6 +38,8 @@ complete -c waymark -n "__fish_waymark_needs_command" -f -a "errors" -d 'Print t
 complete -c waymark -n "__fish_waymark_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c waymark -n "__fish_waymark_needs_command" -f -a "man" -d 'Print waymark\'s manual page (roff), or one command\'s'
 complete -c waymark -n "__fish_waymark_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c waymark -n "__fish_waymark_using_subcommand run" -l max-parallel -d 'Run at most N steps at once, instead of the flow\'s `max_parallel` (default 4)' -r
+complete -c waymark -n "__fish_waymark_using_subcommand run" -l param -d 'Set a parameter declared in the flow\'s [params]; repeat for each one' -r
 complete -c waymark -n "__fish_waymark_using_subcommand run" -l state-dir -d 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]' -r -f -a "(__fish_complete_directories)"
 complete -c waymark -n "__fish_waymark_using_subcommand run" -l fresh -d 'Abandon an unfinished run of this flow and start a new one'
 complete -c waymark -n "__fish_waymark_using_subcommand run" -l wait -d 'Wait for another runner of the same flow instead of exiting with status 3'

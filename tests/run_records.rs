@@ -95,11 +95,11 @@ fn an_unknown_step_state_is_a_corrupt_or_newer_state_not_a_default() {
     }
     let env = Env::new();
     let id = interrupted_run(&env);
-    db(&env).execute("UPDATE steps SET state = 'skipped' WHERE name = 'report'", []).unwrap();
+    db(&env).execute("UPDATE steps SET state = 'paused' WHERE name = 'report'", []).unwrap();
     let db_path = env.state().canonicalize().unwrap().join("waymark.db");
     let expected = format!(
         "error: state database {} holds a corrupt or newer state: steps of run {id}: step `report`: unknown step \
-         state `skipped`; if a newer waymark wrote it, use that one; otherwise `waymark run --fresh FLOW` starts \
+         state `paused`; if a newer waymark wrote it, use that one; otherwise `waymark run --fresh FLOW` starts \
          the flow anew (or move the database aside)\n",
         db_path.display()
     );
