@@ -206,11 +206,12 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     }
 
     async fn event_loop(&mut self) -> Result<RunOutcome, ExecError> {
-        // Signals that came before the loop listened: nothing starts after them.
-        while let Some(sig) = self.parts.signals.try_next() {
-            self.on_signal(sig);
-        }
         loop {
+            // Signals that came while the dispatcher was not listening (before the loop, or while
+            // it awaited a write): nothing starts after them.
+            while let Some(sig) = self.parts.signals.try_next() {
+                self.on_signal(sig);
+            }
             if self.cancelled.is_none() {
                 for index in self.ready(Instant::now()) {
                     self.start(index).await?;

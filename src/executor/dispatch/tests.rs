@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::events::{Envelope, Reporter};
-use crate::store::StoreError;
+use crate::store::{StoreError, StoreErrorKind};
 use std::cell::RefCell;
 use std::path::Path;
 use std::rc::Rc;
@@ -48,6 +48,8 @@ struct FakeLauncher {
     script: ScriptFn,
     spawned: Shared<Spawned>,
     leftovers_checked: Shared<String>,
+    /// The pids whose process group the dispatcher killed.
+    killed: Shared<u32>,
     begin: Instant,
     next_pid: u32,
 }
@@ -99,7 +101,9 @@ impl Launcher for FakeLauncher {
         Ok(Launched::Running { pid: self.next_pid, proc_start: None, stderr_from: 0 })
     }
 
-    fn kill(&mut self, _pid: u32) {}
+    fn kill(&mut self, pid: u32) {
+        self.killed.borrow_mut().push(pid);
+    }
 
     fn kill_leftovers(&mut self, step: &StepRecord) -> Result<Option<String>, ExecError> {
         self.leftovers_checked.borrow_mut().push(step.name.clone());
@@ -115,6 +119,10 @@ impl Launcher for FakeLauncher {
 struct FakeJournal {
     writes: Shared<String>,
     next_row: i64,
+    /// How long each attempt's outcome takes to commit (a database another process holds locked).
+    finish_takes: Duration,
+    /// Whether recording a spawned child's pid fails (the store is gone mid-run).
+    spawned_fails: bool,
 }
 
 fn since_base(t: SystemTime) -> Duration {
@@ -136,6 +144,9 @@ impl RunJournal for FakeJournal {
     }
 
     async fn attempt_spawned(&mut self, row: i64, _pid: u32, _proc_start: Option<u64>) -> Result<(), StoreError> {
+        if self.spawned_fails {
+            return Err(StoreError::failed(StoreErrorKind::Full, "fake", "disk full"));
+        }
         self.writes.borrow_mut().push(format!("spawned row {row}"));
         Ok(())
     }
@@ -146,6 +157,7 @@ impl RunJournal for FakeJournal {
         result: &AttemptResult,
         update: &StepUpdate,
     ) -> Result<(), StoreError> {
+        tokio::time::sleep(self.finish_takes).await;
         let error = result.error.as_ref().map_or(String::new(), |e| format!(" {}", e.class));
         let update = match update {
             StepUpdate::Waiting { next_attempt, wake_at } => {
@@ -207,16 +219,25 @@ fn take<T: Clone>(shared: Shared<T>) -> Vec<T> {
 
 /// What a run did.
 struct Ran {
-    outcome: RunOutcome,
+    /// The run's outcome, or waymark's own failure.
+    result: Result<RunOutcome, ExecError>,
     spawned: Vec<Spawned>,
     writes: Vec<String>,
     events: Vec<Envelope>,
     leftovers_checked: Vec<String>,
+    killed: Vec<u32>,
     /// How long the run took, by tokio's clock.
     took: Duration,
 }
 
 impl Ran {
+    fn outcome(&self) -> RunOutcome {
+        match &self.result {
+            Ok(outcome) => *outcome,
+            Err(e) => panic!("the run failed: {e}"),
+        }
+    }
+
     /// The attempts' (step, attempt, start time in seconds).
     fn schedule(&self) -> Vec<(&str, u32, f64)> {
         self.spawned.iter().map(|s| (s.step.as_str(), s.attempt, s.at.as_secs_f64())).collect()
@@ -257,6 +278,9 @@ struct Test {
     seed: u64,
     /// Signals to send, at these times since the start.
     signals: Vec<(Duration, Signal)>,
+    /// See [`FakeJournal`].
+    finish_takes: Duration,
+    spawned_fails: bool,
 }
 
 fn flow(toml: &str) -> Arc<Flow> {
@@ -282,13 +306,21 @@ impl Test {
     fn new(toml: &str) -> Test {
         let flow = flow(toml);
         let records = flow.steps.iter().map(|s| pending(&s.name)).collect();
-        Test { flow, records, resumed: false, seed: 7, signals: Vec::new() }
+        Test {
+            flow,
+            records,
+            resumed: false,
+            seed: 7,
+            signals: Vec::new(),
+            finish_takes: Duration::ZERO,
+            spawned_fails: false,
+        }
     }
 
     async fn run(self, script: impl FnMut(&str, u32) -> Script + 'static) -> Ran {
         let begin = Instant::now();
-        let (spawned, writes, events, leftovers): (Shared<Spawned>, Shared<String>, Shared<Envelope>, Shared<String>) =
-            Default::default();
+        let (spawned, writes, events): (Shared<Spawned>, Shared<String>, Shared<Envelope>) = Default::default();
+        let (leftovers, killed): (Shared<String>, Shared<u32>) = Default::default();
         let (sig_tx, sig_rx) = mpsc::unbounded_channel();
         for (after, sig) in self.signals {
             let tx = sig_tx.clone();
@@ -302,10 +334,16 @@ impl Test {
                 script: Box::new(script),
                 spawned: Rc::clone(&spawned),
                 leftovers_checked: Rc::clone(&leftovers),
+                killed: Rc::clone(&killed),
                 begin,
                 next_pid: 1000,
             },
-            journal: FakeJournal { writes: Rc::clone(&writes), next_row: 0 },
+            journal: FakeJournal {
+                writes: Rc::clone(&writes),
+                next_row: 0,
+                finish_takes: self.finish_takes,
+                spawned_fails: self.spawned_fails,
+            },
             signals: FakeSignals(sig_rx),
             clock: FakeClock(begin),
             rng: fastrand::Rng::with_seed(self.seed),
@@ -314,15 +352,16 @@ impl Test {
         let mut emitter = Emitter::with_clock(vec![Box::new(Recorder(Rc::clone(&events)))], || BASE);
         emitter.set_run("r1");
         let spec = RunSpec { flow: self.flow, run_id: "r1".into(), steps: self.records, resumed: self.resumed };
-        let outcome = Dispatcher::new(spec, parts, &mut emitter).expect("set up").run().await.expect("runs");
+        let result = Dispatcher::new(spec, parts, &mut emitter).expect("set up").run().await;
         let took = Instant::now() - begin;
         drop(emitter);
         Ran {
-            outcome,
+            result,
             spawned: take(spawned),
             writes: take(writes),
             events: take(events),
             leftovers_checked: take(leftovers),
+            killed: take(killed),
             took,
         }
     }
@@ -346,7 +385,7 @@ run = ["load"]
 #[tokio::test(start_paused = true)]
 async fn retries_until_the_budget_is_spent() {
     let ran = Test::new(FLAKY).run(|_, _| exit(5, 3)).await;
-    assert_eq!(ran.outcome, RunOutcome::Failed);
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
     // Each attempt runs 5 s; the waits before retries 1 and 2 are 1 s and 2 s.
     assert_eq!(ran.schedule(), [("a", 1, 0.0), ("a", 2, 6.0), ("a", 3, 13.0)]);
     assert_eq!(ran.took, secs(18));
@@ -440,7 +479,7 @@ async fn backoff_wakes_at_the_recorded_time_and_jitter_follows_the_seed() {
 #[tokio::test(start_paused = true)]
 async fn an_error_the_filter_does_not_match_stops_at_once() {
     let ran = Test::new(FLAKY).run(|_, _| exit(2, 4)).await;
-    assert_eq!(ran.outcome, RunOutcome::Failed);
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
     assert_eq!(ran.schedule(), [("a", 1, 0.0)]);
     assert_eq!(ran.took, secs(2));
     assert_eq!(
@@ -453,7 +492,7 @@ async fn an_error_the_filter_does_not_match_stops_at_once() {
 #[tokio::test(start_paused = true)]
 async fn steps_run_in_file_order_each_after_the_previous_succeeded() {
     let ran = Test::new(FLAKY).run(|step, _| if step == "a" { exit(3, 0) } else { exit(4, 0) }).await;
-    assert_eq!(ran.outcome, RunOutcome::Succeeded);
+    assert_eq!(ran.outcome(), RunOutcome::Succeeded);
     assert_eq!(ran.schedule(), [("a", 1, 0.0), ("b", 1, 3.0)]);
     assert_eq!(ran.took, secs(7));
     assert_eq!(ran.writes.last().map(String::as_str), Some("run Succeeded None"));
@@ -469,7 +508,7 @@ timeout = 3
 retry = { attempts = 4, exception_types = ["Exception"] }
 "#;
     let ran = Test::new(flow).run(|_, _| Script::Hang).await;
-    assert_eq!(ran.outcome, RunOutcome::Failed);
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
     assert_eq!(ran.took, secs(3));
     assert_eq!(
         ran.attempt_finished(),
@@ -486,7 +525,7 @@ run = ["nope"]
 retry = { attempts = 2, exception_types = ["Exception"], backoff_seconds = 10 }
 "#;
     let ran = Test::new(flow).run(|_, attempt| if attempt == 1 { Script::NotStarted } else { exit(1, 0) }).await;
-    assert_eq!(ran.outcome, RunOutcome::Succeeded);
+    assert_eq!(ran.outcome(), RunOutcome::Succeeded);
     assert_eq!(ran.schedule(), [("a", 1, 0.0), ("a", 2, 10.0)]);
     let pids: Vec<Option<u32>> = ran
         .events
@@ -510,7 +549,7 @@ async fn a_signal_during_an_attempt_cancels_it_and_the_run_is_interrupted() {
     let mut test = Test::new(FLAKY);
     test.signals = vec![(secs(2), Signal(nix::sys::signal::Signal::SIGTERM))];
     let ran = test.run(|_, _| Script::Hang).await;
-    assert_eq!(ran.outcome, RunOutcome::Interrupted { signal: 15 });
+    assert_eq!(ran.outcome(), RunOutcome::Interrupted { signal: 15 });
     assert_eq!(ran.took, secs(2));
     assert_eq!(ran.schedule(), [("a", 1, 0.0)]);
     assert_eq!(ran.attempt_finished(), [(1, AttemptEnd::Cancelled, None, None)]);
@@ -525,7 +564,7 @@ async fn a_signal_during_a_backoff_ends_the_run_without_waiting_it_out() {
     let mut test = Test::new(&slow);
     test.signals = vec![(secs(10), Signal(nix::sys::signal::Signal::SIGINT))];
     let ran = test.run(|_, _| exit(1, 3)).await;
-    assert_eq!(ran.outcome, RunOutcome::Interrupted { signal: 2 });
+    assert_eq!(ran.outcome(), RunOutcome::Interrupted { signal: 2 });
     assert_eq!(ran.took, secs(10));
     assert_eq!(ran.schedule(), [("a", 1, 0.0)]);
     // The wait stays recorded: a resumed run serves the rest of it.
@@ -542,7 +581,7 @@ async fn resume_redelivers_an_in_flight_attempt_under_the_same_number() {
     test.records[0].attempts_used = 2;
     test.records[0].state = StepState::InFlight { attempt: 2, row: 41, pid: Some(4242), proc_start: None };
     let ran = test.run(|_, _| exit(1, 0)).await;
-    assert_eq!(ran.outcome, RunOutcome::Succeeded);
+    assert_eq!(ran.outcome(), RunOutcome::Succeeded);
     assert_eq!(ran.leftovers_checked, ["a"], "the dead runner's attempt is made sure dead first");
     assert_eq!(
         ran.spawned.iter().map(|s| (s.step.as_str(), s.attempt, s.redelivered)).collect::<Vec<_>>(),
@@ -561,7 +600,38 @@ async fn resume_serves_the_rest_of_a_recorded_backoff_and_skips_finished_steps()
     // Recorded as waking 30 s after the test begins (the fake wall clock starts at BASE).
     test.records[1].state = StepState::Waiting { next_attempt: 2, wake_at: BASE + secs(30) };
     let ran = test.run(|_, _| exit(1, 0)).await;
-    assert_eq!(ran.outcome, RunOutcome::Succeeded);
+    assert_eq!(ran.outcome(), RunOutcome::Succeeded);
     assert_eq!(ran.schedule(), [("b", 2, 30.0)]);
     assert_eq!(ran.kinds()[..3], ["run_resumed", "step_skipped a", "step_waiting b"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_signal_while_a_write_is_pending_starts_no_further_attempt() {
+    let now = FLAKY.replace("backoff_seconds = 1", "backoff_seconds = 0");
+    let mut test = Test::new(&now);
+    // Attempt 1 fails at 5 s and its outcome takes until 8 s to commit; SIGINT comes at 6 s.
+    test.finish_takes = secs(3);
+    test.signals = vec![(secs(6), Signal(nix::sys::signal::Signal::SIGINT))];
+    let ran = test.run(|_, _| exit(5, 3)).await;
+    assert_eq!(ran.outcome(), RunOutcome::Interrupted { signal: 2 });
+    // The retry was due at once, but the runner had been told to stop: nothing more starts.
+    assert_eq!(ran.schedule(), [("a", 1, 0.0)]);
+    assert_eq!(ran.took, secs(8));
+    assert_eq!(
+        ran.writes[2..],
+        ["finished row 1 Failed ConnectionError -> waiting for #2 until +5s", "run Interrupted None"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_journal_failure_while_an_attempt_runs_kills_it_and_leaves_the_run_unfinished() {
+    let mut test = Test::new(FLAKY);
+    test.spawned_fails = true;
+    let ran = test.run(|_, _| Script::Hang).await;
+    assert!(matches!(&ran.result, Err(ExecError::Store(StoreError::Failed { kind: StoreErrorKind::Full, .. }))));
+    // The child whose pid could not be recorded is killed: a later resume could not find it.
+    assert_eq!(ran.killed, [1001]);
+    // Nothing more is written: the run stays `running`, and the next runner redelivers the attempt.
+    assert_eq!(ran.writes, ["starting a #1 row 1"]);
+    assert!(!ran.kinds().contains(&"run_finished".to_owned()));
 }
