@@ -380,41 +380,6 @@ pub(crate) trait RunJournal {
     async fn run_finished(&mut self, status: RunStatus, failed_step: Option<&str>) -> Result<(), StoreError>;
 }
 
-/// A journal that writes through a [`RunLog`] on the caller's thread (each write blocks until it
-/// is durable, and the caller's timers with it); the runner uses a [`ThreadJournal`].
-#[allow(dead_code)]
-pub(crate) struct InlineJournal<'a> {
-    pub(crate) log: &'a mut dyn RunLog,
-    pub(crate) run_id: String,
-    pub(crate) lease: Lease,
-}
-
-impl RunJournal for InlineJournal<'_> {
-    async fn attempt_starting(
-        &mut self,
-        step: &str,
-        attempt: u32,
-        redelivered: bool,
-        log_stem: &std::path::Path,
-    ) -> Result<i64, StoreError> {
-        self.log.attempt_starting(&self.lease, &self.run_id, step, attempt, redelivered, log_stem)
-    }
-    async fn attempt_spawned(&mut self, row: i64, pid: u32, proc_start: Option<u64>) -> Result<(), StoreError> {
-        self.log.attempt_spawned(&self.lease, row, pid, proc_start)
-    }
-    async fn attempt_finished(
-        &mut self,
-        row: i64,
-        result: &AttemptResult,
-        update: &StepUpdate,
-    ) -> Result<(), StoreError> {
-        self.log.attempt_finished(&self.lease, row, result, update)
-    }
-    async fn run_finished(&mut self, status: RunStatus, failed_step: Option<&str>) -> Result<(), StoreError> {
-        self.log.run_finished(&self.lease, &self.run_id, status, failed_step)
-    }
-}
-
 /// Everything else the commands need of a store: choosing, claiming and reading runs back. The
 /// embedded [`SqliteStore`] implements it; a shared database for fleets of hosts can too.
 pub trait Store: RunLog + Send {
