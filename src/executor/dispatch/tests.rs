@@ -119,7 +119,9 @@ impl Launcher for FakeLauncher {
 struct FakeJournal {
     writes: Shared<String>,
     next_row: i64,
-    /// How long each attempt's outcome takes to commit (a database another process holds locked).
+    /// How long each attempt's start and outcome take to commit (a database another process holds
+    /// locked).
+    start_takes: Duration,
     finish_takes: Duration,
     /// Whether recording a spawned child's pid fails (the store is gone mid-run).
     spawned_fails: bool,
@@ -137,6 +139,7 @@ impl RunJournal for FakeJournal {
         redelivered: bool,
         _log_stem: &Path,
     ) -> Result<i64, StoreError> {
+        tokio::time::sleep(self.start_takes).await;
         self.next_row += 1;
         let again = if redelivered { " redelivered" } else { "" };
         self.writes.borrow_mut().push(format!("starting {step} #{attempt}{again} row {}", self.next_row));
@@ -279,6 +282,7 @@ struct Test {
     /// Signals to send, at these times since the start.
     signals: Vec<(Duration, Signal)>,
     /// See [`FakeJournal`].
+    start_takes: Duration,
     finish_takes: Duration,
     spawned_fails: bool,
 }
@@ -312,6 +316,7 @@ impl Test {
             resumed: false,
             seed: 7,
             signals: Vec::new(),
+            start_takes: Duration::ZERO,
             finish_takes: Duration::ZERO,
             spawned_fails: false,
         }
@@ -341,6 +346,7 @@ impl Test {
             journal: FakeJournal {
                 writes: Rc::clone(&writes),
                 next_row: 0,
+                start_takes: self.start_takes,
                 finish_takes: self.finish_takes,
                 spawned_fails: self.spawned_fails,
             },
@@ -464,8 +470,9 @@ async fn backoff_wakes_at_the_recorded_time_and_jitter_follows_the_seed() {
     assert!(on_time(starts[2], starts[1] + secs(5) + waits[1].delay), "{starts:?} {waits:?}");
     assert!(on_time(starts[1], since_base(waits[0].wake_at)), "{starts:?} {waits:?}");
     assert!(on_time(starts[2], since_base(waits[1].wake_at)), "{starts:?} {waits:?}");
-    // Full jitter: each wait is within [0, nominal].
-    assert!(waits[0].delay <= secs(1) && waits[1].delay <= secs(2), "{waits:?}");
+    // Jitter multiplies each wait by a factor in [0.5, 1.0].
+    let within = |wait: Duration, nominal: Duration| wait >= nominal / 2 && wait <= nominal;
+    assert!(within(waits[0].delay, secs(1)) && within(waits[1].delay, secs(2)), "{waits:?}");
     // The same seed gives the same schedule; another seed another one.
     assert_eq!(run(1).await.schedule(), ran.schedule());
     let seeds: Vec<_> = [2, 3, 4, 5].into_iter().collect();
@@ -507,8 +514,12 @@ run = ["slow"]
 timeout = 3
 retry = { attempts = 4, exception_types = ["Exception"] }
 "#;
-    let ran = Test::new(flow).run(|_, _| Script::Hang).await;
+    let mut test = Test::new(flow);
+    // Recording the attempt's start takes 1 s: the child starts then, and still has 2 s left.
+    test.start_takes = secs(1);
+    let ran = test.run(|_, _| Script::Hang).await;
     assert_eq!(ran.outcome(), RunOutcome::Failed);
+    assert_eq!(ran.schedule(), [("a", 1, 1.0)]);
     assert_eq!(ran.took, secs(3));
     assert_eq!(
         ran.attempt_finished(),
