@@ -646,3 +646,18 @@ async fn a_journal_failure_while_an_attempt_runs_kills_it_and_leaves_the_run_unf
     assert_eq!(ran.writes, ["starting a #1 row 1"]);
     assert!(!ran.kinds().contains(&"run_finished".to_owned()));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_signal_while_a_start_is_recorded_spawns_nothing() {
+    let mut test = Test::new(FLAKY);
+    // Recording the first attempt's start takes 3 s; SIGTERM comes at 1 s.
+    test.start_takes = secs(3);
+    test.signals = vec![(secs(1), Signal(nix::sys::signal::Signal::SIGTERM))];
+    let ran = test.run(|_, _| exit(5, 0)).await;
+    assert_eq!(ran.outcome(), RunOutcome::Interrupted { signal: 15 });
+    assert_eq!(ran.schedule(), []);
+    assert_eq!(ran.took, secs(3));
+    // Recorded as cancelled: it does not count and runs again, as attempt 1, on resume.
+    assert_eq!(ran.writes, ["starting a #1 row 1", "finished row 1 Cancelled -> Pending", "run Interrupted None"]);
+    assert_eq!(ran.kinds(), ["run_started", "step_ready a", "cancelling", "run_finished"]);
+}
