@@ -186,7 +186,7 @@ fn run_flags_for_params_and_parallelism_are_checked() {
     let out = env.cmd(&["run", "--max-parallel", "0", "flow.toml"]).env("NO_COLOR", "1").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(common::stderr(&out).contains("0 is not in 1..=10000"), "{}", common::stderr(&out));
-        assert!(!env.path("state").join("waymark.db").exists(), "nothing ran");
+    assert!(!env.path("state").join("waymark.db").exists(), "nothing ran");
     env.cmd(&["run", "-q", "--max-parallel", "2", "--param", "date=2026-01-31", "flow.toml"]).assert().success();
 }
 

@@ -132,3 +132,41 @@ fn a_schema_3_database_is_read_as_it_is_and_its_runs_resume_under_a_lease() {
     assert_eq!(json(&env, &["status", "--json"])["status"], "succeeded");
     assert_eq!((env.count("a.log"), env.count("b.log")), (2, 1));
 }
+
+/// Abandoning a run (`--fresh`, or `resume_within`) takes it from its owner as a claim does: when
+/// the lock did not keep the first runner out, its next write is refused, so it runs nothing more
+/// of the abandoned run beside the new one.
+#[test]
+fn a_runner_whose_run_another_runner_abandoned_stops_and_runs_nothing_more() {
+    let env = Env::new();
+    // `a` is retried after its kill (2 s later, so the retry comes after the abandon).
+    let flow = FLOW.replace(
+        "sleep 300; }'\n",
+        "sleep 300; }'\nretry = { attempts = 3, exception_types = ['BaseException'], backoff_seconds = 2 }\n",
+    );
+    env.write("flow.toml", &flow);
+    let first = env.spawn(&["run", "flow.toml"]);
+    wait_until("step a to start", || env.path("ready").exists());
+    let old = json(&env, &["history", "--json"])[0]["id"].as_str().unwrap().to_owned();
+
+    // The lock file deleted under a live runner: a second runner starts afresh, killing the first
+    // runner's attempt and abandoning its run.
+    std::fs::remove_file(env.state().join("locks/taken.lock")).unwrap();
+    std::fs::write(env.path("go"), "").unwrap();
+    let out = env.cmd(&["run", "--fresh", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains(&format!("abandoned unfinished run {old}")), "{}", stderr(&out));
+
+    let out = finish(first);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(err.contains(&format!("run {old} in ")) && err.contains("was taken over by another runner"), "{err}");
+    // `a` ran once in each run, `b` only in the new one; the abandoned run got no other attempt.
+    assert_eq!((env.count("a.log"), env.count("b.log")), (2, 1));
+    let old_attempts =
+        db(&env).query_row("SELECT count(*) FROM attempts WHERE run_id = ?1", [&old], |r| r.get::<_, i64>(0)).unwrap();
+    assert_eq!(old_attempts, 1);
+    let history = json(&env, &["history", "--json"]);
+    let status = |id: &str| history.as_array().unwrap().iter().find(|r| r["id"] == id).unwrap()["status"].clone();
+    assert_eq!(status(&old), "abandoned");
+}

@@ -102,14 +102,14 @@ pub(crate) fn run(
     let owned = match found {
         Some(old) if fresh => {
             let (flow, env) = new_run()?;
-            abandon(store.as_mut(), &mut events, &old, abandoned(AbandonReason::Fresh))?;
+            abandon(store.as_mut(), &mut events, &old, &owner, abandoned(AbandonReason::Fresh))?;
             let (record, lease) = store.create_run(&flow, &hash, &owner)?;
             Owned { record, lease, resumed: false, env }
         }
         Some(old) if stale.is_some() => {
             let (flow, env) = new_run()?;
             let (age, limit) = stale.unwrap_or_default();
-            abandon(store.as_mut(), &mut events, &old, abandoned(AbandonReason::Stale { age, limit }))?;
+            abandon(store.as_mut(), &mut events, &old, &owner, abandoned(AbandonReason::Stale { age, limit }))?;
             let (record, lease) = store.create_run(&flow, &hash, &owner)?;
             Owned { record, lease, resumed: false, env }
         }
@@ -301,16 +301,22 @@ fn mention_runs_of_a_moved_file(store: &dyn Store, events: &mut Emitter, flow: &
     Ok(())
 }
 
-/// Abandon an unfinished run: its dead runner's attempts must not go on beside the new run. Then
-/// say so with `abandoned` (a `RunAbandoned`), about the old run.
-fn abandon(store: &mut dyn Store, events: &mut Emitter, old: &RunRecord, abandoned: Event) -> Result<(), CliError> {
+/// Abandon an unfinished run for `owner`'s new one: its dead runner's attempts must not go on
+/// beside the new run. Then say so with `abandoned` (a `RunAbandoned`), about the old run.
+fn abandon(
+    store: &mut dyn Store,
+    events: &mut Emitter,
+    old: &RunRecord,
+    owner: &str,
+    abandoned: Event,
+) -> Result<(), CliError> {
     events.set_run(&old.id);
     for step in store.steps(&old.id)? {
         if let Some(message) = kill_leftovers(&old.id, &step).map_err(exec_error)? {
             events.warning(Some(&step.name), message);
         }
     }
-    store.set_status(&old.id, RunStatus::Abandoned)?;
+    store.abandon(&old.id, owner)?;
     events.emit(abandoned);
     Ok(())
 }

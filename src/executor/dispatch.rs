@@ -257,11 +257,12 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     }
 
     async fn event_loop(&mut self) -> Result<RunOutcome, ExecError> {
-        // Signals that came before the loop listened: nothing starts after them.
-        while let Some(sig) = self.parts.signals.try_next() {
-            self.on_signal(sig);
-        }
         loop {
+            // Signals that came while the dispatcher was not listening (before the loop, or while
+            // it awaited a write): nothing starts after them.
+            while let Some(sig) = self.parts.signals.try_next() {
+                self.on_signal(sig);
+            }
             let now = Instant::now();
             if self.deadline.is_some_and(|d| d <= now) && !self.expired && self.cancelled.is_none() {
                 self.on_deadline();
@@ -364,6 +365,18 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         let max_attempts = self.steps[index].max_attempts();
         let stem = self.parts.launcher.prepare(&step, attempt)?;
         let row = self.parts.journal.attempt_starting(&step.name, attempt, redelivered, &stem).await?;
+        // A signal that came while the start was being recorded: the child is not spawned after it.
+        // The attempt is recorded as cancelled and runs again, under its number, on resume.
+        while let Some(sig) = self.parts.signals.try_next() {
+            self.on_signal(sig);
+        }
+        if self.cancelled.is_some() {
+            let signal = self.cancelled.map(|s| s.name().to_owned());
+            let result = self.result(AttemptOutcome::Cancelled, None, signal);
+            self.parts.journal.attempt_finished(row, &result, &StepUpdate::Pending).await?;
+            self.steps[index].slot = Slot::Ready { attempt, redelivered: true };
+            return Ok(());
+        }
         if !self.steps[index].said_started {
             self.steps[index].said_started = true;
             self.emitter.emit(Event::StepStarted { step: step.name.clone() });

@@ -1,8 +1,8 @@
 //! Owning a run is a lease: an owner id and a fencing token. `create_run` and `claim` give the
 //! runner a [`Lease`]; every write the runner then makes to its run carries it, and the store
-//! checks it in the same transaction as the write. A claim raises the run's token, so once another
-//! runner has claimed the run, the earlier owner's writes are refused with
-//! [`StoreError::LeaseLost`](super::StoreError::LeaseLost) and change nothing.
+//! checks it in the same transaction as the write. A claim (and abandoning the run) raises the
+//! run's token, so once another runner has claimed or abandoned the run, the earlier owner's writes
+//! are refused with [`StoreError::LeaseLost`](super::StoreError::LeaseLost) and change nothing.
 //!
 //! The lease says who may write; it does not keep a second runner out. Making it exclusive is the
 //! store's part: the SQLite store relies on the per-flow file lock (`lock.rs`), taken before a run
@@ -16,7 +16,8 @@
 pub struct Lease {
     /// Who holds it: `HOST:PID:RANDOM`, shown in messages.
     pub owner: String,
-    /// The fencing token: every claim of the run raises it, and only the newest is accepted.
+    /// The fencing token: every claim of the run (and its abandon) raises it, and only the newest
+    /// is accepted.
     pub token: i64,
 }
 

@@ -81,7 +81,7 @@ pub enum StoreError {
     #[error(
         "run {run_id} in {location} was taken over by another runner ({holder}) while this runner ({owner}) \
          was running it; this runner stops: its attempts are killed and their outcomes are not recorded, and \
-         the run goes on under the other runner (`waymark status {run_id}` shows it); two runners held the \
+         the run is the other runner's now (`waymark status {run_id}` shows it); two runners held the \
          run at once, so its flow's lock did not keep the second one out: do not delete the lock files under \
          the state directory's `locks/` while a runner is active, and keep the state directory on a local \
          file system"
@@ -395,46 +395,6 @@ pub(crate) trait RunJournal {
     ) -> Result<(), StoreError>;
 }
 
-/// A journal that writes through a [`RunLog`] on the caller's thread (each write blocks until it
-/// is durable, and the caller's timers with it); the runner uses a [`ThreadJournal`].
-#[allow(dead_code)]
-pub(crate) struct InlineJournal<'a> {
-    pub(crate) log: &'a mut dyn RunLog,
-    pub(crate) run_id: String,
-    pub(crate) lease: Lease,
-}
-
-impl RunJournal for InlineJournal<'_> {
-    async fn attempt_starting(
-        &mut self,
-        step: &str,
-        attempt: u32,
-        redelivered: bool,
-        log_stem: &std::path::Path,
-    ) -> Result<i64, StoreError> {
-        self.log.attempt_starting(&self.lease, &self.run_id, step, attempt, redelivered, log_stem)
-    }
-    async fn attempt_spawned(&mut self, row: i64, pid: u32, proc_start: Option<u64>) -> Result<(), StoreError> {
-        self.log.attempt_spawned(&self.lease, row, pid, proc_start)
-    }
-    async fn attempt_finished(
-        &mut self,
-        row: i64,
-        result: &AttemptResult,
-        update: &StepUpdate,
-    ) -> Result<(), StoreError> {
-        self.log.attempt_finished(&self.lease, row, result, update)
-    }
-    async fn run_finished(
-        &mut self,
-        status: RunStatus,
-        failed_step: Option<&str>,
-        skipped: &[String],
-    ) -> Result<(), StoreError> {
-        self.log.run_finished(&self.lease, &self.run_id, status, failed_step, skipped)
-    }
-}
-
 /// Everything else the commands need of a store: choosing, claiming and reading runs back. The
 /// embedded [`SqliteStore`] implements it; a shared database for fleets of hosts can too.
 pub trait Store: RunLog + Send {
@@ -467,10 +427,12 @@ pub trait Store: RunLog + Send {
     /// lease whose token fences off every earlier owner's writes.
     fn claim(&mut self, run_id: &str, owner: &str) -> Result<Lease, StoreError>;
     /// Give failed steps a fresh attempt budget (for `waymark resume` of a failed run). Made under
-    /// the flow's lock just before the claim, so it carries no lease (nor do `set_status`, which
-    /// abandons a run this runner does not own, and `delete_finished`).
+    /// the flow's lock just before the claim, so it carries no lease (nor does `delete_finished`).
     fn reopen_failed(&mut self, run_id: &str) -> Result<(), StoreError>;
-    fn set_status(&mut self, run_id: &str, status: RunStatus) -> Result<(), StoreError>;
+    /// Mark an unfinished run `abandoned` for `owner`, who starts a new run instead. Like a claim,
+    /// it takes the run's lease: if its earlier owner still lives (the lock did not keep it out),
+    /// its next write is refused and it runs nothing more of the abandoned run.
+    fn abandon(&mut self, run_id: &str, owner: &str) -> Result<(), StoreError>;
     /// Finished runs (succeeded, failed, abandoned) that ended before `cutoff`, oldest first.
     fn finished_before(&self, cutoff: SystemTime) -> Result<Vec<RunRecord>, StoreError>;
     /// Delete run `id` if, in the deleting transaction, it is still finished and ended before

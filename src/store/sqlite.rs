@@ -727,12 +727,14 @@ impl Store for SqliteStore {
         })
     }
 
-    fn set_status(&mut self, run_id: &str, status: RunStatus) -> Result<(), StoreError> {
+    fn abandon(&mut self, run_id: &str, owner: &str) -> Result<(), StoreError> {
         self.write(true, |tx| {
-            move_run(tx, run_id, status)?;
+            move_run(tx, run_id, RunStatus::Abandoned)?;
+            // A new token, as a claim gives: the earlier owner's writes are refused from now on.
             tx.execute(
-                "UPDATE runs SET status = ?2, ended_at = ?3 WHERE id = ?1",
-                params![run_id, status.as_str(), now_ms()],
+                "UPDATE runs SET status = ?2, ended_at = ?3, lease_owner = ?4, lease_token = lease_token + 1
+                 WHERE id = ?1",
+                params![run_id, RunStatus::Abandoned.as_str(), now_ms(), owner],
             )?;
             Ok(())
         })
@@ -1076,7 +1078,7 @@ mod tests {
             store.attempt_finished(&lease, row, &result(AttemptOutcome::Failed), &StepUpdate::Failed).unwrap_err();
         assert!(matches!(&err, StoreError::BadState { table: "attempts", .. }), "{err}");
         store.run_finished(&lease, &run.id, RunStatus::Succeeded, None, &[]).unwrap();
-        assert!(matches!(store.set_status(&run.id, RunStatus::Abandoned), Err(StoreError::BadState { .. })));
+        assert!(matches!(store.abandon(&run.id, "test:2:b"), Err(StoreError::BadState { .. })));
         assert_eq!(store.run(&run.id).unwrap().status, RunStatus::Succeeded);
         assert_eq!(store.steps(&run.id).unwrap()[0].state, StepState::Succeeded);
         assert_eq!(store.attempts(&run.id, None).unwrap().len(), 1);

@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::events::{Envelope, Reporter};
-use crate::store::StoreError;
+use crate::store::{StoreError, StoreErrorKind};
 use std::cell::RefCell;
 use std::path::Path;
 use std::rc::Rc;
@@ -48,6 +48,8 @@ struct FakeLauncher {
     script: ScriptFn,
     spawned: Shared<Spawned>,
     leftovers_checked: Shared<String>,
+    /// The pids whose process group the dispatcher killed.
+    killed: Shared<u32>,
     begin: Instant,
     next_pid: u32,
 }
@@ -102,7 +104,9 @@ impl Launcher for FakeLauncher {
         Ok(Launched::Running { pid: self.next_pid, proc_start: None, stderr_from: 0 })
     }
 
-    fn kill(&mut self, _pid: u32) {}
+    fn kill(&mut self, pid: u32) {
+        self.killed.borrow_mut().push(pid);
+    }
 
     fn kill_leftovers(&mut self, step: &StepRecord) -> Result<Option<String>, ExecError> {
         self.leftovers_checked.borrow_mut().push(step.name.clone());
@@ -118,6 +122,12 @@ impl Launcher for FakeLauncher {
 struct FakeJournal {
     writes: Shared<String>,
     next_row: i64,
+    /// How long each attempt's start and outcome take to commit (a database another process holds
+    /// locked).
+    start_takes: Duration,
+    finish_takes: Duration,
+    /// Whether recording a spawned child's pid fails (the store is gone mid-run).
+    spawned_fails: bool,
 }
 
 fn since_base(t: SystemTime) -> Duration {
@@ -132,6 +142,7 @@ impl RunJournal for FakeJournal {
         redelivered: bool,
         _log_stem: &Path,
     ) -> Result<i64, StoreError> {
+        tokio::time::sleep(self.start_takes).await;
         self.next_row += 1;
         let again = if redelivered { " redelivered" } else { "" };
         self.writes.borrow_mut().push(format!("starting {step} #{attempt}{again} row {}", self.next_row));
@@ -139,6 +150,9 @@ impl RunJournal for FakeJournal {
     }
 
     async fn attempt_spawned(&mut self, row: i64, _pid: u32, _proc_start: Option<u64>) -> Result<(), StoreError> {
+        if self.spawned_fails {
+            return Err(StoreError::failed(StoreErrorKind::Full, "fake", "disk full"));
+        }
         self.writes.borrow_mut().push(format!("spawned row {row}"));
         Ok(())
     }
@@ -149,6 +163,7 @@ impl RunJournal for FakeJournal {
         result: &AttemptResult,
         update: &StepUpdate,
     ) -> Result<(), StoreError> {
+        tokio::time::sleep(self.finish_takes).await;
         let error = result.error.as_ref().map_or(String::new(), |e| format!(" {}", e.class));
         let update = match update {
             StepUpdate::Waiting { next_attempt, wake_at } => {
@@ -216,16 +231,25 @@ fn take<T: Clone>(shared: Shared<T>) -> Vec<T> {
 
 /// What a run did.
 struct Ran {
-    outcome: RunOutcome,
+    /// The run's outcome, or waymark's own failure.
+    result: Result<RunOutcome, ExecError>,
     spawned: Vec<Spawned>,
     writes: Vec<String>,
     events: Vec<Envelope>,
     leftovers_checked: Vec<String>,
+    killed: Vec<u32>,
     /// How long the run took, by tokio's clock.
     took: Duration,
 }
 
 impl Ran {
+    fn outcome(&self) -> RunOutcome {
+        match &self.result {
+            Ok(outcome) => *outcome,
+            Err(e) => panic!("the run failed: {e}"),
+        }
+    }
+
     /// The attempts' (step, attempt, start time in seconds).
     fn schedule(&self) -> Vec<(&str, u32, f64)> {
         self.spawned.iter().map(|s| (s.step.as_str(), s.attempt, s.at.as_secs_f64())).collect()
@@ -270,6 +294,10 @@ struct Test {
     max_parallel: usize,
     /// The workflow's deadline, since the start.
     deadline: Option<Duration>,
+    /// See [`FakeJournal`].
+    start_takes: Duration,
+    finish_takes: Duration,
+    spawned_fails: bool,
 }
 
 fn flow(toml: &str) -> Arc<Flow> {
@@ -297,13 +325,24 @@ impl Test {
         let flow = flow(toml);
         let records = flow.steps.iter().map(|s| pending(&s.name)).collect();
         let (max_parallel, deadline) = (flow.max_parallel as usize, flow.timeout);
-        Test { flow, records, resumed: false, seed: 7, signals: Vec::new(), max_parallel, deadline }
+        Test {
+            flow,
+            records,
+            resumed: false,
+            seed: 7,
+            signals: Vec::new(),
+            max_parallel,
+            deadline,
+            start_takes: Duration::ZERO,
+            finish_takes: Duration::ZERO,
+            spawned_fails: false,
+        }
     }
 
     async fn run(self, script: impl FnMut(&str, u32) -> Script + 'static) -> Ran {
         let begin = Instant::now();
-        let (spawned, writes, events, leftovers): (Shared<Spawned>, Shared<String>, Shared<Envelope>, Shared<String>) =
-            Default::default();
+        let (spawned, writes, events): (Shared<Spawned>, Shared<String>, Shared<Envelope>) = Default::default();
+        let (leftovers, killed): (Shared<String>, Shared<u32>) = Default::default();
         let (sig_tx, sig_rx) = mpsc::unbounded_channel();
         for (after, sig) in self.signals {
             let tx = sig_tx.clone();
@@ -317,10 +356,17 @@ impl Test {
                 script: Box::new(script),
                 spawned: Rc::clone(&spawned),
                 leftovers_checked: Rc::clone(&leftovers),
+                killed: Rc::clone(&killed),
                 begin,
                 next_pid: 1000,
             },
-            journal: FakeJournal { writes: Rc::clone(&writes), next_row: 0 },
+            journal: FakeJournal {
+                writes: Rc::clone(&writes),
+                next_row: 0,
+                start_takes: self.start_takes,
+                finish_takes: self.finish_takes,
+                spawned_fails: self.spawned_fails,
+            },
             signals: FakeSignals(sig_rx),
             clock: FakeClock(begin),
             rng: fastrand::Rng::with_seed(self.seed),
@@ -337,15 +383,16 @@ impl Test {
             deadline: self.deadline.map(|d| BASE + d),
             env: Default::default(),
         };
-        let outcome = Dispatcher::new(spec, parts, &mut emitter).expect("set up").run().await.expect("runs");
+        let result = Dispatcher::new(spec, parts, &mut emitter).expect("set up").run().await;
         let took = Instant::now() - begin;
         drop(emitter);
         Ran {
-            outcome,
+            result,
             spawned: take(spawned),
             writes: take(writes),
             events: take(events),
             leftovers_checked: take(leftovers),
+            killed: take(killed),
             took,
         }
     }
@@ -369,7 +416,7 @@ run = ["load"]
 #[tokio::test(start_paused = true)]
 async fn retries_until_the_budget_is_spent() {
     let ran = Test::new(FLAKY).run(|_, _| exit(5, 3)).await;
-    assert_eq!(ran.outcome, RunOutcome::Failed);
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
     // Each attempt runs 5 s; the waits before retries 1 and 2 are 1 s and 2 s.
     assert_eq!(ran.schedule(), [("a", 1, 0.0), ("a", 2, 6.0), ("a", 3, 13.0)]);
     assert_eq!(ran.took, secs(18));
@@ -449,8 +496,9 @@ async fn backoff_wakes_at_the_recorded_time_and_jitter_follows_the_seed() {
     assert!(on_time(starts[2], starts[1] + secs(5) + waits[1].delay), "{starts:?} {waits:?}");
     assert!(on_time(starts[1], since_base(waits[0].wake_at)), "{starts:?} {waits:?}");
     assert!(on_time(starts[2], since_base(waits[1].wake_at)), "{starts:?} {waits:?}");
-    // Full jitter: each wait is within [0, nominal].
-    assert!(waits[0].delay <= secs(1) && waits[1].delay <= secs(2), "{waits:?}");
+    // Jitter multiplies each wait by a factor in [0.5, 1.0].
+    let within = |wait: Duration, nominal: Duration| wait >= nominal / 2 && wait <= nominal;
+    assert!(within(waits[0].delay, secs(1)) && within(waits[1].delay, secs(2)), "{waits:?}");
     // The same seed gives the same schedule; another seed another one.
     assert_eq!(run(1).await.schedule(), ran.schedule());
     let seeds: Vec<_> = [2, 3, 4, 5].into_iter().collect();
@@ -464,7 +512,7 @@ async fn backoff_wakes_at_the_recorded_time_and_jitter_follows_the_seed() {
 #[tokio::test(start_paused = true)]
 async fn an_error_the_filter_does_not_match_stops_at_once() {
     let ran = Test::new(FLAKY).run(|_, _| exit(2, 4)).await;
-    assert_eq!(ran.outcome, RunOutcome::Failed);
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
     assert_eq!(ran.schedule(), [("a", 1, 0.0)]);
     assert_eq!(ran.took, secs(2));
     assert_eq!(
@@ -477,7 +525,7 @@ async fn an_error_the_filter_does_not_match_stops_at_once() {
 #[tokio::test(start_paused = true)]
 async fn steps_run_in_file_order_each_after_the_previous_succeeded() {
     let ran = Test::new(FLAKY).run(|step, _| if step == "a" { exit(3, 0) } else { exit(4, 0) }).await;
-    assert_eq!(ran.outcome, RunOutcome::Succeeded);
+    assert_eq!(ran.outcome(), RunOutcome::Succeeded);
     assert_eq!(ran.schedule(), [("a", 1, 0.0), ("b", 1, 3.0)]);
     assert_eq!(ran.took, secs(7));
     assert_eq!(ran.writes.last().map(String::as_str), Some("run Succeeded None"));
@@ -492,8 +540,12 @@ run = ["slow"]
 timeout = 3
 retry = { attempts = 4, exception_types = ["Exception"] }
 "#;
-    let ran = Test::new(flow).run(|_, _| Script::Hang).await;
-    assert_eq!(ran.outcome, RunOutcome::Failed);
+    let mut test = Test::new(flow);
+    // Recording the attempt's start takes 1 s: the child starts then, and still has 2 s left.
+    test.start_takes = secs(1);
+    let ran = test.run(|_, _| Script::Hang).await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    assert_eq!(ran.schedule(), [("a", 1, 1.0)]);
     assert_eq!(ran.took, secs(3));
     assert_eq!(
         ran.attempt_finished(),
@@ -510,7 +562,7 @@ run = ["nope"]
 retry = { attempts = 2, exception_types = ["Exception"], backoff_seconds = 10 }
 "#;
     let ran = Test::new(flow).run(|_, attempt| if attempt == 1 { Script::NotStarted } else { exit(1, 0) }).await;
-    assert_eq!(ran.outcome, RunOutcome::Succeeded);
+    assert_eq!(ran.outcome(), RunOutcome::Succeeded);
     assert_eq!(ran.schedule(), [("a", 1, 0.0), ("a", 2, 10.0)]);
     let pids: Vec<Option<u32>> = ran
         .events
@@ -534,7 +586,7 @@ async fn a_signal_during_an_attempt_cancels_it_and_the_run_is_interrupted() {
     let mut test = Test::new(FLAKY);
     test.signals = vec![(secs(2), Signal(nix::sys::signal::Signal::SIGTERM))];
     let ran = test.run(|_, _| Script::Hang).await;
-    assert_eq!(ran.outcome, RunOutcome::Interrupted { signal: 15 });
+    assert_eq!(ran.outcome(), RunOutcome::Interrupted { signal: 15 });
     assert_eq!(ran.took, secs(2));
     assert_eq!(ran.schedule(), [("a", 1, 0.0)]);
     assert_eq!(ran.attempt_finished(), [(1, AttemptEnd::Cancelled, None, None)]);
@@ -549,7 +601,7 @@ async fn a_signal_during_a_backoff_ends_the_run_without_waiting_it_out() {
     let mut test = Test::new(&slow);
     test.signals = vec![(secs(10), Signal(nix::sys::signal::Signal::SIGINT))];
     let ran = test.run(|_, _| exit(1, 3)).await;
-    assert_eq!(ran.outcome, RunOutcome::Interrupted { signal: 2 });
+    assert_eq!(ran.outcome(), RunOutcome::Interrupted { signal: 2 });
     assert_eq!(ran.took, secs(10));
     assert_eq!(ran.schedule(), [("a", 1, 0.0)]);
     // The wait stays recorded: a resumed run serves the rest of it.
@@ -566,7 +618,7 @@ async fn resume_redelivers_an_in_flight_attempt_under_the_same_number() {
     test.records[0].attempts_used = 2;
     test.records[0].state = StepState::InFlight { attempt: 2, row: 41, pid: Some(4242), proc_start: None };
     let ran = test.run(|_, _| exit(1, 0)).await;
-    assert_eq!(ran.outcome, RunOutcome::Succeeded);
+    assert_eq!(ran.outcome(), RunOutcome::Succeeded);
     assert_eq!(ran.leftovers_checked, ["a"], "the dead runner's attempt is made sure dead first");
     assert_eq!(
         ran.spawned.iter().map(|s| (s.step.as_str(), s.attempt, s.redelivered)).collect::<Vec<_>>(),
@@ -585,7 +637,7 @@ async fn resume_serves_the_rest_of_a_recorded_backoff_and_skips_finished_steps()
     // Recorded as waking 30 s after the test begins (the fake wall clock starts at BASE).
     test.records[1].state = StepState::Waiting { next_attempt: 2, wake_at: BASE + secs(30) };
     let ran = test.run(|_, _| exit(1, 0)).await;
-    assert_eq!(ran.outcome, RunOutcome::Succeeded);
+    assert_eq!(ran.outcome(), RunOutcome::Succeeded);
     assert_eq!(ran.schedule(), [("b", 2, 30.0)]);
     assert_eq!(ran.kinds()[..3], ["run_resumed", "step_skipped a", "step_waiting b"]);
 }
@@ -624,7 +676,7 @@ async fn ready_steps_start_in_file_order_at_most_max_parallel_at_once() {
     let mut test = Test::new(FAN);
     test.max_parallel = 2;
     let ran = test.run(|step, _| exit(durations(step), 0)).await;
-    assert_eq!(ran.outcome, RunOutcome::Succeeded);
+    assert_eq!(ran.outcome(), RunOutcome::Succeeded);
     // a and b fill both slots; c takes a's when it ends at 3; d needs all three: b and c end at 5.
     assert_eq!(ran.schedule(), [("a", 1, 0.0), ("b", 1, 0.0), ("c", 1, 3.0), ("d", 1, 5.0)]);
     assert_eq!(ran.took, secs(6));
@@ -652,7 +704,7 @@ timeout = 3
     let ran = Test::new(flow).run(|step, _| if step == "long" { exit(5, 0) } else { exit(1, 0) }).await;
     // `quick` was issued at 0 and got its slot at 5, after its timeout of 3 s had passed.
     assert_eq!(ran.schedule(), [("long", 1, 0.0), ("quick", 1, 5.0)]);
-    assert_eq!(ran.outcome, RunOutcome::Failed);
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
     assert_eq!(ran.took, secs(5));
     assert_eq!(ran.attempt_finished()[1].2.as_deref(), Some("ActionTimeout"));
 }
@@ -689,7 +741,7 @@ fn failing(step: &str, _attempt: u32) -> Script {
 #[tokio::test(start_paused = true)]
 async fn after_a_failure_running_steps_finish_and_no_new_step_starts() {
     let ran = Test::new(FAILING).run(failing).await;
-    assert_eq!(ran.outcome, RunOutcome::Failed);
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
     assert_eq!(ran.schedule(), [("a", 1, 0.0), ("b", 1, 0.0)]);
     assert_eq!(ran.took, secs(10), "b finishes");
     assert_eq!(ran.writes.last().map(String::as_str), Some("run Failed Some(\"a\") skipped [\"c\", \"d\"]"));
@@ -707,7 +759,7 @@ async fn after_a_failure_running_steps_finish_and_no_new_step_starts() {
 #[tokio::test(start_paused = true)]
 async fn fail_fast_cancels_the_running_attempts_the_way_a_signal_does() {
     let ran = Test::new(&format!("fail_fast = true\n{FAILING}")).run(failing).await;
-    assert_eq!(ran.outcome, RunOutcome::Failed);
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
     assert_eq!(ran.took, secs(1));
     assert_eq!(
         ran.attempt_finished(),
@@ -741,7 +793,7 @@ retry = { attempts = 3, exception_types = ["Exception"], backoff_seconds = 3 }
             _ => exit(1, 0),
         })
         .await;
-    assert_eq!(ran.outcome, RunOutcome::Failed);
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
     assert_eq!(ran.schedule(), [("a", 1, 0.0), ("b", 1, 0.0), ("b", 2, 5.0)]);
     assert_eq!(ran.took, secs(6));
 }
@@ -750,7 +802,7 @@ retry = { attempts = 3, exception_types = ["Exception"], backoff_seconds = 3 }
 async fn the_workflow_deadline_stops_running_attempts_and_skips_the_rest() {
     let flow = format!("timeout = 10\n{FLAKY}");
     let ran = Test::new(&flow).run(|_, _| Script::Hang).await;
-    assert_eq!(ran.outcome, RunOutcome::Failed);
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
     assert_eq!(ran.took, secs(10));
     // WorkflowTimeout is final, whatever the policy says.
     assert_eq!(
@@ -769,7 +821,7 @@ async fn the_workflow_deadline_stops_running_attempts_and_skips_the_rest() {
 async fn the_workflow_deadline_ends_a_backoff_and_a_resumed_run_past_it_fails_at_once() {
     let slow = format!("timeout = 10\n{}", FLAKY.replace("backoff_seconds = 1", "backoff_seconds = 100"));
     let ran = Test::new(&slow).run(|_, _| exit(1, 3)).await;
-    assert_eq!(ran.outcome, RunOutcome::Failed);
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
     assert_eq!(ran.took, secs(10));
     assert_eq!(ran.schedule(), [("a", 1, 0.0)]);
     assert_eq!(ran.writes.last().map(String::as_str), Some("run Failed Some(\"a\") skipped [\"a\", \"b\"]"));
@@ -778,7 +830,53 @@ async fn the_workflow_deadline_ends_a_backoff_and_a_resumed_run_past_it_fails_at
     test.resumed = true;
     test.deadline = Some(Duration::ZERO);
     let ran = test.run(|_, _| exit(1, 0)).await;
-    assert_eq!(ran.outcome, RunOutcome::Failed);
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
     assert!(ran.spawned.is_empty());
     assert_eq!(ran.writes, ["run Failed Some(\"a\") skipped [\"a\", \"b\"]"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_signal_while_a_write_is_pending_starts_no_further_attempt() {
+    let now = FLAKY.replace("backoff_seconds = 1", "backoff_seconds = 0");
+    let mut test = Test::new(&now);
+    // Attempt 1 fails at 5 s and its outcome takes until 8 s to commit; SIGINT comes at 6 s.
+    test.finish_takes = secs(3);
+    test.signals = vec![(secs(6), Signal(nix::sys::signal::Signal::SIGINT))];
+    let ran = test.run(|_, _| exit(5, 3)).await;
+    assert_eq!(ran.outcome(), RunOutcome::Interrupted { signal: 2 });
+    // The retry was due at once, but the runner had been told to stop: nothing more starts.
+    assert_eq!(ran.schedule(), [("a", 1, 0.0)]);
+    assert_eq!(ran.took, secs(8));
+    assert_eq!(
+        ran.writes[2..],
+        ["finished row 1 Failed ConnectionError -> waiting for #2 until +5s", "run Interrupted None"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_journal_failure_while_an_attempt_runs_kills_it_and_leaves_the_run_unfinished() {
+    let mut test = Test::new(FLAKY);
+    test.spawned_fails = true;
+    let ran = test.run(|_, _| Script::Hang).await;
+    assert!(matches!(&ran.result, Err(ExecError::Store(StoreError::Failed { kind: StoreErrorKind::Full, .. }))));
+    // The child whose pid could not be recorded is killed: a later resume could not find it.
+    assert_eq!(ran.killed, [1001]);
+    // Nothing more is written: the run stays `running`, and the next runner redelivers the attempt.
+    assert_eq!(ran.writes, ["starting a #1 row 1"]);
+    assert!(!ran.kinds().contains(&"run_finished".to_owned()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_signal_while_a_start_is_recorded_spawns_nothing() {
+    let mut test = Test::new(FLAKY);
+    // Recording the first attempt's start takes 3 s; SIGTERM comes at 1 s.
+    test.start_takes = secs(3);
+    test.signals = vec![(secs(1), Signal(nix::sys::signal::Signal::SIGTERM))];
+    let ran = test.run(|_, _| exit(5, 0)).await;
+    assert_eq!(ran.outcome(), RunOutcome::Interrupted { signal: 15 });
+    assert_eq!(ran.schedule(), []);
+    assert_eq!(ran.took, secs(3));
+    // Recorded as cancelled: it does not count and runs again, as attempt 1, on resume.
+    assert_eq!(ran.writes, ["starting a #1 row 1", "finished row 1 Cancelled -> Pending", "run Interrupted None"]);
+    assert_eq!(ran.kinds(), ["run_started", "step_ready a", "cancelling", "run_finished"]);
 }
