@@ -227,6 +227,11 @@ pub(crate) enum Event {
         step: Option<String>,
         message: String,
     },
+    /// Waymark's own failure (the store, the attempts' files) stopped the run before it finished;
+    /// the run stays unfinished and resumable. `error` is what the command prints.
+    RunAborted {
+        error: String,
+    },
     /// The runner got a signal and is stopping its children.
     Cancelling {
         signal: i32,
@@ -308,6 +313,7 @@ fn redact(secrets: &Secrets, event: Event) -> Event {
         Event::Notice { notice, step, message } => {
             Event::Notice { notice, step, message: secrets.redact_string(message) }
         }
+        Event::RunAborted { error } => Event::RunAborted { error: secrets.redact_string(error) },
         Event::AttemptFinished { step, attempt, max_attempts, outcome, error, duration, retry, stopped } => {
             let error = error.map(|e| secrets.redact_error(e));
             Event::AttemptFinished { step, attempt, max_attempts, outcome, error, duration, retry, stopped }
@@ -429,10 +435,11 @@ mod tests {
             Event::AttemptFinished { .. } => "attempt_finished",
             Event::Notice { .. } => "notice",
             Event::Cancelling { .. } => "cancelling",
+            Event::RunAborted { .. } => "run_aborted",
         }
     }
 
-    const KINDS: usize = 14;
+    const KINDS: usize = 15;
 
     fn error() -> ErrorValue {
         ErrorValue {
@@ -468,6 +475,8 @@ mod tests {
             Event::RunStarted { flow: "nightly".into(), steps_total: 2 },
             Event::RunResumed { flow: "nightly".into(), steps_total: 2, steps_done: 1 },
             Event::StepSkipped { step: "setup".into(), reason: SkipReason::AlreadySucceeded },
+            Event::StepSkipped { step: "load".into(), reason: SkipReason::RunFailed },
+            Event::StepSkipped { step: "load".into(), reason: SkipReason::DeadlinePassed },
             Event::StepReady { step: step() },
             Event::StepStarted { step: step() },
             Event::AttemptStarted { step: step(), attempt: 1, max_attempts: 3, pid: Some(4242), redelivered: false },
@@ -548,6 +557,7 @@ mod tests {
             Event::Notice { notice: NoticeKind::Info, step: None, message: "run r1 already succeeded".into() },
             Event::Cancelling { signal: 2, forced: false },
             Event::Cancelling { signal: 2, forced: true },
+            Event::RunAborted { error: "cannot write the state database /s/waymark.db: disk full".into() },
             Event::RunFinished { outcome: RunOutcome::Succeeded, failure: None },
             Event::RunFinished { outcome: RunOutcome::Interrupted { signal: 15 }, failure: None },
             Event::RunFinished {

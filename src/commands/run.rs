@@ -446,6 +446,9 @@ fn execute(
     let journal = ThreadJournal::start(store, location, record.id.clone(), lease)
         .context("cannot start the thread that writes the run's state")?;
     let outcome = runtime.block_on(crate::executor::execute(spec, state.clone(), journal, signals, &mut events));
+    if let Err(e) = &outcome {
+        events.emit(Event::RunAborted { error: format!("{e:#}") });
+    }
     // Only once the runtime (and every attempt task in it) is gone may another runner take over.
     drop(runtime);
     drop(lock);

@@ -434,7 +434,10 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 }
                 Err(ExecError::Files { path, source: error })
             }
-            Msg::Done { step: index, end, notes } => {
+            Msg::Done { step: index, row, end, notes } => {
+                if !self.is_current(index, row) {
+                    return Ok(()); // the end of an attempt that is over already: nothing to do
+                }
                 for message in notes {
                     self.emitter.warning(Some(&self.steps[index].step.name), message);
                 }

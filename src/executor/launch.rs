@@ -187,10 +187,10 @@ impl Launcher for ProcessLauncher {
         let supervisor = Supervisor::watch(child, attempt_id, a.step_index, a.row, outputs, secrets, events);
         let pid = supervisor.pid();
         let proc_start = unix::process_start_time(pid);
-        let (tx, index, deadline) = (events.clone(), a.step_index, a.deadline);
+        let (tx, index, row, deadline) = (events.clone(), a.step_index, a.row, a.deadline);
         tokio::spawn(async move {
             let (end, notes) = supervisor.supervise(step, deadline, control).await;
-            let _ = tx.send(Msg::Done { step: index, end, notes }).await;
+            let _ = tx.send(Msg::Done { step: index, row, end, notes }).await;
         });
         Ok(Launched::Running { pid, proc_start, stderr_from })
     }

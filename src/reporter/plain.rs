@@ -353,6 +353,8 @@ fn describe(envelope: &Envelope) -> Option<String> {
         Event::Notice { notice: NoticeKind::Warning, step: None, message } => format!("waymark: warning: {message}"),
         Event::Notice { step: Some(step), message, .. } => format!("waymark: {step}: {message}"),
         Event::Notice { step: None, message, .. } => format!("waymark: {message}"),
+        // The command prints the error itself, with its hint, as for any other command.
+        Event::RunAborted { .. } => return None,
         Event::Cancelling { signal, forced } => {
             let name = crate::flow::Signal::from_number(*signal).map_or("signal", |s| s.name());
             if *forced {

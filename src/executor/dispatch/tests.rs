@@ -82,7 +82,7 @@ impl Launcher for FakeLauncher {
             return Ok(Launched::NotStarted { why: "program `nope` not found in PATH".into(), stderr_from: 0 });
         }
         self.next_pid += 1;
-        let (tx, step, deadline) = (events.clone(), a.step_index, a.deadline);
+        let (tx, step, row, deadline) = (events.clone(), a.step_index, a.row, a.deadline);
         tokio::spawn(async move {
             let exit = match script {
                 Script::Exit { after, code } => Some((Instant::now() + after, code)),
@@ -99,7 +99,7 @@ impl Launcher for FakeLauncher {
                     _ => End::Cancelled,
                 },
             };
-            let _ = tx.send(Msg::Done { step, end, notes: Vec::new() }).await;
+            let _ = tx.send(Msg::Done { step, row, end, notes: Vec::new() }).await;
         });
         Ok(Launched::Running { pid: self.next_pid, proc_start: None, stderr_from: 0 })
     }
