@@ -92,6 +92,8 @@ pub(crate) enum SkipReason {
 #[serde(rename_all = "snake_case")]
 pub(crate) enum StepOutcome {
     Succeeded,
+    /// Its error was caught by a catch handler: its dependents run.
+    Caught,
     Failed,
 }
 
@@ -227,6 +229,23 @@ pub(crate) enum Event {
         step: Option<String>,
         message: String,
     },
+    /// A step's catch handler started for the final error (`error`, a class name) of attempt
+    /// `attempt`; `pid` is `None` when it could not be started.
+    HandlerStarted {
+        step: String,
+        attempt: u32,
+        error: String,
+        pid: Option<u32>,
+    },
+    /// A step's catch handler ended: succeeded (the step is caught), failed (the step fails with its
+    /// error), or cancelled (it runs again on resume).
+    HandlerFinished {
+        step: String,
+        attempt: u32,
+        outcome: AttemptEnd,
+        #[serde(rename = "duration_ms", serialize_with = "millis")]
+        duration: Duration,
+    },
     /// Waymark's own failure (the store, the attempts' files) stopped the run before it finished;
     /// the run stays unfinished and resumable. `error` is what the command prints.
     RunAborted {
@@ -340,6 +359,8 @@ fn redact(secrets: &Secrets, event: Event) -> Event {
         | Event::StepFinished { .. }
         | Event::StepSkipped { .. }
         | Event::AttemptStarted { .. }
+        | Event::HandlerStarted { .. }
+        | Event::HandlerFinished { .. }
         | Event::Cancelling { .. }) => e,
     }
 }
@@ -436,10 +457,12 @@ mod tests {
             Event::Notice { .. } => "notice",
             Event::Cancelling { .. } => "cancelling",
             Event::RunAborted { .. } => "run_aborted",
+            Event::HandlerStarted { .. } => "handler_started",
+            Event::HandlerFinished { .. } => "handler_finished",
         }
     }
 
-    const KINDS: usize = 15;
+    const KINDS: usize = 17;
 
     fn error() -> ErrorValue {
         ErrorValue {
@@ -558,6 +581,13 @@ mod tests {
             Event::Cancelling { signal: 2, forced: false },
             Event::Cancelling { signal: 2, forced: true },
             Event::RunAborted { error: "cannot write the state database /s/waymark.db: disk full".into() },
+            Event::HandlerStarted { step: "fetch".into(), attempt: 3, error: "TimeoutError".into(), pid: Some(4242) },
+            Event::HandlerFinished {
+                step: "fetch".into(),
+                attempt: 3,
+                outcome: AttemptEnd::Succeeded,
+                duration: Duration::from_millis(1500),
+            },
             Event::RunFinished { outcome: RunOutcome::Succeeded, failure: None },
             Event::RunFinished { outcome: RunOutcome::Interrupted { signal: 15 }, failure: None },
             Event::RunFinished {

@@ -129,7 +129,7 @@ fn read_store(dir: &StateDir) -> Result<Box<dyn Store>, CliError> {
     Ok(Box::new(SqliteStore::open_for_reading(dir)?))
 }
 
-/// Until the runner acts on catch handlers, compensation and hooks, refuse a flow that uses them,
+/// Until the runner acts on compensation and hooks, refuse a flow that uses them,
 /// rather than run it as if the keys were not there. A flow that does not load is left to `run`,
 /// which reports it.
 fn refuse_what_run_ignores(path: &std::path::Path) -> Result<(), CliError> {
@@ -141,7 +141,7 @@ fn refuse_what_run_ignores(path: &std::path::Path) -> Result<(), CliError> {
             keys.push(format!("`{key}`"));
         }
     };
-    note(flow.steps.iter().any(|s| !s.catch.is_empty()), "catch");
+
     note(flow.steps.iter().any(|s| s.compensate.is_some()), "compensate");
     note(flow.hooks != crate::flow::model::Hooks::default(), "hooks");
     if keys.is_empty() {

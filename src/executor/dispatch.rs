@@ -6,7 +6,7 @@
 //! its timers, so a test runs it under a paused clock with fakes (see `tests.rs`).
 
 use super::environment::RunEnv;
-use super::launch::{Attempt, Launched, Launcher};
+use super::launch::{Attempt, Handler, Launched, Launcher};
 use super::outputs::{self, RunOutputs};
 use super::supervise::{Control, End};
 use super::{ExecError, Msg, evidence};
@@ -113,9 +113,33 @@ enum Slot {
         wake: Instant,
     },
     Running(Live),
+    /// Failed for good with an error its catch handler (with a command) matches: the handler of
+    /// the error of attempt `attempt` is to run.
+    Catching {
+        attempt: u32,
+    },
+    /// Its catch handler runs.
+    Handling(Live),
     Succeeded,
+    /// The error was caught: like succeeded for the steps that need it.
+    Caught,
     Failed,
     Skipped,
+}
+
+impl Slot {
+    /// The running attempt or handler, if any.
+    fn live(&self) -> Option<&Live> {
+        match self {
+            Slot::Running(live) | Slot::Handling(live) => Some(live),
+            _ => None,
+        }
+    }
+
+    /// Whether the step is done in a way that lets the steps that need it run.
+    fn done(&self) -> bool {
+        matches!(self, Slot::Succeeded | Slot::Caught)
+    }
 }
 
 struct StepSlot {
@@ -193,6 +217,13 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 }
                 StepState::Failed => Slot::Failed,
                 StepState::Skipped => Slot::Skipped,
+                StepState::Caught => Slot::Caught,
+                StepState::Catching { attempt, .. } => {
+                    if let Some(message) = parts.launcher.kill_leftovers(rec)? {
+                        emitter.warning(Some(&step.name), message);
+                    }
+                    Slot::Catching { attempt: *attempt }
+                }
                 StepState::Waiting { next_attempt, wake_at } => {
                     // A resumed run serves the rest of a recorded backoff.
                     let left = wake_at.duration_since(parts.clock.now()).unwrap_or(Duration::ZERO);
@@ -248,7 +279,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         let result = self.event_loop().await;
         if result.is_err() {
             for s in &self.steps {
-                if let Slot::Running(live) = &s.slot {
+                if let Some(live) = s.slot.live() {
                     self.parts.launcher.kill(live.pid);
                 }
             }
@@ -289,7 +320,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
 
     /// Whether every step that step `index` needs has succeeded.
     fn needs_done(&self, index: usize) -> bool {
-        self.steps[index].step.needs.iter().all(|&n| matches!(self.steps[n].slot, Slot::Succeeded))
+        self.steps[index].step.needs.iter().all(|&n| self.steps[n].slot.done())
     }
 
     /// Issue what may run now, in file order: a step whose needs have all succeeded (unless a
@@ -321,8 +352,12 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             if self.running >= self.max_parallel || self.cancelled.is_some() || self.expired {
                 break;
             }
-            if matches!(self.steps[index].slot, Slot::Queued { .. }) {
-                self.start(index).await?;
+            match self.steps[index].slot {
+                Slot::Queued { .. } => self.start(index).await?,
+                Slot::Catching { .. } if self.stopping.is_none() || !self.flow.fail_fast => {
+                    self.start_handler(index).await?
+                }
+                _ => {}
             }
         }
         Ok(())
@@ -330,7 +365,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
 
     /// The run's outcome once nothing is running, or `None` while work remains.
     fn outcome(&self) -> Option<RunOutcome> {
-        if self.steps.iter().all(|s| matches!(s.slot, Slot::Succeeded)) {
+        if self.steps.iter().all(|s| s.slot.done()) {
             return Some(RunOutcome::Succeeded);
         }
         if self.expired {
@@ -338,7 +373,9 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         }
         if self.stopping.is_some() {
             // Without fail_fast the steps already under way finish with their retries.
-            let retrying = |s: &StepSlot| matches!(s.slot, Slot::Waiting { .. } | Slot::Queued { retry: true, .. });
+            let retrying = |s: &StepSlot| {
+                matches!(s.slot, Slot::Waiting { .. } | Slot::Queued { retry: true, .. } | Slot::Catching { .. })
+            };
             let waits = !self.flow.fail_fast && self.cancelled.is_none() && self.steps.iter().any(retrying);
             return (!waits).then_some(RunOutcome::Failed);
         }
@@ -392,6 +429,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             stem: stem.clone(),
             deadline: step.timeout.map(|t| issued + t),
             outputs: self.outputs.env().collect(),
+            handler: None,
         };
         let launched = self.parts.launcher.spawn(spec, control_rx, &self.tx)?;
         let pid = match &launched {
@@ -441,6 +479,9 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 for message in notes {
                     self.emitter.warning(Some(&self.steps[index].step.name), message);
                 }
+                if let Slot::Handling(_) = self.steps[index].slot {
+                    return self.handler_ended(index, end).await;
+                }
                 let ended = self.take_running(index);
                 match end {
                     End::Exited(ExitKind::Code(0)) => self.succeeded(index, ended).await,
@@ -464,7 +505,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
 
     /// Whether `row` is the attempt now running for step `index`.
     fn is_current(&self, index: usize, row: i64) -> bool {
-        matches!(&self.steps[index].slot, Slot::Running(live) if live.row == row)
+        self.steps[index].slot.live().is_some_and(|live| live.row == row)
     }
 
     /// Take the running attempt of a step that just ended.
@@ -563,6 +604,17 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             Decision::NotRetryable => (StepUpdate::Failed, None, Some(StopReason::NotRetryable)),
             Decision::Exhausted => (StepUpdate::Failed, None, Some(StopReason::Exhausted)),
         };
+        // A final error that a catch handler matches is caught (a handler without a command
+        // swallows it), or its handler is to run; the deadline's error is never caught.
+        let handler = match (&update, &ending) {
+            (_, Ending::WorkflowTimeout(_)) | (StepUpdate::Waiting { .. }, _) => None,
+            _ => step.catch.iter().find(|h| error.matches_any(&h.exception_types)),
+        };
+        let update = match handler {
+            Some(h) if h.command.is_none() => StepUpdate::Caught,
+            Some(_) => StepUpdate::Catching,
+            None => update,
+        };
         let signal = match &ending {
             Ending::Signaled(s) => Some(s.name().to_owned()),
             _ => None,
@@ -572,9 +624,11 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         self.parts.journal.attempt_finished(ended.row, &result, &update).await?;
         self.crash_point(index);
         let s = &mut self.steps[index];
-        s.slot = match retry {
-            Some(plan) => Slot::Waiting { attempt: ended.attempt + 1, wake: Instant::now() + plan.delay },
-            None => Slot::Failed,
+        s.slot = match (retry, &update) {
+            (Some(plan), _) => Slot::Waiting { attempt: ended.attempt + 1, wake: Instant::now() + plan.delay },
+            (None, StepUpdate::Caught) => Slot::Caught,
+            (None, StepUpdate::Catching) => Slot::Catching { attempt: ended.attempt },
+            (None, _) => Slot::Failed,
         };
         (s.last_attempt, s.last_stderr_from) = (ended.attempt, ended.stderr_from);
         s.last_error = Some(error.clone());
@@ -589,12 +643,156 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             retry,
             stopped,
         });
-        self.emitter.emit(match retry {
-            Some(retry) => Event::StepWaiting { step: step.name.clone(), next_attempt: ended.attempt + 1, retry },
-            None => Event::StepFinished { step: step.name.clone(), outcome: StepOutcome::Failed, attempts: k },
-        });
-        if retry.is_none() {
+        match (retry, &update) {
+            (Some(retry), _) => {
+                let next_attempt = ended.attempt + 1;
+                self.emitter.emit(Event::StepWaiting { step: step.name.clone(), next_attempt, retry });
+            }
+            (None, StepUpdate::Caught) => {
+                self.emitter.emit(Event::StepFinished {
+                    step: step.name.clone(),
+                    outcome: StepOutcome::Caught,
+                    attempts: k,
+                });
+            }
+            (None, StepUpdate::Catching) => {}
+            (None, _) => {
+                self.emitter.emit(Event::StepFinished {
+                    step: step.name.clone(),
+                    outcome: StepOutcome::Failed,
+                    attempts: k,
+                });
+                self.failed_for_good(index);
+            }
+        }
+        Ok(())
+    }
+
+    /// Start the catch handler of step `index`, for the error of its last attempt; its clock is
+    /// the step's `timeout`. Like an attempt's, its start is durable before the child exists.
+    async fn start_handler(&mut self, index: usize) -> Result<(), ExecError> {
+        let Slot::Catching { attempt } = self.steps[index].slot else { return Ok(()) };
+        let step = Arc::clone(&self.steps[index].step);
+        let error = self.steps[index].last_error.clone().unwrap_or_else(|| evidence::workflow_timeout(&self.flow));
+        let command = step.catch.iter().find(|h| error.matches_any(&h.exception_types)).and_then(|h| h.command.clone());
+        let Some(command) = command else {
+            // The recorded error no longer matches a handler with a command (an edited database):
+            // the step fails with it.
+            self.steps[index].slot = Slot::Failed;
             self.failed_for_good(index);
+            return Ok(());
+        };
+        let stem = self.parts.launcher.prepare_handler(&step, attempt)?;
+        let row = self.parts.journal.handler_starting(&step.name, attempt, &stem).await?;
+        while let Some(sig) = self.parts.signals.try_next() {
+            self.on_signal(sig);
+        }
+        if self.cancelled.is_some() || self.expired {
+            let result = self.result(AttemptOutcome::Cancelled, None, self.cancelled.map(|s| s.name().to_owned()));
+            self.parts.journal.attempt_finished(row, &result, &StepUpdate::Catching).await?;
+            return Ok(());
+        }
+        let issued = Instant::now();
+        let (control, control_rx) = watch::channel(Control::Run);
+        let error_class = error.class.clone();
+        let spec = Attempt {
+            step_index: index,
+            step: Arc::clone(&step),
+            attempt,
+            max_attempts: self.steps[index].max_attempts(),
+            redelivered: false,
+            row,
+            stem: stem.clone(),
+            deadline: step.timeout.map(|t| issued + t),
+            outputs: self.outputs.env().collect(),
+            handler: Some(Handler { command, error }),
+        };
+        let launched = self.parts.launcher.spawn(spec, control_rx, &self.tx)?;
+        match launched {
+            Launched::Running { pid, proc_start, stderr_from } => {
+                if let Err(e) = self.parts.journal.attempt_spawned(row, pid, proc_start).await {
+                    self.parts.launcher.kill(pid);
+                    return Err(e.into());
+                }
+                let name = step.name.clone();
+                self.emitter.emit(Event::HandlerStarted { step: name, attempt, error: error_class, pid: Some(pid) });
+                let live = Live { attempt, row, pid, stem, stderr_from, issued, control };
+                self.steps[index].slot = Slot::Handling(live);
+                self.running += 1;
+                Ok(())
+            }
+            Launched::NotStarted { why, .. } => {
+                let name = step.name.clone();
+                self.emitter.emit(Event::HandlerStarted { step: name, attempt, error: error_class, pid: None });
+                self.emitter.warning(Some(&step.name), format!("its catch handler could not start: {why}"));
+                self.handler_done(index, row, AttemptOutcome::Failed, None, issued).await
+            }
+        }
+    }
+
+    /// The catch handler of step `index` ended: the step is caught if it succeeded, catching
+    /// again (to run on resume) if it was cancelled, and fails with its error otherwise.
+    async fn handler_ended(&mut self, index: usize, end: End) -> Result<(), ExecError> {
+        let Slot::Handling(live) = std::mem::replace(&mut self.steps[index].slot, Slot::Failed) else {
+            return Ok(()); // the caller checked: only a running handler ends
+        };
+        self.running -= 1;
+        let (outcome, exit_code) = match end {
+            End::Exited(ExitKind::Code(0)) => (AttemptOutcome::Succeeded, Some(0)),
+            End::Cancelled => (AttemptOutcome::Cancelled, None),
+            End::Exited(ExitKind::Code(code)) => (AttemptOutcome::Failed, Some(code)),
+            End::Exited(ExitKind::Signal(_)) | End::TimedOut | End::Expired => (AttemptOutcome::Failed, None),
+        };
+        if outcome == AttemptOutcome::Failed {
+            let why = match end {
+                End::Exited(ExitKind::Code(code)) => format!("exit status {code}"),
+                End::Exited(ExitKind::Signal(sig)) => format!("killed by {}", sig.name()),
+                End::TimedOut => "its step's timeout passed".to_owned(),
+                _ => "the workflow's deadline passed".to_owned(),
+            };
+            let message = format!("its catch handler failed ({why}); the step fails with its error");
+            self.emitter.warning(Some(&self.steps[index].step.name), message);
+        }
+        self.handler_done(index, live.row, outcome, exit_code, live.issued).await
+    }
+
+    /// Commit how a catch handler ended and what it does to its step, then say it.
+    async fn handler_done(
+        &mut self,
+        index: usize,
+        row: i64,
+        outcome: AttemptOutcome,
+        exit_code: Option<i32>,
+        issued: Instant,
+    ) -> Result<(), ExecError> {
+        let (update, slot) = match outcome {
+            AttemptOutcome::Succeeded => (StepUpdate::Caught, Slot::Caught),
+            AttemptOutcome::Cancelled => {
+                (StepUpdate::Catching, Slot::Catching { attempt: self.steps[index].last_attempt })
+            }
+            AttemptOutcome::Failed => (StepUpdate::Failed, Slot::Failed),
+        };
+        let result = self.result(outcome, exit_code, None);
+        self.parts.journal.attempt_finished(row, &result, &update).await?;
+        self.steps[index].slot = slot;
+        let s = &self.steps[index];
+        let (step, attempt, attempts) = (s.step.name.clone(), s.last_attempt, s.within_budget(s.last_attempt));
+        let end = match outcome {
+            AttemptOutcome::Succeeded => AttemptEnd::Succeeded,
+            AttemptOutcome::Failed => AttemptEnd::Failed,
+            AttemptOutcome::Cancelled => AttemptEnd::Cancelled,
+        };
+        let duration = issued.elapsed();
+        self.emitter.emit(Event::HandlerFinished { step: step.clone(), attempt, outcome: end, duration });
+        match outcome {
+            AttemptOutcome::Succeeded => {
+                self.emitter.emit(Event::StepFinished { step, outcome: StepOutcome::Caught, attempts });
+            }
+            AttemptOutcome::Failed => {
+                self.emitter.emit(Event::StepFinished { step, outcome: StepOutcome::Failed, attempts });
+                self.failed_for_good(index);
+            }
+            AttemptOutcome::Cancelled => {}
         }
         Ok(())
     }
@@ -615,7 +813,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         if self.flow.fail_fast {
             let sig = Signal(nix::sys::signal::Signal::SIGTERM);
             for s in &self.steps {
-                if let Slot::Running(live) = &s.slot {
+                if let Some(live) = s.slot.live() {
                     let _ = live.control.send(Control::Cancel(sig));
                 }
             }
@@ -627,7 +825,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     fn on_deadline(&mut self) {
         self.expired = true;
         for s in &self.steps {
-            if let Slot::Running(live) = &s.slot {
+            if let Some(live) = s.slot.live() {
                 let _ = live.control.send(Control::Expire);
             }
         }
@@ -644,7 +842,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         self.cancelled.get_or_insert(sig);
         // Children first, then words.
         for s in &self.steps {
-            if let Slot::Running(live) = &s.slot {
+            if let Some(live) = s.slot.live() {
                 let _ = live.control.send(if forced { Control::Kill } else { Control::Cancel(sig) });
             }
         }
@@ -654,7 +852,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     async fn finish(&mut self, outcome: RunOutcome) -> Result<RunOutcome, ExecError> {
         // The step the failure report is about: the first to fail for good, else (the deadline
         // passed while nothing ran) the first that had not finished.
-        let unfinished = |s: &StepSlot| !matches!(s.slot, Slot::Succeeded);
+        let unfinished = |s: &StepSlot| !s.slot.done();
         let failed = match outcome {
             RunOutcome::Failed => self.stopping.or_else(|| self.steps.iter().position(unfinished)),
             _ => None,

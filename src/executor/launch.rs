@@ -33,6 +33,15 @@ pub(crate) struct Attempt {
     pub(crate) deadline: Option<Instant>,
     /// The `WAYMARK_OUTPUT_<STEP>_<KEY>` variables of the steps that succeeded before it.
     pub(crate) outputs: Vec<(String, String)>,
+    /// Set when this is not an attempt but the step's catch handler, run for the error of attempt
+    /// `attempt`: its command and that error.
+    pub(crate) handler: Option<Handler>,
+}
+
+/// A catch handler to run: its command and the error it catches.
+pub(crate) struct Handler {
+    pub(crate) command: crate::flow::model::Command,
+    pub(crate) error: crate::classify::ErrorValue,
 }
 
 /// What became of a spawn.
@@ -57,6 +66,9 @@ pub(crate) trait Launcher {
     fn prepare(&mut self, step: &Step, attempt: u32) -> Result<PathBuf, ExecError>;
     /// An attempt's file stem, whether or not it was prepared by this runner.
     fn stem(&self, step: &str, attempt: u32) -> PathBuf;
+    /// Make the step's log directory ready for the catch handler run for the error of attempt
+    /// `attempt`; returns the handler's file stem.
+    fn prepare_handler(&mut self, step: &Step, attempt: u32) -> Result<PathBuf, ExecError>;
     /// Spawn the attempt; its supervisor reports its output and its end to `events`.
     fn spawn(
         &mut self,
@@ -107,6 +119,13 @@ impl ProcessLauncher {
             self.env.layered(&self.flow, step).map(|(k, v)| (k.clone(), v.clone())).collect();
         env.extend(self.flow.param_values.iter().map(|(k, v)| (crate::flow::params::env_name(k), v.clone())));
         env.extend(a.outputs.iter().cloned());
+        if let Some(h) = &a.handler {
+            env.extend([
+                ("WAYMARK_ERROR_TYPE".to_owned(), h.error.class.clone()),
+                ("WAYMARK_ERROR_BASES".to_owned(), h.error.bases.join(",")),
+                ("WAYMARK_ERROR_MESSAGE".to_owned(), h.error.message.clone()),
+            ]);
+        }
         env.extend([
             ("WAYMARK_RUN_ID".to_owned(), self.run_id.clone()),
             ("WAYMARK_FLOW".to_owned(), self.flow.name.clone()),
@@ -121,14 +140,22 @@ impl ProcessLauncher {
     }
 }
 
+impl ProcessLauncher {
+    /// Make sure the step's log directory exists (once per runner).
+    fn log_dir_ready(&mut self, step: &Step) -> Result<(), ExecError> {
+        if !self.log_dirs.contains(&step.name) {
+            let dir = self.state.step_logs(&self.run_id, &step.name);
+            crate::store::create_private_dir(&dir).map_err(|source| ExecError::Files { path: dir, source })?;
+            self.log_dirs.insert(step.name.clone());
+        }
+        Ok(())
+    }
+}
+
 impl Launcher for ProcessLauncher {
     fn prepare(&mut self, step: &Step, attempt: u32) -> Result<PathBuf, ExecError> {
         let files_err = |path: &Path, source| ExecError::Files { path: path.to_owned(), source };
-        if !self.log_dirs.contains(&step.name) {
-            let dir = self.state.step_logs(&self.run_id, &step.name);
-            crate::store::create_private_dir(&dir).map_err(|e| files_err(&dir, e))?;
-            self.log_dirs.insert(step.name.clone());
-        }
+        self.log_dir_ready(step)?;
         let stem = self.stem(&step.name, attempt);
         let error_path = stem.with_extension("error.json");
         crate::classify::error_file::create_error_file(&error_path).map_err(|e| files_err(&error_path, e))?;
@@ -154,7 +181,7 @@ impl Launcher for ProcessLauncher {
             let why = format!("working directory {} does not exist or is not a directory", step.workdir.display());
             return Ok(Launched::NotStarted { why, stderr_from });
         }
-        let argv = step.command.argv();
+        let argv = a.handler.as_ref().map_or(&step.command, |h| &h.command).argv();
         let pipe_err = |e| files_err(Path::new("pipe"), e);
         let (out_r, out_w) = std::io::pipe().map_err(pipe_err)?;
         let (err_r, err_w) = std::io::pipe().map_err(pipe_err)?;
@@ -199,6 +226,11 @@ impl Launcher for ProcessLauncher {
         self.state.attempt_stem(&self.run_id, step, attempt)
     }
 
+    fn prepare_handler(&mut self, step: &Step, attempt: u32) -> Result<PathBuf, ExecError> {
+        self.log_dir_ready(step)?;
+        Ok(self.state.handler_stem(&self.run_id, &step.name, attempt))
+    }
+
     fn kill(&mut self, pid: u32) {
         unix::kill_group(pid);
     }
@@ -218,9 +250,12 @@ fn open_log(path: &Path, a: &Attempt) -> std::io::Result<(File, u64)> {
     let mut file = crate::os::fs::open_append_private(path)?;
     let mut len = file.metadata()?.len();
     if len > 0 {
+        let what = match &a.handler {
+            Some(_) => format!("catch handler for attempt {}", a.attempt),
+            None => format!("attempt {}", a.attempt),
+        };
         let text = format!(
-            "\n==> waymark: attempt {} {} at {} <==\n",
-            a.attempt,
+            "\n==> waymark: {what} {} at {} <==\n",
             if a.redelivered { "redelivered" } else { "runs again" },
             humantime::format_rfc3339_seconds(std::time::SystemTime::now())
         );
@@ -254,7 +289,11 @@ fn attempt_id(run_id: &str, row: i64) -> String {
 /// Returns a message for the user when something had to be killed.
 /// An error when some would not die: the attempt must not run twice at once.
 pub(crate) fn kill_leftovers(run_id: &str, step: &StepRecord) -> Result<Option<String>, ExecError> {
-    let StepState::InFlight { attempt, row, pid, proc_start } = &step.state else { return Ok(None) };
+    let (attempt, row, pid, proc_start) = match &step.state {
+        StepState::InFlight { attempt, row, pid, proc_start } => (attempt, row, pid, proc_start),
+        StepState::Catching { attempt, in_flight: Some((row, pid, proc_start)) } => (attempt, row, pid, proc_start),
+        _ => return Ok(None),
+    };
     let (killed, survivors) =
         unix::kill_leftovers(*pid, *proc_start, &attempt_id(run_id, *row), Duration::from_secs(5));
     if !survivors.is_empty() {

@@ -1,7 +1,9 @@
 //! Line-oriented output: child lines prefixed with their step, waymark's own lines on stderr
 //! behind `waymark:`, and a failure report at the end.
 
-use crate::events::{AbandonReason, AttemptEnd, Envelope, Event, NoticeKind, Reporter, RunOutcome, SkipReason, Stream};
+use crate::events::{
+    AbandonReason, AttemptEnd, Envelope, Event, NoticeKind, Reporter, RunOutcome, SkipReason, StepOutcome, Stream,
+};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
@@ -322,9 +324,14 @@ fn describe(envelope: &Envelope) -> Option<String> {
         | Event::StepReady { .. }
         | Event::StepStarted { .. }
         | Event::StepWaiting { .. }
-        | Event::StepFinished { .. } => {
+        | Event::HandlerFinished { .. }
+        | Event::StepFinished { outcome: StepOutcome::Succeeded | StepOutcome::Failed, .. } => {
             return None;
         }
+        Event::StepFinished { step, outcome: StepOutcome::Caught, .. } => {
+            format!("waymark: {step}: error caught; the steps that need it run")
+        }
+        Event::HandlerStarted { step, error, .. } => format!("waymark: {step}: running its catch handler for {error}"),
         Event::AttemptStarted { step, attempt, max_attempts, redelivered, .. } => {
             if *max_attempts == 1 && *attempt == 1 && !*redelivered {
                 return None;

@@ -20,6 +20,7 @@ type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 /// A write for the journal's thread, with where to send its result.
 enum Write {
     Starting { step: String, attempt: u32, redelivered: bool, log_stem: PathBuf, reply: Reply<i64> },
+    HandlerStarting { step: String, attempt: u32, log_stem: PathBuf, reply: Reply<i64> },
     Spawned { row: i64, pid: u32, proc_start: Option<u64>, reply: Reply<()> },
     Finished { row: i64, result: AttemptResult, update: StepUpdate, reply: Reply<()> },
     RunFinished { status: RunStatus, failed_step: Option<String>, skipped: Vec<String>, reply: Reply<()> },
@@ -77,6 +78,9 @@ fn write_all(mut log: Box<dyn RunLog + Send>, queue: &mpsc::Receiver<Write>, run
             Write::Starting { step, attempt, redelivered, log_stem, reply } => {
                 let _ = reply.send(log.attempt_starting(lease, run_id, &step, attempt, redelivered, &log_stem));
             }
+            Write::HandlerStarting { step, attempt, log_stem, reply } => {
+                let _ = reply.send(log.handler_starting(lease, run_id, &step, attempt, &log_stem));
+            }
             Write::Spawned { row, pid, proc_start, reply } => {
                 let _ = reply.send(log.attempt_spawned(lease, row, pid, proc_start));
             }
@@ -110,6 +114,11 @@ impl RunJournal for ThreadJournal {
     ) -> Result<i64, StoreError> {
         let (step, log_stem) = (step.to_owned(), log_stem.to_owned());
         self.send(|reply| Write::Starting { step, attempt, redelivered, log_stem, reply }).await
+    }
+
+    async fn handler_starting(&mut self, step: &str, attempt: u32, log_stem: &Path) -> Result<i64, StoreError> {
+        let (step, log_stem) = (step.to_owned(), log_stem.to_owned());
+        self.send(|reply| Write::HandlerStarting { step, attempt, log_stem, reply }).await
     }
 
     async fn attempt_spawned(&mut self, row: i64, pid: u32, proc_start: Option<u64>) -> Result<(), StoreError> {

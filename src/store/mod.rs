@@ -312,6 +312,11 @@ pub enum StepUpdate {
     },
     /// Cancelled: the step goes back to pending with the same attempt number.
     Pending,
+    /// Failed for good with an error a catch handler with a command matches: it is to run (or,
+    /// after a cancelled handler, to run again).
+    Catching,
+    /// The error was caught: by a handler without a command, or one that succeeded.
+    Caught,
 }
 
 impl StepUpdate {
@@ -322,6 +327,8 @@ impl StepUpdate {
             StepUpdate::Failed => StepStatus::Failed,
             StepUpdate::Waiting { .. } => StepStatus::Waiting,
             StepUpdate::Pending => StepStatus::Pending,
+            StepUpdate::Catching => StepStatus::Catching,
+            StepUpdate::Caught => StepStatus::Caught,
         }
     }
 }
@@ -338,6 +345,17 @@ pub trait RunLog {
         step: &str,
         attempt: u32,
         redelivered: bool,
+        log_stem: &std::path::Path,
+    ) -> Result<i64, StoreError>;
+    /// Commit that the catch handler of step `step` (catching the error of attempt `attempt`)
+    /// is about to be spawned. Returns its row id; `attempt_spawned` and `attempt_finished` record
+    /// the rest, as for an attempt, but it uses no attempt of the budget.
+    fn handler_starting(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        step: &str,
+        attempt: u32,
         log_stem: &std::path::Path,
     ) -> Result<i64, StoreError>;
     /// Record the spawned child's pid and start time (to kill it after a runner crash).
@@ -374,6 +392,14 @@ pub(crate) trait RunJournal {
         step: &str,
         attempt: u32,
         redelivered: bool,
+        log_stem: &std::path::Path,
+    ) -> Result<i64, StoreError>;
+    /// Commit that step `step`'s catch handler is about to be spawned (see
+    /// [`RunLog::handler_starting`]). Returns its row id.
+    async fn handler_starting(
+        &mut self,
+        step: &str,
+        attempt: u32,
         log_stem: &std::path::Path,
     ) -> Result<i64, StoreError>;
     /// Record the spawned child's pid and start time (to kill it after a runner crash).

@@ -16,7 +16,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-const SCHEMA_VERSION: i64 = 5;
+const SCHEMA_VERSION: i64 = 6;
 
 /// The key of a run recorded before schema 2, which had runs per flow name only: a run whose
 /// recorded path is `DIR/NAME.toml` or `DIR/NAME` (its flow name is the file's stem, the default
@@ -46,6 +46,11 @@ ALTER TABLE runs ADD COLUMN lease_token INTEGER NOT NULL DEFAULT 0;
 /// JSON object of strings; steps recorded before have none (`NULL`).
 const MIGRATE_TO_5: &str = "
 ALTER TABLE steps ADD COLUMN outputs TEXT;
+";
+
+/// Schema 6: what a row of `attempts` is: an attempt of its step, or a catch handler run for it.
+const MIGRATE_TO_6: &str = "
+ALTER TABLE attempts ADD COLUMN kind TEXT NOT NULL DEFAULT 'attempt';
 ";
 
 /// The schema as version 1 created it; the migrations bring it to the current one, for new
@@ -114,6 +119,8 @@ pub struct SqliteStore {
     /// The SQL for a step's outputs: the `outputs` column, or `NULL` in a database older than
     /// schema 5 that a read-only command cannot migrate.
     step_outputs_sql: &'static str,
+    /// What a row of `attempts` is (rows recorded before schema 6 are all attempts).
+    attempt_kind_sql: &'static str,
 }
 
 /// A database whose schema is newer than this binary's.
@@ -294,9 +301,10 @@ impl SqliteStore {
         key_sql: &'static str,
         attempt_host_sql: &'static str,
         step_outputs_sql: &'static str,
+        attempt_kind_sql: &'static str,
     ) -> SqliteStore {
         let location = path.display().to_string();
-        SqliteStore { conn, path, location, key_sql, attempt_host_sql, step_outputs_sql }
+        SqliteStore { conn, path, location, key_sql, attempt_host_sql, step_outputs_sql, attempt_kind_sql }
     }
 
     /// Open (creating if needed) the database in `state_dir`.
@@ -311,7 +319,7 @@ impl SqliteStore {
         let conn = Connection::open_with_flags(&path, flags).map_err(sql)?;
         // The database holds commands and errors: keep it private like the logs.
         let _ = std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600));
-        let mut store = SqliteStore::with(conn, path, "flow_key", "host", "outputs");
+        let mut store = SqliteStore::with(conn, path, "flow_key", "host", "outputs", "kind");
         store.init().map_err(|e| failure(&store.path, e))?;
         let found: i64 = store.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|e| store.sql(e))?;
         if found > SCHEMA_VERSION {
@@ -327,7 +335,7 @@ impl SqliteStore {
         let path = state_dir.db();
         let empty = || -> Result<SqliteStore, StoreError> {
             let conn = Connection::open_in_memory().map_err(|e| failure(&path, e))?;
-            let mut store = SqliteStore::with(conn, path.clone(), "flow_key", "host", "outputs");
+            let mut store = SqliteStore::with(conn, path.clone(), "flow_key", "host", "outputs", "kind");
             store.init().map_err(|e| failure(&path, e))?;
             Ok(store)
         };
@@ -371,7 +379,9 @@ impl SqliteStore {
         let attempt_host_sql = if found < 3 { "NULL" } else { "host" };
         // Steps recorded before schema 5 have no outputs.
         let step_outputs_sql = if found < 5 { "NULL" } else { "s.outputs" };
-        Ok(SqliteStore::with(conn, path, key_sql, attempt_host_sql, step_outputs_sql))
+        // Attempts recorded before schema 6 are attempts (catch handlers came with it).
+        let attempt_kind_sql = if found < 6 { "'attempt'" } else { "kind" };
+        Ok(SqliteStore::with(conn, path, key_sql, attempt_host_sql, step_outputs_sql, attempt_kind_sql))
     }
 
     /// A run and its steps, read in one transaction: a consistent snapshot.
@@ -410,6 +420,9 @@ impl SqliteStore {
         }
         if version < 5 {
             tx.execute_batch(MIGRATE_TO_5)?;
+        }
+        if version < 6 {
+            tx.execute_batch(MIGRATE_TO_6)?;
         }
         if version < SCHEMA_VERSION {
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
@@ -627,6 +640,16 @@ impl Store for SqliteStore {
                     StepStatus::Succeeded => StepState::Succeeded,
                     StepStatus::Failed => StepState::Failed,
                     StepStatus::Skipped => StepState::Skipped,
+                    StepStatus::Caught => StepState::Caught,
+                    StepStatus::Catching => StepState::Catching {
+                        attempt: r.get("attempts_used")?,
+                        in_flight: match r.get::<_, Option<i64>>("current_row")? {
+                            Some(row) => {
+                                Some((row, r.get("a_pid")?, r.get::<_, Option<i64>>("a_start")?.map(|v| v as u64)))
+                            }
+                            None => None,
+                        },
+                    },
                     StepStatus::Waiting => StepState::Waiting {
                         next_attempt: r.get("next_attempt")?,
                         wake_at: from_millis(r.get("wake_at")?),
@@ -671,8 +694,9 @@ impl Store for SqliteStore {
         let mut stmt = self
             .conn
             .prepare(&format!(
-                "SELECT *, {} AS attempt_host FROM attempts WHERE run_id = ?1 AND (?2 IS NULL OR step = ?2) ORDER BY row",
-                self.attempt_host_sql
+                "SELECT *, {} AS attempt_host FROM attempts WHERE run_id = ?1 AND (?2 IS NULL OR step = ?2)
+                 AND {} = 'attempt' ORDER BY row",
+                self.attempt_host_sql, self.attempt_kind_sql
             ))
             .map_err(|e| self.sql(e))?;
         let rows = stmt
@@ -807,6 +831,33 @@ impl RunLog for SqliteStore {
         })
     }
 
+    fn handler_starting(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        step: &str,
+        attempt: u32,
+        log_stem: &Path,
+    ) -> Result<i64, StoreError> {
+        let now = now_ms();
+        let host = host_name();
+        self.write(false, |tx| {
+            check_lease(tx, run_id, lease)?;
+            move_step(tx, run_id, step, StepStatus::Catching)?;
+            tx.execute(
+                "INSERT INTO attempts (run_id, step, attempt, redelivered, outcome, started_at, log_stem, host, kind)
+                 VALUES (?1, ?2, ?3, 0, 'running', ?4, ?5, ?6, 'catch')",
+                params![run_id, step, attempt, now, log_stem.display().to_string(), host],
+            )?;
+            let row = tx.last_insert_rowid();
+            tx.execute(
+                "UPDATE steps SET current_row = ?3 WHERE run_id = ?1 AND name = ?2",
+                params![run_id, step, row],
+            )?;
+            Ok(row)
+        })
+    }
+
     fn attempt_spawned(
         &mut self,
         lease: &Lease,
@@ -831,14 +882,14 @@ impl RunLog for SqliteStore {
         result: &AttemptResult,
         update: &StepUpdate,
     ) -> Result<(), StoreError> {
-        let durable = matches!(update, StepUpdate::Succeeded | StepUpdate::Failed);
+        let durable = matches!(update, StepUpdate::Succeeded | StepUpdate::Failed | StepUpdate::Caught);
         let ended = to_millis(result.ended_at);
         self.write(durable, |tx| {
             check_lease_of_attempt(tx, row, lease)?;
-            let (run_id, step, outcome): (String, String, String) = tx.query_row(
-                "SELECT run_id, step, outcome FROM attempts WHERE row = ?1",
+                        let (run_id, step, outcome, kind): (String, String, String, String) = tx.query_row(
+                "SELECT run_id, step, outcome, kind FROM attempts WHERE row = ?1",
                 [row],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
             )?;
             let what = |e: &dyn std::fmt::Display| format!("attempt {row} of step `{step}`: {e}");
             let from = AttemptState::parse(&outcome).map_err(|e| bad_row("attempts", &run_id, what(&e)))?;
@@ -852,11 +903,16 @@ impl RunLog for SqliteStore {
                 "UPDATE attempts SET outcome = ?2, ended_at = ?3, exit_code = ?4, signal = ?5, error = ?6 WHERE row = ?1",
                 params![row, result.outcome.as_str(), ended, result.exit_code, result.signal, result.error.as_ref().map(error_json)],
             )?;
-            let used = i64::from(result.outcome != AttemptOutcome::Cancelled);
+                        // A catch handler's run uses no attempt of the budget.
+            let used = i64::from(result.outcome != AttemptOutcome::Cancelled && kind == "attempt");
             let state = update.status().as_str();
             let (next, wake) = match update {
                 StepUpdate::Waiting { next_attempt, wake_at } => (Some(*next_attempt), Some(to_millis(*wake_at))),
-                StepUpdate::Succeeded | StepUpdate::Failed | StepUpdate::Pending => (None, None),
+                                StepUpdate::Succeeded
+                | StepUpdate::Failed
+                | StepUpdate::Pending
+                | StepUpdate::Catching
+                | StepUpdate::Caught => (None, None),
             };
             let ended_at = durable.then_some(ended);
             // Outputs are the success's: recorded with it, in this transaction, and only then.

@@ -67,11 +67,24 @@ pub(crate) enum StepStatus {
     Failed,
     /// Never ran (or ran no more) because the run failed or its deadline passed first.
     Skipped,
+    /// Failed for good with an error that a catch handler matches: the handler is to run.
+    Catching,
+    /// Its error was caught: a handler matched it (and succeeded, if it has a command). Like
+    /// succeeded, final, and its dependents run.
+    Caught,
 }
 
 impl StepStatus {
-    const ALL: [StepStatus; 6] =
-        [Self::Pending, Self::Running, Self::Waiting, Self::Succeeded, Self::Failed, Self::Skipped];
+    const ALL: [StepStatus; 8] = [
+        Self::Pending,
+        Self::Running,
+        Self::Waiting,
+        Self::Succeeded,
+        Self::Failed,
+        Self::Skipped,
+        Self::Catching,
+        Self::Caught,
+    ];
 
     pub(crate) fn as_str(self) -> &'static str {
         match self {
@@ -81,6 +94,8 @@ impl StepStatus {
             StepStatus::Succeeded => "succeeded",
             StepStatus::Failed => "failed",
             StepStatus::Skipped => "skipped",
+            StepStatus::Catching => "catching",
+            StepStatus::Caught => "caught",
         }
     }
 
@@ -92,14 +107,17 @@ impl StepStatus {
     /// or again from running (an attempt redelivered after its runner died); it ends in
     /// succeeded, failed, waiting (a retry) or pending (cancelled). A step that is pending or
     /// waiting when the run fails (or its deadline passes) is skipped. A failed or skipped step
-    /// is reopened (pending) by `waymark resume`. Succeeded is final.
+    /// is reopened (pending) by `waymark resume`. A step whose error a handler matches is
+    /// catching until its handler ends: caught, failed, or catching again (the handler was
+    /// cancelled, and runs again). Succeeded and caught are final.
     pub(crate) fn can_move_to(self, to: StepStatus) -> bool {
         use StepStatus::*;
         match self {
             Pending | Waiting => matches!(to, Running | Skipped),
-            Running => to != Skipped,
+            Running => !matches!(to, Skipped),
             Failed | Skipped => to == Pending,
-            Succeeded => false,
+            Catching => matches!(to, Catching | Caught | Failed),
+            Succeeded | Caught => false,
         }
     }
 }
@@ -111,6 +129,13 @@ pub(crate) enum StepState {
     Succeeded,
     Failed,
     Skipped,
+    Caught,
+    /// A catch handler is to run for the error of attempt `attempt`; `in_flight` is the handler's
+    /// run (its row, pid and start time) when one was running as its runner stopped.
+    Catching {
+        attempt: u32,
+        in_flight: Option<(i64, Option<u32>, Option<u64>)>,
+    },
     /// A retry waits until `wake_at`.
     Waiting {
         next_attempt: u32,
@@ -133,6 +158,8 @@ impl StepState {
             StepState::Succeeded => StepStatus::Succeeded,
             StepState::Failed => StepStatus::Failed,
             StepState::Skipped => StepStatus::Skipped,
+            StepState::Caught => StepStatus::Caught,
+            StepState::Catching { .. } => StepStatus::Catching,
             StepState::Waiting { .. } => StepStatus::Waiting,
             StepState::InFlight { .. } => StepStatus::Running,
         }
@@ -217,7 +244,7 @@ mod tests {
     #[test]
     fn unknown_names_are_errors_not_defaults() {
         assert_eq!(RunStatus::parse("paused").unwrap_err().to_string(), "unknown run state `paused`");
-        assert_eq!(StepStatus::parse("caught").unwrap_err().to_string(), "unknown step state `caught`");
+        assert_eq!(StepStatus::parse("paused").unwrap_err().to_string(), "unknown step state `paused`");
         assert_eq!(AttemptState::parse("").unwrap_err().to_string(), "unknown attempt state ``");
         assert!(RunStatus::parse("Running").is_err(), "names are exact");
     }
@@ -236,6 +263,9 @@ mod tests {
         assert!(!S::Running.can_move_to(S::Skipped), "a running step ends through its attempt");
         assert!(S::Skipped.can_move_to(S::Pending), "reopened by `waymark resume`");
         assert!(!S::Skipped.can_move_to(S::Running), "a skipped step is reopened before it runs");
+        assert!(S::Running.can_move_to(S::Catching) && S::Running.can_move_to(S::Caught));
+        assert!(S::Catching.can_move_to(S::Caught) && S::Catching.can_move_to(S::Failed));
+        assert!(!S::Catching.can_move_to(S::Running), "a handler does not retry the step");
         for to in RunStatus::ALL {
             assert!(!RunStatus::Succeeded.can_move_to(to));
             assert!(!RunStatus::Abandoned.can_move_to(to));

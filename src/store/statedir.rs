@@ -254,6 +254,12 @@ impl StateDir {
     pub(crate) fn attempt_stem(&self, run_id: &str, step: &str, attempt: u32) -> PathBuf {
         self.step_logs(run_id, step).join(format!("attempt-{attempt}"))
     }
+
+    /// The files of the catch handler run for the error of attempt `attempt`: `catch-N`, to which
+    /// `.stdout` and `.stderr` are added.
+    pub(crate) fn handler_stem(&self, run_id: &str, step: &str, attempt: u32) -> PathBuf {
+        self.step_logs(run_id, step).join(format!("catch-{attempt}"))
+    }
 }
 
 /// Make sure the state directory `dir` can be trusted, creating it (mode 0700, and its missing

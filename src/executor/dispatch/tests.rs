@@ -64,6 +64,10 @@ impl Launcher for FakeLauncher {
         Path::new("/nonexistent/waymark-dispatch-test").join(step).join(format!("attempt-{attempt}"))
     }
 
+    fn prepare_handler(&mut self, step: &Step, attempt: u32) -> Result<PathBuf, ExecError> {
+        Ok(Path::new("/nonexistent/waymark-dispatch-test").join(&step.name).join(format!("catch-{attempt}")))
+    }
+
     fn spawn(
         &mut self,
         a: Attempt,
@@ -71,13 +75,18 @@ impl Launcher for FakeLauncher {
         events: &mpsc::Sender<Msg>,
     ) -> Result<Launched, ExecError> {
         let at = Instant::now() - self.begin;
+        // A catch handler is scripted, and recorded, as the step `NAME:catch`.
+        let name = match a.handler {
+            Some(_) => format!("{}:catch", a.step.name),
+            None => a.step.name.clone(),
+        };
         self.spawned.borrow_mut().push(Spawned {
-            step: a.step.name.clone(),
+            step: name.clone(),
             attempt: a.attempt,
             redelivered: a.redelivered,
             at,
         });
-        let script = (self.script)(&a.step.name, a.attempt);
+        let script = (self.script)(&name, a.attempt);
         if let Script::NotStarted = script {
             return Ok(Launched::NotStarted { why: "program `nope` not found in PATH".into(), stderr_from: 0 });
         }
@@ -146,6 +155,12 @@ impl RunJournal for FakeJournal {
         self.next_row += 1;
         let again = if redelivered { " redelivered" } else { "" };
         self.writes.borrow_mut().push(format!("starting {step} #{attempt}{again} row {}", self.next_row));
+        Ok(self.next_row)
+    }
+
+    async fn handler_starting(&mut self, step: &str, attempt: u32, _log_stem: &Path) -> Result<i64, StoreError> {
+        self.next_row += 1;
+        self.writes.borrow_mut().push(format!("handler of {step} #{attempt} row {}", self.next_row));
         Ok(self.next_row)
     }
 
@@ -879,4 +894,107 @@ async fn a_signal_while_a_start_is_recorded_spawns_nothing() {
     // Recorded as cancelled: it does not count and runs again, as attempt 1, on resume.
     assert_eq!(ran.writes, ["starting a #1 row 1", "finished row 1 Cancelled -> Pending", "run Interrupted None"]);
     assert_eq!(ran.kinds(), ["run_started", "step_ready a", "cancelling", "run_finished"]);
+}
+
+/// `a` fails with the error the test's exit code names; `b` needs it.
+fn catching(catch: &str) -> String {
+    format!(
+        r#"
+[errors]
+BadInput = []
+[exit_codes]
+"4" = "BadInput"
+[[step]]
+name = "a"
+run = ["a"]
+timeout = 5
+catch = [{catch}]
+[[step]]
+name = "b"
+run = ["b"]
+"#
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_without_a_command_swallows_the_error_and_the_dependents_run() {
+    let flow = catching(r#"{ exception_types = ["CalledProcessError"] }"#);
+    let ran = Test::new(&flow).run(|step, _| if step == "a" { exit(1, 1) } else { exit(1, 0) }).await;
+    assert_eq!(ran.outcome(), RunOutcome::Succeeded);
+    assert_eq!(ran.schedule(), [("a", 1, 0.0), ("b", 1, 1.0)]);
+    assert_eq!(ran.writes[2], "finished row 1 Failed CalledProcessError -> Caught");
+    assert!(ran.kinds().contains(&"step_finished a".to_owned()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_that_succeeds_catches_the_error_before_the_dependents_run() {
+    let flow = catching(r#"{ exception_types = ["ActionTimeout"], run = ["fallback"] }"#);
+    let ran = Test::new(&flow)
+        .run(|step, _| match step {
+            "a" => Script::Hang,
+            "a:catch" => exit(2, 0),
+            _ => exit(1, 0),
+        })
+        .await;
+    assert_eq!(ran.outcome(), RunOutcome::Succeeded);
+    // a times out at 5 s; its handler runs 2 s; then b.
+    assert_eq!(ran.schedule(), [("a", 1, 0.0), ("a:catch", 1, 5.0), ("b", 1, 7.0)]);
+    assert_eq!(
+        ran.writes[..6],
+        [
+            "starting a #1 row 1",
+            "spawned row 1",
+            "finished row 1 Failed ActionTimeout -> Catching",
+            "handler of a #1 row 2",
+            "spawned row 2",
+            "finished row 2 Succeeded -> Caught",
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_handler_or_an_error_no_handler_matches_fails_the_step() {
+    let flow = catching(r#"{ exception_types = ["BadInput"], shell = "exit 3" }"#);
+    let ran = Test::new(&flow).run(|step, _| if step == "a" { exit(1, 4) } else { exit(1, 1) }).await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    assert_eq!(ran.schedule(), [("a", 1, 0.0), ("a:catch", 1, 1.0)]);
+    assert_eq!(ran.writes[5], "finished row 2 Failed -> Failed");
+    assert_eq!(ran.writes.last().map(String::as_str), Some("run Failed Some(\"a\") skipped [\"b\"]"));
+    // The step fails with its own error, not the handler's.
+    let failure = ran.events.iter().find_map(|e| match &e.event {
+        Event::RunFinished { failure: Some(f), .. } => Some(f.error.class.clone()),
+        _ => None,
+    });
+    assert_eq!(failure.as_deref(), Some("BadInput"));
+    // CalledProcessError is not BadInput: nothing catches it.
+    let ran = Test::new(&flow).run(|_, _| exit(1, 1)).await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    assert_eq!(ran.schedule(), [("a", 1, 0.0)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handler_in_flight_when_the_runner_died_runs_again_on_resume() {
+    let flow = catching(r#"{ exception_types = ["Exception"], run = ["fallback"] }"#);
+    let mut test = Test::new(&flow);
+    test.resumed = true;
+    test.records[0].attempts_used = 1;
+    test.records[0].last_error = Some(crate::classify::ErrorValue {
+        class: "CalledProcessError".into(),
+        bases: vec!["SubprocessError".into(), "Exception".into(), "BaseException".into()],
+        message: "exit status 1".into(),
+        source: crate::classify::ErrorSource::ExitStatus,
+    });
+    test.records[0].state = StepState::Catching { attempt: 1, in_flight: Some((9, Some(4242), None)) };
+    let ran = test.run(|_, _| exit(1, 0)).await;
+    assert_eq!(ran.outcome(), RunOutcome::Succeeded);
+    assert_eq!(ran.leftovers_checked, ["a"], "the dead runner's handler is made sure dead first");
+    assert_eq!(ran.schedule(), [("a:catch", 1, 0.0), ("b", 1, 1.0)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_deadline_is_never_caught() {
+    let flow = format!("timeout = 3\n{}", catching(r#"{ exception_types = ["BaseException"] }"#));
+    let ran = Test::new(&flow).run(|_, _| Script::Hang).await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    assert_eq!(ran.attempt_finished()[0].2.as_deref(), Some("WorkflowTimeout"));
 }
