@@ -1,0 +1,137 @@
+//! Catch handlers, end to end with real processes: a timed-out step's handler runs with the error
+//! in its environment and the steps that need it run; a failing handler fails the step with its
+//! own error; a run killed between a step's final error and its handler runs the handler on resume,
+//! once.
+
+mod common;
+
+use common::{Env, stderr};
+use serde_json::Value;
+
+fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn status(env: &Env) -> Value {
+    let out = env.cmd(&["status", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn states(env: &Env) -> Vec<String> {
+    status(env)["steps"].as_array().unwrap().iter().map(|s| s["state"].as_str().unwrap().to_owned()).collect()
+}
+
+const TIMED_OUT: &str = r#"
+[[step]]
+name = "fetch"
+shell = "echo $$ > fetch.pid; exec sleep 60"
+timeout = 1
+kill_grace = 0
+catch = [
+    { exception_types = ["ConnectionError"], run = ["touch", "wrong-handler"] },
+    { exception_types = ["ActionTimeout"], shell = "printf '%s|%s|%s' \"$WAYMARK_ERROR_TYPE\" \"$WAYMARK_ERROR_BASES\" \"$WAYMARK_ERROR_MESSAGE\" > caught; echo fallback" },
+]
+
+[[step]]
+name = "load"
+run = ["touch", "loaded"]
+"#;
+
+#[test]
+fn a_timed_out_step_is_caught_by_the_first_matching_handler_and_the_next_step_runs() {
+    let env = Env::new();
+    env.write("flow.toml", TIMED_OUT);
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(env.read("caught"), "ActionTimeout|BaseException|timed out after 1s");
+    assert!(!env.path("wrong-handler").exists(), "only the first handler that matches runs");
+    assert!(env.path("loaded").exists());
+    // The handler's output is shown like a step's, and kept in its own log.
+    assert_eq!(stdout(&out), "fetch | fallback\n");
+    let err = stderr(&out);
+    // Run ids and durations aside.
+    let lines: Vec<&str> =
+        err.lines()
+            .filter(|l| !l.starts_with("waymark: run "))
+            .map(|l| {
+                if l.contains(": succeeded on attempt ") {
+                    l.rsplit_once(" in ").map_or(l, |(head, _)| head)
+                } else {
+                    l
+                }
+            })
+            .collect();
+    assert_eq!(
+        lines,
+        [
+            "waymark: fetch: attempt 1/1 failed: ActionTimeout(BaseException): timed out after 1s [timeout]",
+            "waymark: fetch: running its catch handler for ActionTimeout",
+            "waymark: fetch: error caught; the steps that need it run",
+            "waymark: load: succeeded on attempt 1",
+        ]
+    );
+    assert_eq!(states(&env), ["caught", "succeeded"]);
+    let logs = env.cmd(&["status", "--json"]).output().unwrap();
+    let run = serde_json::from_slice::<Value>(&logs.stdout).unwrap()["id"].as_str().unwrap().to_owned();
+    let catch_log = env.state().join("logs").join(&run).join("fetch").join("catch-1.stdout");
+    assert_eq!(std::fs::read_to_string(catch_log).unwrap(), "fallback\n");
+    // The timed-out attempt's process is gone.
+    let pid = common::read_pid(&env.path("fetch.pid"));
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "the timed-out attempt's sleep survived");
+}
+
+#[test]
+fn a_failing_handler_fails_the_step_with_its_own_error() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "[[step]]\nname = 'fetch'\nshell = 'exit 7'\ncatch = [{ exception_types = ['Exception'], shell = 'exit 3' }]\n\
+         [[step]]\nname = 'load'\nrun = ['touch', 'loaded']\n",
+    );
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.lines()
+            .any(|l| l
+                == "waymark: warning: fetch: its catch handler failed (exit status 3); the step fails with its error"),
+        "{err}"
+    );
+    assert!(err.contains("  error:    CalledProcessError(SubprocessError, Exception, BaseException): "), "{err}");
+    assert!(!env.path("loaded").exists());
+    assert_eq!(states(&env), ["failed", "skipped"]);
+}
+
+#[test]
+fn a_handler_left_to_run_by_a_killed_runner_runs_once_on_resume() {
+    if !common::have_crash_hook("a_handler_left_to_run_by_a_killed_runner_runs_once_on_resume") {
+        return;
+    }
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "[[step]]\nname = 'fetch'\nshell = 'echo x >> attempts; exit 1'\n\
+         catch = [{ exception_types = ['CalledProcessError'], shell = 'echo x >> handled' }]\n\
+         [[step]]\nname = 'load'\nshell = 'echo x >> loaded'\n",
+    );
+    // The runner is SIGKILLed right after fetch's final error is committed, before its handler.
+    let out = env.cmd(&["run", "flow.toml"]).env("WAYMARK_TEST_CRASH_AFTER", "fetch").output().unwrap();
+    assert_eq!(out.status.signal_number(), Some(9), "{}", stderr(&out));
+    assert_eq!(states(&env), ["catching", "pending"]);
+    assert!(!env.path("handled").exists());
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!((env.count("attempts"), env.count("handled"), env.count("loaded")), (1, 1, 1));
+    assert_eq!(states(&env), ["caught", "succeeded"]);
+}
+
+trait SignalNumber {
+    fn signal_number(&self) -> Option<i32>;
+}
+
+impl SignalNumber for std::process::ExitStatus {
+    fn signal_number(&self) -> Option<i32> {
+        std::os::unix::process::ExitStatusExt::signal(self)
+    }
+}
