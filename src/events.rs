@@ -246,6 +246,23 @@ pub(crate) enum Event {
         #[serde(rename = "duration_ms", serialize_with = "millis")]
         duration: Duration,
     },
+    /// A compensation (`name`: its step) or a hook (`name`: `on_success`, `on_failure`,
+    /// `on_exit`) started; `pid` is `None` when it could not be started.
+    AuxStarted {
+        #[serde(rename = "what")]
+        kind: crate::store::AuxKind,
+        name: String,
+        pid: Option<u32>,
+    },
+    /// A compensation or hook ended; a failed one does not change how the run ended.
+    AuxFinished {
+        #[serde(rename = "what")]
+        kind: crate::store::AuxKind,
+        name: String,
+        outcome: AttemptEnd,
+        #[serde(rename = "duration_ms", serialize_with = "millis")]
+        duration: Duration,
+    },
     /// Waymark's own failure (the store, the attempts' files) stopped the run before it finished;
     /// the run stays unfinished and resumable. `error` is what the command prints.
     RunAborted {
@@ -361,6 +378,8 @@ fn redact(secrets: &Secrets, event: Event) -> Event {
         | Event::AttemptStarted { .. }
         | Event::HandlerStarted { .. }
         | Event::HandlerFinished { .. }
+        | Event::AuxStarted { .. }
+        | Event::AuxFinished { .. }
         | Event::Cancelling { .. }) => e,
     }
 }
@@ -459,10 +478,12 @@ mod tests {
             Event::RunAborted { .. } => "run_aborted",
             Event::HandlerStarted { .. } => "handler_started",
             Event::HandlerFinished { .. } => "handler_finished",
+            Event::AuxStarted { .. } => "aux_started",
+            Event::AuxFinished { .. } => "aux_finished",
         }
     }
 
-    const KINDS: usize = 17;
+    const KINDS: usize = 19;
 
     fn error() -> ErrorValue {
         ErrorValue {
@@ -582,6 +603,13 @@ mod tests {
             Event::Cancelling { signal: 2, forced: true },
             Event::RunAborted { error: "cannot write the state database /s/waymark.db: disk full".into() },
             Event::HandlerStarted { step: "fetch".into(), attempt: 3, error: "TimeoutError".into(), pid: Some(4242) },
+            Event::AuxStarted { kind: crate::store::AuxKind::Compensate, name: "load".into(), pid: Some(4343) },
+            Event::AuxFinished {
+                kind: crate::store::AuxKind::Hook,
+                name: "on_failure".into(),
+                outcome: AttemptEnd::Failed,
+                duration: Duration::from_millis(20),
+            },
             Event::HandlerFinished {
                 step: "fetch".into(),
                 attempt: 3,

@@ -129,39 +129,11 @@ fn read_store(dir: &StateDir) -> Result<Box<dyn Store>, CliError> {
     Ok(Box::new(SqliteStore::open_for_reading(dir)?))
 }
 
-/// Until the runner acts on compensation and hooks, refuse a flow that uses them,
-/// rather than run it as if the keys were not there. A flow that does not load is left to `run`,
-/// which reports it.
-fn refuse_what_run_ignores(path: &std::path::Path) -> Result<(), CliError> {
-    let Ok(loaded) = crate::flow::load(path) else { return Ok(()) };
-    let flow = &loaded.flow;
-    let mut keys = Vec::new();
-    let mut note = |used: bool, key: &'static str| {
-        if used {
-            keys.push(format!("`{key}`"));
-        }
-    };
-
-    note(flow.steps.iter().any(|s| s.compensate.is_some()), "compensate");
-    note(flow.hooks != crate::flow::model::Hooks::default(), "hooks");
-    if keys.is_empty() {
-        return Ok(());
-    }
-    Err(CliError::Usage(format!(
-        "{} uses {}, which this build of `waymark run` does not act on yet; nothing was run. `waymark check {}` \
-         validates the flow and shows its plan",
-        path.display(),
-        keys.join(", "),
-        path.display()
-    )))
-}
-
 /// Run the parsed command line.
 pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
     let flag = cli.state_dir.as_deref();
     match cli.command {
         Command::Run { flow, fresh, wait, quiet, max_parallel, params, state } => {
-            refuse_what_run_ignores(&flow)?;
             run::run(state.or(flag), &flow, fresh, wait, quiet, max_parallel, &params)
         }
         Command::Resume { run_id, wait, quiet, state } => {

@@ -20,7 +20,8 @@ use crate::reporter::PlainReporter;
 use crate::store::lock::FlowLock;
 use crate::store::record::RunDefinition;
 use crate::store::{
-    FlowKey, Lease, RunRecord, RunStatus, StateDir, StepRecord, Store, StoreError, ThreadJournal, create_private_dir,
+    AuxKind, FlowKey, Lease, RunRecord, RunStatus, StateDir, StepRecord, Store, StoreError, ThreadJournal,
+    create_private_dir,
 };
 use anyhow::Context;
 use std::path::Path;
@@ -361,6 +362,13 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, quiet: bool) ->
                 "run {run_id} was abandoned and cannot be resumed; `waymark run` starts a new one"
             )));
         }
+        // Its compensations undid what its succeeded steps did: resuming it would skip them.
+        RunStatus::Failed if store.aux_runs(run_id)?.iter().any(|a| a.kind == AuxKind::Compensate) => {
+            return Err(CliError::Usage(format!(
+                "run {run_id} failed and its compensations ran, undoing what its steps did, so it cannot be \
+                 resumed; `waymark run --fresh FLOW` starts the flow anew"
+            )));
+        }
         RunStatus::Failed | RunStatus::Running | RunStatus::Interrupted => {}
     }
     // Its env file is read before the run is touched: a bad one leaves it as it was.
@@ -437,6 +445,7 @@ fn execute(
         max_parallel,
         deadline,
         env: Arc::new(env),
+        aux: store.aux_runs(&record.id)?,
     };
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;

@@ -6,7 +6,7 @@
 //! its timers, so a test runs it under a paused clock with fakes (see `tests.rs`).
 
 use super::environment::RunEnv;
-use super::launch::{Attempt, Handler, Launched, Launcher};
+use super::launch::{Attempt, Aux, Launched, Launcher};
 use super::outputs::{self, RunOutputs};
 use super::supervise::{Control, End};
 use super::{ExecError, Msg, evidence};
@@ -16,7 +16,9 @@ use crate::flow::{Flow, Signal, Step};
 use crate::os::process::ExitKind;
 use crate::retry::Decision;
 use crate::secrets::Secrets;
-use crate::store::{AttemptOutcome, AttemptResult, RunJournal, RunStatus, StepRecord, StepState, StepUpdate};
+use crate::store::{
+    AttemptOutcome, AttemptResult, AuxKind, AuxRun, RunJournal, RunStatus, StepRecord, StepState, StepUpdate,
+};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -56,6 +58,8 @@ pub(crate) struct RunSpec {
     pub(crate) max_parallel: usize,
     /// When the workflow's deadline (its top-level `timeout`) passes, if it has one.
     pub(crate) deadline: Option<SystemTime>,
+    /// The compensations and hooks recorded for the run by earlier runners.
+    pub(crate) aux: Vec<AuxRun>,
     /// What this runner adds to the definition: the env file's variables and the secrets.
     pub(crate) env: Arc<RunEnv>,
 }
@@ -184,6 +188,10 @@ pub(crate) struct Dispatcher<'e, L, J, S, C> {
     /// When the workflow's deadline passes, and whether it has.
     deadline: Option<Instant>,
     expired: bool,
+    /// Steps in the order they succeeded: by earlier runners (by when), then by this one.
+    completed: Vec<usize>,
+    /// Compensations and hooks that have run for this run: they do not run again.
+    aux_done: std::collections::BTreeSet<(AuxKind, String)>,
     /// The outputs of the steps that succeeded, recorded ones included: what an attempt sees.
     outputs: RunOutputs,
     /// Hidden in what is read from an attempt's files before it is recorded.
@@ -255,6 +263,16 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         let deadline =
             spec.deadline.map(|at| Instant::now() + at.duration_since(parts.clock.now()).unwrap_or(Duration::ZERO));
         let max_parallel = spec.max_parallel.max(1);
+        let mut completed: Vec<usize> = (0..spec.steps.len()).filter(|&i| steps[i].slot.done()).collect();
+        completed.sort_by_key(|&i| (spec.steps[i].ended_at, i));
+        let mut aux_done = std::collections::BTreeSet::new();
+        for aux in &spec.aux {
+            if aux.finished {
+                aux_done.insert((aux.kind, aux.name.clone()));
+            } else if let Some(message) = parts.launcher.kill_aux_leftovers(aux)? {
+                emitter.warning(None, message);
+            }
+        }
         Ok(Dispatcher {
             flow,
             parts,
@@ -268,6 +286,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             stopping,
             deadline,
             expired: false,
+            completed,
+            aux_done,
             outputs,
             secrets,
         })
@@ -305,6 +325,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             if self.running == 0
                 && let Some(outcome) = self.outcome()
             {
+                let outcome = self.wind_down(outcome).await?;
                 return self.finish(outcome).await;
             }
             let wake = self.next_wake();
@@ -429,7 +450,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             stem: stem.clone(),
             deadline: step.timeout.map(|t| issued + t),
             outputs: self.outputs.env().collect(),
-            handler: None,
+            aux: None,
         };
         let launched = self.parts.launcher.spawn(spec, control_rx, &self.tx)?;
         let pid = match &launched {
@@ -534,6 +555,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         self.parts.journal.attempt_finished(ended.row, &result, &StepUpdate::Succeeded).await?;
         self.crash_point(index);
         self.outputs.insert(index, &name, result.outputs);
+        self.completed.push(index);
         let s = &mut self.steps[index];
         s.slot = Slot::Succeeded;
         (s.last_attempt, s.last_stderr_from) = (ended.attempt, ended.stderr_from);
@@ -705,7 +727,15 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             stem: stem.clone(),
             deadline: step.timeout.map(|t| issued + t),
             outputs: self.outputs.env().collect(),
-            handler: Some(Handler { command, error }),
+            aux: Some(Aux {
+                what: format!("catch handler for attempt {attempt}"),
+                command,
+                env: vec![
+                    ("WAYMARK_ERROR_TYPE".to_owned(), error.class.clone()),
+                    ("WAYMARK_ERROR_BASES".to_owned(), error.bases.join(",")),
+                    ("WAYMARK_ERROR_MESSAGE".to_owned(), error.message.clone()),
+                ],
+            }),
         };
         let launched = self.parts.launcher.spawn(spec, control_rx, &self.tx)?;
         match launched {
@@ -795,6 +825,201 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             AttemptOutcome::Cancelled => {}
         }
         Ok(())
+    }
+
+    /// What runs once the steps are done: when the run failed, the compensations of the steps that
+    /// succeeded, in reverse order of completion; then the hooks (`on_success` or `on_failure`,
+    /// then `on_exit`). Each runs once, recorded; one that fails is a warning and the others go
+    /// on. A signal stops the one running (it runs again on resume) and the run is interrupted.
+    async fn wind_down(&mut self, outcome: RunOutcome) -> Result<RunOutcome, ExecError> {
+        if matches!(outcome, RunOutcome::Interrupted { .. }) {
+            return Ok(outcome);
+        }
+        let failed = outcome == RunOutcome::Failed;
+        let mut todo: Vec<(AuxKind, String, Arc<Step>, crate::flow::model::Command)> = Vec::new();
+        if failed {
+            for &i in self.completed.iter().rev() {
+                let step = &self.steps[i].step;
+                if let (Slot::Succeeded, Some(command)) = (&self.steps[i].slot, &step.compensate) {
+                    todo.push((AuxKind::Compensate, step.name.clone(), Arc::clone(step), command.clone()));
+                }
+            }
+        }
+        let hooks = &self.flow.hooks;
+        let first = if failed { ("on_failure", &hooks.on_failure) } else { ("on_success", &hooks.on_success) };
+        for (name, command) in [first, ("on_exit", &hooks.on_exit)] {
+            if let Some(command) = command {
+                todo.push((AuxKind::Hook, name.to_owned(), self.hook_step(name), command.clone()));
+            }
+        }
+        todo.retain(|(kind, name, ..)| !self.aux_done.contains(&(*kind, name.clone())));
+        if todo.is_empty() {
+            return Ok(outcome);
+        }
+        // Told to stop before the end: what is left runs on resume.
+        if let Some(sig) = self.cancelled {
+            return Ok(RunOutcome::Interrupted { signal: sig.number() });
+        }
+        let env = self.hook_env(outcome);
+        for (kind, name, step, command) in todo {
+            let env = if kind == AuxKind::Hook { env.clone() } else { Vec::new() };
+            if let Some(sig) = self.run_aux(kind, &name, step, command, env).await? {
+                return Ok(RunOutcome::Interrupted { signal: sig.number() });
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// The variables a hook gets: how the run ended and, when it failed, where and why.
+    fn hook_env(&self, outcome: RunOutcome) -> Vec<(String, String)> {
+        let status = if outcome == RunOutcome::Succeeded { "succeeded" } else { "failed" };
+        let failed = match outcome {
+            RunOutcome::Failed => self.stopping.or_else(|| self.steps.iter().position(|s| !s.slot.done())),
+            _ => None,
+        };
+        let error = failed.and_then(|i| match self.expired {
+            true => Some(evidence::workflow_timeout(&self.flow)),
+            false => self.steps[i].last_error.clone(),
+        });
+        vec![
+            ("WAYMARK_RUN_STATUS".to_owned(), status.to_owned()),
+            ("WAYMARK_FAILED_STEP".to_owned(), failed.map(|i| self.steps[i].step.name.clone()).unwrap_or_default()),
+            ("WAYMARK_ERROR_TYPE".to_owned(), error.as_ref().map(|e| e.class.clone()).unwrap_or_default()),
+            ("WAYMARK_ERROR_MESSAGE".to_owned(), error.map(|e| e.message).unwrap_or_default()),
+        ]
+    }
+
+    /// A step-like description of hook `name` for the launcher: it runs in the flow file's
+    /// directory with the flow's environment, no timeout, stopped with SIGTERM then SIGKILL.
+    fn hook_step(&self, name: &str) -> Arc<Step> {
+        let mut step = (*self.steps[0].step).clone();
+        step.name = name.to_owned();
+        step.env.clear();
+        step.timeout = None;
+        step.workdir = self.flow.path.parent().map_or_else(|| step.workdir.clone(), std::path::Path::to_owned);
+        step.kill_signal = Signal(nix::sys::signal::Signal::SIGTERM);
+        step.kill_grace = Duration::from_secs(10);
+        Arc::new(step)
+    }
+
+    /// Run one compensation or hook to its end, showing its output; `Some(signal)` when a
+    /// signal to the runner stopped it.
+    async fn run_aux(
+        &mut self,
+        kind: AuxKind,
+        name: &str,
+        step: Arc<Step>,
+        command: crate::flow::model::Command,
+        env: Vec<(String, String)>,
+    ) -> Result<Option<Signal>, ExecError> {
+        let stem = self.parts.launcher.prepare_aux(kind, name)?;
+        let row = self.parts.journal.aux_starting(kind, name, &stem).await?;
+        while let Some(sig) = self.parts.signals.try_next() {
+            self.on_signal(sig);
+        }
+        let issued = Instant::now();
+        if let Some(sig) = self.cancelled {
+            let result = self.result(AttemptOutcome::Cancelled, None, Some(sig.name().to_owned()));
+            self.parts.journal.aux_finished(row, &result).await?;
+            return Ok(Some(sig));
+        }
+        let what = match kind {
+            AuxKind::Compensate => format!("compensation of step `{name}`"),
+            AuxKind::Hook => format!("hook {name}"),
+        };
+        let (control, control_rx) = watch::channel(Control::Run);
+        let spec = Attempt {
+            step_index: usize::MAX,
+            step: Arc::clone(&step),
+            attempt: 1,
+            max_attempts: 1,
+            redelivered: false,
+            row,
+            stem,
+            deadline: step.timeout.map(|t| issued + t),
+            outputs: self.outputs.env().collect(),
+            aux: Some(Aux { what: what.clone(), command, env }),
+        };
+        let (end, pid) = match self.parts.launcher.spawn(spec, control_rx, &self.tx)? {
+            Launched::NotStarted { why, .. } => (Err(why), None),
+            Launched::Running { pid, proc_start, .. } => {
+                if let Err(e) = self.parts.journal.attempt_spawned(row, pid, proc_start).await {
+                    self.parts.launcher.kill(pid);
+                    return Err(e.into());
+                }
+                self.emitter.emit(Event::AuxStarted { kind, name: name.to_owned(), pid: Some(pid) });
+                (Ok(self.await_aux(row, name, &control).await?), Some(pid))
+            }
+        };
+        let (outcome, exit_code, why) = match &end {
+            Ok(End::Exited(ExitKind::Code(0))) => (AttemptOutcome::Succeeded, Some(0), None),
+            Ok(End::Cancelled) => (AttemptOutcome::Cancelled, None, None),
+            Ok(End::Exited(ExitKind::Code(code))) => {
+                (AttemptOutcome::Failed, Some(*code), Some(format!("exit status {code}")))
+            }
+            Ok(End::Exited(ExitKind::Signal(sig))) => {
+                (AttemptOutcome::Failed, None, Some(format!("killed by {}", sig.name())))
+            }
+            Ok(End::TimedOut | End::Expired) => {
+                (AttemptOutcome::Failed, None, Some("its step's timeout passed".to_owned()))
+            }
+            Err(why) => (AttemptOutcome::Failed, None, Some(why.clone())),
+        };
+        if pid.is_none() {
+            self.emitter.emit(Event::AuxStarted { kind, name: name.to_owned(), pid: None });
+        }
+        let result = self.result(outcome, exit_code, None);
+        self.parts.journal.aux_finished(row, &result).await?;
+        let end = match outcome {
+            AttemptOutcome::Succeeded => AttemptEnd::Succeeded,
+            AttemptOutcome::Failed => AttemptEnd::Failed,
+            AttemptOutcome::Cancelled => AttemptEnd::Cancelled,
+        };
+        let duration = issued.elapsed();
+        self.emitter.emit(Event::AuxFinished { kind, name: name.to_owned(), outcome: end, duration });
+        if let Some(why) = why {
+            let message = match kind {
+                AuxKind::Compensate => format!("its compensation failed ({why}); the other compensations go on"),
+                AuxKind::Hook => format!("hook {name} failed ({why})"),
+            };
+            let step = (kind == AuxKind::Compensate).then_some(name);
+            self.emitter.warning(step, message);
+        }
+        if outcome == AttemptOutcome::Cancelled {
+            return Ok(self.cancelled.or(Some(Signal(nix::sys::signal::Signal::SIGTERM))));
+        }
+        self.aux_done.insert((kind, name.to_owned()));
+        Ok(None)
+    }
+
+    /// Wait for the compensation or hook recorded as `row` to end, showing its output and passing
+    /// the runner's signals on to it.
+    async fn await_aux(&mut self, row: i64, name: &str, control: &watch::Sender<Control>) -> Result<End, ExecError> {
+        loop {
+            tokio::select! {
+                Some(msg) = self.rx.recv() => match msg {
+                    Msg::Output { row: r, stream, chunk, .. } if r == row => {
+                        self.emitter.emit(Event::Output { step: name.to_owned(), stream, chunk });
+                    }
+                    Msg::Done { row: r, end, notes, .. } if r == row => {
+                        for message in notes {
+                            self.emitter.warning(None, message);
+                        }
+                        return Ok(end);
+                    }
+                    Msg::LogFailed { row: r, path, error } if r == row => {
+                        return Err(ExecError::Files { path, source: error });
+                    }
+                    _ => {}
+                },
+                sig = self.parts.signals.next() => {
+                    let forced = self.cancelled.is_some();
+                    self.cancelled.get_or_insert(sig);
+                    let _ = control.send(if forced { Control::Kill } else { Control::Cancel(sig) });
+                    self.emitter.emit(Event::Cancelling { signal: sig.number(), forced });
+                }
+            }
+        }
     }
 
     /// Step `index` failed for good: no new step starts from now on (issued steps that have not

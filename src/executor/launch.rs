@@ -7,7 +7,7 @@ use super::supervise::{Control, Output, Supervisor};
 use super::{ExecError, Msg, outputs};
 use crate::flow::{Flow, Step};
 use crate::os::process as unix;
-use crate::store::{StateDir, StepRecord, StepState};
+use crate::store::{AuxKind, AuxRun, StateDir, StepRecord, StepState};
 use std::collections::HashSet;
 use std::fs::File;
 use std::io::Write;
@@ -33,15 +33,17 @@ pub(crate) struct Attempt {
     pub(crate) deadline: Option<Instant>,
     /// The `WAYMARK_OUTPUT_<STEP>_<KEY>` variables of the steps that succeeded before it.
     pub(crate) outputs: Vec<(String, String)>,
-    /// Set when this is not an attempt but the step's catch handler, run for the error of attempt
-    /// `attempt`: its command and that error.
-    pub(crate) handler: Option<Handler>,
+    /// Set when this is not an attempt but a command run around it: the step's catch handler
+    /// (for the error of attempt `attempt`), its compensation, or a hook of the run.
+    pub(crate) aux: Option<Aux>,
 }
 
-/// A catch handler to run: its command and the error it catches.
-pub(crate) struct Handler {
+/// A command run around the attempts: what it is (for its log's banner), its command, and the
+/// variables it gets besides a step's.
+pub(crate) struct Aux {
+    pub(crate) what: String,
     pub(crate) command: crate::flow::model::Command,
-    pub(crate) error: crate::classify::ErrorValue,
+    pub(crate) env: Vec<(String, String)>,
 }
 
 /// What became of a spawn.
@@ -69,6 +71,11 @@ pub(crate) trait Launcher {
     /// Make the step's log directory ready for the catch handler run for the error of attempt
     /// `attempt`; returns the handler's file stem.
     fn prepare_handler(&mut self, step: &Step, attempt: u32) -> Result<PathBuf, ExecError>;
+    /// The file stem of a compensation (of step `name`) or a hook (`name`), its directory ready.
+    fn prepare_aux(&mut self, kind: AuxKind, name: &str) -> Result<PathBuf, ExecError>;
+    /// Make sure a compensation or hook left running by a dead runner is dead (as
+    /// [`Launcher::kill_leftovers`] does for an attempt).
+    fn kill_aux_leftovers(&mut self, aux: &AuxRun) -> Result<Option<String>, ExecError>;
     /// Spawn the attempt; its supervisor reports its output and its end to `events`.
     fn spawn(
         &mut self,
@@ -119,12 +126,8 @@ impl ProcessLauncher {
             self.env.layered(&self.flow, step).map(|(k, v)| (k.clone(), v.clone())).collect();
         env.extend(self.flow.param_values.iter().map(|(k, v)| (crate::flow::params::env_name(k), v.clone())));
         env.extend(a.outputs.iter().cloned());
-        if let Some(h) = &a.handler {
-            env.extend([
-                ("WAYMARK_ERROR_TYPE".to_owned(), h.error.class.clone()),
-                ("WAYMARK_ERROR_BASES".to_owned(), h.error.bases.join(",")),
-                ("WAYMARK_ERROR_MESSAGE".to_owned(), h.error.message.clone()),
-            ]);
+        if let Some(aux) = &a.aux {
+            env.extend(aux.env.iter().cloned());
         }
         env.extend([
             ("WAYMARK_RUN_ID".to_owned(), self.run_id.clone()),
@@ -181,7 +184,7 @@ impl Launcher for ProcessLauncher {
             let why = format!("working directory {} does not exist or is not a directory", step.workdir.display());
             return Ok(Launched::NotStarted { why, stderr_from });
         }
-        let argv = a.handler.as_ref().map_or(&step.command, |h| &h.command).argv();
+        let argv = a.aux.as_ref().map_or(&step.command, |aux| &aux.command).argv();
         let pipe_err = |e| files_err(Path::new("pipe"), e);
         let (out_r, out_w) = std::io::pipe().map_err(pipe_err)?;
         let (err_r, err_w) = std::io::pipe().map_err(pipe_err)?;
@@ -231,6 +234,25 @@ impl Launcher for ProcessLauncher {
         Ok(self.state.handler_stem(&self.run_id, &step.name, attempt))
     }
 
+    fn prepare_aux(&mut self, kind: AuxKind, name: &str) -> Result<PathBuf, ExecError> {
+        let stem = self.state.aux_stem(&self.run_id, kind, name);
+        if let Some(dir) = stem.parent() {
+            crate::store::create_private_dir(dir)
+                .map_err(|source| ExecError::Files { path: dir.to_owned(), source })?;
+        }
+        Ok(stem)
+    }
+
+    fn kill_aux_leftovers(&mut self, aux: &AuxRun) -> Result<Option<String>, ExecError> {
+        let (killed, survivors) =
+            unix::kill_leftovers(aux.pid, aux.proc_start, &attempt_id(&self.run_id, aux.row), Duration::from_secs(5));
+        let what = format!("{} `{}`", aux.kind.as_str(), aux.name);
+        if !survivors.is_empty() {
+            return Err(ExecError::Leftovers { step: what, attempt: 1, pids: survivors });
+        }
+        Ok((killed > 0).then(|| format!("killed {killed} leftover process(es) of {what} from the previous runner")))
+    }
+
     fn kill(&mut self, pid: u32) {
         unix::kill_group(pid);
     }
@@ -250,8 +272,8 @@ fn open_log(path: &Path, a: &Attempt) -> std::io::Result<(File, u64)> {
     let mut file = crate::os::fs::open_append_private(path)?;
     let mut len = file.metadata()?.len();
     if len > 0 {
-        let what = match &a.handler {
-            Some(_) => format!("catch handler for attempt {}", a.attempt),
+        let what = match &a.aux {
+            Some(aux) => aux.what.clone(),
             None => format!("attempt {}", a.attempt),
         };
         let text = format!(

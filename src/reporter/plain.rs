@@ -325,11 +325,16 @@ fn describe(envelope: &Envelope) -> Option<String> {
         | Event::StepStarted { .. }
         | Event::StepWaiting { .. }
         | Event::HandlerFinished { .. }
+        | Event::AuxStarted { kind: crate::store::AuxKind::Hook, .. }
+        | Event::AuxFinished { .. }
         | Event::StepFinished { outcome: StepOutcome::Succeeded | StepOutcome::Failed, .. } => {
             return None;
         }
         Event::StepFinished { step, outcome: StepOutcome::Caught, .. } => {
             format!("waymark: {step}: error caught; the steps that need it run")
+        }
+        Event::AuxStarted { kind: crate::store::AuxKind::Compensate, name, .. } => {
+            format!("waymark: {name}: compensating (the run failed)")
         }
         Event::HandlerStarted { step, error, .. } => format!("waymark: {step}: running its catch handler for {error}"),
         Event::AttemptStarted { step, attempt, max_attempts, redelivered, .. } => {

@@ -10,7 +10,7 @@
 //! for the thread to make every write already sent, even one whose caller stopped waiting for the
 //! reply, so nothing the runner sent is lost when it lets go of the run (and its flow's lock).
 
-use super::{AttemptResult, Lease, RunJournal, RunLog, RunStatus, StepUpdate, StoreError, StoreErrorKind};
+use super::{AttemptResult, AuxKind, Lease, RunJournal, RunLog, RunStatus, StepUpdate, StoreError, StoreErrorKind};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use tokio::sync::oneshot;
@@ -21,6 +21,8 @@ type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 enum Write {
     Starting { step: String, attempt: u32, redelivered: bool, log_stem: PathBuf, reply: Reply<i64> },
     HandlerStarting { step: String, attempt: u32, log_stem: PathBuf, reply: Reply<i64> },
+    AuxStarting { kind: AuxKind, name: String, log_stem: PathBuf, reply: Reply<i64> },
+    AuxFinished { row: i64, result: AttemptResult, reply: Reply<()> },
     Spawned { row: i64, pid: u32, proc_start: Option<u64>, reply: Reply<()> },
     Finished { row: i64, result: AttemptResult, update: StepUpdate, reply: Reply<()> },
     RunFinished { status: RunStatus, failed_step: Option<String>, skipped: Vec<String>, reply: Reply<()> },
@@ -81,6 +83,12 @@ fn write_all(mut log: Box<dyn RunLog + Send>, queue: &mpsc::Receiver<Write>, run
             Write::HandlerStarting { step, attempt, log_stem, reply } => {
                 let _ = reply.send(log.handler_starting(lease, run_id, &step, attempt, &log_stem));
             }
+            Write::AuxStarting { kind, name, log_stem, reply } => {
+                let _ = reply.send(log.aux_starting(lease, run_id, kind, &name, &log_stem));
+            }
+            Write::AuxFinished { row, result, reply } => {
+                let _ = reply.send(log.aux_finished(lease, row, &result));
+            }
             Write::Spawned { row, pid, proc_start, reply } => {
                 let _ = reply.send(log.attempt_spawned(lease, row, pid, proc_start));
             }
@@ -119,6 +127,16 @@ impl RunJournal for ThreadJournal {
     async fn handler_starting(&mut self, step: &str, attempt: u32, log_stem: &Path) -> Result<i64, StoreError> {
         let (step, log_stem) = (step.to_owned(), log_stem.to_owned());
         self.send(|reply| Write::HandlerStarting { step, attempt, log_stem, reply }).await
+    }
+
+    async fn aux_starting(&mut self, kind: AuxKind, name: &str, log_stem: &Path) -> Result<i64, StoreError> {
+        let (name, log_stem) = (name.to_owned(), log_stem.to_owned());
+        self.send(|reply| Write::AuxStarting { kind, name, log_stem, reply }).await
+    }
+
+    async fn aux_finished(&mut self, row: i64, result: &AttemptResult) -> Result<(), StoreError> {
+        let result = result.clone();
+        self.send(|reply| Write::AuxFinished { row, result, reply }).await
     }
 
     async fn attempt_spawned(&mut self, row: i64, pid: u32, proc_start: Option<u64>) -> Result<(), StoreError> {

@@ -358,6 +358,18 @@ pub trait RunLog {
         attempt: u32,
         log_stem: &std::path::Path,
     ) -> Result<i64, StoreError>;
+    /// Commit that a compensation or hook (`name`: its step or hook) is about to be spawned, with
+    /// its files at `log_stem`. Returns its row id; `attempt_spawned` records its pid.
+    fn aux_starting(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        kind: AuxKind,
+        name: &str,
+        log_stem: &std::path::Path,
+    ) -> Result<i64, StoreError>;
+    /// Commit how a compensation or hook ended (it changes no step).
+    fn aux_finished(&mut self, lease: &Lease, row: i64, result: &AttemptResult) -> Result<(), StoreError>;
     /// Record the spawned child's pid and start time (to kill it after a runner crash).
     fn attempt_spawned(&mut self, lease: &Lease, row: i64, pid: u32, proc_start: Option<u64>)
     -> Result<(), StoreError>;
@@ -381,6 +393,38 @@ pub trait RunLog {
     ) -> Result<(), StoreError>;
 }
 
+/// What runs around a run's steps, recorded in `attempts` beside them (schema 6: `kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuxKind {
+    /// A step's compensation, run when the run fails; `name` is the step's.
+    Compensate,
+    /// A hook of the run (`on_success`, `on_failure`, `on_exit`), run at its very end; `name` is
+    /// the hook's.
+    Hook,
+}
+
+impl AuxKind {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            AuxKind::Compensate => "compensate",
+            AuxKind::Hook => "hook",
+        }
+    }
+}
+
+/// A compensation or hook run recorded for a run: finished (it is not run again), or still
+/// running when its runner stopped (its pid and start time, to kill what is left of it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuxRun {
+    pub(crate) kind: AuxKind,
+    pub(crate) name: String,
+    pub(crate) finished: bool,
+    pub(crate) row: i64,
+    pub(crate) pid: Option<u32>,
+    pub(crate) proc_start: Option<u64>,
+}
+
 /// The runner's writes to the run it owns, as futures, so that a store whose writes block (SQLite's
 /// fsync, a network round trip) never stalls the runner's timers: an implementation runs them
 /// elsewhere (a writer thread) and the dispatcher awaits the result. The run id (and the lease
@@ -402,6 +446,10 @@ pub(crate) trait RunJournal {
         attempt: u32,
         log_stem: &std::path::Path,
     ) -> Result<i64, StoreError>;
+    /// Commit that a compensation or hook is about to be spawned (see [`RunLog::aux_starting`]).
+    async fn aux_starting(&mut self, kind: AuxKind, name: &str, log_stem: &std::path::Path) -> Result<i64, StoreError>;
+    /// Commit how a compensation or hook ended.
+    async fn aux_finished(&mut self, row: i64, result: &AttemptResult) -> Result<(), StoreError>;
     /// Record the spawned child's pid and start time (to kill it after a runner crash).
     async fn attempt_spawned(&mut self, row: i64, pid: u32, proc_start: Option<u64>) -> Result<(), StoreError>;
     /// Commit an attempt's outcome together with what it does to its step.
@@ -455,6 +503,8 @@ pub trait Store: RunLog + Send {
     /// Give failed steps a fresh attempt budget (for `waymark resume` of a failed run). Made under
     /// the flow's lock just before the claim, so it carries no lease (nor does `delete_finished`).
     fn reopen_failed(&mut self, run_id: &str) -> Result<(), StoreError>;
+    /// The compensations and hooks run for run `run_id` so far.
+    fn aux_runs(&self, run_id: &str) -> Result<Vec<AuxRun>, StoreError>;
     /// Mark an unfinished run `abandoned` for `owner`, who starts a new run instead. Like a claim,
     /// it takes the run's lease: if its earlier owner still lives (the lock did not keep it out),
     /// its next write is refused and it runs nothing more of the abandoned run.

@@ -751,6 +751,35 @@ impl Store for SqliteStore {
         })
     }
 
+    fn aux_runs(&self, run_id: &str) -> Result<Vec<AuxRun>, StoreError> {
+        let sql = format!(
+            "SELECT {0} AS k, step, outcome, row, pid, proc_start FROM attempts
+             WHERE run_id = ?1 AND {0} IN ('compensate', 'hook') ORDER BY row",
+            self.attempt_kind_sql
+        );
+        let mut stmt = self.conn.prepare(&sql).map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map([run_id], |r| {
+                let kind = match r.get::<_, String>("k")?.as_str() {
+                    "compensate" => AuxKind::Compensate,
+                    _ => AuxKind::Hook,
+                };
+                let outcome: String = r.get("outcome")?;
+                let state = AttemptState::parse(&outcome).map_err(|e| bad_row("attempts", run_id, e.to_string()))?;
+                Ok(AuxRun {
+                    kind,
+                    name: r.get("step")?,
+                    // A cancelled one runs again; one whose runner died is killed and runs again.
+                    finished: matches!(state, AttemptState::Succeeded | AttemptState::Failed),
+                    row: r.get("row")?,
+                    pid: r.get("pid")?,
+                    proc_start: r.get::<_, Option<i64>>("proc_start")?.map(|v| v as u64),
+                })
+            })
+            .map_err(|e| self.sql(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
+    }
+
     fn abandon(&mut self, run_id: &str, owner: &str) -> Result<(), StoreError> {
         self.write(true, |tx| {
             move_run(tx, run_id, RunStatus::Abandoned)?;
@@ -855,6 +884,38 @@ impl RunLog for SqliteStore {
                 params![run_id, step, row],
             )?;
             Ok(row)
+        })
+    }
+
+    fn aux_starting(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        kind: AuxKind,
+        name: &str,
+        log_stem: &Path,
+    ) -> Result<i64, StoreError> {
+        let (now, host) = (now_ms(), host_name());
+        self.write(false, |tx| {
+            check_lease(tx, run_id, lease)?;
+            tx.execute(
+                "INSERT INTO attempts (run_id, step, attempt, redelivered, outcome, started_at, log_stem, host, kind)
+                 VALUES (?1, ?2, 1, 0, 'running', ?3, ?4, ?5, ?6)",
+                params![run_id, name, now, log_stem.display().to_string(), host, kind.as_str()],
+            )?;
+            Ok(tx.last_insert_rowid())
+        })
+    }
+
+    fn aux_finished(&mut self, lease: &Lease, row: i64, result: &AttemptResult) -> Result<(), StoreError> {
+        self.write(true, |tx| {
+            check_lease_of_attempt(tx, row, lease)?;
+            tx.execute(
+                "UPDATE attempts SET outcome = ?2, ended_at = ?3, exit_code = ?4, signal = ?5
+                 WHERE row = ?1 AND outcome = 'running'",
+                params![row, result.outcome.as_str(), to_millis(result.ended_at), result.exit_code, result.signal],
+            )?;
+            Ok(())
         })
     }
 

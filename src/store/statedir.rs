@@ -260,6 +260,15 @@ impl StateDir {
     pub(crate) fn handler_stem(&self, run_id: &str, step: &str, attempt: u32) -> PathBuf {
         self.step_logs(run_id, step).join(format!("catch-{attempt}"))
     }
+
+    /// The files of step `name`'s compensation (`STEP/compensate`) or of hook `name`
+    /// (`hooks/NAME`), in the run's logs.
+    pub(crate) fn aux_stem(&self, run_id: &str, kind: super::AuxKind, name: &str) -> PathBuf {
+        match kind {
+            super::AuxKind::Compensate => self.step_logs(run_id, name).join("compensate"),
+            super::AuxKind::Hook => self.run_logs(run_id).join("hooks").join(name),
+        }
+    }
 }
 
 /// Make sure the state directory `dir` can be trusted, creating it (mode 0700, and its missing

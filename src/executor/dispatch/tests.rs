@@ -64,6 +64,15 @@ impl Launcher for FakeLauncher {
         Path::new("/nonexistent/waymark-dispatch-test").join(step).join(format!("attempt-{attempt}"))
     }
 
+    fn prepare_aux(&mut self, kind: AuxKind, name: &str) -> Result<PathBuf, ExecError> {
+        Ok(Path::new("/nonexistent/waymark-dispatch-test").join(kind.as_str()).join(name))
+    }
+
+    fn kill_aux_leftovers(&mut self, aux: &AuxRun) -> Result<Option<String>, ExecError> {
+        self.leftovers_checked.borrow_mut().push(format!("{}:{}", aux.name, aux.kind.as_str()));
+        Ok(None)
+    }
+
     fn prepare_handler(&mut self, step: &Step, attempt: u32) -> Result<PathBuf, ExecError> {
         Ok(Path::new("/nonexistent/waymark-dispatch-test").join(&step.name).join(format!("catch-{attempt}")))
     }
@@ -75,9 +84,12 @@ impl Launcher for FakeLauncher {
         events: &mpsc::Sender<Msg>,
     ) -> Result<Launched, ExecError> {
         let at = Instant::now() - self.begin;
-        // A catch handler is scripted, and recorded, as the step `NAME:catch`.
-        let name = match a.handler {
-            Some(_) => format!("{}:catch", a.step.name),
+        // A catch handler is scripted, and recorded, as the step `NAME:catch`, a compensation as
+        // `NAME:compensate`, a hook as `hook:NAME`.
+        let name = match &a.aux {
+            Some(aux) if aux.what.starts_with("catch") => format!("{}:catch", a.step.name),
+            Some(aux) if aux.what.starts_with("compensation") => format!("{}:compensate", a.step.name),
+            Some(_) => format!("hook:{}", a.step.name),
             None => a.step.name.clone(),
         };
         self.spawned.borrow_mut().push(Spawned {
@@ -156,6 +168,17 @@ impl RunJournal for FakeJournal {
         let again = if redelivered { " redelivered" } else { "" };
         self.writes.borrow_mut().push(format!("starting {step} #{attempt}{again} row {}", self.next_row));
         Ok(self.next_row)
+    }
+
+    async fn aux_starting(&mut self, kind: AuxKind, name: &str, _log_stem: &Path) -> Result<i64, StoreError> {
+        self.next_row += 1;
+        self.writes.borrow_mut().push(format!("{} {name} row {}", kind.as_str(), self.next_row));
+        Ok(self.next_row)
+    }
+
+    async fn aux_finished(&mut self, row: i64, result: &AttemptResult) -> Result<(), StoreError> {
+        self.writes.borrow_mut().push(format!("finished row {row} {:?}", result.outcome));
+        Ok(())
     }
 
     async fn handler_starting(&mut self, step: &str, attempt: u32, _log_stem: &Path) -> Result<i64, StoreError> {
@@ -309,6 +332,8 @@ struct Test {
     max_parallel: usize,
     /// The workflow's deadline, since the start.
     deadline: Option<Duration>,
+    /// Compensations and hooks recorded by an earlier runner.
+    aux: Vec<AuxRun>,
     /// See [`FakeJournal`].
     start_takes: Duration,
     finish_takes: Duration,
@@ -348,6 +373,7 @@ impl Test {
             signals: Vec::new(),
             max_parallel,
             deadline,
+            aux: Vec::new(),
             start_takes: Duration::ZERO,
             finish_takes: Duration::ZERO,
             spawned_fails: false,
@@ -396,6 +422,7 @@ impl Test {
             resumed: self.resumed,
             max_parallel: self.max_parallel,
             deadline: self.deadline.map(|d| BASE + d),
+            aux: self.aux,
             env: Default::default(),
         };
         let result = Dispatcher::new(spec, parts, &mut emitter).expect("set up").run().await;
@@ -997,4 +1024,109 @@ async fn the_deadline_is_never_caught() {
     let ran = Test::new(&flow).run(|_, _| Script::Hang).await;
     assert_eq!(ran.outcome(), RunOutcome::Failed);
     assert_eq!(ran.attempt_finished()[0].2.as_deref(), Some("WorkflowTimeout"));
+}
+
+/// a and b succeed (b needs a), c fails after them; a and b have compensations; hooks on both ends.
+const COMPENSATED: &str = r#"
+[hooks]
+on_success = ["notify", "ok"]
+on_failure = ["notify", "failed"]
+on_exit = ["cleanup"]
+[[step]]
+name = "a"
+run = ["a"]
+compensate = ["undo-a"]
+[[step]]
+name = "b"
+run = ["b"]
+compensate = "undo b"
+[[step]]
+name = "c"
+run = ["c"]
+"#;
+
+fn names(ran: &Ran) -> Vec<&str> {
+    ran.spawned.iter().map(|s| s.step.as_str()).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_run_compensates_in_reverse_order_of_completion_then_runs_its_hooks_once() {
+    let ran = Test::new(COMPENSATED)
+        .run(|step, _| match step {
+            "c" | "b:compensate" => exit(1, 1),
+            _ => exit(1, 0),
+        })
+        .await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    // b's compensation fails: reported, and a's still runs; then on_failure and on_exit.
+    assert_eq!(names(&ran), ["a", "b", "c", "b:compensate", "a:compensate", "hook:on_failure", "hook:on_exit"]);
+    let tail: Vec<&str> = ran.writes.iter().map(String::as_str).filter(|w| !w.starts_with("spawned")).collect();
+    assert_eq!(
+        tail[tail.len() - 9..],
+        [
+            "compensate b row 4",
+            "finished row 4 Failed",
+            "compensate a row 5",
+            "finished row 5 Succeeded",
+            "hook on_failure row 6",
+            "finished row 6 Succeeded",
+            "hook on_exit row 7",
+            "finished row 7 Succeeded",
+            "run Failed Some(\"c\")",
+        ]
+    );
+    // The run failed because of c, whatever its compensations did.
+    let failure = ran.events.iter().find_map(|e| match &e.event {
+        Event::RunFinished { failure: Some(f), .. } => Some(f.step.clone()),
+        _ => None,
+    });
+    assert_eq!(failure.as_deref(), Some("c"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_succeeded_run_compensates_nothing_and_runs_on_success_then_on_exit() {
+    let ran = Test::new(COMPENSATED).run(|_, _| exit(1, 0)).await;
+    assert_eq!(ran.outcome(), RunOutcome::Succeeded);
+    assert_eq!(names(&ran), ["a", "b", "c", "hook:on_success", "hook:on_exit"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resumed_run_does_not_repeat_finished_compensations_and_kills_one_left_running() {
+    let mut test = Test::new(COMPENSATED);
+    test.resumed = true;
+    test.records[0].state = StepState::Succeeded;
+    test.records[0].ended_at = Some(BASE + secs(1));
+    test.records[1].state = StepState::Succeeded;
+    test.records[1].ended_at = Some(BASE + secs(2));
+    test.records[2].state = StepState::Failed;
+    let aux = |name: &str, finished| AuxRun {
+        kind: AuxKind::Compensate,
+        name: name.into(),
+        finished,
+        row: 7,
+        pid: Some(4242),
+        proc_start: None,
+    };
+    test.aux = vec![aux("b", true), aux("a", false)];
+    let ran = test.run(|_, _| exit(1, 0)).await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    assert_eq!(ran.leftovers_checked, ["a:compensate"]);
+    assert_eq!(names(&ran), ["a:compensate", "hook:on_failure", "hook:on_exit"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_signal_during_a_compensation_stops_it_and_the_run_is_interrupted() {
+    let mut test = Test::new(COMPENSATED);
+    test.signals = vec![(secs(5), Signal(nix::sys::signal::Signal::SIGTERM))];
+    let ran = test
+        .run(|step, _| match step {
+            "c" => exit(1, 1),
+            "b:compensate" => Script::Hang,
+            _ => exit(1, 0),
+        })
+        .await;
+    assert_eq!(ran.outcome(), RunOutcome::Interrupted { signal: 15 });
+    assert_eq!(names(&ran), ["a", "b", "c", "b:compensate"]);
+    assert_eq!(ran.writes.last().map(String::as_str), Some("run Interrupted None"));
+    assert!(ran.writes.contains(&"finished row 4 Cancelled".to_owned()), "{:?}", ran.writes);
 }
