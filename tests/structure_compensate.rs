@@ -1,0 +1,146 @@
+//! Compensation and hooks, end to end with real processes: a failed run undoes what its steps did
+//! in reverse order of completion, then runs its hooks once with the run's outcome in their
+//! environment; a run killed after its failure compensates on resume, once; the workflow deadline
+//! compensates too; a compensated run cannot be resumed.
+
+mod common;
+
+use common::{Env, stderr};
+use serde_json::Value;
+use std::os::unix::process::ExitStatusExt;
+
+fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn run_id(env: &Env) -> String {
+    let out = env.cmd(&["history", "--json"]).output().unwrap();
+    let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    runs[0]["id"].as_str().unwrap().to_owned()
+}
+
+const FLOW: &str = r#"
+[hooks]
+on_success = ["sh", "-c", "echo success >> hooks"]
+on_failure = ["sh", "-c", "echo \"failure $WAYMARK_RUN_STATUS $WAYMARK_FAILED_STEP $WAYMARK_ERROR_TYPE\" >> hooks"]
+on_exit = ["sh", "-c", "echo \"exit $WAYMARK_RUN_STATUS\" >> hooks"]
+
+[[step]]
+name = "a"
+shell = "echo a >> done"
+compensate = ["sh", "-c", "echo undo-a >> undone"]
+
+[[step]]
+name = "b"
+shell = "echo b >> done"
+compensate = "echo undo-b >> undone; exit 3"
+
+[[step]]
+name = "c"
+shell = "echo c >> done; test -z \"$FAIL\""
+"#;
+
+#[test]
+fn a_failed_run_compensates_in_reverse_order_and_runs_its_hooks_once() {
+    let env = Env::new();
+    env.write("flow.toml", FLOW);
+    let out = env.cmd(&["run", "flow.toml"]).env("FAIL", "1").output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(env.read("done"), "a\nb\nc\n");
+    // b's compensation fails: reported, and a's still runs.
+    assert_eq!(env.read("undone"), "undo-b\nundo-a\n");
+    assert_eq!(env.read("hooks"), "failure failed c CalledProcessError\nexit failed\n");
+    let err = stderr(&out);
+    for line in [
+        "waymark: b: compensating (the run failed)",
+        "waymark: warning: b: its compensation failed (exit status 3); the other compensations go on",
+        "waymark: a: compensating (the run failed)",
+        "  step:     c",
+    ] {
+        assert!(err.lines().any(|l| l == line), "missing {line:?} in:\n{err}");
+    }
+    // A compensated run cannot be resumed: its steps' work was undone.
+    let id = run_id(&env);
+    let out = env.cmd(&["resume", &id]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "error: run {id} failed and its compensations ran, undoing what its steps did, so it cannot be resumed; \
+             `waymark run --fresh FLOW` starts the flow anew\n"
+        )
+    );
+    assert_eq!(env.read("done"), "a\nb\nc\n", "nothing ran again");
+}
+
+#[test]
+fn a_succeeded_run_runs_on_success_and_on_exit_and_compensates_nothing() {
+    let env = Env::new();
+    env.write("flow.toml", FLOW);
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(env.read("hooks"), "success\nexit succeeded\n");
+    assert!(!env.path("undone").exists());
+    // The hooks' logs are kept with the run's.
+    let hooks = env.state().join("logs").join(run_id(&env)).join("hooks");
+    assert!(hooks.join("on_exit.stdout").exists() && hooks.join("on_success.stderr").exists());
+}
+
+#[test]
+fn a_run_killed_after_its_failure_compensates_on_resume_once() {
+    if !common::have_crash_hook("a_run_killed_after_its_failure_compensates_on_resume_once") {
+        return;
+    }
+    let env = Env::new();
+    env.write("flow.toml", FLOW);
+    // SIGKILLed right after c's failure is committed: before any compensation or hook.
+    let out = env.cmd(&["run", "flow.toml"]).env("FAIL", "1").env("WAYMARK_TEST_CRASH_AFTER", "c").output().unwrap();
+    assert_eq!(out.status.signal(), Some(9), "{}", stderr(&out));
+    assert!(!env.path("undone").exists() && !env.path("hooks").exists());
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(env.read("done"), "a\nb\nc\n", "no step ran again");
+    assert_eq!(env.read("undone"), "undo-b\nundo-a\n");
+    assert_eq!(env.read("hooks"), "failure failed c CalledProcessError\nexit failed\n");
+}
+
+#[test]
+fn the_workflow_deadline_compensates_what_succeeded() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "timeout = 1\n[hooks]\non_failure = ['sh', '-c', 'echo \"$WAYMARK_ERROR_TYPE\" > hooks']\n\
+         [[step]]\nname = 'a'\nshell = 'echo a >> done'\ncompensate = 'echo undo-a >> undone'\n\
+         [[step]]\nname = 'b'\nshell = 'exec sleep 60'\nkill_grace = 0\n",
+    );
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(env.read("undone"), "undo-a\n");
+    assert_eq!(env.read("hooks"), "WorkflowTimeout\n");
+}
+
+#[test]
+fn the_backup_example_undoes_its_copy_when_verification_fails() {
+    let env = Env::new();
+    let flow = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/backup.toml");
+    let dest = env.path("dest");
+    let param = format!("dest={}", dest.display());
+    let out = env.cmd(&["run", "--fresh", flow.to_str().unwrap(), "--param", &param]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let id = run_id(&env);
+    assert_eq!(std::fs::read_to_string(dest.join(&id).join("data")).unwrap(), "data\n");
+    assert!(!dest.join(format!("{id}.lock")).exists(), "on_exit removed the lock");
+    let out = env
+        .cmd(&["run", "--fresh", flow.to_str().unwrap(), "--param", &param])
+        .env("BACKUP_FAIL", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let id = run_id(&env);
+    assert!(!dest.join(&id).exists(), "the partial copy was removed");
+    assert!(!dest.join(format!("{id}.lock")).exists());
+    assert_eq!(
+        stdout(&out),
+        "copy | removed the partial copy\non_failure | backup failed at verify: CalledProcessError\n"
+    );
+}
