@@ -53,7 +53,7 @@ fn every_attempt_records_the_host_it_ran_on() {
     let status = json(&env, &["status", "--json"]);
     assert_eq!(status["steps"][0]["host"], host.as_str());
     assert_eq!(status["steps"][1]["host"], host.as_str());
-    assert_eq!(user_version(&env), 5);
+    assert_eq!(user_version(&env), 6);
 }
 
 #[test]
@@ -73,7 +73,7 @@ fn a_schema_2_database_is_read_as_it_is_and_migrated_by_the_next_runner() {
     // step outputs, from schema 5).
     db(&env)
         .execute_batch(
-            "ALTER TABLE steps DROP COLUMN outputs; \
+            "ALTER TABLE attempts DROP COLUMN kind; ALTER TABLE steps DROP COLUMN outputs; \
              ALTER TABLE runs DROP COLUMN lease_owner; ALTER TABLE runs DROP COLUMN lease_token; \
              ALTER TABLE attempts DROP COLUMN host; PRAGMA user_version = 2;",
         )
@@ -89,7 +89,7 @@ fn a_schema_2_database_is_read_as_it_is_and_migrated_by_the_next_runner() {
     let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stderr(&out).contains("resuming run"), "{}", stderr(&out));
-    assert_eq!(user_version(&env), 5);
+    assert_eq!(user_version(&env), 6);
     let host = this_host();
     assert_eq!(
         attempt_hosts(&env),

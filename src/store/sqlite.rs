@@ -1075,7 +1075,7 @@ mod tests {
         assert!(busy.hint().unwrap().starts_with(&format!("another process holds {} locked", path.display())));
         assert_eq!(failure(&path, err(rusqlite::ffi::SQLITE_NOTADB)).hint(), None, "the message says what to do");
         assert_eq!(newer_schema(&path, 9).kind(), Some(StoreErrorKind::NewerSchema));
-        assert!(newer_schema(&path, 9).to_string().contains("(schema 9, this one knows 5)"));
+        assert!(newer_schema(&path, 9).to_string().contains("(schema 9, this one knows 6)"));
     }
 
     fn result(outcome: AttemptOutcome) -> AttemptResult {
