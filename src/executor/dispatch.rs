@@ -526,7 +526,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
 
     /// Whether `row` is the attempt now running for step `index`.
     fn is_current(&self, index: usize, row: i64) -> bool {
-        self.steps[index].slot.live().is_some_and(|live| live.row == row)
+                self.steps.get(index).and_then(|s| s.slot.live()).is_some_and(|live| live.row == row)
     }
 
     /// Take the running attempt of a step that just ended.
