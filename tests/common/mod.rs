@@ -301,3 +301,12 @@ pub fn on_tmpfs_state(env: &Env, script: &str) {
         .unwrap();
     assert!(status.success(), "the script in the mount namespace failed: {status}");
 }
+
+/// `text` with what changes from run to run in waymark's reports replaced: every RFC 3339 time by
+/// `TIME`, and the duration of an attempt (`took 1s 5ms:`) by `took DURATION:`.
+pub fn normalise_times(text: &str) -> String {
+    let time = regex::Regex::new(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z").unwrap();
+    let took = regex::Regex::new(r"took (\d+[a-z]+ ?)+:").unwrap();
+    let text = time.replace_all(text, "TIME");
+    took.replace_all(&text, "took DURATION:").into_owned()
+}
