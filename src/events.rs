@@ -476,7 +476,7 @@ fn lossy<S: Serializer>(chunk: &Arc<Chunk>, s: S) -> Result<S::Ok, S::Error> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::classify::ErrorSource;
     use std::cell::RefCell;
@@ -497,7 +497,7 @@ mod tests {
     }
 
     /// 2026-01-02T03:04:05.678Z
-    fn fixed_clock() -> SystemTime {
+    pub(crate) fn fixed_clock() -> SystemTime {
         UNIX_EPOCH + Duration::from_millis(1_767_323_045_678)
     }
 
@@ -558,7 +558,7 @@ mod tests {
         }
     }
 
-    const KINDS: usize = 16;
+    pub(crate) const KINDS: usize = 16;
 
     fn error() -> ErrorValue {
         ErrorValue {
@@ -574,7 +574,7 @@ mod tests {
     }
 
     /// One envelope of every kind, and of every variant of what a kind carries that changes its shape.
-    fn samples() -> Vec<Event> {
+    pub(crate) fn samples() -> Vec<Event> {
         let step = || "fetch".to_owned();
         let wake_at = fixed_clock() + Duration::from_millis(1500);
         let retry = RetryPlan { delay: Duration::from_millis(1500), wake_at };

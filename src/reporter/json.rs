@@ -266,3 +266,76 @@ pub(crate) fn wire(envelope: &Envelope) -> Option<Line<'_>> {
         fields,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::tests::{fixed_clock, samples};
+
+    /// `WAYMARK_BLESS=1 cargo test --lib reporter` rewrites it after a deliberate change.
+    const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/json/wire.jsonl");
+
+    /// Every sample event as the stream writes it (child output has no line).
+    fn lines() -> Vec<serde_json::Value> {
+        samples()
+            .into_iter()
+            .enumerate()
+            .map(|(i, event)| Envelope { seq: i as u64 + 1, at: fixed_clock(), run_id: Some("r1".into()), event })
+            .filter_map(|e| wire(&e).map(|line| serde_json::to_value(line).expect("a line serialises")))
+            .collect()
+    }
+
+    #[test]
+    fn the_wire_form_of_every_kind_of_line_is_unchanged() {
+        let actual: String = samples()
+            .into_iter()
+            .enumerate()
+            .map(|(i, event)| Envelope { seq: i as u64 + 1, at: fixed_clock(), run_id: Some("r1".into()), event })
+            .filter_map(|e| wire(&e).map(|line| serde_json::to_string(&line).expect("a line serialises") + "\n"))
+            .collect();
+        if std::env::var_os("WAYMARK_BLESS").is_some() {
+            std::fs::write(GOLDEN, &actual).expect("write the golden file");
+        }
+        let expected = std::fs::read_to_string(GOLDEN).expect("read tests/fixtures/json/wire.jsonl");
+        for (i, (actual, expected)) in actual.lines().zip(expected.lines()).enumerate() {
+            assert_eq!(actual, expected, "line {} of {GOLDEN}", i + 1);
+        }
+        assert_eq!(actual.lines().count(), expected.lines().count(), "lines in {GOLDEN}");
+    }
+
+    #[test]
+    fn every_line_starts_with_the_four_common_fields() {
+        for (i, event) in samples().into_iter().enumerate() {
+            let seq = i as u64 + 1;
+            let envelope = Envelope { seq, at: fixed_clock(), run_id: Some("r1".into()), event };
+            let Some(line) = wire(&envelope) else { continue };
+            let text = serde_json::to_string(&line).unwrap();
+            let head =
+                format!(r#"{{"event":"{}","ts":"2026-01-02T03:04:05.678Z","seq":{seq},"run_id":"r1","#, line.event);
+            assert!(text.starts_with(&head), "{text}");
+        }
+    }
+
+    /// README.md's schema table names every kind of line and every field it has.
+    #[test]
+    fn the_readme_documents_every_event_and_field() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        let mut kinds = std::collections::BTreeSet::new();
+        for line in lines() {
+            let event = line["event"].as_str().unwrap();
+            kinds.insert(event.to_owned());
+            let row = readme
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{event}` |")))
+                .unwrap_or_else(|| panic!("README.md's JSON table has no row for `{event}`"));
+            for key in line.as_object().unwrap().keys() {
+                let common = ["event", "ts", "seq", "run_id"].contains(&key.as_str());
+                let documented =
+                    if common { readme.contains(&format!("| `{key}` |")) } else { row.contains(&format!("`{key}`")) };
+                assert!(documented, "README.md does not document field `{key}` of `{event}`");
+            }
+        }
+        // Every kind of event has a line, child output aside.
+        assert_eq!(kinds.len(), crate::events::tests::KINDS - 1, "{kinds:?}");
+    }
+}
