@@ -232,3 +232,26 @@ fn json_and_quiet_do_not_go_together() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("cannot be used with"), "{o:?}");
     assert!(!env.state().join("waymark.db").exists(), "nothing ran");
 }
+
+#[test]
+fn json_says_a_timeout_needed_no_sigkill_when_the_step_obeyed_its_kill_signal() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "[[step]]\nname = 'polite'\nshell = 'exec sleep 30'\ntimeout = '200ms'\nkill_grace = '30s'\n",
+    );
+    let o = env.cmd(&["run", "--json", "flow.toml"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let finished: Value = stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|l| l["event"] == "attempt.finished")
+        .unwrap();
+    assert_eq!(
+        (&finished["error"]["type"], &finished["killed_after_grace"], &finished["exit_code"]),
+        (&Value::from("ActionTimeout"), &Value::from(false), &Value::Null),
+        "{finished}"
+    );
+    assert!(finished["duration_ms"].as_u64().unwrap() < 30_000, "SIGTERM stopped it, not SIGKILL: {finished}");
+}
