@@ -428,7 +428,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__resume)
-            opts="-q -h --wait --quiet --state-dir --help"
+            opts="-q -h --wait --quiet --json --state-dir --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -449,7 +449,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__run)
-            opts="-q -h --max-parallel --param --fresh --wait --quiet --state-dir --help"
+            opts="-q -h --max-parallel --param --fresh --wait --quiet --json --state-dir --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

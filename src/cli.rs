@@ -29,7 +29,7 @@ pub struct Cli {
 pub(crate) enum Command {
     /// Run a flow, resuming its interrupted run if there is one (and not older than its `resume_within`)
     #[command(
-        after_help = "Examples:\n  waymark run flow.toml\n  waymark run --fresh flow.toml     abandon an unfinished run and start over\n  waymark run --wait flow.toml      wait for a runner of the same flow to finish first\n  waymark run --param date=2026-01-31 flow.toml\n  waymark run --max-parallel 2 flow.toml"
+        after_help = "Examples:\n  waymark run flow.toml\n  waymark run --fresh flow.toml     abandon an unfinished run and start over\n  waymark run --wait flow.toml      wait for a runner of the same flow to finish first\n  waymark run --param date=2026-01-31 flow.toml\n  waymark run --max-parallel 2 flow.toml\n  waymark run --quiet flow.toml     for cron: silent unless the run fails\n  waymark run --json flow.toml | jq -c 'select(.event == \"attempt.finished\")'"
     )]
     Run {
         /// The flow file
@@ -47,9 +47,8 @@ pub(crate) enum Command {
         /// Wait for another runner of the same flow instead of exiting with status 3
         #[arg(long)]
         wait: bool,
-        /// Do not echo the steps' output (it is still kept in the log files)
-        #[arg(long, short)]
-        quiet: bool,
+        #[command(flatten)]
+        show: ShowArgs,
         #[command(flatten)]
         state: StateDirArg,
     },
@@ -62,9 +61,8 @@ pub(crate) enum Command {
         /// Wait for another runner of the same flow instead of exiting with status 3
         #[arg(long)]
         wait: bool,
-        /// Do not echo the steps' output
-        #[arg(long, short)]
-        quiet: bool,
+        #[command(flatten)]
+        show: ShowArgs,
         #[command(flatten)]
         state: StateDirArg,
     },
@@ -172,6 +170,25 @@ pub(crate) enum Command {
 /// The commands, for `waymark man COMMAND` (a test keeps the list whole).
 pub(crate) const COMMANDS: [&str; 10] =
     ["run", "resume", "check", "history", "status", "logs", "gc", "errors", "completions", "man"];
+
+/// What `run` and `resume` show.
+#[derive(Debug, Args)]
+pub(crate) struct ShowArgs {
+    /// Print nothing if the run succeeds; if it fails, only the failure report, on stderr (for
+    /// cron). The steps' output is kept in the log files
+    #[arg(long, short, conflicts_with = "json")]
+    quiet: bool,
+    /// Print one JSON object per event on stdout (JSON Lines; the schema is in README.md); the
+    /// steps' output goes only to the log files
+    #[arg(long)]
+    json: bool,
+}
+
+impl ShowArgs {
+    pub(crate) fn mode(&self) -> crate::reporter::Mode {
+        crate::reporter::Mode::from_flags(self.quiet, self.json)
+    }
+}
 
 /// `--state-dir`, on the commands that keep or read runs.
 #[derive(Debug, Args)]

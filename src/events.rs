@@ -118,6 +118,57 @@ pub(crate) enum StopReason {
     Exhausted,
 }
 
+/// Why a step is not retried (again), with what it takes to say so in words.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct RetryStop {
+    pub(crate) reason: StopReason,
+    /// The step's policy: the class names it retries.
+    pub(crate) exception_types: Vec<String>,
+    /// Attempts used, and allowed, in the step's current budget.
+    pub(crate) attempts: u32,
+    pub(crate) attempts_allowed: u32,
+}
+
+impl RetryStop {
+    /// Why retrying stopped after `error`, in words: `budget spent: 5 of 5 attempts`,
+    /// `not retried: CalledProcessError is not in exception_types ["ConnectionError"]`.
+    pub(crate) fn explain(&self, error: &ErrorValue) -> String {
+        use crate::classify::classes::{ACTION_TIMEOUT, WORKFLOW_TIMEOUT};
+        let listed = || {
+            let names: Vec<String> = self.exception_types.iter().map(|n| format!("{n:?}")).collect();
+            format!("[{}]", names.join(", "))
+        };
+        let class = &error.class;
+        match self.reason {
+            StopReason::Exhausted => {
+                format!("budget spent: {} of {} attempts", self.attempts, self.attempts_allowed)
+            }
+            _ if class == WORKFLOW_TIMEOUT => {
+                "not retried: the workflow's timeout passed, and no policy retries WorkflowTimeout".to_owned()
+            }
+            _ if self.exception_types.is_empty() => {
+                "not retried: the step retries no error (it has no `retry`, or an empty `exception_types`)".to_owned()
+            }
+            _ if class == ACTION_TIMEOUT => format!(
+                "not retried: timeouts are not retried unless ActionTimeout is listed (exception_types is {})",
+                listed()
+            ),
+            // A class outside `Exception` (ActionExecutionLost, a user's BaseException subclass)
+            // is missed by the usual `["Exception"]`: say why.
+            _ if !error.bases.iter().any(|b| b == "Exception")
+                && self.exception_types.iter().any(|n| n == "Exception") =>
+            {
+                format!(
+                    "not retried: {class} derives from BaseException, not Exception, so it is not retried unless it \
+                     is listed (exception_types is {})",
+                    listed()
+                )
+            }
+            _ => format!("not retried: {class} is not in exception_types {}", listed()),
+        }
+    }
+}
+
 /// The wait before the next attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub(crate) struct RetryPlan {
@@ -167,7 +218,11 @@ pub(crate) enum Event {
     RunFinished {
         #[serde(flatten)]
         outcome: RunOutcome,
-        failure: Option<Box<Failure>>,
+        /// How long this runner ran the run: from the run's start (or resume) in this process.
+        #[serde(rename = "duration_ms", serialize_with = "millis")]
+        duration: Duration,
+        /// Each step that failed for good, the one the run failed on first; empty unless failed.
+        failures: Vec<Failure>,
     },
     /// The dispatcher found the step ready to run (its turn came).
     StepReady {
@@ -222,6 +277,23 @@ pub(crate) enum Event {
         retry: Option<RetryPlan>,
         /// Why retrying stopped, when the attempt failed for good.
         stopped: Option<StopReason>,
+        /// The child's exit code, when it exited.
+        exit_code: Option<i32>,
+        /// The signal that ended the child when waymark did not send it (`SIGSEGV`); for a
+        /// cancelled attempt, the runner's signal that was forwarded to it.
+        signal: Option<String>,
+        /// Stopping the attempt (its timeout, the workflow's deadline, a cancel) took SIGKILL
+        /// after the grace period: it outlived `kill_signal`.
+        killed_after_grace: bool,
+    },
+    /// The step is not retried after its failed attempt `attempt` (just after that attempt's
+    /// `AttemptFinished`, before the step's `StepFinished`).
+    RetryStopped {
+        step: String,
+        attempt: u32,
+        error: ErrorValue,
+        #[serde(flatten)]
+        stop: RetryStop,
     },
     /// A line for the user that is not about an attempt's outcome.
     Notice {
@@ -275,13 +347,24 @@ pub(crate) enum Event {
     },
 }
 
-/// What the user needs to know about a failed run.
+/// What the user needs to know about a step that failed for good.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Failure {
     pub(crate) step: String,
+    /// Its last error (`WorkflowTimeout` for a step the workflow's deadline stopped while it
+    /// waited).
     pub(crate) error: ErrorValue,
-    pub(crate) attempts: u32,
+    /// Why it is not retried (again).
+    pub(crate) stopped: RetryStop,
+    /// Its last attempt, 0 when none ran, and the end of that attempt's output.
+    pub(crate) last_attempt: u32,
+    pub(crate) stdout_tail: String,
     pub(crate) stderr_tail: String,
+    /// The last attempt's log files, and the step's log directory.
+    #[serde(serialize_with = "lossy_path")]
+    pub(crate) stdout_log: PathBuf,
+    #[serde(serialize_with = "lossy_path")]
+    pub(crate) stderr_log: PathBuf,
     #[serde(serialize_with = "lossy_path")]
     pub(crate) log_dir: PathBuf,
 }
@@ -350,17 +433,48 @@ fn redact(secrets: &Secrets, event: Event) -> Event {
             Event::Notice { notice, step, message: secrets.redact_string(message) }
         }
         Event::RunAborted { error } => Event::RunAborted { error: secrets.redact_string(error) },
-        Event::AttemptFinished { step, attempt, max_attempts, outcome, error, duration, retry, stopped } => {
+        Event::AttemptFinished {
+            step,
+            attempt,
+            max_attempts,
+            outcome,
+            error,
+            duration,
+            retry,
+            stopped,
+            exit_code,
+            signal,
+            killed_after_grace,
+        } => {
             let error = error.map(|e| secrets.redact_error(e));
-            Event::AttemptFinished { step, attempt, max_attempts, outcome, error, duration, retry, stopped }
+            Event::AttemptFinished {
+                step,
+                attempt,
+                max_attempts,
+                outcome,
+                error,
+                duration,
+                retry,
+                stopped,
+                exit_code,
+                signal,
+                killed_after_grace,
+            }
         }
-        Event::RunFinished { outcome, failure } => {
-            let failure = failure.map(|f| {
-                let Failure { step, error, attempts, stderr_tail, log_dir } = *f;
-                let (error, stderr_tail) = (secrets.redact_error(error), secrets.redact_string(stderr_tail));
-                Box::new(Failure { step, error, attempts, stderr_tail, log_dir })
-            });
-            Event::RunFinished { outcome, failure }
+        Event::RetryStopped { step, attempt, error, stop } => {
+            Event::RetryStopped { step, attempt, error: secrets.redact_error(error), stop }
+        }
+        Event::RunFinished { outcome, duration, failures } => {
+            let failures = failures
+                .into_iter()
+                .map(|f| Failure {
+                    error: secrets.redact_error(f.error),
+                    stdout_tail: secrets.redact_string(f.stdout_tail),
+                    stderr_tail: secrets.redact_string(f.stderr_tail),
+                    ..f
+                })
+                .collect();
+            Event::RunFinished { outcome, duration, failures }
         }
         // The output readers hide secrets before the dispatcher sees a child's output (a secret
         // split between two reads, or two lines, too); hiding them again here would cost a second
@@ -402,7 +516,7 @@ fn lossy<S: Serializer>(chunk: &Arc<Chunk>, s: S) -> Result<S::Ok, S::Error> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::classify::ErrorSource;
     use std::cell::RefCell;
@@ -423,7 +537,7 @@ mod tests {
     }
 
     /// 2026-01-02T03:04:05.678Z
-    fn fixed_clock() -> SystemTime {
+    pub(crate) fn fixed_clock() -> SystemTime {
         UNIX_EPOCH + Duration::from_millis(1_767_323_045_678)
     }
 
@@ -446,7 +560,11 @@ mod tests {
         emitter.emit(Event::RunStarted { flow: "f".into(), steps_total: 1 });
         emitter.emit(Event::StepReady { step: "a".into() });
         emitter.warning(Some("a"), "careful");
-        emitter.emit(Event::RunFinished { outcome: RunOutcome::Succeeded, failure: None });
+        emitter.emit(Event::RunFinished {
+            outcome: RunOutcome::Succeeded,
+            duration: Duration::from_millis(5),
+            failures: Vec::new(),
+        });
 
         let (first, second) = (first.borrow(), second.borrow());
         assert_eq!(json(&first), json(&second));
@@ -480,10 +598,11 @@ mod tests {
             Event::HandlerFinished { .. } => "handler_finished",
             Event::AuxStarted { .. } => "aux_started",
             Event::AuxFinished { .. } => "aux_finished",
+            Event::RetryStopped { .. } => "retry_stopped",
         }
     }
 
-    const KINDS: usize = 19;
+    pub(crate) const KINDS: usize = 20;
 
     fn error() -> ErrorValue {
         ErrorValue {
@@ -494,8 +613,12 @@ mod tests {
         }
     }
 
+    fn stop(reason: StopReason, attempts: u32) -> RetryStop {
+        RetryStop { reason, exception_types: vec!["TimeoutError".into()], attempts, attempts_allowed: 3 }
+    }
+
     /// One envelope of every kind, and of every variant of what a kind carries that changes its shape.
-    fn samples() -> Vec<Event> {
+    pub(crate) fn samples() -> Vec<Event> {
         let step = || "fetch".to_owned();
         let wake_at = fixed_clock() + Duration::from_millis(1500);
         let retry = RetryPlan { delay: Duration::from_millis(1500), wake_at };
@@ -543,6 +666,9 @@ mod tests {
                 duration: Duration::from_millis(250),
                 retry: Some(retry),
                 stopped: None,
+                exit_code: Some(1),
+                signal: None,
+                killed_after_grace: false,
             },
             Event::StepWaiting { step: step(), next_attempt: 2, retry },
             Event::AttemptStarted { step: step(), attempt: 2, max_attempts: 3, pid: None, redelivered: true },
@@ -560,7 +686,11 @@ mod tests {
                 duration: Duration::from_millis(3),
                 retry: None,
                 stopped: Some(StopReason::NotRetryable),
+                exit_code: None,
+                signal: Some("SIGSEGV".into()),
+                killed_after_grace: false,
             },
+            Event::RetryStopped { step: step(), attempt: 2, error: error(), stop: stop(StopReason::NotRetryable, 2) },
             Event::AttemptFinished {
                 step: step(),
                 attempt: 3,
@@ -570,7 +700,11 @@ mod tests {
                 duration: Duration::from_millis(4),
                 retry: None,
                 stopped: Some(StopReason::Exhausted),
+                exit_code: None,
+                signal: None,
+                killed_after_grace: true,
             },
+            Event::RetryStopped { step: step(), attempt: 3, error: error(), stop: stop(StopReason::Exhausted, 3) },
             Event::AttemptFinished {
                 step: step(),
                 attempt: 3,
@@ -580,6 +714,9 @@ mod tests {
                 duration: Duration::from_millis(1234),
                 retry: None,
                 stopped: None,
+                exit_code: Some(0),
+                signal: None,
+                killed_after_grace: false,
             },
             Event::AttemptFinished {
                 step: step(),
@@ -590,6 +727,9 @@ mod tests {
                 duration: Duration::from_millis(99),
                 retry: None,
                 stopped: None,
+                exit_code: None,
+                signal: Some("SIGINT".into()),
+                killed_after_grace: false,
             },
             Event::StepFinished { step: step(), outcome: StepOutcome::Succeeded, attempts: 3 },
             Event::StepFinished { step: step(), outcome: StepOutcome::Failed, attempts: 3 },
@@ -616,19 +756,82 @@ mod tests {
                 outcome: AttemptEnd::Succeeded,
                 duration: Duration::from_millis(1500),
             },
-            Event::RunFinished { outcome: RunOutcome::Succeeded, failure: None },
-            Event::RunFinished { outcome: RunOutcome::Interrupted { signal: 15 }, failure: None },
+            Event::RunFinished {
+                outcome: RunOutcome::Succeeded,
+                duration: Duration::from_millis(61_234),
+                failures: vec![],
+            },
+            Event::RunFinished {
+                outcome: RunOutcome::Interrupted { signal: 15 },
+                duration: Duration::from_millis(2_000),
+                failures: vec![],
+            },
             Event::RunFinished {
                 outcome: RunOutcome::Failed,
-                failure: Some(Box::new(Failure {
+                duration: Duration::from_millis(9_876),
+                failures: vec![Failure {
                     step: step(),
                     error: error(),
-                    attempts: 3,
+                    stopped: stop(StopReason::Exhausted, 3),
+                    last_attempt: 3,
+                    stdout_tail: "got 3 rows\n".into(),
                     stderr_tail: "Traceback (most recent call last):\n".into(),
+                    stdout_log: "/state/logs/r1/fetch/attempt-3.stdout".into(),
+                    stderr_log: "/state/logs/r1/fetch/attempt-3.stderr".into(),
                     log_dir: "/state/logs/r1/fetch".into(),
-                })),
+                }],
             },
         ]
+    }
+
+    #[test]
+    fn why_retrying_stopped_is_said_in_words() {
+        let tree = crate::classify::classes::ClassTree::default();
+        let error = |class: &str| ErrorValue {
+            class: class.into(),
+            bases: tree.bases(class).unwrap_or_default(),
+            message: String::new(),
+            source: ErrorSource::ExitStatus,
+        };
+        let stop = |reason, types: &[&str]| RetryStop {
+            reason,
+            exception_types: types.iter().map(|t| t.to_string()).collect(),
+            attempts: 5,
+            attempts_allowed: 5,
+        };
+        let net = ["ConnectionError", "TimeoutError"];
+        let cases = [
+            (stop(StopReason::Exhausted, &net), "ConnectionResetError", "budget spent: 5 of 5 attempts"),
+            (
+                stop(StopReason::NotRetryable, &net),
+                "CalledProcessError",
+                r#"not retried: CalledProcessError is not in exception_types ["ConnectionError", "TimeoutError"]"#,
+            ),
+            (
+                stop(StopReason::NotRetryable, &["Exception"]),
+                "ActionTimeout",
+                r#"not retried: timeouts are not retried unless ActionTimeout is listed (exception_types is ["Exception"])"#,
+            ),
+            (
+                stop(StopReason::NotRetryable, &["Exception"]),
+                "ActionExecutionLost",
+                "not retried: ActionExecutionLost derives from BaseException, not Exception, so it is not retried \
+                 unless it is listed (exception_types is [\"Exception\"])",
+            ),
+            (
+                stop(StopReason::NotRetryable, &[]),
+                "ValueError",
+                "not retried: the step retries no error (it has no `retry`, or an empty `exception_types`)",
+            ),
+            (
+                stop(StopReason::NotRetryable, &["BaseException"]),
+                "WorkflowTimeout",
+                "not retried: the workflow's timeout passed, and no policy retries WorkflowTimeout",
+            ),
+        ];
+        for (stop, class, said) in cases {
+            assert_eq!(stop.explain(&error(class)), said);
+        }
     }
 
     #[test]

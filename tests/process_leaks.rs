@@ -99,7 +99,7 @@ fn grandchildren_orphaned_by_a_child_that_exits_are_killed() {
 #[test]
 fn grandchildren_orphaned_by_failing_attempts_are_killed() {
     let step = "shell = '''sleep 300 & echo $! >> pids; sh -c 'sleep 300 & echo $! >> pids'; exit 3'''\nretry = { attempts = 2 }";
-    trials(&Case { step, end: End::Exit(1), says: "attempts: 2" });
+    trials(&Case { step, end: End::Exit(1), says: "budget spent: 2 of 2 attempts" });
 }
 
 #[test]

@@ -116,9 +116,24 @@ impl Ran {
         self
     }
 
-    /// The final failure report names this error, source and number of attempts.
+    /// The final failure report names this error and source on the line of the last attempt,
+    /// attempt `attempts`.
     fn reported(&self, error: &str, source: &str, attempts: usize) -> &Ran {
-        self.shows(&format!("  step:     s\n  error:    {error}\n  source:   {source}\n  attempts: {attempts}\n"))
+        let report = self
+            .stderr
+            .split_once("\nwaymark: run ")
+            .and_then(|(_, rest)| rest.split_once(" failed\n  step s:\n"))
+            .map(|(_, report)| report)
+            .unwrap_or_else(|| panic!("no failure report for step s in:\n{}", self.stderr));
+        let last = report
+            .lines()
+            .take_while(|l| l.starts_with("    attempt "))
+            .last()
+            .unwrap_or_else(|| panic!("the report has no attempt:\n{report}"));
+        let (head, said) = last.split_once(", took ").unwrap_or_else(|| panic!("{last:?}"));
+        assert!(head.starts_with(&format!("    attempt {attempts}: started ")), "last attempt {attempts}: {last:?}");
+        assert!(said.ends_with(&format!(": {error} [{source}]")), "{error} [{source}] in {last:?}");
+        self
     }
 
     /// Warnings printed about step `s`'s error file.

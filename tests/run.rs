@@ -22,13 +22,13 @@ fn attempts_count_total_executions_and_failure_is_reported() {
     flow(&env, &format!("[[step]]\nname = 'flaky'\n{}\nretry = {{ attempts = 3 }}\n", counting(1, 0)));
     env.cmd(&["run", "flow.toml"]).assert().code(1).stderr(
         predicate::str::contains("waymark: run ")
-            .and(predicate::str::contains("  step:     flaky"))
+            .and(predicate::str::contains(" failed\n  step flaky:\n    attempt 1: started "))
             .and(predicate::str::contains(
-                "  error:    CalledProcessError(SubprocessError, Exception, BaseException): exit status 1",
+                ": CalledProcessError(SubprocessError, Exception, BaseException): exit status 1 [exit status]\n    \
+                 budget spent: 3 of 3 attempts\n",
             ))
-            .and(predicate::str::contains("  attempts: 3"))
-            .and(predicate::str::contains("    attempt 3 of 3"))
-            .and(predicate::str::contains("  logs:     ")),
+            .and(predicate::str::contains("    stderr of attempt 3, last lines:\n      attempt 3 of 3\n"))
+            .and(predicate::str::contains("    logs: ")),
     );
     assert_eq!(env.count("runs"), 3);
 }

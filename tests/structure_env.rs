@@ -35,6 +35,7 @@ fn normalise(env: &Env, text: &str) -> String {
     }
     text = text.replace(&env.state().canonicalize().unwrap().display().to_string(), "STATE");
     text = text.replace(&env.dir.path().canonicalize().unwrap().display().to_string(), "DIR");
+    text = common::normalise_times(&text);
     text.lines()
         .map(|line| match line.rsplit_once(" in ") {
             Some((head, _)) if line.contains(": succeeded on attempt ") => format!("{head} in MS\n"),
@@ -356,15 +357,22 @@ fn secrets_never_reach_the_terminal_the_logs_status_or_the_state_directory() {
              waymark: load: attempt 2/2 failed: ValueError(Exception, BaseException): bad token *** [traceback]\n\
              \n\
              waymark: run ID failed\n  \
-             step:     load\n  \
-             error:    ValueError(Exception, BaseException): bad token ***\n  \
-             source:   traceback\n  \
-             attempts: 2\n  \
-             stderr (last lines):\n    \
-             Traceback (most recent call last):\n      \
-             File \"load.py\", line 1, in <module>\n    \
-             ValueError: bad token ***\n  \
-             logs:     {load}\n"
+             step load:\n    \
+             attempt 1: started TIME, took DURATION: PermissionError(OSError, Exception, BaseException): login *** \
+             refused [error file]\n    \
+             attempt 2: started TIME, took DURATION: ValueError(Exception, BaseException): bad token *** \
+             [traceback]\n    \
+             budget spent: 2 of 2 attempts\n    \
+             stdout of attempt 2, last lines:\n      \
+             got ***\n    \
+             stderr of attempt 2, last lines:\n      \
+             Traceback (most recent call last):\n        \
+             File \"load.py\", line 1, in <module>\n      \
+             ValueError: bad token ***\n    \
+             logs: {load}/attempt-2.stdout\n          \
+             {load}/attempt-2.stderr\n  \
+             run id: ID (`waymark status ID` shows it; `waymark resume ID` runs its failed steps again with a \
+             fresh budget)\n"
         )
     );
     // What `logs` and `status` show, and what waymark keeps.
@@ -422,7 +430,10 @@ fn a_schema_4_database_is_read_as_it_is_and_migrated_by_the_next_runner() {
     let db = || rusqlite::Connection::open(env.state().join("waymark.db")).unwrap();
     let version = || -> i64 { db().query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap() };
     assert_eq!(version(), 6);
-    db().execute_batch("ALTER TABLE attempts DROP COLUMN kind; ALTER TABLE steps DROP COLUMN outputs; PRAGMA user_version = 4;").unwrap();
+    db().execute_batch(
+        "ALTER TABLE attempts DROP COLUMN kind; ALTER TABLE steps DROP COLUMN outputs; PRAGMA user_version = 4;",
+    )
+    .unwrap();
 
     // Looking does not migrate (it writes nothing).
     let status = json_of(&env, &["status", "--json"]);

@@ -236,7 +236,7 @@ fn an_error_file_behind_a_step_directory_replaced_by_a_link_is_not_read() {
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(
-        err.contains("error:    CalledProcessError(SubprocessError, Exception, BaseException): exit status 1\n"),
+        err.contains("CalledProcessError(SubprocessError, Exception, BaseException): exit status 1 [exit status]\n"),
         "{err}"
     );
     assert!(!err.contains("Planted"), "{err}");

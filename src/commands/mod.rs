@@ -133,11 +133,11 @@ fn read_store(dir: &StateDir) -> Result<Box<dyn Store>, CliError> {
 pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
     let flag = cli.state_dir.as_deref();
     match cli.command {
-        Command::Run { flow, fresh, wait, quiet, max_parallel, params, state } => {
-            run::run(state.or(flag), &flow, fresh, wait, quiet, max_parallel, &params)
+        Command::Run { flow, fresh, wait, show, max_parallel, params, state } => {
+            run::run(state.or(flag), &flow, fresh, wait, show.mode(), max_parallel, &params)
         }
-        Command::Resume { run_id, wait, quiet, state } => {
-            run::resume(&state_dir(state.or(flag))?, &run_id, wait, quiet)
+        Command::Resume { run_id, wait, show, state } => {
+            run::resume(&state_dir(state.or(flag))?, &run_id, wait, show.mode())
         }
         Command::Check { flow } => check::check(&flow),
         Command::History { flow, limit, json, state } => {

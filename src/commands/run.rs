@@ -16,7 +16,7 @@ use crate::executor::environment::RunEnv;
 use crate::executor::{ExecError, RunSpec, RunnerSignals, kill_leftovers};
 use crate::flow::params::ParamError;
 use crate::flow::{self, Flow};
-use crate::reporter::PlainReporter;
+use crate::reporter::Mode;
 use crate::store::lock::FlowLock;
 use crate::store::record::RunDefinition;
 use crate::store::{
@@ -32,13 +32,16 @@ pub(crate) fn run(
     flow_path: &Path,
     fresh: bool,
     wait: bool,
-    quiet: bool,
+    mode: Mode,
     max_parallel: Option<u32>,
     params: &[(String, String)],
 ) -> Result<i32, CliError> {
     // The flow file first: an invalid one is reported as such whatever the state directory.
     let loaded = flow::load(flow_path)?;
-    print_warnings(&loaded, &flow_path.display().to_string());
+    // `--quiet` says nothing unless the run fails (`waymark check` shows the warnings).
+    if mode != Mode::Quiet {
+        print_warnings(&loaded, &flow_path.display().to_string());
+    }
     // A parameter the flow does not declare (or one given twice) is wrong whichever run goes on.
     // A required one left out is wrong only for a new run: a resumed run has its values.
     let resolved = match flow::params::resolve(&loaded.flow, params) {
@@ -66,7 +69,7 @@ pub(crate) fn run(
     let name = loaded.flow.name.clone();
     // Runs, the lock and resume belong to the flow's key: its declared name, else its file.
     let key = FlowKey::of(&loaded.flow);
-    let mut events = emitter(quiet);
+    let mut events = emitter(mode);
     let lock = take_lock(&mut events, state, &key, &name, wait)?;
     let signals = listen_for_signals()?;
     let mut store = open_store(state)?;
@@ -215,9 +218,9 @@ fn shell_word(value: &str) -> String {
     }
 }
 
-/// The run's emitter, with the terminal's reporter.
-fn emitter(quiet: bool) -> Emitter {
-    Emitter::new(vec![Box::new(PlainReporter::new(quiet))])
+/// The run's emitter, with the reporter of `mode`.
+fn emitter(mode: Mode) -> Emitter {
+    Emitter::new(vec![mode.reporter()])
 }
 
 /// Take the lock of flow `key` (shown as `flow`), saying so through `events` before waiting for
@@ -334,8 +337,8 @@ fn too_old(run: &RunRecord, limit: Option<std::time::Duration>) -> Option<(std::
     limit.filter(|limit| age > *limit).map(|limit| (age, limit))
 }
 
-pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, quiet: bool) -> Result<i32, CliError> {
-    let mut events = emitter(quiet);
+pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, mode: Mode) -> Result<i32, CliError> {
+    let mut events = emitter(mode);
     events.set_run(run_id);
     let mut store = open_store(state)?;
     // The run's own key, whichever file started it; `resume_within` does not apply here.

@@ -11,7 +11,9 @@ use super::outputs::{self, RunOutputs};
 use super::supervise::{Control, End};
 use super::{ExecError, Msg, evidence};
 use crate::classify::{Ending, ErrorValue};
-use crate::events::{AttemptEnd, Emitter, Event, Failure, RetryPlan, RunOutcome, SkipReason, StepOutcome, StopReason};
+use crate::events::{
+    AttemptEnd, Emitter, Event, Failure, RetryPlan, RetryStop, RunOutcome, SkipReason, StepOutcome, StopReason,
+};
 use crate::flow::{Flow, Signal, Step};
 use crate::os::process::ExitKind;
 use crate::retry::Decision;
@@ -95,6 +97,8 @@ struct Ended {
     stem: PathBuf,
     stderr_from: u64,
     issued: Instant,
+    /// Stopping it took SIGKILL after the grace period.
+    killed_after_grace: bool,
 }
 
 enum Slot {
@@ -196,6 +200,8 @@ pub(crate) struct Dispatcher<'e, L, J, S, C> {
     outputs: RunOutputs,
     /// Hidden in what is read from an attempt's files before it is recorded.
     secrets: Arc<Secrets>,
+    /// When this runner took the run up, for the run's duration.
+    began: Instant,
 }
 
 impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L, J, S, C> {
@@ -290,6 +296,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             aux_done,
             outputs,
             secrets,
+            began: Instant::now(),
         })
     }
 
@@ -472,7 +479,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 Ok(())
             }
             Launched::NotStarted { why, stderr_from } => {
-                let ended = Ended { attempt, row, stem, stderr_from, issued };
+                let ended = Ended { attempt, row, stem, stderr_from, issued, killed_after_grace: false };
                 self.failed(index, ended, Ending::NotStarted(why), None).await
             }
         }
@@ -493,7 +500,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 }
                 Err(ExecError::Files { path, source: error })
             }
-            Msg::Done { step: index, row, end, notes } => {
+            Msg::Done { step: index, row, end, killed_after_grace, notes } => {
                 if !self.is_current(index, row) {
                     return Ok(()); // the end of an attempt that is over already: nothing to do
                 }
@@ -503,7 +510,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 if let Slot::Handling(_) = self.steps[index].slot {
                     return self.handler_ended(index, end).await;
                 }
-                let ended = self.take_running(index);
+                let ended = Ended { killed_after_grace, ..self.take_running(index) };
                 match end {
                     End::Exited(ExitKind::Code(0)) => self.succeeded(index, ended).await,
                     End::Exited(ExitKind::Code(code)) => {
@@ -526,7 +533,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
 
     /// Whether `row` is the attempt now running for step `index`.
     fn is_current(&self, index: usize, row: i64) -> bool {
-                self.steps.get(index).and_then(|s| s.slot.live()).is_some_and(|live| live.row == row)
+        self.steps.get(index).and_then(|s| s.slot.live()).is_some_and(|live| live.row == row)
     }
 
     /// Take the running attempt of a step that just ended.
@@ -534,7 +541,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         match std::mem::replace(&mut self.steps[index].slot, Slot::Failed) {
             Slot::Running(Live { attempt, row, stem, stderr_from, issued, .. }) => {
                 self.running -= 1;
-                Ended { attempt, row, stem, stderr_from, issued }
+                Ended { attempt, row, stem, stderr_from, issued, killed_after_grace: false }
             }
             _ => unreachable!("an attempt ends only once, and only while its step runs"),
         }
@@ -569,6 +576,9 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             duration: ended.issued.elapsed(),
             retry: None,
             stopped: None,
+            exit_code: Some(0),
+            signal: None,
+            killed_after_grace: false,
         });
         self.emitter.emit(Event::StepFinished { step, outcome: StepOutcome::Succeeded, attempts: used });
         Ok(())
@@ -579,6 +589,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         let signal = self.cancelled.map(|s| s.name().to_owned());
         let result = self.result(AttemptOutcome::Cancelled, None, signal);
         self.parts.journal.attempt_finished(ended.row, &result, &StepUpdate::Pending).await?;
+        let signal = result.signal;
         let s = &mut self.steps[index];
         s.slot = Slot::Ready { attempt: ended.attempt, redelivered: true };
         (s.last_attempt, s.last_stderr_from) = (ended.attempt, ended.stderr_from);
@@ -592,6 +603,9 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             duration: ended.issued.elapsed(),
             retry: None,
             stopped: None,
+            exit_code: None,
+            signal,
+            killed_after_grace: ended.killed_after_grace,
         });
         Ok(())
     }
@@ -660,11 +674,19 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             attempt: ended.attempt,
             max_attempts,
             outcome: AttemptEnd::Failed,
-            error: Some(error),
+            error: Some(error.clone()),
             duration: ended.issued.elapsed(),
             retry,
             stopped,
+            exit_code: result.exit_code,
+            signal: result.signal,
+            killed_after_grace: ended.killed_after_grace,
         });
+        if let (Some(reason), false) = (stopped, matches!(update, StepUpdate::Caught | StepUpdate::Catching)) {
+            let stop = retry_stop(&step, reason, k);
+            let error = error.clone();
+            self.emitter.emit(Event::RetryStopped { step: step.name.clone(), attempt: ended.attempt, error, stop });
+        }
         match (retry, &update) {
             (Some(retry), _) => {
                 let next_attempt = ended.attempt + 1;
@@ -1075,13 +1097,19 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     }
 
     async fn finish(&mut self, outcome: RunOutcome) -> Result<RunOutcome, ExecError> {
-        // The step the failure report is about: the first to fail for good, else (the deadline
-        // passed while nothing ran) the first that had not finished.
+        // The step the run failed on: the first to fail for good, else (the deadline passed while
+        // nothing ran) the first that had not finished. The failure report is about it and every
+        // other step that failed for good.
         let unfinished = |s: &StepSlot| !s.slot.done();
         let failed = match outcome {
             RunOutcome::Failed => self.stopping.or_else(|| self.steps.iter().position(unfinished)),
             _ => None,
         };
+        let mut reported: Vec<usize> = failed.into_iter().collect();
+        if failed.is_some() {
+            let others = (0..self.steps.len()).filter(|i| Some(*i) != failed);
+            reported.extend(others.filter(|i| matches!(self.steps[*i].slot, Slot::Failed)));
+        }
         // Steps of a failed run that will not run: those whose turn never came, and after the
         // deadline those waiting for a retry too.
         let mut skipped = Vec::new();
@@ -1109,23 +1137,51 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         for step in skipped {
             self.emitter.emit(Event::StepSkipped { step, reason });
         }
-        let failure = failed.and_then(|i| {
-            let s = &self.steps[i];
-            let error = match self.expired {
-                true => Some(evidence::workflow_timeout(&self.flow)),
-                false => s.last_error.clone(),
-            }?;
-            let launcher = &self.parts.launcher;
-            Some(Box::new(Failure {
-                step: s.step.name.clone(),
-                error,
-                attempts: s.within_budget(s.last_attempt),
-                stderr_tail: evidence::report_tail(&launcher.stem(&s.step.name, s.last_attempt), s.last_stderr_from),
-                log_dir: launcher.log_dir(&s.step.name),
-            }))
-        });
-        self.emitter.emit(Event::RunFinished { outcome, failure });
+        let failures = reported.into_iter().filter_map(|i| self.failure(i)).collect();
+        let duration = self.began.elapsed();
+        self.emitter.emit(Event::RunFinished { outcome, duration, failures });
         Ok(outcome)
+    }
+
+    /// What the failure report says of step `index`, which failed for good (or, past the
+    /// workflow's deadline, did not finish); `None` when it has no error to report.
+    fn failure(&self, index: usize) -> Option<Failure> {
+        let s = &self.steps[index];
+        // A step the deadline stopped while it waited for a retry, or before it ran, failed of it.
+        let error = match s.slot {
+            Slot::Failed => s.last_error.clone(),
+            _ if self.expired => Some(evidence::workflow_timeout(&self.flow)),
+            _ => s.last_error.clone(),
+        }?;
+        let k = s.within_budget(s.last_attempt);
+        let reason = match s.step.retry.decide(&error, k) {
+            Decision::Exhausted if error.class != crate::classify::classes::WORKFLOW_TIMEOUT => StopReason::Exhausted,
+            _ => StopReason::NotRetryable,
+        };
+        let launcher = &self.parts.launcher;
+        let stem = launcher.stem(&s.step.name, s.last_attempt);
+        let ran = s.last_attempt > 0;
+        Some(Failure {
+            step: s.step.name.clone(),
+            stopped: retry_stop(&s.step, reason, k),
+            error,
+            last_attempt: s.last_attempt,
+            stdout_tail: if ran { evidence::report_stdout_tail(&stem) } else { String::new() },
+            stderr_tail: if ran { evidence::report_tail(&stem, s.last_stderr_from) } else { String::new() },
+            stdout_log: stem.with_extension("stdout"),
+            stderr_log: stem.with_extension("stderr"),
+            log_dir: launcher.log_dir(&s.step.name),
+        })
+    }
+}
+
+/// Why `step` is not retried after its attempt `attempts` (of its current budget) failed.
+fn retry_stop(step: &Step, reason: StopReason, attempts: u32) -> RetryStop {
+    RetryStop {
+        reason,
+        exception_types: step.retry.exception_types.clone(),
+        attempts,
+        attempts_allowed: step.retry.attempts,
     }
 }
 

@@ -77,6 +77,13 @@ pub(crate) fn report_tail(stem: &Path, stderr_from: u64) -> String {
     read_tail(&stem.with_extension("stderr"), stderr_from, REPORT_TAIL).0
 }
 
+/// The end of an attempt's stdout, for the failure report. Where an earlier execution of the same
+/// attempt left output (a redelivered attempt), it precedes, before the line that marks where this
+/// execution begins.
+pub(crate) fn report_stdout_tail(stem: &Path) -> String {
+    read_tail(&stem.with_extension("stdout"), 0, REPORT_TAIL).0
+}
+
 /// The last `max` bytes of a file after offset `from`, lossily decoded, and whether there were
 /// more than `max` after `from` (the tail is cut); empty if it cannot be read.
 fn read_tail(path: &Path, from: u64, max: u64) -> (String, bool) {

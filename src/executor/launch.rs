@@ -219,8 +219,9 @@ impl Launcher for ProcessLauncher {
         let proc_start = unix::process_start_time(pid);
         let (tx, index, row, deadline) = (events.clone(), a.step_index, a.row, a.deadline);
         tokio::spawn(async move {
-            let (end, notes) = supervisor.supervise(step, deadline, control).await;
-            let _ = tx.send(Msg::Done { step: index, row, end, notes }).await;
+            let f = supervisor.supervise(step, deadline, control).await;
+            let (end, killed_after_grace, notes) = (f.end, f.killed_after_grace, f.notes);
+            let _ = tx.send(Msg::Done { step: index, row, end, killed_after_grace, notes }).await;
         });
         Ok(Launched::Running { pid, proc_start, stderr_from })
     }

@@ -54,8 +54,9 @@ pub(crate) enum Msg {
     /// Output of the attempt recorded as `row` (a reader left behind by an earlier attempt of the
     /// same step may still send some; the row tells it apart).
     Output { step: usize, row: i64, stream: Stream, chunk: Arc<Chunk> },
-    /// The attempt recorded as `row` of `step` ended; `notes` are for the user.
-    Done { step: usize, row: i64, end: End, notes: Vec<String> },
+    /// The attempt recorded as `row` of `step` ended (after SIGKILL followed the grace period
+    /// when `killed_after_grace`); `notes` are for the user.
+    Done { step: usize, row: i64, end: End, killed_after_grace: bool, notes: Vec<String> },
     /// An attempt's output could not be written to its log: waymark's own failure.
     LogFailed { row: i64, path: PathBuf, error: std::io::Error },
 }

@@ -49,6 +49,16 @@ pub(crate) enum End {
     Cancelled,
 }
 
+/// What the supervisor reports when an attempt is over.
+#[derive(Debug)]
+pub(crate) struct Finished {
+    pub(crate) end: End,
+    /// Stopping it took SIGKILL after the grace period (it outlived the first signal).
+    pub(crate) killed_after_grace: bool,
+    /// For the user.
+    pub(crate) notes: Vec<String>,
+}
+
 /// A spawned attempt under supervision.
 pub(crate) struct Supervisor {
     child: tokio::process::Child,
@@ -239,10 +249,11 @@ impl Supervisor {
         step: Arc<Step>,
         deadline: Option<Instant>,
         mut control: watch::Receiver<Control>,
-    ) -> (End, Vec<String>) {
+    ) -> Finished {
         let pgid = self.pid;
         let mut stopping: Option<End> = None;
         let mut kill_at: Option<Instant> = None;
+        let mut killed_after_grace = false;
         let far = || Instant::now() + Duration::from_secs(86_400 * 365);
         let status = loop {
             tokio::select! {
@@ -254,6 +265,7 @@ impl Supervisor {
                 _ = tokio::time::sleep_until(kill_at.unwrap_or_else(far)), if kill_at.is_some() => {
                     unix::kill_group(pgid);
                     kill_at = None;
+                    killed_after_grace = true;
                 }
                 changed = control.changed() => {
                     if changed.is_err() {
@@ -328,7 +340,7 @@ impl Supervisor {
                 End::Exited(ExitKind::Code(-1))
             }
         };
-        (end, notes)
+        Finished { end, killed_after_grace, notes }
     }
 }
 

@@ -2,12 +2,54 @@
 //!
 //! A reporter implements [`crate::events::Reporter`]: it is handed every [`crate::events::Envelope`]
 //! that the executor and the `run`/`resume` commands emit, in order, and owns what it writes to. It
-//! never reaches back into the run. Several can be attached to one `Emitter` at once.
+//! never reaches back into the run. Several can be attached to one `Emitter` at once; `run` and
+//! `resume` attach one, chosen by their flags:
 //!
-//! - [`PlainReporter`]: the terminal's lines: child output behind its step's name, waymark's own
-//!   lines on stderr behind `waymark:`, and the failure report. Events that have no line of their
-//!   own (a step's turn, start, wait and end) print nothing.
+//! - [`PlainReporter`] (the default): child output behind its step's name, waymark's own lines on
+//!   stderr behind `waymark:`, and the failure report. Events that have no line of their own (a
+//!   step's turn, start, wait and end) print nothing.
+//! - [`QuietReporter`] (`--quiet`): nothing unless the run fails (the failure report) or is
+//!   interrupted (one line).
+//! - [`JsonReporter`] (`--json`): one JSON object per event on stdout.
+//!
+//! `report` draws the failure report for the first two; `terminal` owns the standard streams,
+//! each written by a thread of its own so that a stalled reader never stalls the run.
 
+mod json;
 mod plain;
+mod quiet;
+mod report;
+mod terminal;
 
-pub(crate) use plain::PlainReporter;
+use crate::events::Reporter;
+use json::JsonReporter;
+use plain::PlainReporter;
+use quiet::QuietReporter;
+
+/// What `run` and `resume` show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Plain,
+    Quiet,
+    Json,
+}
+
+impl Mode {
+    /// From the flags of `run` and `resume` (clap keeps them apart).
+    pub(crate) fn from_flags(quiet: bool, json: bool) -> Mode {
+        match (quiet, json) {
+            (_, true) => Mode::Json,
+            (true, false) => Mode::Quiet,
+            (false, false) => Mode::Plain,
+        }
+    }
+
+    /// The reporter that shows a run this way.
+    pub(crate) fn reporter(self) -> Box<dyn Reporter> {
+        match self {
+            Mode::Plain => Box::new(PlainReporter::new()),
+            Mode::Quiet => Box::new(QuietReporter::new()),
+            Mode::Json => Box::new(JsonReporter::new()),
+        }
+    }
+}

@@ -1,200 +1,40 @@
 //! Line-oriented output: child lines prefixed with their step, waymark's own lines on stderr
-//! behind `waymark:`, and a failure report at the end.
+//! behind `waymark:`, and the failure report at the end.
 
+use super::report::{History, human};
+use super::terminal::Terminal;
 use crate::events::{
-    AbandonReason, AttemptEnd, Envelope, Event, NoticeKind, Reporter, RunOutcome, SkipReason, StepOutcome, Stream,
+    AbandonReason, AttemptEnd, Envelope, Event, NoticeKind, Reporter, RunOutcome, SkipReason, StepOutcome,
 };
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::Write;
-use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
-/// Lines of the failed attempt's stderr repeated in the failure report.
-const TAIL_LINES: usize = 10;
-
-fn human(d: std::time::Duration) -> String {
-    // Round to milliseconds: nobody wants nanoseconds in a log line.
-    humantime::format_duration(std::time::Duration::from_millis(d.as_millis() as u64)).to_string()
-}
-
-/// Bytes of child output that may wait for one terminal stream at once; beyond that its output is
-/// dropped from the display (the logs keep all of it) until the stream catches up.
-pub(crate) const BUDGET: usize = 8 * 1024 * 1024;
-/// How long waymark waits at its end for a terminal stream that takes nothing more.
-const STALL_LIMIT: Duration = Duration::from_secs(5);
-/// Largest single write, so that progress of a slow reader is seen.
-const PIECE: usize = 64 * 1024;
-
-/// What a terminal writer is given, in order.
-struct Item {
-    text: Vec<u8>,
-    /// How many of the bytes are child output, counted against [`BUDGET`].
-    child_bytes: usize,
-}
-
-/// What a writer thread and the reporter share.
-#[derive(Default)]
-struct Shared {
-    /// Child output queued and not written yet.
-    queued: AtomicUsize,
-    /// Bytes written so far: a reader that takes anything makes progress.
-    written: AtomicU64,
-    /// The first write error other than a closed pipe (a full disk, say).
-    error: Mutex<Option<std::io::Error>>,
-}
-
-/// One terminal file (stdout, stderr, or both when they are the same file), written by a thread
-/// of its own so that a stream that stops reading never stalls the event loop nor the other
-/// stream.
-struct Sink {
-    name: &'static str,
-    tx: Option<Sender<Item>>,
-    /// Disconnected when the writer thread has written everything and ended.
-    done: Receiver<()>,
-    shared: Arc<Shared>,
-}
-
-impl Sink {
-    fn start(name: &'static str, file: Option<File>) -> Sink {
-        let (tx, rx) = channel::<Item>();
-        let (done_tx, done) = channel::<()>();
-        let shared = Arc::new(Shared::default());
-        let state = Arc::clone(&shared);
-        let write = move || {
-            let _done = done_tx;
-            let mut file = file;
-            for item in rx {
-                if let Some(f) = &mut file
-                    && let Err(e) = write_item(f, &item.text, &state.written)
-                {
-                    // A closed pipe (`| head`) is the reader's choice and ends the display
-                    // quietly; any other error is said at the end. Neither stops the run.
-                    if e.kind() != std::io::ErrorKind::BrokenPipe {
-                        *state.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                    }
-                    file = None;
-                }
-                state.queued.fetch_sub(item.child_bytes, Ordering::Relaxed);
-            }
-        };
-        let tx = std::thread::Builder::new().name(format!("waymark-{name}")).spawn(write).ok().map(|_| tx);
-        Sink { name, tx, done, shared }
-    }
-
-    /// Queue child output, or return false to drop it when the stream is too far behind.
-    fn output(&self, text: Vec<u8>) -> bool {
-        let Some(tx) = &self.tx else { return true };
-        let n = text.len();
-        if self.shared.queued.load(Ordering::Relaxed) + n > BUDGET {
-            return false;
-        }
-        self.shared.queued.fetch_add(n, Ordering::Relaxed);
-        if tx.send(Item { text, child_bytes: n }).is_err() {
-            self.shared.queued.fetch_sub(n, Ordering::Relaxed);
-        }
-        true
-    }
-
-    /// Queue waymark's own line: always kept.
-    fn line(&self, text: Vec<u8>) {
-        if let Some(tx) = &self.tx {
-            let _ = tx.send(Item { text, child_bytes: 0 });
-        }
-    }
-
-    /// Let the writer finish what is queued; true when it did, false when the stream took
-    /// nothing for [`STALL_LIMIT`].
-    fn close(&mut self) -> bool {
-        if self.tx.take().is_none() {
-            return true;
-        }
-        let mut seen = self.shared.written.load(Ordering::Relaxed);
-        let mut since = Instant::now();
-        loop {
-            match self.done.recv_timeout(Duration::from_millis(50)) {
-                Err(RecvTimeoutError::Timeout) => {}
-                Ok(()) | Err(RecvTimeoutError::Disconnected) => return true,
-            }
-            let now = self.shared.written.load(Ordering::Relaxed);
-            if now != seen {
-                (seen, since) = (now, Instant::now());
-            } else if since.elapsed() >= STALL_LIMIT {
-                return false;
-            }
-        }
-    }
-}
-
-/// Write `text` in pieces, counting progress.
-fn write_item(f: &mut File, text: &[u8], written: &AtomicU64) -> std::io::Result<()> {
-    for piece in text.chunks(PIECE) {
-        f.write_all(piece)?;
-        written.fetch_add(piece.len() as u64, Ordering::Relaxed);
-    }
-    Ok(())
-}
-
-/// A handle of our own on a standard stream, so that writing it takes no lock that a blocked
-/// writer could hold against the rest of waymark. `None` when the stream is closed.
-fn own_handle(fd: std::os::fd::BorrowedFd<'_>) -> Option<File> {
-    fd.try_clone_to_owned().ok().map(File::from)
-}
-
-/// Whether two handles are the same file (a terminal, or `2>&1`): one writer then keeps their
-/// lines in order.
-fn same_file(a: &File, b: &File) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (a.metadata(), b.metadata()) {
-        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
-        _ => false,
-    }
-}
+use std::time::Duration;
 
 /// Child output on the display, waymark's own lines on stderr. Child output that a terminal
 /// stream is too far behind to take is dropped from the display (never from the logs), and a
 /// warning says how much, so a stalled terminal never holds up the children, their timeouts or
 /// the runner's signals.
 pub(crate) struct PlainReporter {
-    /// Show child output (off with `--quiet`).
-    quiet: bool,
-    /// Stdout's sink, and stderr's when it is another file.
-    out: Sink,
-    err: Option<Sink>,
+    terminal: Terminal,
     /// The run of the latest event, for the hint about where the logs are.
     run_id: String,
     /// Child output not shown, per step and stream, since it was last reported.
     dropped: BTreeMap<(String, &'static str), u64>,
+    /// The attempts, for the failure report.
+    history: History,
 }
 
 impl PlainReporter {
-    pub(crate) fn new(quiet: bool) -> PlainReporter {
-        let out = own_handle(std::io::stdout().as_fd());
-        let err = own_handle(std::io::stderr().as_fd());
-        let shared = match (&out, &err) {
-            (Some(o), Some(e)) => same_file(o, e),
-            _ => false,
-        };
-        let (out, err) = if shared {
-            (Sink::start("stdout and stderr", out), None)
-        } else {
-            (Sink::start("stdout", out), Some(Sink::start("stderr", err)))
-        };
-        PlainReporter { quiet, out, err, run_id: String::new(), dropped: BTreeMap::new() }
-    }
-
-    fn sink(&self, stream: Stream) -> &Sink {
-        match (stream, &self.err) {
-            (Stream::Stderr, Some(err)) => err,
-            _ => &self.out,
+    pub(crate) fn new() -> PlainReporter {
+        PlainReporter {
+            terminal: Terminal::open(),
+            run_id: String::new(),
+            dropped: BTreeMap::new(),
+            history: History::default(),
         }
     }
 
     fn line(&self, text: String) {
-        self.sink(Stream::Stderr).line(text.into_bytes());
+        self.terminal.say(text);
     }
 
     /// Say how much output of `step` (of every step when `None`) was not shown.
@@ -211,51 +51,17 @@ impl PlainReporter {
             ));
         }
     }
-
-    /// Deliver what is queued before the process exits. A stream that takes nothing for
-    /// [`STALL_LIMIT`] is given up on, and stderr says so when it can.
-    fn close(&mut self) {
-        let mut notes = Vec::new();
-        // Whether stderr is a file of its own that took everything: only then is it told.
-        let mut stderr_ok = self.err.is_some();
-        // stderr first, so that its lines are out before a stalled stdout is waited for.
-        let sinks = self.err.iter_mut().map(|s| (s, true)).chain(std::iter::once((&mut self.out, false)));
-        for (sink, is_stderr) in sinks {
-            let finished = sink.close();
-            let error = sink.shared.error.lock().unwrap_or_else(|p| p.into_inner()).take();
-            if is_stderr {
-                stderr_ok = finished && error.is_none();
-            }
-            if !finished {
-                notes.push(format!(
-                    "waymark: warning: {} took nothing for {}s; the rest of the steps' output was not shown \
-                     there (the logs have all of it: `waymark logs {} STEP`)\n",
-                    sink.name,
-                    STALL_LIMIT.as_secs(),
-                    self.run_id
-                ));
-            }
-            if let Some(e) = error {
-                notes.push(format!(
-                    "waymark: warning: cannot write to {}: {e}; what was to be shown there is in the logs \
-                     (`waymark logs {} STEP`)\n",
-                    sink.name, self.run_id
-                ));
-            }
-        }
-        // Written directly: the stderr writer is done.
-        if !notes.is_empty()
-            && stderr_ok
-            && let Some(mut f) = own_handle(std::io::stderr().as_fd())
-        {
-            let _ = f.write_all(notes.concat().as_bytes());
-        }
-    }
 }
 
 impl Drop for PlainReporter {
     fn drop(&mut self) {
-        self.close();
+        let run = &self.run_id;
+        self.terminal.close(
+            &format!(
+                "the rest of the steps' output was not shown there (the logs have all of it: `waymark logs {run} STEP`)"
+            ),
+            &format!("what was to be shown there is in the logs (`waymark logs {run} STEP`)"),
+        );
     }
 }
 
@@ -264,24 +70,27 @@ impl Reporter for PlainReporter {
         if let Some(run_id) = &envelope.run_id {
             self.run_id.clone_from(run_id);
         }
+        self.history.record(envelope);
         match &envelope.event {
             Event::Output { step, stream, chunk } => {
-                if self.quiet {
-                    return;
-                }
                 let mut text = Vec::with_capacity(chunk.len() + 16);
                 for line in chunk.split_inclusive(|b| *b == b'\n') {
                     text.extend_from_slice(step.as_bytes());
                     text.extend_from_slice(b" | ");
                     text.extend_from_slice(line);
                 }
-                if !self.sink(*stream).output(text) {
+                if !self.terminal.sink(*stream).output(text) {
                     *self.dropped.entry((step.clone(), stream.name())).or_default() += chunk.len() as u64;
                 }
                 return;
             }
             Event::AttemptFinished { step, outcome: AttemptEnd::Succeeded | AttemptEnd::Failed, .. } => {
                 self.report_drops(Some(step));
+            }
+            Event::RunFinished { outcome: RunOutcome::Failed, failures, .. } => {
+                self.report_drops(None);
+                self.line(format!("\n{}", self.history.report(&self.run_id, failures)));
+                return;
             }
             Event::RunFinished { .. } => self.report_drops(None),
             _ => {}
@@ -327,6 +136,7 @@ fn describe(envelope: &Envelope) -> Option<String> {
         | Event::HandlerFinished { .. }
         | Event::AuxStarted { kind: crate::store::AuxKind::Hook, .. }
         | Event::AuxFinished { .. }
+        | Event::RetryStopped { .. }
         | Event::StepFinished { outcome: StepOutcome::Succeeded | StepOutcome::Failed, .. } => {
             return None;
         }
@@ -379,27 +189,8 @@ fn describe(envelope: &Envelope) -> Option<String> {
         Event::RunFinished { outcome: RunOutcome::Interrupted { .. }, .. } => {
             format!("waymark: run {run_id} interrupted; `waymark run` again resumes it")
         }
-        Event::RunFinished { outcome: RunOutcome::Failed, failure } => {
-            let mut report = format!("\nwaymark: run {run_id} failed\n");
-            if let Some(f) = failure {
-                report.push_str(&format!(
-                    "  step:     {}\n  error:    {}\n  source:   {}\n  attempts: {}\n",
-                    f.step,
-                    f.error,
-                    f.error.source.describe(),
-                    f.attempts
-                ));
-                let lines: Vec<&str> = f.stderr_tail.lines().collect();
-                if !lines.is_empty() {
-                    report.push_str("  stderr (last lines):\n");
-                    for line in &lines[lines.len().saturating_sub(TAIL_LINES)..] {
-                        report.push_str(&format!("    {line}\n"));
-                    }
-                }
-                report.push_str(&format!("  logs:     {}", f.log_dir.display()));
-            }
-            report
-        }
+        // The reporter writes the failure report from the attempts it saw.
+        Event::RunFinished { outcome: RunOutcome::Failed, .. } => return None,
     };
     Some(text + "\n")
 }
@@ -478,6 +269,9 @@ mod tests {
                 duration: Duration::from_millis(5),
                 retry: None,
                 stopped: None,
+                exit_code: None,
+                signal: Some("SIGINT".into()),
+                killed_after_grace: false,
             },
         ];
         for event in silent {

@@ -301,3 +301,29 @@ pub fn on_tmpfs_state(env: &Env, script: &str) {
         .unwrap();
     assert!(status.success(), "the script in the mount namespace failed: {status}");
 }
+
+/// `text` with what changes from run to run in waymark's reports replaced: every RFC 3339 time by
+/// `TIME`, and the duration of an attempt (`took 1s 5ms:`) by `took DURATION:`.
+pub fn normalise_times(text: &str) -> String {
+    let time = regex::Regex::new(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z").unwrap();
+    let took = regex::Regex::new(r"took (\d+[a-z]+ ?)+:").unwrap();
+    let text = time.replace_all(text, "TIME");
+    took.replace_all(&text, "took DURATION:").into_owned()
+}
+
+/// Compare `actual` with the golden file `tests/fixtures/NAME`, byte for byte; with
+/// `WAYMARK_BLESS=1`, write it there first (then review the diff).
+pub fn golden(name: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
+    if std::env::var_os("WAYMARK_BLESS").is_some_and(|v| !v.is_empty() && v != "0") {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}; `WAYMARK_BLESS=1 cargo test` writes it", path.display()));
+    assert!(
+        actual == expected,
+        "{} differs (`WAYMARK_BLESS=1 cargo test` rewrites it):\n--- expected\n{expected}\n--- actual\n{actual}",
+        path.display()
+    );
+}

@@ -120,7 +120,7 @@ impl Launcher for FakeLauncher {
                     _ => End::Cancelled,
                 },
             };
-            let _ = tx.send(Msg::Done { step, row, end, notes: Vec::new() }).await;
+            let _ = tx.send(Msg::Done { step, row, end, killed_after_grace: false, notes: Vec::new() }).await;
         });
         Ok(Launched::Running { pid: self.next_pid, proc_start: None, stderr_from: 0 })
     }
@@ -500,6 +500,7 @@ async fn retries_until_the_budget_is_spent() {
             "step_waiting a",
             "attempt_started a",
             "attempt_finished a",
+            "retry_stopped a",
             "step_finished a",
             "step_skipped b",
             "run_finished",
@@ -841,6 +842,69 @@ retry = { attempts = 3, exception_types = ["Exception"], backoff_seconds = 3 }
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_run_s_end_reports_every_step_that_failed_and_why_retrying_stopped() {
+    let flow = r#"
+[[step]]
+name = "a"
+run = ["a"]
+needs = []
+retry = { attempts = 2, exception_types = ["Exception"], backoff_seconds = 1 }
+[[step]]
+name = "b"
+run = ["b"]
+needs = []
+retry = { attempts = 3, exception_types = ["ConnectionError", "TimeoutError"] }
+"#;
+    let ran = Test::new(flow)
+        .run(|step, _| match step {
+            "a" => exit(2, 1),
+            _ => exit(1, 1),
+        })
+        .await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    let stopped: Vec<(String, u32, String)> = ran
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::RetryStopped { step, attempt, error, stop } => Some((step.clone(), *attempt, stop.explain(error))),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        stopped,
+        [
+            (
+                "b".to_owned(),
+                1,
+                r#"not retried: CalledProcessError is not in exception_types ["ConnectionError", "TimeoutError"]"#
+                    .to_owned()
+            ),
+            ("a".to_owned(), 2, "budget spent: 2 of 2 attempts".to_owned()),
+        ]
+    );
+    // The run failed on b (it failed for good first); a failed after it, and both are reported.
+    let (duration, failures) = ran
+        .events
+        .iter()
+        .find_map(|e| match &e.event {
+            Event::RunFinished { duration, failures, .. } => Some((*duration, failures.clone())),
+            _ => None,
+        })
+        .expect("the run finished");
+    assert_eq!((duration, ran.took), (secs(5), secs(5)));
+    let said: Vec<(&str, &str, u32, StopReason)> =
+        failures.iter().map(|f| (f.step.as_str(), f.error.class.as_str(), f.last_attempt, f.stopped.reason)).collect();
+    assert_eq!(
+        said,
+        [
+            ("b", "CalledProcessError", 1, StopReason::NotRetryable),
+            ("a", "CalledProcessError", 2, StopReason::Exhausted)
+        ]
+    );
+    assert_eq!(failures[0].stderr_log, Path::new("/nonexistent/waymark-dispatch-test/b/attempt-1.stderr"));
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_workflow_deadline_stops_running_attempts_and_skips_the_rest() {
     let flow = format!("timeout = 10\n{FLAKY}");
     let ran = Test::new(&flow).run(|_, _| Script::Hang).await;
@@ -853,7 +917,7 @@ async fn the_workflow_deadline_stops_running_attempts_and_skips_the_rest() {
     );
     assert_eq!(ran.writes.last().map(String::as_str), Some("run Failed Some(\"a\") skipped [\"b\"]"));
     let failure = ran.events.iter().find_map(|e| match &e.event {
-        Event::RunFinished { failure: Some(f), .. } => Some((f.step.clone(), f.error.class.clone())),
+        Event::RunFinished { failures, .. } => failures.first().map(|f| (f.step.clone(), f.error.class.clone())),
         _ => None,
     });
     assert_eq!(failure, Some(("a".to_owned(), "WorkflowTimeout".to_owned())));
@@ -989,7 +1053,7 @@ async fn a_failing_handler_or_an_error_no_handler_matches_fails_the_step() {
     assert_eq!(ran.writes.last().map(String::as_str), Some("run Failed Some(\"a\") skipped [\"b\"]"));
     // The step fails with its own error, not the handler's.
     let failure = ran.events.iter().find_map(|e| match &e.event {
-        Event::RunFinished { failure: Some(f), .. } => Some(f.error.class.clone()),
+        Event::RunFinished { failures, .. } => failures.first().map(|f| f.error.class.clone()),
         _ => None,
     });
     assert_eq!(failure.as_deref(), Some("BadInput"));
@@ -1077,7 +1141,7 @@ async fn a_failed_run_compensates_in_reverse_order_of_completion_then_runs_its_h
     );
     // The run failed because of c, whatever its compensations did.
     let failure = ran.events.iter().find_map(|e| match &e.event {
-        Event::RunFinished { failure: Some(f), .. } => Some(f.step.clone()),
+        Event::RunFinished { failures, .. } => failures.first().map(|f| f.step.clone()),
         _ => None,
     });
     assert_eq!(failure.as_deref(), Some("c"));

@@ -1,0 +1,392 @@
+//! `--json`: one JSON object per event on stdout (JSON Lines), for scripts. Every object has
+//! `event` (a dotted name), `ts` (RFC 3339 in UTC, to the millisecond), `seq` (1, 2, 3, … of the
+//! lines written, without gaps) and `run_id`, then the fields of its kind; README.md's table is the schema, and
+//! `tests/fixtures/json/` pins it. Child output goes only to the logs. Nothing of the run is
+//! written to stderr: only what is not an event (the flow file's diagnostics before the run, the
+//! command's own error at its end, a note that stdout could not be written).
+
+use super::terminal::Terminal;
+use crate::classify::{ErrorSource, ErrorValue};
+use crate::events::{
+    AbandonReason, AttemptEnd, Envelope, Event, NoticeKind, Reporter, RunOutcome, SkipReason, StepOutcome, StopReason,
+};
+use crate::store::AuxKind;
+use serde::Serialize;
+
+pub(crate) struct JsonReporter {
+    terminal: Terminal,
+    run_id: String,
+    /// Lines written so far: the stream numbers its own lines (child output, which it leaves
+    /// out, has numbers among the events), so that a gap in it always means a lost line.
+    written: u64,
+}
+
+impl JsonReporter {
+    pub(crate) fn new() -> JsonReporter {
+        JsonReporter { terminal: Terminal::open(), run_id: String::new(), written: 0 }
+    }
+}
+
+impl Reporter for JsonReporter {
+    fn report(&mut self, envelope: &Envelope) {
+        if let Some(run_id) = &envelope.run_id {
+            self.run_id.clone_from(run_id);
+        }
+        let Some(mut line) = wire(envelope) else { return };
+        self.written += 1;
+        line.seq = self.written;
+        // Serialising these types cannot fail (string keys, no maps of other keys).
+        if let Ok(mut text) = serde_json::to_vec(&line) {
+            text.push(b'\n');
+            self.terminal.sink(crate::events::Stream::Stdout).line(text);
+        }
+    }
+}
+
+impl Drop for JsonReporter {
+    fn drop(&mut self) {
+        let run = &self.run_id;
+        self.terminal.close(
+            &format!("the rest of the events were not written there (`waymark status {run}` shows the run)"),
+            &format!("the events from then on were not written there (`waymark status {run}` shows the run)"),
+        );
+    }
+}
+
+/// One line of the stream.
+#[derive(Serialize)]
+pub(crate) struct Line<'a> {
+    event: &'static str,
+    ts: String,
+    seq: u64,
+    run_id: Option<&'a str>,
+    #[serde(flatten)]
+    fields: Fields<'a>,
+}
+
+/// An error as the stream shows it.
+#[derive(Serialize)]
+struct Error<'a> {
+    #[serde(rename = "type")]
+    class: &'a str,
+    bases: &'a [String],
+    message: &'a str,
+    source: ErrorSource,
+}
+
+impl<'a> From<&'a ErrorValue> for Error<'a> {
+    fn from(e: &'a ErrorValue) -> Self {
+        Error { class: &e.class, bases: &e.bases, message: &e.message, source: e.source }
+    }
+}
+
+/// The fields of each kind of line, after the four every line has.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Fields<'a> {
+    RunStarted {
+        flow: &'a str,
+        steps_total: usize,
+    },
+    RunResumed {
+        flow: &'a str,
+        steps_total: usize,
+        steps_done: usize,
+    },
+    RunAbandoned {
+        flow: &'a str,
+        file: String,
+        reason: &'static str,
+        age_ms: Option<u64>,
+        resume_within_ms: Option<u64>,
+    },
+    RunFinished {
+        status: &'static str,
+        duration_ms: u64,
+        signal: Option<&'static str>,
+        failed_steps: Vec<&'a str>,
+    },
+    RunAborted {
+        error: &'a str,
+    },
+    RunCancelling {
+        signal: Option<&'static str>,
+        forced: bool,
+    },
+    Step {
+        step: &'a str,
+    },
+    StepSkipped {
+        step: &'a str,
+        reason: SkipReason,
+    },
+    StepFinished {
+        step: &'a str,
+        status: StepOutcome,
+        attempts: u32,
+    },
+    AttemptStarted {
+        step: &'a str,
+        attempt: u32,
+        max_attempts: u32,
+        pid: Option<u32>,
+        redelivered: bool,
+    },
+    AttemptFinished {
+        step: &'a str,
+        attempt: u32,
+        max_attempts: u32,
+        outcome: AttemptEnd,
+        exit_code: Option<i32>,
+        signal: Option<&'a str>,
+        error: Option<Error<'a>>,
+        duration_ms: u64,
+        killed_after_grace: bool,
+    },
+    RetryScheduled {
+        step: &'a str,
+        attempt: u32,
+        wake_at: String,
+        delay_ms: u64,
+    },
+    RetryStopped {
+        step: &'a str,
+        attempt: u32,
+        reason: StopReason,
+        message: String,
+    },
+    Notice {
+        kind: NoticeKind,
+        step: Option<&'a str>,
+        message: &'a str,
+    },
+    HandlerStarted {
+        step: &'a str,
+        attempt: u32,
+        error: &'a str,
+        pid: Option<u32>,
+    },
+    HandlerFinished {
+        step: &'a str,
+        attempt: u32,
+        outcome: AttemptEnd,
+        duration_ms: u64,
+    },
+    Compensation {
+        step: &'a str,
+        pid: Option<u32>,
+    },
+    CompensationFinished {
+        step: &'a str,
+        outcome: AttemptEnd,
+        duration_ms: u64,
+    },
+    Hook {
+        hook: &'a str,
+        pid: Option<u32>,
+    },
+    HookFinished {
+        hook: &'a str,
+        outcome: AttemptEnd,
+        duration_ms: u64,
+    },
+}
+
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn signal_name(number: i32) -> Option<&'static str> {
+    crate::flow::Signal::from_number(number).map(|s| s.name())
+}
+
+/// The line of an event; `None` for child output, which goes only to the logs.
+pub(crate) fn wire(envelope: &Envelope) -> Option<Line<'_>> {
+    let (event, fields) = match &envelope.event {
+        Event::RunStarted { flow, steps_total } => {
+            ("run.started", Fields::RunStarted { flow, steps_total: *steps_total })
+        }
+        Event::RunResumed { flow, steps_total, steps_done } => {
+            ("run.resumed", Fields::RunResumed { flow, steps_total: *steps_total, steps_done: *steps_done })
+        }
+        Event::RunAbandoned { flow, file, reason } => {
+            let (reason, age_ms, resume_within_ms) = match reason {
+                AbandonReason::Fresh => ("fresh", None, None),
+                AbandonReason::Stale { age, limit } => ("stale", Some(millis(*age)), Some(millis(*limit))),
+            };
+            let file = file.display().to_string();
+            ("run.abandoned", Fields::RunAbandoned { flow, file, reason, age_ms, resume_within_ms })
+        }
+        Event::RunFinished { outcome, duration, failures } => {
+            let (status, signal) = match outcome {
+                RunOutcome::Succeeded => ("succeeded", None),
+                RunOutcome::Failed => ("failed", None),
+                RunOutcome::Interrupted { signal } => ("interrupted", signal_name(*signal)),
+            };
+            let failed_steps = failures.iter().map(|f| f.step.as_str()).collect();
+            ("run.finished", Fields::RunFinished { status, duration_ms: millis(*duration), signal, failed_steps })
+        }
+        Event::RunAborted { error } => ("run.aborted", Fields::RunAborted { error }),
+        Event::Cancelling { signal, forced } => {
+            ("run.cancelling", Fields::RunCancelling { signal: signal_name(*signal), forced: *forced })
+        }
+        Event::StepReady { step } => ("step.ready", Fields::Step { step }),
+        Event::StepStarted { step } => ("step.started", Fields::Step { step }),
+        Event::StepSkipped { step, reason } => ("step.skipped", Fields::StepSkipped { step, reason: *reason }),
+        Event::StepFinished { step, outcome, attempts } => {
+            ("step.finished", Fields::StepFinished { step, status: *outcome, attempts: *attempts })
+        }
+        Event::StepWaiting { step, next_attempt, retry } => (
+            "retry.scheduled",
+            Fields::RetryScheduled {
+                step,
+                attempt: *next_attempt,
+                wake_at: humantime::format_rfc3339_millis(retry.wake_at).to_string(),
+                delay_ms: millis(retry.delay),
+            },
+        ),
+        Event::AttemptStarted { step, attempt, max_attempts, pid, redelivered } => (
+            "attempt.started",
+            Fields::AttemptStarted {
+                step,
+                attempt: *attempt,
+                max_attempts: *max_attempts,
+                pid: *pid,
+                redelivered: *redelivered,
+            },
+        ),
+        Event::Output { .. } => return None,
+        Event::AttemptFinished {
+            step,
+            attempt,
+            max_attempts,
+            outcome,
+            error,
+            duration,
+            exit_code,
+            signal,
+            killed_after_grace,
+            ..
+        } => (
+            "attempt.finished",
+            Fields::AttemptFinished {
+                step,
+                attempt: *attempt,
+                max_attempts: *max_attempts,
+                outcome: *outcome,
+                exit_code: *exit_code,
+                signal: signal.as_deref(),
+                error: error.as_ref().map(Error::from),
+                duration_ms: millis(*duration),
+                killed_after_grace: *killed_after_grace,
+            },
+        ),
+        Event::RetryStopped { step, attempt, error, stop } => (
+            "retry.stopped",
+            Fields::RetryStopped { step, attempt: *attempt, reason: stop.reason, message: stop.explain(error) },
+        ),
+        Event::Notice { notice, step, message } => {
+            ("notice", Fields::Notice { kind: *notice, step: step.as_deref(), message })
+        }
+        Event::HandlerStarted { step, attempt, error, pid } => {
+            ("catch.started", Fields::HandlerStarted { step, attempt: *attempt, error, pid: *pid })
+        }
+        Event::HandlerFinished { step, attempt, outcome, duration } => (
+            "catch.finished",
+            Fields::HandlerFinished { step, attempt: *attempt, outcome: *outcome, duration_ms: millis(*duration) },
+        ),
+        Event::AuxStarted { kind: AuxKind::Compensate, name, pid } => {
+            ("compensation.started", Fields::Compensation { step: name, pid: *pid })
+        }
+        Event::AuxFinished { kind: AuxKind::Compensate, name, outcome, duration } => (
+            "compensation.finished",
+            Fields::CompensationFinished { step: name, outcome: *outcome, duration_ms: millis(*duration) },
+        ),
+        Event::AuxStarted { kind: AuxKind::Hook, name, pid } => {
+            ("hook.started", Fields::Hook { hook: name, pid: *pid })
+        }
+        Event::AuxFinished { kind: AuxKind::Hook, name, outcome, duration } => {
+            ("hook.finished", Fields::HookFinished { hook: name, outcome: *outcome, duration_ms: millis(*duration) })
+        }
+    };
+    Some(Line {
+        event,
+        ts: humantime::format_rfc3339_millis(envelope.at).to_string(),
+        seq: envelope.seq,
+        run_id: envelope.run_id.as_deref(),
+        fields,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::tests::{fixed_clock, samples};
+
+    /// `WAYMARK_BLESS=1 cargo test --lib reporter` rewrites it after a deliberate change.
+    const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/json/wire.jsonl");
+
+    /// Every sample event as the stream writes it (child output has no line).
+    fn lines() -> Vec<serde_json::Value> {
+        samples()
+            .into_iter()
+            .enumerate()
+            .map(|(i, event)| Envelope { seq: i as u64 + 1, at: fixed_clock(), run_id: Some("r1".into()), event })
+            .filter_map(|e| wire(&e).map(|line| serde_json::to_value(line).expect("a line serialises")))
+            .collect()
+    }
+
+    #[test]
+    fn the_wire_form_of_every_kind_of_line_is_unchanged() {
+        let actual: String = samples()
+            .into_iter()
+            .enumerate()
+            .map(|(i, event)| Envelope { seq: i as u64 + 1, at: fixed_clock(), run_id: Some("r1".into()), event })
+            .filter_map(|e| wire(&e).map(|line| serde_json::to_string(&line).expect("a line serialises") + "\n"))
+            .collect();
+        if std::env::var_os("WAYMARK_BLESS").is_some() {
+            std::fs::write(GOLDEN, &actual).expect("write the golden file");
+        }
+        let expected = std::fs::read_to_string(GOLDEN).expect("read tests/fixtures/json/wire.jsonl");
+        for (i, (actual, expected)) in actual.lines().zip(expected.lines()).enumerate() {
+            assert_eq!(actual, expected, "line {} of {GOLDEN}", i + 1);
+        }
+        assert_eq!(actual.lines().count(), expected.lines().count(), "lines in {GOLDEN}");
+    }
+
+    #[test]
+    fn every_line_starts_with_the_four_common_fields() {
+        for (i, event) in samples().into_iter().enumerate() {
+            let seq = i as u64 + 1;
+            let envelope = Envelope { seq, at: fixed_clock(), run_id: Some("r1".into()), event };
+            let Some(line) = wire(&envelope) else { continue };
+            let text = serde_json::to_string(&line).unwrap();
+            let head =
+                format!(r#"{{"event":"{}","ts":"2026-01-02T03:04:05.678Z","seq":{seq},"run_id":"r1","#, line.event);
+            assert!(text.starts_with(&head), "{text}");
+        }
+    }
+
+    /// README.md's schema table names every kind of line and every field it has.
+    #[test]
+    fn the_readme_documents_every_event_and_field() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        let mut kinds = std::collections::BTreeSet::new();
+        for line in lines() {
+            let event = line["event"].as_str().unwrap();
+            kinds.insert(event.to_owned());
+            let row = readme
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{event}` |")))
+                .unwrap_or_else(|| panic!("README.md's JSON table has no row for `{event}`"));
+            for key in line.as_object().unwrap().keys() {
+                let common = ["event", "ts", "seq", "run_id"].contains(&key.as_str());
+                let documented =
+                    if common { readme.contains(&format!("| `{key}` |")) } else { row.contains(&format!("`{key}`")) };
+                assert!(documented, "README.md does not document field `{key}` of `{event}`");
+            }
+        }
+        // Every kind of event has a line, child output aside.
+        assert_eq!(kinds.len(), crate::events::tests::KINDS - 1, "{kinds:?}");
+    }
+}

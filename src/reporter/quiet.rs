@@ -1,0 +1,58 @@
+//! `--quiet`, for cron: nothing at all while the run goes well, so a good night sends no mail;
+//! the failure report on stderr when the run fails, and one line when a signal interrupted it
+//! (it resumes on the next run). Child output is in the logs only, and notices (warnings, waiting
+//! for the lock) are not shown.
+
+use super::report::History;
+use super::terminal::Terminal;
+use crate::events::{Envelope, Event, Reporter, RunOutcome};
+
+pub(crate) struct QuietReporter {
+    /// Opened when there is something to say, so that a run that succeeds never touches stdout
+    /// or stderr.
+    terminal: Option<Terminal>,
+    run_id: String,
+    history: History,
+}
+
+impl QuietReporter {
+    pub(crate) fn new() -> QuietReporter {
+        QuietReporter { terminal: None, run_id: String::new(), history: History::default() }
+    }
+
+    fn say(&mut self, text: String) {
+        self.terminal.get_or_insert_with(Terminal::open).say(text);
+    }
+}
+
+impl Reporter for QuietReporter {
+    fn report(&mut self, envelope: &Envelope) {
+        if let Some(run_id) = &envelope.run_id {
+            self.run_id.clone_from(run_id);
+        }
+        self.history.record(envelope);
+        match &envelope.event {
+            Event::RunFinished { outcome: RunOutcome::Failed, failures, .. } => {
+                let report = self.history.report(&self.run_id, failures);
+                self.say(report);
+            }
+            Event::RunFinished { outcome: RunOutcome::Interrupted { .. }, .. } => {
+                let run = &self.run_id;
+                self.say(format!("waymark: run {run} interrupted; `waymark run` again resumes it\n"));
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Drop for QuietReporter {
+    fn drop(&mut self) {
+        if let Some(terminal) = &mut self.terminal {
+            let run = &self.run_id;
+            terminal.close(
+                &format!("the rest of the report was not shown there (`waymark status {run}` shows the run)"),
+                &format!("the report was not shown there (`waymark status {run}` shows the run)"),
+            );
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! The process's standard streams as reporters write them: each by a thread of its own, so that a
+//! stream that stops reading never stalls the event loop nor the other stream, and a closed one
+//! (`| head -1`) is the reader's choice, never an error.
+
+use crate::events::Stream;
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Bytes of child output that may wait for one terminal stream at once; beyond that its output is
+/// dropped from the display (the logs keep all of it) until the stream catches up.
+pub(crate) const BUDGET: usize = 8 * 1024 * 1024;
+/// How long waymark waits at its end for a terminal stream that takes nothing more.
+const STALL_LIMIT: Duration = Duration::from_secs(5);
+/// Largest single write, so that progress of a slow reader is seen.
+const PIECE: usize = 64 * 1024;
+
+/// What a terminal writer is given, in order.
+struct Item {
+    text: Vec<u8>,
+    /// How many of the bytes are child output, counted against [`BUDGET`].
+    child_bytes: usize,
+}
+
+/// What a writer thread and the reporter share.
+#[derive(Default)]
+struct Shared {
+    /// Child output queued and not written yet.
+    queued: AtomicUsize,
+    /// Bytes written so far: a reader that takes anything makes progress.
+    written: AtomicU64,
+    /// The first write error other than a closed pipe (a full disk, say).
+    error: Mutex<Option<std::io::Error>>,
+}
+
+/// One terminal file (stdout, stderr, or both when they are the same file), written by a thread
+/// of its own.
+pub(crate) struct Sink {
+    name: &'static str,
+    tx: Option<Sender<Item>>,
+    /// Disconnected when the writer thread has written everything and ended.
+    done: Receiver<()>,
+    shared: Arc<Shared>,
+}
+
+impl Sink {
+    fn start(name: &'static str, file: Option<File>) -> Sink {
+        let (tx, rx) = channel::<Item>();
+        let (done_tx, done) = channel::<()>();
+        let shared = Arc::new(Shared::default());
+        let state = Arc::clone(&shared);
+        let write = move || {
+            let _done = done_tx;
+            let mut file = file;
+            for item in rx {
+                if let Some(f) = &mut file
+                    && let Err(e) = write_item(f, &item.text, &state.written)
+                {
+                    // A closed pipe (`| head`) is the reader's choice and ends the display
+                    // quietly; any other error is said at the end. Neither stops the run.
+                    if e.kind() != std::io::ErrorKind::BrokenPipe {
+                        *state.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                    }
+                    file = None;
+                }
+                state.queued.fetch_sub(item.child_bytes, Ordering::Relaxed);
+            }
+        };
+        let tx = std::thread::Builder::new().name(format!("waymark-{name}")).spawn(write).ok().map(|_| tx);
+        Sink { name, tx, done, shared }
+    }
+
+    /// Queue child output, or return false to drop it when the stream is too far behind.
+    pub(crate) fn output(&self, text: Vec<u8>) -> bool {
+        let Some(tx) = &self.tx else { return true };
+        let n = text.len();
+        if self.shared.queued.load(Ordering::Relaxed) + n > BUDGET {
+            return false;
+        }
+        self.shared.queued.fetch_add(n, Ordering::Relaxed);
+        if tx.send(Item { text, child_bytes: n }).is_err() {
+            self.shared.queued.fetch_sub(n, Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// Queue waymark's own text: always kept.
+    pub(crate) fn line(&self, text: Vec<u8>) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(Item { text, child_bytes: 0 });
+        }
+    }
+
+    /// Let the writer finish what is queued; true when it did, false when the stream took
+    /// nothing for [`STALL_LIMIT`].
+    fn close(&mut self) -> bool {
+        if self.tx.take().is_none() {
+            return true;
+        }
+        let mut seen = self.shared.written.load(Ordering::Relaxed);
+        let mut since = Instant::now();
+        loop {
+            match self.done.recv_timeout(Duration::from_millis(50)) {
+                Err(RecvTimeoutError::Timeout) => {}
+                Ok(()) | Err(RecvTimeoutError::Disconnected) => return true,
+            }
+            let now = self.shared.written.load(Ordering::Relaxed);
+            if now != seen {
+                (seen, since) = (now, Instant::now());
+            } else if since.elapsed() >= STALL_LIMIT {
+                return false;
+            }
+        }
+    }
+}
+
+/// Write `text` in pieces, counting progress.
+fn write_item(f: &mut File, text: &[u8], written: &AtomicU64) -> std::io::Result<()> {
+    for piece in text.chunks(PIECE) {
+        f.write_all(piece)?;
+        written.fetch_add(piece.len() as u64, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// A handle of our own on a standard stream, so that writing it takes no lock that a blocked
+/// writer could hold against the rest of waymark. `None` when the stream is closed.
+fn own_handle(fd: std::os::fd::BorrowedFd<'_>) -> Option<File> {
+    fd.try_clone_to_owned().ok().map(File::from)
+}
+
+/// Whether two handles are the same file (a terminal, or `2>&1`): one writer then keeps their
+/// lines in order.
+fn same_file(a: &File, b: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (a.metadata(), b.metadata()) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
+    }
+}
+
+/// Stdout and stderr, each with its writer (one for both when they are the same file).
+pub(crate) struct Terminal {
+    out: Sink,
+    err: Option<Sink>,
+}
+
+impl Terminal {
+    pub(crate) fn open() -> Terminal {
+        let out = own_handle(std::io::stdout().as_fd());
+        let err = own_handle(std::io::stderr().as_fd());
+        let shared = match (&out, &err) {
+            (Some(o), Some(e)) => same_file(o, e),
+            _ => false,
+        };
+        if shared {
+            Terminal { out: Sink::start("stdout and stderr", out), err: None }
+        } else {
+            Terminal { out: Sink::start("stdout", out), err: Some(Sink::start("stderr", err)) }
+        }
+    }
+
+    pub(crate) fn sink(&self, stream: Stream) -> &Sink {
+        match (stream, &self.err) {
+            (Stream::Stderr, Some(err)) => err,
+            _ => &self.out,
+        }
+    }
+
+    /// Queue waymark's own text for stderr.
+    pub(crate) fn say(&self, text: String) {
+        self.sink(Stream::Stderr).line(text.into_bytes());
+    }
+
+    /// Deliver what is queued before the process exits. A stream that takes nothing for
+    /// [`STALL_LIMIT`] is given up on, and stderr says so when it can: `waymark: warning: NAME
+    /// took nothing for 5s; STALLED`, or for a write error `waymark: warning: cannot write to
+    /// NAME: ERROR; FAILED`.
+    pub(crate) fn close(&mut self, stalled: &str, failed: &str) {
+        let mut notes = Vec::new();
+        // Whether stderr is a file of its own that took everything: only then is it told.
+        let mut stderr_ok = self.err.is_some();
+        // stderr first, so that its lines are out before a stalled stdout is waited for.
+        let sinks = self.err.iter_mut().map(|s| (s, true)).chain(std::iter::once((&mut self.out, false)));
+        for (sink, is_stderr) in sinks {
+            let finished = sink.close();
+            let error = sink.shared.error.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if is_stderr {
+                stderr_ok = finished && error.is_none();
+            }
+            if !finished {
+                let secs = STALL_LIMIT.as_secs();
+                notes.push(format!("waymark: warning: {} took nothing for {secs}s; {stalled}\n", sink.name));
+            }
+            if let Some(e) = error {
+                notes.push(format!("waymark: warning: cannot write to {}: {e}; {failed}\n", sink.name));
+            }
+        }
+        // Written directly: the stderr writer is done.
+        if !notes.is_empty()
+            && stderr_ok
+            && let Some(mut f) = own_handle(std::io::stderr().as_fd())
+        {
+            let _ = f.write_all(notes.concat().as_bytes());
+        }
+    }
+}

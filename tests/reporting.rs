@@ -1,0 +1,257 @@
+//! What `waymark run` and `waymark resume` print in each mode, exactly: `--quiet` (nothing when
+//! the run succeeds, the failure report only when it fails), the failure report of the plain
+//! mode, and `--json` (one object per event), against golden files under `tests/fixtures/`
+//! with run ids, paths and times normalised. After a deliberate change:
+//!
+//! ```text
+//! WAYMARK_BLESS=1 cargo test --test reporting
+//! ```
+
+mod common;
+
+use common::{Env, finish, golden, normalise_times};
+use serde_json::Value;
+use std::process::{Command, Stdio};
+
+fn run_id(env: &Env) -> String {
+    let out = env.cmd(&["history", "--json"]).output().unwrap();
+    let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    runs[0]["id"].as_str().unwrap().to_owned()
+}
+
+/// `text` with the run ids, the state directory and times replaced.
+fn normalise(env: &Env, text: &str) -> String {
+    let mut text = text.to_owned();
+    let out = env.cmd(&["history", "--json"]).output().unwrap();
+    let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for run in runs.as_array().unwrap() {
+        text = text.replace(run["id"].as_str().unwrap(), "RUN");
+    }
+    text = text.replace(&env.state().canonicalize().unwrap().display().to_string(), "STATE");
+    normalise_times(&text)
+}
+
+fn out(o: &std::process::Output) -> (Option<i32>, String, String) {
+    (o.status.code(), String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+// ---- --quiet ----
+
+/// A flow that succeeds after a retry, with output on both streams and a warning of its own.
+const NOISY_SUCCESS: &str = "\
+[[step]]
+name = 'noisy'
+shell = 'echo out; echo err >&2; echo x >> tries; [ $(wc -l < tries) -ge 2 ]'
+retry = { attempts = 3, exception_types = ['CalledProcessError', 'ConectionError'] }
+[[step]]
+name = 'after'
+run = ['echo', 'done']
+";
+
+#[test]
+fn quiet_prints_nothing_at_all_when_the_run_succeeds() {
+    let env = Env::new();
+    env.write("flow.toml", NOISY_SUCCESS);
+    // The flow has a warning (a misspelled class name): `check` shows it, `--quiet` does not.
+    let check = env.cmd(&["check", "flow.toml"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&check.stderr).contains("ConectionError"), "{check:?}");
+    for args in [["run", "-q", "flow.toml"], ["run", "--quiet", "flow.toml"]] {
+        std::fs::remove_file(env.path("tries")).ok();
+        let o = env.cmd(&args).args(["--fresh"]).output().unwrap();
+        assert_eq!(out(&o), (Some(0), String::new(), String::new()), "waymark {args:?}");
+        assert_eq!(env.count("tries"), 2, "it ran, and retried");
+    }
+    // `resume` of a run that already succeeded has nothing to do, and says nothing.
+    let o = env.cmd(&["resume", "--quiet", &run_id(&env)]).output().unwrap();
+    assert_eq!(out(&o), (Some(0), String::new(), String::new()));
+    // The logs have the output all the same.
+    let logs = env.cmd(&["logs", &run_id(&env), "noisy", "--attempt", "1", "--stream", "stderr"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&logs.stdout), "err\n");
+}
+
+/// Three steps that run at once and fail for good, each for another reason: an error the policy
+/// does not name, a spent budget, and a timeout that needed SIGKILL after the grace period.
+const THREE_FAILURES: &str = "\
+name = 'nightly'
+[[step]]
+name = 'fetch'
+needs = []
+shell = 'echo connecting; echo refused >&2; exit 7'
+retry = { attempts = 5, exception_types = ['ConnectionError', 'TimeoutError'] }
+[[step]]
+name = 'load'
+needs = []
+shell = 'echo loading $WAYMARK_ATTEMPT; exit 1'
+retry = { attempts = 2, backoff_seconds = 0.5 }
+[[step]]
+name = 'stuck'
+needs = []
+shell = '''trap '' TERM; echo started; sleep 30'''
+timeout = '300ms'
+kill_grace = '200ms'
+retry = { attempts = 3, exception_types = ['Exception'] }
+[[step]]
+name = 'report'
+run = ['echo', 'never']
+";
+
+#[test]
+fn quiet_prints_only_the_failure_report_when_the_run_fails() {
+    let env = Env::new();
+    env.write("flow.toml", THREE_FAILURES);
+    let o = env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap();
+    let (code, stdout, stderr) = out(&o);
+    assert_eq!((code, stdout.as_str()), (Some(1), ""), "{stderr}");
+    golden("report/quiet-three-failures.stderr", &normalise(&env, &stderr));
+}
+
+#[test]
+fn quiet_says_one_line_when_a_signal_interrupts_the_run() {
+    let env = Env::new();
+    env.write("flow.toml", "[[step]]\nname = 's'\nshell = 'echo $$ > started; exec sleep 30'\n");
+    let runner = env.spawn(&["run", "-q", "flow.toml"]);
+    env.wait_for_lines("started", 1);
+    common::kill(runner.id(), "TERM");
+    let o = finish(runner);
+    let run = run_id(&env);
+    assert_eq!(
+        out(&o),
+        (Some(143), String::new(), format!("waymark: run {run} interrupted; `waymark run` again resumes it\n"))
+    );
+}
+
+// ---- the failure report of the plain mode ----
+
+#[test]
+fn the_plain_failure_report_matches_its_golden_file() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "[[step]]\nname = 'setup'\nrun = ['echo', 'ready']\n\
+         [[step]]\nname = 'fetch'\n\
+         shell = 'for i in $(seq 1 12); do echo line $i; done; echo \"curl: (7) refused\" >&2; exit 7'\n\
+         retry = { attempts = 2, exception_types = ['CalledProcessError'] }\n\
+         [[step]]\nname = 'load'\nrun = ['echo', 'never']\n",
+    );
+    let o = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    let (code, stdout, stderr) = out(&o);
+    assert_eq!(code, Some(1), "{stderr}");
+    let normalised = normalise(&env, &stderr)
+        .lines()
+        .map(|l| match l.split_once(": succeeded on attempt 1 in ") {
+            Some((head, _)) => format!("{head}: succeeded on attempt 1 in DURATION\n"),
+            None => format!("{l}\n"),
+        })
+        .collect::<String>();
+    golden("report/plain-budget-spent.stderr", &normalised);
+    let fetch: String = (1..=12).map(|i| format!("fetch | line {i}\n")).collect();
+    assert_eq!(stdout, format!("setup | ready\n{fetch}{fetch}"));
+}
+
+// ---- --json ----
+
+/// A sequential flow whose events come in one order: a retry that succeeds, a timeout that
+/// needs SIGKILL after its grace and is not retried, and a step skipped after it.
+const JSON_FLOW: &str = "\
+name = 'wire'
+[[step]]
+name = 'flaky'
+shell = 'echo try; echo x >> tries; [ $(wc -l < tries) -ge 2 ]'
+retry = { attempts = 3, exception_types = ['CalledProcessError'], backoff_seconds = 0.05 }
+[[step]]
+name = 'stuck'
+shell = '''trap '' TERM; echo started; sleep 30'''
+timeout = '300ms'
+kill_grace = '200ms'
+retry = { attempts = 2, exception_types = ['ConnectionError'] }
+[[step]]
+name = 'never'
+run = ['true']
+";
+
+/// A JSON line with what changes from run to run replaced, its keys in the order written.
+fn normalise_json(line: &str, run: &str) -> String {
+    let re = |pattern: &str| regex::Regex::new(pattern).unwrap();
+    let line = line.replace(run, "RUN");
+    let line = re(r#""(ts|wake_at)":"[^"]+""#).replace_all(&line, r#""$1":"TIME""#);
+    let line = re(r#""pid":\d+"#).replace_all(&line, r#""pid":"PID""#);
+    re(r#""duration_ms":\d+"#).replace_all(&line, r#""duration_ms":"MS""#).into_owned()
+}
+
+#[test]
+fn json_prints_one_object_per_event_and_nothing_else() {
+    let env = Env::new();
+    env.write("flow.toml", JSON_FLOW);
+    let o = env.cmd(&["run", "--json", "flow.toml"]).output().unwrap();
+    let (code, stdout, stderr) = out(&o);
+    assert_eq!((code, stderr.as_str()), (Some(1), ""), "nothing but JSON, on stdout only:\n{stdout}");
+    let run = run_id(&env);
+    let lines: Vec<Value> = stdout.lines().map(|l| serde_json::from_str(l).expect("each line is JSON")).collect();
+    for (i, line) in lines.iter().enumerate() {
+        assert_eq!(line["seq"], i + 1, "numbered without gaps: {line}");
+        assert_eq!(line["run_id"], run.as_str());
+        let ts = line["ts"].as_str().unwrap();
+        assert!(ts.len() == 24 && ts.ends_with('Z') && ts.as_bytes()[19] == b'.', "RFC 3339 with milliseconds: {ts}");
+    }
+    let stuck = lines.iter().find(|l| l["event"] == "attempt.finished" && l["step"] == "stuck").unwrap();
+    assert_eq!(stuck["killed_after_grace"], true, "{stuck}");
+    let normalised: String = stdout.lines().map(|l| normalise_json(l, &run) + "\n").collect();
+    golden("json/run.jsonl", &normalised);
+}
+
+#[test]
+fn json_goes_on_when_stdout_is_closed() {
+    // `waymark run --json flow.toml | head -1`: the reader has what it wanted; the run goes on.
+    let env = Env::new();
+    env.write("flow.toml", "[[step]]\nname = 'a'\nrun = ['echo', 'a']\n[[step]]\nname = 'b'\nrun = ['touch', 'b']\n");
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let child = Command::new(assert_cmd::cargo::cargo_bin("waymark"))
+        .current_dir(env.dir.path())
+        .env("WAYMARK_STATE_DIR", env.state())
+        .args(["run", "--json", "flow.toml"])
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let o = finish(child);
+    assert_eq!((o.status.code(), String::from_utf8_lossy(&o.stderr).as_ref()), (Some(0), ""));
+    assert!(env.path("b").exists(), "every step ran");
+    let status = env.cmd(&["status", "--json"]).output().unwrap();
+    let status: Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["status"], "succeeded");
+}
+
+#[test]
+fn json_and_quiet_do_not_go_together() {
+    let env = Env::new();
+    env.write("flow.toml", "[[step]]\nname = 'a'\nrun = ['true']\n");
+    let o = env.cmd(&["run", "--json", "--quiet", "flow.toml"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cannot be used with"), "{o:?}");
+    assert!(!env.state().join("waymark.db").exists(), "nothing ran");
+}
+
+#[test]
+fn json_says_a_timeout_needed_no_sigkill_when_the_step_obeyed_its_kill_signal() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "[[step]]\nname = 'polite'\nshell = 'exec sleep 30'\ntimeout = '200ms'\nkill_grace = '30s'\n",
+    );
+    let o = env.cmd(&["run", "--json", "flow.toml"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let finished: Value = stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|l| l["event"] == "attempt.finished")
+        .unwrap();
+    assert_eq!(
+        (&finished["error"]["type"], &finished["killed_after_grace"], &finished["exit_code"]),
+        (&Value::from("ActionTimeout"), &Value::from(false), &Value::Null),
+        "{finished}"
+    );
+    assert!(finished["duration_ms"].as_u64().unwrap() < 30_000, "SIGTERM stopped it, not SIGKILL: {finished}");
+}
