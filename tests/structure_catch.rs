@@ -98,7 +98,12 @@ fn a_failing_handler_fails_the_step_with_its_own_error() {
                 == "waymark: warning: fetch: its catch handler failed (exit status 3); the step fails with its error"),
         "{err}"
     );
-    assert!(err.contains("  error:    CalledProcessError(SubprocessError, Exception, BaseException): "), "{err}");
+    // The report is about the step's own error, not the handler's.
+    assert!(err.contains("  step fetch:\n    attempt 1: started "), "{err}");
+    assert!(
+        err.contains(": CalledProcessError(SubprocessError, Exception, BaseException): exit status 7 [exit status]\n"),
+        "{err}"
+    );
     assert!(!env.path("loaded").exists());
     assert_eq!(states(&env), ["failed", "skipped"]);
 }

@@ -55,7 +55,7 @@ fn a_failed_run_compensates_in_reverse_order_and_runs_its_hooks_once() {
         "waymark: b: compensating (the run failed)",
         "waymark: warning: b: its compensation failed (exit status 3); the other compensations go on",
         "waymark: a: compensating (the run failed)",
-        "  step:     c",
+        "  step c:",
     ] {
         assert!(err.lines().any(|l| l == line), "missing {line:?} in:\n{err}");
     }
