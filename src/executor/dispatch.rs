@@ -393,6 +393,20 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             deadline: step.timeout.map(|t| issued + t),
             outputs: self.outputs.env().collect(),
         };
+        // Its timeout passed while it waited for a slot (or while its start was recorded): it times
+        // out without a child, rather than spawn one that may do its work before the kill comes.
+        if let Some(timeout) = step.timeout.filter(|_| spec.deadline.is_some_and(|d| d <= Instant::now())) {
+            self.emitter.emit(Event::AttemptStarted {
+                step: step.name.clone(),
+                attempt,
+                max_attempts,
+                pid: None,
+                redelivered,
+            });
+            // It wrote nothing: none of its log is its evidence.
+            let ended = Ended { attempt, row, stem, stderr_from: u64::MAX, issued };
+            return self.failed(index, ended, Ending::TimedOut(timeout), None).await;
+        }
         let launched = self.parts.launcher.spawn(spec, control_rx, &self.tx)?;
         let pid = match &launched {
             Launched::Running { pid, .. } => Some(*pid),

@@ -702,11 +702,14 @@ needs = []
 timeout = 3
 "#;
     let ran = Test::new(flow).run(|step, _| if step == "long" { exit(5, 0) } else { exit(1, 0) }).await;
-    // `quick` was issued at 0 and got its slot at 5, after its timeout of 3 s had passed.
-    assert_eq!(ran.schedule(), [("long", 1, 0.0), ("quick", 1, 5.0)]);
+    // `quick` was issued at 0 and got its slot at 5, after its timeout of 3 s had passed: its
+    // attempt is recorded and times out without a child (one spawned then could do its work
+    // before the kill reached it).
+    assert_eq!(ran.schedule(), [("long", 1, 0.0)]);
     assert_eq!(ran.outcome(), RunOutcome::Failed);
     assert_eq!(ran.took, secs(5));
     assert_eq!(ran.attempt_finished()[1].2.as_deref(), Some("ActionTimeout"));
+    assert_eq!(ran.writes[3..5], ["starting quick #1 row 2", "finished row 2 Failed ActionTimeout -> Failed"]);
 }
 
 /// `a` fails for good at 1 s; `b` runs 10 s; `c` is ready but has no slot; `d` needs b.
