@@ -294,12 +294,15 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
 
     /// Issue what may run now, in file order: a step whose needs have all succeeded (unless a
     /// step failed for good: then no new step starts), and a retry whose backoff is over (unless
-    /// `fail_fast` stopped retrying).
+    /// `fail_fast` stopped retrying). An attempt redelivered after a failure for good was running
+    /// when its runner died: like the other running steps it finishes, unless `fail_fast`.
     fn make_ready(&mut self, now: Instant) {
         let retries_go_on = self.stopping.is_none() || !self.flow.fail_fast;
         for index in 0..self.steps.len() {
             let queued = match self.steps[index].slot {
-                Slot::Ready { attempt, redelivered } if self.stopping.is_none() && self.needs_done(index) => {
+                Slot::Ready { attempt, redelivered }
+                    if (self.stopping.is_none() || (redelivered && retries_go_on)) && self.needs_done(index) =>
+                {
                     Slot::Queued { attempt, redelivered, issued: now, retry: false }
                 }
                 Slot::Waiting { attempt, wake } if wake <= now && retries_go_on => {

@@ -802,6 +802,26 @@ retry = { attempts = 3, exception_types = ["Exception"], backoff_seconds = 3 }
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_step_in_flight_when_its_runner_died_after_a_failure_finishes_on_resume() {
+    // The runner died after `a` failed for good, while `b` ran: `b` was running, so it is
+    // redelivered and finishes; `c` and `d` never start.
+    let mut test = Test::new(FAILING);
+    test.resumed = true;
+    test.records[0].state = StepState::Failed;
+    test.records[0].attempts_used = 1;
+    test.records[1].state = StepState::InFlight { attempt: 1, row: 2, pid: Some(4242), proc_start: None };
+    let ran = test.run(failing).await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    assert_eq!(ran.leftovers_checked, ["b"]);
+    assert_eq!(
+        ran.spawned.iter().map(|s| (s.step.as_str(), s.attempt, s.redelivered)).collect::<Vec<_>>(),
+        [("b", 1, true)]
+    );
+    assert_eq!(ran.took, secs(10), "b finishes");
+    assert_eq!(ran.writes.last().map(String::as_str), Some("run Failed Some(\"a\") skipped [\"c\", \"d\"]"));
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_workflow_deadline_stops_running_attempts_and_skips_the_rest() {
     let flow = format!("timeout = 10\n{FLAKY}");
     let ran = Test::new(&flow).run(|_, _| Script::Hang).await;
