@@ -26,7 +26,7 @@ fn config(ci: u32, long: u32) -> Config {
 /// Valid flows to start from: the shipped examples, one that uses every key of the first format,
 /// and one with the workflow structure (needs, catch, compensate, hooks, params, ...).
 fn seeds() -> Vec<String> {
-    let mut seeds: Vec<String> = ["hello", "python", "retry", "timeout"]
+    let mut seeds: Vec<String> = ["hello", "python", "retry", "timeout", "fanout"]
         .iter()
         .map(|name| {
             let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(format!("{name}.toml"));
@@ -357,7 +357,7 @@ proptest! {
 
     #[test]
     fn mutated_flow_files_load_or_say_where(
-        seed in 0usize..6,
+        seed in 0usize..7,
         mutations in proptest::collection::vec(mutation(), 1..6),
     ) {
         let mut bytes = seeds()[seed].clone().into_bytes();

@@ -353,12 +353,15 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
 
     /// Issue what may run now, in file order: a step whose needs have all succeeded (unless a
     /// step failed for good: then no new step starts), and a retry whose backoff is over (unless
-    /// `fail_fast` stopped retrying).
+    /// `fail_fast` stopped retrying). An attempt redelivered after a failure for good was running
+    /// when its runner died: like the other running steps it finishes, unless `fail_fast`.
     fn make_ready(&mut self, now: Instant) {
         let retries_go_on = self.stopping.is_none() || !self.flow.fail_fast;
         for index in 0..self.steps.len() {
             let queued = match self.steps[index].slot {
-                Slot::Ready { attempt, redelivered } if self.stopping.is_none() && self.needs_done(index) => {
+                Slot::Ready { attempt, redelivered }
+                    if (self.stopping.is_none() || (redelivered && retries_go_on)) && self.needs_done(index) =>
+                {
                     Slot::Queued { attempt, redelivered, issued: now, retry: false }
                 }
                 Slot::Waiting { attempt, wake } if wake <= now && retries_go_on => {
@@ -459,6 +462,20 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             outputs: self.outputs.env().collect(),
             aux: None,
         };
+        // Its timeout passed while it waited for a slot (or while its start was recorded): it times
+        // out without a child, rather than spawn one that may do its work before the kill comes.
+        if let Some(timeout) = step.timeout.filter(|_| spec.deadline.is_some_and(|d| d <= Instant::now())) {
+            self.emitter.emit(Event::AttemptStarted {
+                step: step.name.clone(),
+                attempt,
+                max_attempts,
+                pid: None,
+                redelivered,
+            });
+            // It wrote nothing: none of its log is its evidence.
+            let ended = Ended { attempt, row, stem, stderr_from: u64::MAX, issued, killed_after_grace: false };
+            return self.failed(index, ended, Ending::TimedOut(timeout), None).await;
+        }
         let launched = self.parts.launcher.spawn(spec, control_rx, &self.tx)?;
         let pid = match &launched {
             Launched::Running { pid, .. } => Some(*pid),

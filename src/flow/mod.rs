@@ -620,7 +620,7 @@ mod tests {
         let readme = include_str!("../../README.md");
         let section = &readme[readme.find("### Workflow structure").unwrap()..readme.find("### Durations").unwrap()];
         let blocks: Vec<&str> = section.split("```toml\n").skip(1).map(|b| &b[..b.find("```").unwrap()]).collect();
-        assert_eq!(blocks.len(), 5, "the fan-out, catch, parameters, outputs and environment examples");
+        assert_eq!(blocks.len(), 6, "the fan-out, slot wait, catch, parameters, outputs and environment examples");
         for block in blocks {
             parse(block, Path::new("/x/etl.toml")).unwrap_or_else(|d| panic!("{d:?}\n{block}"));
         }

@@ -745,11 +745,14 @@ needs = []
 timeout = 3
 "#;
     let ran = Test::new(flow).run(|step, _| if step == "long" { exit(5, 0) } else { exit(1, 0) }).await;
-    // `quick` was issued at 0 and got its slot at 5, after its timeout of 3 s had passed.
-    assert_eq!(ran.schedule(), [("long", 1, 0.0), ("quick", 1, 5.0)]);
+    // `quick` was issued at 0 and got its slot at 5, after its timeout of 3 s had passed: its
+    // attempt is recorded and times out without a child (one spawned then could do its work
+    // before the kill reached it).
+    assert_eq!(ran.schedule(), [("long", 1, 0.0)]);
     assert_eq!(ran.outcome(), RunOutcome::Failed);
     assert_eq!(ran.took, secs(5));
     assert_eq!(ran.attempt_finished()[1].2.as_deref(), Some("ActionTimeout"));
+    assert_eq!(ran.writes[3..5], ["starting quick #1 row 2", "finished row 2 Failed ActionTimeout -> Failed"]);
 }
 
 /// `a` fails for good at 1 s; `b` runs 10 s; `c` is ready but has no slot; `d` needs b.
@@ -902,6 +905,26 @@ retry = { attempts = 3, exception_types = ["ConnectionError", "TimeoutError"] }
         ]
     );
     assert_eq!(failures[0].stderr_log, Path::new("/nonexistent/waymark-dispatch-test/b/attempt-1.stderr"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_step_in_flight_when_its_runner_died_after_a_failure_finishes_on_resume() {
+    // The runner died after `a` failed for good, while `b` ran: `b` was running, so it is
+    // redelivered and finishes; `c` and `d` never start.
+    let mut test = Test::new(FAILING);
+    test.resumed = true;
+    test.records[0].state = StepState::Failed;
+    test.records[0].attempts_used = 1;
+    test.records[1].state = StepState::InFlight { attempt: 1, row: 2, pid: Some(4242), proc_start: None };
+    let ran = test.run(failing).await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    assert_eq!(ran.leftovers_checked, ["b"]);
+    assert_eq!(
+        ran.spawned.iter().map(|s| (s.step.as_str(), s.attempt, s.redelivered)).collect::<Vec<_>>(),
+        [("b", 1, true)]
+    );
+    assert_eq!(ran.took, secs(10), "b finishes");
+    assert_eq!(ran.writes.last().map(String::as_str), Some("run Failed Some(\"a\") skipped [\"c\", \"d\"]"));
 }
 
 #[tokio::test(start_paused = true)]
