@@ -162,6 +162,8 @@ struct StepSlot {
     /// Whether this runner has said the step is ready, and that it started.
     said_ready: bool,
     said_started: bool,
+    /// Recorded `running` by a runner that died, and not run again by this one yet.
+    orphaned: bool,
 }
 
 impl StepSlot {
@@ -261,6 +263,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 last_error: rec.last_error.clone(),
                 said_ready: false,
                 said_started: false,
+                orphaned: matches!(rec.state, StepState::InFlight { .. }),
             });
         }
         // A step already failed for good (its runner died before the run was finished): nothing
@@ -433,6 +436,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         let max_attempts = self.steps[index].max_attempts();
         let stem = self.parts.launcher.prepare(&step, attempt)?;
         let row = self.parts.journal.attempt_starting(&step.name, attempt, redelivered, &stem).await?;
+        self.steps[index].orphaned = false;
         // A signal that came while the start was being recorded: the child is not spawned after it.
         // The attempt is recorded as cancelled and runs again, under its number, on resume.
         while let Some(sig) = self.parts.signals.try_next() {
@@ -1132,8 +1136,10 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         let mut skipped = Vec::new();
         if outcome == RunOutcome::Failed {
             for s in &mut self.steps {
+                // A step a dead runner left running that did not run again (the deadline had passed,
+                // or fail_fast) is skipped too, rather than left `running` in a finished run.
                 let skip = match s.slot {
-                    Slot::Ready { redelivered, .. } | Slot::Queued { redelivered, .. } => !redelivered,
+                    Slot::Ready { redelivered, .. } | Slot::Queued { redelivered, .. } => !redelivered || s.orphaned,
                     Slot::Waiting { .. } => self.expired,
                     _ => false,
                 };

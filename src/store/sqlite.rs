@@ -1016,7 +1016,7 @@ impl RunLog for SqliteStore {
             for step in skipped {
                 move_step(tx, run_id, step, StepStatus::Skipped)?;
                 tx.execute(
-                    "UPDATE steps SET state = 'skipped', next_attempt = NULL, wake_at = NULL
+                    "UPDATE steps SET state = 'skipped', next_attempt = NULL, wake_at = NULL, current_row = NULL
                      WHERE run_id = ?1 AND name = ?2",
                     params![run_id, step],
                 )?;

@@ -106,7 +106,8 @@ impl StepStatus {
     /// Whether a step in this state may move to `to`. An attempt starts from pending or waiting,
     /// or again from running (an attempt redelivered after its runner died); it ends in
     /// succeeded, failed, waiting (a retry) or pending (cancelled). A step that is pending or
-    /// waiting when the run fails (or its deadline passes) is skipped. A failed or skipped step
+    /// waiting when the run fails (or its deadline passes) is skipped, and so is one a dead runner
+    /// left running that the run's next runner did not run again. A failed or skipped step
     /// is reopened (pending) by `waymark resume`. A step whose error a handler matches is
     /// catching until its handler ends: caught, failed, or catching again (the handler was
     /// cancelled, and runs again). Succeeded and caught are final.
@@ -114,7 +115,7 @@ impl StepStatus {
         use StepStatus::*;
         match self {
             Pending | Waiting => matches!(to, Running | Skipped),
-            Running => !matches!(to, Skipped),
+            Running => true,
             Failed | Skipped => to == Pending,
             Catching => matches!(to, Catching | Caught | Failed),
             Succeeded | Caught => false,
@@ -260,7 +261,7 @@ mod tests {
         assert!(S::Running.can_move_to(S::Running), "redelivery");
         assert!(!S::Pending.can_move_to(S::Succeeded), "a step succeeds only through an attempt");
         assert!(S::Pending.can_move_to(S::Skipped) && S::Waiting.can_move_to(S::Skipped));
-        assert!(!S::Running.can_move_to(S::Skipped), "a running step ends through its attempt");
+        assert!(S::Running.can_move_to(S::Skipped), "left running by a dead runner, not run again");
         assert!(S::Skipped.can_move_to(S::Pending), "reopened by `waymark resume`");
         assert!(!S::Skipped.can_move_to(S::Running), "a skipped step is reopened before it runs");
         assert!(S::Running.can_move_to(S::Catching) && S::Running.can_move_to(S::Caught));

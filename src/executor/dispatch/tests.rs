@@ -1217,3 +1217,18 @@ async fn a_signal_during_a_compensation_stops_it_and_the_run_is_interrupted() {
     assert_eq!(ran.writes.last().map(String::as_str), Some("run Interrupted None"));
     assert!(ran.writes.contains(&"finished row 4 Cancelled".to_owned()), "{:?}", ran.writes);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_step_a_dead_runner_left_running_is_skipped_when_the_run_fails_without_running_it() {
+    // Resumed after the deadline passed: the step in flight is made sure dead, not run again,
+    // and recorded skipped rather than left `running` in a failed run.
+    let mut test = Test::new(FLAKY);
+    test.resumed = true;
+    test.deadline = Some(Duration::ZERO);
+    test.records[0].state = StepState::InFlight { attempt: 1, row: 3, pid: Some(4242), proc_start: None };
+    let ran = test.run(|_, _| exit(1, 0)).await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    assert_eq!(ran.leftovers_checked, ["a"]);
+    assert!(ran.spawned.is_empty());
+    assert_eq!(ran.writes, ["run Failed Some(\"a\") skipped [\"a\", \"b\"]"]);
+}
