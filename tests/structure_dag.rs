@@ -242,7 +242,11 @@ fn the_wait_for_a_slot_counts_against_the_timeout() {
     let id = run_id(&env);
     assert_eq!(states(&env, &id), expect(&[("long", "succeeded", 1), ("quick", "failed", 1)]));
     assert_eq!(last_error(&env, &id, "quick"), "ActionTimeout");
-    assert!(stderr(&out).contains("error:    ActionTimeout(BaseException): timed out after 1s\n"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(": ActionTimeout(BaseException): timed out after 1s [timeout]\n"),
+        "{}",
+        stderr(&out)
+    );
     // Its time was up before it had a slot: it was never started.
     assert!(!env.path("quick-did-its-work").exists(), "a timed-out attempt did its work");
 }
@@ -273,7 +277,7 @@ fn after_a_failure_running_steps_finish_with_their_retries_and_the_rest_is_skipp
     env.write("flow.toml", &finish_flow());
     let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(stderr(&out).contains("\n  step:     bad\n"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("\n  step bad:\n"), "{}", stderr(&out));
     let id = run_id(&env);
     // `slow` got its retry after `bad` failed, and succeeded; nothing new started.
     assert_eq!((times(&env, "start", "slow"), times(&env, "end", "slow")), (2, 1));
@@ -332,7 +336,7 @@ fn a_step_running_when_its_runner_died_after_a_failure_finishes_on_resume() {
     let said = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains("waymark: slow: attempt 1/1 (redelivered)\n"), "{said}");
-    assert!(said.contains("\n  step:     bad\n"), "{said}");
+    assert!(said.contains("\n  step bad:\n"), "{said}");
     // `slow` was running, so it finishes; nothing new starts.
     assert_eq!((times(&env, "start", "slow"), times(&env, "end", "slow")), (2, 1));
     assert_eq!(times(&env, "start", "after"), 0);
@@ -358,7 +362,7 @@ fn fail_fast_cancels_running_attempts_kills_their_groups_and_resume_runs_them_ag
     );
     let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(stderr(&out).contains("\n  step:     bad\n"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("\n  step bad:\n"), "{}", stderr(&out));
     let tree = pids(&env, "pids");
     assert_eq!(tree.len(), 3, "the victim's tree was running");
     assert_no_survivors(&env.mark(), &tree, &stderr(&out));
@@ -404,9 +408,8 @@ fn the_workflow_deadline_stops_running_attempts_skips_the_rest_and_resume_counts
     assert!(env.path("ready").exists(), "hang ran when the deadline passed: {}", stderr(&out));
     let said = stderr(&out);
     assert!(
-        said.contains(
-            "\n  step:     hang\n  error:    WorkflowTimeout(BaseException): the workflow's timeout of 4s passed\n"
-        ),
+        said.contains("\n  step hang:\n")
+            && said.contains(": WorkflowTimeout(BaseException): the workflow's timeout of 4s passed [timeout]\n"),
         "{said}"
     );
     assert_no_survivors(&env.mark(), &pids(&env, "pids"), &said);
@@ -457,7 +460,7 @@ fn a_run_killed_and_resumed_after_its_deadline_fails_at_once_and_waymark_resume_
     let said = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.starts_with(&format!("waymark: resuming run {id} of deadline: 0 of 2 steps done\n")), "{said}");
-    assert!(said.contains("error:    WorkflowTimeout(BaseException): the workflow's timeout of 4s passed\n"), "{said}");
+    assert!(said.contains("WorkflowTimeout(BaseException): the workflow's timeout of 4s passed [timeout]\n"), "{said}");
     // Nothing ran; the dead runner's attempt was killed.
     assert_eq!((times(&env, "start", "hang"), times(&env, "start", "other")), (1, 0));
     assert_no_survivors(&env.mark(), &tree, &said);
