@@ -321,9 +321,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         loop {
             // Signals that came while the dispatcher was not listening (before the loop, or while
             // it awaited a write): nothing starts after them.
-            while let Some(sig) = self.parts.signals.try_next() {
-                self.on_signal(sig);
-            }
+            self.take_pending_signals();
             let now = Instant::now();
             if self.deadline.is_some_and(|d| d <= now) && !self.expired && self.cancelled.is_none() {
                 self.on_deadline();
@@ -439,10 +437,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         self.steps[index].orphaned = false;
         // A signal that came while the start was being recorded: the child is not spawned after it.
         // The attempt is recorded as cancelled and runs again, under its number, on resume.
-        while let Some(sig) = self.parts.signals.try_next() {
-            self.on_signal(sig);
-        }
-        if self.cancelled.is_some() {
+        if self.take_pending_signals() {
             let signal = self.cancelled.map(|s| s.name().to_owned());
             let result = self.result(AttemptOutcome::Cancelled, None, signal);
             self.parts.journal.attempt_finished(row, &result, &StepUpdate::Pending).await?;
@@ -480,18 +475,11 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             let ended = Ended { attempt, row, stem, stderr_from: u64::MAX, issued, killed_after_grace: false };
             return self.failed(index, ended, Ending::TimedOut(timeout), None).await;
         }
-        let launched = self.parts.launcher.spawn(spec, control_rx, &self.tx)?;
+        let launched = self.spawn_recorded(spec, control_rx).await?;
         let pid = match &launched {
             Launched::Running { pid, .. } => Some(*pid),
             Launched::NotStarted { .. } => None,
         };
-        if let Launched::Running { pid, proc_start, .. } = &launched
-            && let Err(e) = self.parts.journal.attempt_spawned(row, *pid, *proc_start).await
-        {
-            // Without its pid on record a later resume could not find this child: stop it.
-            self.parts.launcher.kill(*pid);
-            return Err(e.into());
-        }
         self.emitter.emit(Event::AttemptStarted { step: step.name.clone(), attempt, max_attempts, pid, redelivered });
         match launched {
             Launched::Running { pid, stderr_from, .. } => {
@@ -749,10 +737,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         };
         let stem = self.parts.launcher.prepare_handler(&step, attempt)?;
         let row = self.parts.journal.handler_starting(&step.name, attempt, &stem).await?;
-        while let Some(sig) = self.parts.signals.try_next() {
-            self.on_signal(sig);
-        }
-        if self.cancelled.is_some() || self.expired {
+        if self.take_pending_signals() || self.expired {
             let result = self.result(AttemptOutcome::Cancelled, None, self.cancelled.map(|s| s.name().to_owned()));
             self.parts.journal.attempt_finished(row, &result, &StepUpdate::Catching).await?;
             return Ok(());
@@ -780,13 +765,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 ],
             }),
         };
-        let launched = self.parts.launcher.spawn(spec, control_rx, &self.tx)?;
-        match launched {
-            Launched::Running { pid, proc_start, stderr_from } => {
-                if let Err(e) = self.parts.journal.attempt_spawned(row, pid, proc_start).await {
-                    self.parts.launcher.kill(pid);
-                    return Err(e.into());
-                }
+        match self.spawn_recorded(spec, control_rx).await? {
+            Launched::Running { pid, stderr_from, .. } => {
                 let name = step.name.clone();
                 self.emitter.emit(Event::HandlerStarted { step: name, attempt, error: error_class, pid: Some(pid) });
                 let live = Live { attempt, row, pid, stem, stderr_from, issued, control };
@@ -957,9 +937,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     ) -> Result<Option<Signal>, ExecError> {
         let stem = self.parts.launcher.prepare_aux(kind, name)?;
         let row = self.parts.journal.aux_starting(kind, name, &stem).await?;
-        while let Some(sig) = self.parts.signals.try_next() {
-            self.on_signal(sig);
-        }
+        self.take_pending_signals();
         let issued = Instant::now();
         if let Some(sig) = self.cancelled {
             let result = self.result(AttemptOutcome::Cancelled, None, Some(sig.name().to_owned()));
@@ -983,13 +961,9 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             outputs: self.outputs.env().collect(),
             aux: Some(Aux { what: what.clone(), command, env }),
         };
-        let (end, pid) = match self.parts.launcher.spawn(spec, control_rx, &self.tx)? {
+        let (end, pid) = match self.spawn_recorded(spec, control_rx).await? {
             Launched::NotStarted { why, .. } => (Err(why), None),
-            Launched::Running { pid, proc_start, .. } => {
-                if let Err(e) = self.parts.journal.attempt_spawned(row, pid, proc_start).await {
-                    self.parts.launcher.kill(pid);
-                    return Err(e.into());
-                }
+            Launched::Running { pid, .. } => {
                 self.emitter.emit(Event::AuxStarted { kind, name: name.to_owned(), pid: Some(pid) });
                 (Ok(self.await_aux(row, name, &control).await?), Some(pid))
             }
@@ -1103,6 +1077,33 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         if self.parts.crash_after.as_deref() == Some(self.steps[index].step.name.as_str()) {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
         }
+    }
+
+    /// Take the signals that came while the dispatcher was not listening (awaiting a write);
+    /// whether the runner is stopping.
+    fn take_pending_signals(&mut self) -> bool {
+        while let Some(sig) = self.parts.signals.try_next() {
+            self.on_signal(sig);
+        }
+        self.cancelled.is_some()
+    }
+
+    /// Spawn `spec` and record its pid: a child whose pid cannot be recorded is killed, since a
+    /// later resume could not find it.
+    async fn spawn_recorded(
+        &mut self,
+        spec: Attempt,
+        control: watch::Receiver<Control>,
+    ) -> Result<Launched, ExecError> {
+        let row = spec.row;
+        let launched = self.parts.launcher.spawn(spec, control, &self.tx)?;
+        if let Launched::Running { pid, proc_start, .. } = &launched
+            && let Err(e) = self.parts.journal.attempt_spawned(row, *pid, *proc_start).await
+        {
+            self.parts.launcher.kill(*pid);
+            return Err(e.into());
+        }
+        Ok(launched)
     }
 
     fn on_signal(&mut self, sig: Signal) {
