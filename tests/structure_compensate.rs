@@ -144,3 +144,34 @@ fn the_backup_example_undoes_its_copy_when_verification_fails() {
         "copy | removed the partial copy\non_failure | backup failed at verify: CalledProcessError\n"
     );
 }
+
+#[test]
+fn a_failed_run_resumed_with_waymark_resume_runs_its_hooks_again_when_it_ends() {
+    // No compensations: the failed run may be resumed. Its hooks ran when it failed; the resumed
+    // run ends anew, and its hooks run for that ending too (on_exit above all).
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        r#"
+[hooks]
+on_success = ["sh", "-c", "echo success >> hooks"]
+on_failure = ["sh", "-c", "echo failure >> hooks"]
+on_exit = ["sh", "-c", "echo \"exit $WAYMARK_RUN_STATUS\" >> hooks"]
+
+[[step]]
+name = "a"
+shell = "test -e ok"
+"#,
+    );
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(env.read("hooks"), "failure\nexit failed\n");
+    let id = run_id(&env);
+    let out = env.cmd(&["resume", &id]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(env.read("hooks"), "failure\nexit failed\nfailure\nexit failed\n");
+    env.write("ok", "");
+    let out = env.cmd(&["resume", &id]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(env.read("hooks"), "failure\nexit failed\nfailure\nexit failed\nsuccess\nexit succeeded\n");
+}

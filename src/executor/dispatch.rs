@@ -1132,8 +1132,9 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             let others = (0..self.steps.len()).filter(|i| Some(*i) != failed);
             reported.extend(others.filter(|i| matches!(self.steps[*i].slot, Slot::Failed)));
         }
-        // Steps of a failed run that will not run: those whose turn never came, and after the
-        // deadline those waiting for a retry too.
+        // Steps of a failed run that will not run: those whose turn never came, and those waiting
+        // for a retry (the run ends only once no retry can come: the deadline passed, fail_fast, or
+        // a signal), which must not be left `waiting` with a next retry in a finished run.
         let mut skipped = Vec::new();
         if outcome == RunOutcome::Failed {
             for s in &mut self.steps {
@@ -1141,7 +1142,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 // or fail_fast) is skipped too, rather than left `running` in a finished run.
                 let skip = match s.slot {
                     Slot::Ready { redelivered, .. } | Slot::Queued { redelivered, .. } => !redelivered || s.orphaned,
-                    Slot::Waiting { .. } => self.expired,
+                    Slot::Waiting { .. } => true,
                     _ => false,
                 };
                 if skip {

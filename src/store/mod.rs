@@ -500,7 +500,8 @@ pub trait Store: RunLog + Send {
     /// Take over a run in this process for `owner`: status `running`, our pid and host, and a new
     /// lease whose token fences off every earlier owner's writes.
     fn claim(&mut self, run_id: &str, owner: &str) -> Result<Lease, StoreError>;
-    /// Give failed steps a fresh attempt budget (for `waymark resume` of a failed run). Made under
+    /// Give failed steps a fresh attempt budget (for `waymark resume` of a failed run), and let its
+    /// hooks, which ran for the ending reopened, run again when it ends anew. Made under
     /// the flow's lock just before the claim, so it carries no lease (nor does `delete_finished`).
     fn reopen_failed(&mut self, run_id: &str) -> Result<(), StoreError>;
     /// The compensations and hooks run for run `run_id` so far.

@@ -747,6 +747,12 @@ impl Store for SqliteStore {
                  WHERE run_id = ?1 AND state IN ('failed', 'skipped')",
                 [run_id],
             )?;
+            // Its hooks ran for the ending being reopened: kept for the record, but the run's next
+            // ending runs them again (`aux_runs` returns only `hook` rows).
+            tx.execute(
+                "UPDATE attempts SET kind = 'hook_before_reopen' WHERE run_id = ?1 AND kind = 'hook'",
+                [run_id],
+            )?;
             Ok(())
         })
     }

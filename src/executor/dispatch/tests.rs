@@ -1232,3 +1232,25 @@ async fn a_step_a_dead_runner_left_running_is_skipped_when_the_run_fails_without
     assert!(ran.spawned.is_empty());
     assert_eq!(ran.writes, ["run Failed Some(\"a\") skipped [\"a\", \"b\"]"]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn fail_fast_skips_a_retry_waiting_for_its_backoff_rather_than_leave_it_waiting() {
+    // a waits 10 s for its retry when b fails for good at 2 s: with fail_fast the retry never
+    // runs, so a failed run must not show a recorded "next retry" for it.
+    let flow = r#"
+fail_fast = true
+[[step]]
+name = "a"
+run = ["a"]
+needs = []
+retry = { attempts = 3, backoff_seconds = 10, jitter = false }
+[[step]]
+name = "b"
+run = ["b"]
+needs = []
+"#;
+    let ran = Test::new(flow).run(|step, _| if step == "a" { exit(1, 1) } else { exit(2, 1) }).await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    assert_eq!(ran.schedule(), [("a", 1, 0.0), ("b", 1, 0.0)]);
+    assert_eq!(ran.writes.last().map(String::as_str), Some("run Failed Some(\"b\") skipped [\"a\"]"));
+}
