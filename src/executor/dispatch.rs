@@ -1142,7 +1142,9 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 // or fail_fast) is skipped too, rather than left `running` in a finished run.
                 let skip = match s.slot {
                     Slot::Ready { redelivered, .. } | Slot::Queued { redelivered, .. } => !redelivered || s.orphaned,
-                    Slot::Waiting { .. } => true,
+                    // A step whose catch handler did not run (fail_fast, the deadline): it runs again,
+                    // with a fresh budget, when the run is resumed.
+                    Slot::Waiting { .. } | Slot::Catching { .. } => true,
                     _ => false,
                 };
                 if skip {

@@ -308,7 +308,7 @@ impl Supervisor {
         let mut notes = Vec::new();
         let attempt_id = self.attempt_id.clone();
         let escaped = |notes: &mut Vec<String>| {
-            let killed = unix::kill_marked(&attempt_id);
+            let killed = unix::kill_marked(&attempt_id, pgid);
             if killed > 0 {
                 notes.push(format!("killed {killed} process(es) of this attempt that had left its process group"));
             }

@@ -104,9 +104,17 @@ fn marked(attempt_id: &str) -> Vec<u32> {
         .collect()
 }
 
-/// SIGKILL every live process of an attempt found by its id; returns how many there were.
-pub(crate) fn kill_marked(attempt_id: &str) -> usize {
-    let pids = marked(attempt_id);
+/// The process group of `pid`, if it is alive.
+fn group_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_fields(&stat)?.get(2)?.parse().ok()
+}
+
+/// SIGKILL every live process of an attempt found by its id; returns how many of them had left
+/// the attempt's process group `group` (members of the group, SIGKILLed with it a moment ago, may
+/// not be gone yet: they are not news).
+pub(crate) fn kill_marked(attempt_id: &str, group: u32) -> usize {
+    let pids: Vec<u32> = marked(attempt_id).into_iter().filter(|pid| group_of(*pid) != Some(group)).collect();
     for pid in &pids {
         if let Ok(raw) = i32::try_from(*pid) {
             let _ = signal::kill(Pid::from_raw(raw), NixSignal::SIGKILL);

@@ -117,7 +117,7 @@ impl StepStatus {
             Pending | Waiting => matches!(to, Running | Skipped),
             Running => true,
             Failed | Skipped => to == Pending,
-            Catching => matches!(to, Catching | Caught | Failed),
+            Catching => matches!(to, Catching | Caught | Failed | Skipped),
             Succeeded | Caught => false,
         }
     }

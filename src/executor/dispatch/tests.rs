@@ -1254,3 +1254,30 @@ needs = []
     assert_eq!(ran.schedule(), [("a", 1, 0.0), ("b", 1, 0.0)]);
     assert_eq!(ran.writes.last().map(String::as_str), Some("run Failed Some(\"b\") skipped [\"a\"]"));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_catch_handler_cancelled_by_fail_fast_leaves_its_step_skipped_not_catching() {
+    let flow = r#"
+fail_fast = true
+[[step]]
+name = "a"
+run = ["a"]
+needs = []
+catch = [{ exception_types = ["Exception"], run = ["fallback"] }]
+[[step]]
+name = "b"
+run = ["b"]
+needs = []
+"#;
+    let ran = Test::new(flow)
+        .run(|step, _| match step {
+            "a" => exit(1, 1),
+            "a:catch" => Script::Hang,
+            _ => exit(2, 1),
+        })
+        .await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    assert_eq!(names(&ran), ["a", "b", "a:catch"]);
+    assert!(ran.writes.contains(&"finished row 3 Cancelled -> Catching".to_owned()), "{:?}", ran.writes);
+    assert_eq!(ran.writes.last().map(String::as_str), Some("run Failed Some(\"b\") skipped [\"a\"]"));
+}
