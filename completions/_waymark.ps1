@@ -29,6 +29,7 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
             [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Run a flow, resuming its interrupted run if there is one (and not older than its `resume_within`)')
             [CompletionResult]::new('resume', 'resume', [CompletionResultType]::ParameterValue, 'Resume a given run, including a failed one (its failed step gets a fresh attempt budget)')
             [CompletionResult]::new('check', 'check', [CompletionResultType]::ParameterValue, 'Validate a flow file and print its plan; runs nothing')
+            [CompletionResult]::new('graph', 'graph', [CompletionResultType]::ParameterValue, 'Print the step graph (each step''s needs, and its retry policy) as Graphviz DOT or Mermaid')
             [CompletionResult]::new('history', 'history', [CompletionResultType]::ParameterValue, 'List runs, newest first')
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show a run step by step: state, attempts, last error, next retry')
             [CompletionResult]::new('logs', 'logs', [CompletionResultType]::ParameterValue, 'Print the output an attempt of a step wrote')
@@ -65,6 +66,12 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
         'waymark;check' {
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            break
+        }
+        'waymark;graph' {
+            [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'The output format: `dot` for Graphviz, `mermaid` for Markdown that renders it')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             break
         }
         'waymark;history' {
@@ -117,6 +124,7 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
             [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Run a flow, resuming its interrupted run if there is one (and not older than its `resume_within`)')
             [CompletionResult]::new('resume', 'resume', [CompletionResultType]::ParameterValue, 'Resume a given run, including a failed one (its failed step gets a fresh attempt budget)')
             [CompletionResult]::new('check', 'check', [CompletionResultType]::ParameterValue, 'Validate a flow file and print its plan; runs nothing')
+            [CompletionResult]::new('graph', 'graph', [CompletionResultType]::ParameterValue, 'Print the step graph (each step''s needs, and its retry policy) as Graphviz DOT or Mermaid')
             [CompletionResult]::new('history', 'history', [CompletionResultType]::ParameterValue, 'List runs, newest first')
             [CompletionResult]::new('status', 'status', [CompletionResultType]::ParameterValue, 'Show a run step by step: state, attempts, last error, next retry')
             [CompletionResult]::new('logs', 'logs', [CompletionResultType]::ParameterValue, 'Print the output an attempt of a step wrote')
@@ -134,6 +142,9 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
             break
         }
         'waymark;help;check' {
+            break
+        }
+        'waymark;help;graph' {
             break
         }
         'waymark;help;history' {

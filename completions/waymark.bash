@@ -28,6 +28,9 @@ _waymark() {
             waymark,gc)
                 cmd="waymark__subcmd__gc"
                 ;;
+            waymark,graph)
+                cmd="waymark__subcmd__graph"
+                ;;
             waymark,help)
                 cmd="waymark__subcmd__help"
                 ;;
@@ -61,6 +64,9 @@ _waymark() {
             waymark__subcmd__help,gc)
                 cmd="waymark__subcmd__help__subcmd__gc"
                 ;;
+            waymark__subcmd__help,graph)
+                cmd="waymark__subcmd__help__subcmd__graph"
+                ;;
             waymark__subcmd__help,help)
                 cmd="waymark__subcmd__help__subcmd__help"
                 ;;
@@ -89,7 +95,7 @@ _waymark() {
 
     case "${cmd}" in
         waymark)
-            opts="-h -V --state-dir --help --version run resume check history status logs gc errors completions man help"
+            opts="-h -V --state-dir --help --version run resume check graph history status logs gc errors completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -191,8 +197,26 @@ _waymark() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        waymark__subcmd__graph)
+            opts="-h --format --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --format)
+                    COMPREPLY=($(compgen -W "dot mermaid" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         waymark__subcmd__help)
-            opts="run resume check history status logs gc errors completions man help"
+            opts="run resume check graph history status logs gc errors completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -248,6 +272,20 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__help__subcmd__gc)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        waymark__subcmd__help__subcmd__graph)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -414,7 +452,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__man)
-            opts="-h --help run resume check history status logs gc errors completions man"
+            opts="-h --help run resume check graph history status logs gc errors completions man"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

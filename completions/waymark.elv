@@ -26,6 +26,7 @@ set edit:completion:arg-completer[waymark] = {|@words|
             cand run 'Run a flow, resuming its interrupted run if there is one (and not older than its `resume_within`)'
             cand resume 'Resume a given run, including a failed one (its failed step gets a fresh attempt budget)'
             cand check 'Validate a flow file and print its plan; runs nothing'
+            cand graph 'Print the step graph (each step''s needs, and its retry policy) as Graphviz DOT or Mermaid'
             cand history 'List runs, newest first'
             cand status 'Show a run step by step: state, attempts, last error, next retry'
             cand logs 'Print the output an attempt of a step wrote'
@@ -59,6 +60,11 @@ set edit:completion:arg-completer[waymark] = {|@words|
         &'waymark;check'= {
             cand -h 'Print help'
             cand --help 'Print help'
+        }
+        &'waymark;graph'= {
+            cand --format 'The output format: `dot` for Graphviz, `mermaid` for Markdown that renders it'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
         }
         &'waymark;history'= {
             cand --limit 'How many runs to show'
@@ -103,6 +109,7 @@ set edit:completion:arg-completer[waymark] = {|@words|
             cand run 'Run a flow, resuming its interrupted run if there is one (and not older than its `resume_within`)'
             cand resume 'Resume a given run, including a failed one (its failed step gets a fresh attempt budget)'
             cand check 'Validate a flow file and print its plan; runs nothing'
+            cand graph 'Print the step graph (each step''s needs, and its retry policy) as Graphviz DOT or Mermaid'
             cand history 'List runs, newest first'
             cand status 'Show a run step by step: state, attempts, last error, next retry'
             cand logs 'Print the output an attempt of a step wrote'
@@ -117,6 +124,8 @@ set edit:completion:arg-completer[waymark] = {|@words|
         &'waymark;help;resume'= {
         }
         &'waymark;help;check'= {
+        }
+        &'waymark;help;graph'= {
         }
         &'waymark;help;history'= {
         }

@@ -73,6 +73,18 @@ pub(crate) enum Command {
         #[arg(value_hint = ValueHint::FilePath)]
         flow: PathBuf,
     },
+    /// Print the step graph (each step's needs, and its retry policy) as Graphviz DOT or Mermaid
+    #[command(
+        after_help = "Examples:\n  waymark graph flow.toml | dot -Tsvg > flow.svg\n  waymark graph --format mermaid flow.toml"
+    )]
+    Graph {
+        /// The flow file
+        #[arg(value_hint = ValueHint::FilePath)]
+        flow: PathBuf,
+        /// The output format: `dot` for Graphviz, `mermaid` for Markdown that renders it
+        #[arg(long, value_enum, default_value_t = GraphFormat::Dot)]
+        format: GraphFormat,
+    },
     /// List runs, newest first
     #[command(
         after_help = "Examples:\n  waymark history\n  waymark history nightly --limit 5\n  waymark history /srv/app1/nightly.toml\n  waymark history --json | jq '.[0].status'"
@@ -168,8 +180,8 @@ pub(crate) enum Command {
 }
 
 /// The commands, for `waymark man COMMAND` (a test keeps the list whole).
-pub(crate) const COMMANDS: [&str; 10] =
-    ["run", "resume", "check", "history", "status", "logs", "gc", "errors", "completions", "man"];
+pub(crate) const COMMANDS: [&str; 11] =
+    ["run", "resume", "check", "graph", "history", "status", "logs", "gc", "errors", "completions", "man"];
 
 /// What `run` and `resume` show.
 #[derive(Debug, Args)]
@@ -209,6 +221,15 @@ impl StateDirArg {
 /// `gc --older-than`: a duration as flow files write one; 0 is every finished run.
 fn age(arg: &str) -> Result<std::time::Duration, String> {
     crate::flow::duration::from_arg(arg, true)
+}
+
+/// `graph --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum GraphFormat {
+    /// Graphviz DOT (`dot -Tsvg`)
+    Dot,
+    /// A Mermaid flowchart
+    Mermaid,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -154,7 +154,7 @@ fn man_refuses_a_command_that_does_not_exist() {
     assert!(out.stdout.is_empty());
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
-        "error: invalid value 'stauts' for '[COMMAND]'\n  [possible values: run, resume, check, history, status, logs, \
+        "error: invalid value 'stauts' for '[COMMAND]'\n  [possible values: run, resume, check, graph, history, status, logs, \
          gc, errors, completions, man]\n\n  tip: a similar value exists: 'status'\n\nFor more information, try '--help'.\n"
     );
 }

@@ -4,6 +4,7 @@
 mod check;
 mod docs;
 mod errors;
+mod graph;
 mod inspect;
 mod output;
 mod run;
@@ -140,6 +141,7 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
             run::resume(&state_dir(state.or(flag))?, &run_id, wait, show.mode())
         }
         Command::Check { flow } => check::check(&flow),
+        Command::Graph { flow, format } => graph::graph(&flow, format),
         Command::History { flow, limit, json, state } => {
             inspect::history(&find_state_dir(state.or(flag))?, flow.as_deref(), limit, json)
         }
