@@ -46,6 +46,7 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
             [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]')
             [CompletionResult]::new('--fresh', '--fresh', [CompletionResultType]::ParameterName, 'Abandon an unfinished run of this flow and start a new one')
             [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait for another runner of the same flow instead of exiting with status 3')
+            [CompletionResult]::new('--strict', '--strict', [CompletionResultType]::ParameterName, 'Treat every warning about the flow file as an error: report them and exit 2, running nothing')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print nothing if the run succeeds; if it fails, only the failure report, on stderr (for cron). The steps'' output is kept in the log files')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print nothing if the run succeeds; if it fails, only the failure report, on stderr (for cron). The steps'' output is kept in the log files')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print one JSON object per event on stdout (JSON Lines; the schema is in README.md); the steps'' output goes only to the log files')
@@ -64,6 +65,7 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
             break
         }
         'waymark;check' {
+            [CompletionResult]::new('--strict', '--strict', [CompletionResultType]::ParameterName, 'Treat every warning about the flow file as an error: report them and exit 2')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
             break

@@ -116,7 +116,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__check)
-            opts="-h --help"
+            opts="-h --strict --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -487,7 +487,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__run)
-            opts="-q -h --max-parallel --param --fresh --wait --quiet --json --state-dir --help"
+            opts="-q -h --max-parallel --param --fresh --wait --strict --quiet --json --state-dir --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

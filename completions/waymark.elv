@@ -42,6 +42,7 @@ set edit:completion:arg-completer[waymark] = {|@words|
             cand --state-dir 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]'
             cand --fresh 'Abandon an unfinished run of this flow and start a new one'
             cand --wait 'Wait for another runner of the same flow instead of exiting with status 3'
+            cand --strict 'Treat every warning about the flow file as an error: report them and exit 2, running nothing'
             cand -q 'Print nothing if the run succeeds; if it fails, only the failure report, on stderr (for cron). The steps'' output is kept in the log files'
             cand --quiet 'Print nothing if the run succeeds; if it fails, only the failure report, on stderr (for cron). The steps'' output is kept in the log files'
             cand --json 'Print one JSON object per event on stdout (JSON Lines; the schema is in README.md); the steps'' output goes only to the log files'
@@ -58,6 +59,7 @@ set edit:completion:arg-completer[waymark] = {|@words|
             cand --help 'Print help'
         }
         &'waymark;check'= {
+            cand --strict 'Treat every warning about the flow file as an error: report them and exit 2'
             cand -h 'Print help'
             cand --help 'Print help'
         }

@@ -44,6 +44,7 @@ complete -c waymark -n "__fish_waymark_using_subcommand run" -l param -d 'Set a 
 complete -c waymark -n "__fish_waymark_using_subcommand run" -l state-dir -d 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]' -r -f -a "(__fish_complete_directories)"
 complete -c waymark -n "__fish_waymark_using_subcommand run" -l fresh -d 'Abandon an unfinished run of this flow and start a new one'
 complete -c waymark -n "__fish_waymark_using_subcommand run" -l wait -d 'Wait for another runner of the same flow instead of exiting with status 3'
+complete -c waymark -n "__fish_waymark_using_subcommand run" -l strict -d 'Treat every warning about the flow file as an error: report them and exit 2, running nothing'
 complete -c waymark -n "__fish_waymark_using_subcommand run" -s q -l quiet -d 'Print nothing if the run succeeds; if it fails, only the failure report, on stderr (for cron). The steps\' output is kept in the log files'
 complete -c waymark -n "__fish_waymark_using_subcommand run" -l json -d 'Print one JSON object per event on stdout (JSON Lines; the schema is in README.md); the steps\' output goes only to the log files'
 complete -c waymark -n "__fish_waymark_using_subcommand run" -s h -l help -d 'Print help'
@@ -52,6 +53,7 @@ complete -c waymark -n "__fish_waymark_using_subcommand resume" -l wait -d 'Wait
 complete -c waymark -n "__fish_waymark_using_subcommand resume" -s q -l quiet -d 'Print nothing if the run succeeds; if it fails, only the failure report, on stderr (for cron). The steps\' output is kept in the log files'
 complete -c waymark -n "__fish_waymark_using_subcommand resume" -l json -d 'Print one JSON object per event on stdout (JSON Lines; the schema is in README.md); the steps\' output goes only to the log files'
 complete -c waymark -n "__fish_waymark_using_subcommand resume" -s h -l help -d 'Print help'
+complete -c waymark -n "__fish_waymark_using_subcommand check" -l strict -d 'Treat every warning about the flow file as an error: report them and exit 2'
 complete -c waymark -n "__fish_waymark_using_subcommand check" -s h -l help -d 'Print help'
 complete -c waymark -n "__fish_waymark_using_subcommand graph" -l format -d 'The output format: `dot` for Graphviz, `mermaid` for Markdown that renders it' -r -f -a "dot\t'Graphviz DOT (`dot -Tsvg`)'
 mermaid\t'A Mermaid flowchart'"

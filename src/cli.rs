@@ -47,6 +47,9 @@ pub(crate) enum Command {
         /// Wait for another runner of the same flow instead of exiting with status 3
         #[arg(long)]
         wait: bool,
+        /// Treat every warning about the flow file as an error: report them and exit 2, running nothing
+        #[arg(long)]
+        strict: bool,
         #[command(flatten)]
         show: ShowArgs,
         #[command(flatten)]
@@ -67,11 +70,16 @@ pub(crate) enum Command {
         state: StateDirArg,
     },
     /// Validate a flow file and print its plan; runs nothing
-    #[command(after_help = "Examples:\n  waymark check flow.toml && echo valid")]
+    #[command(
+        after_help = "Examples:\n  waymark check flow.toml && echo valid\n  waymark check --strict flow.toml   warnings fail too (for CI)"
+    )]
     Check {
         /// The flow file
         #[arg(value_hint = ValueHint::FilePath)]
         flow: PathBuf,
+        /// Treat every warning about the flow file as an error: report them and exit 2
+        #[arg(long)]
+        strict: bool,
     },
     /// Print the step graph (each step's needs, and its retry policy) as Graphviz DOT or Mermaid
     #[command(

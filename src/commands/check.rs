@@ -9,8 +9,8 @@ use std::path::Path;
 /// Backoff waits listed in a plan before it says "…".
 const SHOWN_WAITS: u32 = 5;
 
-pub(crate) fn check(path: &Path) -> Result<i32, CliError> {
-    let loaded = flow::load(path)?;
+pub(crate) fn check(path: &Path, strict: bool) -> Result<i32, CliError> {
+    let loaded = super::load_flow(path, strict)?;
     print_warnings(&loaded, &path.display().to_string());
     super::output::print(plan(&loaded.flow, &path.display().to_string()))?;
     Ok(EXIT_OK)

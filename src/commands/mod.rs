@@ -134,13 +134,14 @@ fn read_store(dir: &StateDir) -> Result<Box<dyn Store>, CliError> {
 pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
     let flag = cli.state_dir.as_deref();
     match cli.command {
-        Command::Run { flow, fresh, wait, show, max_parallel, params, state } => {
-            run::run(state.or(flag), &flow, fresh, wait, show.mode(), max_parallel, &params)
+        Command::Run { flow, fresh, wait, strict, show, max_parallel, params, state } => {
+            let start = run::Start { fresh, wait, strict, max_parallel, params: &params };
+            run::run(state.or(flag), &flow, show.mode(), start)
         }
         Command::Resume { run_id, wait, show, state } => {
             run::resume(&state_dir(state.or(flag))?, &run_id, wait, show.mode())
         }
-        Command::Check { flow } => check::check(&flow),
+        Command::Check { flow, strict } => check::check(&flow, strict),
         Command::Graph { flow, format } => graph::graph(&flow, format),
         Command::History { flow, limit, json, state } => {
             inspect::history(&find_state_dir(state.or(flag))?, flow.as_deref(), limit, json)
@@ -156,6 +157,29 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
         Command::Completions { shell } => docs::completions(shell),
         Command::Man { command } => docs::man(command.as_deref()),
     }
+}
+
+/// Load the flow file at `path`; with `strict` (`--strict`), a flow with warnings is invalid:
+/// each warning is reported as an error and nothing runs.
+fn load_flow(path: &std::path::Path, strict: bool) -> Result<crate::flow::Loaded, CliError> {
+    let loaded = crate::flow::load(path)?;
+    if !strict || loaded.warnings.is_empty() {
+        return Ok(loaded);
+    }
+    let diagnostics = loaded
+        .warnings
+        .into_iter()
+        .map(|mut d| {
+            d.severity = crate::flow::diagnostic::Severity::Error;
+            d.message.push_str(" (an error under --strict)");
+            d
+        })
+        .collect();
+    Err(CliError::Flow(Box::new(LoadError::Invalid {
+        shown: path.display().to_string(),
+        source_text: loaded.source,
+        diagnostics,
+    })))
 }
 
 /// Print a loaded flow's warnings to stderr.

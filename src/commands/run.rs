@@ -27,17 +27,22 @@ use anyhow::Context;
 use std::path::Path;
 use std::sync::Arc;
 
-pub(crate) fn run(
-    state_flag: Option<&Path>,
-    flow_path: &Path,
-    fresh: bool,
-    wait: bool,
-    mode: Mode,
-    max_parallel: Option<u32>,
-    params: &[(String, String)],
-) -> Result<i32, CliError> {
+/// How `waymark run` starts: its options.
+pub(crate) struct Start<'a> {
+    /// `--fresh`: abandon an unfinished run.
+    pub(crate) fresh: bool,
+    /// `--wait`: wait for another runner of the flow.
+    pub(crate) wait: bool,
+    /// `--strict`: the flow's warnings are errors.
+    pub(crate) strict: bool,
+    pub(crate) max_parallel: Option<u32>,
+    pub(crate) params: &'a [(String, String)],
+}
+
+pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start: Start<'_>) -> Result<i32, CliError> {
+    let Start { fresh, wait, strict, max_parallel, params } = start;
     // The flow file first: an invalid one is reported as such whatever the state directory.
-    let loaded = flow::load(flow_path)?;
+    let loaded = super::load_flow(flow_path, strict)?;
     // `--quiet` says nothing unless the run fails (`waymark check` shows the warnings).
     if mode != Mode::Quiet {
         print_warnings(&loaded, &flow_path.display().to_string());

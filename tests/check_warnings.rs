@@ -1,0 +1,78 @@
+//! Warnings about a flow file that loads, and `--strict` (on `check` and `run`), which makes each
+//! of them an error: exit 2, nothing runs. Asserted exactly.
+
+mod common;
+
+use common::Env;
+
+const MISSPELLED: &str = r#"[[step]]
+name = "fetch"
+run = ["touch", "ran"]
+retry = { attempts = 3, exception_types = ["ConectionError"] }
+"#;
+
+const DRAWN: &str = " --> flow.toml:4:44
+  |
+4 | retry = { attempts = 3, exception_types = [\"ConectionError\"] }
+  |                                            ^^^^^^^^^^^^^^^^ matches only errors children report with this name
+  |
+  = help: did you mean `ConnectionError`?
+";
+
+/// `waymark ARGS` in `env`: exit status, stdout, stderr.
+fn waymark(env: &Env, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = env.cmd(args).env("NO_COLOR", "1").output().unwrap();
+    (out.status.code(), String::from_utf8(out.stdout.clone()).unwrap(), common::stderr(&out))
+}
+
+#[test]
+fn a_misspelled_class_is_a_warning_naming_the_closest_class() {
+    let env = Env::new();
+    env.write("flow.toml", MISSPELLED);
+    let (code, stdout, stderr) = waymark(&env, &["check", "flow.toml"]);
+    assert_eq!(code, Some(0));
+    assert!(stdout.starts_with("flow flow (flow.toml): 1 step, run in order\n"), "{stdout}");
+    assert_eq!(
+        stderr,
+        format!("warning: `step[0].retry.exception_types`: no known class is named `ConectionError`\n{DRAWN}\n")
+    );
+}
+
+#[test]
+fn strict_check_makes_the_warning_an_error() {
+    let env = Env::new();
+    env.write("flow.toml", MISSPELLED);
+    let (code, stdout, stderr) = waymark(&env, &["check", "--strict", "flow.toml"]);
+    assert_eq!(code, Some(2));
+    assert_eq!(stdout, "");
+    assert_eq!(
+        stderr,
+        format!(
+            "error: `step[0].retry.exception_types`: no known class is named `ConectionError` (an error under \
+             --strict)\n{DRAWN}\nerror: flow.toml is not a valid flow (1 error); nothing was run\n"
+        )
+    );
+}
+
+#[test]
+fn strict_run_runs_nothing() {
+    let env = Env::new();
+    env.write("flow.toml", MISSPELLED);
+    let (code, stdout, stderr) = waymark(&env, &["run", "--strict", "flow.toml"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(stdout, "");
+    assert!(stderr.ends_with("error: flow.toml is not a valid flow (1 error); nothing was run\n"), "{stderr}");
+    assert!(!env.path("ran").exists(), "the step ran");
+    assert!(!env.state().exists(), "a strict run that fails writes no state");
+}
+
+#[test]
+fn strict_accepts_a_flow_without_warnings() {
+    let env = Env::new();
+    env.write("flow.toml", "[[step]]\nname = 'a'\nrun = ['touch', 'ran']\n");
+    let (code, _, stderr) = waymark(&env, &["check", "--strict", "flow.toml"]);
+    assert_eq!((code, stderr.as_str()), (Some(0), ""));
+    let (code, _, stderr) = waymark(&env, &["run", "--strict", "--quiet", "flow.toml"]);
+    assert_eq!((code, stderr.as_str()), (Some(0), ""));
+    assert!(env.path("ran").exists());
+}
