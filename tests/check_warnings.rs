@@ -76,3 +76,51 @@ fn strict_accepts_a_flow_without_warnings() {
     assert_eq!((code, stderr.as_str()), (Some(0), ""));
     assert!(env.path("ran").exists());
 }
+
+#[test]
+fn a_program_on_no_path_is_a_warning_naming_that_path() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    let bin = env.path("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::fs::write(bin.join("present"), "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(bin.join("present"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(bin.join("not-executable"), "").unwrap();
+    env.write(
+        "flow.toml",
+        r#"[[step]]
+name = "a"
+run = ["present"]
+
+[[step]]
+name = "b"
+run = ["not-executable"]
+
+[[step]]
+name = "c"
+run = ["present"]
+env = { PATH = "/nonexistent" }
+
+[[step]]
+name = "d"
+run = ["./bin/present"]
+"#,
+    );
+    let out = env.cmd(&["check", "flow.toml"]).env("NO_COLOR", "1").env("PATH", "bin").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let help = "  = help: install it, write its full path (`run = [\"/path/to/{}\", ...]`), or set PATH in the \
+                step's `env`; cron and services start with a short PATH\n";
+    assert_eq!(
+        common::stderr(&out),
+        format!(
+            "warning: `step[1].run`: program `not-executable` is not on the PATH a run would search: bin (waymark's \
+             environment)\n\
+             \x20--> flow.toml:7:8\n  |\n7 | run = [\"not-executable\"]\n  |        ^^^^^^^^^^^^^^^^ not found\n  |\n{}\n\
+             warning: `step[2].run`: program `present` is not on the PATH a run would search: /nonexistent (the \
+             step's `env`)\n\
+             \x20\x20--> flow.toml:11:8\n   |\n11 | run = [\"present\"]\n   |        ^^^^^^^^^ not found\n   |\n{}\n",
+            help.replace("{}", "not-executable"),
+            help.replace("{}", "present").replacen("  =", "   =", 1),
+        )
+    );
+}

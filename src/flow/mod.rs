@@ -84,7 +84,8 @@ pub(crate) fn load(path: &Path) -> Result<Loaded, LoadError> {
     })?;
     // Canonical, so that the same file reached by another path is recognised as the same flow file.
     let absolute = std::fs::canonicalize(path).or_else(|_| std::path::absolute(path)).map_err(read_error)?;
-    parse(&source, &absolute)
+    let search = validate::ProgramSearch { path: std::env::var_os("PATH") };
+    parse_searching(&source, &absolute, Some(&search))
         .map(|(flow, warnings)| Loaded { flow, source: source.clone(), warnings })
         .map_err(|diagnostics| LoadError::Invalid { shown, source_text: source, diagnostics })
 }
@@ -115,6 +116,16 @@ fn not_utf8(bytes: &[u8], valid_up_to: usize) -> (String, Diagnostic) {
 /// every unknown key and wrongly typed value, validation finds every bad value, and all of them
 /// come back together, in the order of the file.
 pub fn parse(source: &str, path: &Path) -> Result<(Flow, Vec<Diagnostic>), Vec<Diagnostic>> {
+    parse_searching(source, path, None)
+}
+
+/// [`parse`], and with `search`, a warning for each step's `run` program that is not on the PATH
+/// the step would be run with.
+pub(crate) fn parse_searching(
+    source: &str,
+    path: &Path,
+    search: Option<&validate::ProgramSearch>,
+) -> Result<(Flow, Vec<Diagnostic>), Vec<Diagnostic>> {
     let lines = diagnostic::Lines::new(source);
     let locate = |mut diags: Vec<Diagnostic>| {
         // Stable: diagnostics at the same place keep the order they were found in; those about
@@ -129,7 +140,7 @@ pub fn parse(source: &str, path: &Path) -> Result<(Flow, Vec<Diagnostic>), Vec<D
     let (raw, mut diags) = raw::read(doc.get_ref(), source);
     let keys = diagnostic::KeyIndex::of(doc.get_ref());
     let shape_errors = !diags.is_empty();
-    match validate::validate(raw, path, source, keys) {
+    match validate::validate(raw, path, source, keys, search) {
         Ok((flow, warnings)) if !shape_errors => Ok((flow, locate(warnings))),
         Ok((_, more)) | Err(more) => {
             diags.extend(more);
@@ -200,6 +211,18 @@ mod tests {
 
     fn errors(src: &str) -> Vec<String> {
         parse(src, Path::new("/x/flow.toml")).unwrap_err().into_iter().map(|d| d.message).collect()
+    }
+
+    #[test]
+    fn shell_variables_in_run_are_found() {
+        use validate::shell_variable;
+        assert_eq!(shell_variable("${SRC_URL}"), Some("${SRC_URL}"));
+        assert_eq!(shell_variable("--out=$HOME/x"), Some("$HOME"));
+        assert_eq!(shell_variable("price: $5, $_a1"), Some("$_a1"));
+        assert_eq!(shell_variable("a$"), None);
+        assert_eq!(shell_variable("${}"), None);
+        assert_eq!(shell_variable("${X"), None);
+        assert_eq!(shell_variable("^foo$"), None);
     }
 
     #[test]

@@ -40,8 +40,23 @@ pub(crate) const MAX_PARALLEL: u32 = 10_000;
 const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
 const DETECT_VALUES: [&str; 2] = ["auto", "none"];
 
+/// Where `run` programs are looked for when a flow is checked: the PATH waymark itself has
+/// (`None`: unset). Loading with one warns about a program found on no PATH a step would use.
+#[derive(Debug, Clone)]
+pub(crate) struct ProgramSearch {
+    pub(crate) path: Option<std::ffi::OsString>,
+}
+
+/// What the C library searches when PATH is unset (glibc's `execvp`).
+const DEFAULT_SEARCH_PATH: &str = "/bin:/usr/bin";
+
 struct Validator<'a> {
     source: &'a str,
+    search: Option<&'a ProgramSearch>,
+    /// The flow's `env` PATH, once read: a step without its own is run with it.
+    flow_path_env: Option<String>,
+    /// Whether the flow has an `env_file` (read only when a run starts: it may set PATH).
+    env_file: bool,
     /// Key paths of the file, indexed once: a diagnostic's path is a lookup, not a parse.
     keys: KeyIndex,
     diags: Vec<Diagnostic>,
@@ -53,10 +68,31 @@ pub(crate) fn validate(
     path: &Path,
     source: &str,
     keys: KeyIndex,
+    search: Option<&ProgramSearch>,
 ) -> Result<(Flow, Vec<Diagnostic>), Vec<Diagnostic>> {
-    let mut v = Validator { source, keys, diags: Vec::new() };
+    let mut v = Validator { source, search, flow_path_env: None, env_file: false, keys, diags: Vec::new() };
     let flow = v.flow(raw, path);
     if v.diags.iter().any(Diagnostic::is_error) { Err(v.diags) } else { Ok((flow, v.diags)) }
+}
+
+/// The first `$NAME` or `${NAME}` in `arg` (NAME an identifier), as written.
+pub(crate) fn shell_variable(arg: &str) -> Option<&str> {
+    let ident = |s: &str| s.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(s.len());
+    for (at, _) in arg.match_indices('$') {
+        let rest = &arg[at + 1..];
+        if let Some(inner) = rest.strip_prefix('{') {
+            let len = ident(inner);
+            if len > 0 && is_identifier(&inner[..len]) && inner[len..].starts_with('}') {
+                return Some(&arg[at..at + len + 3]);
+            }
+        } else {
+            let len = ident(rest);
+            if len > 0 && is_identifier(&rest[..len]) {
+                return Some(&arg[at..at + len + 1]);
+            }
+        }
+    }
+    None
 }
 
 fn is_name(s: &str, extra: &str) -> bool {
@@ -90,6 +126,52 @@ impl Validator<'_> {
     /// "`step[0].name`: " for the key or value at `offset`, or nothing.
     fn key(&self, offset: usize) -> String {
         self.keys.path_at(offset).map_or_else(String::new, |k| format!("`{k}`: "))
+    }
+
+    /// A warning when an item of a step's `run` holds what looks like a shell variable (`$X`,
+    /// `${X}`): no shell runs, so the program receives it as written.
+    fn shell_variable(&mut self, raw: &Str) {
+        let Some(var) = shell_variable(raw.get_ref()) else { return };
+        let name = var.trim_start_matches("${").trim_start_matches('$').trim_end_matches('}');
+        let d = self.warn(
+            raw.span(),
+            &format!("`{var}` looks like a shell variable, but `run` passes it to the program literally"),
+        );
+        d.label = "not expanded".into();
+        d.help = Some(format!(
+            "to expand it, write the step as `shell = \"...\"` (run by /bin/sh -c), or read `{name}` from the \
+             environment inside the program"
+        ));
+    }
+
+    /// A warning when `program` (without a `/`) is an executable file in no directory of `path`
+    /// (a relative directory counts from `workdir`, as for the step's process).
+    fn program_on_path(&mut self, program: &Str, path: &str, from: &str, workdir: &Path) {
+        use std::os::unix::fs::PermissionsExt;
+        let name = program.get_ref();
+        if name.is_empty() || name.contains('/') || name.contains('\0') {
+            return;
+        }
+        let found = path.split(':').any(|dir| {
+            let dir = if dir.is_empty() { "." } else { dir };
+            std::fs::metadata(workdir.join(dir).join(name))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        });
+        if found {
+            return;
+        }
+        let env_file = self.env_file;
+        let d = self
+            .warn(program.span(), &format!("program `{name}` is not on the PATH a run would search: {path} ({from})"));
+        d.label = "not found".into();
+        let mut help = format!(
+            "install it, write its full path (`run = [\"/path/to/{name}\", ...]`), or set PATH in the step's `env`; \
+             cron and services start with a short PATH"
+        );
+        if env_file {
+            help.push_str("; the `env_file`, read when a run starts, may set another PATH");
+        }
+        d.help = Some(help);
     }
 
     /// An error when a string that becomes a path, argument or command holds a NUL byte, which
@@ -156,6 +238,8 @@ impl Validator<'_> {
         let classes = self.classes(&raw.errors);
         let exit_codes = self.exit_codes(&raw.exit_codes, &classes);
         let env = self.env(&raw.env);
+        self.flow_path_env = env.get("PATH").cloned();
+        self.env_file = env_file.is_some();
         let mut policies = BTreeMap::new();
         for (pname, policy) in &raw.policies {
             if !is_name(pname.get_ref(), "-") {
@@ -991,6 +1075,7 @@ impl Validator<'_> {
                 }
                 for arg in run.get_ref() {
                     self.no_nul(arg, "a program or argument");
+                    self.shell_variable(arg);
                 }
                 Command::Run(run.get_ref().iter().map(|a| a.get_ref().clone()).collect())
             }
@@ -1031,6 +1116,19 @@ impl Validator<'_> {
             }
             None => dir.to_owned(),
         };
+        if let (Some(run), Some(search)) = (&raw.run, self.search)
+            && let Some(program) = run.get_ref().first()
+        {
+            let searched = env.get("PATH").cloned().map(|p| (p, "the step's `env`")).or_else(|| {
+                self.flow_path_env.clone().map(|p| (p, "the flow's `env`")).or_else(|| match &search.path {
+                    Some(p) => Some((p.to_string_lossy().into_owned(), "waymark's environment")),
+                    None => Some((DEFAULT_SEARCH_PATH.to_owned(), "the system default: PATH is not set")),
+                })
+            });
+            if let Some((path, from)) = searched {
+                self.program_on_path(program, &path, from, &workdir);
+            }
+        }
         let kill_signal = raw.kill_signal.as_ref().and_then(|s| self.signal(s)).unwrap_or(defaults.kill_signal);
         let kill_grace = match &raw.kill_grace {
             Some(g) => self.duration(g, true).unwrap_or(DEFAULT_KILL_GRACE),
