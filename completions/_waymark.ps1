@@ -66,6 +66,7 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
         }
         'waymark;check' {
             [CompletionResult]::new('--strict', '--strict', [CompletionResultType]::ParameterName, 'Treat every warning about the flow file as an error: report them and exit 2')
+            [CompletionResult]::new('--explain', '--explain', [CompletionResultType]::ParameterName, 'Also print, for each step, when each attempt may start, which errors retry and which do not, and the longest the step can take')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
             break

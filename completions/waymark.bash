@@ -116,7 +116,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__check)
-            opts="-h --strict --help"
+            opts="-h --strict --explain --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

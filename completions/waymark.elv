@@ -60,6 +60,7 @@ set edit:completion:arg-completer[waymark] = {|@words|
         }
         &'waymark;check'= {
             cand --strict 'Treat every warning about the flow file as an error: report them and exit 2'
+            cand --explain 'Also print, for each step, when each attempt may start, which errors retry and which do not, and the longest the step can take'
             cand -h 'Print help'
             cand --help 'Print help'
         }

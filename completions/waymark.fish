@@ -54,6 +54,7 @@ complete -c waymark -n "__fish_waymark_using_subcommand resume" -s q -l quiet -d
 complete -c waymark -n "__fish_waymark_using_subcommand resume" -l json -d 'Print one JSON object per event on stdout (JSON Lines; the schema is in README.md); the steps\' output goes only to the log files'
 complete -c waymark -n "__fish_waymark_using_subcommand resume" -s h -l help -d 'Print help'
 complete -c waymark -n "__fish_waymark_using_subcommand check" -l strict -d 'Treat every warning about the flow file as an error: report them and exit 2'
+complete -c waymark -n "__fish_waymark_using_subcommand check" -l explain -d 'Also print, for each step, when each attempt may start, which errors retry and which do not, and the longest the step can take'
 complete -c waymark -n "__fish_waymark_using_subcommand check" -s h -l help -d 'Print help'
 complete -c waymark -n "__fish_waymark_using_subcommand graph" -l format -d 'The output format: `dot` for Graphviz, `mermaid` for Markdown that renders it' -r -f -a "dot\t'Graphviz DOT (`dot -Tsvg`)'
 mermaid\t'A Mermaid flowchart'"

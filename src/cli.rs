@@ -80,6 +80,10 @@ pub(crate) enum Command {
         /// Treat every warning about the flow file as an error: report them and exit 2
         #[arg(long)]
         strict: bool,
+        /// Also print, for each step, when each attempt may start, which errors retry and which
+        /// do not, and the longest the step can take
+        #[arg(long)]
+        explain: bool,
     },
     /// Print the step graph (each step's needs, and its retry policy) as Graphviz DOT or Mermaid
     #[command(

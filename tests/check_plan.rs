@@ -203,3 +203,61 @@ fn run_acts_on_every_key_it_checks() {
     env.cmd(&["run", "--quiet", "flow.toml"]).assert().success();
     assert!(env.path("ran").exists() && env.path("hooked").exists());
 }
+
+#[test]
+fn explain_gives_each_steps_schedule_errors_and_worst_case() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        r#"timeout = "1h"
+[exit_codes]
+75 = "TimeoutError"
+
+[[step]]
+name = "fetch"
+run = ["true"]
+timeout = "30s"
+retry = { attempts = 5, exception_types = ["ConnectionError", "TimeoutError"], backoff_seconds = 1, backoff_multiplier = 2 }
+
+[[step]]
+name = "many"
+run = ["true"]
+timeout = "1s"
+kill_grace = 0
+retry = { attempts = 101, backoff_seconds = 1, backoff_multiplier = 2, backoff_max_seconds = 60, jitter = true }
+
+[[step]]
+name = "once"
+run = ["true"]
+"#,
+    );
+    let out = env.cmd(&["check", "--explain", "flow.toml"]).env("NO_COLOR", "1").output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let explained = &stdout[stdout.find("explain:\n").expect("an explain section")..];
+    assert_eq!(
+        explained,
+        "explain:\n\
+         \x20 1. fetch\n\
+         \x20    schedule:   at the earliest, if each attempt fails at once: attempt 1 at the start, 2 after 1s, 3 \
+         after 3s, 4 after 7s, 5 after 15s\n\
+         \x20    retries:    ConnectionError and its subclasses; TimeoutError and its subclasses\n\
+         \x20    not:        CalledProcessError (Exception), ActionExecutionNotStarted (Exception), ActionTimeout \
+         (BaseException), ActionExecutionLost (BaseException)\n\
+         \x20    worst case: 3m 35s (5 attempts of 30s plus 10s before SIGKILL, and 15s of waits)\n\
+         \x20 2. many\n\
+         \x20    schedule:   at the earliest, if each attempt fails at once (jitter: each wait half its nominal value \
+         at the least): attempt 1 at the start, 2 after 500ms, 3 after 1s 500ms, 4 after 3s 500ms, 5 after 7s \
+         500ms, 6 after 15s 500ms, …, 101 after 47m 31s 500ms\n\
+         \x20    retries:    Exception and its subclasses\n\
+         \x20    not:        ActionTimeout (BaseException), ActionExecutionLost (BaseException)\n\
+         \x20    worst case: 1h 36m 44s (101 attempts of 1s, and 1h 35m 3s of waits); the flow's timeout ends the run \
+         after 1h\n\
+         \x20 3. once\n\
+         \x20    schedule:   attempt 1 only\n\
+         \x20    retries:    nothing: the step runs once\n\
+         \x20    not:        TimeoutError (Exception), CalledProcessError (Exception), ActionExecutionNotStarted \
+         (Exception), ActionTimeout (BaseException), ActionExecutionLost (BaseException)\n\
+         \x20    worst case: unbounded: without a `timeout` an attempt may run forever\n"
+    );
+}

@@ -9,10 +9,14 @@ use std::path::Path;
 /// Backoff waits listed in a plan before it says "…".
 const SHOWN_WAITS: u32 = 5;
 
-pub(crate) fn check(path: &Path, strict: bool) -> Result<i32, CliError> {
+pub(crate) fn check(path: &Path, strict: bool, explain: bool) -> Result<i32, CliError> {
     let loaded = super::load_flow(path, strict)?;
     print_warnings(&loaded, &path.display().to_string());
-    super::output::print(plan(&loaded.flow, &path.display().to_string()))?;
+    let mut text = plan(&loaded.flow, &path.display().to_string());
+    if explain {
+        text.push_str(&explanation(&loaded.flow));
+    }
+    super::output::print(text)?;
     Ok(EXIT_OK)
 }
 
@@ -185,6 +189,144 @@ fn backoff_line(step: &Step) -> String {
     }
     let jitter = if b.jitter { " (each times a random 0.5-1.0)" } else { "" };
     format!("{}{jitter}", waits.join(", "))
+}
+
+/// Attempts listed in a schedule before it says "…".
+const SHOWN_ATTEMPTS: u32 = 6;
+
+/// `check --explain`: for each step, when each attempt may start, which errors retry and which
+/// do not, and the longest the step can take.
+fn explanation(flow: &Flow) -> String {
+    let mut out = String::from("explain:\n");
+    for (i, step) in flow.steps.iter().enumerate() {
+        let _ = writeln!(out, "  {}. {}", i + 1, step.name);
+        let _ = writeln!(out, "     schedule:   {}", schedule_line(step));
+        let _ = writeln!(out, "     retries:    {}", retries_line(step));
+        let _ = writeln!(out, "     not:        {}", not_retried_line(flow, step));
+        let _ = writeln!(out, "     worst case: {}", worst_case_line(flow, step));
+    }
+    out
+}
+
+/// The attempts that may run: at most `attempts`, none when nothing retries.
+fn attempts(step: &Step) -> u32 {
+    if step.retry.exception_types.is_empty() { 1 } else { step.retry.attempts.max(1) }
+}
+
+/// The sum of the nominal waits before retries 1..=`retries`: O(retries until the waits stop
+/// growing), since they stay at their last value after that.
+fn waits_before(step: &Step, retries: u32) -> std::time::Duration {
+    let b = &step.retry.backoff;
+    if retries == 0 {
+        return std::time::Duration::ZERO;
+    }
+    let steady = b.steady_from(retries);
+    let growing = (1..steady).fold(std::time::Duration::ZERO, |sum, k| sum.saturating_add(b.nominal(k)));
+    growing.saturating_add(b.nominal(steady).saturating_mul(retries - steady + 1))
+}
+
+/// When attempt `k` may start, counted from the start of attempt 1, if every attempt before it
+/// fails at once: the waits (with jitter, half of them at the least).
+fn earliest(step: &Step, k: u32) -> std::time::Duration {
+    let waits = waits_before(step, k - 1);
+    if step.retry.backoff.jitter { waits.mul_f64(0.5) } else { waits }
+}
+
+fn schedule_line(step: &Step) -> String {
+    let n = attempts(step);
+    if n == 1 {
+        return "attempt 1 only".into();
+    }
+    let at = |k: u32| {
+        let t = earliest(step, k);
+        if t.is_zero() { format!("{k} at once") } else { format!("{k} after {}", human(t)) }
+    };
+    let mut parts = vec!["attempt 1 at the start".to_owned()];
+    parts.extend((2..=n.min(SHOWN_ATTEMPTS)).map(at));
+    if n > SHOWN_ATTEMPTS {
+        if n > SHOWN_ATTEMPTS + 1 {
+            parts.push("…".into());
+        }
+        parts.push(at(n));
+    }
+    let jitter =
+        if step.retry.backoff.jitter { " (jitter: each wait half its nominal value at the least)" } else { "" };
+    format!("at the earliest, if each attempt fails at once{jitter}: {}", parts.join(", "))
+}
+
+fn retries_line(step: &Step) -> String {
+    let p = &step.retry;
+    if p.attempts <= 1 {
+        return "nothing: the step runs once".into();
+    }
+    if p.exception_types.is_empty() {
+        return "nothing: exception_types = [] matches no error".into();
+    }
+    let classes: Vec<String> = p.exception_types.iter().map(|c| format!("{c} and its subclasses")).collect();
+    classes.join("; ")
+}
+
+/// The errors waymark itself reports and the classes the step's and flow's `exit_codes` name,
+/// those the policy does not retry, each with `(Exception)` or `(BaseException)`: what
+/// `exception_types = ["Exception"]` would not catch either.
+fn not_retried_line(flow: &Flow, step: &Step) -> String {
+    use crate::classify::classes::{
+        ACTION_EXECUTION_LOST, ACTION_EXECUTION_NOT_STARTED, ACTION_TIMEOUT, CALLED_PROCESS_ERROR,
+    };
+    let mut candidates: Vec<&str> = step
+        .exit_codes
+        .codes
+        .values()
+        .chain(step.exit_codes.signals.values())
+        .chain(flow.exit_codes.codes.values())
+        .chain(flow.exit_codes.signals.values())
+        .map(String::as_str)
+        .collect();
+    candidates.extend([CALLED_PROCESS_ERROR, ACTION_EXECUTION_NOT_STARTED, ACTION_TIMEOUT, ACTION_EXECUTION_LOST]);
+    let mut seen = std::collections::HashSet::new();
+    let retried = |class: &str| {
+        step.retry.attempts > 1
+            && step
+                .retry
+                .exception_types
+                .iter()
+                .any(|t| t == class || flow.classes.bases(class).is_some_and(|bases| bases.iter().any(|b| b == t)))
+    };
+    let not: Vec<String> = candidates
+        .into_iter()
+        .filter(|c| seen.insert(*c) && !retried(c))
+        .map(|c| {
+            let under_exception = flow.classes.bases(c).is_some_and(|b| b.iter().any(|b| b == "Exception"));
+            format!("{c} ({})", if under_exception { "Exception" } else { "BaseException" })
+        })
+        .collect();
+    if not.is_empty() { "none of waymark's own errors or the exit_codes classes".into() } else { not.join(", ") }
+}
+
+fn worst_case_line(flow: &Flow, step: &Step) -> String {
+    let Some(timeout) = step.timeout else {
+        return "unbounded: without a `timeout` an attempt may run forever".into();
+    };
+    let n = attempts(step);
+    let per_attempt = timeout.saturating_add(step.kill_grace);
+    let waits = waits_before(step, n - 1);
+    let total = per_attempt.saturating_mul(n).saturating_add(waits);
+    let each = if step.kill_grace.is_zero() {
+        human(timeout)
+    } else {
+        format!("{} plus {} before SIGKILL", human(timeout), human(step.kill_grace))
+    };
+    let mut line = if n == 1 {
+        format!("{} (one attempt of {each})", human(total))
+    } else {
+        format!("{} ({n} attempts of {each}, and {} of waits)", human(total), human(waits))
+    };
+    if let Some(deadline) = flow.timeout
+        && deadline < total
+    {
+        line.push_str(&format!("; the flow's timeout ends the run after {}", human(deadline)));
+    }
+    line
 }
 
 #[cfg(test)]

@@ -141,7 +141,7 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
         Command::Resume { run_id, wait, show, state } => {
             run::resume(&state_dir(state.or(flag))?, &run_id, wait, show.mode())
         }
-        Command::Check { flow, strict } => check::check(&flow, strict),
+        Command::Check { flow, strict, explain } => check::check(&flow, strict, explain),
         Command::Graph { flow, format } => graph::graph(&flow, format),
         Command::History { flow, limit, json, state } => {
             inspect::history(&find_state_dir(state.or(flag))?, flow.as_deref(), limit, json)
