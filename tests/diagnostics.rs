@@ -75,13 +75,17 @@ fn bad_flow_files_match_their_golden_stderr() {
     let mut failures: Vec<String> = Vec::new();
     let mut blessed: Vec<String> = Vec::new();
 
+        // The cases name `curl`: present or not on this machine, the stub is found.
+    let stubs = tempfile::tempdir().unwrap();
+    let path = common::path_with_stubs(stubs.path(), &["curl"]);
     for name in &names {
         let flow = format!("{name}.toml");
         let golden = dir.join(format!("{name}.stderr"));
         let out = assert_cmd::Command::cargo_bin("waymark")
             .unwrap()
             .current_dir(&dir)
-            .env("NO_COLOR", "1")
+                        .env("NO_COLOR", "1")
+            .env("PATH", &path)
             .env_remove("CLICOLOR_FORCE")
             .args(["check", &flow])
             .output()

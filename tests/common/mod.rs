@@ -327,3 +327,18 @@ pub fn golden(name: &str, actual: &str) {
         path.display()
     );
 }
+
+/// A `PATH` on which `programs` exist (as stubs in `dir/stub-bin`) before the test's own PATH:
+/// `check` warns about a program missing from the PATH, and the tests that check flows naming
+/// `curl` must not depend on whether this machine has it.
+pub fn path_with_stubs(dir: &Path, programs: &[&str]) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("stub-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for program in programs {
+        let stub = bin.join(program);
+        std::fs::write(&stub, "#!/bin/sh\nexit 0\n").unwrap();
+        std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default())
+}
