@@ -89,7 +89,7 @@ _waymark() {
 
     case "${cmd}" in
         waymark)
-            opts="-h -V --state-dir --help --version run resume check history status logs gc errors completions man help"
+            opts="-h -V --state-dir --color --help --version run resume check history status logs gc errors completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -102,6 +102,10 @@ _waymark() {
                     fi
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -110,12 +114,16 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__check)
-            opts="-h --help"
+            opts="-h --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -124,12 +132,16 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__completions)
-            opts="-h --help bash elvish fish powershell zsh"
+            opts="-h --color --help bash elvish fish powershell zsh"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -138,7 +150,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__errors)
-            opts="-h --flow --help"
+            opts="-h --flow --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -159,6 +171,10 @@ _waymark() {
                     fi
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -167,7 +183,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__gc)
-            opts="-h --older-than --state-dir --help"
+            opts="-h --older-than --state-dir --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -182,6 +198,10 @@ _waymark() {
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o plusdirs
                     fi
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -360,7 +380,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__history)
-            opts="-h --limit --json --state-dir --help"
+            opts="-h --limit --json --state-dir --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -377,6 +397,10 @@ _waymark() {
                     fi
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -385,7 +409,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__logs)
-            opts="-h --attempt --stream --state-dir --help"
+            opts="-h --attempt --stream --state-dir --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -406,6 +430,10 @@ _waymark() {
                     fi
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -414,12 +442,16 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__man)
-            opts="-h --help run resume check history status logs gc errors completions man"
+            opts="-h --color --help run resume check history status logs gc errors completions man"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -428,7 +460,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__resume)
-            opts="-q -h --wait --quiet --json --state-dir --help"
+            opts="-q -h --wait --quiet --json --state-dir --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -441,6 +473,10 @@ _waymark() {
                     fi
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -449,7 +485,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__run)
-            opts="-q -h --max-parallel --param --fresh --wait --quiet --json --state-dir --help"
+            opts="-q -h --max-parallel --param --fresh --wait --quiet --json --state-dir --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -470,6 +506,10 @@ _waymark() {
                     fi
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -478,7 +518,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__status)
-            opts="-h --json --state-dir --help"
+            opts="-h --json --state-dir --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -489,6 +529,10 @@ _waymark() {
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o plusdirs
                     fi
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 *)
