@@ -95,7 +95,7 @@ _waymark() {
 
     case "${cmd}" in
         waymark)
-            opts="-h -V --state-dir --help --version run resume check graph history status logs gc errors completions man help"
+            opts="-h -V --state-dir --color --help --version run resume check graph history status logs gc errors completions man help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -108,6 +108,10 @@ _waymark() {
                     fi
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -116,12 +120,16 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__check)
-            opts="-h --strict --explain --help"
+            opts="-h --strict --explain --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -130,12 +138,16 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__completions)
-            opts="-h --help bash elvish fish powershell zsh"
+            opts="-h --color --help bash elvish fish powershell zsh"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -144,7 +156,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__errors)
-            opts="-h --flow --help"
+            opts="-h --flow --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -165,6 +177,10 @@ _waymark() {
                     fi
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -173,7 +189,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__gc)
-            opts="-h --older-than --state-dir --help"
+            opts="-h --older-than --state-dir --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -190,6 +206,10 @@ _waymark() {
                     fi
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -198,7 +218,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__graph)
-            opts="-h --format --help"
+            opts="-h --format --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -206,6 +226,10 @@ _waymark() {
             case "${prev}" in
                 --format)
                     COMPREPLY=($(compgen -W "dot mermaid" -- "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -398,7 +422,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__history)
-            opts="-h --limit --json --state-dir --help"
+            opts="-h --limit --json --state-dir --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -415,6 +439,10 @@ _waymark() {
                     fi
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -423,7 +451,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__logs)
-            opts="-h --attempt --stream --state-dir --help"
+            opts="-h --attempt --stream --state-dir --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -444,6 +472,10 @@ _waymark() {
                     fi
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -452,12 +484,16 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__man)
-            opts="-h --help run resume check graph history status logs gc errors completions man"
+            opts="-h --color --help run resume check graph history status logs gc errors completions man"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -466,7 +502,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__resume)
-            opts="-q -h --wait --quiet --json --state-dir --help"
+            opts="-q -h --wait --quiet --json --state-dir --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -479,6 +515,10 @@ _waymark() {
                     fi
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -487,7 +527,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__run)
-            opts="-q -h --max-parallel --param --fresh --wait --strict --quiet --json --state-dir --help"
+            opts="-q -h --max-parallel --param --fresh --wait --strict --quiet --json --state-dir --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -508,6 +548,10 @@ _waymark() {
                     fi
                     return 0
                     ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -516,7 +560,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__status)
-            opts="-h --json --state-dir --help"
+            opts="-h --json --state-dir --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -527,6 +571,10 @@ _waymark() {
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o plusdirs
                     fi
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
                 *)

@@ -21,6 +21,10 @@ pub struct Cli {
     /// after the command wins
     #[arg(long, value_name = "DIR", value_hint = ValueHint::DirPath)]
     pub(crate) state_dir: Option<PathBuf>,
+    /// Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is
+    /// unset, `always` (even with NO_COLOR), or `never`
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = ColorArg::Auto, hide_possible_values = true)]
+    pub(crate) color: ColorArg,
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -244,6 +248,60 @@ pub(crate) enum GraphFormat {
     Mermaid,
 }
 
+/// `--color`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorArg {
+    Auto,
+    Always,
+    Never,
+}
+
+impl ColorArg {
+    /// Whether to color what goes to a stream: an explicit `always` or `never` wins over
+    /// NO_COLOR; `auto` colors when NO_COLOR is unset or empty and the stream is a terminal.
+    pub fn colors(self, is_terminal: bool) -> bool {
+        match self {
+            ColorArg::Always => true,
+            ColorArg::Never => false,
+            ColorArg::Auto => std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) && is_terminal,
+        }
+    }
+
+    /// The choice the command line makes, read before clap parses it (so that clap's own help and
+    /// errors follow it too): the last `--color WHEN` or `--color=WHEN` before a `--`; `auto` when
+    /// there is none or it is not a known value (clap then reports it).
+    pub fn from_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> ColorArg {
+        let mut choice = ColorArg::Auto;
+        let mut args = args.into_iter();
+        while let Some(arg) = args.next() {
+            let value = match arg.to_str() {
+                Some("--") => break,
+                Some("--color") => args.next(),
+                Some(a) => match a.strip_prefix("--color=") {
+                    Some(v) => Some(v.into()),
+                    None => continue,
+                },
+                None => continue,
+            };
+            if let Some(parsed) =
+                value.as_ref().and_then(|v| v.to_str()).and_then(|v| ColorArg::from_str(v, false).ok())
+            {
+                choice = parsed;
+            }
+        }
+        choice
+    }
+
+    /// The same choice, for clap.
+    pub fn clap(self) -> clap::ColorChoice {
+        match self {
+            ColorArg::Auto => clap::ColorChoice::Auto,
+            ColorArg::Always => clap::ColorChoice::Always,
+            ColorArg::Never => clap::ColorChoice::Never,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub(crate) enum StreamArg {
     Stdout,
@@ -253,6 +311,17 @@ pub(crate) enum StreamArg {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn color_is_read_before_parsing() {
+        let read = |args: &[&str]| ColorArg::from_args(args.iter().map(std::ffi::OsString::from));
+        assert_eq!(read(&["waymark", "check", "f.toml"]), ColorArg::Auto);
+        assert_eq!(read(&["waymark", "--color", "never", "check"]), ColorArg::Never);
+        assert_eq!(read(&["waymark", "check", "--color=always", "f.toml"]), ColorArg::Always);
+        assert_eq!(read(&["waymark", "--color=never", "--color", "always"]), ColorArg::Always, "the last one");
+        assert_eq!(read(&["waymark", "--color", "sometimes"]), ColorArg::Auto);
+        assert_eq!(read(&["waymark", "--", "--color", "never"]), ColorArg::Auto);
+    }
 
     #[test]
     fn every_command_has_its_man_page_name() {

@@ -1,10 +1,13 @@
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 use std::io::Write;
 
 fn main() {
     // Before anything else is opened: descriptors leaked to waymark must not reach the steps.
     waymark::executor::close_inherited_fds_on_exec();
-    let cli = waymark::cli::Cli::parse();
+    // `--color` is read first so that clap's own help and errors follow it too.
+    let color = waymark::cli::ColorArg::from_args(std::env::args_os());
+    let matches = waymark::cli::Cli::command().color(color.clap()).get_matches();
+    let cli = waymark::cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let code = match waymark::commands::dispatch(cli) {
         Ok(code) => code,
         Err(e) => {

@@ -61,6 +61,9 @@ Arguments:
 
 Options:
       --attempt <ATTEMPT>  Which attempt [default: the last one]
+      --color <WHEN>       Color error messages and diagnostics: `auto` if stderr is a terminal and
+                           NO_COLOR is unset, `always` (even with NO_COLOR), or `never` [default:
+                           auto]
       --stream <STREAM>    Only this stream [default: both] [possible values: stdout, stderr]
       --state-dir <DIR>    Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else
                            $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]
@@ -89,6 +92,9 @@ Usage: waymark gc [OPTIONS] --older-than <DURATION>
 Options:
       --older-than <DURATION>  Delete the runs that ended longer ago than this: seconds (`3600`,
                                `0.5`) or a duration such as `30d`, `12h`, `1h 30m`, as in flow files
+      --color <WHEN>           Color error messages and diagnostics: `auto` if stderr is a terminal
+                               and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`
+                               [default: auto]
       --state-dir <DIR>        Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else
                                $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]
   -h, --help                   Print help
@@ -148,7 +154,7 @@ fn state_dir_is_offered_only_by_the_commands_that_keep_or_read_runs() {
     }
     cmd(&env, &["completions", "--state-dir", "x", "bash"]).assert().code(2).stdout("").stderr(
         "error: unexpected argument '--state-dir' found\n\n  tip: to pass '--state-dir' as a value, use '-- --state-dir'\n\n\
-         Usage: waymark completions <SHELL>\n\nFor more information, try '--help'.\n",
+         Usage: waymark completions [OPTIONS] <SHELL>\n\nFor more information, try '--help'.\n",
     );
 }
 

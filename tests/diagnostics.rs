@@ -75,7 +75,7 @@ fn bad_flow_files_match_their_golden_stderr() {
     let mut failures: Vec<String> = Vec::new();
     let mut blessed: Vec<String> = Vec::new();
 
-        // The cases name `curl`: present or not on this machine, the stub is found.
+    // The cases name `curl`: present or not on this machine, the stub is found.
     let stubs = tempfile::tempdir().unwrap();
     let path = common::path_with_stubs(stubs.path(), &["curl"]);
     for name in &names {
@@ -84,7 +84,7 @@ fn bad_flow_files_match_their_golden_stderr() {
         let out = assert_cmd::Command::cargo_bin("waymark")
             .unwrap()
             .current_dir(&dir)
-                        .env("NO_COLOR", "1")
+            .env("NO_COLOR", "1")
             .env("PATH", &path)
             .env_remove("CLICOLOR_FORCE")
             .args(["check", &flow])
@@ -166,4 +166,66 @@ fn unreadable_flow_file_exits_2_naming_the_path() {
 fn diff_marks_added_and_removed_lines() {
     let d = diff("a\nb\nc\n", "a\nx\nc\n");
     assert_eq!(d, "  a\n- b\n+ x\n  c\n");
+}
+
+/// `waymark ARGS` inside `tests/diagnostics` with stderr a pipe and `NO_COLOR` set as given;
+/// returns stderr.
+fn piped_stderr(args: &[&str], no_color: Option<&str>) -> String {
+    let mut cmd = assert_cmd::Command::cargo_bin("waymark").unwrap();
+    cmd.current_dir(cases_dir()).env_remove("NO_COLOR").args(args);
+    if let Some(v) = no_color {
+        cmd.env("NO_COLOR", v);
+    }
+    String::from_utf8(cmd.output().unwrap().stderr).unwrap()
+}
+
+/// `waymark ARGS` inside `tests/diagnostics` under a pseudo-terminal (util-linux `script`), with
+/// `NO_COLOR` set as given; returns what the terminal showed, line ends as `\n`.
+fn terminal_output(args: &[&str], no_color: Option<&str>) -> String {
+    let bin = assert_cmd::cargo::cargo_bin("waymark");
+    let line = std::iter::once(bin.to_str().unwrap()).chain(args.iter().copied()).collect::<Vec<_>>().join(" ");
+    let mut cmd = std::process::Command::new("script");
+    cmd.current_dir(cases_dir()).env_remove("NO_COLOR").args(["-qec", &line, "/dev/null"]);
+    cmd.stdin(std::process::Stdio::null());
+    if let Some(v) = no_color {
+        cmd.env("NO_COLOR", v);
+    }
+    let out = cmd.output().expect("util-linux `script` runs a command under a pseudo-terminal");
+    String::from_utf8(out.stdout).unwrap().replace("\r\n", "\n")
+}
+
+fn strip_ansi(text: &str) -> String {
+    regex::Regex::new("\x1b\\[[0-9;]*m").unwrap().replace_all(text, "").into_owned()
+}
+
+#[test]
+fn color_follows_the_flag_then_no_color_then_the_terminal() {
+    let plain = std::fs::read_to_string(cases_dir().join("attempts_zero.stderr")).unwrap();
+    let check = ["check", "attempts_zero.toml"];
+    // Piped: plain by default, with NO_COLOR, and with --color never.
+    assert_eq!(piped_stderr(&check, None), plain);
+    assert_eq!(piped_stderr(&check, Some("1")), plain);
+    assert_eq!(piped_stderr(&["--color", "never", "check", "attempts_zero.toml"], None), plain);
+    // --color always colors even a pipe, and wins over NO_COLOR; before or after the command.
+    let colored = piped_stderr(&["--color", "always", "check", "attempts_zero.toml"], None);
+    assert!(colored.starts_with("\x1b[1m\x1b[91merror\x1b[0m\x1b[1m: `step[0].retry.attempts`"), "{colored:?}");
+    assert_eq!(strip_ansi(&colored), plain, "the same text, colored");
+    assert_eq!(piped_stderr(&["check", "--color=always", "attempts_zero.toml"], Some("1")), colored);
+    // A terminal: colored by default; not with NO_COLOR (any non-empty value) or --color never.
+    assert_eq!(terminal_output(&check, None), colored);
+    assert_eq!(terminal_output(&check, Some("")), colored, "an empty NO_COLOR is unset");
+    assert_eq!(terminal_output(&check, Some("1")), plain);
+    assert_eq!(terminal_output(&check, Some("no")), plain);
+    assert_eq!(terminal_output(&["--color", "never", "check", "attempts_zero.toml"], None), plain);
+}
+
+#[test]
+fn color_of_warnings_follows_the_same_choice() {
+    let check = |color: &str| piped_stderr(&["--color", color, "check", "warn_unknown_exception_type.toml"], Some("1"));
+    let plain = std::fs::read_to_string(cases_dir().join("warn_unknown_exception_type.stderr")).unwrap();
+    assert_eq!(check("never"), plain);
+    assert_eq!(check("auto"), plain);
+    let colored = check("always");
+    assert!(colored.starts_with("\x1b[1m\x1b[33mwarning\x1b[0m"), "{colored:?}");
+    assert_eq!(strip_ansi(&colored), plain);
 }

@@ -592,3 +592,87 @@ fn looking_at_an_empty_database_file_writes_nothing() {
     entries.sort();
     assert_eq!(entries, ["waymark.db"], "no -wal, -shm, locks or logs");
 }
+
+/// `status` as text, with the run id, the flow's path, the times and the steps' durations
+/// replaced (`RUN`, `PATH`, `TIME`, `Ns`); the durations are checked through `--json`.
+fn status_text(env: &Env, flow: &str) -> (String, Value) {
+    let st = json(env, &["status", flow, "--json"]);
+    let out = env.cmd(&["status", flow]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let text = text.replace(st["id"].as_str().unwrap(), "RUN").replace(st["path"].as_str().unwrap(), "PATH");
+    let text = common::normalise_times(&text);
+    let durations = regex::Regex::new(r"(attempts \d+/\d+)  \d+s\n").unwrap();
+    (durations.replace_all(&text, "$1  Ns\n").into_owned(), st)
+}
+
+#[test]
+fn status_counts_a_running_attempt_and_shows_an_interrupted_step_without_the_time_it_sat() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'st'\n[[step]]\nname = 'slow'\nshell = '[ -e go ] && exit 0; echo started >> started; sleep 300'\n",
+    );
+    let runner = env.spawn(&["run", "flow.toml"]);
+    env.wait_for_lines("started", 1);
+    let (text, st) = status_text(&env, "st");
+    assert_eq!(
+        text,
+        "run RUN of st (PATH): running, started TIME\n  slow                 running    attempts 1/1  Ns\n"
+    );
+    assert_eq!(
+        (st["steps"][0]["state"].as_str(), st["steps"][0]["attempts_used"].as_u64()),
+        (Some("running"), Some(1))
+    );
+    kill(runner.id(), "TERM");
+    assert_eq!(finish(runner).status.code(), Some(143));
+
+    let (text, st) = status_text(&env, "st");
+    assert_eq!(
+        text,
+        "run RUN of st (PATH): interrupted, started TIME, ended TIME\n  slow                 interrupted attempts 0/1  Ns\n"
+    );
+    assert_eq!(st["steps"][0]["state"], "interrupted");
+    assert_eq!(st["steps"][0]["attempts_used"], 0, "a cancelled attempt uses no attempt");
+    // The run sits interrupted for 3 s; that time is not the step's.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    env.write("go", "");
+    env.cmd(&["run", "flow.toml"]).assert().success();
+    let (text, st) = status_text(&env, "st");
+    assert_eq!(
+        text,
+        "run RUN of st (PATH): succeeded, started TIME, ended TIME\n  slow                 succeeded  attempts 1/1  Ns\n"
+    );
+    let took = st["steps"][0]["duration_seconds"].as_u64().unwrap();
+    assert!(took < 3, "the step's attempts took well under the 3 s the run sat interrupted, not {took} s");
+}
+
+#[test]
+fn status_duration_counts_a_backoff_but_not_a_runner_stopped_during_it() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'bo'\n[[step]]\nname = 'w'\nshell = 'echo x >> runs; [ $(wc -l < runs) -ge 2 ]'\nretry = { attempts = 2, backoff_seconds = 1 }\n",
+    );
+    // Stopped while it waits 1 s for its retry; resumed 3 s later.
+    let runner = env.spawn(&["run", "flow.toml"]);
+    env.wait_for_lines("runs", 1);
+    wait_until("the step to wait for its retry", || {
+        json(&env, &["status", "bo", "--json"])["steps"][0]["state"] == "waiting"
+    });
+    kill(runner.id(), "TERM");
+    assert_eq!(finish(runner).status.code(), Some(143));
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    env.cmd(&["run", "flow.toml"]).assert().success();
+    let (text, st) = status_text(&env, "bo");
+    assert_eq!(
+        text,
+        format!(
+            "run RUN of bo (PATH): succeeded, started TIME, ended TIME\n  w                    succeeded  attempts 2/2  Ns\n  \
+         {:20} last error: CalledProcessError(SubprocessError, Exception, BaseException): exit status 1 [exit status]\n",
+            ""
+        )
+    );
+    let took = st["steps"][0]["duration_seconds"].as_u64().unwrap();
+    assert!((1..3).contains(&took), "two short attempts and a 1 s backoff, not {took} s");
+}

@@ -140,7 +140,7 @@ fn signal_during_a_stall(signal: &str, code: i32) {
     let status = status_json(&env);
     let run = status["id"].as_str().unwrap().to_owned();
     assert_eq!(status["status"], "interrupted");
-    assert_eq!(status["steps"][0]["state"], "pending");
+    assert_eq!(status["steps"][0]["state"], "interrupted");
     assert_logged_and_gone(&env, &run);
     let stderr = seen.lock().unwrap().clone();
     assert!(

@@ -4,7 +4,10 @@ use super::{CliError, EXIT_OK, open_store, read_store};
 use crate::cli::StreamArg;
 use crate::flow::Flow;
 use crate::store::lock::FlowLock;
-use crate::store::{FlowKey, RunFilter, RunRecord, RunStatus, StateDir, StepState, Store, StoreError};
+use crate::store::{
+    AttemptRecord, AttemptState, FlowKey, RunFilter, RunRecord, RunStatus, StateDir, StepRecord, StepState, Store,
+    StoreError,
+};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -183,6 +186,58 @@ fn find_run(store: &dyn Store, target: Option<&str>) -> Result<RunRecord, CliErr
     }
 }
 
+/// What `status` shows as a step's state: its stored state, except that a pending step whose last
+/// attempt was cancelled by a signal to the runner is `interrupted` (in a run that failed, a step
+/// cancelled by `fail_fast` or the deadline stays `pending`).
+fn shown_state(step: &StepRecord, attempts: &[&AttemptRecord], run: &RunRecord) -> &'static str {
+    let cancelled = attempts.last().is_some_and(|a| a.outcome == AttemptState::Cancelled);
+    if matches!(step.state, StepState::Pending) && cancelled && run.status != RunStatus::Failed {
+        return "interrupted";
+    }
+    step.state.status().as_str()
+}
+
+/// The time a step's attempts and backoffs took, `None` before its first attempt. Summed: each
+/// attempt from its start to its end (one still running, to now while its runner lives; one whose
+/// runner died, nothing: its end is unknown), and each backoff, from the end of a failed attempt
+/// to the start of the next one, at most the longest wait the step's backoff allows before that
+/// retry (a step waiting now: to its wake-up time, or now, or the run's end, whichever is first).
+/// The time after a cancelled attempt, or after a runner stopped during a backoff, while the run
+/// sat interrupted, is not counted.
+fn active_time(
+    backoff: Option<&crate::retry::Backoff>,
+    step: &StepRecord,
+    attempts: &[&AttemptRecord],
+    run: &RunRecord,
+    runner_alive: bool,
+    now: SystemTime,
+) -> Option<Duration> {
+    let since = |from: SystemTime, to: SystemTime| to.duration_since(from).unwrap_or_default();
+    let mut total = Duration::ZERO;
+    for (i, a) in attempts.iter().enumerate() {
+        total += match (a.outcome, a.ended_at) {
+            (AttemptState::Running, _) if runner_alive => since(a.started_at, now),
+            (AttemptState::Running | AttemptState::RunnerLost, _) | (_, None) => Duration::ZERO,
+            (_, Some(end)) => since(a.started_at, end),
+        };
+        let (AttemptState::Failed, Some(end)) = (a.outcome, a.ended_at) else { continue };
+        total += match (attempts.get(i + 1), &step.state) {
+            (Some(next), _) => {
+                let gap = since(end, next.started_at);
+                // Waits never shrink with the retry number, so the attempt's own number bounds it
+                // whether numbers restarted with a fresh budget or not.
+                backoff.map_or(gap, |b| gap.min(b.nominal(a.attempt)))
+            }
+            (None, StepState::Waiting { wake_at, .. }) => {
+                let stop = [Some(*wake_at), Some(now), run.ended_at].into_iter().flatten().min().unwrap_or(now);
+                since(end, stop)
+            }
+            (None, _) => Duration::ZERO,
+        };
+    }
+    (!attempts.is_empty()).then_some(total)
+}
+
 pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool) -> Result<i32, CliError> {
     let store = read_store(state)?;
     let run = find_run(store.as_ref(), target)?;
@@ -196,12 +251,17 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool) -> Resu
     let host = |name: &str| attempts.iter().rev().find(|a| a.step == name).and_then(|a| a.host.clone());
     // A run recorded as running whose runner is gone (killed, or the machine rebooted).
     let orphaned = run.status == RunStatus::Running && !FlowLock::is_held(state, &run.key);
-    let allowed =
-        |name: &str| flow.as_ref().and_then(|f| f.steps.iter().find(|s| s.name == name)).map(|s| s.retry.attempts);
+    let policy = |name: &str| flow.as_ref().and_then(|f| f.steps.iter().find(|s| s.name == name)).map(|s| &s.retry);
+    let allowed = |name: &str| policy(name).map(|r| r.attempts);
+    let runner_alive = run.status == RunStatus::Running && !orphaned;
+    let now = SystemTime::now();
     let rows: Vec<Value> = steps
         .iter()
         .map(|s| {
-            let state = s.state.status().as_str();
+            let mine: Vec<&AttemptRecord> = attempts.iter().filter(|a| a.step == s.name).collect();
+            let state = shown_state(s, &mine, &run);
+            // An attempt counts as used from its start (the store counts it when it ends).
+            let used = s.attempts_used + u32::from(matches!(s.state, StepState::InFlight { .. }));
             let next = match &s.state {
                 StepState::Waiting { wake_at, .. } => Some(*wake_at),
                 _ => None,
@@ -209,7 +269,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool) -> Resu
             json!({
                 "step": s.name,
                 "state": state,
-                "attempts_used": s.attempts_used,
+                "attempts_used": used,
                 "attempts_allowed": allowed(&s.name).map(|a| a.saturating_add(s.budget_base)),
                 "last_error": s.last_error.as_ref().map(|e| json!({
                     "class": e.class, "bases": e.bases, "message": e.message, "source": e.source,
@@ -217,7 +277,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool) -> Resu
                 })),
                 "started_at": opt_time(s.started_at),
                 "ended_at": opt_time(s.ended_at),
-                "duration_seconds": s.started_at.map(|st| took(st, s.ended_at).as_secs()),
+                "duration_seconds": active_time(policy(&s.name).map(|r| &r.backoff), s, &mine, &run, runner_alive, now).map(|d| d.as_secs()),
                 "next_retry_at": opt_time(next),
                 "host": host(&s.name),
                 "outputs": s.outputs,
@@ -229,7 +289,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool) -> Resu
             "id": run.id, "flow": run.flow, "path": run.flow_path, "status": run.status.as_str(),
             "started_at": time(run.started_at), "ended_at": opt_time(run.ended_at),
             "failed_step": run.failed_step, "pid": run.pid, "host": run.host,
-            "runner_alive": run.status == RunStatus::Running && !orphaned, "steps": rows,
+            "runner_alive": runner_alive, "steps": rows,
         }))?;
         return Ok(EXIT_OK);
     }
@@ -252,7 +312,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool) -> Resu
             "  {:<20} {:<10} attempts {}/{}",
             s.name,
             row["state"].as_str().unwrap_or("?"),
-            s.attempts_used,
+            row["attempts_used"],
             allowed
         ));
         if let Some(secs) = row["duration_seconds"].as_u64() {

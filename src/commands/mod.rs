@@ -9,7 +9,7 @@ mod inspect;
 mod output;
 mod run;
 
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, ColorArg, Command};
 use crate::flow::LoadError;
 use crate::store::lock::LockError;
 use crate::store::{SqliteStore, StateDir, Store, StoreError, statedir};
@@ -52,7 +52,7 @@ impl CliError {
     pub fn render(&self) -> String {
         match self {
             CliError::StdoutClosed => String::new(),
-            CliError::Flow(e) => e.render(std::io::stderr().is_terminal()),
+            CliError::Flow(e) => e.render(stderr_color()),
             CliError::Locked(e @ LockError::Held { .. }) => {
                 format!("error: {e}\nhint: wait for it with `waymark run --wait`, or see `waymark status`\n")
             }
@@ -130,8 +130,18 @@ fn read_store(dir: &StateDir) -> Result<Box<dyn Store>, CliError> {
     Ok(Box::new(SqliteStore::open_for_reading(dir)?))
 }
 
+/// `--color` as given, for everything that colors stderr (set once, by [`dispatch`]).
+static COLOR: std::sync::OnceLock<ColorArg> = std::sync::OnceLock::new();
+
+/// Whether what goes to stderr is colored: by `--color`, else NO_COLOR and whether stderr is a
+/// terminal.
+fn stderr_color() -> bool {
+    COLOR.get().copied().unwrap_or(ColorArg::Auto).colors(std::io::stderr().is_terminal())
+}
+
 /// Run the parsed command line.
 pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
+    let _ = COLOR.set(cli.color);
     let flag = cli.state_dir.as_deref();
     match cli.command {
         Command::Run { flow, fresh, wait, strict, show, max_parallel, params, state } => {
@@ -184,7 +194,7 @@ fn load_flow(path: &std::path::Path, strict: bool) -> Result<crate::flow::Loaded
 
 /// Print a loaded flow's warnings to stderr.
 fn print_warnings(loaded: &crate::flow::Loaded, shown: &str) {
-    let color = std::io::stderr().is_terminal();
+    let color = stderr_color();
     for w in &loaded.warnings {
         note!("{}\n", w.render(shown, &loaded.source, color));
     }

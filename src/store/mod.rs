@@ -286,6 +286,11 @@ pub struct AttemptRecord {
     pub(crate) log_stem: PathBuf,
     /// The host it ran on (`None` for attempts recorded before hosts were).
     pub(crate) host: Option<String>,
+    /// Running until it ends, then how it ended.
+    pub(crate) outcome: AttemptState,
+    pub(crate) started_at: SystemTime,
+    /// When it ended (`None` while it runs).
+    pub(crate) ended_at: Option<SystemTime>,
 }
 
 /// How a finished attempt ended, for the record.

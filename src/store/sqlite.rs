@@ -704,15 +704,17 @@ impl Store for SqliteStore {
                 let step: String = r.get("step")?;
                 let attempt: u32 = r.get("attempt")?;
                 let outcome: String = r.get("outcome")?;
-                // Only the attempt number and logs are read back, but a state this binary does not
-                // know is still refused.
-                AttemptState::parse(&outcome)
+                // A state this binary does not know is refused.
+                let outcome = AttemptState::parse(&outcome)
                     .map_err(|e| bad_row("attempts", run_id, format!("attempt {attempt} of step `{step}`: {e}")))?;
                 Ok(AttemptRecord {
                     step,
                     attempt,
                     log_stem: PathBuf::from(r.get::<_, String>("log_stem")?),
                     host: r.get("attempt_host")?,
+                    outcome,
+                    started_at: from_millis(r.get("started_at")?),
+                    ended_at: r.get::<_, Option<i64>>("ended_at")?.map(from_millis),
                 })
             })
             .map_err(|e| self.sql(e))?;
