@@ -155,6 +155,21 @@ fn a_self_killed_child_is_execution_lost_and_not_retried() {
 }
 
 #[test]
+fn a_missing_program_s_start_failure_names_the_path_searched() {
+    let env = Env::new();
+    flow(
+        &env,
+        "env = { PATH = '/nowhere:/also-nowhere' }\n[[step]]\nname = 'ghost'\nrun = ['no-such-program-waymark']\n",
+    );
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    let line = "waymark: ghost: attempt 1/1 failed: ActionExecutionNotStarted(Exception, BaseException): program \
+                `no-such-program-waymark` not found in PATH (/nowhere:/also-nowhere) [start failure]";
+    assert!(err.lines().any(|l| l == line), "{err}");
+}
+
+#[test]
 fn a_missing_program_is_not_started_and_retried() {
     let env = Env::new();
     flow(&env, "[[step]]\nname = 'ghost'\nrun = ['no-such-program-waymark']\nretry = { attempts = 2 }\n");

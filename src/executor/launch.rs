@@ -192,8 +192,12 @@ impl Launcher for ProcessLauncher {
         for name in &self.foreign {
             cmd.env_remove(name);
         }
+        let env = self.env(&a, &attempt_id);
+        // The PATH the program is looked up on: the step's environment's, else waymark's own.
+        let path = env.iter().rev().find(|(k, _)| k == "PATH").map(|(_, v)| v.clone());
+        let path = path.or_else(|| std::env::var("PATH").ok()).unwrap_or_else(|| "/bin:/usr/bin".to_owned());
         cmd.args(&argv[1..])
-            .envs(self.env(&a, &attempt_id))
+            .envs(env)
             .current_dir(&step.workdir)
             .stdin(std::process::Stdio::null())
             .stdout(out_w)
@@ -203,7 +207,7 @@ impl Launcher for ProcessLauncher {
         let child = match cmd.spawn() {
             Ok(child) => child,
             Err(e) => {
-                let why = spawn_failure(&argv[0], &step.workdir, &e);
+                let why = spawn_failure(&argv[0], &step.workdir, &path, &e);
                 return Ok(Launched::NotStarted { why, stderr_from });
             }
         };
@@ -289,10 +293,10 @@ fn open_log(path: &Path, a: &Attempt) -> std::io::Result<(File, u64)> {
 }
 
 /// Why the program could not be executed, in words that say what to fix.
-fn spawn_failure(program: &str, workdir: &Path, e: &std::io::Error) -> String {
+fn spawn_failure(program: &str, workdir: &Path, path: &str, e: &std::io::Error) -> String {
     let path_like = program.contains('/');
     match e.kind() {
-        std::io::ErrorKind::NotFound if !path_like => format!("program `{program}` not found in PATH"),
+        std::io::ErrorKind::NotFound if !path_like => format!("program `{program}` not found in PATH ({path})"),
         std::io::ErrorKind::NotFound if workdir.join(program).exists() => {
             format!("cannot execute `{program}`: its #! interpreter (or a library it needs) was not found")
         }
