@@ -110,12 +110,14 @@ fn the_workflow_deadline_compensates_what_succeeded() {
     env.write(
         "flow.toml",
         "timeout = 1\n[hooks]\non_failure = ['sh', '-c', 'echo \"$WAYMARK_ERROR_TYPE\" > hooks']\n\
-         [[step]]\nname = 'a'\nshell = 'echo a >> done'\ncompensate = 'echo undo-a >> undone'\n\
-         [[step]]\nname = 'b'\nshell = 'exec sleep 60'\nkill_grace = 0\n",
+                  [[step]]\nname = 'a'\nshell = 'echo a >> done'\ncompensate = 'echo undo-a >> undone'\n\
+         [[step]]\nname = 'b'\nshell = 'echo b >> done'\ncompensate = 'echo undo-b >> undone'\n\
+         [[step]]\nname = 'c'\nshell = 'exec sleep 60'\nkill_grace = 0\n",
     );
     let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert_eq!(env.read("undone"), "undo-a\n");
+    // In reverse order of completion: b finished after a.
+    assert_eq!(env.read("undone"), "undo-b\nundo-a\n");
     assert_eq!(env.read("hooks"), "WorkflowTimeout\n");
 }
 
