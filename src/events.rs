@@ -427,61 +427,27 @@ impl Emitter {
 
 /// `event` with `secrets` hidden in every text it carries that a step could have put a secret in.
 /// Exhaustive: a new kind does not compile until it says what it carries.
-fn redact(secrets: &Secrets, event: Event) -> Event {
-    match event {
-        Event::Notice { notice, step, message } => {
-            Event::Notice { notice, step, message: secrets.redact_string(message) }
-        }
-        Event::RunAborted { error } => Event::RunAborted { error: secrets.redact_string(error) },
-        Event::AttemptFinished {
-            step,
-            attempt,
-            max_attempts,
-            outcome,
-            error,
-            duration,
-            retry,
-            stopped,
-            exit_code,
-            signal,
-            killed_after_grace,
-        } => {
-            let error = error.map(|e| secrets.redact_error(e));
-            Event::AttemptFinished {
-                step,
-                attempt,
-                max_attempts,
-                outcome,
-                error,
-                duration,
-                retry,
-                stopped,
-                exit_code,
-                signal,
-                killed_after_grace,
+fn redact(secrets: &Secrets, mut event: Event) -> Event {
+    let text = |t: &mut String| *t = secrets.redact_string(std::mem::take(t));
+    let error = |e: &mut ErrorValue| secrets.redact_error(e);
+    match &mut event {
+        Event::Notice { message, .. } => text(message),
+        Event::RunAborted { error: message } => text(message),
+        Event::AttemptFinished { error: e, .. } => e.iter_mut().for_each(error),
+        Event::RetryStopped { error: e, .. } => error(e),
+        Event::RunFinished { failures, .. } => {
+            for f in failures {
+                error(&mut f.error);
+                text(&mut f.stdout_tail);
+                text(&mut f.stderr_tail);
             }
-        }
-        Event::RetryStopped { step, attempt, error, stop } => {
-            Event::RetryStopped { step, attempt, error: secrets.redact_error(error), stop }
-        }
-        Event::RunFinished { outcome, duration, failures } => {
-            let failures = failures
-                .into_iter()
-                .map(|f| Failure {
-                    error: secrets.redact_error(f.error),
-                    stdout_tail: secrets.redact_string(f.stdout_tail),
-                    stderr_tail: secrets.redact_string(f.stderr_tail),
-                    ..f
-                })
-                .collect();
-            Event::RunFinished { outcome, duration, failures }
         }
         // The output readers hide secrets before the dispatcher sees a child's output (a secret
         // split between two reads, or two lines, too); hiding them again here would cost a second
         // pass over every byte.
-        e @ Event::Output { .. } => e,
+        Event::Output { .. } => {}
         // Names from the flow file, numbers, states.
-        e @ (Event::RunStarted { .. }
+        Event::RunStarted { .. }
         | Event::RunResumed { .. }
         | Event::RunAbandoned { .. }
         | Event::StepReady { .. }
@@ -494,8 +460,9 @@ fn redact(secrets: &Secrets, event: Event) -> Event {
         | Event::HandlerFinished { .. }
         | Event::AuxStarted { .. }
         | Event::AuxFinished { .. }
-        | Event::Cancelling { .. }) => e,
+        | Event::Cancelling { .. } => {}
     }
+    event
 }
 
 fn rfc3339<S: Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {

@@ -111,18 +111,16 @@ impl Secrets {
         }
     }
 
-    /// An error with every secret hidden in its class, bases and message (an error file is the
-    /// step's own text, all of it).
-    pub(crate) fn redact_error(&self, error: ErrorValue) -> ErrorValue {
+    /// Hide every secret in an error's class, bases and message (an error file is the step's own
+    /// text, all of it).
+    pub(crate) fn redact_error(&self, error: &mut ErrorValue) {
         if self.is_empty() {
-            return error;
+            return;
         }
-        ErrorValue {
-            class: self.redact_string(error.class),
-            bases: error.bases.into_iter().map(|b| self.redact_string(b)).collect(),
-            message: self.redact_string(error.message),
-            source: error.source,
-        }
+        let text = |t: &mut String| *t = self.redact_string(std::mem::take(t));
+        text(&mut error.class);
+        error.bases.iter_mut().for_each(text);
+        text(&mut error.message);
     }
 
     /// Replace every secret in the file at `path`, under the state directory, by [`MASK`]: a file
@@ -276,7 +274,8 @@ mod tests {
             message: "bad Tok in Tokyo".into(),
             source: ErrorSource::ErrorFile,
         };
-        let e = s.redact_error(e);
+        let mut e = e;
+        s.redact_error(&mut e);
         assert_eq!((e.class.as_str(), e.message.as_str()), ("***", "bad *** in ***yo"));
         assert_eq!(e.bases, ["Exception"]);
     }

@@ -35,8 +35,8 @@ pub(crate) fn read(
         error_file: error_file::read_error_file(&stem.with_extension("error.json")),
         stderr_tail: &stderr_tail,
     };
-    let (error, mut warnings) = classify::classify(ending, evidence);
-    let mut error = secrets.redact_error(error);
+    let (mut error, mut warnings) = classify::classify(ending, evidence);
+    secrets.redact_error(&mut error);
     let error_path = stem.with_extension("error.json");
     if let Err(e) = secrets.scrub_file(&error_path) {
         warnings.push(format!("cannot hide the secrets in the error file {}: {e}", error_path.display()));
