@@ -124,3 +124,58 @@ run = ["./bin/present"]
         )
     );
 }
+
+#[test]
+fn programs_of_catch_handlers_compensations_and_hooks_are_searched_too() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        r#"[hooks]
+on_failure = ["notify-missing", "failed"]
+on_exit = "notify-missing too"        # a shell line: /bin/sh finds its programs, not checked
+
+[[step]]
+name = "a"
+run = ["true"]
+catch = [{ run = ["catch-missing"] }, { shell = "also-missing" }]
+compensate = ["undo-missing", "a"]
+"#,
+    );
+    let out = env.cmd(&["check", "flow.toml"]).env("NO_COLOR", "1").env("PATH", "/usr/bin:/bin").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let warning = |key: &str, program: &str, line: usize, col: usize, text: &str, whose: &str| {
+        let caret = format!("{}{}", " ".repeat(col - 1), "^".repeat(program.len() + 2));
+        format!(
+            "warning: `{key}`: program `{program}` is not on the PATH a run would search: /usr/bin:/bin (waymark's \
+             environment)\n --> flow.toml:{line}:{col}\n  |\n{line} | {text}\n  | {caret} not found\n  |\n  = help: \
+             install it, write its full path (`run = [\"/path/to/{program}\", ...]`), or set PATH in the {whose} \
+             `env`; cron and services start with a short PATH\n\n"
+        )
+    };
+    assert_eq!(
+        common::stderr(&out),
+        [
+            warning(
+                "hooks.on_failure",
+                "notify-missing",
+                2,
+                15,
+                r#"on_failure = ["notify-missing", "failed"]"#,
+                "flow's"
+            ),
+            warning(
+                "step[0].catch[0].run",
+                "catch-missing",
+                8,
+                19,
+                r#"catch = [{ run = ["catch-missing"] }, { shell = "also-missing" }]"#,
+                "step's"
+            ),
+            warning("step[0].compensate", "undo-missing", 9, 15, r#"compensate = ["undo-missing", "a"]"#, "step's"),
+        ]
+        .concat()
+    );
+    // `--strict` refuses such a flow, as it does a step's own missing program.
+    let out = env.cmd(&["check", "--strict", "flow.toml"]).env("PATH", "/usr/bin:/bin").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -144,9 +144,23 @@ impl Validator<'_> {
         ));
     }
 
+    /// When programs are searched ([`ProgramSearch`]), a warning for `program` if it is on no
+    /// directory of the PATH it would be started with: `step_path` (a step's `env` PATH), else
+    /// the flow's `env` PATH, else waymark's own. `whose` names the `env` to set PATH in.
+    fn search_program(&mut self, program: &Str, step_path: Option<&String>, workdir: &Path, whose: &str) {
+        let Some(search) = self.search else { return };
+        let (path, from) = match (step_path, &self.flow_path_env, &search.path) {
+            (Some(p), _, _) => (p.clone(), "the step's `env`"),
+            (None, Some(p), _) => (p.clone(), "the flow's `env`"),
+            (None, None, Some(p)) => (p.to_string_lossy().into_owned(), "waymark's environment"),
+            (None, None, None) => (DEFAULT_SEARCH_PATH.to_owned(), "the system default: PATH is not set"),
+        };
+        self.program_on_path(program, &path, from, workdir, whose);
+    }
+
     /// A warning when `program` (without a `/`) is an executable file in no directory of `path`
     /// (a relative directory counts from `workdir`, as for the step's process).
-    fn program_on_path(&mut self, program: &Str, path: &str, from: &str, workdir: &Path) {
+    fn program_on_path(&mut self, program: &Str, path: &str, from: &str, workdir: &Path, whose: &str) {
         use std::os::unix::fs::PermissionsExt;
         let name = program.get_ref();
         if name.is_empty() || name.contains('/') || name.contains('\0') {
@@ -165,7 +179,7 @@ impl Validator<'_> {
             .warn(program.span(), &format!("program `{name}` is not on the PATH a run would search: {path} ({from})"));
         d.label = "not found".into();
         let mut help = format!(
-            "install it, write its full path (`run = [\"/path/to/{name}\", ...]`), or set PATH in the step's `env`; \
+            "install it, write its full path (`run = [\"/path/to/{name}\", ...]`), or set PATH in the {whose} `env`; \
              cron and services start with a short PATH"
         );
         if env_file {
@@ -240,6 +254,14 @@ impl Validator<'_> {
         let env = self.env(&raw.env);
         self.flow_path_env = env.get("PATH").cloned();
         self.env_file = env_file.is_some();
+        // Hooks run in the flow file's directory with the flow's environment.
+        for hook in [&raw.hooks.on_success, &raw.hooks.on_failure, &raw.hooks.on_exit].into_iter().flatten() {
+            if let RawCommand::Run(argv) = hook.get_ref()
+                && let Some(program) = argv.first()
+            {
+                self.search_program(program, None, dir, "flow's");
+            }
+        }
         let mut policies = BTreeMap::new();
         for (pname, policy) in &raw.policies {
             if !is_name(pname.get_ref(), "-") {
@@ -1116,18 +1138,19 @@ impl Validator<'_> {
             }
             None => dir.to_owned(),
         };
-        if let (Some(run), Some(search)) = (&raw.run, self.search)
-            && let Some(program) = run.get_ref().first()
-        {
-            let searched = env.get("PATH").cloned().map(|p| (p, "the step's `env`")).or_else(|| {
-                self.flow_path_env.clone().map(|p| (p, "the flow's `env`")).or_else(|| match &search.path {
-                    Some(p) => Some((p.to_string_lossy().into_owned(), "waymark's environment")),
-                    None => Some((DEFAULT_SEARCH_PATH.to_owned(), "the system default: PATH is not set")),
-                })
-            });
-            if let Some((path, from)) = searched {
-                self.program_on_path(program, &path, from, &workdir);
-            }
+        // The step's `run`, its catch handlers' and its compensation's programs are all started
+        // with the step's environment in its working directory.
+        let programs = raw
+            .run
+            .iter()
+            .chain(raw.catch.iter().filter_map(|h| h.get_ref().run.as_ref()))
+            .filter_map(|run| run.get_ref().first())
+            .chain(raw.compensate.as_ref().and_then(|c| match c.get_ref() {
+                RawCommand::Run(argv) => argv.first(),
+                RawCommand::Shell(_) => None,
+            }));
+        for program in programs {
+            self.search_program(program, env.get("PATH"), &workdir, "step's");
         }
         let kill_signal = raw.kill_signal.as_ref().and_then(|s| self.signal(s)).unwrap_or(defaults.kill_signal);
         let kill_grace = match &raw.kill_grace {
