@@ -369,9 +369,27 @@ pub(crate) struct Failure {
     pub(crate) log_dir: PathBuf,
 }
 
+/// An attempt that an earlier runner of a resumed run made, as the store recorded it: not an
+/// event (it happened before this runner), but what the failure report lists before this
+/// runner's attempts.
+#[derive(Debug, Clone)]
+pub(crate) struct EarlierAttempt {
+    pub(crate) step: String,
+    pub(crate) attempt: u32,
+    pub(crate) redelivered: bool,
+    pub(crate) started: SystemTime,
+    /// When and how it ended; `None` when its runner died while it ran.
+    pub(crate) end: Option<(SystemTime, AttemptEnd)>,
+    pub(crate) error: Option<ErrorValue>,
+}
+
 /// Consumes events. Reporters own what they write to and never reach back into the run.
 pub(crate) trait Reporter {
     fn report(&mut self, event: &Envelope);
+
+    /// The attempts earlier runners made of the run this runner resumes, oldest first, handed
+    /// over before its first event about an attempt. Most reporters need only the events.
+    fn earlier_attempts(&mut self, _attempts: &[EarlierAttempt]) {}
 }
 
 /// Stamps events and hands them to every attached reporter, in the order they were attached.
@@ -412,6 +430,13 @@ impl Emitter {
         let envelope = Envelope { seq: self.seq, at: (self.now)(), run_id: self.run_id.clone(), event };
         for reporter in &mut self.reporters {
             reporter.report(&envelope);
+        }
+    }
+
+    /// Hand every reporter the attempts earlier runners made of the run being resumed.
+    pub(crate) fn earlier_attempts(&mut self, attempts: &[EarlierAttempt]) {
+        for reporter in &mut self.reporters {
+            reporter.earlier_attempts(attempts);
         }
     }
 

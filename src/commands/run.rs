@@ -11,7 +11,7 @@
 //! run is created or claimed, by every runner: its contents are never recorded.
 
 use super::{CliError, EXIT_FAILED, EXIT_OK, open_store, print_warnings};
-use crate::events::{AbandonReason, Emitter, Event, NoticeKind, RunOutcome};
+use crate::events::{AbandonReason, AttemptEnd, EarlierAttempt, Emitter, Event, NoticeKind, RunOutcome};
 use crate::executor::environment::RunEnv;
 use crate::executor::{ExecError, RunSpec, RunnerSignals, kill_leftovers};
 use crate::flow::params::ParamError;
@@ -20,8 +20,8 @@ use crate::reporter::Mode;
 use crate::store::lock::FlowLock;
 use crate::store::record::RunDefinition;
 use crate::store::{
-    AuxKind, FlowKey, Lease, RunRecord, RunStatus, StateDir, StepRecord, Store, StoreError, ThreadJournal,
-    create_private_dir,
+    AttemptState, AuxKind, FlowKey, Lease, RunRecord, RunStatus, StateDir, StepRecord, Store, StoreError,
+    ThreadJournal, create_private_dir,
 };
 use anyhow::Context;
 use std::path::Path;
@@ -439,6 +439,10 @@ fn execute(
             store.location(),
         ))
     })?;
+    if resumed {
+        // The failure report lists the attempts of earlier runners too, as the store has them.
+        events.earlier_attempts(&earlier_attempts(store.as_ref(), &record.id)?);
+    }
     let log_dir = state.run_logs(&record.id);
     create_private_dir(&log_dir).with_context(|| format!("cannot create the log directory {}", log_dir.display()))?;
     let max_parallel = schedule.max_parallel.unwrap_or(flow.max_parallel);
@@ -484,6 +488,31 @@ fn execute(
             Err(CliError::Internal(exec_error(e).context(context)))
         }
     }
+}
+
+/// The attempts recorded for run `run_id` (those of earlier runners, when it is resumed), oldest
+/// first. An attempt left running is ended by the claim (`runner_lost`): it has no outcome.
+fn earlier_attempts(store: &dyn Store, run_id: &str) -> Result<Vec<EarlierAttempt>, CliError> {
+    let attempts = store.attempts(run_id, None)?;
+    Ok(attempts
+        .into_iter()
+        .map(|a| {
+            let outcome = match a.outcome {
+                AttemptState::Succeeded => Some(AttemptEnd::Succeeded),
+                AttemptState::Failed => Some(AttemptEnd::Failed),
+                AttemptState::Cancelled => Some(AttemptEnd::Cancelled),
+                AttemptState::Running | AttemptState::RunnerLost => None,
+            };
+            EarlierAttempt {
+                step: a.step,
+                attempt: a.attempt,
+                redelivered: a.redelivered,
+                started: a.started_at,
+                end: a.ended_at.zip(outcome),
+                error: a.error,
+            }
+        })
+        .collect())
 }
 
 /// The flow a run recorded when it started, through its versioned record.

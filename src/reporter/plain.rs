@@ -66,6 +66,10 @@ impl Drop for PlainReporter {
 }
 
 impl Reporter for PlainReporter {
+    fn earlier_attempts(&mut self, attempts: &[crate::events::EarlierAttempt]) {
+        self.history.prefill(attempts);
+    }
+
     fn report(&mut self, envelope: &Envelope) {
         if let Some(run_id) = &envelope.run_id {
             self.run_id.clone_from(run_id);

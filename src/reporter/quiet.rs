@@ -26,6 +26,10 @@ impl QuietReporter {
 }
 
 impl Reporter for QuietReporter {
+    fn earlier_attempts(&mut self, attempts: &[crate::events::EarlierAttempt]) {
+        self.history.prefill(attempts);
+    }
+
     fn report(&mut self, envelope: &Envelope) {
         if let Some(run_id) = &envelope.run_id {
             self.run_id.clone_from(run_id);

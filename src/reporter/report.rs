@@ -1,12 +1,13 @@
 //! The failure report: what a person (or cron's mail) needs to know about a failed run. For each
-//! step that failed for good: every attempt this runner saw (start time, duration, error class
+//! step that failed for good: every attempt (this runner's from the events, an earlier runner's
+//! of a resumed run from the store: [`History::prefill`]) (start time, duration, error class
 //! and message, its source, whether stopping it took SIGKILL after the grace period), why
 //! retrying stopped, the end of the last attempt's stdout and stderr, and its log files; then the
 //! run id with what to do next. The plain and quiet reporters print it; JSON mode does not (its
 //! events carry all of it).
 
 use crate::classify::ErrorValue;
-use crate::events::{AttemptEnd, Envelope, Event, Failure, StepOutcome};
+use crate::events::{AttemptEnd, EarlierAttempt, Envelope, Event, Failure, StepOutcome};
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::time::{Duration, SystemTime};
@@ -19,12 +20,14 @@ pub(crate) fn human(d: Duration) -> String {
     humantime::format_duration(Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))).to_string()
 }
 
-/// One attempt as this runner saw it.
+/// One attempt as this runner saw it, or as the store recorded an earlier runner's.
 struct Row {
     attempt: u32,
     redelivered: bool,
     started: Option<SystemTime>,
     end: Option<RowEnd>,
+    /// Made by an earlier runner of the run (it was resumed).
+    earlier: bool,
 }
 
 struct RowEnd {
@@ -45,7 +48,13 @@ impl History {
     pub(crate) fn record(&mut self, envelope: &Envelope) {
         match &envelope.event {
             Event::AttemptStarted { step, attempt, redelivered, .. } => {
-                let row = Row { attempt: *attempt, redelivered: *redelivered, started: Some(envelope.at), end: None };
+                let row = Row {
+                    attempt: *attempt,
+                    redelivered: *redelivered,
+                    started: Some(envelope.at),
+                    end: None,
+                    earlier: false,
+                };
                 self.steps.entry(step.clone()).or_default().push(row);
             }
             Event::AttemptFinished { step, attempt, outcome, error, duration, killed_after_grace, .. } => {
@@ -58,13 +67,35 @@ impl History {
                 };
                 match rows.last_mut() {
                     Some(row) if row.attempt == *attempt && row.end.is_none() => row.end = Some(end),
-                    _ => rows.push(Row { attempt: *attempt, redelivered: false, started: None, end: Some(end) }),
+                    _ => rows.push(Row {
+                        attempt: *attempt,
+                        redelivered: false,
+                        started: None,
+                        end: Some(end),
+                        earlier: false,
+                    }),
                 }
             }
             Event::StepFinished { step, outcome: StepOutcome::Succeeded, .. } => {
                 self.steps.remove(step);
             }
             _ => {}
+        }
+    }
+
+    /// Keep the attempts earlier runners made of the run, as recorded, so that the report lists
+    /// them like this runner's (called before this runner's first attempt).
+    pub(crate) fn prefill(&mut self, attempts: &[EarlierAttempt]) {
+        for a in attempts {
+            let end = a.end.map(|(ended, outcome)| RowEnd {
+                duration: ended.duration_since(a.started).unwrap_or_default(),
+                outcome,
+                error: a.error.clone(),
+                killed_after_grace: false,
+            });
+            let row =
+                Row { attempt: a.attempt, redelivered: a.redelivered, started: Some(a.started), end, earlier: true };
+            self.steps.entry(a.step.clone()).or_default().push(row);
         }
     }
 
@@ -135,13 +166,18 @@ impl History {
 
 /// An attempt's line in the report.
 fn describe(row: &Row) -> String {
-    let again = if row.redelivered { " (redelivered)" } else { "" };
+    let again = match (row.redelivered, row.earlier) {
+        (true, true) => " (redelivered, by an earlier runner)",
+        (false, true) => " (by an earlier runner)",
+        (true, false) => " (redelivered)",
+        (false, false) => "",
+    };
     let mut text = format!("attempt {}{again}:", row.attempt);
     if let Some(at) = row.started {
         let _ = write!(text, " started {},", humantime::format_rfc3339_seconds(at));
     }
     let Some(end) = &row.end else {
-        text.push_str(" did not end in this runner");
+        text.push_str(if row.earlier { " its runner died before it ended" } else { " did not end in this runner" });
         return text;
     };
     let _ = write!(text, " took {}: ", human(end.duration));

@@ -291,6 +291,10 @@ pub struct AttemptRecord {
     pub(crate) started_at: SystemTime,
     /// When it ended (`None` while it runs).
     pub(crate) ended_at: Option<SystemTime>,
+    /// Whether it ran again after its runner died.
+    pub(crate) redelivered: bool,
+    /// The error it failed with, as recorded (secrets already hidden).
+    pub(crate) error: Option<ErrorValue>,
 }
 
 /// How a finished attempt ended, for the record.

@@ -715,6 +715,8 @@ impl Store for SqliteStore {
                     outcome,
                     started_at: from_millis(r.get("started_at")?),
                     ended_at: r.get::<_, Option<i64>>("ended_at")?.map(from_millis),
+                    redelivered: r.get::<_, i64>("redelivered")? != 0,
+                    error: parse_error(r.get("error")?),
                 })
             })
             .map_err(|e| self.sql(e))?;

@@ -1,0 +1,54 @@
+//! The failure report of a resumed run lists the attempts earlier runners made as fully as its
+//! own (start, duration, error and its source), from the store; golden.
+
+mod common;
+
+use common::{Env, finish, golden, have_crash_hook, kill, normalise_times};
+use serde_json::Value;
+
+/// `text` with the run id, the state directory and times replaced.
+fn normalise(env: &Env, text: &str) -> String {
+    let out = env.cmd(&["history", "--json"]).output().unwrap();
+    let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut text = text.to_owned();
+    for run in runs.as_array().unwrap() {
+        text = text.replace(run["id"].as_str().unwrap(), "RUN");
+    }
+    text = text.replace(&env.state().canonicalize().unwrap().display().to_string(), "STATE");
+    normalise_times(&text)
+}
+
+/// Attempt 1 fails under a first runner (killed right after recording it), attempt 2 is running
+/// when a second runner is killed, and a third runner redelivers attempt 2 and makes attempt 3.
+const FLOW: &str = r#"name = "resumed"
+
+[[step]]
+name = "flaky"
+retry = { attempts = 3 }
+shell = '''
+echo "attempt $WAYMARK_ATTEMPT" >&2
+if [ "$WAYMARK_ATTEMPT" = 2 ] && [ ! -e hung ]; then touch hung; echo $$ > started; exec sleep 300; fi
+exit 3
+'''
+"#;
+
+#[test]
+fn a_resumed_runs_report_lists_earlier_runners_attempts_in_full() {
+    if !have_crash_hook("a_resumed_runs_report_lists_earlier_runners_attempts_in_full") {
+        return;
+    }
+    let env = Env::new();
+    env.write("flow.toml", FLOW);
+    let first = env.cmd(&["run", "-q", "flow.toml"]).env("WAYMARK_TEST_CRASH_AFTER", "flaky").output().unwrap();
+    assert_eq!(first.status.code(), None, "the first runner was killed by its crash hook");
+
+    let second = env.spawn(&["run", "-q", "flow.toml"]);
+    env.wait_for_lines("started", 1);
+    kill(second.id(), "KILL");
+    let _ = finish(second);
+
+    let third = env.cmd(&["run", "-q", "flow.toml"]).output().unwrap();
+    assert_eq!(third.status.code(), Some(1));
+    assert_eq!(third.stdout, b"");
+    golden("report/quiet-resumed.stderr", &normalise(&env, &common::stderr(&third)));
+}
