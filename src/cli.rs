@@ -1,6 +1,7 @@
 //! The command line, as clap types. Parsing only: the commands live in `commands/`.
 
 use clap::{Args, Parser, Subcommand, ValueEnum, ValueHint};
+use clap_complete::engine::ArgValueCompleter;
 use std::path::PathBuf;
 
 const AFTER_HELP: &str = "\
@@ -63,7 +64,7 @@ pub(crate) enum Command {
     #[command(after_help = "Examples:\n  waymark resume 4k2m9xq1\n  waymark history               find run ids")]
     Resume {
         /// The run's id, as `waymark history` shows it
-        #[arg(value_name = "RUN_ID")]
+        #[arg(value_name = "RUN_ID", add = ArgValueCompleter::new(crate::commands::complete::run_ids))]
         run_id: String,
         /// Wait for another runner of the same flow instead of exiting with status 3
         #[arg(long)]
@@ -126,7 +127,7 @@ pub(crate) enum Command {
     Status {
         /// A run id, or a flow file's path or a flow name for the flow's newest run [default: the
         /// newest run of all]
-        #[arg(value_name = "RUN", value_hint = ValueHint::FilePath)]
+        #[arg(value_name = "RUN", value_hint = ValueHint::FilePath, add = ArgValueCompleter::new(crate::commands::complete::runs_and_files))]
         target: Option<String>,
         /// Print JSON
         #[arg(long)]
@@ -140,10 +141,10 @@ pub(crate) enum Command {
     )]
     Logs {
         /// A run id, or a flow file's path or a flow name for the flow's newest run
-        #[arg(value_name = "RUN", value_hint = ValueHint::FilePath)]
+        #[arg(value_name = "RUN", value_hint = ValueHint::FilePath, add = ArgValueCompleter::new(crate::commands::complete::runs_and_files))]
         target: String,
         /// The step's name, as `waymark status RUN` lists it
-        #[arg(value_name = "STEP", value_hint = ValueHint::Other)]
+        #[arg(value_name = "STEP", value_hint = ValueHint::Other, add = ArgValueCompleter::new(crate::commands::complete::steps))]
         step: String,
         /// Which attempt [default: the last one]
         #[arg(long)]

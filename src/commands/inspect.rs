@@ -155,7 +155,7 @@ pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: 
 }
 
 /// A run by id, or the newest run of a flow (by file path or name), or the newest run of all.
-fn find_run(store: &dyn Store, target: Option<&str>) -> Result<RunRecord, CliError> {
+pub(super) fn find_run(store: &dyn Store, target: Option<&str>) -> Result<RunRecord, CliError> {
     match target {
         Some(t) => match store.run(t) {
             Ok(r) => Ok(r),

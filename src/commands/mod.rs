@@ -2,6 +2,7 @@
 //! `main` prints and maps to its documented exit status.
 
 mod check;
+pub mod complete;
 mod docs;
 mod errors;
 mod graph;

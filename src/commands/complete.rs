@@ -1,0 +1,105 @@
+//! Dynamic completion: `COMPLETE=bash waymark` prints a script that registers waymark with the
+//! shell, and the shell then calls `waymark -- waymark ARGS...` with `COMPLETE` set to complete a
+//! word (clap_complete's `CompleteEnv` protocol). Run ids and step names come from the state
+//! directory, read-only; anything that goes wrong offers nothing rather than printing an error.
+
+use super::{find_state_dir, inspect, read_store};
+use crate::store::{RunFilter, Store};
+use clap_complete::engine::{CompletionCandidate, PathCompleter, ValueCompleter};
+use std::ffi::OsStr;
+use std::path::PathBuf;
+
+/// The most runs offered, newest first.
+const MAX_RUNS: usize = 500;
+
+/// Answer the shell and exit if it is asking (`COMPLETE` set); otherwise return at once.
+pub fn complete_if_asked() {
+    use clap::CommandFactory;
+    clap_complete::CompleteEnv::with_factory(crate::cli::Cli::command).complete();
+}
+
+/// The words of the command line being completed: what the shell passes after `--`, without the
+/// program's name.
+fn words() -> Vec<String> {
+    let args: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
+    let start = args.iter().position(|a| a == "--").map_or(args.len(), |i| i + 2);
+    args.get(start..).map(<[String]>::to_vec).unwrap_or_default()
+}
+
+/// The options of the commands that name a run or a step which take a value.
+const VALUED: [&str; 4] = ["--state-dir", "--attempt", "--stream", "--color"];
+
+/// `--state-dir` as the command line gives it (the last one wins, as after the command).
+fn state_flag(words: &[String]) -> Option<PathBuf> {
+    let mut dir = None;
+    for (i, w) in words.iter().enumerate() {
+        if w == "--state-dir" {
+            dir = words.get(i + 1).map(PathBuf::from);
+        } else if let Some(d) = w.strip_prefix("--state-dir=") {
+            dir = Some(PathBuf::from(d));
+        }
+    }
+    dir
+}
+
+/// The store of the state directory the command line would use, opened for reading.
+fn store(words: &[String]) -> Option<Box<dyn Store>> {
+    let flag = state_flag(words);
+    read_store(&find_state_dir(flag.as_deref()).ok()?).ok()
+}
+
+/// The ids of the runs (of every flow), newest first, that start with `current`; each with its
+/// flow, status and start as help.
+fn run_candidates(store: &dyn Store, current: &str) -> Vec<CompletionCandidate> {
+    let Ok(runs) = store.list_runs(RunFilter::All, MAX_RUNS) else { return Vec::new() };
+    runs.into_iter()
+        .filter(|r| r.id.starts_with(current))
+        .map(|r| {
+            let help = format!("{} {}, {}", r.flow, r.status.as_str(), humantime::format_rfc3339_seconds(r.started_at));
+            CompletionCandidate::new(r.id).help(Some(help.into()))
+        })
+        .collect()
+}
+
+/// `resume RUN_ID`: run ids.
+pub(crate) fn run_ids(current: &OsStr) -> Vec<CompletionCandidate> {
+    let words = words();
+    store(&words).map(|s| run_candidates(s.as_ref(), &current.to_string_lossy())).unwrap_or_default()
+}
+
+/// `status RUN`, `logs RUN`: run ids, then flow files.
+pub(crate) fn runs_and_files(current: &OsStr) -> Vec<CompletionCandidate> {
+    let mut out = run_ids(current);
+    out.extend(PathCompleter::file().complete(current));
+    out
+}
+
+/// `logs RUN STEP`: the steps of the run the command line names (a run id, or a flow's newest
+/// run), in flow order, each with its state as help.
+pub(crate) fn steps(current: &OsStr) -> Vec<CompletionCandidate> {
+    let words = words();
+    let Some(at) = words.iter().position(|w| w == "logs") else { return Vec::new() };
+    // The first word after `logs` that is neither an option nor an option's value: RUN.
+    let mut rest = words[at + 1..].iter();
+    let mut target = None;
+    while let Some(w) = rest.next() {
+        if VALUED.contains(&w.as_str()) {
+            rest.next();
+        } else if !w.starts_with('-') {
+            target = Some(w.clone());
+            break;
+        }
+    }
+    let (Some(target), Some(store)) = (target, store(&words)) else { return Vec::new() };
+    let Ok(run) = inspect::find_run(store.as_ref(), Some(&target)) else { return Vec::new() };
+    let Ok(steps) = store.steps(&run.id) else { return Vec::new() };
+    let current = current.to_string_lossy();
+    steps
+        .into_iter()
+        .filter(|s| s.name.starts_with(&*current))
+        .map(|s| {
+            let help = s.state.status().as_str().to_owned();
+            CompletionCandidate::new(s.name).help(Some(help.into()))
+        })
+        .collect()
+}
