@@ -11,7 +11,7 @@ use common::Env;
 fn plan(flow: &str) -> String {
     let env = Env::new();
     env.write("flow.toml", flow);
-    let path = common::path_with_stubs(env.dir.path(), &["curl"]);
+    let path = common::path_with_stubs(env.dir.path(), &["curl", "notify"]);
     let out = env.cmd(&["check", "flow.toml"]).env("NO_COLOR", "1").env("PATH", path).output().unwrap();
     let stderr = common::stderr(&out);
     assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
