@@ -49,8 +49,8 @@ set edit:completion:arg-completer[waymark] = {|@words|
             cand -q 'Print nothing if the run succeeds; if it fails, only the failure report, on stderr (for cron). The steps'' output is kept in the log files'
             cand --quiet 'Print nothing if the run succeeds; if it fails, only the failure report, on stderr (for cron). The steps'' output is kept in the log files'
             cand --json 'Print one JSON object per event on stdout (JSON Lines; the schema is in README.md); the steps'' output goes only to the log files'
-            cand -h 'Print help (see more with ''--help'')'
-            cand --help 'Print help (see more with ''--help'')'
+            cand -h 'Print help'
+            cand --help 'Print help'
         }
         &'waymark;resume'= {
             cand --progress 'How the run is shown on a terminal: `live` draws a line per running step (attempt, time left, retry countdown) and a done/total bar; `plain` prints one line per event; `auto` is `live` when stderr is a terminal and TERM is not `dumb`. `--json` and `--quiet` win over it'
@@ -60,8 +60,8 @@ set edit:completion:arg-completer[waymark] = {|@words|
             cand -q 'Print nothing if the run succeeds; if it fails, only the failure report, on stderr (for cron). The steps'' output is kept in the log files'
             cand --quiet 'Print nothing if the run succeeds; if it fails, only the failure report, on stderr (for cron). The steps'' output is kept in the log files'
             cand --json 'Print one JSON object per event on stdout (JSON Lines; the schema is in README.md); the steps'' output goes only to the log files'
-            cand -h 'Print help (see more with ''--help'')'
-            cand --help 'Print help (see more with ''--help'')'
+            cand -h 'Print help'
+            cand --help 'Print help'
         }
         &'waymark;check'= {
             cand --color 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`'

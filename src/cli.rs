@@ -234,11 +234,9 @@ impl ShowArgs {
 /// `run --progress` and `resume --progress`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum ProgressArg {
-    /// `live` on a terminal, else `plain`
+    // Described in the flag's help (a description here would turn `--help` into its long form).
     Auto,
-    /// The live display on stderr, even when it is not a terminal
     Live,
-    /// One line per event
     Plain,
 }
 
