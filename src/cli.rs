@@ -211,12 +211,34 @@ pub(crate) struct ShowArgs {
     /// steps' output goes only to the log files
     #[arg(long)]
     json: bool,
+    /// How the run is shown on a terminal: `live` draws a line per running step (attempt, time
+    /// left, retry countdown) and a done/total bar; `plain` prints one line per event; `auto` is
+    /// `live` when stderr is a terminal and TERM is not `dumb`. `--json` and `--quiet` win over it
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = ProgressArg::Auto)]
+    progress: ProgressArg,
 }
 
 impl ShowArgs {
     pub(crate) fn mode(&self) -> crate::reporter::Mode {
-        crate::reporter::Mode::from_flags(self.quiet, self.json)
+        use std::io::IsTerminal;
+        let live = match self.progress {
+            ProgressArg::Live => true,
+            ProgressArg::Plain => false,
+            ProgressArg::Auto => {
+                std::io::stderr().is_terminal() && std::env::var_os("TERM").is_none_or(|t| t != "dumb")
+            }
+        };
+        crate::reporter::Mode::from_flags(self.quiet, self.json, live)
     }
+}
+
+/// `run --progress` and `resume --progress`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ProgressArg {
+    // Described in the flag's help (a description here would turn `--help` into its long form).
+    Auto,
+    Live,
+    Plain,
 }
 
 /// `--state-dir`, on the commands that keep or read runs.

@@ -257,6 +257,9 @@ pub(crate) enum Event {
         pid: Option<u32>,
         /// Run again after its runner died or was stopped.
         redelivered: bool,
+        /// The step's `timeout`: the attempt is stopped this long after it started.
+        #[serde(rename = "timeout_ms", serialize_with = "opt_millis")]
+        timeout: Option<Duration>,
     },
     /// Whole lines (or a final unterminated line) a child wrote.
     Output {
@@ -498,6 +501,13 @@ fn millis<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+fn opt_millis<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => millis(d, s),
+        None => s.serialize_none(),
+    }
+}
+
 /// A path as text, even one that is not UTF-8 (serde refuses those).
 fn lossy_path<S: Serializer>(path: &std::path::Path, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(&path.display())
@@ -638,7 +648,14 @@ pub(crate) mod tests {
             Event::StepSkipped { step: "load".into(), reason: SkipReason::DeadlinePassed },
             Event::StepReady { step: step() },
             Event::StepStarted { step: step() },
-            Event::AttemptStarted { step: step(), attempt: 1, max_attempts: 3, pid: Some(4242), redelivered: false },
+            Event::AttemptStarted {
+                step: step(),
+                attempt: 1,
+                max_attempts: 3,
+                pid: Some(4242),
+                redelivered: false,
+                timeout: Some(Duration::from_secs(30)),
+            },
             Event::Output {
                 step: step(),
                 stream: Stream::Stdout,
@@ -663,7 +680,14 @@ pub(crate) mod tests {
                 killed_after_grace: false,
             },
             Event::StepWaiting { step: step(), next_attempt: 2, retry },
-            Event::AttemptStarted { step: step(), attempt: 2, max_attempts: 3, pid: None, redelivered: true },
+            Event::AttemptStarted {
+                step: step(),
+                attempt: 2,
+                max_attempts: 3,
+                pid: None,
+                redelivered: true,
+                timeout: None,
+            },
             Event::Notice {
                 notice: NoticeKind::Warning,
                 step: Some(step()),

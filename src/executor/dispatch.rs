@@ -470,6 +470,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 max_attempts,
                 pid: None,
                 redelivered,
+                timeout: step.timeout,
             });
             // It wrote nothing: none of its log is its evidence.
             let ended = Ended { attempt, row, stem, stderr_from: u64::MAX, issued, killed_after_grace: false };
@@ -480,7 +481,14 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             Launched::Running { pid, .. } => Some(*pid),
             Launched::NotStarted { .. } => None,
         };
-        self.emitter.emit(Event::AttemptStarted { step: step.name.clone(), attempt, max_attempts, pid, redelivered });
+        self.emitter.emit(Event::AttemptStarted {
+            step: step.name.clone(),
+            attempt,
+            max_attempts,
+            pid,
+            redelivered,
+            timeout: step.timeout,
+        });
         match launched {
             Launched::Running { pid, stderr_from, .. } => {
                 self.steps[index].slot = Slot::Running(Live { attempt, row, pid, stem, stderr_from, issued, control });

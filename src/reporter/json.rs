@@ -245,7 +245,7 @@ pub(crate) fn wire(envelope: &Envelope) -> Option<Line<'_>> {
                 delay_ms: millis(retry.delay),
             },
         ),
-        Event::AttemptStarted { step, attempt, max_attempts, pid, redelivered } => (
+        Event::AttemptStarted { step, attempt, max_attempts, pid, redelivered, .. } => (
             "attempt.started",
             Fields::AttemptStarted {
                 step,

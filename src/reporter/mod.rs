@@ -8,6 +8,9 @@
 //! - [`PlainReporter`] (the default): child output behind its step's name, waymark's own lines on
 //!   stderr behind `waymark:`, and the failure report. Events that have no line of their own (a
 //!   step's turn, start, wait and end) print nothing.
+//! - [`LiveReporter`] (`--progress live`, or `auto` on a terminal): a line per running step with
+//!   its attempt, time and countdowns, and a done/total bar, drawn by indicatif on stderr; child
+//!   output and waymark's own lines scroll above it; the same failure report at the end.
 //! - [`QuietReporter`] (`--quiet`): nothing unless the run fails (the failure report) or is
 //!   interrupted (one line).
 //! - [`JsonReporter`] (`--json`): one JSON object per event on stdout.
@@ -16,6 +19,7 @@
 //! each written by a thread of its own so that a stalled reader never stalls the run.
 
 mod json;
+mod live;
 mod plain;
 mod quiet;
 mod report;
@@ -23,6 +27,7 @@ mod terminal;
 
 use crate::events::Reporter;
 use json::JsonReporter;
+use live::{LiveReporter, OutputChoice};
 use plain::PlainReporter;
 use quiet::QuietReporter;
 
@@ -30,17 +35,20 @@ use quiet::QuietReporter;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
     Plain,
+    Live,
     Quiet,
     Json,
 }
 
 impl Mode {
     /// From the flags of `run` and `resume` (clap keeps them apart).
-    pub(crate) fn from_flags(quiet: bool, json: bool) -> Mode {
-        match (quiet, json) {
-            (_, true) => Mode::Json,
-            (true, false) => Mode::Quiet,
-            (false, false) => Mode::Plain,
+    /// `--json` wins over `--quiet`, and both over the live display.
+    pub(crate) fn from_flags(quiet: bool, json: bool, live: bool) -> Mode {
+        match (quiet, json, live) {
+            (_, true, _) => Mode::Json,
+            (true, false, _) => Mode::Quiet,
+            (false, false, true) => Mode::Live,
+            (false, false, false) => Mode::Plain,
         }
     }
 
@@ -48,6 +56,8 @@ impl Mode {
     pub(crate) fn reporter(self) -> Box<dyn Reporter> {
         match self {
             Mode::Plain => Box::new(PlainReporter::new()),
+            // `--output` is the plain reporter's flag too: the lead wires it here at merge.
+            Mode::Live => Box::new(LiveReporter::new(OutputChoice::All)),
             Mode::Quiet => Box::new(QuietReporter::new()),
             Mode::Json => Box::new(JsonReporter::new()),
         }

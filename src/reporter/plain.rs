@@ -112,7 +112,7 @@ fn readable(age: Duration) -> Duration {
 
 /// Waymark's own line(s) for an event, newline-terminated; `None` for the events that have no
 /// line (a step's turn, start, wait and end are said by the attempts' lines).
-fn describe(envelope: &Envelope) -> Option<String> {
+pub(super) fn describe(envelope: &Envelope) -> Option<String> {
     let run_id = envelope.run_id.as_deref().unwrap_or_default();
     let text = match &envelope.event {
         Event::RunStarted { flow, steps_total } => format!("waymark: run {run_id} of {flow}: {steps_total} step(s)"),
@@ -263,7 +263,14 @@ mod tests {
             Event::StepWaiting { step: step(), next_attempt: 2, retry },
             Event::StepFinished { step: step(), outcome: StepOutcome::Succeeded, attempts: 1 },
             Event::StepFinished { step: step(), outcome: StepOutcome::Failed, attempts: 1 },
-            Event::AttemptStarted { step: step(), attempt: 1, max_attempts: 1, pid: Some(1), redelivered: false },
+            Event::AttemptStarted {
+                step: step(),
+                attempt: 1,
+                max_attempts: 1,
+                pid: Some(1),
+                redelivered: false,
+                timeout: None,
+            },
             Event::AttemptFinished {
                 step: step(),
                 attempt: 1,

@@ -237,7 +237,7 @@ mod tests {
     }
 
     fn started(step: &str, attempt: u32, redelivered: bool) -> Event {
-        Event::AttemptStarted { step: step.into(), attempt, max_attempts: 3, pid: Some(9), redelivered }
+        Event::AttemptStarted { step: step.into(), attempt, max_attempts: 3, pid: Some(9), redelivered, timeout: None }
     }
 
     fn failure(step: &str, error: ErrorValue, stopped: RetryStop, last_attempt: u32) -> Failure {

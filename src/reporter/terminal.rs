@@ -31,6 +31,8 @@ struct Item {
 struct Shared {
     /// Child output queued and not written yet.
     queued: AtomicUsize,
+    /// Everything queued and not written yet (child output and waymark's own text).
+    backlog: AtomicUsize,
     /// Bytes written so far: a reader that takes anything makes progress.
     written: AtomicU64,
     /// The first write error other than a closed pipe (a full disk, say).
@@ -68,6 +70,7 @@ impl Sink {
                     file = None;
                 }
                 state.queued.fetch_sub(item.child_bytes, Ordering::Relaxed);
+                state.backlog.fetch_sub(item.text.len(), Ordering::Relaxed);
             }
         };
         let tx = std::thread::Builder::new().name(format!("waymark-{name}")).spawn(write).ok().map(|_| tx);
@@ -76,23 +79,43 @@ impl Sink {
 
     /// Queue child output, or return false to drop it when the stream is too far behind.
     pub(crate) fn output(&self, text: Vec<u8>) -> bool {
-        let Some(tx) = &self.tx else { return true };
+        if self.tx.is_none() {
+            return true;
+        }
         let n = text.len();
         if self.shared.queued.load(Ordering::Relaxed) + n > BUDGET {
             return false;
         }
-        self.shared.queued.fetch_add(n, Ordering::Relaxed);
-        if tx.send(Item { text, child_bytes: n }).is_err() {
-            self.shared.queued.fetch_sub(n, Ordering::Relaxed);
-        }
+        self.queue(text, n);
         true
     }
 
     /// Queue waymark's own text: always kept.
     pub(crate) fn line(&self, text: Vec<u8>) {
-        if let Some(tx) = &self.tx {
-            let _ = tx.send(Item { text, child_bytes: 0 });
+        self.queue(text, 0);
+    }
+
+    /// Queue `text`, of which `child_bytes` are child output that the caller has already checked
+    /// against [`BUDGET`] with [`Sink::child_backlog`]; always kept.
+    pub(crate) fn queue(&self, text: Vec<u8>, child_bytes: usize) {
+        let Some(tx) = &self.tx else { return };
+        let n = text.len();
+        self.shared.queued.fetch_add(child_bytes, Ordering::Relaxed);
+        self.shared.backlog.fetch_add(n, Ordering::Relaxed);
+        if tx.send(Item { text, child_bytes }).is_err() {
+            self.shared.queued.fetch_sub(child_bytes, Ordering::Relaxed);
+            self.shared.backlog.fetch_sub(n, Ordering::Relaxed);
         }
+    }
+
+    /// Child output queued and not written yet.
+    pub(crate) fn child_backlog(&self) -> usize {
+        self.shared.queued.load(Ordering::Relaxed)
+    }
+
+    /// Everything queued and not written yet: how far behind the reader is.
+    pub(crate) fn backlog(&self) -> usize {
+        self.shared.backlog.load(Ordering::Relaxed)
     }
 
     /// Let the writer finish what is queued; true when it did, false when the stream took
@@ -169,6 +192,11 @@ impl Terminal {
             (Stream::Stderr, Some(err)) => err,
             _ => &self.out,
         }
+    }
+
+    /// Whether stdout and stderr are the same file (a terminal, or `2>&1`), written by one writer.
+    pub(crate) fn shared(&self) -> bool {
+        self.err.is_none()
     }
 
     /// Queue waymark's own text for stderr.

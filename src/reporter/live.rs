@@ -1,0 +1,648 @@
+//! The live display (`--progress live`, or `auto` when stderr is a terminal): one line per running
+//! step with a spinner, its attempt, how long it has run and how long it has before its timeout;
+//! a step waiting to retry counts down to its next attempt; a `done/total` bar at the bottom.
+//! Child output and waymark's own lines scroll above the bars, and the run ends as the plain
+//! display ends: the bars are cleared, then the failure report or the run's last line.
+//!
+//! indicatif keeps the bars and draws them, but never into the terminal itself: it draws into a
+//! [`Screen`], which hands whole frames to the stderr writer thread of [`Terminal`], at most
+//! [`FRAMES_PER_SECOND`] of them and only while that writer keeps up. So a terminal that stops
+//! reading never stalls the run, and the display costs the run nothing it would notice. The screen
+//! erases the bars it last sent itself before each frame, so a frame that was never sent cannot
+//! leave the display torn.
+
+use super::plain::describe;
+use super::report::History;
+use super::terminal::{BUDGET, Terminal};
+use crate::events::{AttemptEnd, Envelope, Event, Reporter, RunOutcome, Stream};
+use crate::executor::Chunk;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle, TermLike};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+/// Frames sent to the terminal at most, per second.
+const FRAMES_PER_SECOND: u8 = 20;
+/// How often a spinner turns and a clock moves.
+const TICK: Duration = Duration::from_millis(100);
+/// A frame waits while this much is queued for the terminal and not written yet.
+const FRAME_BACKLOG: usize = 64 * 1024;
+
+/// Whose child output is shown while the run goes on (`--output`); the logs keep all of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(dead_code, reason = "`--output` comes with the plain display's flag, wired in at merge")]
+pub(crate) enum OutputChoice {
+    /// Every attempt's, as it comes.
+    All,
+    /// A failed attempt's, when it has failed.
+    Failed,
+    /// None.
+    None,
+}
+
+pub(crate) struct LiveReporter {
+    screen: Screen,
+    multi: MultiProgress,
+    /// The `done/total` bar, at the bottom.
+    overall: ProgressBar,
+    /// One bar per step (or compensation, or hook) on the display.
+    bars: HashMap<String, StepBar>,
+    /// Steps finished or skipped: the overall bar's position.
+    done: HashSet<String>,
+    /// Width of the widest name shown so far, to align the lines.
+    name_width: usize,
+    output: OutputChoice,
+    /// With [`OutputChoice::Failed`]: the output of each step's running attempt, and its size.
+    held: HashMap<String, Vec<(Stream, Arc<Chunk>)>>,
+    held_bytes: usize,
+    run_id: String,
+    /// Child output not shown, per step and stream, since it was last reported.
+    dropped: BTreeMap<(String, &'static str), u64>,
+    /// The attempts, for the failure report.
+    history: History,
+    /// The overall bar is on the display.
+    started: bool,
+    /// The run ended: the bars are gone for good.
+    ended: bool,
+}
+
+struct StepBar {
+    bar: ProgressBar,
+    /// The error class of the last failed attempt, for the retry countdown.
+    error: Option<String>,
+    max_attempts: u32,
+}
+
+impl LiveReporter {
+    pub(crate) fn new(output: OutputChoice) -> LiveReporter {
+        let screen = Screen::new(Terminal::open());
+        let target = ProgressDrawTarget::term_like_with_hz(Box::new(screen.clone()), FRAMES_PER_SECOND);
+        let multi = MultiProgress::with_draw_target(target);
+        let overall = ProgressBar::hidden();
+        overall.set_style(overall_style());
+        LiveReporter {
+            screen,
+            multi,
+            overall,
+            bars: HashMap::new(),
+            done: HashSet::new(),
+            name_width: 0,
+            output,
+            held: HashMap::new(),
+            held_bytes: 0,
+            run_id: String::new(),
+            dropped: BTreeMap::new(),
+            history: History::default(),
+            started: false,
+            ended: false,
+        }
+    }
+
+    /// Start the bars for a run of `total` steps.
+    fn start(&mut self, total: usize) {
+        if self.ended {
+            return;
+        }
+        self.overall.set_length(total as u64);
+        self.show_overall();
+    }
+
+    fn show_overall(&mut self) {
+        if !self.started {
+            self.started = true;
+            self.overall = self.multi.add(self.overall.clone());
+            self.overall.enable_steady_tick(TICK);
+        }
+    }
+
+    /// The bar of `name`, added above the overall bar if it has none.
+    fn bar(&mut self, name: &str) -> Option<&mut StepBar> {
+        if self.ended {
+            return None;
+        }
+        if !self.bars.contains_key(name) {
+            self.show_overall();
+            self.name_width = self.name_width.max(name.chars().count());
+            let bar = self.multi.insert_before(&self.overall, ProgressBar::hidden());
+            bar.enable_steady_tick(TICK);
+            self.bars.insert(name.to_owned(), StepBar { bar, error: None, max_attempts: 1 });
+        }
+        let width = self.name_width;
+        let step = self.bars.get_mut(name)?;
+        step.bar.set_prefix(format!("{name:<width$}"));
+        Some(step)
+    }
+
+    fn remove(&mut self, name: &str) {
+        if let Some(step) = self.bars.remove(name) {
+            step.bar.finish_and_clear();
+            self.multi.remove(&step.bar);
+        }
+    }
+
+    fn finished(&mut self, step: &str) {
+        self.remove(step);
+        if self.done.insert(step.to_owned()) {
+            self.overall.set_position(self.done.len() as u64);
+        }
+    }
+
+    /// Clear the bars for good: the run's last lines come after them.
+    fn end(&mut self) {
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        for (_, step) in self.bars.drain() {
+            step.bar.finish_and_clear();
+        }
+        self.overall.finish_and_clear();
+        let _ = self.multi.clear();
+        self.screen.lock().clear();
+    }
+
+    /// Show child output of `step`, or keep it until its attempt ends (`--output failed`).
+    fn output(&mut self, step: &str, stream: Stream, chunk: &Arc<Chunk>) {
+        match self.output {
+            OutputChoice::None => {}
+            OutputChoice::All => self.show(step, stream, chunk),
+            OutputChoice::Failed => {
+                if self.held_bytes + chunk.len() > BUDGET {
+                    *self.dropped.entry((step.to_owned(), stream.name())).or_default() += chunk.len() as u64;
+                } else {
+                    self.held_bytes += chunk.len();
+                    self.held.entry(step.to_owned()).or_default().push((stream, Arc::clone(chunk)));
+                }
+            }
+        }
+    }
+
+    /// What `step`'s attempt wrote, held for `--output failed`: shown when it failed.
+    fn release(&mut self, step: &str, failed: bool) {
+        let Some(held) = self.held.remove(step) else { return };
+        self.held_bytes -= held.iter().map(|(_, c)| c.len()).sum::<usize>();
+        if failed {
+            for (stream, chunk) in held {
+                self.show(step, stream, &chunk);
+            }
+        }
+    }
+
+    fn show(&mut self, step: &str, stream: Stream, chunk: &[u8]) {
+        let mut text = Vec::with_capacity(chunk.len() + 16);
+        for line in chunk.split_inclusive(|b| *b == b'\n') {
+            text.extend_from_slice(step.as_bytes());
+            text.extend_from_slice(b" | ");
+            text.extend_from_slice(line);
+        }
+        if !self.screen.lock().output(stream, text) {
+            *self.dropped.entry((step.to_owned(), stream.name())).or_default() += chunk.len() as u64;
+        }
+    }
+
+    fn say(&self, text: String) {
+        self.screen.lock().say(text.into_bytes());
+    }
+
+    /// Say how much output of `step` (of every step when `None`) was not shown.
+    fn report_drops(&mut self, step: Option<&str>) {
+        let keys: Vec<(String, &'static str)> =
+            self.dropped.keys().filter(|(s, _)| step.is_none_or(|name| name == s)).cloned().collect();
+        for key in keys {
+            let Some(bytes) = self.dropped.remove(&key) else { continue };
+            let (step, stream) = key;
+            self.say(format!(
+                "waymark: warning: {step}: {bytes} bytes of its {stream} not shown: {stream} was not being read \
+                 fast enough; the log has all of it (`waymark logs {} {step} --stream {stream}`)\n",
+                self.run_id
+            ));
+        }
+    }
+
+    /// The end-of-run summary, printed after the bars are cleared and before the run's last line
+    /// or failure report. The summary table of `report.rs` (from the `plain` branch) is wired in
+    /// here at merge; until then there is none.
+    fn end_of_run_summary(&self, _envelope: &Envelope) -> Option<String> {
+        None
+    }
+
+    /// Keep the bars in step with `event`.
+    fn draw(&mut self, envelope: &Envelope) {
+        match &envelope.event {
+            Event::RunStarted { steps_total, .. } | Event::RunResumed { steps_total, .. } => self.start(*steps_total),
+            Event::AttemptStarted { step, attempt, max_attempts, timeout, .. } => {
+                let look = Look::Running { attempt: *attempt, max_attempts: *max_attempts, timeout: *timeout };
+                if let Some(bar) = self.bar(step) {
+                    bar.max_attempts = *max_attempts;
+                    bar.bar.set_style(look.style());
+                    bar.bar.reset_elapsed();
+                }
+            }
+            Event::AttemptFinished { step, outcome, error, .. } => {
+                if let Some(bar) = self.bars.get_mut(step) {
+                    bar.error = error.as_ref().map(|e| e.class.clone());
+                }
+                self.release(step, *outcome == AttemptEnd::Failed);
+            }
+            Event::StepWaiting { step, next_attempt, retry } => {
+                if let Some(bar) = self.bar(step) {
+                    let look = Look::Waiting {
+                        attempt: *next_attempt,
+                        max_attempts: bar.max_attempts,
+                        wake_at: retry.wake_at,
+                        after: bar.error.clone(),
+                    };
+                    bar.bar.set_style(look.style());
+                }
+            }
+            Event::HandlerStarted { step, error, .. } => {
+                if let Some(bar) = self.bar(step) {
+                    bar.bar.set_style(Look::Doing(format!("catch handler for {error}")).style());
+                    bar.bar.reset_elapsed();
+                }
+            }
+            Event::HandlerFinished { step, outcome, .. } => self.release(step, *outcome == AttemptEnd::Failed),
+            Event::AuxStarted { kind, name, .. } => {
+                let what = match kind {
+                    crate::store::AuxKind::Compensate => "compensating",
+                    crate::store::AuxKind::Hook => "hook",
+                };
+                if let Some(bar) = self.bar(name) {
+                    bar.bar.set_style(Look::Doing(what.to_owned()).style());
+                    bar.bar.reset_elapsed();
+                }
+            }
+            Event::AuxFinished { name, outcome, .. } => {
+                self.release(name, *outcome == AttemptEnd::Failed);
+                self.remove(name);
+            }
+            Event::StepFinished { step, .. } | Event::StepSkipped { step, .. } => self.finished(step),
+            Event::RunFinished { .. } => self.end(),
+            _ => {}
+        }
+    }
+}
+
+impl Drop for LiveReporter {
+    fn drop(&mut self) {
+        self.end();
+        let Some(mut terminal) = self.screen.lock().terminal.take() else { return };
+        let run = &self.run_id;
+        terminal.close(
+            &format!(
+                "the rest of the steps' output was not shown there (the logs have all of it: `waymark logs {run} STEP`)"
+            ),
+            &format!("what was to be shown there is in the logs (`waymark logs {run} STEP`)"),
+        );
+    }
+}
+
+impl Reporter for LiveReporter {
+    fn report(&mut self, envelope: &Envelope) {
+        if let Some(run_id) = &envelope.run_id {
+            self.run_id.clone_from(run_id);
+        }
+        self.history.record(envelope);
+        if let Event::Output { step, stream, chunk } = &envelope.event {
+            self.output(step, *stream, chunk);
+            return;
+        }
+        self.draw(envelope);
+        match &envelope.event {
+            // The bars show the attempt.
+            Event::AttemptStarted { .. } => return,
+            Event::AttemptFinished { step, outcome: AttemptEnd::Succeeded | AttemptEnd::Failed, .. } => {
+                self.report_drops(Some(step));
+            }
+            Event::RunFinished { outcome, failures, .. } => {
+                self.report_drops(None);
+                if let Some(summary) = self.end_of_run_summary(envelope) {
+                    self.say(summary);
+                }
+                if *outcome == RunOutcome::Failed {
+                    self.say(format!("\n{}", self.history.report(&self.run_id, failures)));
+                    return;
+                }
+            }
+            _ => {}
+        }
+        if let Some(text) = describe(envelope) {
+            self.say(text);
+        }
+    }
+}
+
+/// What a step's line shows.
+#[derive(Clone)]
+enum Look {
+    /// `⠙ fetch  attempt 1/3  2.1s  timeout in 27.9s`
+    Running { attempt: u32, max_attempts: u32, timeout: Option<Duration> },
+    /// `  fetch  retry 2/3 in 4.2s after ConnectionResetError`
+    Waiting { attempt: u32, max_attempts: u32, wake_at: SystemTime, after: Option<String> },
+    /// `⠙ fetch  catch handler for TimeoutError  1.2s`
+    Doing(String),
+}
+
+impl Look {
+    fn style(self) -> ProgressStyle {
+        let (template, spin) = match self {
+            Look::Waiting { .. } => ("  {prefix}  {line}", false),
+            _ => ("{spinner} {prefix}  {line}", true),
+        };
+        let line = move |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+            let elapsed = state.elapsed();
+            let _ = match &self {
+                Look::Running { attempt, max_attempts, timeout } => {
+                    let left = timeout.map(|t| format!("  timeout in {}", short(t.saturating_sub(elapsed))));
+                    write!(w, "attempt {attempt}/{max_attempts}  {}{}", short(elapsed), left.unwrap_or_default())
+                }
+                Look::Waiting { attempt, max_attempts, wake_at, after } => {
+                    let left = wake_at.duration_since(SystemTime::now()).unwrap_or_default();
+                    let after = after.as_ref().map(|e| format!(" after {e}")).unwrap_or_default();
+                    write!(w, "retry {attempt}/{max_attempts} in {}{after}", short(left))
+                }
+                Look::Doing(what) => write!(w, "{what}  {}", short(elapsed)),
+            };
+        };
+        let style = ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_spinner());
+        let style = style.with_key("line", line);
+        if spin { style.tick_chars("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏ ") } else { style }
+    }
+}
+
+fn overall_style() -> ProgressStyle {
+    let clock = |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+        let _ = w.write_str(&short(state.elapsed()));
+    };
+    ProgressStyle::with_template("[{bar:30}] {pos}/{len} done  {clock}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .with_key("clock", clock)
+        .progress_chars("=> ")
+}
+
+/// A duration on a line of the display: `4.2s`, `3m05s`, `2h07m`.
+fn short(d: Duration) -> String {
+    let secs = d.as_secs();
+    match secs {
+        0..60 => format!("{:.1}s", d.as_secs_f64()),
+        60..3600 => format!("{}m{:02}s", secs / 60, secs % 60),
+        _ => format!("{}h{:02}m", secs / 3600, secs % 3600 / 60),
+    }
+}
+
+/// What the terminal shows below the lines that scrolled: the bars. indicatif draws into it; it
+/// writes to the terminal through the writer threads of [`Terminal`].
+#[derive(Clone)]
+struct Screen(Arc<Mutex<ScreenState>>);
+
+impl std::fmt::Debug for Screen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Screen")
+    }
+}
+
+struct ScreenState {
+    /// Taken at the end, to deliver what is queued.
+    terminal: Option<Terminal>,
+    /// The terminal's rows and columns, read after each frame.
+    size: (u16, u16),
+    /// The frame indicatif is drawing, and whether it has begun writing its lines (what comes
+    /// before is its erasing of the previous frame, which the screen does itself).
+    frame: Vec<u8>,
+    in_frame: bool,
+    /// The latest frame: the bars as they are now, and how many lines of the terminal they take.
+    bars: Vec<u8>,
+    bars_lines: usize,
+    /// How many lines of bars the terminal shows, and whether they are [`ScreenState::bars`].
+    shown_lines: usize,
+    shown_current: bool,
+    /// Lines to print above the bars, not sent yet, and how many of their bytes are child output.
+    text: Vec<u8>,
+    text_child: usize,
+    last_sent: Option<Instant>,
+}
+
+impl Screen {
+    fn new(terminal: Terminal) -> Screen {
+        Screen(Arc::new(Mutex::new(ScreenState {
+            terminal: Some(terminal),
+            size: terminal_size(),
+            frame: Vec::new(),
+            in_frame: false,
+            bars: Vec::new(),
+            bars_lines: 0,
+            shown_lines: 0,
+            shown_current: true,
+            text: Vec::new(),
+            text_child: 0,
+            last_sent: None,
+        })))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ScreenState> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn terminal_size() -> (u16, u16) {
+    let (rows, cols) = console::Term::stderr().size();
+    (rows.max(1), cols.max(1))
+}
+
+impl ScreenState {
+    /// Child output for `stream`: printed above the bars with the next frame when it goes to
+    /// the terminal they are on, else queued for its own file. False when it was dropped because
+    /// the terminal is too far behind.
+    fn output(&mut self, stream: Stream, text: Vec<u8>) -> bool {
+        let Some(terminal) = &self.terminal else { return true };
+        if stream == Stream::Stdout && !terminal.shared() {
+            return terminal.sink(stream).output(text);
+        }
+        let sink = terminal.sink(Stream::Stderr);
+        if sink.child_backlog() + self.text_child + text.len() > BUDGET {
+            return false;
+        }
+        self.text_child += text.len();
+        self.push_text(text);
+        true
+    }
+
+    /// Waymark's own text: printed above the bars at once, always.
+    fn say(&mut self, text: Vec<u8>) {
+        self.push_text(text);
+        self.send(true);
+    }
+
+    fn push_text(&mut self, text: Vec<u8>) {
+        self.text.extend_from_slice(&text);
+        if self.text.last().is_some_and(|b| *b != b'\n') {
+            self.text.push(b'\n');
+        }
+    }
+
+    /// Take the bars off the terminal for good (what is left to print is printed).
+    fn clear(&mut self) {
+        self.bars.clear();
+        self.bars_lines = 0;
+        self.shown_current = false;
+        self.send(true);
+    }
+
+    /// Send the text waiting and the latest bars, in place of the bars shown; unless `now`, only
+    /// when there is something new, the last frame is not too recent and the terminal keeps up.
+    fn send(&mut self, now: bool) {
+        let Some(terminal) = &self.terminal else { return };
+        let sink = terminal.sink(Stream::Stderr);
+        if !now
+            && ((self.text.is_empty() && self.shown_current)
+                || sink.backlog() > FRAME_BACKLOG
+                || self.last_sent.is_some_and(|t| t.elapsed() < Duration::from_secs(1) / u32::from(FRAMES_PER_SECOND)))
+        {
+            return;
+        }
+        if self.text.is_empty() && self.shown_current {
+            return;
+        }
+        let mut out = Vec::with_capacity(self.text.len() + self.bars.len() + 16);
+        // From the end of the last line of bars: to the start of their first line, then erase
+        // everything below.
+        if self.shown_lines > 0 {
+            out.push(b'\r');
+            if self.shown_lines > 1 {
+                let _ = write!(Bytes(&mut out), "\x1b[{}A", self.shown_lines - 1);
+            }
+            out.extend_from_slice(b"\x1b[J");
+        }
+        out.append(&mut self.text);
+        out.extend_from_slice(&self.bars);
+        sink.queue(out, std::mem::take(&mut self.text_child));
+        self.shown_lines = self.bars_lines;
+        self.shown_current = true;
+        self.last_sent = Some(Instant::now());
+    }
+}
+
+/// `write!` into bytes.
+struct Bytes<'a>(&'a mut Vec<u8>);
+
+impl std::fmt::Write for Bytes<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+/// Lines of a terminal `width` columns wide that `text` takes (indicatif pads each line to the
+/// width, so that the cursor ends on the last one).
+fn lines_of(text: &[u8], width: usize) -> usize {
+    let text = String::from_utf8_lossy(text);
+    let mut lines = 0;
+    let mut parts = text.split('\n').peekable();
+    while let Some(part) = parts.next() {
+        let w = console::measure_text_width(part);
+        let last = parts.peek().is_none();
+        lines += if last { w.div_ceil(width) } else { w.div_ceil(width).max(1) };
+    }
+    lines
+}
+
+impl TermLike for Screen {
+    fn width(&self) -> u16 {
+        self.lock().size.1
+    }
+
+    fn height(&self) -> u16 {
+        self.lock().size.0
+    }
+
+    // indicatif erases its previous frame before it writes the lines of the next: the screen
+    // erases what it sent itself, so moves and clears before the first line are left out.
+    fn move_cursor_up(&self, n: usize) -> std::io::Result<()> {
+        self.lock().escape(n, 'A');
+        Ok(())
+    }
+
+    fn move_cursor_down(&self, n: usize) -> std::io::Result<()> {
+        self.lock().escape(n, 'B');
+        Ok(())
+    }
+
+    fn move_cursor_right(&self, n: usize) -> std::io::Result<()> {
+        self.lock().escape(n, 'C');
+        Ok(())
+    }
+
+    fn move_cursor_left(&self, n: usize) -> std::io::Result<()> {
+        self.lock().escape(n, 'D');
+        Ok(())
+    }
+
+    fn write_line(&self, s: &str) -> std::io::Result<()> {
+        let mut state = self.lock();
+        state.in_frame = true;
+        state.frame.extend_from_slice(s.as_bytes());
+        state.frame.push(b'\n');
+        Ok(())
+    }
+
+    fn write_str(&self, s: &str) -> std::io::Result<()> {
+        let mut state = self.lock();
+        state.in_frame = true;
+        state.frame.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+
+    fn clear_line(&self) -> std::io::Result<()> {
+        let mut state = self.lock();
+        if state.in_frame {
+            state.frame.extend_from_slice(b"\r\x1b[2K");
+        }
+        Ok(())
+    }
+
+    /// A frame is complete.
+    fn flush(&self) -> std::io::Result<()> {
+        let mut state = self.lock();
+        if state.terminal.is_none() {
+            return Ok(());
+        }
+        state.in_frame = false;
+        state.bars = std::mem::take(&mut state.frame);
+        state.bars_lines = lines_of(&state.bars, usize::from(state.size.1));
+        state.shown_current = false;
+        state.size = terminal_size();
+        state.send(false);
+        Ok(())
+    }
+}
+
+impl ScreenState {
+    fn escape(&mut self, n: usize, code: char) {
+        if self.in_frame && n > 0 {
+            let _ = write!(Bytes(&mut self.frame), "\x1b[{n}{code}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_on_a_line_are_short() {
+        assert_eq!(short(Duration::from_millis(4_230)), "4.2s");
+        assert_eq!(short(Duration::ZERO), "0.0s");
+        assert_eq!(short(Duration::from_secs(185)), "3m05s");
+        assert_eq!(short(Duration::from_secs(2 * 3600 + 7 * 60 + 5)), "2h07m");
+    }
+
+    #[test]
+    fn padded_lines_are_counted_as_the_terminal_wraps_them() {
+        assert_eq!(lines_of(b"", 10), 0);
+        assert_eq!(lines_of(b"abcdefghij", 10), 1);
+        assert_eq!(lines_of(b"abcdefghijabcdefghij", 10), 2);
+        assert_eq!(lines_of(b"\x1b[1mabc\x1b[0m       ", 10), 1, "escapes take no room");
+        assert_eq!(lines_of(b"abc\n", 10), 1);
+    }
+}

@@ -1,0 +1,319 @@
+//! The live display (`--progress live`, and `auto` on a terminal), read off a real terminal: tmux
+//! runs waymark in a detached session of 120x40 and `capture-pane` reads the screen. The steps
+//! wait for files the test creates, so each screen is awaited, never timed. Without tmux the tests
+//! say SKIPPED (and fail under `CI`, where tmux is expected).
+//!
+//! And the other side: nothing of the display reaches a stderr that is not a terminal, nor one
+//! that is with `--progress plain`.
+
+mod common;
+
+use common::{Env, PATIENCE};
+use regex::Regex;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// A tmux server of the test's own (its own socket), with one session running waymark.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    /// Whether tmux is here; if not, say so (and fail under `CI`).
+    fn available(test: &str) -> bool {
+        let ok = Command::new("tmux").arg("-V").output().is_ok_and(|o| o.status.success());
+        if !ok {
+            assert!(std::env::var_os("CI").is_none(), "{test}: tmux is required under CI (apt-get install tmux)");
+            eprintln!("SKIPPED {test}: tmux is not installed");
+        }
+        ok
+    }
+
+    /// Start `waymark ARGS` in `env`'s directory on a terminal of 120x40; once it ends, the pane
+    /// shows `EXIT=STATUS` and stays. With `gate`, waymark starts only once the file `start`
+    /// exists (so that the pane's output can be piped somewhere first).
+    fn start(env: &Env, args: &[&str], gate: bool) -> Tmux {
+        // Unique: the test process and its temp directory.
+        let dir = env.dir.path().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let socket = format!("waymark-test-{}-{dir}", std::process::id());
+        let waymark = assert_cmd::cargo::cargo_bin("waymark");
+        let args: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
+        let wait = if gate { "while [ ! -e start ]; do sleep 0.02; done\n" } else { "" };
+        let script = env.write(
+            "run.sh",
+            &format!(
+                "cd '{dir}'\n{wait}WAYMARK_STATE_DIR='{state}' '{waymark}' {args}\necho \"EXIT=$?\"\nexec sleep 3600\n",
+                dir = env.dir.path().display(),
+                state = env.state().display(),
+                waymark = waymark.display(),
+                args = args.join(" "),
+            ),
+        );
+        let tmux = Tmux { socket };
+        let session = ["new-session", "-d", "-x", "120", "-y", "40", "-s", "w"];
+        let out = tmux.run(&[&session[..], &["sh", &script.display().to_string()]].concat());
+        assert!(out.status.success(), "tmux new-session: {}", String::from_utf8_lossy(&out.stderr));
+        tmux
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new("tmux")
+            .args(["-L", &self.socket, "-f", "/dev/null"])
+            .args(args)
+            .env_remove("TMUX")
+            .env("LANG", "C.UTF-8")
+            .env_remove("XDG_STATE_HOME")
+            .output()
+            .expect("tmux runs")
+    }
+
+    /// The screen as text, row by row, without the blank rows at its end. indicatif fills each
+    /// line of a bar to the last column, so the terminal takes the next one for its wrapped rest:
+    /// the rows are not joined while the bars are there.
+    fn screen(&self) -> String {
+        self.capture(false)
+    }
+
+    /// With `joined`, lines wrapped to several rows are one.
+    fn capture(&self, joined: bool) -> String {
+        let join: &[&str] = if joined { &["-J"] } else { &[] };
+        let out = self.run(&[&["capture-pane", "-p", "-t", "w"], join].concat());
+        let text = String::from_utf8_lossy(&out.stdout);
+        let lines: Vec<&str> = text.lines().map(str::trim_end).collect();
+        let end = lines.iter().rposition(|l| !l.is_empty()).map_or(0, |i| i + 1);
+        lines[..end].join("\n")
+    }
+
+    /// Poll the screen until `done` holds for it (bounded by [`PATIENCE`]); returns that screen.
+    fn wait_for(&self, what: &str, mut done: impl FnMut(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let screen = self.screen();
+            if done(&screen) {
+                return screen;
+            }
+            assert!(start.elapsed() < PATIENCE, "timed out waiting for {what}; the screen:\n{screen}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Wait for the run to end; returns the final screen, wrapped lines joined.
+    fn wait_exit(&self) -> String {
+        self.wait_for("waymark to exit", |s| s.lines().any(|l| l.starts_with("EXIT=")));
+        self.capture(true)
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.run(&["kill-server"]);
+    }
+}
+
+fn touch(env: &Env, name: &str) -> PathBuf {
+    env.write(name, "")
+}
+
+/// The run id and the attempts' durations, which change from run to run.
+fn normalise(screen: &str) -> String {
+    let run = Regex::new(r"run [0-9a-z]{8}\b").unwrap();
+    let took = Regex::new(r"(succeeded on attempt \d+) in [0-9a-zµ ]+$").unwrap();
+    let screen = run.replace_all(screen, "run RUN");
+    screen.lines().map(|l| took.replace(l, "$1 in DURATION").into_owned()).collect::<Vec<_>>().join("\n")
+}
+
+/// A line of a bar or of a step on the display: what must be gone once the run has ended.
+fn display_line() -> Regex {
+    Regex::new(r"(?m)^(\[[=> ]*\] \d+/\d+ done|. \S+ +attempt \d+/\d+|  \S+ +retry \d+/\d+ in )").unwrap()
+}
+
+const RETRY_FLOW: &str = r#"name = "live"
+
+[exit_codes]
+"75" = "ConnectionResetError"
+
+[[step]]
+name = "fetch"
+timeout = "5m"
+retry = { attempts = 3, exception_types = ["ConnectionError"], backoff_seconds = 6 }
+shell = '''
+echo "attempt $WAYMARK_ATTEMPT"
+while [ ! -e "go$WAYMARK_ATTEMPT" ]; do sleep 0.02; done
+[ "$WAYMARK_ATTEMPT" -ge 2 ] || { echo "peer reset" >&2; exit 75; }
+'''
+
+[[step]]
+name = "report"
+run = ["echo", "done"]
+"#;
+
+#[test]
+fn the_live_display_shows_attempts_the_countdown_and_the_overall_bar_then_clears_them() {
+    if !Tmux::available("the_live_display_shows_attempts_the_countdown_and_the_overall_bar_then_clears_them") {
+        return;
+    }
+    let env = Env::new();
+    env.write("flow.toml", RETRY_FLOW);
+    let tmux = Tmux::start(&env, &["run", "flow.toml"], false);
+
+    // The first attempt runs: its spinner line with the attempt, its time and the time left
+    // before its 5m timeout, above the overall bar.
+    let running = Regex::new(r"(?m)^. fetch +attempt 1/3 +\d+\.\ds +timeout in 4m\d\ds$").unwrap();
+    let overall = Regex::new(r"(?m)^\[ {30}\] 0/2 done +\d+\.\ds$").unwrap();
+    tmux.wait_for("the first attempt's line and the overall bar", |s| running.is_match(s) && overall.is_match(s));
+    touch(&env, "go1");
+
+    // It failed with a mapped error: the step counts down to its second attempt.
+    let waiting = Regex::new(r"(?m)^  fetch +retry 2/3 in (\d+\.\d)s after ConnectionResetError$").unwrap();
+    let mut seen: Vec<String> = Vec::new();
+    tmux.wait_for("the countdown to show two values", |s| {
+        assert!(!s.contains("attempt 2/3"), "the second attempt started before the countdown was seen:\n{s}");
+        if let Some(c) = waiting.captures(s) {
+            let left = c[1].to_owned();
+            if seen.last() != Some(&left) {
+                seen.push(left);
+            }
+        }
+        seen.len() >= 2
+    });
+    let left: Vec<f64> = seen.iter().map(|s| s.parse().unwrap()).collect();
+    assert!(left[0] <= 6.0 && left[1] < left[0], "the countdown goes down from 6s: {seen:?}");
+
+    let second = Regex::new(r"(?m)^. fetch +attempt 2/3 +\d+\.\ds +timeout in 4m\d\ds$").unwrap();
+    tmux.wait_for("the second attempt's line", |s| second.is_match(s) && overall.is_match(s));
+    touch(&env, "go2");
+
+    let end = tmux.wait_exit();
+    assert!(!display_line().is_match(&end), "the bars are left on the screen:\n{end}");
+    assert_eq!(
+        normalise(&end),
+        "waymark: run RUN of live: 2 step(s)
+fetch | attempt 1
+fetch | peer reset
+waymark: fetch: attempt 1/3 failed: ConnectionResetError(ConnectionError, OSError, Exception, BaseException): exit status 75 [exit code mapping]; retrying in 6s
+fetch | attempt 2
+waymark: fetch: succeeded on attempt 2 in DURATION
+report | done
+waymark: report: succeeded on attempt 1 in DURATION
+waymark: run RUN succeeded
+EXIT=0"
+    );
+}
+
+#[test]
+fn every_running_parallel_step_has_its_line_and_a_failed_run_ends_with_its_report() {
+    if !Tmux::available("every_running_parallel_step_has_its_line_and_a_failed_run_ends_with_its_report") {
+        return;
+    }
+    let env = Env::new();
+    let wait = "while [ ! -e go ]; do sleep 0.02; done";
+    env.write(
+        "flow.toml",
+        &format!(
+            "name = \"fan\"\n\
+             [[step]]\nname = \"fetch-a\"\nshell = '{wait}'\n\
+             [[step]]\nname = \"fetch-b\"\nneeds = []\nshell = '{wait}'\n\
+             [[step]]\nname = \"fetch-c\"\nneeds = []\ntimeout = \"10m\"\nshell = '{wait}; exit 3'\n\
+             [[step]]\nname = \"join\"\nneeds = [\"fetch-a\", \"fetch-b\", \"fetch-c\"]\nrun = [\"true\"]\n"
+        ),
+    );
+    let tmux = Tmux::start(&env, &["run", "flow.toml"], false);
+    let lines = [
+        Regex::new(r"(?m)^. fetch-a +attempt 1/1 +\d+\.\ds$").unwrap(),
+        Regex::new(r"(?m)^. fetch-b +attempt 1/1 +\d+\.\ds$").unwrap(),
+        Regex::new(r"(?m)^. fetch-c +attempt 1/1 +\d+\.\ds +timeout in 9m\d\ds$").unwrap(),
+        Regex::new(r"(?m)^\[ {30}\] 0/4 done +\d+\.\ds$").unwrap(),
+    ];
+    tmux.wait_for("a line for each of the three running steps", |s| lines.iter().all(|l| l.is_match(s)));
+    touch(&env, "go");
+
+    let end = tmux.wait_exit();
+    assert!(!display_line().is_match(&end), "the bars are left on the screen:\n{end}");
+    let end = normalise(&end);
+    assert!(end.ends_with("\nEXIT=1"), "{end}");
+    let report = end.find("waymark: run RUN failed").unwrap_or_else(|| panic!("no failure report:\n{end}"));
+    assert!(end[report..].contains("fetch-c"), "{end}");
+}
+
+const QUICK_FLOW: &str = r#"[exit_codes]
+"75" = "ConnectionResetError"
+
+[[step]]
+name = "flaky"
+retry = { attempts = 2, exception_types = ["ConnectionError"], backoff_seconds = 0.1 }
+shell = '''
+echo "attempt $WAYMARK_ATTEMPT"
+[ "$WAYMARK_ATTEMPT" -ge 2 ] || { echo "peer reset" >&2; exit 75; }
+'''
+"#;
+
+/// Nothing of the display (an escape sequence, a carriage return) in `text`, which has `line`.
+fn assert_plain(text: &[u8], line: &str, what: &str) {
+    let shown = String::from_utf8_lossy(text);
+    assert!(!text.contains(&0x1b), "{what}: an escape sequence:\n{shown:?}");
+    assert!(!text.contains(&b'\r'), "{what}: a carriage return:\n{shown:?}");
+    assert!(shown.contains(line), "{what}: `{line}` is missing:\n{shown}");
+}
+
+#[test]
+fn a_stderr_that_is_not_a_terminal_gets_plain_lines_and_live_only_when_asked() {
+    let env = Env::new();
+    env.write("flow.toml", QUICK_FLOW);
+    for args in [
+        &["run", "flow.toml"][..],
+        &["run", "--progress", "plain", "flow.toml"],
+        &["run", "--progress", "auto", "flow.toml"],
+    ] {
+        let out = env.cmd(args).env("TERM", "xterm-256color").output().unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        assert_plain(&out.stdout, "flaky | attempt 2", &format!("stdout of {args:?}"));
+        assert_plain(&out.stderr, "waymark: flaky: attempt 1/2 failed", &format!("stderr of {args:?}"));
+    }
+    // `--progress live` draws all the same (the escapes are there), and `--json` wins over it.
+    let out = env.cmd(&["run", "--progress", "live", "flow.toml"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(out.stderr.windows(2).any(|w| w == b"\x1b["), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = env.cmd(&["run", "--progress", "live", "--json", "flow.toml"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(out.stderr.is_empty() && !out.stdout.contains(&0x1b), "{out:?}");
+}
+
+/// What waymark writes to its terminal, byte for byte (tmux's `pipe-pane`), under `--progress WHEN`.
+fn raw_terminal_output(when: &str) -> Option<Vec<u8>> {
+    let env = Env::new();
+    env.write("flow.toml", QUICK_FLOW);
+    let tmux = Tmux::start(&env, &["run", "--progress", when, "flow.toml"], true);
+    let raw = env.path("raw");
+    let out = tmux.run(&["pipe-pane", "-t", "w", &format!("cat > '{}'", raw.display())]);
+    assert!(out.status.success(), "tmux pipe-pane: {}", String::from_utf8_lossy(&out.stderr));
+    touch(&env, "start");
+    tmux.wait_exit();
+    // `EXIT=` is the shell's, after waymark's last byte: the pipe has it all once it has that.
+    let start = Instant::now();
+    loop {
+        let bytes = std::fs::read(&raw).unwrap_or_default();
+        if bytes.windows(5).any(|w| w == b"EXIT=") {
+            return Some(bytes);
+        }
+        assert!(start.elapsed() < PATIENCE, "the piped pane never got EXIT=");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn on_a_terminal_plain_progress_writes_no_escape_and_no_carriage_return_of_its_own() {
+    if !Tmux::available("on_a_terminal_plain_progress_writes_no_escape_and_no_carriage_return_of_its_own") {
+        return;
+    }
+    // The terminal turns each newline into CR LF: a carriage return before a newline is its own.
+    let own_cr = |bytes: &[u8]| bytes.iter().enumerate().any(|(i, b)| *b == b'\r' && bytes.get(i + 1) != Some(&b'\n'));
+    let Some(plain) = raw_terminal_output("plain") else { return };
+    let shown = String::from_utf8_lossy(&plain);
+    assert!(!plain.contains(&0x1b), "an escape sequence in plain mode:\n{shown:?}");
+    assert!(!own_cr(&plain), "a carriage return in plain mode:\n{shown:?}");
+    assert!(shown.contains("waymark: flaky: attempt 1/2 failed"), "{shown}");
+    // The same capture of the live display has both: the test sees what it looks for.
+    let Some(live) = raw_terminal_output("auto") else { return };
+    assert!(live.windows(2).any(|w| w == b"\x1b[") && own_cr(&live), "{:?}", String::from_utf8_lossy(&live));
+}
