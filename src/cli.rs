@@ -210,12 +210,33 @@ pub(crate) struct ShowArgs {
     /// steps' output goes only to the log files
     #[arg(long)]
     json: bool,
+    /// Whose output to show as it comes: `all` (every line, behind its step's name), `failed`
+    /// (an attempt's lines only if it fails, when it ends), or `none`; the log files keep all of
+    /// it either way
+    #[arg(long, value_enum, value_name = "WHOSE", default_value_t = OutputArg::All, conflicts_with_all = ["quiet", "json"])]
+    output: OutputArg,
 }
 
 impl ShowArgs {
     pub(crate) fn mode(&self) -> crate::reporter::Mode {
-        crate::reporter::Mode::from_flags(self.quiet, self.json)
+        let output = match self.output {
+            OutputArg::All => crate::reporter::OutputMode::All,
+            OutputArg::Failed => crate::reporter::OutputMode::Failed,
+            OutputArg::None => crate::reporter::OutputMode::None,
+        };
+        crate::reporter::Mode::from_flags(self.quiet, self.json, output)
     }
+}
+
+/// `--output` of `run` and `resume`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OutputArg {
+    /// Every line of every attempt
+    All,
+    /// The lines of the attempts that fail
+    Failed,
+    /// No child output
+    None,
 }
 
 /// `--state-dir`, on the commands that keep or read runs.

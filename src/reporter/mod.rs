@@ -5,17 +5,20 @@
 //! never reaches back into the run. Several can be attached to one `Emitter` at once; `run` and
 //! `resume` attach one, chosen by their flags:
 //!
-//! - [`PlainReporter`] (the default): child output behind its step's name, waymark's own lines on
-//!   stderr behind `waymark:`, and the failure report. Events that have no line of their own (a
-//!   step's turn, start, wait and end) print nothing.
+//! - [`PlainReporter`] (the default): child output behind its step's name (which of it,
+//!   `--output` chooses through an [`OutputFilter`]), waymark's own lines on stderr behind the
+//!   local time and `waymark:`, one per event, then the summary table and the failure report.
 //! - [`QuietReporter`] (`--quiet`): nothing unless the run fails (the failure report) or is
 //!   interrupted (one line).
 //! - [`JsonReporter`] (`--json`): one JSON object per event on stdout.
 //!
-//! `report` draws the failure report for the first two; `terminal` owns the standard streams,
-//! each written by a thread of its own so that a stalled reader never stalls the run.
+//! `report` draws the summary table and the failure report; `output_filter` decides which child
+//! output is shown; `local_time` stamps lines; `terminal` owns the standard streams, each written
+//! by a thread of its own so that a stalled reader never stalls the run.
 
 mod json;
+mod local_time;
+mod output_filter;
 mod plain;
 mod quiet;
 mod report;
@@ -23,31 +26,33 @@ mod terminal;
 
 use crate::events::Reporter;
 use json::JsonReporter;
+pub(crate) use output_filter::OutputMode;
 use plain::PlainReporter;
 use quiet::QuietReporter;
 
 /// What `run` and `resume` show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
-    Plain,
+    /// With whose output is shown.
+    Plain(OutputMode),
     Quiet,
     Json,
 }
 
 impl Mode {
     /// From the flags of `run` and `resume` (clap keeps them apart).
-    pub(crate) fn from_flags(quiet: bool, json: bool) -> Mode {
+    pub(crate) fn from_flags(quiet: bool, json: bool, output: OutputMode) -> Mode {
         match (quiet, json) {
             (_, true) => Mode::Json,
             (true, false) => Mode::Quiet,
-            (false, false) => Mode::Plain,
+            (false, false) => Mode::Plain(output),
         }
     }
 
     /// The reporter that shows a run this way.
     pub(crate) fn reporter(self) -> Box<dyn Reporter> {
         match self {
-            Mode::Plain => Box::new(PlainReporter::new()),
+            Mode::Plain(output) => Box::new(PlainReporter::new(output)),
             Mode::Quiet => Box::new(QuietReporter::new()),
             Mode::Json => Box::new(JsonReporter::new()),
         }
