@@ -237,11 +237,10 @@ fn output_failed_past_its_bound_shows_the_end_and_says_how_much_was_not_shown_an
     let (code, stdout, stderr) = out(&o);
     assert_eq!(code, Some(1), "{stderr}");
     let run = run_id(&env);
-    let note = regex::Regex::new(&format!(
-        r"(?m)^\d\d:\d\d:\d\d\.\d{{3}} waymark: big: attempt 1: its first (\d+) line\(s\) \((\d+) bytes\) are not {}",
-        format!("shown; `waymark logs {run} big --attempt 1` has all of them$")
-    ))
-    .unwrap();
+    let pattern =
+        r"(?m)^\d\d:\d\d:\d\d\.\d{3} waymark: big: attempt 1: its first (\d+) line\(s\) \((\d+) bytes\) are not";
+    let note =
+        regex::Regex::new(&format!("{pattern} shown; `waymark logs {run} big --attempt 1` has all of them$")).unwrap();
     let c = note.captures(&stderr).unwrap_or_else(|| panic!("no note of what was not shown:\n{stderr}"));
     let (left_out, bytes): (usize, usize) = (c[1].parse().unwrap(), c[2].parse().unwrap());
     let shown: Vec<usize> = stdout.lines().map(|l| l.strip_prefix("big | ").unwrap().parse().unwrap()).collect();
