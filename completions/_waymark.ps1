@@ -44,6 +44,7 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
         'waymark;run' {
             [CompletionResult]::new('--max-parallel', '--max-parallel', [CompletionResultType]::ParameterName, 'Run at most N steps at once, instead of the flow''s `max_parallel` (default 4)')
             [CompletionResult]::new('--param', '--param', [CompletionResultType]::ParameterName, 'Set a parameter declared in the flow''s [params]; repeat for each one')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Whose output to show as it comes: `all` (every line, behind its step''s name), `failed` (an attempt''s lines only if it fails, when it ends), or `none`; the log files keep all of it either way')
             [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`')
             [CompletionResult]::new('--fresh', '--fresh', [CompletionResultType]::ParameterName, 'Abandon an unfinished run of this flow and start a new one')
@@ -57,6 +58,7 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
             break
         }
         'waymark;resume' {
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Whose output to show as it comes: `all` (every line, behind its step''s name), `failed` (an attempt''s lines only if it fails, when it ends), or `none`; the log files keep all of it either way')
             [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`')
             [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait for another runner of the same flow instead of exiting with status 3')

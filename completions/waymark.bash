@@ -502,12 +502,16 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__resume)
-            opts="-q -h --wait --quiet --json --state-dir --color --help"
+            opts="-q -h --wait --quiet --json --output --state-dir --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --output)
+                    COMPREPLY=($(compgen -W "all failed none" -- "${cur}"))
+                    return 0
+                    ;;
                 --state-dir)
                     COMPREPLY=()
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
@@ -527,7 +531,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__run)
-            opts="-q -h --max-parallel --param --fresh --wait --strict --quiet --json --state-dir --color --help"
+            opts="-q -h --max-parallel --param --fresh --wait --strict --quiet --json --output --state-dir --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -539,6 +543,10 @@ _waymark() {
                     ;;
                 --param)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "all failed none" -- "${cur}"))
                     return 0
                     ;;
                 --state-dir)

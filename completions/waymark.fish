@@ -44,6 +44,9 @@ complete -c waymark -n "__fish_waymark_needs_command" -f -a "man" -d 'Print waym
 complete -c waymark -n "__fish_waymark_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c waymark -n "__fish_waymark_using_subcommand run" -l max-parallel -d 'Run at most N steps at once, instead of the flow\'s `max_parallel` (default 4)' -r
 complete -c waymark -n "__fish_waymark_using_subcommand run" -l param -d 'Set a parameter declared in the flow\'s [params]; repeat for each one' -r
+complete -c waymark -n "__fish_waymark_using_subcommand run" -l output -d 'Whose output to show as it comes: `all` (every line, behind its step\'s name), `failed` (an attempt\'s lines only if it fails, when it ends), or `none`; the log files keep all of it either way' -r -f -a "all\t'Every line of every attempt'
+failed\t'The lines of the attempts that fail'
+none\t'No child output'"
 complete -c waymark -n "__fish_waymark_using_subcommand run" -l state-dir -d 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]' -r -f -a "(__fish_complete_directories)"
 complete -c waymark -n "__fish_waymark_using_subcommand run" -l color -d 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`' -r -f -a "auto\t''
 always\t''
@@ -54,6 +57,9 @@ complete -c waymark -n "__fish_waymark_using_subcommand run" -l strict -d 'Treat
 complete -c waymark -n "__fish_waymark_using_subcommand run" -s q -l quiet -d 'Print nothing if the run succeeds; if it fails, only the failure report, on stderr (for cron). The steps\' output is kept in the log files'
 complete -c waymark -n "__fish_waymark_using_subcommand run" -l json -d 'Print one JSON object per event on stdout (JSON Lines; the schema is in README.md); the steps\' output goes only to the log files'
 complete -c waymark -n "__fish_waymark_using_subcommand run" -s h -l help -d 'Print help'
+complete -c waymark -n "__fish_waymark_using_subcommand resume" -l output -d 'Whose output to show as it comes: `all` (every line, behind its step\'s name), `failed` (an attempt\'s lines only if it fails, when it ends), or `none`; the log files keep all of it either way' -r -f -a "all\t'Every line of every attempt'
+failed\t'The lines of the attempts that fail'
+none\t'No child output'"
 complete -c waymark -n "__fish_waymark_using_subcommand resume" -l state-dir -d 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]' -r -f -a "(__fish_complete_directories)"
 complete -c waymark -n "__fish_waymark_using_subcommand resume" -l color -d 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`' -r -f -a "auto\t''
 always\t''

@@ -33,7 +33,7 @@ pub struct Cli {
 pub(crate) enum Command {
     /// Run a flow, resuming its interrupted run if there is one (and not older than its `resume_within`)
     #[command(
-        after_help = "Examples:\n  waymark run flow.toml\n  waymark run --fresh flow.toml     abandon an unfinished run and start over\n  waymark run --wait flow.toml      wait for a runner of the same flow to finish first\n  waymark run --param date=2026-01-31 flow.toml\n  waymark run --max-parallel 2 flow.toml\n  waymark run --quiet flow.toml     for cron: silent unless the run fails\n  waymark run --json flow.toml | jq -c 'select(.event == \"attempt.finished\")'"
+        after_help = "Examples:\n  waymark run flow.toml\n  waymark run --fresh flow.toml     abandon an unfinished run and start over\n  waymark run --wait flow.toml      wait for a runner of the same flow to finish first\n  waymark run --param date=2026-01-31 flow.toml\n  waymark run --max-parallel 2 flow.toml\n  waymark run --quiet flow.toml     for cron: silent unless the run fails\n  waymark run --output failed flow.toml   show only the output of attempts that fail\n  waymark run --json flow.toml | jq -c 'select(.event == \"attempt.finished\")'"
     )]
     Run {
         /// The flow file
@@ -213,7 +213,7 @@ pub(crate) struct ShowArgs {
     /// Whose output to show as it comes: `all` (every line, behind its step's name), `failed`
     /// (an attempt's lines only if it fails, when it ends), or `none`; the log files keep all of
     /// it either way
-    #[arg(long, value_enum, value_name = "WHOSE", default_value_t = OutputArg::All, conflicts_with_all = ["quiet", "json"])]
+    #[arg(long, value_enum, value_name = "WHOSE", default_value_t = OutputArg::All, hide_possible_values = true, conflicts_with_all = ["quiet", "json"])]
     output: OutputArg,
 }
 
