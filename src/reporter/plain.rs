@@ -10,7 +10,7 @@
 //! 12:03:04.511 waymark: fetch: started
 //! 12:03:04.512 waymark: fetch: attempt 1/4 started (pid 4242)
 //! fetch | upstream busy
-//! 12:03:04.530 waymark: fetch: attempt 1/4 failed after 18ms: UpstreamBusy: exit status 75 [exit code mapping]
+//! 12:03:04.530 waymark: fetch: attempt 1/4 failed: UpstreamBusy: exit status 75 [exit code mapping]
 //! 12:03:04.530 waymark: fetch: retry at 12:03:04.730 (in 200ms): attempt 2/4
 //! ```
 
@@ -278,33 +278,19 @@ fn describe(envelope: &Envelope, clock: &LocalTime, max_attempts: Option<u32>) -
             let again = if *redelivered { ", redelivered" } else { "" };
             format!("waymark: {step}: attempt {attempt}/{max_attempts} started ({process}{again})")
         }
-        Event::AttemptFinished {
-            step,
-            attempt,
-            max_attempts,
-            outcome,
-            error,
-            duration,
-            signal,
-            killed_after_grace,
-            ..
-        } => {
-            let took = human(*duration);
+        Event::AttemptFinished { step, attempt, max_attempts, outcome, error, signal, killed_after_grace, .. } => {
             let mut text = match outcome {
                 AttemptEnd::Succeeded => {
-                    format!("waymark: {step}: attempt {attempt}/{max_attempts} succeeded after {took}")
+                    format!("waymark: {step}: attempt {attempt}/{max_attempts} succeeded")
                 }
                 AttemptEnd::Failed => {
                     let error =
                         error.as_ref().map(|e| format!(": {} [{}]", brief(e), e.source.describe())).unwrap_or_default();
-                    format!("waymark: {step}: attempt {attempt}/{max_attempts} failed after {took}{error}")
+                    format!("waymark: {step}: attempt {attempt}/{max_attempts} failed{error}")
                 }
                 AttemptEnd::Cancelled => {
                     let by = signal.as_ref().map(|s| format!(" by {s}")).unwrap_or_default();
-                    format!(
-                        "waymark: {step}: attempt {attempt}/{max_attempts} cancelled{by} after {took}; it runs again on \
-                         resume"
-                    )
+                    format!("waymark: {step}: attempt {attempt}/{max_attempts} cancelled{by}; it runs again on resume")
                 }
             };
             if *killed_after_grace {
@@ -453,15 +439,15 @@ mod tests {
             ),
             (
                 attempt_finished(AttemptEnd::Failed, Some(busy.clone())),
-                "waymark: fetch: attempt 1/4 failed after 18ms: UpstreamBusy: exit status 75 [exit code mapping]",
+                "waymark: fetch: attempt 1/4 failed: UpstreamBusy: exit status 75 [exit code mapping]",
             ),
             (
                 killed,
-                "waymark: fetch: attempt 1/4 failed after 18ms: UpstreamBusy: exit status 75 [exit code mapping]; \
+                "waymark: fetch: attempt 1/4 failed: UpstreamBusy: exit status 75 [exit code mapping]; \
                  still running after the grace period, so killed with SIGKILL",
             ),
-            (attempt_finished(AttemptEnd::Succeeded, None), "waymark: fetch: attempt 1/4 succeeded after 18ms"),
-            (cancelled, "waymark: fetch: attempt 1/4 cancelled by SIGINT after 18ms; it runs again on resume"),
+            (attempt_finished(AttemptEnd::Succeeded, None), "waymark: fetch: attempt 1/4 succeeded"),
+            (cancelled, "waymark: fetch: attempt 1/4 cancelled by SIGINT; it runs again on resume"),
             (
                 Event::StepWaiting { step: step(), next_attempt: 2, retry: wake(200) },
                 "waymark: fetch: retry at 00:00:00.200 (in 200ms): attempt 2/4",
