@@ -327,8 +327,8 @@ const DURATION: &str = r"\d+(?:years?|months?|days?|h|m|s|ms|us|ns)(?: \d+(?:yea
 
 /// Plain-mode output with what changes from run to run replaced, on top of [`normalise_times`]:
 /// the time of day that starts each of waymark's lines by `HH:MM:SS.mmm`, the date and UTC offset
-/// of the `date` line, a retry's wake-up time, pids, the durations of attempts and runs
-/// (`after DURATION`, `in DURATION`), and the summary table's duration cells (by `DURATION`,
+/// of the `date` line, a retry's wake-up time, pids, the wait before a retry (`(in DURATION)`),
+/// the duration of a run that succeeded, and the summary table's duration cells (by `DURATION`,
 /// right-aligned in the same width, so the table's alignment is still compared).
 pub fn normalise_plain(text: &str) -> String {
     let re = |pattern: &str| regex::Regex::new(pattern).unwrap();
@@ -338,7 +338,7 @@ pub fn normalise_plain(text: &str) -> String {
         re(r"waymark: date \d{4}-\d\d-\d\d \(UTC[+-]\d\d:\d\d\)").replace_all(&text, "waymark: date DATE (UTC OFFSET)");
     let text = re(r"retry at (\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d\.\d{3}").replace_all(&text, "retry at HH:MM:SS.mmm");
     let text = re(r"\(pid \d+").replace_all(&text, "(pid PID");
-    let text = re(&format!(r"\b(after|in) {DURATION}")).replace_all(&text, "$1 DURATION");
+    let text = re(&format!(r"(\(in |waymark: run \S+ succeeded in ){DURATION}")).replace_all(&text, "${1}DURATION");
     let cell = re(&format!(r"^(  \S+ +\S+(?: run)? +(?:\d+/\d+|-))( +{DURATION})(  |\n|$)"));
     let mut out = String::with_capacity(text.len());
     let mut in_table = false;
