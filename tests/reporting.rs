@@ -179,6 +179,28 @@ fn a_plain_run_says_each_event_on_its_line_and_ends_with_the_summary_table() {
     golden("report/plain-flaky.stderr", &normalise_lines(&env, &stderr));
 }
 
+#[test]
+fn plain_lines_have_the_local_time_of_the_time_zone_in_tz() {
+    let env = Env::new();
+    env.write("flow.toml", "[[step]]\nname = 'a'\nrun = ['true']\n");
+    // POSIX: five and a half hours east of UTC, no daylight saving.
+    let tz = jiff::tz::TimeZone::posix("WMK-5:30").unwrap();
+    let before = jiff::Timestamp::now();
+    let o = env.cmd(&["run", "flow.toml"]).env("TZ", "WMK-5:30").output().unwrap();
+    let after = jiff::Timestamp::now();
+    let (code, _, stderr) = out(&o);
+    assert_eq!(code, Some(0), "{stderr}");
+    let first = stderr.lines().next().unwrap();
+    let (time, rest) = first.split_once(' ').unwrap();
+    let date = rest.strip_prefix("waymark: date ").and_then(|d| d.strip_suffix(" (UTC+05:30)"));
+    let date = date.unwrap_or_else(|| panic!("the first line is the date with the offset of TZ: {first}"));
+    let at: jiff::civil::DateTime = format!("{date}T{time}").parse().unwrap();
+    let at = at.to_zoned_datetime(tz).unwrap().timestamp();
+    // Milliseconds are truncated on the line.
+    let before = before - jiff::SignedDuration::from_millis(1);
+    assert!(before <= at && at <= after, "{at} is between {before} and {after}, read in TZ");
+}
+
 /// A step whose first attempt fails and second succeeds, each writing on both streams, and a step
 /// that succeeds with output of its own.
 const TWO_TRIES: &str = "\

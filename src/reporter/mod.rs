@@ -6,7 +6,7 @@
 //! `resume` attach one, chosen by their flags:
 //!
 //! - [`PlainReporter`] (the default): child output behind its step's name (which of it,
-//!   `--output` chooses through an [`OutputFilter`]), waymark's own lines on stderr behind the
+//!   `--output` chooses through an [`output_filter::OutputFilter`]), waymark's own lines on stderr behind the
 //!   local time and `waymark:`, one per event, then the summary table and the failure report.
 //! - [`QuietReporter`] (`--quiet`): nothing unless the run fails (the failure report) or is
 //!   interrupted (one line).
