@@ -245,9 +245,21 @@ fn output_none_shows_no_child_output_and_the_logs_have_all_of_it() {
         ],
         ["out 1\n", "err 1\n", "out 2\n", "fine\n"]
     );
-    // The same flow, resumed with a fresh budget after it failed, takes the flag too.
-    let o = env.cmd(&["resume", "--output", "none", &run]).output().unwrap();
-    assert_eq!((o.status.code(), o.stdout.as_slice()), (Some(0), &b""[..]));
+}
+
+#[test]
+fn resume_takes_output_too() {
+    let env = Env::new();
+    // Fails on its first run, succeeds when resumed.
+    env.write("flow.toml", "[[step]]\nname = 's'\nshell = 'echo try; echo x >> tries; [ $(wc -l < tries) -ge 2 ]'\n");
+    let o = env.cmd(&["run", "--output", "failed", "flow.toml"]).output().unwrap();
+    assert_eq!((o.status.code(), String::from_utf8_lossy(&o.stdout).as_ref()), (Some(1), "s | try\n"));
+    let run = run_id(&env);
+    let o = env.cmd(&["resume", "--output", "failed", &run]).output().unwrap();
+    let (code, stdout, stderr) = out(&o);
+    assert_eq!((code, stdout.as_str()), (Some(0), ""), "the attempt succeeded: its line is not shown\n{stderr}");
+    let logs = env.cmd(&["logs", &run, "s", "--attempt", "2", "--stream", "stdout"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&logs.stdout), "try\n");
 }
 
 #[test]
