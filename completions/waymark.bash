@@ -502,7 +502,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__resume)
-            opts="-q -h --wait --quiet --json --progress --state-dir --color --help"
+            opts="-q -h --wait --quiet --json --progress --output --state-dir --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -510,6 +510,10 @@ _waymark() {
             case "${prev}" in
                 --progress)
                     COMPREPLY=($(compgen -W "auto live plain" -- "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "all failed none" -- "${cur}"))
                     return 0
                     ;;
                 --state-dir)
@@ -531,7 +535,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__run)
-            opts="-q -h --max-parallel --param --fresh --wait --strict --quiet --json --progress --state-dir --color --help"
+            opts="-q -h --max-parallel --param --fresh --wait --strict --quiet --json --progress --output --state-dir --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -547,6 +551,10 @@ _waymark() {
                     ;;
                 --progress)
                     COMPREPLY=($(compgen -W "auto live plain" -- "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "all failed none" -- "${cur}"))
                     return 0
                     ;;
                 --state-dir)

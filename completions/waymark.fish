@@ -47,6 +47,9 @@ complete -c waymark -n "__fish_waymark_using_subcommand run" -l param -d 'Set a 
 complete -c waymark -n "__fish_waymark_using_subcommand run" -l progress -d 'How the run is shown on a terminal: `live` draws a line per running step (attempt, time left, retry countdown) and a done/total bar; `plain` prints one line per event; `auto` is `live` when stderr is a terminal and TERM is not `dumb`. `--json` and `--quiet` win over it' -r -f -a "auto\t''
 live\t''
 plain\t''"
+complete -c waymark -n "__fish_waymark_using_subcommand run" -l output -d 'Whose output to show as it comes: `all` (every line, behind its step\'s name), `failed` (an attempt\'s lines only if it fails, when it ends), or `none`; the log files keep all of it either way' -r -f -a "all\t'Every line of every attempt'
+failed\t'The lines of the attempts that fail'
+none\t'No child output'"
 complete -c waymark -n "__fish_waymark_using_subcommand run" -l state-dir -d 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]' -r -f -a "(__fish_complete_directories)"
 complete -c waymark -n "__fish_waymark_using_subcommand run" -l color -d 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`' -r -f -a "auto\t''
 always\t''
@@ -60,6 +63,9 @@ complete -c waymark -n "__fish_waymark_using_subcommand run" -s h -l help -d 'Pr
 complete -c waymark -n "__fish_waymark_using_subcommand resume" -l progress -d 'How the run is shown on a terminal: `live` draws a line per running step (attempt, time left, retry countdown) and a done/total bar; `plain` prints one line per event; `auto` is `live` when stderr is a terminal and TERM is not `dumb`. `--json` and `--quiet` win over it' -r -f -a "auto\t''
 live\t''
 plain\t''"
+complete -c waymark -n "__fish_waymark_using_subcommand resume" -l output -d 'Whose output to show as it comes: `all` (every line, behind its step\'s name), `failed` (an attempt\'s lines only if it fails, when it ends), or `none`; the log files keep all of it either way' -r -f -a "all\t'Every line of every attempt'
+failed\t'The lines of the attempts that fail'
+none\t'No child output'"
 complete -c waymark -n "__fish_waymark_using_subcommand resume" -l state-dir -d 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]' -r -f -a "(__fish_complete_directories)"
 complete -c waymark -n "__fish_waymark_using_subcommand resume" -l color -d 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`' -r -f -a "auto\t''
 always\t''

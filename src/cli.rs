@@ -34,7 +34,7 @@ pub struct Cli {
 pub(crate) enum Command {
     /// Run a flow, resuming its interrupted run if there is one (and not older than its `resume_within`)
     #[command(
-        after_help = "Examples:\n  waymark run flow.toml\n  waymark run --fresh flow.toml     abandon an unfinished run and start over\n  waymark run --wait flow.toml      wait for a runner of the same flow to finish first\n  waymark run --param date=2026-01-31 flow.toml\n  waymark run --max-parallel 2 flow.toml\n  waymark run --quiet flow.toml     for cron: silent unless the run fails\n  waymark run --json flow.toml | jq -c 'select(.event == \"attempt.finished\")'"
+        after_help = "Examples:\n  waymark run flow.toml\n  waymark run --fresh flow.toml     abandon an unfinished run and start over\n  waymark run --wait flow.toml      wait for a runner of the same flow to finish first\n  waymark run --param date=2026-01-31 flow.toml\n  waymark run --max-parallel 2 flow.toml\n  waymark run --quiet flow.toml     for cron: silent unless the run fails\n  waymark run --output failed flow.toml   show only the output of attempts that fail\n  waymark run --json flow.toml | jq -c 'select(.event == \"attempt.finished\")'"
     )]
     Run {
         /// The flow file
@@ -216,6 +216,11 @@ pub(crate) struct ShowArgs {
     /// `live` when stderr is a terminal and TERM is not `dumb`. `--json` and `--quiet` win over it
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = ProgressArg::Auto)]
     progress: ProgressArg,
+    /// Whose output to show as it comes: `all` (every line, behind its step's name), `failed`
+    /// (an attempt's lines only if it fails, when it ends), or `none`; the log files keep all of
+    /// it either way
+    #[arg(long, value_enum, value_name = "WHOSE", default_value_t = OutputArg::All, hide_possible_values = true, conflicts_with_all = ["quiet", "json"])]
+    output: OutputArg,
 }
 
 impl ShowArgs {
@@ -228,7 +233,12 @@ impl ShowArgs {
                 std::io::stderr().is_terminal() && std::env::var_os("TERM").is_none_or(|t| t != "dumb")
             }
         };
-        crate::reporter::Mode::from_flags(self.quiet, self.json, live)
+        let output = match self.output {
+            OutputArg::All => crate::reporter::OutputMode::All,
+            OutputArg::Failed => crate::reporter::OutputMode::Failed,
+            OutputArg::None => crate::reporter::OutputMode::None,
+        };
+        crate::reporter::Mode::from_flags(self.quiet, self.json, live, output)
     }
 }
 
@@ -239,6 +249,17 @@ pub(crate) enum ProgressArg {
     Auto,
     Live,
     Plain,
+}
+
+/// `--output` of `run` and `resume`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum OutputArg {
+    /// Every line of every attempt
+    All,
+    /// The lines of the attempts that fail
+    Failed,
+    /// No child output
+    None,
 }
 
 /// `--state-dir`, on the commands that keep or read runs.

@@ -46,7 +46,7 @@ shell = "echo x >> c.log"
         predicate::str::contains("resuming run")
             .and(predicate::str::contains("1 of 3 steps done"))
             .and(predicate::str::contains("killed 2 leftover process(es) of attempt 1"))
-            .and(predicate::str::contains("b: attempt 1/3 (redelivered)")),
+            .and(predicate::str::is_match(r"(?m) waymark: b: attempt 1/3 started \(pid \d+, redelivered\)$").unwrap()),
     );
     assert!(!alive(orphan), "the in-flight attempt was killed before it was redelivered");
     assert_eq!((env.count("a.log"), env.count("b.log"), env.count("c.log")), (1, 2, 1));

@@ -11,17 +11,22 @@ mod common;
 
 use common::Env;
 
-/// The flow's failure lines (`attempt N/M failed: ...`), in order.
-fn failed_lines(stderr: &str) -> Vec<&str> {
-    stderr.lines().filter(|l| l.contains(" failed: ")).collect()
+/// The flow's failure and retry lines (`attempt N/M failed: ...`, `retry now: ...`), in order.
+fn failed_lines(stderr: &str) -> Vec<String> {
+    common::untimed(stderr)
+        .lines()
+        .filter(|l| l.contains(" failed: ") || l.contains(": retry "))
+        .map(str::to_owned)
+        .collect()
 }
 
 fn exhausted_without_waiting(attempts: u32) -> Vec<String> {
-    let error = "CalledProcessError(SubprocessError, Exception, BaseException): exit status 1 [exit status]";
+    let error = "CalledProcessError: exit status 1 [exit status]";
     (1..=attempts)
-        .map(|k| {
-            let then = if k < attempts { "; retrying now" } else { "" };
-            format!("waymark: a: attempt {k}/{attempts} failed: {error}{then}")
+        .flat_map(|k| {
+            let failed = format!("waymark: a: attempt {k}/{attempts} failed: {error}");
+            let then = (k < attempts).then(|| format!("waymark: a: retry now: attempt {}/{attempts}", k + 1));
+            std::iter::once(failed).chain(then)
         })
         .collect()
 }

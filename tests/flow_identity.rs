@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Env, finish, kill, stderr, wait_until};
+use common::{Env, finish, kill, wait_until};
 use serde_json::Value;
 
 /// A flow whose step `a` records that it ran and whose step `b` writes `NAME.ready` and then
@@ -47,12 +47,10 @@ fn normalise(text: &str, ids: &[&str]) -> String {
     ids.iter().fold(text.to_owned(), |t, id| t.replace(id, "ID"))
 }
 
-/// The duration of a `succeeded on attempt N in 12ms` line as `MS`.
-fn ms(line: &str) -> String {
-    match line.rsplit_once(" in ") {
-        Some((head, _)) if line.contains(": succeeded on attempt ") => format!("{head} in MS"),
-        _ => line.to_owned(),
-    }
+/// What a command wrote on stderr, waymark's lines without their times (and the date line), with
+/// pids and durations normalised.
+fn stderr(out: &std::process::Output) -> String {
+    common::normalise_plain(&common::untimed(&common::stderr(out)))
 }
 
 fn two_same_stem_flows(env: &Env) {
@@ -122,15 +120,16 @@ fn same_stem_flows_in_different_directories_run_in_sequence_without_sharing_runs
     let err = normalise(&stderr(&out), &[&id1]);
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(
-        lines[..3],
+        lines[..4],
         [
             "waymark: resuming run ID of nightly: 1 of 2 steps done",
             "waymark: a: already succeeded, skipped",
-            "waymark: b: attempt 1/1 (redelivered)"
+            "waymark: b: started",
+            "waymark: b: attempt 1/1 started (pid PID, redelivered)"
         ],
         "{err}"
     );
-    assert_eq!(lines.last(), Some(&"waymark: run ID succeeded"), "{err}");
+    assert_eq!(lines.last(), Some(&"waymark: run ID succeeded in DURATION"), "{err}");
     assert_eq!(env.read("a.log"), "app1\napp2\n");
     assert_eq!(env.read("b.log"), "app1\napp2\napp1\n");
     let status = json(&env, &["status", "app1/nightly.toml", "--json"]);
@@ -239,16 +238,25 @@ fn a_run_older_than_resume_within_is_abandoned_and_a_new_run_starts() {
     let runs = json(&env, &["history", "--json"]);
     let new = runs[0]["id"].as_str().unwrap().to_owned();
     let err = normalise(&stderr(&out), &[&old]).replace(&new, "NEW");
-    let err: String = err.lines().map(|l| format!("{}\n", ms(l))).collect();
     assert_eq!(
         err,
         "waymark: warning: b: killed 2 leftover process(es) of attempt 1 from the previous runner\n\
          waymark: abandoned unfinished run ID of flow `flow`: it started 2h ago, longer than resume_within = 1h in \
          flow.toml; starting a new run (`waymark resume ID` would still resume it)\n\
          waymark: run NEW of flow: 2 step(s)\n\
-         waymark: a: succeeded on attempt 1 in MS\n\
-         waymark: b: succeeded on attempt 1 in MS\n\
-         waymark: run NEW succeeded\n"
+         waymark: a: started\n\
+         waymark: a: attempt 1/1 started (pid PID)\n\
+         waymark: a: attempt 1/1 succeeded\n\
+         waymark: a: succeeded (1 attempt)\n\
+         waymark: b: started\n\
+         waymark: b: attempt 1/1 started (pid PID)\n\
+         waymark: b: attempt 1/1 succeeded\n\
+         waymark: b: succeeded (1 attempt)\n\
+         waymark: steps of run NEW:\n\
+         \x20 STEP  STATUS  ATTEMPTS    DURATION  DETAIL\n\
+         \x20 a     ok           1/1    DURATION\n\
+         \x20 b     ok           1/1    DURATION\n\
+         waymark: run NEW succeeded in DURATION\n"
     );
     // The old run's leftover (sleep 300) was killed, and every step ran again in the new run.
     assert_eq!((env.count("a.log"), env.count("b.log")), (2, 2));

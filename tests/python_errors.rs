@@ -104,15 +104,17 @@ impl Ran {
         self
     }
 
-    /// The per-attempt line `attempt N/MAX failed: ERROR [SOURCE]`, and whether it says a retry follows.
+    /// The per-attempt line `attempt N/MAX failed: CLASS: MESSAGE [SOURCE]` for `error` (as the
+    /// report writes it, `CLASS(BASES): MESSAGE`), and whether waymark's next line about the step
+    /// is its retry.
     fn attempt_failed(&self, n: u32, max: u32, error: &str, source: &str, retried: bool) -> &Ran {
-        let line = format!("waymark: s: attempt {n}/{max} failed: {error} [{source}]");
-        let found = self
-            .stderr
-            .lines()
-            .find(|l| l.starts_with(&line))
-            .unwrap_or_else(|| panic!("stderr lacks {line:?}:\n{}", self.stderr));
-        assert_eq!(found.contains("; retrying"), retried, "retry decision in {found:?}:\n{}", self.stderr);
+        let brief = regex::Regex::new(r"^(\w+)\([^)]*\)").unwrap().replace(error, "$1");
+        let line = format!("waymark: s: attempt {n}/{max} failed: {brief} [{source}]");
+        let lines: Vec<&str> = self.stderr.lines().filter(|l| l.starts_with("waymark: s: ")).collect();
+        let at =
+            lines.iter().position(|l| *l == line).unwrap_or_else(|| panic!("stderr lacks {line:?}:\n{}", self.stderr));
+        let next = lines.get(at + 1).copied().unwrap_or_default();
+        assert_eq!(next.starts_with("waymark: s: retry "), retried, "retry decision after {line:?}:\n{}", self.stderr);
         self
     }
 
@@ -152,7 +154,7 @@ fn run(env: &Env, flow: &str, code: i32) -> Ran {
     let out = env.cmd(&["run", "flow.toml"]).timeout(PATIENCE).output().expect("run waymark");
     let ran = Ran {
         code: out.status.code().unwrap_or(-1),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        stderr: common::untimed(&String::from_utf8_lossy(&out.stderr)),
         runs: env.count("runs"),
     };
     assert_eq!(ran.code, code, "exit status of waymark run; flow:\n{flow}\nstderr:\n{}", ran.stderr);
@@ -331,7 +333,7 @@ fn python_helper_failing_twice_then_succeeding_ends_with_success() {
     let ran = run(&env, &helper_flow(&env, 2, 5, ""), 0);
     assert_eq!(ran.runs, 3);
     ran.attempt_failed(2, 5, &format!("{CONNECT_TIMEOUT}: connect timed out (run 2)"), ERROR_FILE, true)
-        .shows("waymark: s: succeeded on attempt 3")
+        .shows("waymark: s: attempt 3/5 succeeded\n")
         .lacks("attempt 3/5 failed");
 }
 
@@ -388,7 +390,8 @@ fn shell_helper_escapes_awkward_messages() {
     let ran = run(&env, &flow, 1);
     assert_eq!(ran.runs, 2, "{}", ran.stderr);
     // One line on the terminal: the first line of the message, then an ellipsis.
-    ran.shows("attempt 1/2 failed: DownloadFailed(ConnectionError): say \"hi\" \\ a\tb … [error file]; retrying");
+    let error = "DownloadFailed(ConnectionError): say \"hi\" \\ a\tb …";
+    ran.attempt_failed(1, 2, error, ERROR_FILE, true).reported(error, ERROR_FILE, 2);
     assert!(ran.error_file_warnings().is_empty(), "{}", ran.stderr);
     // The whole message, newline included, is kept in the record.
     let status = env.cmd(&["status", "--json"]).output().unwrap();
@@ -541,7 +544,7 @@ fn a_successful_attempt_ignores_its_error_file() {
     );
     let ran = run(&env, &flow, 0);
     assert_eq!(ran.runs, 1);
-    ran.shows("waymark: s: succeeded on attempt 1").lacks("failed");
+    ran.shows("waymark: s: attempt 1/3 succeeded\n").lacks("failed");
 }
 
 // 9. Malformed error files never crash the runner and fall back to the next source.

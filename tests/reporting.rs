@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{Env, finish, golden, normalise_times};
+use common::{Env, finish, golden, normalise_plain, normalise_times};
 use serde_json::Value;
 use std::process::{Command, Stdio};
 
@@ -120,7 +120,13 @@ fn quiet_says_one_line_when_a_signal_interrupts_the_run() {
     );
 }
 
-// ---- the failure report of the plain mode ----
+// ---- the plain mode ----
+
+/// `text` with run ids and the state directory replaced, and the times, pids and durations of
+/// the plain lines.
+fn normalise_lines(env: &Env, text: &str) -> String {
+    normalise_plain(&normalise(env, text))
+}
 
 #[test]
 fn the_plain_failure_report_matches_its_golden_file() {
@@ -136,16 +142,158 @@ fn the_plain_failure_report_matches_its_golden_file() {
     let o = env.cmd(&["run", "flow.toml"]).output().unwrap();
     let (code, stdout, stderr) = out(&o);
     assert_eq!(code, Some(1), "{stderr}");
-    let normalised = normalise(&env, &stderr)
-        .lines()
-        .map(|l| match l.split_once(": succeeded on attempt 1 in ") {
-            Some((head, _)) => format!("{head}: succeeded on attempt 1 in DURATION\n"),
-            None => format!("{l}\n"),
-        })
-        .collect::<String>();
-    golden("report/plain-budget-spent.stderr", &normalised);
+    golden("report/plain-budget-spent.stderr", &normalise_lines(&env, &stderr));
     let fetch: String = (1..=12).map(|i| format!("fetch | line {i}\n")).collect();
     assert_eq!(stdout, format!("setup | ready\n{fetch}{fetch}"));
+}
+
+/// A step that fails twice (with an error of the flow's own) before it succeeds, between two that
+/// succeed at once.
+const FLAKY: &str = "\
+name = 'flaky'
+[[step]]
+name = 'setup'
+run = ['echo', 'ready']
+[[step]]
+name = 'fetch'
+shell = 'echo try; echo x >> tries; [ $(wc -l < tries) -ge 3 ] && exit 0; echo peer reset >&2; exit 104'
+exit_codes = { 104 = 'ConnectionResetError' }
+retry = { attempts = 4, exception_types = ['ConnectionError'], backoff_seconds = 0.05 }
+[[step]]
+name = 'load'
+run = ['echo', 'loaded']
+";
+
+#[test]
+fn a_plain_run_says_each_event_on_its_line_and_ends_with_the_summary_table() {
+    let env = Env::new();
+    env.write("flow.toml", FLAKY);
+    // `--color always` colors error messages; plain lines are never colored nor rewritten.
+    let o = env.cmd(&["run", "--color", "always", "flow.toml"]).output().unwrap();
+    let (code, stdout, stderr) = out(&o);
+    assert_eq!(code, Some(0), "{stderr}");
+    for (name, bytes) in [("stdout", &o.stdout), ("stderr", &o.stderr)] {
+        assert!(!bytes.iter().any(|b| *b == 0x1b || *b == b'\r'), "no ANSI escape nor carriage return on {name}");
+    }
+    assert_eq!(stdout, "setup | ready\nfetch | try\nfetch | try\nfetch | try\nload | loaded\n");
+    golden("report/plain-flaky.stderr", &normalise_lines(&env, &stderr));
+}
+
+#[test]
+fn plain_lines_have_the_local_time_of_the_time_zone_in_tz() {
+    let env = Env::new();
+    env.write("flow.toml", "[[step]]\nname = 'a'\nrun = ['true']\n");
+    // POSIX: five and a half hours east of UTC, no daylight saving.
+    let tz = jiff::tz::TimeZone::posix("WMK-5:30").unwrap();
+    let before = jiff::Timestamp::now();
+    let o = env.cmd(&["run", "flow.toml"]).env("TZ", "WMK-5:30").output().unwrap();
+    let after = jiff::Timestamp::now();
+    let (code, _, stderr) = out(&o);
+    assert_eq!(code, Some(0), "{stderr}");
+    let first = stderr.lines().next().unwrap();
+    let (time, rest) = first.split_once(' ').unwrap();
+    let date = rest.strip_prefix("waymark: date ").and_then(|d| d.strip_suffix(" (UTC+05:30)"));
+    let date = date.unwrap_or_else(|| panic!("the first line is the date with the offset of TZ: {first}"));
+    let at: jiff::civil::DateTime = format!("{date}T{time}").parse().unwrap();
+    let at = at.to_zoned_datetime(tz).unwrap().timestamp();
+    // Milliseconds are truncated on the line.
+    let before = before - jiff::SignedDuration::from_millis(1);
+    assert!(before <= at && at <= after, "{at} is between {before} and {after}, read in TZ");
+}
+
+/// A step whose first attempt fails and second succeeds, each writing on both streams, and a step
+/// that succeeds with output of its own.
+const TWO_TRIES: &str = "\
+[[step]]
+name = 'flaky'
+shell = 'touch tries; n=$(wc -l < tries); echo x >> tries; echo out $((n + 1)); echo err $((n + 1)) >&2; [ $n -ge 1 ]'
+retry = { attempts = 2, exception_types = ['CalledProcessError'] }
+[[step]]
+name = 'fine'
+run = ['echo', 'fine']
+";
+
+#[test]
+fn output_failed_shows_only_the_lines_of_the_attempt_that_failed() {
+    let env = Env::new();
+    env.write("flow.toml", TWO_TRIES);
+    let o = env.cmd(&["run", "--output", "failed", "flow.toml"]).output().unwrap();
+    let (code, stdout, stderr) = out(&o);
+    assert_eq!((code, stdout.as_str()), (Some(0), "flaky | out 1\n"), "{stderr}");
+    golden("report/plain-output-failed.stderr", &normalise_lines(&env, &stderr));
+}
+
+#[test]
+fn output_none_shows_no_child_output_and_the_logs_have_all_of_it() {
+    let env = Env::new();
+    env.write("flow.toml", TWO_TRIES);
+    let o = env.cmd(&["run", "--output", "none", "flow.toml"]).output().unwrap();
+    let (code, stdout, stderr) = out(&o);
+    assert_eq!((code, stdout.as_str()), (Some(0), ""), "{stderr}");
+    assert!(!stderr.lines().any(|l| l.contains(" | ")), "no child line:\n{stderr}");
+    let run = run_id(&env);
+    let logs = |step: &str, attempt: &str, stream: &str| {
+        let o = env.cmd(&["logs", &run, step, "--attempt", attempt, "--stream", stream]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    assert_eq!(
+        [
+            logs("flaky", "1", "stdout"),
+            logs("flaky", "1", "stderr"),
+            logs("flaky", "2", "stdout"),
+            logs("fine", "1", "stdout")
+        ],
+        ["out 1\n", "err 1\n", "out 2\n", "fine\n"]
+    );
+}
+
+#[test]
+fn resume_takes_output_too() {
+    let env = Env::new();
+    // Fails on its first run, succeeds when resumed.
+    env.write("flow.toml", "[[step]]\nname = 's'\nshell = 'echo try; echo x >> tries; [ $(wc -l < tries) -ge 2 ]'\n");
+    let o = env.cmd(&["run", "--output", "failed", "flow.toml"]).output().unwrap();
+    assert_eq!((o.status.code(), String::from_utf8_lossy(&o.stdout).as_ref()), (Some(1), "s | try\n"));
+    let run = run_id(&env);
+    let o = env.cmd(&["resume", "--output", "failed", &run]).output().unwrap();
+    let (code, stdout, stderr) = out(&o);
+    assert_eq!((code, stdout.as_str()), (Some(0), ""), "the attempt succeeded: its line is not shown\n{stderr}");
+    let logs = env.cmd(&["logs", &run, "s", "--attempt", "2", "--stream", "stdout"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&logs.stdout), "try\n");
+}
+
+#[test]
+fn output_failed_past_its_bound_shows_the_end_and_says_how_much_was_not_shown_and_where() {
+    let env = Env::new();
+    // About 2.3 MB of numbered lines, more than the 1 MiB held for an attempt, then a failure.
+    env.write("flow.toml", "[[step]]\nname = 'big'\nshell = 'seq 1 300000; exit 3'\n");
+    let o = env.cmd(&["run", "--output", "failed", "flow.toml"]).output().unwrap();
+    let (code, stdout, stderr) = out(&o);
+    assert_eq!(code, Some(1), "{stderr}");
+    let run = run_id(&env);
+    let pattern =
+        r"(?m)^\d\d:\d\d:\d\d\.\d{3} waymark: big: attempt 1: its first (\d+) line\(s\) \((\d+) bytes\) are not";
+    let note =
+        regex::Regex::new(&format!("{pattern} shown; `waymark logs {run} big --attempt 1` has all of them$")).unwrap();
+    let c = note.captures(&stderr).unwrap_or_else(|| panic!("no note of what was not shown:\n{stderr}"));
+    let (left_out, bytes): (usize, usize) = (c[1].parse().unwrap(), c[2].parse().unwrap());
+    let shown: Vec<usize> = stdout.lines().map(|l| l.strip_prefix("big | ").unwrap().parse().unwrap()).collect();
+    assert_eq!(shown, (left_out + 1..=300_000).collect::<Vec<_>>(), "the end, every line of it, in order");
+    assert!(shown.len() > 1000, "a good part is shown: {}", shown.len());
+    let all: usize = (1..=300_000).map(|i: usize| i.to_string().len() + 1).sum();
+    let shown_bytes: usize = shown.iter().map(|i| i.to_string().len() + 1).sum();
+    assert_eq!(bytes + shown_bytes, all, "the note counts the bytes left out");
+}
+
+#[test]
+fn output_goes_with_neither_quiet_nor_json() {
+    let env = Env::new();
+    env.write("flow.toml", "[[step]]\nname = 'a'\nrun = ['true']\n");
+    for flag in ["--quiet", "--json"] {
+        let o = env.cmd(&["run", flag, "--output", "failed", "flow.toml"]).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{flag}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("cannot be used with"), "{o:?}");
+    }
 }
 
 // ---- --json ----

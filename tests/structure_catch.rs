@@ -5,7 +5,13 @@
 
 mod common;
 
-use common::{Env, stderr};
+use common::Env;
+
+/// What waymark wrote on stderr: its lines without their times (nor the date line), with pids and
+/// durations normalised.
+fn stderr(out: &std::process::Output) -> String {
+    common::normalise_plain(&common::untimed(&common::stderr(out)))
+}
 use serde_json::Value;
 
 fn stdout(out: &std::process::Output) -> String {
@@ -50,25 +56,24 @@ fn a_timed_out_step_is_caught_by_the_first_matching_handler_and_the_next_step_ru
     // The handler's output is shown like a step's, and kept in its own log.
     assert_eq!(stdout(&out), "fetch | fallback\n");
     let err = stderr(&out);
-    // Run ids and durations aside.
+    // The lines that name the run aside (its id).
     let lines: Vec<&str> =
-        err.lines()
-            .filter(|l| !l.starts_with("waymark: run "))
-            .map(|l| {
-                if l.contains(": succeeded on attempt ") {
-                    l.rsplit_once(" in ").map_or(l, |(head, _)| head)
-                } else {
-                    l
-                }
-            })
-            .collect();
+        err.lines().filter(|l| !l.starts_with("waymark: run ") && !l.starts_with("waymark: steps of run ")).collect();
     assert_eq!(
         lines,
         [
-            "waymark: fetch: attempt 1/1 failed: ActionTimeout(BaseException): timed out after 1s [timeout]",
+            "waymark: fetch: started",
+            "waymark: fetch: attempt 1/1 started (pid PID)",
+            "waymark: fetch: attempt 1/1 failed: ActionTimeout: timed out after 1s [timeout]",
             "waymark: fetch: running its catch handler for ActionTimeout",
             "waymark: fetch: error caught; the steps that need it run",
-            "waymark: load: succeeded on attempt 1",
+            "waymark: load: started",
+            "waymark: load: attempt 1/1 started (pid PID)",
+            "waymark: load: attempt 1/1 succeeded",
+            "waymark: load: succeeded (1 attempt)",
+            "  STEP   STATUS  ATTEMPTS    DURATION  DETAIL",
+            "  fetch  caught       1/1    DURATION  caught ActionTimeout",
+            "  load   ok           1/1    DURATION",
         ]
     );
     assert_eq!(states(&env), ["caught", "succeeded"]);

@@ -5,7 +5,13 @@
 
 mod common;
 
-use common::{Env, stderr};
+use common::Env;
+
+/// What waymark wrote on stderr: its lines without their times (nor the date line), with pids and
+/// durations normalised.
+fn stderr(out: &std::process::Output) -> String {
+    common::normalise_plain(&common::untimed(&common::stderr(out)))
+}
 use serde_json::Value;
 use std::os::unix::process::ExitStatusExt;
 

@@ -13,10 +13,16 @@
 
 mod common;
 
-use common::{Env, Sweeper, alive, assert_no_survivors, finish, kill, stderr, wait_until};
+use common::{Env, Sweeper, alive, assert_no_survivors, finish, kill, wait_until};
 use serde_json::Value;
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, SystemTime};
+
+/// What waymark wrote on stderr: its lines without their times (nor the date line), with pids and
+/// durations normalised.
+fn stderr(out: &std::process::Output) -> String {
+    common::normalise_plain(&common::untimed(&common::stderr(out)))
+}
 
 /// Sourced by every step (`. ./lib.sh`).
 const LIB: &str = r#"
@@ -335,7 +341,7 @@ fn a_step_running_when_its_runner_died_after_a_failure_finishes_on_resume() {
     let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
     let said = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{said}");
-    assert!(said.contains("waymark: slow: attempt 1/1 (redelivered)\n"), "{said}");
+    assert!(said.contains("waymark: slow: attempt 1/1 started (pid PID, redelivered)\n"), "{said}");
     assert!(said.contains("\n  step bad:\n"), "{said}");
     // `slow` was running, so it finishes; nothing new starts.
     assert_eq!((times(&env, "start", "slow"), times(&env, "end", "slow")), (2, 1));
@@ -512,8 +518,8 @@ fn a_kill_9_while_steps_run_in_parallel_resumes_with_every_finished_side_effect_
         "waymark: resuming run ",
         "of durable: 1 of 4 steps done\n",
         "waymark: quick: already succeeded, skipped\n",
-        "waymark: left: attempt 1/1 (redelivered)\n",
-        "waymark: right: attempt 1/1 (redelivered)\n",
+        "waymark: left: attempt 1/1 started (pid PID, redelivered)\n",
+        "waymark: right: attempt 1/1 started (pid PID, redelivered)\n",
     ] {
         assert!(said.contains(line), "{line:?} not in:\n{said}");
     }

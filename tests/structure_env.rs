@@ -6,7 +6,13 @@
 
 mod common;
 
-use common::{Env, stderr};
+use common::Env;
+
+/// What waymark wrote on stderr: its lines without their times (nor the date line), with pids and
+/// durations normalised.
+fn stderr(out: &std::process::Output) -> String {
+    common::normalise_plain(&common::untimed(&common::stderr(out)))
+}
 use serde_json::{Value, json};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -141,8 +147,15 @@ fn parameters_and_outputs_survive_a_kill_9_of_the_runner() {
         normalise(&env, &stderr(&out)),
         "waymark: resuming run ID of nightly: 1 of 2 steps done\n\
          waymark: fetch-a: already succeeded, skipped\n\
-         waymark: load: succeeded on attempt 1 in MS\n\
-         waymark: run ID succeeded\n"
+         waymark: load: started\n\
+         waymark: load: attempt 1/1 started (pid PID)\n\
+         waymark: load: attempt 1/1 succeeded\n\
+         waymark: load: succeeded (1 attempt)\n\
+         waymark: steps of run ID:\n\
+         \x20 STEP     STATUS  ATTEMPTS    DURATION  DETAIL\n\
+         \x20 fetch-a  ok             -           -  succeeded in an earlier runner\n\
+         \x20 load     ok           1/1    DURATION\n\
+         waymark: run ID succeeded in DURATION\n"
     );
     assert_eq!(env.read("load.log"), "42 2026-01-31 2026-01-31\n");
     assert_eq!(env.count("fetch.log"), 1, "a succeeded step never runs again");
@@ -205,18 +218,31 @@ fn later_steps_see_the_outputs_of_the_success_and_bad_lines_are_warnings() {
         normalise(&env, &stderr(&out)),
         format!(
             "waymark: run ID of outs: 3 step(s)\n\
-             waymark: fetch-a: attempt 1/2\n\
-             waymark: fetch-a: attempt 1/2 failed: CalledProcessError(SubprocessError, Exception, BaseException): \
-             exit status 3 [exit status]; retrying now\n\
-             waymark: fetch-a: attempt 2/2\n\
+             waymark: fetch-a: started\n\
+             waymark: fetch-a: attempt 1/2 started (pid PID)\n\
+             waymark: fetch-a: attempt 1/2 failed: CalledProcessError: exit status 3 [exit status]\n\
+             waymark: fetch-a: retry now: attempt 2/2\n\
+             waymark: fetch-a: attempt 2/2 started (pid PID)\n\
              waymark: warning: fetch-a: outputs file {outputs2}: line 2 is not `key=value`; skipped (write \
              `name=value`, one per line)\n\
              waymark: warning: fetch-a: outputs file {outputs2}: line 3: `2x` is not an output name \
              ([A-Za-z_][A-Za-z0-9_]*, no spaces); skipped\n\
-             waymark: fetch-a: succeeded on attempt 2 in MS\n\
-             waymark: quiet: succeeded on attempt 1 in MS\n\
-             waymark: show: succeeded on attempt 1 in MS\n\
-             waymark: run ID succeeded\n"
+             waymark: fetch-a: attempt 2/2 succeeded\n\
+             waymark: fetch-a: succeeded (2 attempts)\n\
+             waymark: quiet: started\n\
+             waymark: quiet: attempt 1/1 started (pid PID)\n\
+             waymark: quiet: attempt 1/1 succeeded\n\
+             waymark: quiet: succeeded (1 attempt)\n\
+             waymark: show: started\n\
+             waymark: show: attempt 1/1 started (pid PID)\n\
+             waymark: show: attempt 1/1 succeeded\n\
+             waymark: show: succeeded (1 attempt)\n\
+             waymark: steps of run ID:\n\
+             \x20 STEP     STATUS  ATTEMPTS    DURATION  DETAIL\n\
+             \x20 fetch-a  flaky        2/2    DURATION  ok on attempt 2 after CalledProcessError\n\
+             \x20 quiet    ok           1/1    DURATION\n\
+             \x20 show     ok           1/1    DURATION\n\
+             waymark: run ID succeeded in DURATION\n"
         )
     );
 }
@@ -346,16 +372,25 @@ fn secrets_never_reach_the_terminal_the_logs_status_or_the_state_directory() {
         normalise(&env, &stderr(&out)),
         format!(
             "waymark: run ID of secretive: 2 step(s)\n\
-             waymark: fetch: succeeded on attempt 1 in MS\n\
-             waymark: load: attempt 1/2\n\
-             waymark: load: attempt 1/2 failed: PermissionError(OSError, Exception, BaseException): login *** \
-             refused [error file]; retrying now\n\
-             waymark: load: attempt 2/2\n\
+             waymark: fetch: started\n\
+             waymark: fetch: attempt 1/1 started (pid PID)\n\
+             waymark: fetch: attempt 1/1 succeeded\n\
+             waymark: fetch: succeeded (1 attempt)\n\
+             waymark: load: started\n\
+             waymark: load: attempt 1/2 started (pid PID)\n\
+             waymark: load: attempt 1/2 failed: PermissionError: login *** refused [error file]\n\
+             waymark: load: retry now: attempt 2/2\n\
+             waymark: load: attempt 2/2 started (pid PID)\n\
              load | Traceback (most recent call last):\n\
              load |   File \"load.py\", line 1, in <module>\n\
              load | ValueError: bad token ***\n\
-             waymark: load: attempt 2/2 failed: ValueError(Exception, BaseException): bad token *** [traceback]\n\
-             \n\
+             waymark: load: attempt 2/2 failed: ValueError: bad token *** [traceback]\n\
+             waymark: load: budget spent: 2 of 2 attempts\n\
+             waymark: load: failed (2 attempts)\n\
+             waymark: steps of run ID:\n\
+             \x20 STEP   STATUS  ATTEMPTS    DURATION  DETAIL\n\
+             \x20 fetch  ok           1/1    DURATION\n\
+             \x20 load   failed       2/2    DURATION  ValueError: bad token ***\n\
              waymark: run ID failed\n  \
              step load:\n    \
              attempt 1: started TIME, took DURATION: PermissionError(OSError, Exception, BaseException): login *** \

@@ -86,6 +86,7 @@ fn assert_logged_and_gone(env: &Env, run: &str) {
 
 /// The warning about the display lines that were dropped, whatever their number.
 fn assert_dropped_said(stderr: &str, run: &str) {
+    let stderr = common::untimed(stderr);
     let line = stderr
         .lines()
         .find(|l| l.starts_with("waymark: warning: big: ") && l.contains(" bytes of its stdout not shown"))
@@ -114,11 +115,9 @@ fn a_timeout_is_recorded_while_stdout_is_stalled_and_the_log_gets_everything() {
     let history: serde_json::Value = serde_json::from_slice(&history.stdout).unwrap();
     assert_eq!((history[0]["status"].as_str(), history[0]["failed_step"].as_str()), (Some("failed"), Some("big")));
     assert_logged_and_gone(&env, &run);
-    let stderr = seen.lock().unwrap().clone();
+    let stderr = common::untimed(&seen.lock().unwrap());
     assert!(
-        stderr.contains(
-            "waymark: big: attempt 1/1 failed: ActionTimeout(BaseException): timed out after 20s [timeout]\n"
-        ),
+        stderr.contains("waymark: big: attempt 1/1 failed: ActionTimeout: timed out after 20s [timeout]\n"),
         "{stderr}"
     );
     assert_dropped_said(&stderr, &run);
@@ -142,7 +141,7 @@ fn signal_during_a_stall(signal: &str, code: i32) {
     assert_eq!(status["status"], "interrupted");
     assert_eq!(status["steps"][0]["state"], "interrupted");
     assert_logged_and_gone(&env, &run);
-    let stderr = seen.lock().unwrap().clone();
+    let stderr = common::untimed(&seen.lock().unwrap());
     assert!(
         stderr.contains(&format!("waymark: got {signal}, stopping running steps (send it again to kill them)\n")),
         "{stderr}"
@@ -152,7 +151,7 @@ fn signal_during_a_stall(signal: &str, code: i32) {
     // Resumable: the next run picks the step up again.
     env.write("ok", "");
     let out = finish(env.spawn(&["run", "flow.toml"]));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = common::untimed(&String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.starts_with(&format!("waymark: resuming run {run} of flow: 0 of 1 steps done\n")), "{stderr}");
 }
@@ -267,14 +266,9 @@ fn commands_fail_with_exit_4_when_stdout_is_full() {
 }
 
 /// waymark's stderr with the one elapsed time in it replaced by `TIME`.
+/// Waymark's lines without their times (nor the date line), pids and durations normalised.
 fn normalized(stderr: &[u8]) -> String {
-    String::from_utf8_lossy(stderr)
-        .lines()
-        .map(|l| match l.split_once(" succeeded on attempt 1 in ") {
-            Some((head, _)) => format!("{head} succeeded on attempt 1 in TIME\n"),
-            None => format!("{l}\n"),
-        })
-        .collect()
+    common::normalise_plain(&common::untimed(&String::from_utf8_lossy(stderr)))
 }
 
 #[test]
@@ -294,7 +288,15 @@ fn a_run_goes_on_when_stdout_is_closed_or_full() {
         let log = env.state().join("logs").join(run).join("s/attempt-1.stdout");
         assert_eq!(std::fs::read_to_string(log).unwrap(), "1\n2\n3\n");
         let mut expected = format!(
-            "waymark: run {run} of flow: 1 step(s)\nwaymark: s: succeeded on attempt 1 in TIME\nwaymark: run {run} succeeded\n"
+            "waymark: run {run} of flow: 1 step(s)\n\
+             waymark: s: started\n\
+             waymark: s: attempt 1/1 started (pid PID)\n\
+             waymark: s: attempt 1/1 succeeded\n\
+             waymark: s: succeeded (1 attempt)\n\
+             waymark: steps of run {run}:\n\
+             \x20 STEP  STATUS  ATTEMPTS    DURATION  DETAIL\n\
+             \x20 s     ok           1/1    DURATION\n\
+             waymark: run {run} succeeded in DURATION\n"
         );
         if full {
             // A closed pipe is the reader's choice and ends the display quietly; a full disk is said.

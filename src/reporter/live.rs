@@ -11,11 +11,12 @@
 //! erases the bars it last sent itself before each frame, so a frame that was never sent cannot
 //! leave the display torn.
 
-use super::plain::describe;
+use super::local_time::LocalTime;
+use super::output_filter::{OutputFilter, OutputMode, Pass};
+use super::plain::{describe, ending};
 use super::report::History;
 use super::terminal::{BUDGET, Terminal};
-use crate::events::{AttemptEnd, Envelope, Event, Reporter, RunOutcome, Stream};
-use crate::executor::Chunk;
+use crate::events::{AttemptEnd, Envelope, Event, Reporter, Stream};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle, TermLike};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
@@ -29,18 +30,6 @@ const TICK: Duration = Duration::from_millis(100);
 /// A frame waits while this much is queued for the terminal and not written yet.
 const FRAME_BACKLOG: usize = 64 * 1024;
 
-/// Whose child output is shown while the run goes on (`--output`); the logs keep all of it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(dead_code, reason = "`--output` comes with the plain display's flag, wired in at merge")]
-pub(crate) enum OutputChoice {
-    /// Every attempt's, as it comes.
-    All,
-    /// A failed attempt's, when it has failed.
-    Failed,
-    /// None.
-    None,
-}
-
 pub(crate) struct LiveReporter {
     screen: Screen,
     multi: MultiProgress,
@@ -52,10 +41,10 @@ pub(crate) struct LiveReporter {
     done: HashSet<String>,
     /// Width of the widest name shown so far, to align the lines.
     name_width: usize,
-    output: OutputChoice,
-    /// With [`OutputChoice::Failed`]: the output of each step's running attempt, and its size.
-    held: HashMap<String, Vec<(Stream, Arc<Chunk>)>>,
-    held_bytes: usize,
+    /// Which child output is shown (`--output`).
+    filter: OutputFilter,
+    /// The local time, for the retry lines' wake-up times.
+    clock: LocalTime,
     run_id: String,
     /// Child output not shown, per step and stream, since it was last reported.
     dropped: BTreeMap<(String, &'static str), u64>,
@@ -75,7 +64,7 @@ struct StepBar {
 }
 
 impl LiveReporter {
-    pub(crate) fn new(output: OutputChoice) -> LiveReporter {
+    pub(crate) fn new(output: OutputMode) -> LiveReporter {
         let screen = Screen::new(Terminal::open());
         let target = ProgressDrawTarget::term_like_with_hz(Box::new(screen.clone()), FRAMES_PER_SECOND);
         let multi = MultiProgress::with_draw_target(target);
@@ -88,9 +77,8 @@ impl LiveReporter {
             bars: HashMap::new(),
             done: HashSet::new(),
             name_width: 0,
-            output,
-            held: HashMap::new(),
-            held_bytes: 0,
+            filter: OutputFilter::new(output),
+            clock: LocalTime::system(),
             run_id: String::new(),
             dropped: BTreeMap::new(),
             history: History::default(),
@@ -162,29 +150,16 @@ impl LiveReporter {
         self.screen.lock().clear();
     }
 
-    /// Show child output of `step`, or keep it until its attempt ends (`--output failed`).
-    fn output(&mut self, step: &str, stream: Stream, chunk: &Arc<Chunk>) {
-        match self.output {
-            OutputChoice::None => {}
-            OutputChoice::All => self.show(step, stream, chunk),
-            OutputChoice::Failed => {
-                if self.held_bytes + chunk.len() > BUDGET {
-                    *self.dropped.entry((step.to_owned(), stream.name())).or_default() += chunk.len() as u64;
-                } else {
-                    self.held_bytes += chunk.len();
-                    self.held.entry(step.to_owned()).or_default().push((stream, Arc::clone(chunk)));
+    /// Show what the output filter lets through now.
+    fn pass(&mut self, passed: Vec<Pass>) {
+        for pass in passed {
+            match pass {
+                Pass::Chunk { step, stream, chunk } => self.show(&step, stream, &chunk),
+                omitted @ Pass::Omitted { .. } => {
+                    if let Some(text) = omitted.omitted_line(&self.run_id) {
+                        self.say(text);
+                    }
                 }
-            }
-        }
-    }
-
-    /// What `step`'s attempt wrote, held for `--output failed`: shown when it failed.
-    fn release(&mut self, step: &str, failed: bool) {
-        let Some(held) = self.held.remove(step) else { return };
-        self.held_bytes -= held.iter().map(|(_, c)| c.len()).sum::<usize>();
-        if failed {
-            for (stream, chunk) in held {
-                self.show(step, stream, &chunk);
             }
         }
     }
@@ -220,13 +195,6 @@ impl LiveReporter {
         }
     }
 
-    /// The end-of-run summary, printed after the bars are cleared and before the run's last line
-    /// or failure report. The summary table of `report.rs` (from the `plain` branch) is wired in
-    /// here at merge; until then there is none.
-    fn end_of_run_summary(&self, _envelope: &Envelope) -> Option<String> {
-        None
-    }
-
     /// Keep the bars in step with `event`.
     fn draw(&mut self, envelope: &Envelope) {
         match &envelope.event {
@@ -239,11 +207,10 @@ impl LiveReporter {
                     bar.bar.reset_elapsed();
                 }
             }
-            Event::AttemptFinished { step, outcome, error, .. } => {
+            Event::AttemptFinished { step, error, .. } => {
                 if let Some(bar) = self.bars.get_mut(step) {
                     bar.error = error.as_ref().map(|e| e.class.clone());
                 }
-                self.release(step, *outcome == AttemptEnd::Failed);
             }
             Event::StepWaiting { step, next_attempt, retry } => {
                 if let Some(bar) = self.bar(step) {
@@ -262,7 +229,6 @@ impl LiveReporter {
                     bar.bar.reset_elapsed();
                 }
             }
-            Event::HandlerFinished { step, outcome, .. } => self.release(step, *outcome == AttemptEnd::Failed),
             Event::AuxStarted { kind, name, .. } => {
                 let what = match kind {
                     crate::store::AuxKind::Compensate => "compensating",
@@ -273,10 +239,7 @@ impl LiveReporter {
                     bar.bar.reset_elapsed();
                 }
             }
-            Event::AuxFinished { name, outcome, .. } => {
-                self.release(name, *outcome == AttemptEnd::Failed);
-                self.remove(name);
-            }
+            Event::AuxFinished { name, .. } => self.remove(name),
             Event::StepFinished { step, .. } | Event::StepSkipped { step, .. } => self.finished(step),
             Event::RunFinished { .. } => self.end(),
             _ => {}
@@ -299,13 +262,19 @@ impl Drop for LiveReporter {
 }
 
 impl Reporter for LiveReporter {
+    fn earlier_attempts(&mut self, attempts: &[crate::events::EarlierAttempt]) {
+        self.history.prefill(attempts);
+    }
+
     fn report(&mut self, envelope: &Envelope) {
         if let Some(run_id) = &envelope.run_id {
             self.run_id.clone_from(run_id);
         }
         self.history.record(envelope);
-        if let Event::Output { step, stream, chunk } = &envelope.event {
-            self.output(step, *stream, chunk);
+        // A failed attempt's held output comes before the line that says it failed.
+        let passed = self.filter.pass(envelope);
+        self.pass(passed);
+        if let Event::Output { .. } = &envelope.event {
             return;
         }
         self.draw(envelope);
@@ -317,17 +286,18 @@ impl Reporter for LiveReporter {
             }
             Event::RunFinished { outcome, failures, .. } => {
                 self.report_drops(None);
-                if let Some(summary) = self.end_of_run_summary(envelope) {
-                    self.say(summary);
+                for text in ending(&self.history, &self.run_id, envelope, *outcome, failures) {
+                    self.say(text);
                 }
-                if *outcome == RunOutcome::Failed {
-                    self.say(format!("\n{}", self.history.report(&self.run_id, failures)));
-                    return;
-                }
+                return;
             }
             _ => {}
         }
-        if let Some(text) = describe(envelope) {
+        let max_attempts = match &envelope.event {
+            Event::StepWaiting { step, .. } => self.bars.get(step).map(|b| b.max_attempts),
+            _ => None,
+        };
+        if let Some(text) = describe(envelope, &self.clock, max_attempts) {
             self.say(text);
         }
     }

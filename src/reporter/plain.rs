@@ -1,13 +1,29 @@
-//! Line-oriented output: child lines prefixed with their step, waymark's own lines on stderr
-//! behind `waymark:`, and the failure report at the end.
+//! Line-oriented output, for a terminal that is not one (a CI log, a pipe) or `--progress plain`:
+//! waymark's own lines on stderr, one per event, each behind the local time of day and
+//! `waymark:`; the children's lines behind their step's name, as `--output` chooses; at the end a
+//! summary table of the steps, and the failure report when the run failed. No colors, no carriage
+//! returns: what is written is never rewritten.
+//!
+//! ```text
+//! 12:03:04.500 waymark: date 2026-12-01 (UTC+01:00)
+//! 12:03:04.500 waymark: run cv0dna4k of retry-demo: 2 step(s)
+//! 12:03:04.511 waymark: fetch: started
+//! 12:03:04.512 waymark: fetch: attempt 1/4 started (pid 4242)
+//! fetch | upstream busy
+//! 12:03:04.530 waymark: fetch: attempt 1/4 failed: UpstreamBusy: exit status 75 [exit code mapping]
+//! 12:03:04.530 waymark: fetch: retry at 12:03:04.730 (in 200ms): attempt 2/4
+//! ```
 
-use super::report::{History, human};
+use super::local_time::LocalTime;
+use super::output_filter::{OutputFilter, OutputMode, Pass};
+use super::report::{History, brief, human};
 use super::terminal::Terminal;
 use crate::events::{
-    AbandonReason, AttemptEnd, Envelope, Event, NoticeKind, Reporter, RunOutcome, SkipReason, StepOutcome,
+    AbandonReason, AttemptEnd, Envelope, Event, NoticeKind, Reporter, RunOutcome, SkipReason, StepOutcome, Stream,
 };
-use std::collections::BTreeMap;
-use std::time::Duration;
+use crate::executor::Chunk;
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, SystemTime};
 
 /// Child output on the display, waymark's own lines on stderr. Child output that a terminal
 /// stream is too far behind to take is dropped from the display (never from the logs), and a
@@ -19,38 +35,127 @@ pub(crate) struct PlainReporter {
     run_id: String,
     /// Child output not shown, per step and stream, since it was last reported.
     dropped: BTreeMap<(String, &'static str), u64>,
-    /// The attempts, for the failure report.
+    /// The steps and attempts, for the summary table and the failure report.
     history: History,
+    /// Which child output is shown.
+    filter: OutputFilter,
+    /// The local time of the lines.
+    clock: LocalTime,
+    /// Each step's attempts allowed, from its latest attempt, for its retry line.
+    max_attempts: HashMap<String, u32>,
 }
 
 impl PlainReporter {
-    pub(crate) fn new() -> PlainReporter {
+    pub(crate) fn new(output: OutputMode) -> PlainReporter {
+        PlainReporter::with_clock(output, LocalTime::system())
+    }
+
+    fn with_clock(output: OutputMode, clock: LocalTime) -> PlainReporter {
         PlainReporter {
             terminal: Terminal::open(),
             run_id: String::new(),
             dropped: BTreeMap::new(),
             history: History::default(),
+            filter: OutputFilter::new(output),
+            clock,
+            max_attempts: HashMap::new(),
         }
     }
 
-    fn line(&self, text: String) {
-        self.terminal.say(text);
+    /// Waymark's own `text` (newline-terminated, one line or more), its first line behind the
+    /// time `at`; the date first when it is new.
+    fn line(&mut self, at: SystemTime, text: &str) {
+        let stamped = stamp(&mut self.clock, at, text);
+        self.terminal.say(stamped);
     }
 
     /// Say how much output of `step` (of every step when `None`) was not shown.
-    fn report_drops(&mut self, step: Option<&str>) {
+    fn report_drops(&mut self, at: SystemTime, step: Option<&str>) {
         let keys: Vec<(String, &'static str)> =
             self.dropped.keys().filter(|(s, _)| step.is_none_or(|name| name == s)).cloned().collect();
         for key in keys {
             let Some(bytes) = self.dropped.remove(&key) else { continue };
             let (step, stream) = key;
-            self.line(format!(
+            let text = format!(
                 "waymark: warning: {step}: {bytes} bytes of its {stream} not shown: {stream} was not being read \
                  fast enough; the log has all of it (`waymark logs {} {step} --stream {stream}`)\n",
                 self.run_id
-            ));
+            );
+            self.line(at, &text);
         }
     }
+
+    /// Show a child's lines, each behind its step's name.
+    fn output(&mut self, step: &str, stream: Stream, chunk: &Chunk) {
+        let mut text = Vec::with_capacity(chunk.len() + 16);
+        for line in chunk.split_inclusive(|b| *b == b'\n') {
+            text.extend_from_slice(step.as_bytes());
+            text.extend_from_slice(b" | ");
+            text.extend_from_slice(line);
+        }
+        if !self.terminal.sink(stream).output(text) {
+            *self.dropped.entry((step.to_owned(), stream.name())).or_default() += chunk.len() as u64;
+        }
+    }
+
+    /// Show what the output filter lets through now.
+    fn show(&mut self, at: SystemTime, passed: Vec<Pass>) {
+        for pass in passed {
+            match pass {
+                Pass::Chunk { step, stream, chunk } => self.output(&step, stream, &chunk),
+                omitted @ Pass::Omitted { .. } => {
+                    if let Some(text) = omitted.omitted_line(&self.run_id) {
+                        self.line(at, &text);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The end of the run: the summary table, then how it ended.
+    fn finish(&mut self, envelope: &Envelope, outcome: RunOutcome, failures: &[crate::events::Failure]) {
+        let at = envelope.at;
+        self.report_drops(at, None);
+        for text in ending(&self.history, &self.run_id, envelope, outcome, failures) {
+            self.line(at, &text);
+        }
+    }
+}
+
+/// What ends a run shown in plain or live mode, each newline-terminated: the summary table
+/// (when a step was heard of), then how the run ended (the failure report when it failed).
+pub(super) fn ending(
+    history: &History,
+    run: &str,
+    envelope: &Envelope,
+    outcome: RunOutcome,
+    failures: &[crate::events::Failure],
+) -> Vec<String> {
+    let mut texts = Vec::with_capacity(2);
+    let table = history.summary_table(envelope.at);
+    if !table.is_empty() {
+        texts.push(format!("waymark: steps of run {run}:\n{table}"));
+    }
+    texts.push(match outcome {
+        RunOutcome::Failed => history.report(run, failures),
+        RunOutcome::Succeeded => {
+            let took = match &envelope.event {
+                Event::RunFinished { duration, .. } => human(*duration),
+                _ => String::new(),
+            };
+            format!("waymark: run {run} succeeded in {took}\n")
+        }
+        RunOutcome::Interrupted { .. } => format!("waymark: run {run} interrupted; `waymark run` again resumes it\n"),
+    });
+    texts
+}
+
+/// `text` with its first line behind the local time of `at`, preceded by the date when the
+/// date (or the offset from UTC) is not the one last said.
+fn stamp(clock: &mut LocalTime, at: SystemTime, text: &str) -> String {
+    let (time, day) = clock.stamp(at);
+    let date = day.map(|day| format!("{time} waymark: date {day}\n")).unwrap_or_default();
+    format!("{date}{time} {text}")
 }
 
 impl Drop for PlainReporter {
@@ -75,32 +180,30 @@ impl Reporter for PlainReporter {
             self.run_id.clone_from(run_id);
         }
         self.history.record(envelope);
+        let at = envelope.at;
+        // A failed attempt's held output comes before the line that says it failed.
+        let passed = self.filter.pass(envelope);
+        self.show(at, passed);
         match &envelope.event {
-            Event::Output { step, stream, chunk } => {
-                let mut text = Vec::with_capacity(chunk.len() + 16);
-                for line in chunk.split_inclusive(|b| *b == b'\n') {
-                    text.extend_from_slice(step.as_bytes());
-                    text.extend_from_slice(b" | ");
-                    text.extend_from_slice(line);
-                }
-                if !self.terminal.sink(*stream).output(text) {
-                    *self.dropped.entry((step.clone(), stream.name())).or_default() += chunk.len() as u64;
-                }
-                return;
+            Event::Output { .. } => return,
+            Event::AttemptStarted { step, max_attempts, .. } => {
+                self.max_attempts.insert(step.clone(), *max_attempts);
             }
             Event::AttemptFinished { step, outcome: AttemptEnd::Succeeded | AttemptEnd::Failed, .. } => {
-                self.report_drops(Some(step));
+                self.report_drops(at, Some(step));
             }
-            Event::RunFinished { outcome: RunOutcome::Failed, failures, .. } => {
-                self.report_drops(None);
-                self.line(format!("\n{}", self.history.report(&self.run_id, failures)));
+            Event::RunFinished { outcome, failures, .. } => {
+                self.finish(envelope, *outcome, failures);
                 return;
             }
-            Event::RunFinished { .. } => self.report_drops(None),
             _ => {}
         }
-        if let Some(text) = describe(envelope) {
-            self.line(text);
+        let max_attempts = match &envelope.event {
+            Event::StepWaiting { step, .. } => self.max_attempts.get(step).copied(),
+            _ => None,
+        };
+        if let Some(text) = describe(envelope, &self.clock, max_attempts) {
+            self.line(at, &text);
         }
     }
 }
@@ -110,9 +213,11 @@ fn readable(age: Duration) -> Duration {
     if age.as_secs() > 0 { Duration::from_secs(age.as_secs()) } else { age }
 }
 
-/// Waymark's own line(s) for an event, newline-terminated; `None` for the events that have no
-/// line (a step's turn, start, wait and end are said by the attempts' lines).
-pub(super) fn describe(envelope: &Envelope) -> Option<String> {
+/// Waymark's own line for an event, newline-terminated, without its time; `None` for the events
+/// that have no line (a step's turn, which its start follows; hooks, which say something only
+/// when they fail; the run's end, which [`PlainReporter::finish`] says). `max_attempts` is the
+/// budget of a waiting step, for its retry line.
+pub(super) fn describe(envelope: &Envelope, clock: &LocalTime, max_attempts: Option<u32>) -> Option<String> {
     let run_id = envelope.run_id.as_deref().unwrap_or_default();
     let text = match &envelope.event {
         Event::RunStarted { flow, steps_total } => format!("waymark: run {run_id} of {flow}: {steps_total} step(s)"),
@@ -132,17 +237,37 @@ pub(super) fn describe(envelope: &Envelope) -> Option<String> {
         Event::StepSkipped { step, reason: SkipReason::AlreadySucceeded } => {
             format!("waymark: {step}: already succeeded, skipped")
         }
-        // `status` shows them; the failure report says why the run failed.
-        Event::StepSkipped { reason: SkipReason::RunFailed | SkipReason::DeadlinePassed, .. }
-        | Event::StepReady { .. }
-        | Event::StepStarted { .. }
-        | Event::StepWaiting { .. }
+        Event::StepSkipped { step, reason: SkipReason::RunFailed } => {
+            format!("waymark: {step}: not run: the run failed first")
+        }
+        Event::StepSkipped { step, reason: SkipReason::DeadlinePassed } => {
+            format!("waymark: {step}: not run: the workflow's deadline passed")
+        }
+        Event::StepReady { .. }
         | Event::HandlerFinished { .. }
         | Event::AuxStarted { kind: crate::store::AuxKind::Hook, .. }
         | Event::AuxFinished { .. }
-        | Event::RetryStopped { .. }
-        | Event::StepFinished { outcome: StepOutcome::Succeeded | StepOutcome::Failed, .. } => {
-            return None;
+        | Event::Output { .. }
+        | Event::RunFinished { .. } => return None,
+        Event::StepStarted { step } => format!("waymark: {step}: started"),
+        Event::StepWaiting { step, next_attempt, retry } => {
+            let of = max_attempts.map(|max| format!("/{max}")).unwrap_or_default();
+            if retry.delay.is_zero() {
+                format!("waymark: {step}: retry now: attempt {next_attempt}{of}")
+            } else {
+                format!(
+                    "waymark: {step}: retry at {} (in {}): attempt {next_attempt}{of}",
+                    clock.later(retry.wake_at, envelope.at),
+                    human(retry.delay)
+                )
+            }
+        }
+        Event::RetryStopped { step, error, stop, .. } => format!("waymark: {step}: {}", stop.explain(error)),
+        Event::StepFinished { step, outcome: StepOutcome::Succeeded, attempts } => {
+            format!("waymark: {step}: succeeded ({})", attempts_used(*attempts))
+        }
+        Event::StepFinished { step, outcome: StepOutcome::Failed, attempts } => {
+            format!("waymark: {step}: failed ({})", attempts_used(*attempts))
         }
         Event::StepFinished { step, outcome: StepOutcome::Caught, .. } => {
             format!("waymark: {step}: error caught; the steps that need it run")
@@ -151,28 +276,34 @@ pub(super) fn describe(envelope: &Envelope) -> Option<String> {
             format!("waymark: {name}: compensating (the run failed)")
         }
         Event::HandlerStarted { step, error, .. } => format!("waymark: {step}: running its catch handler for {error}"),
-        Event::AttemptStarted { step, attempt, max_attempts, redelivered, .. } => {
-            if *max_attempts == 1 && *attempt == 1 && !*redelivered {
-                return None;
-            }
-            let again = if *redelivered { " (redelivered)" } else { "" };
-            format!("waymark: {step}: attempt {attempt}/{max_attempts}{again}")
-        }
-        Event::Output { .. } => return None,
-        Event::AttemptFinished { step, attempt, outcome: AttemptEnd::Succeeded, duration, .. } => {
-            format!("waymark: {step}: succeeded on attempt {attempt} in {}", human(*duration))
-        }
-        Event::AttemptFinished { step, attempt, max_attempts, outcome: AttemptEnd::Failed, error, retry, .. } => {
-            let next = match retry {
-                Some(plan) if plan.delay.is_zero() => "; retrying now".to_owned(),
-                Some(plan) => format!("; retrying in {}", human(plan.delay)),
-                None => String::new(),
+        Event::AttemptStarted { step, attempt, max_attempts, pid, redelivered, .. } => {
+            let process = match pid {
+                Some(pid) => format!("pid {pid}"),
+                None => "no process".to_owned(),
             };
-            let error = error.as_ref().map(|e| format!(": {e} [{}]", e.source.describe())).unwrap_or_default();
-            format!("waymark: {step}: attempt {attempt}/{max_attempts} failed{error}{next}")
+            let again = if *redelivered { ", redelivered" } else { "" };
+            format!("waymark: {step}: attempt {attempt}/{max_attempts} started ({process}{again})")
         }
-        // A cancelled attempt runs again on resume; the run's end says it was interrupted.
-        Event::AttemptFinished { outcome: AttemptEnd::Cancelled, .. } => return None,
+        Event::AttemptFinished { step, attempt, max_attempts, outcome, error, signal, killed_after_grace, .. } => {
+            let mut text = match outcome {
+                AttemptEnd::Succeeded => {
+                    format!("waymark: {step}: attempt {attempt}/{max_attempts} succeeded")
+                }
+                AttemptEnd::Failed => {
+                    let error =
+                        error.as_ref().map(|e| format!(": {} [{}]", brief(e), e.source.describe())).unwrap_or_default();
+                    format!("waymark: {step}: attempt {attempt}/{max_attempts} failed{error}")
+                }
+                AttemptEnd::Cancelled => {
+                    let by = signal.as_ref().map(|s| format!(" by {s}")).unwrap_or_default();
+                    format!("waymark: {step}: attempt {attempt}/{max_attempts} cancelled{by}; it runs again on resume")
+                }
+            };
+            if *killed_after_grace {
+                text.push_str("; still running after the grace period, so killed with SIGKILL");
+            }
+            text
+        }
         Event::Notice { notice: NoticeKind::Warning, step: Some(step), message } => {
             format!("waymark: warning: {step}: {message}")
         }
@@ -189,14 +320,13 @@ pub(super) fn describe(envelope: &Envelope) -> Option<String> {
                 format!("waymark: got {name}, stopping running steps (send it again to kill them)")
             }
         }
-        Event::RunFinished { outcome: RunOutcome::Succeeded, .. } => format!("waymark: run {run_id} succeeded"),
-        Event::RunFinished { outcome: RunOutcome::Interrupted { .. }, .. } => {
-            format!("waymark: run {run_id} interrupted; `waymark run` again resumes it")
-        }
-        // The reporter writes the failure report from the attempts it saw.
-        Event::RunFinished { outcome: RunOutcome::Failed, .. } => return None,
     };
     Some(text + "\n")
+}
+
+/// `1 attempt`, `3 attempts`.
+fn attempts_used(n: u32) -> String {
+    if n == 1 { "1 attempt".to_owned() } else { format!("{n} attempts") }
 }
 
 #[cfg(test)]
@@ -206,7 +336,8 @@ mod tests {
     use std::time::SystemTime;
 
     fn line(run_id: Option<&str>, event: Event) -> Option<String> {
-        describe(&Envelope { seq: 1, at: SystemTime::UNIX_EPOCH, run_id: run_id.map(str::to_owned), event })
+        let envelope = Envelope { seq: 1, at: SystemTime::UNIX_EPOCH, run_id: run_id.map(str::to_owned), event };
+        describe(&envelope, &LocalTime::new(jiff::tz::TimeZone::UTC), Some(4))
     }
 
     #[test]
@@ -253,41 +384,147 @@ mod tests {
         assert_eq!(said(notice(NoticeKind::Info, Some("a"))), "waymark: a: text\n");
     }
 
+    fn attempt_finished(outcome: AttemptEnd, error: Option<crate::classify::ErrorValue>) -> Event {
+        Event::AttemptFinished {
+            step: "fetch".into(),
+            attempt: 1,
+            max_attempts: 4,
+            outcome,
+            error,
+            duration: Duration::from_millis(18),
+            retry: None,
+            stopped: None,
+            exit_code: None,
+            signal: None,
+            killed_after_grace: false,
+        }
+    }
+
+    #[test]
+    fn each_step_and_attempt_event_has_its_line() {
+        let step = || "fetch".to_owned();
+        let busy = crate::classify::ErrorValue {
+            class: "UpstreamBusy".into(),
+            bases: vec!["ConnectionError".into(), "OSError".into(), "Exception".into(), "BaseException".into()],
+            message: "exit status 75".into(),
+            source: crate::classify::ErrorSource::ExitCodeMapping,
+        };
+        let wake = |ms| RetryPlan {
+            delay: Duration::from_millis(ms),
+            wake_at: SystemTime::UNIX_EPOCH + Duration::from_millis(ms),
+        };
+        let mut killed = attempt_finished(AttemptEnd::Failed, Some(busy.clone()));
+        if let Event::AttemptFinished { killed_after_grace, .. } = &mut killed {
+            *killed_after_grace = true;
+        }
+        let mut cancelled = attempt_finished(AttemptEnd::Cancelled, None);
+        if let Event::AttemptFinished { signal, .. } = &mut cancelled {
+            *signal = Some("SIGINT".into());
+        }
+        let stop = crate::events::RetryStop {
+            reason: crate::events::StopReason::Exhausted,
+            exception_types: vec!["ConnectionError".into()],
+            attempts: 4,
+            attempts_allowed: 4,
+        };
+        let cases = [
+            (Event::StepStarted { step: step() }, "waymark: fetch: started"),
+            (
+                Event::AttemptStarted {
+                    step: step(),
+                    attempt: 1,
+                    max_attempts: 4,
+                    pid: Some(4242),
+                    redelivered: false,
+                    timeout: None,
+                },
+                "waymark: fetch: attempt 1/4 started (pid 4242)",
+            ),
+            (
+                Event::AttemptStarted {
+                    step: step(),
+                    attempt: 2,
+                    max_attempts: 4,
+                    pid: None,
+                    redelivered: true,
+                    timeout: None,
+                },
+                "waymark: fetch: attempt 2/4 started (no process, redelivered)",
+            ),
+            (
+                attempt_finished(AttemptEnd::Failed, Some(busy.clone())),
+                "waymark: fetch: attempt 1/4 failed: UpstreamBusy: exit status 75 [exit code mapping]",
+            ),
+            (
+                killed,
+                "waymark: fetch: attempt 1/4 failed: UpstreamBusy: exit status 75 [exit code mapping]; \
+                 still running after the grace period, so killed with SIGKILL",
+            ),
+            (attempt_finished(AttemptEnd::Succeeded, None), "waymark: fetch: attempt 1/4 succeeded"),
+            (cancelled, "waymark: fetch: attempt 1/4 cancelled by SIGINT; it runs again on resume"),
+            (
+                Event::StepWaiting { step: step(), next_attempt: 2, retry: wake(200) },
+                "waymark: fetch: retry at 00:00:00.200 (in 200ms): attempt 2/4",
+            ),
+            (
+                Event::StepWaiting { step: step(), next_attempt: 2, retry: wake(0) },
+                "waymark: fetch: retry now: attempt 2/4",
+            ),
+            (
+                Event::StepWaiting { step: step(), next_attempt: 3, retry: wake(90_000_000) },
+                "waymark: fetch: retry at 1970-01-02 01:00:00.000 (in 1day 1h): attempt 3/4",
+            ),
+            (
+                Event::RetryStopped { step: step(), attempt: 4, error: busy, stop },
+                "waymark: fetch: budget spent: 4 of 4 attempts",
+            ),
+            (
+                Event::StepFinished { step: step(), outcome: StepOutcome::Succeeded, attempts: 3 },
+                "waymark: fetch: succeeded (3 attempts)",
+            ),
+            (
+                Event::StepFinished { step: step(), outcome: StepOutcome::Failed, attempts: 1 },
+                "waymark: fetch: failed (1 attempt)",
+            ),
+            (
+                Event::StepSkipped { step: step(), reason: SkipReason::RunFailed },
+                "waymark: fetch: not run: the run failed first",
+            ),
+            (
+                Event::StepSkipped { step: step(), reason: SkipReason::DeadlinePassed },
+                "waymark: fetch: not run: the workflow's deadline passed",
+            ),
+        ];
+        for (event, expected) in cases {
+            assert_eq!(line(Some("r1"), event), Some(format!("{expected}\n")));
+        }
+    }
+
     #[test]
     fn events_without_a_line_of_their_own_print_nothing() {
-        let step = || "a".to_owned();
-        let retry = RetryPlan { delay: Duration::from_secs(1), wake_at: SystemTime::UNIX_EPOCH };
         let silent = [
-            Event::StepReady { step: step() },
-            Event::StepStarted { step: step() },
-            Event::StepWaiting { step: step(), next_attempt: 2, retry },
-            Event::StepFinished { step: step(), outcome: StepOutcome::Succeeded, attempts: 1 },
-            Event::StepFinished { step: step(), outcome: StepOutcome::Failed, attempts: 1 },
-            Event::AttemptStarted {
-                step: step(),
-                attempt: 1,
-                max_attempts: 1,
-                pid: Some(1),
-                redelivered: false,
-                timeout: None,
-            },
-            Event::AttemptFinished {
-                step: step(),
-                attempt: 1,
-                max_attempts: 1,
-                outcome: AttemptEnd::Cancelled,
-                error: None,
-                duration: Duration::from_millis(5),
-                retry: None,
-                stopped: None,
-                exit_code: None,
-                signal: Some("SIGINT".into()),
-                killed_after_grace: false,
-            },
+            Event::StepReady { step: "a".into() },
+            Event::RunFinished { outcome: RunOutcome::Succeeded, duration: Duration::ZERO, failures: vec![] },
+            Event::RunAborted { error: "disk full".into() },
         ];
         for event in silent {
             let shown = format!("{event:?}");
             assert_eq!(line(Some("r1"), event), None, "{shown}");
         }
+    }
+
+    #[test]
+    fn a_line_has_the_local_time_and_the_date_before_it_when_the_date_is_new() {
+        let mut clock = LocalTime::new(jiff::tz::TimeZone::fixed(jiff::tz::Offset::constant(1)));
+        let at = SystemTime::UNIX_EPOCH + Duration::from_millis(82_800_000 - 1500);
+        assert_eq!(
+            stamp(&mut clock, at, "waymark: a\n"),
+            "23:59:58.500 waymark: date 1970-01-01 (UTC+01:00)\n23:59:58.500 waymark: a\n"
+        );
+        assert_eq!(stamp(&mut clock, at, "waymark: b\n  more\n"), "23:59:58.500 waymark: b\n  more\n");
+        assert_eq!(
+            stamp(&mut clock, at + Duration::from_secs(2), "waymark: c\n"),
+            "00:00:00.500 waymark: date 1970-01-02 (UTC+01:00)\n00:00:00.500 waymark: c\n"
+        );
     }
 }

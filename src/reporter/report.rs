@@ -1,13 +1,16 @@
 //! The failure report: what a person (or cron's mail) needs to know about a failed run. For each
-//! step that failed for good: every attempt (this runner's from the events, an earlier runner's
-//! of a resumed run from the store: [`History::prefill`]) (start time, duration, error class
+//! step that failed for good: every attempt this runner saw (start time, duration, error class
 //! and message, its source, whether stopping it took SIGKILL after the grace period), why
 //! retrying stopped, the end of the last attempt's stdout and stderr, and its log files; then the
 //! run id with what to do next. The plain and quiet reporters print it; JSON mode does not (its
 //! events carry all of it).
+//!
+//! Also the summary table that ends a run shown in plain (or live) mode: a row per step with its
+//! status, attempts and duration, and a step that succeeded after failures marked `flaky` with
+//! the errors it survived ([`History::summary_table`]).
 
 use crate::classify::ErrorValue;
-use crate::events::{AttemptEnd, EarlierAttempt, Envelope, Event, Failure, StepOutcome};
+use crate::events::{AttemptEnd, EarlierAttempt, Envelope, Event, Failure, SkipReason, StepOutcome};
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::time::{Duration, SystemTime};
@@ -37,37 +40,100 @@ struct RowEnd {
     killed_after_grace: bool,
 }
 
-/// The attempts of the steps that have not succeeded, kept from the events for the report.
+/// One step as this runner saw it.
+struct StepSeen {
+    name: String,
+    rows: Vec<Row>,
+    /// The attempts its budget allows, from its latest attempt.
+    max_attempts: Option<u32>,
+    /// When its first attempt in this runner started.
+    started: Option<SystemTime>,
+    /// How it ended, and when.
+    ended: Option<(StepOutcome, SystemTime)>,
+    skipped: Option<SkipReason>,
+    /// The error it failed with for good (not retried after it).
+    final_error: Option<ErrorValue>,
+    /// The error class its catch handler ran for.
+    handled: Option<String>,
+}
+
+/// The steps and their attempts as this runner saw them, kept from the events for the failure
+/// report and the summary table.
 #[derive(Default)]
 pub(crate) struct History {
-    steps: HashMap<String, Vec<Row>>,
+    /// In the order the steps were first heard of.
+    steps: Vec<StepSeen>,
+    index: HashMap<String, usize>,
+    /// The attempts earlier runners of a resumed run made, per step ([`History::prefill`]); only
+    /// the failure report lists them, the summary table is this runner's.
+    earlier: HashMap<String, Vec<Row>>,
 }
 
 impl History {
-    /// Keep what `envelope` says about an attempt; a step that succeeded is forgotten.
-    pub(crate) fn record(&mut self, envelope: &Envelope) {
-        match &envelope.event {
-            Event::AttemptStarted { step, attempt, redelivered, .. } => {
-                let row = Row {
-                    attempt: *attempt,
-                    redelivered: *redelivered,
-                    started: Some(envelope.at),
-                    end: None,
-                    earlier: false,
-                };
-                self.steps.entry(step.clone()).or_default().push(row);
+    fn seen(&mut self, step: &str) -> &mut StepSeen {
+        let i = match self.index.get(step) {
+            Some(i) => *i,
+            None => {
+                self.steps.push(StepSeen {
+                    name: step.to_owned(),
+                    rows: Vec::new(),
+                    max_attempts: None,
+                    started: None,
+                    ended: None,
+                    skipped: None,
+                    final_error: None,
+                    handled: None,
+                });
+                self.index.insert(step.to_owned(), self.steps.len() - 1);
+                self.steps.len() - 1
             }
-            Event::AttemptFinished { step, attempt, outcome, error, duration, killed_after_grace, .. } => {
-                let rows = self.steps.entry(step.clone()).or_default();
+        };
+        &mut self.steps[i]
+    }
+
+    fn rows(&self, step: &str) -> &[Row] {
+        self.index.get(step).map(|i| self.steps[*i].rows.as_slice()).unwrap_or_default()
+    }
+
+    /// Keep what `envelope` says about a step or an attempt.
+    pub(crate) fn record(&mut self, envelope: &Envelope) {
+        let at = envelope.at;
+        match &envelope.event {
+            Event::StepReady { step } => {
+                self.seen(step);
+            }
+            Event::StepStarted { step } => {
+                self.seen(step).started.get_or_insert(at);
+            }
+            Event::StepSkipped { step, reason } => self.seen(step).skipped = Some(*reason),
+            Event::AttemptStarted { step, attempt, max_attempts, redelivered, .. } => {
+                let row =
+                    Row { attempt: *attempt, redelivered: *redelivered, started: Some(at), end: None, earlier: false };
+                let seen = self.seen(step);
+                seen.max_attempts = Some(*max_attempts);
+                seen.rows.push(row);
+            }
+            Event::AttemptFinished {
+                step,
+                attempt,
+                max_attempts,
+                outcome,
+                error,
+                duration,
+                killed_after_grace,
+                ..
+            } => {
+                let seen = self.seen(step);
+                seen.max_attempts = Some(*max_attempts);
                 let end = RowEnd {
                     duration: *duration,
                     outcome: *outcome,
                     error: error.clone(),
                     killed_after_grace: *killed_after_grace,
                 };
-                match rows.last_mut() {
+                match seen.rows.last_mut() {
                     Some(row) if row.attempt == *attempt && row.end.is_none() => row.end = Some(end),
-                    _ => rows.push(Row {
+                    _ => seen.rows.push(Row {
                         attempt: *attempt,
                         redelivered: false,
                         started: None,
@@ -76,9 +142,9 @@ impl History {
                     }),
                 }
             }
-            Event::StepFinished { step, outcome: StepOutcome::Succeeded, .. } => {
-                self.steps.remove(step);
-            }
+            Event::RetryStopped { step, error, .. } => self.seen(step).final_error = Some(error.clone()),
+            Event::HandlerStarted { step, error, .. } => self.seen(step).handled = Some(error.clone()),
+            Event::StepFinished { step, outcome, .. } => self.seen(step).ended = Some((*outcome, at)),
             _ => {}
         }
     }
@@ -95,8 +161,37 @@ impl History {
             });
             let row =
                 Row { attempt: a.attempt, redelivered: a.redelivered, started: Some(a.started), end, earlier: true };
-            self.steps.entry(a.step.clone()).or_default().push(row);
+            self.earlier.entry(a.step.clone()).or_default().push(row);
         }
+    }
+
+    /// The summary table of the steps this runner heard of, in that order, one line each,
+    /// indented by two spaces and newline-terminated (empty when there were none):
+    ///
+    /// ```text
+    ///   STEP   STATUS  ATTEMPTS    DURATION  DETAIL
+    ///   fetch  flaky        3/4      1s 3ms  ok on attempt 3 after ConnectionResetError x2
+    /// ```
+    ///
+    /// The duration is the step's time in this runner, from its first attempt's start to its end
+    /// (backoffs included), or until the run ended when it did not end.
+    pub(crate) fn summary_table(&self, run_ended: SystemTime) -> String {
+        let rows: Vec<[String; 5]> = self.steps.iter().map(|s| summary_row(s, run_ended)).collect();
+        if rows.is_empty() {
+            return String::new();
+        }
+        let header = ["STEP", "STATUS", "ATTEMPTS", "DURATION", "DETAIL"].map(str::to_owned);
+        let width = |col: usize, min: usize| {
+            std::iter::once(&header).chain(&rows).map(|r| r[col].chars().count()).max().unwrap_or(0).max(min)
+        };
+        let (w0, w1, w2, w3) = (width(0, 0), width(1, 0), width(2, 0), width(3, 10));
+        let mut out = String::new();
+        for [step, status, attempts, duration, detail] in std::iter::once(&header).chain(&rows) {
+            let line = format!("  {step:<w0$}  {status:<w1$}  {attempts:>w2$}  {duration:>w3$}  {detail}");
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        out
     }
 
     /// The report of run `run_id`, which failed with `failures`; newline-terminated.
@@ -115,8 +210,9 @@ impl History {
 
     fn step(&self, out: &mut String, run_id: &str, f: &Failure) {
         let _ = writeln!(out, "  step {}:", f.step);
-        let rows = self.steps.get(&f.step).map(Vec::as_slice).unwrap_or_default();
-        // Attempts of an earlier runner of the run (it was resumed) are not among the events.
+        let earlier = self.earlier.get(&f.step).map(Vec::as_slice).unwrap_or_default();
+        let rows: Vec<&Row> = earlier.iter().chain(self.rows(&f.step)).collect();
+        // Attempts of an earlier runner of the run that the store did not give (there should be none).
         let first_seen = rows.first().map_or(f.last_attempt + 1, |r| r.attempt);
         match first_seen {
             0 | 1 => {}
@@ -136,7 +232,7 @@ impl History {
                 );
             }
         }
-        for row in rows {
+        for row in &rows {
             let _ = writeln!(out, "    {}", describe(row));
         }
         // The error the step failed with, unless its last attempt's line said it.
@@ -162,6 +258,98 @@ impl History {
         let _ = writeln!(out, "    logs: {}", f.stdout_log.display());
         let _ = writeln!(out, "          {}", f.stderr_log.display());
     }
+}
+
+/// An error in one short line: its class and message, without its bases
+/// (`UpstreamBusy: exit status 75`).
+pub(crate) fn brief(e: &ErrorValue) -> String {
+    let full = e.to_string();
+    let bases = format!("({})", e.bases.join(", "));
+    match full.strip_prefix(e.class.as_str()).and_then(|rest| rest.strip_prefix(bases.as_str())) {
+        Some(rest) => format!("{}{rest}", e.class),
+        None => full,
+    }
+}
+
+/// A duration for the summary table: to the millisecond under a minute, to the second under an
+/// hour, to the minute beyond.
+pub(crate) fn short(d: Duration) -> String {
+    let rounded = match d.as_secs() {
+        0..60 => Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        60..3600 => Duration::from_secs(d.as_secs()),
+        s => Duration::from_secs(s - s % 60),
+    };
+    humantime::format_duration(rounded).to_string()
+}
+
+/// A step's row in the summary table: step, status, attempts, duration, detail.
+fn summary_row(s: &StepSeen, run_ended: SystemTime) -> [String; 5] {
+    let last = s.rows.last();
+    let attempts = match (last, s.max_attempts) {
+        (Some(row), Some(max)) => format!("{}/{max}", row.attempt),
+        _ => "-".to_owned(),
+    };
+    let duration = match s.started {
+        Some(from) => {
+            let to = s.ended.map_or(run_ended, |(_, at)| at);
+            short(to.duration_since(from).unwrap_or_default())
+        }
+        None => "-".to_owned(),
+    };
+    let last_error = || last.and_then(|r| r.end.as_ref()).and_then(|e| e.error.as_ref());
+    let (status, detail) = match (s.ended, s.skipped) {
+        (Some((StepOutcome::Succeeded, _)), _) => {
+            let failures: Vec<&ErrorValue> = s
+                .rows
+                .iter()
+                .filter_map(|r| r.end.as_ref())
+                .filter(|e| e.outcome == AttemptEnd::Failed)
+                .filter_map(|e| e.error.as_ref())
+                .collect();
+            let earlier = s.rows.first().map_or(0, |r| r.attempt.saturating_sub(1));
+            if failures.is_empty() && earlier == 0 {
+                ("ok", String::new())
+            } else {
+                let attempt = last.map_or(0, |r| r.attempt);
+                let mut survived = survived(&failures);
+                if earlier > 0 {
+                    let runs = if earlier == 1 { "1 attempt" } else { "attempts" };
+                    survived.push(format!("{runs} before this runner"));
+                }
+                ("flaky", format!("ok on attempt {attempt} after {}", survived.join(", ")))
+            }
+        }
+        (Some((StepOutcome::Caught, _)), _) => {
+            let class = s.handled.clone().or_else(|| last_error().map(|e| e.class.clone())).unwrap_or_default();
+            ("caught", format!("caught {class}"))
+        }
+        (Some((StepOutcome::Failed, _)), _) => {
+            ("failed", s.final_error.as_ref().or_else(last_error).map(brief).unwrap_or_default())
+        }
+        (None, Some(SkipReason::AlreadySucceeded)) => ("ok", "succeeded in an earlier runner".to_owned()),
+        (None, Some(SkipReason::RunFailed)) => ("not run", "the run failed first".to_owned()),
+        (None, Some(SkipReason::DeadlinePassed)) => ("not run", "the workflow's deadline passed".to_owned()),
+        (None, None) => match last.map(|r| r.end.as_ref().map(|e| e.outcome)) {
+            Some(Some(AttemptEnd::Cancelled)) | Some(None) => ("interrupted", "runs again on resume".to_owned()),
+            Some(Some(AttemptEnd::Failed)) => ("interrupted", "was to be retried; resumes with its retry".to_owned()),
+            Some(Some(AttemptEnd::Succeeded)) => ("ok", String::new()),
+            None => ("not run", String::new()),
+        },
+    };
+    [s.name.clone(), status.to_owned(), attempts, duration, detail]
+}
+
+/// `ConnectionResetError x2, TimeoutError`: the classes of `errors`, in the order first seen,
+/// with how often when more than once.
+fn survived(errors: &[&ErrorValue]) -> Vec<String> {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for e in errors {
+        match counts.iter_mut().find(|(class, _)| *class == e.class) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((&e.class, 1)),
+        }
+    }
+    counts.into_iter().map(|(class, n)| if n > 1 { format!("{class} x{n}") } else { class.to_owned() }).collect()
 }
 
 /// An attempt's line in the report.
@@ -322,5 +510,81 @@ mod tests {
                 "    not retried: the workflow's timeout passed, and no policy retries WorkflowTimeout",
             ]
         );
+    }
+
+    fn ok(step: &str, attempt: u32, ms: u64) -> Event {
+        Event::AttemptFinished {
+            step: step.into(),
+            attempt,
+            max_attempts: 3,
+            outcome: AttemptEnd::Succeeded,
+            error: None,
+            duration: Duration::from_millis(ms),
+            retry: None,
+            stopped: None,
+            exit_code: None,
+            signal: None,
+            killed_after_grace: false,
+        }
+    }
+
+    fn step_event(step: &str, outcome: StepOutcome, attempts: u32) -> Event {
+        Event::StepFinished { step: step.into(), outcome, attempts }
+    }
+
+    #[test]
+    fn the_summary_table_marks_a_step_that_succeeded_after_failures_flaky_with_what_it_survived() {
+        let mut history = History::default();
+        let reset = error("ConnectionResetError", "peer reset", ErrorSource::Traceback);
+        let busy = error("TimeoutError", "busy", ErrorSource::ExitCodeMapping);
+        let value = error("ValueError", "bad row 7\nmore", ErrorSource::Traceback);
+        let stop =
+            RetryStop { reason: StopReason::NotRetryable, exception_types: vec![], attempts: 1, attempts_allowed: 3 };
+        let events = [
+            envelope(0, Event::StepSkipped { step: "setup".into(), reason: SkipReason::AlreadySucceeded }),
+            envelope(0, Event::StepStarted { step: "fetch".into() }),
+            envelope(0, started("fetch", 1, false)),
+            envelope(10, finished("fetch", 1, reset.clone(), 10, false)),
+            envelope(200, started("fetch", 2, false)),
+            envelope(210, finished("fetch", 2, busy, 10, false)),
+            envelope(600, started("fetch", 3, false)),
+            envelope(610, finished("fetch", 3, reset, 10, false)),
+            envelope(1000, started("fetch", 4, false)),
+            envelope(1003, ok("fetch", 4, 3)),
+            envelope(1003, step_event("fetch", StepOutcome::Succeeded, 4)),
+            envelope(1003, Event::StepStarted { step: "quick".into() }),
+            envelope(1003, started("quick", 1, false)),
+            envelope(1020, ok("quick", 1, 17)),
+            envelope(1020, step_event("quick", StepOutcome::Succeeded, 1)),
+            envelope(1020, Event::StepStarted { step: "load".into() }),
+            envelope(1020, started("load", 1, false)),
+            envelope(1040, finished("load", 1, value.clone(), 20, false)),
+            envelope(1040, Event::RetryStopped { step: "load".into(), attempt: 1, error: value, stop }),
+            envelope(1040, step_event("load", StepOutcome::Failed, 1)),
+            envelope(1041, Event::StepSkipped { step: "report".into(), reason: SkipReason::RunFailed }),
+        ];
+        for e in &events {
+            history.record(e);
+        }
+        assert_eq!(
+            history.summary_table(at(1041)),
+            "  STEP    STATUS   ATTEMPTS    DURATION  DETAIL
+  setup   ok              -           -  succeeded in an earlier runner
+  fetch   flaky         4/3      1s 3ms  ok on attempt 4 after ConnectionResetError x2, TimeoutError
+  quick   ok            1/3        17ms
+  load    failed        1/3        20ms  ValueError: bad row 7 …
+  report  not run         -           -  the run failed first
+"
+        );
+    }
+
+    #[test]
+    fn the_summary_table_says_what_an_interruption_left() {
+        let mut history = History::default();
+        history.record(&envelope(0, Event::StepStarted { step: "slow".into() }));
+        history.record(&envelope(0, started("slow", 2, true)));
+        let table = history.summary_table(at(61_500));
+        assert_eq!(table.lines().nth(1), Some("  slow  interrupted       2/3       1m 1s  runs again on resume"));
+        assert_eq!(History::default().summary_table(at(0)), "", "no steps, no table");
     }
 }

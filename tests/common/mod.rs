@@ -311,6 +311,50 @@ pub fn normalise_times(text: &str) -> String {
     took.replace_all(&text, "took DURATION:").into_owned()
 }
 
+/// Plain-mode output as before its lines had times: the time of day that starts each of
+/// waymark's lines taken off, and the `date` line left out (the golden files of
+/// `tests/reporting.rs` pin both), for tests about what the lines say.
+pub fn untimed(text: &str) -> String {
+    let time = regex::Regex::new(r"^\d\d:\d\d:\d\d\.\d{3} waymark: ").unwrap();
+    text.split_inclusive('\n')
+        .map(|line| time.replace(line, "waymark: "))
+        .filter(|line| !line.starts_with("waymark: date "))
+        .collect()
+}
+
+/// A duration as waymark writes one (`1s 5ms`, `200ms`, `1day 2h`).
+const DURATION: &str = r"\d+(?:years?|months?|days?|h|m|s|ms|us|ns)(?: \d+(?:years?|months?|days?|h|m|s|ms|us|ns))*\b";
+
+/// Plain-mode output with what changes from run to run replaced, on top of [`normalise_times`]:
+/// the time of day that starts each of waymark's lines by `HH:MM:SS.mmm`, the date and UTC offset
+/// of the `date` line, a retry's wake-up time, pids, the wait before a retry (`(in DURATION)`),
+/// the duration of a run that succeeded, and the summary table's duration cells (by `DURATION`,
+/// right-aligned in the same width, so the table's alignment is still compared).
+pub fn normalise_plain(text: &str) -> String {
+    let re = |pattern: &str| regex::Regex::new(pattern).unwrap();
+    let text = normalise_times(text);
+    let text = re(r"(?m)^\d\d:\d\d:\d\d\.\d{3} ").replace_all(&text, "HH:MM:SS.mmm ");
+    let text =
+        re(r"waymark: date \d{4}-\d\d-\d\d \(UTC[+-]\d\d:\d\d\)").replace_all(&text, "waymark: date DATE (UTC OFFSET)");
+    let text = re(r"retry at (\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d\.\d{3}").replace_all(&text, "retry at HH:MM:SS.mmm");
+    let text = re(r"\(pid \d+").replace_all(&text, "(pid PID");
+    let text = re(&format!(r"(\(in |waymark: run \S+ succeeded in ){DURATION}")).replace_all(&text, "${1}DURATION");
+    let cell = re(&format!(r"^(  \S+ +\S+(?: run)? +(?:\d+/\d+|-))( +{DURATION})(  |\n|$)"));
+    let mut out = String::with_capacity(text.len());
+    let mut in_table = false;
+    for line in text.split_inclusive('\n') {
+        in_table = (in_table && line.starts_with("  ")) || line.contains("waymark: steps of run ");
+        match cell.captures(line).filter(|_| in_table) {
+            Some(c) => {
+                let width = c[2].len();
+                out.push_str(&format!("{}{:>width$}{}", &c[1], "DURATION", &line[c.get(2).unwrap().end()..]));
+            }
+            None => out.push_str(line),
+        }
+    }
+    out
+}
+
 /// Compare `actual` with the golden file `tests/fixtures/NAME`, byte for byte; with
 /// `WAYMARK_BLESS=1`, write it there first (then review the diff).
 pub fn golden(name: &str, actual: &str) {

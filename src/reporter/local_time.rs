@@ -1,0 +1,109 @@
+//! Wall-clock times as the plain lines show them: the local time of day to the millisecond
+//! (`12:03:04.512`), with the date and the UTC offset said once, and again whenever they change
+//! (midnight, a daylight-saving switch). The time zone is the system's (`TZ`, else
+//! `/etc/localtime`), read once when the reporter starts; UTC when it cannot be read.
+
+use jiff::tz::TimeZone;
+use jiff::{Timestamp, ZonedDateTime};
+use std::time::SystemTime;
+
+/// The local time zone, and the day (date and offset) last said.
+pub(crate) struct LocalTime {
+    tz: TimeZone,
+    day: Option<String>,
+}
+
+impl LocalTime {
+    /// The system's time zone.
+    pub(crate) fn system() -> LocalTime {
+        LocalTime::new(TimeZone::system())
+    }
+
+    pub(crate) fn new(tz: TimeZone) -> LocalTime {
+        LocalTime { tz, day: None }
+    }
+
+    fn zoned(&self, at: SystemTime) -> ZonedDateTime {
+        // A time outside jiff's range (year ±9999) cannot come from a clock; the epoch stands in.
+        Timestamp::try_from(at).unwrap_or(Timestamp::UNIX_EPOCH).to_zoned_datetime(self.tz.clone())
+    }
+
+    /// `12:03:04.512`.
+    pub(crate) fn time_of_day(&self, at: SystemTime) -> String {
+        self.zoned(at).strftime("%H:%M:%S%.3f").to_string()
+    }
+
+    /// `2026-12-01 (UTC+01:00)`: the date and the offset from UTC at `at`.
+    pub(crate) fn day(&self, at: SystemTime) -> String {
+        self.zoned(at).strftime("%Y-%m-%d (UTC%:z)").to_string()
+    }
+
+    /// The time of day at `at`, and the day when it differs from the one last returned here
+    /// (`None` when it is the same; always `Some` the first time).
+    pub(crate) fn stamp(&mut self, at: SystemTime) -> (String, Option<String>) {
+        let day = self.day(at);
+        let new = (self.day.as_ref() != Some(&day)).then(|| day.clone());
+        self.day = Some(day);
+        (self.time_of_day(at), new)
+    }
+
+    /// A time later than `now` (a retry's wake-up): the time of day, with the date in front
+    /// when it falls on another day (`2026-12-02 03:00:00.000`).
+    pub(crate) fn later(&self, at: SystemTime, now: SystemTime) -> String {
+        let (then, today) = (self.zoned(at), self.zoned(now));
+        if then.date() == today.date() {
+            self.time_of_day(at)
+        } else {
+            then.strftime("%Y-%m-%d %H:%M:%S%.3f").to_string()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    /// 2026-03-29 00:59:59.250 UTC, a second before Europe's switch to summer time.
+    fn before_switch() -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(1_774_745_999_250)
+    }
+
+    fn paris() -> LocalTime {
+        LocalTime::new(TimeZone::posix("CET-1CEST,M3.5.0,M10.5.0/3").unwrap())
+    }
+
+    #[test]
+    fn times_are_local_to_the_millisecond() {
+        let t = paris();
+        assert_eq!(t.time_of_day(before_switch()), "01:59:59.250");
+        assert_eq!(t.time_of_day(before_switch() + Duration::from_secs(1)), "03:00:00.250");
+        assert_eq!(LocalTime::new(TimeZone::UTC).time_of_day(before_switch()), "00:59:59.250");
+    }
+
+    #[test]
+    fn the_day_is_said_first_and_again_when_the_date_or_the_offset_changes() {
+        let mut t = paris();
+        let at = before_switch();
+        assert_eq!(t.stamp(at), ("01:59:59.250".into(), Some("2026-03-29 (UTC+01:00)".into())));
+        assert_eq!(t.stamp(at + Duration::from_millis(500)), ("01:59:59.750".into(), None));
+        assert_eq!(
+            t.stamp(at + Duration::from_secs(1)),
+            ("03:00:00.250".into(), Some("2026-03-29 (UTC+02:00)".into())),
+            "summer time"
+        );
+        assert_eq!(t.stamp(at + Duration::from_secs(21 * 3600)), ("23:59:59.250".into(), None), "still the same day");
+        assert_eq!(
+            t.stamp(at + Duration::from_secs(21 * 3600 + 1)),
+            ("00:00:00.250".into(), Some("2026-03-30 (UTC+02:00)".into()))
+        );
+    }
+
+    #[test]
+    fn a_wake_up_on_another_day_has_its_date() {
+        let t = LocalTime::new(TimeZone::UTC);
+        let now = before_switch();
+        assert_eq!(t.later(now + Duration::from_millis(200), now), "00:59:59.450");
+        assert_eq!(t.later(now + Duration::from_secs(86_400), now), "2026-03-30 00:59:59.250");
+    }
+}
