@@ -284,11 +284,130 @@ def bench_step(t, waymark, floor, work, rounds, steps=200):
                   note="strace -f -c, runs of 1 and 50 steps")
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# attempt: a failing attempt against the retry CLIs
+
+
+def bench_attempt(t, waymark, floor, peers, work, rounds, n=200):
+    flow = work / "fail.toml"
+    flow.write_text(f'name = "fail"\n[[step]]\nname = "fail"\nrun = ["false"]\nretry = {{ attempts = {n} }}\n')
+    false = shutil.which("false")
+
+    def wm():
+        with tempfile.TemporaryDirectory(dir=work) as state:
+            return timed([waymark, "run", "--quiet", flow], env=state_env(state))[0] / n
+
+    res = interleave(rounds, {
+        "waymark": wm,
+        # retry-cli: no wait between attempts, no jitter.
+        "retry": lambda: timed([peers / "retry", "--attempts", str(n), "--min-duration", "0ms", "--max-duration", "0ms",
+                                "--jitter", "0", "--", false])[0] / n,
+        # attempt-cli: fixed schedule of 0 s, retry on a failing status, quiet.
+        "attempt": lambda: timed([peers / "attempt", "fixed", "-w", "0", "-a", str(n), "-F", "-qq", "--", false])[0] / n,
+        "spawn": lambda: timed([floor, "spawn", str(n), false])[0] / n,
+    })
+    fastest = [min(a, b) for a, b in zip(res["retry"], res["attempt"])]
+    t.add("spawn floor (posix_spawn+wait of false)", med_range(res["spawn"]))
+    t.add("failing attempt, retry-cli", med_range(res["retry"]))
+    t.add("failing attempt, attempt-cli", med_range(res["attempt"]))
+    t.add(f"failing attempt, waymark ({n} attempts, disk)", med_range(res["waymark"]), ratio_str(ratios(res["waymark"], fastest)),
+          "fastest retry CLI of the round")
+    t.add("failing attempt, waymark against the spawn floor", "", ratio_str(ratios(res["waymark"], res["spawn"])),
+          "spawn floor")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# backoff and timeout, from the `--json` events' timestamps (RFC 3339 to the millisecond)
+
+
+def events(cmd, env):
+    out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def ts_ms(event):
+    # "2026-01-02T03:04:05.678Z"
+    from datetime import datetime
+    return datetime.strptime(event["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp() * 1000
+
+
+def pcts(values):
+    v = sorted(values)
+    at = lambda q: v[min(len(v) - 1, int(round(q * (len(v) - 1))))]
+    return f"p50 {at(0.5):.0f} ms, p99 {at(0.99):.0f} ms, max {v[-1]:.0f} ms (n={len(v)})"
+
+
+def bench_backoff(t, waymark, work, rounds, attempts=21, backoff=0.05):
+    flow = work / "backoff.toml"
+    flow.write_text(f'name = "backoff"\n[[step]]\nname = "b"\nrun = ["false"]\n'
+                    f'retry = {{ attempts = {attempts}, backoff_seconds = {backoff} }}\n')
+    late = []
+    for _ in range(rounds):
+        with tempfile.TemporaryDirectory(dir=work) as state:
+            evs = events([waymark, "run", "--json", flow], state_env(state))
+        finished = [ts_ms(e) for e in evs if e["event"] == "attempt.finished"]
+        started = [ts_ms(e) for e in evs if e["event"] == "attempt.started"]
+        late += [s - f - backoff * 1000 for f, s in zip(finished, started[1:])]
+    t.add(f"backoff lateness ({backoff * 1000:.0f} ms backoff)", pcts(late),
+          note="next attempt.started - attempt.finished - backoff")
+
+
+def bench_timeout(t, waymark, work, rounds, attempts=10, timeout=0.1):
+    flow = work / "timeout.toml"
+    flow.write_text(f'name = "timeout"\n[[step]]\nname = "t"\nrun = ["sleep", "100"]\ntimeout = {timeout}\n'
+                    f'retry = {{ attempts = {attempts}, exception_types = ["ActionTimeout"] }}\n')
+    late = []
+    for _ in range(rounds):
+        with tempfile.TemporaryDirectory(dir=work) as state:
+            evs = events([waymark, "run", "--json", flow], state_env(state))
+        late += [e["duration_ms"] - timeout * 1000 for e in evs if e["event"] == "attempt.finished"]
+    gnu = [(timed(["timeout", str(timeout), "sleep", "100"])[0] - timeout) * 1000 for _ in range(rounds * attempts)]
+    t.add(f"timeout to death, waymark ({timeout * 1000:.0f} ms timeout)", pcts(late), note="attempt duration_ms - timeout")
+    t.add("timeout to death, GNU timeout", pcts(gnu), note="its wall time - timeout")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# output: throughput and peak RSS
+
+
+def bench_output(t, waymark, work, rounds, size=200 << 20):
+    kinds = {
+        "zeros": f"head -c {size} /dev/zero",
+        "newline-rich": f"yes | head -c {size}",
+    }
+    for kind, shell in kinds.items():
+        flow = work / f"out-{kind}.toml"
+        flow.write_text(f'name = "out"\n[[step]]\nname = "o"\nshell = "{shell}"\n')
+
+        def wm(mode):
+            def go():
+                with tempfile.TemporaryDirectory(dir=work) as state:
+                    sec, _, rss = timed([waymark, "run"] + mode + [flow], env=state_env(state))
+                rsss[tuple(mode)].append(rss)
+                return sec
+            return go
+
+        rsss = {(): [], ("--quiet",): []}
+        res = interleave(rounds, {
+            "floor": lambda: timed(["sh", "-c", f"{shell} > /dev/null"])[0],
+            "on": wm([]),
+            "off": wm(["--quiet"]),
+        })
+        mbps = lambda secs: [size / 2**20 / x for x in secs]
+        mb = lambda x: f"{x:.0f} MiB/s"
+        t.add(f"output {kind}, shell to /dev/null", med_range(mbps(res["floor"]), mb))
+        for name, mode in (("on", ()), ("off", ("--quiet",))):
+            rss = rsss[mode]
+            t.add(f"output {kind}, echo {name} (peak RSS {statistics.median(rss) / 1024:.0f} MiB)",
+                  med_range(mbps(res[name]), mb), ratio_str(ratios(res[name], res["floor"])), "time against the shell")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--only", default=",".join(ROWS))
     ap.add_argument("--scratch", default=str(ROOT / "target/bench"))
+    ap.add_argument("--no-build", action="store_true", help="use the binaries built before")
     args = ap.parse_args()
     scratch = Path(args.scratch).resolve()
     scratch.mkdir(parents=True, exist_ok=True)
@@ -296,7 +415,11 @@ def main():
     for row in only:
         if row not in ROWS:
             sys.exit(f"unknown row `{row}`; rows: {', '.join(ROWS)}")
-    waymark, floor, peers = build(scratch, "attempt" in only)
+    if args.no_build:
+        waymark, floor, peers = (ROOT / "target/release/waymark", scratch / "floor-target/release/waymark-floor",
+                                 scratch / "peers/bin")
+    else:
+        waymark, floor, peers = build(scratch, "attempt" in only)
     work = scratch / "work"
     work.mkdir(exist_ok=True)
     t = Table()
@@ -306,6 +429,18 @@ def main():
     if "step" in only:
         log("step ...")
         bench_step(t, waymark, floor, work, args.rounds)
+    if "attempt" in only:
+        log("attempt ...")
+        bench_attempt(t, waymark, floor, peers, work, args.rounds)
+    if "backoff" in only:
+        log("backoff ...")
+        bench_backoff(t, waymark, work, args.rounds)
+    if "timeout" in only:
+        log("timeout ...")
+        bench_timeout(t, waymark, work, args.rounds)
+    if "output" in only:
+        log("output ...")
+        bench_output(t, waymark, work, max(3, args.rounds // 2))
     print()
     print(f"waymark bench, {time.strftime('%Y-%m-%d')}, {os.uname().machine}, {os.cpu_count()} cpus, "
           f"rounds={args.rounds}")
