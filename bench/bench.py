@@ -7,7 +7,8 @@ Builds waymark (release) and the floor helper (bench/floor, its own package), in
 (retry-cli and attempt-cli, `cargo install --root SCRATCH/peers`), then prints one table. Rows
 (names for --only): scale (start-up against 1 and 10,000 earlier runs, a 10,000-step flow's first
 spawn, its resume half done, `check` of it), step (a succeeding durable step, on disk and on
-tmpfs, against the spawn and flush floors; fsyncs per step and per run), attempt (a failing
+tmpfs, against the spawn and flush floors; fsyncs per step and per run), dispatch (a step's cost
+in flows of 100, 1,000 and 10,000 steps), attempt (a failing
 attempt against the retry CLIs), backoff (lateness of a retry after its backoff), timeout (from
 a step's timeout to its child's death), output (throughput and peak RSS).
 
@@ -35,7 +36,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ROWS = ["scale", "step", "attempt", "backoff", "timeout", "output"]
+ROWS = ["scale", "step", "dispatch", "attempt", "backoff", "timeout", "output"]
 
 
 def log(msg):
@@ -284,6 +285,32 @@ def bench_step(t, waymark, floor, work, rounds, steps=200):
                   note="strace -f -c, runs of 1 and 50 steps")
 
 
+def bench_dispatch(t, waymark, work, rounds):
+    """Per-step cost of a flow of 100, 1,000 and (once) 10,000 succeeding steps, state on tmpfs: a
+    dispatcher whose work per event grows with the number of steps shows as a growing cost."""
+    d = Path(tempfile.mkdtemp(prefix="waymark-bench-", dir="/dev/shm"))
+    try:
+        def per_step(n):
+            flow = d / f"steps{n}.toml"
+            if not flow.exists():
+                write_steps(flow, n)
+
+            def go():
+                with tempfile.TemporaryDirectory(dir=d) as state:
+                    return timed([waymark, "run", "--quiet", flow], env=state_env(state))[0] / n
+            return go
+
+        res = interleave(rounds, {100: per_step(100), 1000: per_step(1000)})
+        big = [per_step(10_000)()]
+        t.add("succeeding step, 100-step flow (tmpfs)", med_range(res[100]))
+        t.add("succeeding step, 1,000-step flow (tmpfs)", med_range(res[1000]), ratio_str(ratios(res[1000], res[100])),
+              "100-step flow")
+        t.add("succeeding step, 10,000-step flow (tmpfs, 1 run)", med_range(big),
+              ratio_str([big[0] / statistics.median(res[100])]), "100-step flow (median)")
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # attempt: a failing attempt against the retry CLIs
 
@@ -429,6 +456,9 @@ def main():
     if "step" in only:
         log("step ...")
         bench_step(t, waymark, floor, work, args.rounds)
+    if "dispatch" in only:
+        log("dispatch ...")
+        bench_dispatch(t, waymark, work, args.rounds)
     if "attempt" in only:
         log("attempt ...")
         bench_attempt(t, waymark, floor, peers, work, args.rounds)

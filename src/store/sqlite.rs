@@ -1,9 +1,10 @@
 //! The embedded store: one SQLite database in WAL mode under the state directory.
 //!
 //! Durability: commits use `synchronous=NORMAL` (they survive a crash of waymark or of a child,
-//! not a power loss), except the commits that finish a step or a run, which use `FULL` and so
-//! reach the disk before waymark goes on: a succeeded step is never run again, even after a power
-//! loss; an attempt's start or a retry's wake-up time may be lost by one, and is then redone.
+//! not a power loss; creating a run is one of them), except the commits that finish a step or a
+//! run, which use `FULL` and so reach the disk before waymark goes on: a succeeded step is never
+//! run again, even after a power loss; an attempt's start or a retry's wake-up time may be lost by
+//! one, and is then redone.
 //!
 //! Leases: a run records its owner and fencing token (`lease_owner`, `lease_token`); every write of
 //! the runner checks them first, in its own transaction (see [`check_lease`]). The per-flow file
@@ -356,6 +357,14 @@ impl SqliteStore {
         let _ = std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600));
         let mut store = SqliteStore::with(conn, path, "flow_key", "host", "outputs", "kind");
         store.init().map_err(|e| failure(&store.path, e))?;
+        // No checkpoint when the connection closes: it would cost two more flushes at the end of
+        // every run, and the WAL it deletes would be created anew by the next run (a flush of the
+        // directory and of the new WAL). The WAL stays, as durable as it was (every run ends with
+        // a full sync of it), and SQLite's automatic checkpoints still bound its size.
+        store
+            .conn
+            .set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+            .map_err(|e| store.sql(e))?;
         let found: i64 = store.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|e| store.sql(e))?;
         if found > SCHEMA_VERSION {
             return Err(newer_schema(&store.path, found));
@@ -566,7 +575,10 @@ impl Store for SqliteStore {
         let host = host_name();
         let pid = std::process::id();
         let started = now_ms();
-        let id = self.write(true, |tx| {
+        // `synchronous=NORMAL`: a run's creation needs no flush of its own. The first step to
+        // finish flushes the WAL, this commit included; a power loss before then loses a run in
+        // which nothing had finished, and the next `waymark run` starts it anew.
+        let id = self.write(false, |tx| {
             let seq: i64 = tx.query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM runs", [], |r| r.get(0))?;
             let mut id = new_run_id();
             while tx.query_row("SELECT 1 FROM runs WHERE id = ?1", [&id], |_| Ok(())).optional()?.is_some() {
