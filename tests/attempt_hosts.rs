@@ -53,7 +53,7 @@ fn every_attempt_records_the_host_it_ran_on() {
     let status = json(&env, &["status", "--json"]);
     assert_eq!(status["steps"][0]["host"], host.as_str());
     assert_eq!(status["steps"][1]["host"], host.as_str());
-    assert_eq!(user_version(&env), 6);
+    assert_eq!(user_version(&env), 7);
 }
 
 #[test]
@@ -89,7 +89,7 @@ fn a_schema_2_database_is_read_as_it_is_and_migrated_by_the_next_runner() {
     let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stderr(&out).contains("resuming run"), "{}", stderr(&out));
-    assert_eq!(user_version(&env), 6);
+    assert_eq!(user_version(&env), 7);
     let host = this_host();
     assert_eq!(
         attempt_hosts(&env),

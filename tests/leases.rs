@@ -125,7 +125,7 @@ fn a_schema_3_database_is_read_as_it_is_and_its_runs_resume_under_a_lease() {
     let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stderr(&out).contains(&format!("resuming run {run_id}")), "{}", stderr(&out));
-    assert_eq!(user_version(&env), 6);
+    assert_eq!(user_version(&env), 7);
     let (owner, token) = lease(&env, &run_id);
     assert_eq!(token, 1);
     assert!(owner.unwrap().starts_with(&format!("{}:", this_host())));

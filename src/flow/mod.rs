@@ -138,9 +138,8 @@ pub(crate) fn parse_searching(
     };
     let doc = toml::de::DeTable::parse(source).map_err(|e| locate(vec![syntax_error(&e, source)]))?;
     let (raw, mut diags) = raw::read(doc.get_ref(), source);
-    let keys = diagnostic::KeyIndex::of(doc.get_ref());
     let shape_errors = !diags.is_empty();
-    match validate::validate(raw, path, source, keys, search) {
+    match validate::validate(raw, path, source, doc.get_ref(), search) {
         Ok((flow, warnings)) if !shape_errors => Ok((flow, locate(warnings))),
         Ok((_, more)) | Err(more) => {
             diags.extend(more);

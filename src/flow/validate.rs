@@ -57,20 +57,34 @@ struct Validator<'a> {
     flow_path_env: Option<String>,
     /// Whether the flow has an `env_file` (read only when a run starts: it may set PATH).
     env_file: bool,
-    /// Key paths of the file, indexed once: a diagnostic's path is a lookup, not a parse.
-    keys: KeyIndex,
+    /// The parsed document, for [`KeyIndex`]: indexed on the first diagnostic (a flow without
+    /// any never pays for it), then a diagnostic's path is a lookup, not a parse.
+    doc: &'a toml::de::DeTable<'a>,
+    keys: std::cell::OnceCell<KeyIndex>,
+    /// Whether a program was found on a search path from a working directory, per
+    /// `(program, path, workdir)`: thousands of steps running the same program search once.
+    on_path: HashMap<(String, String, std::path::PathBuf), bool>,
     diags: Vec<Diagnostic>,
 }
 
 /// Build the domain flow, or return every error found (warnings included either way).
-pub(crate) fn validate(
+pub(crate) fn validate<'a>(
     raw: RawFlow,
     path: &Path,
-    source: &str,
-    keys: KeyIndex,
-    search: Option<&ProgramSearch>,
+    source: &'a str,
+    doc: &'a toml::de::DeTable<'a>,
+    search: Option<&'a ProgramSearch>,
 ) -> Result<(Flow, Vec<Diagnostic>), Vec<Diagnostic>> {
-    let mut v = Validator { source, search, flow_path_env: None, env_file: false, keys, diags: Vec::new() };
+    let mut v = Validator {
+        source,
+        search,
+        flow_path_env: None,
+        env_file: false,
+        doc,
+        keys: std::cell::OnceCell::new(),
+        on_path: HashMap::new(),
+        diags: Vec::new(),
+    };
     let flow = v.flow(raw, path);
     if v.diags.iter().any(Diagnostic::is_error) { Err(v.diags) } else { Ok((flow, v.diags)) }
 }
@@ -125,7 +139,8 @@ impl Validator<'_> {
 
     /// "`step[0].name`: " for the key or value at `offset`, or nothing.
     fn key(&self, offset: usize) -> String {
-        self.keys.path_at(offset).map_or_else(String::new, |k| format!("`{k}`: "))
+        let keys = self.keys.get_or_init(|| KeyIndex::of(self.doc));
+        keys.path_at(offset).map_or_else(String::new, |k| format!("`{k}`: "))
     }
 
     /// A warning when an item of a step's `run` holds what looks like a shell variable (`$X`,
@@ -166,10 +181,12 @@ impl Validator<'_> {
         if name.is_empty() || name.contains('/') || name.contains('\0') {
             return;
         }
-        let found = path.split(':').any(|dir| {
-            let dir = if dir.is_empty() { "." } else { dir };
-            std::fs::metadata(workdir.join(dir).join(name))
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        let found = *self.on_path.entry((name.clone(), path.to_owned(), workdir.to_owned())).or_insert_with(|| {
+            path.split(':').any(|dir| {
+                let dir = if dir.is_empty() { "." } else { dir };
+                std::fs::metadata(workdir.join(dir).join(name))
+                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            })
         });
         if found {
             return;

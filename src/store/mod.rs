@@ -499,6 +499,9 @@ pub trait Store: RunLog + Send {
     fn find_resumable(&self, key: &FlowKey) -> Result<Option<RunRecord>, StoreError>;
     /// Runs, newest first, that `filter` selects.
     fn list_runs(&self, filter: RunFilter<'_>, limit: usize) -> Result<Vec<RunRecord>, StoreError>;
+    /// Unfinished runs (running or interrupted), newest first, that `filter` selects; without
+    /// reading the finished ones, however many there are.
+    fn unfinished_runs(&self, filter: RunFilter<'_>, limit: usize) -> Result<Vec<RunRecord>, StoreError>;
     /// The distinct flows whose runs match `filter`: each key with the newest run's path, newest
     /// first.
     fn flows(&self, filter: RunFilter<'_>) -> Result<Vec<(FlowKey, PathBuf)>, StoreError>;

@@ -1,9 +1,10 @@
 //! The embedded store: one SQLite database in WAL mode under the state directory.
 //!
 //! Durability: commits use `synchronous=NORMAL` (they survive a crash of waymark or of a child,
-//! not a power loss), except the commits that finish a step or a run, which use `FULL` and so
-//! reach the disk before waymark goes on: a succeeded step is never run again, even after a power
-//! loss; an attempt's start or a retry's wake-up time may be lost by one, and is then redone.
+//! not a power loss; creating a run is one of them), except the commits that finish a step or a
+//! run, which use `FULL` and so reach the disk before waymark goes on: a succeeded step is never
+//! run again, even after a power loss; an attempt's start or a retry's wake-up time may be lost by
+//! one, and is then redone.
 //!
 //! Leases: a run records its owner and fencing token (`lease_owner`, `lease_token`); every write of
 //! the runner checks them first, in its own transaction (see [`check_lease`]). The per-flow file
@@ -16,7 +17,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-const SCHEMA_VERSION: i64 = 6;
+const SCHEMA_VERSION: i64 = 7;
 
 /// The key of a run recorded before schema 2, which had runs per flow name only: a run whose
 /// recorded path is `DIR/NAME.toml` or `DIR/NAME` (its flow name is the file's stem, the default
@@ -52,6 +53,15 @@ ALTER TABLE steps ADD COLUMN outputs TEXT;
 const MIGRATE_TO_6: &str = "
 ALTER TABLE attempts ADD COLUMN kind TEXT NOT NULL DEFAULT 'attempt';
 ";
+
+/// Schema 7: the unfinished runs (the ones `waymark run` may resume) have an index of their own,
+/// so finding one reads only those, never the finished runs (nor their definitions) before them.
+const MIGRATE_TO_7: &str = "
+CREATE INDEX IF NOT EXISTS runs_unfinished ON runs (seq) WHERE status IN ('running', 'interrupted');
+";
+
+/// The condition [`MIGRATE_TO_7`]'s index covers, as a query must write it for the index to serve.
+const UNFINISHED: &str = "status IN ('running', 'interrupted')";
 
 /// The schema as version 1 created it; the migrations bring it to the current one, for new
 /// databases too, so the migration path is the one always taken.
@@ -135,6 +145,17 @@ fn newer_schema(path: &Path, found: i64) -> StoreError {
 /// `SELECT` of a run's columns, with its key as `key`.
 fn select_runs(key_sql: &str) -> String {
     format!("SELECT *, {key_sql} AS key FROM runs")
+}
+
+/// The newest unfinished run of key `?1`. (`+`, SQLite's no-op operator, keeps the key's own index,
+/// which holds the finished runs too, from being chosen: the unfinished runs' index is read.)
+fn resumable_sql(key_sql: &str) -> String {
+    format!("{} WHERE +{key_sql} = ?1 AND {UNFINISHED} ORDER BY seq DESC LIMIT 1", select_runs(key_sql))
+}
+
+/// Unfinished runs that `cond` selects, newest first, at most `?2` (`+` as in [`resumable_sql`]).
+fn unfinished_sql(key_sql: &str, cond: &str) -> String {
+    format!("{} WHERE {UNFINISHED} AND +{cond} ORDER BY seq DESC LIMIT ?2", select_runs(key_sql))
 }
 
 fn now_ms() -> i64 {
@@ -289,6 +310,21 @@ fn check_lease_of_attempt(tx: &rusqlite::Transaction, row: i64, lease: &Lease) -
     Ok(run_id)
 }
 
+/// Step rows inserted by one statement when a run is created (3 values a row, well under
+/// SQLite's limit of 32,766 parameters).
+const STEP_ROWS_PER_INSERT: usize = 250;
+
+/// `INSERT` of `rows` pending steps of run `?1`, each with its position and name as the next two
+/// parameters.
+fn insert_steps_sql(rows: usize) -> String {
+    let mut sql = String::from("INSERT INTO steps (run_id, position, name, state) VALUES ");
+    for i in 0..rows {
+        let sep = if i == 0 { "" } else { ", " };
+        sql.push_str(&format!("{sep}(?1, ?{}, ?{}, 'pending')", 2 + 2 * i, 3 + 2 * i));
+    }
+    sql
+}
+
 fn new_run_id() -> String {
     const ALPHABET: &[u8] = b"0123456789abcdefghjkmnpqrstvwxyz";
     (0..8).map(|_| ALPHABET[fastrand::usize(..ALPHABET.len())] as char).collect()
@@ -321,6 +357,14 @@ impl SqliteStore {
         let _ = std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600));
         let mut store = SqliteStore::with(conn, path, "flow_key", "host", "outputs", "kind");
         store.init().map_err(|e| failure(&store.path, e))?;
+        // No checkpoint when the connection closes: it would cost two more flushes at the end of
+        // every run, and the WAL it deletes would be created anew by the next run (a flush of the
+        // directory and of the new WAL). The WAL stays, as durable as it was (every run ends with
+        // a full sync of it), and SQLite's automatic checkpoints still bound its size.
+        store
+            .conn
+            .set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+            .map_err(|e| store.sql(e))?;
         let found: i64 = store.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|e| store.sql(e))?;
         if found > SCHEMA_VERSION {
             return Err(newer_schema(&store.path, found));
@@ -423,6 +467,9 @@ impl SqliteStore {
         }
         if version < 6 {
             tx.execute_batch(MIGRATE_TO_6)?;
+        }
+        if version < 7 {
+            tx.execute_batch(MIGRATE_TO_7)?;
         }
         if version < SCHEMA_VERSION {
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
@@ -528,7 +575,10 @@ impl Store for SqliteStore {
         let host = host_name();
         let pid = std::process::id();
         let started = now_ms();
-        let id = self.write(true, |tx| {
+        // `synchronous=NORMAL`: a run's creation needs no flush of its own. The first step to
+        // finish flushes the WAL, this commit included; a power loss before then loses a run in
+        // which nothing had finished, and the next `waymark run` starts it anew.
+        let id = self.write(false, |tx| {
             let seq: i64 = tx.query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM runs", [], |r| r.get(0))?;
             let mut id = new_run_id();
             while tx.query_row("SELECT 1 FROM runs WHERE id = ?1", [&id], |_| Ok(())).optional()?.is_some() {
@@ -553,11 +603,19 @@ impl Store for SqliteStore {
                     lease.token
                 ],
             )?;
-            for (i, step) in flow.steps.iter().enumerate() {
-                tx.execute(
-                    "INSERT INTO steps (run_id, position, name, state) VALUES (?1, ?2, ?3, 'pending')",
-                    params![id, i as i64, step.name],
-                )?;
+            // Many rows per statement, each statement prepared once: a 10,000-step flow is 40
+            // statements, not 10,000 parsed anew.
+            let mut position = 0i64;
+            for chunk in flow.steps.chunks(STEP_ROWS_PER_INSERT) {
+                let mut stmt = tx.prepare_cached(&insert_steps_sql(chunk.len()))?;
+                let mut values = Vec::with_capacity(1 + 2 * chunk.len());
+                values.push(rusqlite::types::Value::Text(id.clone()));
+                for step in chunk {
+                    values.push(rusqlite::types::Value::Integer(position));
+                    values.push(rusqlite::types::Value::Text(step.name.clone()));
+                    position += 1;
+                }
+                stmt.execute(rusqlite::params_from_iter(values))?;
             }
             Ok(id)
         })?;
@@ -578,15 +636,7 @@ impl Store for SqliteStore {
 
     fn find_resumable(&self, key: &FlowKey) -> Result<Option<RunRecord>, StoreError> {
         self.conn
-            .query_row(
-                &format!(
-                    "{} WHERE {} = ?1 AND status IN ('running', 'interrupted') ORDER BY seq DESC LIMIT 1",
-                    select_runs(self.key_sql),
-                    self.key_sql
-                ),
-                [key.as_str()],
-                Self::run_from_row,
-            )
+            .query_row(&resumable_sql(self.key_sql), [key.as_str()], Self::run_from_row)
             .optional()
             .map_err(|e| self.sql(e))
     }
@@ -596,6 +646,14 @@ impl Store for SqliteStore {
         let (cond, value) = self.filter_sql(filter);
         let sql = format!("{} WHERE {cond} ORDER BY seq DESC LIMIT ?2", select_runs(self.key_sql));
         let mut stmt = self.conn.prepare(&sql).map_err(|e| self.sql(e))?;
+        let rows = stmt.query_map(params![value, limit], Self::run_from_row).map_err(|e| self.sql(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
+    }
+
+    fn unfinished_runs(&self, filter: RunFilter<'_>, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let (cond, value) = self.filter_sql(filter);
+        let mut stmt = self.conn.prepare(&unfinished_sql(self.key_sql, &cond)).map_err(|e| self.sql(e))?;
         let rows = stmt.query_map(params![value, limit], Self::run_from_row).map_err(|e| self.sql(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }
@@ -1085,7 +1143,7 @@ mod tests {
         assert!(busy.hint().unwrap().starts_with(&format!("another process holds {} locked", path.display())));
         assert_eq!(failure(&path, err(rusqlite::ffi::SQLITE_NOTADB)).hint(), None, "the message says what to do");
         assert_eq!(newer_schema(&path, 9).kind(), Some(StoreErrorKind::NewerSchema));
-        assert!(newer_schema(&path, 9).to_string().contains("(schema 9, this one knows 6)"));
+        assert!(newer_schema(&path, 9).to_string().contains("(schema 9, this one knows 7)"));
     }
 
     fn result(outcome: AttemptOutcome) -> AttemptResult {
@@ -1184,6 +1242,68 @@ mod tests {
             matches!(&err, StoreError::BadState { what, .. } if what.starts_with("step `a`: its outputs are not a JSON object of strings")),
             "{err}"
         );
+    }
+
+    /// A flow of `n` steps named `s0`, `s1`, ...
+    fn flow_of(n: usize, dir: &Path) -> Flow {
+        let mut source = String::from("name = 'f'\n");
+        for i in 0..n {
+            source.push_str(&format!("[[step]]\nname = 's{i}'\nrun = ['true']\n"));
+        }
+        crate::flow::parse(&source, &dir.join("f.toml")).unwrap().0
+    }
+
+    #[test]
+    fn a_run_of_more_steps_than_one_insert_holds_records_every_step_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = 2 * STEP_ROWS_PER_INSERT + 3;
+        let flow = flow_of(n, dir.path());
+        let mut store = SqliteStore::open(&StateDir::create(dir.path()).unwrap()).unwrap();
+        let (run, _) = store.create_run(&flow, "hash", "test:1:a").unwrap();
+        let names: Vec<String> = store.steps(&run.id).unwrap().into_iter().map(|s| s.name).collect();
+        assert_eq!(names, (0..n).map(|i| format!("s{i}")).collect::<Vec<_>>());
+        // A second run of the same flow reuses the cached statements.
+        let (second, _) = store.create_run(&flow, "hash", "test:1:b").unwrap();
+        assert_eq!(store.steps(&second.id).unwrap().len(), n);
+    }
+
+    /// The plan SQLite chooses for `sql`, one line per step.
+    fn plan(store: &SqliteStore, sql: &str) -> String {
+        let mut stmt = store.conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let nulls = vec![rusqlite::types::Null; stmt.parameter_count()];
+        let rows = stmt.query_map(rusqlite::params_from_iter(nulls), |r| r.get::<_, String>(3)).unwrap();
+        rows.map(Result::unwrap).collect::<Vec<_>>().join("\n")
+    }
+
+    #[test]
+    fn a_schema_6_database_gets_the_unfinished_runs_index_and_lookups_read_only_those() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::create(dir.path()).unwrap();
+        let flow = flow_of(1, dir.path());
+        let mut store = SqliteStore::open(&state).unwrap();
+        let (done, lease) = store.create_run(&flow, "hash", "test:1:a").unwrap();
+        store.run_finished(&lease, &done.id, RunStatus::Succeeded, None, &[]).unwrap();
+        let (unfinished, _) = store.create_run(&flow, "hash", "test:1:b").unwrap();
+        // As schema 6 left it.
+        store.conn.execute_batch("DROP INDEX runs_unfinished; PRAGMA user_version = 6;").unwrap();
+        drop(store);
+
+        let store = SqliteStore::open(&state).unwrap();
+        let version: i64 = store.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(version, 7);
+        assert_eq!(store.find_resumable(&FlowKey::named("f")).unwrap().unwrap().id, unfinished.id);
+        let ids = |filter| store.unfinished_runs(filter, 50).unwrap().into_iter().map(|r| r.id).collect::<Vec<_>>();
+        assert_eq!(ids(RunFilter::Name("f")), vec![unfinished.id.clone()]);
+        let file = dir.path().join("f.toml");
+        assert_eq!(ids(RunFilter::File(&file)), vec![unfinished.id.clone()]);
+        assert_eq!(ids(RunFilter::Key(&FlowKey::named("f"))), vec![unfinished.id.clone()]);
+        // However many finished runs a flow has, finding its unfinished one reads only the index
+        // of unfinished runs (the plans of `find_resumable` and `unfinished_runs`).
+        assert_eq!(plan(&store, &resumable_sql(store.key_sql)), "SCAN runs USING INDEX runs_unfinished");
+        for filter in [RunFilter::Name("f"), RunFilter::File(Path::new("x")), RunFilter::Key(&FlowKey::named("f"))] {
+            let (cond, _) = store.filter_sql(filter);
+            assert_eq!(plan(&store, &unfinished_sql(store.key_sql, &cond)), "SCAN runs USING INDEX runs_unfinished");
+        }
     }
 
     #[test]

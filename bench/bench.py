@@ -1,0 +1,486 @@
+#!/usr/bin/env python3
+"""waymark's benchmark: what it costs against the floors and against other retry tools.
+
+    python3 bench/bench.py [--rounds N] [--only ROW,ROW...] [--scratch DIR]
+
+Builds waymark (release) and the floor helper (bench/floor, its own package), installs the peers
+(retry-cli and attempt-cli, `cargo install --root SCRATCH/peers`), then prints one table. Rows
+(names for --only): scale (start-up against 1 and 10,000 earlier runs, a 10,000-step flow's first
+spawn, its resume half done, `check` of it), step (a succeeding durable step, on disk and on
+tmpfs, against the spawn and flush floors; fsyncs per step and per run), dispatch (a step's cost
+in flows of 100, 1,000 and 10,000 steps), attempt (a failing
+attempt against the retry CLIs), backoff (lateness of a retry after its backoff), timeout (from
+a step's timeout to its child's death), output (throughput and peak RSS).
+
+Every comparison runs its commands round by round, interleaved (A, B, A, B, ... in each round),
+and reports the median of the rounds and, for a ratio, the median and the min-max of the ratios
+taken within each round. Times are wall-clock times of whole processes, taken from outside with
+time.perf_counter around subprocess start and exit (Python's own fork/exec is in every timed
+command alike). A "first spawn" is the time from starting `waymark run --json` until its
+`attempt.started` line is read from its stdout (the event is emitted after the child was
+spawned). Nothing here is part of the test suite. The scratch directory (default
+target/bench) is on the disk the repository is on; the tmpfs rows use /dev/shm.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ROWS = ["scale", "step", "dispatch", "attempt", "backoff", "timeout", "output"]
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def build(scratch, need_peers):
+    env = dict(os.environ, CARGO_INCREMENTAL="0")
+    log("building waymark (release) ...")
+    subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, env=env, check=True)
+    log("building the floor helper ...")
+    subprocess.run(
+        ["cargo", "build", "--release", "--quiet", "--manifest-path", str(ROOT / "bench/floor/Cargo.toml"),
+         "--target-dir", str(scratch / "floor-target")],
+        env=env, check=True)
+    peers = scratch / "peers"
+    for crate, binary in (("retry-cli", "retry"), ("attempt-cli", "attempt")):
+        if need_peers and not (peers / "bin" / binary).exists():
+            log(f"installing {crate} into {peers} ...")
+            subprocess.run(["cargo", "install", "--quiet", "--root", str(peers), crate], env=env, check=True)
+    return ROOT / "target/release/waymark", scratch / "floor-target/release/waymark-floor", peers / "bin"
+
+
+def timed(cmd, env=None, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
+    """Wall seconds of one process, its exit status and its peak RSS (KiB)."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, env=env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
+    _, status, usage = os.wait4(p.pid, 0)
+    t = time.perf_counter() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return t, p.returncode, usage.ru_maxrss
+
+
+def first_spawn(cmd, env):
+    """Seconds from starting `waymark run --json` to its first `attempt.started` line; then the run
+    is interrupted (SIGTERM) and waited for."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    t = None
+    for line in p.stdout:
+        if json.loads(line).get("event") == "attempt.started":
+            t = time.perf_counter() - t0
+            break
+    p.send_signal(signal.SIGTERM)
+    p.stdout.read()
+    p.wait()
+    if t is None:
+        raise RuntimeError(f"no attempt.started from {cmd}")
+    return t
+
+
+def fmt_t(seconds):
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds * 1e6:.0f} us"
+
+
+def med_range(values, f=fmt_t):
+    return f"{f(statistics.median(values))} [{f(min(values))}-{f(max(values))}]"
+
+
+def ratio_str(values):
+    return f"{statistics.median(values):.2f}x [{min(values):.2f}-{max(values):.2f}]"
+
+
+class Table:
+    def __init__(self):
+        self.rows = []
+
+    def add(self, what, value, ratio="", note=""):
+        self.rows.append((what, value, ratio, note))
+        log(f"  {what}: {value} {ratio} {note}")
+
+    def print(self):
+        heads = ("what", "median [min-max]", "ratio: median [min-max]", "against")
+        widths = [max(len(r[i]) for r in self.rows + [heads]) for i in range(4)]
+        line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"
+        print(line(heads))
+        print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+        for r in self.rows:
+            print(line(r))
+
+
+def write_steps(path, count, run_of=lambda i: '["true"]', name="steps"):
+    with open(path, "w") as f:
+        f.write(f'name = "{name}"\n')
+        for i in range(count):
+            f.write(f'[[step]]\nname = "s{i}"\nrun = {run_of(i)}\n')
+
+
+def state_env(state):
+    return dict(os.environ, WAYMARK_STATE_DIR=str(state), NO_COLOR="1")
+
+
+def interleave(rounds, commands):
+    """Run each of `commands` (name -> zero-argument function returning seconds) once per round,
+    in turn; the order rotates from round to round. Returns name -> list of seconds."""
+    out = {name: [] for name in commands}
+    names = list(commands)
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for name in order:
+            out[name].append(commands[name]())
+    return out
+
+
+def ratios(a, b):
+    return [x / y for x, y in zip(a, b)]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# scale: start-up against earlier runs, a 10,000-step flow's first spawn and resume, check
+
+
+def add_earlier_runs(db, count):
+    """Copy the one run in `db` (with its steps and attempts) `count` times, as finished runs of the
+    same flow: what `count` earlier runs leave behind, definitions and all."""
+    con = sqlite3.connect(db)
+    (run_id,) = con.execute("SELECT id FROM runs ORDER BY seq LIMIT 1").fetchone()
+    cols = lambda table: [r[1] for r in con.execute(f"PRAGMA table_info({table})")]
+    gen = f"WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < {count})"
+    run_cols = cols("runs")
+    sel = [("'e' || printf('%07d', n)" if c == "id" else "n + 1000000" if c == "seq" else c) for c in run_cols]
+    con.execute(f"{gen} INSERT INTO runs ({', '.join(run_cols)}) SELECT {', '.join(sel)} FROM runs, c WHERE id = ?",
+                (run_id,))
+    for table, skip in (("steps", None), ("attempts", "row")):
+        tcols = [c for c in cols(table) if c != skip]
+        sel = [("'e' || printf('%07d', n)" if c == "run_id" else c) for c in tcols]
+        con.execute(f"{gen} INSERT INTO {table} ({', '.join(tcols)}) SELECT {', '.join(sel)} FROM {table}, c "
+                    f"WHERE run_id = ?", (run_id,))
+    con.commit()
+    con.close()
+
+
+def bench_scale(t, waymark, work, rounds):
+    one = work / "one.toml"
+    write_steps(one, 1, name="one")
+    states = {}
+    for earlier in (1, 10_000):
+        state = work / f"state-earlier-{earlier}"
+        shutil.rmtree(state, ignore_errors=True)
+        subprocess.run([waymark, "run", "--quiet", one], env=state_env(state), check=True)
+        if earlier > 1:
+            add_earlier_runs(state / "waymark.db", earlier - 1)
+        states[earlier] = state
+    run_one = lambda e: lambda: timed([waymark, "run", "--quiet", one], env=state_env(states[e]))[0]
+    res = interleave(rounds, {1: run_one(1), 10_000: run_one(10_000)})
+    t.add("`run` of a 1-step flow, 1 earlier run", med_range(res[1]))
+    t.add("`run` of a 1-step flow, 10,000 earlier runs", med_range(res[10_000]), ratio_str(ratios(res[10_000], res[1])),
+          "the same with 1 earlier run")
+
+    big = work / "big.toml"
+    write_steps(big, 10_000, lambda i: '["sleep", "1000"]' if i == 0 else '["true"]', name="big")
+    small = work / "small.toml"
+    write_steps(small, 1, lambda i: '["sleep", "1000"]', name="small")
+
+    def fresh_first(flow):
+        def go():
+            with tempfile.TemporaryDirectory(dir=work) as state:
+                return first_spawn([waymark, "run", "--json", flow], state_env(state))
+        return go
+
+    res = interleave(rounds, {"small": fresh_first(small), "big": fresh_first(big)})
+    t.add("first spawn of a new run, 1 step", med_range(res["small"]))
+    t.add("first spawn of a new run, 10,000 steps", med_range(res["big"]), ratio_str(ratios(res["big"], res["small"])),
+          "1 step")
+
+    # Half done: steps 0..4999 succeeded, step 5000 (sleep) was running when the runner was stopped.
+    half = work / "half.toml"
+    write_steps(half, 10_000, lambda i: '["sleep", "1000"]' if i == 5000 else '["true"]', name="half")
+    half_state = work / "state-half"
+    shutil.rmtree(half_state, ignore_errors=True)
+    log("  (running 5,000 steps to get a half-done run ...)")
+    first_spawn([waymark, "run", "--json", half], state_env(half_state))
+    small_state = work / "state-small"
+    shutil.rmtree(small_state, ignore_errors=True)
+    first_spawn([waymark, "run", "--json", small], state_env(small_state))
+    res = interleave(rounds, {
+        "small": lambda: first_spawn([waymark, "run", "--json", small], state_env(small_state)),
+        "half": lambda: first_spawn([waymark, "run", "--json", half], state_env(half_state)),
+    })
+    t.add("first spawn resuming, 1 step", med_range(res["small"]))
+    t.add("first spawn resuming 10,000 steps half done", med_range(res["half"]),
+          ratio_str(ratios(res["half"], res["small"])), "1 step")
+
+    check = lambda flow: lambda: timed([waymark, "check", flow], env=state_env(work / "state-check"))[0]
+    res = interleave(rounds, {"small": check(one), "big": check(big)})
+    t.add("`check`, 1 step", med_range(res["small"]))
+    t.add("`check`, 10,000 steps", med_range(res["big"]), ratio_str(ratios(res["big"], res["small"])), "1 step")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# step: a succeeding durable step against the floors; fsyncs
+
+
+def count_fsyncs(cmd, env):
+    """fsync + fdatasync calls of `cmd` and its threads (strace -f -c)."""
+    out = subprocess.run(["strace", "-f", "-c", "-e", "trace=fsync,fdatasync", "-o", "/dev/stderr"] + cmd, env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True).stderr
+    n = 0
+    for line in out.splitlines():
+        parts = line.split()
+        if parts and parts[-1] in ("fsync", "fdatasync"):
+            n += int(parts[3])
+    return n
+
+
+def bench_step(t, waymark, floor, work, rounds, steps=200):
+    for where, base in (("disk", work), ("tmpfs", Path("/dev/shm"))):
+        d = Path(tempfile.mkdtemp(prefix="waymark-bench-", dir=base))
+        try:
+            flow = d / "steps.toml"
+            write_steps(flow, steps)
+            true = shutil.which("true")
+
+            def wm():
+                with tempfile.TemporaryDirectory(dir=d) as state:
+                    return timed([waymark, "run", "--quiet", flow], env=state_env(state))[0] / steps
+
+            def flush():
+                with tempfile.TemporaryDirectory(dir=d) as db:
+                    return timed([floor, "flush", str(steps), true, os.path.join(db, "floor.db")])[0] / steps
+
+            spawn = lambda: timed([floor, "spawn", str(steps), true])[0] / steps
+            res = interleave(rounds, {"waymark": wm, "flush": flush, "spawn": spawn})
+            if where == "disk":
+                t.add("spawn floor (posix_spawn+wait of true)", med_range(res["spawn"]))
+            t.add(f"flush floor (+1 FULL commit, {where})", med_range(res["flush"]))
+            t.add(f"succeeding durable step ({where}, {steps}-step flow)", med_range(res["waymark"]),
+                  ratio_str(ratios(res["waymark"], res["flush"])), "flush floor")
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+    if shutil.which("strace"):
+        with tempfile.TemporaryDirectory(dir=work) as d:
+            d = Path(d)
+            counts = {}
+            env = state_env(d / "state")
+            for n in (1, 3, 50):
+                write_steps(d / f"f{n}.toml", n, name=f"f{n}")
+            # The state directory's first run creates the database: counted apart.
+            first = count_fsyncs([str(waymark), "run", "--quiet", str(d / "f1.toml")], env)
+            for n in (1, 3, 50):
+                counts[n] = count_fsyncs([str(waymark), "run", "--quiet", str(d / f"f{n}.toml")], env)
+            per_step = (counts[50] - counts[1]) / 49
+            t.add("fsyncs of a 1-step run, the state directory's first", str(first))
+            t.add("fsyncs of a 3-step run", str(counts[3]))
+            t.add("fsyncs per step / fixed per run", f"{per_step:.2f} / {counts[1] - per_step:.2f}",
+                  note="strace -f -c, runs of 1 and 50 steps")
+
+
+def bench_dispatch(t, waymark, work, rounds):
+    """Per-step cost of a flow of 100, 1,000 and (once) 10,000 succeeding steps, state on tmpfs: a
+    dispatcher whose work per event grows with the number of steps shows as a growing cost."""
+    d = Path(tempfile.mkdtemp(prefix="waymark-bench-", dir="/dev/shm"))
+    try:
+        def per_step(n):
+            flow = d / f"steps{n}.toml"
+            if not flow.exists():
+                write_steps(flow, n)
+
+            def go():
+                with tempfile.TemporaryDirectory(dir=d) as state:
+                    return timed([waymark, "run", "--quiet", flow], env=state_env(state))[0] / n
+            return go
+
+        res = interleave(rounds, {100: per_step(100), 1000: per_step(1000)})
+        big = [per_step(10_000)()]
+        t.add("succeeding step, 100-step flow (tmpfs)", med_range(res[100]))
+        t.add("succeeding step, 1,000-step flow (tmpfs)", med_range(res[1000]), ratio_str(ratios(res[1000], res[100])),
+              "100-step flow")
+        t.add("succeeding step, 10,000-step flow (tmpfs, 1 run)", med_range(big),
+              ratio_str([big[0] / statistics.median(res[100])]), "100-step flow (median)")
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# attempt: a failing attempt against the retry CLIs
+
+
+def bench_attempt(t, waymark, floor, peers, work, rounds, n=200):
+    flow = work / "fail.toml"
+    flow.write_text(f'name = "fail"\n[[step]]\nname = "fail"\nrun = ["false"]\nretry = {{ attempts = {n} }}\n')
+    false = shutil.which("false")
+
+    def wm():
+        with tempfile.TemporaryDirectory(dir=work) as state:
+            return timed([waymark, "run", "--quiet", flow], env=state_env(state))[0] / n
+
+    res = interleave(rounds, {
+        "waymark": wm,
+        # retry-cli: no wait between attempts, no jitter.
+        "retry": lambda: timed([peers / "retry", "--attempts", str(n), "--min-duration", "0ms", "--max-duration", "0ms",
+                                "--jitter", "0", "--", false])[0] / n,
+        # attempt-cli: fixed schedule of 0 s, retry on a failing status, quiet.
+        "attempt": lambda: timed([peers / "attempt", "fixed", "-w", "0", "-a", str(n), "-F", "-qq", "--", false])[0] / n,
+        "spawn": lambda: timed([floor, "spawn", str(n), false])[0] / n,
+    })
+    fastest = [min(a, b) for a, b in zip(res["retry"], res["attempt"])]
+    t.add("spawn floor (posix_spawn+wait of false)", med_range(res["spawn"]))
+    t.add("failing attempt, retry-cli", med_range(res["retry"]))
+    t.add("failing attempt, attempt-cli", med_range(res["attempt"]))
+    t.add(f"failing attempt, waymark ({n} attempts, disk)", med_range(res["waymark"]), ratio_str(ratios(res["waymark"], fastest)),
+          "fastest retry CLI of the round")
+    t.add("failing attempt, waymark against the spawn floor", "", ratio_str(ratios(res["waymark"], res["spawn"])),
+          "spawn floor")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# backoff and timeout, from the `--json` events' timestamps (RFC 3339 to the millisecond)
+
+
+def events(cmd, env):
+    out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def ts_ms(event):
+    # "2026-01-02T03:04:05.678Z"
+    from datetime import datetime
+    return datetime.strptime(event["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp() * 1000
+
+
+def pcts(values):
+    v = sorted(values)
+    at = lambda q: v[min(len(v) - 1, int(round(q * (len(v) - 1))))]
+    return f"p50 {at(0.5):.0f} ms, p99 {at(0.99):.0f} ms, max {v[-1]:.0f} ms (n={len(v)})"
+
+
+def bench_backoff(t, waymark, work, rounds, attempts=21, backoff=0.05):
+    flow = work / "backoff.toml"
+    flow.write_text(f'name = "backoff"\n[[step]]\nname = "b"\nrun = ["false"]\n'
+                    f'retry = {{ attempts = {attempts}, backoff_seconds = {backoff} }}\n')
+    late = []
+    for _ in range(rounds):
+        with tempfile.TemporaryDirectory(dir=work) as state:
+            evs = events([waymark, "run", "--json", flow], state_env(state))
+        finished = [ts_ms(e) for e in evs if e["event"] == "attempt.finished"]
+        started = [ts_ms(e) for e in evs if e["event"] == "attempt.started"]
+        late += [s - f - backoff * 1000 for f, s in zip(finished, started[1:])]
+    t.add(f"backoff lateness ({backoff * 1000:.0f} ms backoff)", pcts(late),
+          note="next attempt.started - attempt.finished - backoff")
+
+
+def bench_timeout(t, waymark, work, rounds, attempts=10, timeout=0.1):
+    flow = work / "timeout.toml"
+    flow.write_text(f'name = "timeout"\n[[step]]\nname = "t"\nrun = ["sleep", "100"]\ntimeout = {timeout}\n'
+                    f'retry = {{ attempts = {attempts}, exception_types = ["ActionTimeout"] }}\n')
+    late = []
+    for _ in range(rounds):
+        with tempfile.TemporaryDirectory(dir=work) as state:
+            evs = events([waymark, "run", "--json", flow], state_env(state))
+        late += [e["duration_ms"] - timeout * 1000 for e in evs if e["event"] == "attempt.finished"]
+    gnu = [(timed(["timeout", str(timeout), "sleep", "100"])[0] - timeout) * 1000 for _ in range(rounds * attempts)]
+    t.add(f"timeout to death, waymark ({timeout * 1000:.0f} ms timeout)", pcts(late), note="attempt duration_ms - timeout")
+    t.add("timeout to death, GNU timeout", pcts(gnu), note="its wall time - timeout")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# output: throughput and peak RSS
+
+
+def bench_output(t, waymark, work, rounds, size=200 << 20):
+    kinds = {
+        "zeros": f"head -c {size} /dev/zero",
+        "newline-rich": f"yes | head -c {size}",
+    }
+    for kind, shell in kinds.items():
+        flow = work / f"out-{kind}.toml"
+        flow.write_text(f'name = "out"\n[[step]]\nname = "o"\nshell = "{shell}"\n')
+
+        def wm(mode):
+            def go():
+                with tempfile.TemporaryDirectory(dir=work) as state:
+                    sec, _, rss = timed([waymark, "run"] + mode + [flow], env=state_env(state))
+                rsss[tuple(mode)].append(rss)
+                return sec
+            return go
+
+        rsss = {(): [], ("--quiet",): []}
+        res = interleave(rounds, {
+            "floor": lambda: timed(["sh", "-c", f"{shell} > /dev/null"])[0],
+            "on": wm([]),
+            "off": wm(["--quiet"]),
+        })
+        mbps = lambda secs: [size / 2**20 / x for x in secs]
+        mb = lambda x: f"{x:.0f} MiB/s"
+        t.add(f"output {kind}, shell to /dev/null", med_range(mbps(res["floor"]), mb))
+        for name, mode in (("on", ()), ("off", ("--quiet",))):
+            rss = rsss[mode]
+            t.add(f"output {kind}, echo {name} (peak RSS {statistics.median(rss) / 1024:.0f} MiB)",
+                  med_range(mbps(res[name]), mb), ratio_str(ratios(res[name], res["floor"])), "time against the shell")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--only", default=",".join(ROWS))
+    ap.add_argument("--scratch", default=str(ROOT / "target/bench"))
+    ap.add_argument("--no-build", action="store_true", help="use the binaries built before")
+    args = ap.parse_args()
+    scratch = Path(args.scratch).resolve()
+    scratch.mkdir(parents=True, exist_ok=True)
+    only = args.only.split(",")
+    for row in only:
+        if row not in ROWS:
+            sys.exit(f"unknown row `{row}`; rows: {', '.join(ROWS)}")
+    if args.no_build:
+        waymark, floor, peers = (ROOT / "target/release/waymark", scratch / "floor-target/release/waymark-floor",
+                                 scratch / "peers/bin")
+    else:
+        waymark, floor, peers = build(scratch, "attempt" in only)
+    work = scratch / "work"
+    work.mkdir(exist_ok=True)
+    t = Table()
+    if "scale" in only:
+        log("scale ...")
+        bench_scale(t, waymark, work, args.rounds)
+    if "step" in only:
+        log("step ...")
+        bench_step(t, waymark, floor, work, args.rounds)
+    if "dispatch" in only:
+        log("dispatch ...")
+        bench_dispatch(t, waymark, work, args.rounds)
+    if "attempt" in only:
+        log("attempt ...")
+        bench_attempt(t, waymark, floor, peers, work, args.rounds)
+    if "backoff" in only:
+        log("backoff ...")
+        bench_backoff(t, waymark, work, args.rounds)
+    if "timeout" in only:
+        log("timeout ...")
+        bench_timeout(t, waymark, work, args.rounds)
+    if "output" in only:
+        log("output ...")
+        bench_output(t, waymark, work, max(3, args.rounds // 2))
+    print()
+    print(f"waymark bench, {time.strftime('%Y-%m-%d')}, {os.uname().machine}, {os.cpu_count()} cpus, "
+          f"rounds={args.rounds}")
+    print()
+    t.print()
+
+
+if __name__ == "__main__":
+    main()

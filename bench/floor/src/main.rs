@@ -1,0 +1,39 @@
+//! `waymark-floor spawn N PROGRAM` and `waymark-floor flush N PROGRAM DB`: the floors that
+//! `bench/bench.py` holds waymark against. Each iteration spawns PROGRAM (std's `Command`, which
+//! uses posix_spawn on Linux when, as here, no pre-exec hook is set) with stdio inherited and waits
+//! for it; `flush` also commits one row to the SQLite database DB (WAL, synchronous=FULL: one
+//! fsync of the WAL per commit) after each wait. It prints nothing: the benchmark times the whole
+//! process from outside, as it times waymark.
+
+use std::process::{Command, ExitCode};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let usage = || {
+        eprintln!("usage: waymark-floor spawn N PROGRAM | waymark-floor flush N PROGRAM DB");
+        ExitCode::from(2)
+    };
+    let (Some(mode), Some(n), Some(program)) = (args.get(1), args.get(2).and_then(|n| n.parse::<u64>().ok()), args.get(3))
+    else {
+        return usage();
+    };
+    let db = match (mode.as_str(), args.get(4)) {
+        ("spawn", None) => None,
+        ("flush", Some(path)) => {
+            let conn = rusqlite::Connection::open(path).expect("open the database");
+            conn.pragma_update(None, "journal_mode", "WAL").expect("WAL");
+            conn.pragma_update(None, "synchronous", "FULL").expect("synchronous=FULL");
+            conn.execute_batch("CREATE TABLE IF NOT EXISTS t (i INTEGER PRIMARY KEY, v INTEGER)").expect("table");
+            Some(conn)
+        }
+        _ => return usage(),
+    };
+    for _ in 0..n {
+        let status = Command::new(program).status().expect("spawn the program");
+        if let Some(conn) = &db {
+            let code = status.code().unwrap_or(-1);
+            conn.execute("INSERT INTO t (v) VALUES (?1)", [code]).expect("commit");
+        }
+    }
+    ExitCode::SUCCESS
+}
