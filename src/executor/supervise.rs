@@ -268,11 +268,11 @@ impl Supervisor {
         let status = loop {
             tokio::select! {
                 status = self.child.wait() => break status,
-                _ = tokio::time::sleep_until(deadline.unwrap_or_else(far)), if deadline.is_some() && stopping.is_none() => {
+                _ = crate::os::timer::sleep_until(deadline.unwrap_or_else(far)), if deadline.is_some() && stopping.is_none() => {
                     stopping = Some(End::TimedOut);
                     kill_at = stop_group(pgid, step.kill_signal, step.kill_grace);
                 }
-                _ = tokio::time::sleep_until(kill_at.unwrap_or_else(far)), if kill_at.is_some() => {
+                _ = crate::os::timer::sleep_until(kill_at.unwrap_or_else(far)), if kill_at.is_some() => {
                     unix::kill_group(pgid);
                     kill_at = None;
                     killed_after_grace = true;
