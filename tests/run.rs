@@ -617,3 +617,36 @@ fn a_traceback_longer_than_the_stderr_tail_is_said_to_be_cut() {
     let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     assert_eq!(status["steps"][0]["last_error"]["message"], message);
 }
+
+/// A program named without a `/` is found on PATH and sees its own name as `argv[0]`, at every
+/// attempt, as `execvp` gives it.
+#[test]
+fn a_program_found_on_path_keeps_its_name_as_argv0() {
+    let env = Env::new();
+    let script = r#"tr '\0' '\n' < /proc/$$/cmdline | head -1 >> names; exit 1"#;
+    flow(&env, &format!("[[step]]\nname = 'named'\nrun = ['sh', '-c', '''{script}''']\nretry = {{ attempts = 2 }}\n"));
+    env.cmd(&["run", "flow.toml"]).assert().code(1);
+    assert_eq!(env.read("names"), "sh\nsh\n");
+}
+
+/// A program removed from the PATH directory it was found in during the run is looked up again:
+/// the next attempt runs the copy in a later directory of the PATH instead of failing to start.
+#[test]
+fn a_program_moved_between_attempts_is_found_again_on_path() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    let tool = "#!/bin/sh\necho \"$0\" >> ran\nrm -f first/tool\nexit 1\n";
+    for dir in ["first", "second"] {
+        let path = env.write(&format!("{dir}/tool"), tool);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let dir = env.path("");
+    let path = format!("{}first:{}second:/usr/bin:/bin", dir.display(), dir.display());
+    flow(
+        &env,
+        &format!("[[step]]\nname = 'moved'\nrun = ['tool']\nenv = {{ PATH = '{path}' }}\nretry = {{ attempts = 2 }}\n"),
+    );
+    env.cmd(&["run", "flow.toml"]).assert().code(1).stderr(predicate::str::contains("not found").not());
+    let ran = env.read("ran").replace(&dir.display().to_string(), "DIR/");
+    assert_eq!(ran, "DIR/first/tool\nDIR/second/tool\n");
+}

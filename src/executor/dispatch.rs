@@ -340,8 +340,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             let deadline = self.deadline.filter(|_| !self.expired && self.cancelled.is_none());
             tokio::select! {
                 Some(msg) = self.rx.recv() => self.handle(msg).await?,
-                _ = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {}
-                _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {}
+                _ = crate::os::timer::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {}
+                _ = crate::os::timer::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {}
                 sig = self.parts.signals.next() => self.on_signal(sig),
             }
         }

@@ -104,6 +104,46 @@ pub(crate) struct ProcessLauncher {
     /// `WAYMARK_PARAM_*` and `WAYMARK_OUTPUT*` variables in the runner's own environment (a
     /// runner started by a step of another run): not this run's, so its attempts do not get them.
     foreign: Vec<std::ffi::OsString>,
+    /// Where the steps' programs were found on their PATH.
+    programs: Programs,
+}
+
+/// Programs found on a PATH, by name and PATH: looked up once per runner rather than by every
+/// spawn (whose `execvp` tries each directory of the PATH before the program's in turn).
+#[derive(Default)]
+struct Programs(std::collections::HashMap<(String, String), PathBuf>);
+
+impl Programs {
+    /// Where `program` (a name without `/`) is on `path`: the first directory holding an
+    /// executable file of that name, as `execvp` would find it. `None` when the answer could
+    /// depend on the step's working directory (a relative or empty directory comes first) or
+    /// nothing is found: the program is then looked up by the spawn itself, as ever.
+    fn find(&mut self, program: &str, path: &str) -> Option<PathBuf> {
+        if program.is_empty() || program.contains('/') {
+            return None;
+        }
+        let key = (program.to_owned(), path.to_owned());
+        if let Some(found) = self.0.get(&key) {
+            return Some(found.clone());
+        }
+        for dir in path.split(':') {
+            if !dir.starts_with('/') {
+                return None;
+            }
+            let candidate = Path::new(dir).join(program);
+            let executable = nix::unistd::access(&candidate, nix::unistd::AccessFlags::X_OK).is_ok();
+            if executable && std::fs::metadata(&candidate).is_ok_and(|m| m.is_file()) {
+                self.0.insert(key, candidate.clone());
+                return Some(candidate);
+            }
+        }
+        None
+    }
+
+    /// Look `program` up again next time: spawning it by the path found failed.
+    fn forget(&mut self, program: &str, path: &str) {
+        self.0.remove(&(program.to_owned(), path.to_owned()));
+    }
 }
 
 impl ProcessLauncher {
@@ -115,7 +155,7 @@ impl ProcessLauncher {
                 name.starts_with(b"WAYMARK_PARAM_") || name.starts_with(b"WAYMARK_OUTPUT")
             })
             .collect();
-        ProcessLauncher { flow, run_id, env, state, log_dirs: HashSet::new(), foreign }
+        ProcessLauncher { flow, run_id, env, state, log_dirs: HashSet::new(), foreign, programs: Programs::default() }
     }
 
     /// The attempt's variables over the inherited environment, in the order they are set (a later
@@ -186,33 +226,50 @@ impl Launcher for ProcessLauncher {
         }
         let argv = a.aux.as_ref().map_or(&step.command, |aux| &aux.command).argv();
         let pipe_err = |e| files_err(Path::new("pipe"), e);
-        let (out_r, out_w) = std::io::pipe().map_err(pipe_err)?;
-        let (err_r, err_w) = std::io::pipe().map_err(pipe_err)?;
-        let mut cmd = tokio::process::Command::new(&argv[0]);
-        for name in &self.foreign {
-            cmd.env_remove(name);
-        }
         let env = self.env(&a, &attempt_id);
         // The PATH the program is looked up on: the step's environment's, else waymark's own.
         let path = env.iter().rev().find(|(k, _)| k == "PATH").map(|(_, v)| v.clone());
         let path = path.or_else(|| std::env::var("PATH").ok()).unwrap_or_else(|| "/bin:/usr/bin".to_owned());
-        cmd.args(&argv[1..])
-            .envs(env)
-            .current_dir(&step.workdir)
-            .stdin(std::process::Stdio::null())
-            .stdout(out_w)
-            .stderr(err_w)
-            .process_group(0)
-            .kill_on_drop(false);
-        let child = match cmd.spawn() {
-            Ok(child) => child,
-            Err(e) => {
-                let why = spawn_failure(&argv[0], &step.workdir, &path, &e);
-                return Ok(Launched::NotStarted { why, stderr_from });
+        let found = self.programs.find(&argv[0], &path);
+        // Spawned by the path found earlier, else (or if that fails: the program moved since)
+        // by its name, looked up on PATH as ever.
+        let mut by_name = found.is_none();
+        let (child, out_r, err_r) = loop {
+            let (out_r, out_w) = std::io::pipe().map_err(pipe_err)?;
+            let (err_r, err_w) = std::io::pipe().map_err(pipe_err)?;
+            let mut cmd = match (&found, by_name) {
+                (Some(program), false) => {
+                    let mut cmd = tokio::process::Command::new(program);
+                    cmd.arg0(&argv[0]);
+                    cmd
+                }
+                _ => tokio::process::Command::new(&argv[0]),
+            };
+            for name in &self.foreign {
+                cmd.env_remove(name);
+            }
+            cmd.args(&argv[1..])
+                .envs(env.iter().map(|(k, v)| (k, v)))
+                .current_dir(&step.workdir)
+                .stdin(std::process::Stdio::null())
+                .stdout(out_w)
+                .stderr(err_w)
+                .process_group(0)
+                .kill_on_drop(false);
+            match cmd.spawn() {
+                // `cmd` still holds the write ends; it is dropped here, so the readers see EOF
+                // when the child exits.
+                Ok(child) => break (child, out_r, err_r),
+                Err(_) if !by_name => {
+                    self.programs.forget(&argv[0], &path);
+                    by_name = true;
+                }
+                Err(e) => {
+                    let why = spawn_failure(&argv[0], &step.workdir, &path, &e);
+                    return Ok(Launched::NotStarted { why, stderr_from });
+                }
             }
         };
-        // `cmd` still holds the write ends; drop it so the readers see EOF when the child exits.
-        drop(cmd);
         let outputs = [
             Output { pipe: out_r, log: out_log, log_path: stdout_log },
             Output { pipe: err_r, log: err_log, log_path: stderr_log },

@@ -10,7 +10,7 @@ use crate::flow::{Signal, Step};
 use crate::os::process::{self as unix, ExitKind};
 use crate::secrets::{Secrets, StreamRedactor};
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -80,8 +80,8 @@ pub(crate) struct Output {
 }
 
 impl Supervisor {
-    /// Start copying the child's output (a reader thread per stream, tagged with the attempt's
-    /// step and row, hiding `secrets`) and take charge of it.
+    /// Start copying the child's output (a reader task per stream on the runner's event loop,
+    /// tagged with the attempt's step and row, hiding `secrets`) and take charge of it.
     pub(crate) fn watch(
         child: tokio::process::Child,
         attempt_id: String,
@@ -94,9 +94,19 @@ impl Supervisor {
         let pid = child.id().unwrap_or(0);
         let abandoned = Arc::new(AtomicBool::new(false));
         let (done, readers_done) = mpsc::channel(2);
+        let mut readers_left = 0;
         for (out, stream) in [(stdout, Stream::Stdout), (stderr, Stream::Stderr)] {
-            Reader {
-                pipe: out.pipe,
+            let pipe = match unix::async_pipe(out.pipe) {
+                Ok(pipe) => pipe,
+                Err(error) => {
+                    // Without a reader the child would block on a full pipe (dropping the pipe's
+                    // end instead makes its writes fail): report it as a log failure.
+                    let _ = events.try_send(Msg::LogFailed { row, path: out.log_path, error });
+                    continue;
+                }
+            };
+            let reader = Reader {
+                pipe,
                 log: out.log,
                 log_path: out.log_path,
                 stream,
@@ -105,11 +115,15 @@ impl Supervisor {
                 secrets: Arc::clone(&secrets),
                 events: events.clone(),
                 abandoned: Arc::clone(&abandoned),
-                done: done.clone(),
-            }
-            .start();
+            };
+            let done = done.clone();
+            readers_left += 1;
+            tokio::spawn(async move {
+                reader.copy().await;
+                let _ = done.send(()).await;
+            });
         }
-        Supervisor { child, pid, attempt_id, readers_done, readers_left: 2, abandoned }
+        Supervisor { child, pid, attempt_id, readers_done, readers_left, abandoned }
     }
 
     pub(crate) fn pid(&self) -> u32 {
@@ -119,8 +133,11 @@ impl Supervisor {
 
 /// Copies one of a child's streams to its log file and, in whole lines, to the dispatcher, with
 /// every secret replaced by `***` before either sees it (a secret split between two reads too).
+/// It runs as a task on the runner's event loop, woken when the pipe has data: no thread per
+/// stream. A reader whose pipe a process outside waymark's reach holds open is left behind (it
+/// keeps the log and sends nothing more) rather than waited for.
 struct Reader {
-    pipe: std::io::PipeReader,
+    pipe: tokio::net::unix::pipe::Receiver,
     log: File,
     log_path: PathBuf,
     stream: Stream,
@@ -129,65 +146,51 @@ struct Reader {
     secrets: Arc<Secrets>,
     events: mpsc::Sender<Msg>,
     abandoned: Arc<AtomicBool>,
-    /// Told once at end-of-file.
-    done: mpsc::Sender<()>,
 }
 
 impl Reader {
-    /// Run on a thread of its own (a blocking read that a process outside waymark's reach may
-    /// hold open forever; the thread is then left behind rather than waited for).
-    fn start(self) {
-        let failures = self.events.clone();
-        let row = self.row;
-        let name = format!("waymark-{}", self.stream.name());
-        let copy = move || {
-            let done = self.done.clone();
-            self.copy();
-            let _ = done.blocking_send(());
-        };
-        if let Err(e) = std::thread::Builder::new().name(name).spawn(copy) {
-            // Without a reader the child would block on a full pipe: report it as a log failure.
-            let path = PathBuf::from("output reader thread");
-            let _ = failures.try_send(Msg::LogFailed { row, path, error: e });
-        }
-    }
-
-    fn send(&self, bytes: Vec<u8>) {
+    async fn send(&self, bytes: Vec<u8>) {
         if self.abandoned.load(Ordering::Relaxed) {
             return;
         }
         // The dispatcher takes output as fast as it comes (the reporter drops what the terminal
         // cannot take), so this waits at most for the loop's current step, never for the terminal.
+        // While it waits nothing is read: past the channel's bound the child blocks on its pipe.
         let chunk = Arc::new(Chunk::new(bytes));
-        let _ = self.events.blocking_send(Msg::Output { step: self.step, row: self.row, stream: self.stream, chunk });
+        let _ = self.events.send(Msg::Output { step: self.step, row: self.row, stream: self.stream, chunk }).await;
     }
 
-    fn copy(mut self) {
+    async fn copy(mut self) {
         let mut buf = vec![0u8; CHUNK];
         let mut out = Copied { partial: Vec::new(), logging: true };
         let secrets = Arc::clone(&self.secrets);
         let mut redactor = StreamRedactor::new(&secrets);
         loop {
-            let n = match self.pipe.read(&mut buf) {
+            // Read what is there; wait for the pipe only when it is empty.
+            let n = match self.pipe.try_read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => match self.pipe.readable().await {
+                    Ok(()) => continue,
+                    Err(_) => break,
+                },
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(_) => break,
             };
             let data = redactor.feed(&buf[..n]);
-            self.pass(&data, &mut out);
+            self.pass(&data, &mut out).await;
         }
         // The bytes held back in case they began a secret.
         let rest = redactor.finish();
-        self.pass(&rest, &mut out);
+        self.pass(&rest, &mut out).await;
         if !out.partial.is_empty() {
             out.partial.push(b'\n');
-            self.send(out.partial);
+            self.send(out.partial).await;
         }
     }
 
     /// Write `data` (redacted) to the log, and send the whole lines it completes.
-    fn pass(&mut self, data: &[u8], out: &mut Copied) {
+    async fn pass(&mut self, data: &[u8], out: &mut Copied) {
         if data.is_empty() {
             return;
         }
@@ -197,22 +200,29 @@ impl Reader {
             // Output that cannot be kept is waymark's own failure: the loop stops the run.
             out.logging = false;
             let msg = Msg::LogFailed { row: self.row, path: self.log_path.clone(), error };
-            let _ = self.events.blocking_send(msg);
+            let _ = self.events.send(msg).await;
         }
         let partial = &mut out.partial;
         // Only the new bytes are searched, so a long line costs linear time.
-        match data.iter().rposition(|b| *b == b'\n') {
+        let whole = match data.iter().rposition(|b| *b == b'\n') {
             Some(last_nl) => {
                 partial.extend_from_slice(&data[..=last_nl]);
-                self.send(std::mem::take(partial));
+                let whole = std::mem::take(partial);
                 partial.extend_from_slice(&data[last_nl + 1..]);
+                Some(whole)
             }
-            None => partial.extend_from_slice(data),
+            None => {
+                partial.extend_from_slice(data);
+                None
+            }
+        };
+        if let Some(whole) = whole {
+            self.send(whole).await;
         }
         // A line with no end in sight is shown in pieces rather than held in memory.
-        if partial.len() >= CHUNK {
-            partial.push(b'\n');
-            self.send(std::mem::take(partial));
+        if out.partial.len() >= CHUNK {
+            out.partial.push(b'\n');
+            self.send(std::mem::take(&mut out.partial)).await;
         }
     }
 }
@@ -235,7 +245,7 @@ impl Supervisor {
             // `recv` is cancel-safe: a timed-out wait loses no end-of-file message.
             match tokio::time::timeout_at(deadline, self.readers_done.recv()).await {
                 Ok(Some(())) => self.readers_left -= 1,
-                Ok(None) => return true, // no reader thread left to wait for
+                Ok(None) => return true, // no reader left to wait for
                 Err(_) => return false,
             }
         }
@@ -258,11 +268,11 @@ impl Supervisor {
         let status = loop {
             tokio::select! {
                 status = self.child.wait() => break status,
-                _ = tokio::time::sleep_until(deadline.unwrap_or_else(far)), if deadline.is_some() && stopping.is_none() => {
+                _ = crate::os::timer::sleep_until(deadline.unwrap_or_else(far)), if deadline.is_some() && stopping.is_none() => {
                     stopping = Some(End::TimedOut);
                     kill_at = stop_group(pgid, step.kill_signal, step.kill_grace);
                 }
-                _ = tokio::time::sleep_until(kill_at.unwrap_or_else(far)), if kill_at.is_some() => {
+                _ = crate::os::timer::sleep_until(kill_at.unwrap_or_else(far)), if kill_at.is_some() => {
                     unix::kill_group(pgid);
                     kill_at = None;
                     killed_after_grace = true;

@@ -6,3 +6,4 @@
 pub(crate) mod fs;
 pub(crate) mod process;
 pub(crate) mod signals;
+pub(crate) mod timer;

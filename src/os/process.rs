@@ -22,6 +22,17 @@ pub(crate) fn kill_group(pgid: u32) {
     signal_group(pgid, NixSignal::SIGKILL);
 }
 
+/// The read end of a child's output pipe, non-blocking and registered with the runner's event
+/// loop, so one thread reads every running attempt's output. The write end, the child's, stays
+/// blocking: a child that writes faster than waymark reads waits on the full pipe.
+pub(crate) fn async_pipe(pipe: std::io::PipeReader) -> std::io::Result<tokio::net::unix::pipe::Receiver> {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    let fd = std::os::fd::OwnedFd::from(pipe);
+    // The read end was just made by `pipe2(O_CLOEXEC)`: no status flag is set that this drops.
+    fcntl(&fd, FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
+    tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked(fd)
+}
+
 /// How a child ended, decoded from its wait status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ExitKind {

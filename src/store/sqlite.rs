@@ -2,9 +2,9 @@
 //!
 //! Durability: commits use `synchronous=NORMAL` (they survive a crash of waymark or of a child,
 //! not a power loss; creating a run is one of them), except the commits that finish a step or a
-//! run, which use `FULL` and so reach the disk before waymark goes on: a succeeded step is never
-//! run again, even after a power loss; an attempt's start or a retry's wake-up time may be lost by
-//! one, and is then redone.
+//! run, which go through a second connection with `synchronous=FULL` and so reach the disk before
+//! waymark goes on: a succeeded step is never run again, even after a power loss; an attempt's
+//! start or a retry's wake-up time may be lost by one, and is then redone.
 //!
 //! Leases: a run records its owner and fencing token (`lease_owner`, `lease_token`); every write of
 //! the runner checks them first, in its own transaction (see [`check_lease`]). The per-flow file
@@ -18,6 +18,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 const SCHEMA_VERSION: i64 = 7;
+
+/// Prepared statements kept per connection: more than the runner's writes use.
+const STATEMENT_CACHE: usize = 64;
 
 /// The key of a run recorded before schema 2, which had runs per flow name only: a run whose
 /// recorded path is `DIR/NAME.toml` or `DIR/NAME` (its flow name is the file's stem, the default
@@ -117,6 +120,10 @@ CREATE INDEX attempts_by_step ON attempts (run_id, step, attempt);
 
 pub struct SqliteStore {
     conn: Connection,
+    /// A second connection to the same database with `synchronous=FULL`, for the commits that
+    /// must reach the disk (opened on the first): switching `conn` back and forth cost two more
+    /// statements around every such commit.
+    synced: Option<Connection>,
     path: PathBuf,
     /// `path` as shown in messages (see [`Store::location`]).
     location: String,
@@ -239,10 +246,26 @@ fn bad_row(table: &'static str, run_id: &str, what: impl std::fmt::Display) -> r
     rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(bad))
 }
 
+/// Run `sql` through the connection's statement cache: the runner's writes repeat the same few
+/// statements for every attempt, and parsing them again each time cost more than running them.
+fn exec(tx: &rusqlite::Transaction, sql: &str, params: impl rusqlite::Params) -> rusqlite::Result<usize> {
+    tx.prepare_cached(sql)?.execute(params)
+}
+
+/// [`rusqlite::Connection::query_row`] through the statement cache (see [`exec`]).
+fn query_row<T>(
+    tx: &rusqlite::Transaction,
+    sql: &str,
+    params: impl rusqlite::Params,
+    f: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    tx.prepare_cached(sql)?.query_row(params, f)
+}
+
 /// The recorded status of a run, checked to be one this binary knows.
 fn run_status(tx: &rusqlite::Transaction, run_id: &str) -> rusqlite::Result<RunStatus> {
     let status: Option<String> =
-        tx.query_row("SELECT status FROM runs WHERE id = ?1", [run_id], |r| r.get(0)).optional()?;
+        query_row(tx, "SELECT status FROM runs WHERE id = ?1", [run_id], |r| r.get(0)).optional()?;
     let status = status.ok_or_else(|| bad_row("runs", run_id, "the run is not recorded"))?;
     RunStatus::parse(&status).map_err(|e| bad_row("runs", run_id, e))
 }
@@ -258,9 +281,9 @@ fn move_run(tx: &rusqlite::Transaction, run_id: &str, to: RunStatus) -> rusqlite
 
 /// Check that step `step` of run `run_id` may move to `to` (see [`StepStatus::can_move_to`]).
 fn move_step(tx: &rusqlite::Transaction, run_id: &str, step: &str, to: StepStatus) -> rusqlite::Result<()> {
-    let state: Option<String> = tx
-        .query_row("SELECT state FROM steps WHERE run_id = ?1 AND name = ?2", [run_id, step], |r| r.get(0))
-        .optional()?;
+    let state: Option<String> =
+        query_row(tx, "SELECT state FROM steps WHERE run_id = ?1 AND name = ?2", [run_id, step], |r| r.get(0))
+            .optional()?;
     let state = state.ok_or_else(|| bad_row("steps", run_id, format!("step `{step}` is not recorded")))?;
     let from = StepStatus::parse(&state).map_err(|e| bad_row("steps", run_id, format!("step `{step}`: {e}")))?;
     if !from.can_move_to(to) {
@@ -286,8 +309,10 @@ struct LostLease {
 /// Check, inside the writing transaction, that `lease` is still the lease of run `run_id`: the
 /// first thing every write of the runner does, so a fenced-off write changes nothing.
 fn check_lease(tx: &rusqlite::Transaction, run_id: &str, lease: &Lease) -> rusqlite::Result<()> {
-    let found: Option<(Option<String>, i64)> = tx
-        .query_row("SELECT lease_owner, lease_token FROM runs WHERE id = ?1", [run_id], |r| Ok((r.get(0)?, r.get(1)?)))
+    let found: Option<(Option<String>, i64)> =
+        query_row(tx, "SELECT lease_owner, lease_token FROM runs WHERE id = ?1", [run_id], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
         .optional()?;
     let (holder, token) = found.ok_or_else(|| bad_row("runs", run_id, "the run is not recorded"))?;
     if token == lease.token && holder.as_deref() == Some(lease.owner.as_str()) {
@@ -304,7 +329,7 @@ fn check_lease(tx: &rusqlite::Transaction, run_id: &str, lease: &Lease) -> rusql
 /// The run an attempt belongs to, checking that `lease` is still that run's lease.
 fn check_lease_of_attempt(tx: &rusqlite::Transaction, row: i64, lease: &Lease) -> rusqlite::Result<String> {
     let run_id: Option<String> =
-        tx.query_row("SELECT run_id FROM attempts WHERE row = ?1", [row], |r| r.get(0)).optional()?;
+        query_row(tx, "SELECT run_id FROM attempts WHERE row = ?1", [row], |r| r.get(0)).optional()?;
     let run_id = run_id.ok_or_else(|| bad_row("attempts", "?", format!("attempt {row} is not recorded")))?;
     check_lease(tx, &run_id, lease)?;
     Ok(run_id)
@@ -340,7 +365,17 @@ impl SqliteStore {
         attempt_kind_sql: &'static str,
     ) -> SqliteStore {
         let location = path.display().to_string();
-        SqliteStore { conn, path, location, key_sql, attempt_host_sql, step_outputs_sql, attempt_kind_sql }
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        SqliteStore {
+            conn,
+            synced: None,
+            path,
+            location,
+            key_sql,
+            attempt_host_sql,
+            step_outputs_sql,
+            attempt_kind_sql,
+        }
     }
 
     /// Open (creating if needed) the database in `state_dir`.
@@ -500,27 +535,39 @@ impl SqliteStore {
         }
     }
 
-    /// Run `f` in a transaction; `durable` commits with a full sync.
+    /// Run `f` in a transaction; `durable` commits with a full sync (through [`Self::synced`]).
     fn write<T>(
         &mut self,
         durable: bool,
         f: impl FnOnce(&rusqlite::Transaction) -> rusqlite::Result<T>,
     ) -> Result<T, StoreError> {
         let result = (|| {
-            if durable {
-                self.conn.pragma_update(None, "synchronous", "FULL")?;
-            }
+            let conn = if durable { self.synced()? } else { &mut self.conn };
             // IMMEDIATE takes the write lock up front, so a busy database is waited for (busy
             // timeout) instead of failing when a read would have to upgrade to a write.
-            let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             let out = f(&tx)?;
             tx.commit()?;
             Ok(out)
         })();
-        // Back to NORMAL whether or not the write went through, so one failure does not make
-        // every later commit pay a full sync.
-        let restored = if durable { self.conn.pragma_update(None, "synchronous", "NORMAL") } else { Ok(()) };
-        result.and_then(|out| restored.map(|()| out)).map_err(|e| self.sql(e))
+        result.map_err(|e| self.sql(e))
+    }
+
+    /// The connection whose commits are synced to the disk, opened (no-follow) on first use.
+    fn synced(&mut self) -> rusqlite::Result<&mut Connection> {
+        if self.synced.is_none() {
+            let flags =
+                OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NOFOLLOW | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+            let conn = Connection::open_with_flags(&self.path, flags)?;
+            conn.busy_timeout(std::time::Duration::from_secs(10))?;
+            conn.pragma_update(None, "synchronous", "FULL")?;
+            conn.pragma_update(None, "foreign_keys", "ON")?;
+            conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+            // Closed after the main connection, so its close would checkpoint: see `open`.
+            conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
+            self.synced = Some(conn);
+        }
+        Ok(self.synced.as_mut().expect("opened above"))
     }
 
     fn run_from_row(r: &rusqlite::Row) -> rusqlite::Result<RunRecord> {
@@ -912,13 +959,15 @@ impl RunLog for SqliteStore {
         self.write(false, |tx| {
             check_lease(tx, run_id, lease)?;
             move_step(tx, run_id, step, StepStatus::Running)?;
-            tx.execute(
+            exec(
+                tx,
                 "INSERT INTO attempts (run_id, step, attempt, redelivered, outcome, started_at, log_stem, host)
                  VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7)",
                 params![run_id, step, attempt, redelivered, now, log_stem.display().to_string(), host],
             )?;
             let row = tx.last_insert_rowid();
-            tx.execute(
+            exec(
+                tx,
                 "UPDATE steps SET state = 'running', current_row = ?3, next_attempt = NULL, wake_at = NULL,
                         started_at = COALESCE(started_at, ?4)
                  WHERE run_id = ?1 AND name = ?2",
@@ -941,16 +990,14 @@ impl RunLog for SqliteStore {
         self.write(false, |tx| {
             check_lease(tx, run_id, lease)?;
             move_step(tx, run_id, step, StepStatus::Catching)?;
-            tx.execute(
+            exec(
+                tx,
                 "INSERT INTO attempts (run_id, step, attempt, redelivered, outcome, started_at, log_stem, host, kind)
                  VALUES (?1, ?2, ?3, 0, 'running', ?4, ?5, ?6, 'catch')",
                 params![run_id, step, attempt, now, log_stem.display().to_string(), host],
             )?;
             let row = tx.last_insert_rowid();
-            tx.execute(
-                "UPDATE steps SET current_row = ?3 WHERE run_id = ?1 AND name = ?2",
-                params![run_id, step, row],
-            )?;
+            exec(tx, "UPDATE steps SET current_row = ?3 WHERE run_id = ?1 AND name = ?2", params![run_id, step, row])?;
             Ok(row)
         })
     }
@@ -966,7 +1013,8 @@ impl RunLog for SqliteStore {
         let (now, host) = (now_ms(), host_name());
         self.write(false, |tx| {
             check_lease(tx, run_id, lease)?;
-            tx.execute(
+            exec(
+                tx,
                 "INSERT INTO attempts (run_id, step, attempt, redelivered, outcome, started_at, log_stem, host, kind)
                  VALUES (?1, ?2, 1, 0, 'running', ?3, ?4, ?5, ?6)",
                 params![run_id, name, now, log_stem.display().to_string(), host, kind.as_str()],
@@ -978,7 +1026,8 @@ impl RunLog for SqliteStore {
     fn aux_finished(&mut self, lease: &Lease, row: i64, result: &AttemptResult) -> Result<(), StoreError> {
         self.write(true, |tx| {
             check_lease_of_attempt(tx, row, lease)?;
-            tx.execute(
+            exec(
+                tx,
                 "UPDATE attempts SET outcome = ?2, ended_at = ?3, exit_code = ?4, signal = ?5
                  WHERE row = ?1 AND outcome = 'running'",
                 params![row, result.outcome.as_str(), to_millis(result.ended_at), result.exit_code, result.signal],
@@ -996,7 +1045,8 @@ impl RunLog for SqliteStore {
     ) -> Result<(), StoreError> {
         self.write(false, |tx| {
             check_lease_of_attempt(tx, row, lease)?;
-            tx.execute(
+            exec(
+                tx,
                 "UPDATE attempts SET pid = ?2, proc_start = ?3 WHERE row = ?1",
                 params![row, pid, proc_start.map(|v| v as i64)],
             )?;
@@ -1015,7 +1065,8 @@ impl RunLog for SqliteStore {
         let ended = to_millis(result.ended_at);
         self.write(durable, |tx| {
             check_lease_of_attempt(tx, row, lease)?;
-                        let (run_id, step, outcome, kind): (String, String, String, String) = tx.query_row(
+            let (run_id, step, outcome, kind): (String, String, String, String) = query_row(
+                tx,
                 "SELECT run_id, step, outcome, kind FROM attempts WHERE row = ?1",
                 [row],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
@@ -1028,7 +1079,8 @@ impl RunLog for SqliteStore {
                 return Err(bad_row("attempts", &run_id, what(&e)));
             }
             move_step(tx, &run_id, &step, update.status())?;
-            tx.execute(
+            exec(
+                tx,
                 "UPDATE attempts SET outcome = ?2, ended_at = ?3, exit_code = ?4, signal = ?5, error = ?6 WHERE row = ?1",
                 params![row, result.outcome.as_str(), ended, result.exit_code, result.signal, result.error.as_ref().map(error_json)],
             )?;
@@ -1049,7 +1101,8 @@ impl RunLog for SqliteStore {
                 StepUpdate::Succeeded if !result.outputs.is_empty() => Some(outputs_json(&result.outputs)),
                 _ => None,
             };
-            tx.execute(
+            exec(
+                tx,
                 "UPDATE steps SET state = ?3, attempts_used = attempts_used + ?4, next_attempt = ?5, wake_at = ?6,
                         current_row = NULL, last_error = COALESCE(?7, last_error), ended_at = ?8,
                         outputs = COALESCE(?9, outputs)
@@ -1083,13 +1136,15 @@ impl RunLog for SqliteStore {
             move_run(tx, run_id, status)?;
             for step in skipped {
                 move_step(tx, run_id, step, StepStatus::Skipped)?;
-                tx.execute(
+                exec(
+                    tx,
                     "UPDATE steps SET state = 'skipped', next_attempt = NULL, wake_at = NULL, current_row = NULL
                      WHERE run_id = ?1 AND name = ?2",
                     params![run_id, step],
                 )?;
             }
-            tx.execute(
+            exec(
+                tx,
                 "UPDATE runs SET status = ?2, ended_at = ?3, failed_step = ?4 WHERE id = ?1",
                 params![run_id, status.as_str(), now_ms(), failed_step],
             )?;
