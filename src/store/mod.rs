@@ -25,6 +25,8 @@ pub(crate) mod postgres;
 pub(crate) mod record;
 pub(crate) mod sqlite;
 pub(crate) mod state;
+#[cfg(test)]
+mod suite;
 pub(crate) mod url;
 
 use crate::classify::ErrorValue;

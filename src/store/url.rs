@@ -102,7 +102,9 @@ mod tests {
     #[test]
     fn sqlite_urls_name_the_state_directory() {
         assert!(matches!(parse("sqlite:").unwrap(), StoreUrl::Sqlite(None)));
-        assert!(matches!(parse("sqlite:/srv/w").unwrap(), StoreUrl::Sqlite(Some(p)) if p == std::path::Path::new("/srv/w")));
+        assert!(
+            matches!(parse("sqlite:/srv/w").unwrap(), StoreUrl::Sqlite(Some(p)) if p == std::path::Path::new("/srv/w"))
+        );
         let db = parse("sqlite:///srv/w/waymark.db").unwrap();
         assert!(matches!(db, StoreUrl::Sqlite(Some(p)) if p == std::path::Path::new("/srv/w")));
     }
