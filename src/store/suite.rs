@@ -150,7 +150,7 @@ fn steps_go_through_their_states_alike_on_both_backends() {
             b.name
         );
         let listed = store.list_runs(RunFilter::Key(&key), 10).unwrap();
-        assert_eq!(listed.iter().map(|r| r.id.clone()).collect::<Vec<_>>(), [run.id.clone()], "{}", b.name);
+        assert_eq!(listed.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [run.id.as_str()], "{}", b.name);
         assert_eq!(listed[0].status, RunStatus::Failed, "{}", b.name);
         // A finished run is deleted by gc once it is old enough, and only then.
         store.run_finished(&lease, &run.id, RunStatus::Failed, Some("b"), &[]).unwrap_err();
