@@ -11,6 +11,8 @@
 # Each is run ROUNDS times against a bash loop of the same program; prints microseconds per
 # attempt, best and median. State goes to a temporary directory (set TMPDIR to pick the disk).
 # WAYMARK_BASELINE=PATH also times another waymark binary (an older build, say) in the same rounds.
+# WAYMARK_STORE=postgres://... times the same against a PostgreSQL store (start a local one with
+# `eval "$(bash .ci/postgres.sh start)"; WAYMARK_STORE=$WAYMARK_TEST_PG bash bench/attempts.sh`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-1000}

@@ -22,6 +22,8 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
     $completions = @(switch ($command) {
         'waymark' {
             [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Where runs and logs are kept, for the commands that keep or read them (run, resume, history, status, logs, gc); the others ignore it, so an alias may always pass it. The same option after the command wins')
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]')
+            [CompletionResult]::new('--host-id', '--host-id', [CompletionResultType]::ParameterName, 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
@@ -47,6 +49,8 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
             [CompletionResult]::new('--progress', '--progress', [CompletionResultType]::ParameterName, 'How the run is shown on a terminal: `live` draws a line per running step (attempt, time left, retry countdown) and a done/total bar; `plain` prints one line per event; `auto` is `live` when stderr is a terminal and TERM is not `dumb`. `--json` and `--quiet` win over it')
             [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Whose output to show as it comes: `all` (every line, behind its step''s name), `failed` (an attempt''s lines only if it fails, when it ends), or `none`; the log files keep all of it either way')
             [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]')
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]')
+            [CompletionResult]::new('--host-id', '--host-id', [CompletionResultType]::ParameterName, 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`')
             [CompletionResult]::new('--fresh', '--fresh', [CompletionResultType]::ParameterName, 'Abandon an unfinished run of this flow and start a new one')
             [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait for another runner of the same flow instead of exiting with status 3')
@@ -62,6 +66,8 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
             [CompletionResult]::new('--progress', '--progress', [CompletionResultType]::ParameterName, 'How the run is shown on a terminal: `live` draws a line per running step (attempt, time left, retry countdown) and a done/total bar; `plain` prints one line per event; `auto` is `live` when stderr is a terminal and TERM is not `dumb`. `--json` and `--quiet` win over it')
             [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Whose output to show as it comes: `all` (every line, behind its step''s name), `failed` (an attempt''s lines only if it fails, when it ends), or `none`; the log files keep all of it either way')
             [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]')
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]')
+            [CompletionResult]::new('--host-id', '--host-id', [CompletionResultType]::ParameterName, 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`')
             [CompletionResult]::new('--wait', '--wait', [CompletionResultType]::ParameterName, 'Wait for another runner of the same flow instead of exiting with status 3')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print nothing if the run succeeds; if it fails, only the failure report, on stderr (for cron). The steps'' output is kept in the log files')
@@ -72,6 +78,8 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
             break
         }
         'waymark;check' {
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]')
+            [CompletionResult]::new('--host-id', '--host-id', [CompletionResultType]::ParameterName, 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`')
             [CompletionResult]::new('--strict', '--strict', [CompletionResultType]::ParameterName, 'Treat every warning about the flow file as an error: report them and exit 2')
             [CompletionResult]::new('--explain', '--explain', [CompletionResultType]::ParameterName, 'Also print, for each step, when each attempt may start, which errors retry and which do not, and the longest the step can take')
@@ -81,6 +89,8 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
         }
         'waymark;graph' {
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'The output format: `dot` for Graphviz, `mermaid` for Markdown that renders it')
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]')
+            [CompletionResult]::new('--host-id', '--host-id', [CompletionResultType]::ParameterName, 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
@@ -89,6 +99,8 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
         'waymark;history' {
             [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'How many runs to show')
             [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]')
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]')
+            [CompletionResult]::new('--host-id', '--host-id', [CompletionResultType]::ParameterName, 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print a JSON array')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
@@ -97,6 +109,8 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
         }
         'waymark;status' {
             [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]')
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]')
+            [CompletionResult]::new('--host-id', '--host-id', [CompletionResultType]::ParameterName, 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
@@ -107,6 +121,8 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
             [CompletionResult]::new('--attempt', '--attempt', [CompletionResultType]::ParameterName, 'Which attempt [default: the last one]')
             [CompletionResult]::new('--stream', '--stream', [CompletionResultType]::ParameterName, 'Only this stream [default: both]')
             [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]')
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]')
+            [CompletionResult]::new('--host-id', '--host-id', [CompletionResultType]::ParameterName, 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
@@ -115,6 +131,8 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
         'waymark;gc' {
             [CompletionResult]::new('--older-than', '--older-than', [CompletionResultType]::ParameterName, 'Delete the runs that ended longer ago than this: seconds (`3600`, `0.5`) or a duration such as `30d`, `12h`, `1h 30m`, as in flow files')
             [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]')
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]')
+            [CompletionResult]::new('--host-id', '--host-id', [CompletionResultType]::ParameterName, 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
@@ -122,18 +140,24 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
         }
         'waymark;errors' {
             [CompletionResult]::new('--flow', '--flow', [CompletionResultType]::ParameterName, 'Include this flow file''s own classes')
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]')
+            [CompletionResult]::new('--host-id', '--host-id', [CompletionResultType]::ParameterName, 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
             break
         }
         'waymark;completions' {
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]')
+            [CompletionResult]::new('--host-id', '--host-id', [CompletionResultType]::ParameterName, 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
             break
         }
         'waymark;man' {
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]')
+            [CompletionResult]::new('--host-id', '--host-id', [CompletionResultType]::ParameterName, 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')

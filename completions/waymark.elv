@@ -19,6 +19,8 @@ set edit:completion:arg-completer[waymark] = {|@words|
     var completions = [
         &'waymark'= {
             cand --state-dir 'Where runs and logs are kept, for the commands that keep or read them (run, resume, history, status, logs, gc); the others ignore it, so an alias may always pass it. The same option after the command wins'
+            cand --store 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]'
+            cand --host-id 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]'
             cand --color 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`'
             cand -h 'Print help'
             cand --help 'Print help'
@@ -43,6 +45,8 @@ set edit:completion:arg-completer[waymark] = {|@words|
             cand --progress 'How the run is shown on a terminal: `live` draws a line per running step (attempt, time left, retry countdown) and a done/total bar; `plain` prints one line per event; `auto` is `live` when stderr is a terminal and TERM is not `dumb`. `--json` and `--quiet` win over it'
             cand --output 'Whose output to show as it comes: `all` (every line, behind its step''s name), `failed` (an attempt''s lines only if it fails, when it ends), or `none`; the log files keep all of it either way'
             cand --state-dir 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]'
+            cand --store 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]'
+            cand --host-id 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]'
             cand --color 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`'
             cand --fresh 'Abandon an unfinished run of this flow and start a new one'
             cand --wait 'Wait for another runner of the same flow instead of exiting with status 3'
@@ -57,6 +61,8 @@ set edit:completion:arg-completer[waymark] = {|@words|
             cand --progress 'How the run is shown on a terminal: `live` draws a line per running step (attempt, time left, retry countdown) and a done/total bar; `plain` prints one line per event; `auto` is `live` when stderr is a terminal and TERM is not `dumb`. `--json` and `--quiet` win over it'
             cand --output 'Whose output to show as it comes: `all` (every line, behind its step''s name), `failed` (an attempt''s lines only if it fails, when it ends), or `none`; the log files keep all of it either way'
             cand --state-dir 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]'
+            cand --store 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]'
+            cand --host-id 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]'
             cand --color 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`'
             cand --wait 'Wait for another runner of the same flow instead of exiting with status 3'
             cand -q 'Print nothing if the run succeeds; if it fails, only the failure report, on stderr (for cron). The steps'' output is kept in the log files'
@@ -66,6 +72,8 @@ set edit:completion:arg-completer[waymark] = {|@words|
             cand --help 'Print help'
         }
         &'waymark;check'= {
+            cand --store 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]'
+            cand --host-id 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]'
             cand --color 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`'
             cand --strict 'Treat every warning about the flow file as an error: report them and exit 2'
             cand --explain 'Also print, for each step, when each attempt may start, which errors retry and which do not, and the longest the step can take'
@@ -74,6 +82,8 @@ set edit:completion:arg-completer[waymark] = {|@words|
         }
         &'waymark;graph'= {
             cand --format 'The output format: `dot` for Graphviz, `mermaid` for Markdown that renders it'
+            cand --store 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]'
+            cand --host-id 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]'
             cand --color 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
@@ -81,6 +91,8 @@ set edit:completion:arg-completer[waymark] = {|@words|
         &'waymark;history'= {
             cand --limit 'How many runs to show'
             cand --state-dir 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]'
+            cand --store 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]'
+            cand --host-id 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]'
             cand --color 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`'
             cand --json 'Print a JSON array'
             cand -h 'Print help'
@@ -88,6 +100,8 @@ set edit:completion:arg-completer[waymark] = {|@words|
         }
         &'waymark;status'= {
             cand --state-dir 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]'
+            cand --store 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]'
+            cand --host-id 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]'
             cand --color 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`'
             cand --json 'Print JSON'
             cand -h 'Print help'
@@ -97,6 +111,8 @@ set edit:completion:arg-completer[waymark] = {|@words|
             cand --attempt 'Which attempt [default: the last one]'
             cand --stream 'Only this stream [default: both]'
             cand --state-dir 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]'
+            cand --store 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]'
+            cand --host-id 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]'
             cand --color 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`'
             cand -h 'Print help'
             cand --help 'Print help'
@@ -104,22 +120,30 @@ set edit:completion:arg-completer[waymark] = {|@words|
         &'waymark;gc'= {
             cand --older-than 'Delete the runs that ended longer ago than this: seconds (`3600`, `0.5`) or a duration such as `30d`, `12h`, `1h 30m`, as in flow files'
             cand --state-dir 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]'
+            cand --store 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]'
+            cand --host-id 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]'
             cand --color 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`'
             cand -h 'Print help'
             cand --help 'Print help'
         }
         &'waymark;errors'= {
             cand --flow 'Include this flow file''s own classes'
+            cand --store 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]'
+            cand --host-id 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]'
             cand --color 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`'
             cand -h 'Print help'
             cand --help 'Print help'
         }
         &'waymark;completions'= {
+            cand --store 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]'
+            cand --host-id 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]'
             cand --color 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`'
             cand -h 'Print help'
             cand --help 'Print help'
         }
         &'waymark;man'= {
+            cand --store 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]'
+            cand --host-id 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]'
             cand --color 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`'
             cand -h 'Print help'
             cand --help 'Print help'

@@ -12,7 +12,8 @@ Examples:
   waymark logs RUN fetch             show the last attempt's output of step `fetch`
 
 Exit status: 0 success, 1 the workflow failed, 2 invalid command line or flow file,
-3 the flow is already running, 4 waymark's own failure, 128+n stopped by signal n.";
+3 the flow is already running, 4 waymark's own failure (a runner that lost its lease
+on a shared store too), 128+n stopped by signal n.";
 
 #[derive(Debug, Parser)]
 #[command(name = "waymark", version, about = "Run a TOML workflow of child processes with durable retries", after_help = AFTER_HELP)]
@@ -22,6 +23,15 @@ pub struct Cli {
     /// after the command wins
     #[arg(long, value_name = "DIR", value_hint = ValueHint::DirPath)]
     pub(crate) state_dir: Option<PathBuf>,
+    /// Where runs are recorded: `sqlite:` (the state directory's database, the default),
+    /// `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several
+    /// hosts [default: $WAYMARK_STORE, else `sqlite:`]
+    #[arg(long, global = true, value_name = "URL", value_hint = ValueHint::Url)]
+    pub(crate) store: Option<String>,
+    /// The name of this runner's host in leases, attempts and messages [default: $WAYMARK_HOST_ID,
+    /// else the host name]
+    #[arg(long, global = true, value_name = "ID", value_hint = ValueHint::Other)]
+    pub(crate) host_id: Option<String>,
     /// Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is
     /// unset, `always` (even with NO_COLOR), or `never`
     #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = ColorArg::Auto, hide_possible_values = true)]

@@ -61,12 +61,18 @@ Arguments:
 
 Options:
       --attempt <ATTEMPT>  Which attempt [default: the last one]
+      --store <URL>        Where runs are recorded: `sqlite:` (the state directory's database, the
+                           default), `sqlite:DIR`, or a PostgreSQL URL
+                           `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default:
+                           $WAYMARK_STORE, else `sqlite:`]
+      --stream <STREAM>    Only this stream [default: both] [possible values: stdout, stderr]
+      --host-id <ID>       The name of this runner's host in leases, attempts and messages [default:
+                           $WAYMARK_HOST_ID, else the host name]
+      --state-dir <DIR>    Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else
+                           $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]
       --color <WHEN>       Color error messages and diagnostics: `auto` if stderr is a terminal and
                            NO_COLOR is unset, `always` (even with NO_COLOR), or `never` [default:
                            auto]
-      --stream <STREAM>    Only this stream [default: both] [possible values: stdout, stderr]
-      --state-dir <DIR>    Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else
-                           $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]
   -h, --help               Print help
 
 Examples:
@@ -92,11 +98,17 @@ Usage: waymark gc [OPTIONS] --older-than <DURATION>
 Options:
       --older-than <DURATION>  Delete the runs that ended longer ago than this: seconds (`3600`,
                                `0.5`) or a duration such as `30d`, `12h`, `1h 30m`, as in flow files
+      --state-dir <DIR>        Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else
+                               $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]
+      --store <URL>            Where runs are recorded: `sqlite:` (the state directory's database,
+                               the default), `sqlite:DIR`, or a PostgreSQL URL
+                               `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts
+                               [default: $WAYMARK_STORE, else `sqlite:`]
+      --host-id <ID>           The name of this runner's host in leases, attempts and messages
+                               [default: $WAYMARK_HOST_ID, else the host name]
       --color <WHEN>           Color error messages and diagnostics: `auto` if stderr is a terminal
                                and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`
                                [default: auto]
-      --state-dir <DIR>        Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else
-                               $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]
   -h, --help                   Print help
 
 Examples:

@@ -250,7 +250,12 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool) -> Resu
     // The host a step's last attempt ran on (none before any attempt, or before hosts were recorded).
     let host = |name: &str| attempts.iter().rev().find(|a| a.step == name).and_then(|a| a.host.clone());
     // A run recorded as running whose runner is gone (killed, or the machine rebooted).
-    let orphaned = run.status == RunStatus::Running && !FlowLock::is_held(state, &run.key);
+    // (On a shared store: nobody's lease on its flow is live.)
+    let held = match store.lease_holder(&run.id) {
+        Some(holder) => holder?.is_some(),
+        None => FlowLock::is_held(state, &run.key),
+    };
+    let orphaned = run.status == RunStatus::Running && !held;
     let policy = |name: &str| flow.as_ref().and_then(|f| f.steps.iter().find(|s| s.name == name)).map(|s| &s.retry);
     let allowed = |name: &str| policy(name).map(|r| r.attempts);
     let runner_alive = run.status == RunStatus::Running && !orphaned;
@@ -377,7 +382,18 @@ pub(crate) fn logs(
                     return Err(CliError::Internal(anyhow::anyhow!("cannot read {}: {e}", path.display())));
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // Ran on another host: the end of its output is in the shared store.
+                if let Some(tail) = store.attempt_tail(run_id, &chosen.log_stem, name)? {
+                    let host = chosen.host.as_deref().unwrap_or("another host");
+                    note!(
+                        "waymark: the full log is on host {host} at {}; here are its last {} KiB, as recorded",
+                        path.display(),
+                        crate::store::postgres::TAIL_BYTES / 1024
+                    );
+                    super::output::print(String::from_utf8_lossy(&tail).into_owned())?;
+                }
+            }
             Err(e) => return Err(CliError::Internal(anyhow::anyhow!("cannot read {}: {e}", path.display()))),
         }
     }
@@ -397,7 +413,9 @@ pub(crate) fn gc(state: &StateDir, older_than: Duration) -> Result<i32, CliError
     let mut deleted = 0usize;
     for (key, flow) in flows {
         let runs = candidates.iter().filter(|r| r.key == *key);
-        let Some(lock) = FlowLock::try_acquire_for_gc(state, key).map_err(CliError::Locked)? else {
+        // A flow without a `name` is its file on its host: its lease carries that host.
+        let host = candidates.iter().find(|r| r.key == *key).map_or("", |r| r.host.as_str());
+        let Some(lock) = super::FlowGuard::for_gc(state, key, host)? else {
             let n = runs.count();
             note!("waymark: kept {n} finished run(s) of flow `{flow}`: a runner holds its lock; run gc again later");
             continue;

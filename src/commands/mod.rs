@@ -12,8 +12,11 @@ mod run;
 
 use crate::cli::{Cli, ColorArg, Command};
 use crate::flow::LoadError;
-use crate::store::lock::LockError;
-use crate::store::{SqliteStore, StateDir, Store, StoreError, statedir};
+use crate::store::lease::{LeaseTiming, host_id};
+use crate::store::lock::{FlowLock, LockError};
+use crate::store::postgres::{FlowLease, Leased, PgStore, lease_key};
+use crate::store::url::StoreUrl;
+use crate::store::{FlowKey, SqliteStore, StateDir, Store, StoreError, statedir};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
@@ -122,13 +125,115 @@ fn state_dir(cli_flag: Option<&std::path::Path>) -> Result<StateDir, CliError> {
     }
 }
 
+/// The store the commands use (`--store`, `WAYMARK_STORE`), set once by [`dispatch`].
+#[derive(Debug)]
+enum Backend {
+    /// The state directory's SQLite database; runners of a flow exclude each other by its lock file.
+    Sqlite,
+    /// A PostgreSQL database shared by hosts; runners exclude each other by leases in it.
+    Postgres { config: Box<postgres::Config>, shown: String, timing: LeaseTiming },
+}
+
+static BACKEND: std::sync::OnceLock<Backend> = std::sync::OnceLock::new();
+
+fn backend() -> &'static Backend {
+    BACKEND.get_or_init(|| Backend::Sqlite)
+}
+
+/// Whether the store is shared by hosts (PostgreSQL).
+fn shared_store() -> bool {
+    matches!(backend(), Backend::Postgres { .. })
+}
+
 fn open_store(dir: &StateDir) -> Result<Box<dyn Store>, CliError> {
-    Ok(Box::new(SqliteStore::open(dir)?))
+    match backend() {
+        Backend::Sqlite => Ok(Box::new(SqliteStore::open(dir)?)),
+        Backend::Postgres { config, shown, .. } => Ok(Box::new(PgStore::open(config, shown)?)),
+    }
 }
 
 /// The store for commands that only look: never creates one.
 fn read_store(dir: &StateDir) -> Result<Box<dyn Store>, CliError> {
-    Ok(Box::new(SqliteStore::open_for_reading(dir)?))
+    match backend() {
+        Backend::Sqlite => Ok(Box::new(SqliteStore::open_for_reading(dir)?)),
+        Backend::Postgres { config, shown, .. } => Ok(Box::new(PgStore::open(config, shown)?)),
+    }
+}
+
+/// What keeps one runner per flow while it is held: the flow's lock file (SQLite), or its lease
+/// in the shared database, renewed while held.
+enum FlowGuard {
+    File(FlowLock),
+    Lease(FlowLease),
+}
+
+impl FlowGuard {
+    /// Take the guard of flow `key` (shown as `flow`) for `owner`, waiting for another runner if
+    /// `wait`; `waiting` is told who holds it before the wait.
+    fn acquire(
+        state: &StateDir,
+        key: &FlowKey,
+        flow: &str,
+        owner: &str,
+        wait: bool,
+        mut waiting: impl FnMut(&str),
+    ) -> Result<FlowGuard, CliError> {
+        let (config, shown, timing) = match backend() {
+            Backend::Sqlite => {
+                let lock = FlowLock::acquire(state, key, flow, wait, waiting).map_err(CliError::Locked)?;
+                return Ok(FlowGuard::File(lock));
+            }
+            Backend::Postgres { config, shown, timing } => (config, shown, *timing),
+        };
+        let lease_key = lease_key(key, host_id());
+        let mut said = false;
+        loop {
+            match FlowLease::try_take(config, shown, &lease_key, owner, timing)? {
+                Leased::Taken(lease) => return Ok(FlowGuard::Lease(lease)),
+                Leased::Held(holder) if wait => {
+                    if !said {
+                        waiting(&holder);
+                        said = true;
+                    }
+                    std::thread::sleep(timing.renew.min(std::time::Duration::from_secs(1)));
+                }
+                Leased::Held(holder) => {
+                    return Err(CliError::Locked(LockError::Held { flow: flow.to_owned(), holder }));
+                }
+            }
+        }
+    }
+
+    /// The guard of flow `key` for `waymark gc`, if no runner holds it (`None` if one does).
+    fn for_gc(state: &StateDir, key: &FlowKey, host: &str) -> Result<Option<FlowGuard>, CliError> {
+        match backend() {
+            Backend::Sqlite => {
+                Ok(FlowLock::try_acquire_for_gc(state, key).map_err(CliError::Locked)?.map(FlowGuard::File))
+            }
+            Backend::Postgres { config, shown, timing } => {
+                let owner = format!("waymark gc:{}:{}", host_id(), std::process::id());
+                match FlowLease::try_take(config, shown, &lease_key(key, host), &owner, *timing)? {
+                    Leased::Taken(lease) => Ok(Some(FlowGuard::Lease(lease))),
+                    Leased::Held(_) => Ok(None),
+                }
+            }
+        }
+    }
+}
+
+/// Choose the store and this runner's host id, from the command line and the environment.
+fn configure(cli: &Cli) -> Result<Option<PathBuf>, CliError> {
+    crate::store::lease::set_host_id(cli.host_id.as_deref()).map_err(CliError::Usage)?;
+    let url = crate::store::url::configured(cli.store.as_deref()).map_err(|e| CliError::Usage(e.to_string()))?;
+    let (backend, dir) = match url {
+        StoreUrl::Sqlite(dir) => (Backend::Sqlite, dir),
+        StoreUrl::Postgres { config, shown } => {
+            let timing = LeaseTiming::from_env().map_err(CliError::Usage)?;
+            (Backend::Postgres { config, shown, timing }, None)
+        }
+    };
+    let _ = BACKEND.set(backend);
+    Ok(dir)
 }
 
 /// `--color` as given, for everything that colors stderr (set once, by [`dispatch`]).
@@ -143,7 +248,9 @@ fn stderr_color() -> bool {
 /// Run the parsed command line.
 pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
     let _ = COLOR.set(cli.color);
-    let flag = cli.state_dir.as_deref();
+    let store_dir = configure(&cli)?;
+    // `--store sqlite:DIR` names the state directory, as `--state-dir DIR` before the command does.
+    let flag = cli.state_dir.as_deref().or(store_dir.as_deref());
     match cli.command {
         Command::Run { flow, fresh, wait, strict, show, max_parallel, params, state } => {
             let start = run::Start { fresh, wait, strict, max_parallel, params: &params };

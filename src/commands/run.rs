@@ -10,14 +10,14 @@
 //! silently ignored or silently applied to half a run. The env file is read (and checked) before a
 //! run is created or claimed, by every runner: its contents are never recorded.
 
-use super::{CliError, EXIT_FAILED, EXIT_OK, open_store, print_warnings};
+use super::{CliError, EXIT_FAILED, EXIT_OK, FlowGuard, open_store, print_warnings};
 use crate::events::{AbandonReason, AttemptEnd, EarlierAttempt, Emitter, Event, NoticeKind, RunOutcome};
 use crate::executor::environment::RunEnv;
 use crate::executor::{ExecError, RunSpec, RunnerSignals, kill_leftovers};
 use crate::flow::params::ParamError;
 use crate::flow::{self, Flow};
 use crate::reporter::Mode;
-use crate::store::lock::FlowLock;
+use crate::store::lease::host_id;
 use crate::store::record::RunDefinition;
 use crate::store::{
     AttemptState, AuxKind, FlowKey, Lease, RunRecord, RunStatus, StateDir, StepRecord, Store, StoreError,
@@ -75,12 +75,12 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
     // Runs, the lock and resume belong to the flow's key: its declared name, else its file.
     let key = FlowKey::of(&loaded.flow);
     let mut events = emitter(mode);
-    let lock = take_lock(&mut events, state, &key, &name, wait)?;
+    // Who this runner is, in the lease of the run it creates or claims.
+    let owner = Lease::new_owner();
+    let lock = take_lock(&mut events, state, &key, &name, &owner, wait)?;
     let signals = listen_for_signals()?;
     let mut store = open_store(state)?;
     let hash = source_hash(&loaded.source);
-    // Who this runner is, in the lease of the run it creates or claims.
-    let owner = Lease::new_owner();
     let mut found = store.find_resumable(&key)?;
     // The lock of the key a run of this file was recorded under, if it is resumed from there.
     let mut _sibling_lock = None;
@@ -88,7 +88,7 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
         && let Some(old) = same_flow_under_sibling_key(store.as_ref(), &loaded.flow, &key)?
     {
         // `waymark resume ID` of that run takes its own key's lock: hold it too, then look again.
-        _sibling_lock = Some(take_lock(&mut events, state, &old.key, &old.flow, wait)?);
+        _sibling_lock = Some(take_lock(&mut events, state, &old.key, &old.flow, &owner, wait)?);
         let old = store.run(&old.id)?;
         if matches!(old.status, RunStatus::Running | RunStatus::Interrupted) {
             events.set_run(&old.id);
@@ -235,13 +235,13 @@ fn take_lock(
     state: &StateDir,
     key: &FlowKey,
     flow: &str,
+    owner: &str,
     wait: bool,
-) -> Result<FlowLock, CliError> {
-    FlowLock::acquire(state, key, flow, wait, |holder| {
+) -> Result<FlowGuard, CliError> {
+    FlowGuard::acquire(state, key, flow, owner, wait, |holder| {
         let message = format!("flow `{flow}` is already running ({holder}); waiting for it to finish");
         events.notice(NoticeKind::WaitingForLock, None, message);
     })
-    .map_err(CliError::Locked)
 }
 
 /// An unfinished run of this very file under the other kind of key with the same flow name: the
@@ -312,7 +312,9 @@ fn abandon(
     abandoned: Event,
 ) -> Result<(), CliError> {
     events.set_run(&old.id);
-    for step in store.steps(&old.id)? {
+    // What a runner on another host left running is not ours to kill (its pids mean nothing here).
+    let steps = if old.host == host_id() { store.steps(&old.id)? } else { Vec::new() };
+    for step in steps {
         if let Some(message) = kill_leftovers(&old.id, &step).map_err(exec_error)? {
             events.warning(Some(&step.name), message);
         }
@@ -340,7 +342,18 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, mode: Mode) -> 
     let mut store = open_store(state)?;
     // The run's own key, whichever file started it; `resume_within` does not apply here.
     let run = store.run(run_id)?;
-    let lock = take_lock(&mut events, state, &run.key, &run.flow, wait)?;
+    // A flow without a `name` is its file on its host: never taken over from another host.
+    if super::shared_store() && run.key.file().is_some() && run.host != host_id() {
+        return Err(CliError::Usage(format!(
+            "run {run_id} belongs to the flow file {} on host {} (the flow declares no `name`), so it is not \
+             resumed from host {}; resume it there, or declare a `name` in the flow to share its runs across hosts",
+            run.flow_path.display(),
+            run.host,
+            host_id()
+        )));
+    }
+    let owner = Lease::new_owner();
+    let lock = take_lock(&mut events, state, &run.key, &run.flow, &owner, wait)?;
     let signals = listen_for_signals()?;
     // Decide only under the lock, on one snapshot of the run and its steps: a runner we waited
     // for may have changed it, and `waymark gc` may have deleted it before we held the lock (gc
@@ -376,7 +389,7 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, mode: Mode) -> 
     if record.status == RunStatus::Failed {
         store.reopen_failed(run_id)?;
     }
-    let lease = store.claim(run_id, &Lease::new_owner())?;
+    let lease = store.claim(run_id, &owner)?;
     let schedule = Schedule { max_parallel: None, reopened: record.status == RunStatus::Failed };
     execute(state, store, lock, signals, events, Owned { record, lease, resumed: true, env }, schedule)
 }
@@ -408,7 +421,7 @@ struct Owned {
 fn execute(
     state: &StateDir,
     store: Box<dyn Store>,
-    mut lock: FlowLock,
+    mut lock: FlowGuard,
     signals: RunnerSignals,
     mut events: Emitter,
     owned: Owned,
@@ -420,7 +433,9 @@ fn execute(
     // From here on every event hides the run's secrets.
     events.set_secrets(Arc::clone(&env.secrets));
     let flow: Flow = recorded_flow(record, store.location())?;
-    lock.describe_holder(&record.id);
+    if let FlowGuard::File(lock) = &mut lock {
+        lock.describe_holder(&record.id);
+    }
     // Read again: `resume` of a failed run has just reopened its failed step. A run with no steps
     // (the flow has at least one) fails the match.
     let steps = match_steps(&flow, store.steps(&record.id)?).map_err(|what| {
@@ -450,13 +465,23 @@ fn execute(
         deadline,
         env: Arc::new(env),
         aux: store.aux_runs(&record.id)?,
+        // The runner the run is taken over from (its record was read before the claim).
+        elsewhere: (resumed && record.host != host_id()).then(|| record.host.clone()),
     };
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
     // From here on the run is written by the journal's thread, which owns the store connection;
     // the dispatcher drops the journal when it is done, which waits until every write sent is made.
     let location = store.location().to_owned();
-    let journal = ThreadJournal::start(store, location, record.id.clone(), lease)
+    let clock = match &lock {
+        FlowGuard::Lease(lease) => Some(lease.clock()),
+        FlowGuard::File(_) => None,
+    };
+    let mut store = store;
+    if let Some(clock) = &clock {
+        store.fenced_by(Arc::clone(clock));
+    }
+    let journal = ThreadJournal::start_fenced(store, location, record.id.clone(), lease, clock)
         .context("cannot start the thread that writes the run's state")?;
     let outcome = runtime.block_on(crate::executor::execute(spec, state.clone(), journal, signals, &mut events));
     if let Err(e) = &outcome {
@@ -474,7 +499,9 @@ fn execute(
         Ok(RunOutcome::Failed) => Ok(EXIT_FAILED),
         Ok(RunOutcome::Interrupted { signal }) => Ok(128 + signal),
         // Another runner owns the run now: resuming it here is not this runner's to suggest.
-        Err(e @ ExecError::Store(StoreError::LeaseLost { .. })) => Err(CliError::Internal(exec_error(e))),
+        Err(e @ ExecError::Store(StoreError::LeaseLost { .. } | StoreError::Fenced { .. })) => {
+            Err(CliError::Internal(exec_error(e)))
+        }
         Err(e) => {
             let context = format!("run {} stopped; `waymark run` resumes it once the cause is fixed", record.id);
             Err(CliError::Internal(exec_error(e).context(context)))

@@ -64,6 +64,9 @@ pub(crate) struct RunSpec {
     pub(crate) aux: Vec<AuxRun>,
     /// What this runner adds to the definition: the env file's variables and the secrets.
     pub(crate) env: Arc<RunEnv>,
+    /// The host the run's previous runner ran on, if it was another host (a shared store): the
+    /// attempts it left in flight are redelivered without killing anything by their pids.
+    pub(crate) elsewhere: Option<String>,
 }
 
 /// What the dispatcher is given to act on the world.
@@ -343,6 +346,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 _ = crate::os::timer::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {}
                 _ = crate::os::timer::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {}
                 sig = self.parts.signals.next() => self.on_signal(sig),
+                // A runner fenced off from a shared store stops: `run` kills its attempts.
+                lost = self.parts.journal.lease_lost() => return Err(ExecError::Store(lost)),
             }
         }
     }

@@ -104,6 +104,9 @@ pub(crate) struct ProcessLauncher {
     /// `WAYMARK_PARAM_*` and `WAYMARK_OUTPUT*` variables in the runner's own environment (a
     /// runner started by a step of another run): not this run's, so its attempts do not get them.
     foreign: Vec<std::ffi::OsString>,
+    /// The host the run's previous runner ran on, when it is another host: what it left running
+    /// there is not this runner's to kill.
+    pub(crate) elsewhere: Option<String>,
     /// Where the steps' programs were found on their PATH.
     programs: Programs,
 }
@@ -155,7 +158,16 @@ impl ProcessLauncher {
                 name.starts_with(b"WAYMARK_PARAM_") || name.starts_with(b"WAYMARK_OUTPUT")
             })
             .collect();
-        ProcessLauncher { flow, run_id, env, state, log_dirs: HashSet::new(), foreign, programs: Programs::default() }
+        ProcessLauncher {
+            flow,
+            run_id,
+            env,
+            state,
+            log_dirs: HashSet::new(),
+            foreign,
+            elsewhere: None,
+            programs: Programs::default(),
+        }
     }
 
     /// The attempt's variables over the inherited environment, in the order they are set (a later
@@ -306,6 +318,14 @@ impl Launcher for ProcessLauncher {
     }
 
     fn kill_aux_leftovers(&mut self, aux: &AuxRun) -> Result<Option<String>, ExecError> {
+        if let Some(host) = &self.elsewhere {
+            return Ok(Some(format!(
+                "{} `{}` was left running on host {host}, whose runner was lost; it is run again here (waymark \
+                 never kills by a pid recorded on another host)",
+                aux.kind.as_str(),
+                aux.name
+            )));
+        }
         let (killed, survivors) =
             unix::kill_leftovers(aux.pid, aux.proc_start, &attempt_id(&self.run_id, aux.row), Duration::from_secs(5));
         let what = format!("{} `{}`", aux.kind.as_str(), aux.name);
@@ -320,6 +340,16 @@ impl Launcher for ProcessLauncher {
     }
 
     fn kill_leftovers(&mut self, step: &StepRecord) -> Result<Option<String>, ExecError> {
+        if let Some(host) = &self.elsewhere {
+            let attempt = match &step.state {
+                StepState::InFlight { attempt, .. } | StepState::Catching { attempt, in_flight: Some(_) } => attempt,
+                _ => return Ok(None),
+            };
+            return Ok(Some(format!(
+                "attempt {attempt} was in flight on host {host}, whose runner was lost (ActionExecutionLost); it is \
+                 redelivered here as attempt {attempt} (waymark never kills by a pid recorded on another host)"
+            )));
+        }
         kill_leftovers(&self.run_id, step)
     }
 

@@ -101,7 +101,8 @@ pub(crate) async fn execute(
     emitter: &mut Emitter,
 ) -> Result<RunOutcome, ExecError> {
     let signals = OsSignals(signals.into_async().map_err(ExecError::Signals)?);
-    let launcher = ProcessLauncher::new(Arc::clone(&spec.flow), spec.run_id.clone(), Arc::clone(&spec.env), state);
+    let mut launcher = ProcessLauncher::new(Arc::clone(&spec.flow), spec.run_id.clone(), Arc::clone(&spec.env), state);
+    launcher.elsewhere = spec.elsewhere.clone();
     let crash_after = if cfg!(debug_assertions) { std::env::var("WAYMARK_TEST_CRASH_AFTER").ok() } else { None };
     let parts = Parts { launcher, journal, signals, clock: SystemClock, rng: fastrand::Rng::new(), crash_after };
     Dispatcher::new(spec, parts, emitter)?.run().await

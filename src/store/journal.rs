@@ -9,10 +9,17 @@
 //! committed (or failed, and changed nothing). Dropping the journal closes the channel and waits
 //! for the thread to make every write already sent, even one whose caller stopped waiting for the
 //! reply, so nothing the runner sent is lost when it lets go of the run (and its flow's lock).
+//!
+//! On a shared store the journal also keeps the runner's lease clock ([`LeaseClock`]): once the
+//! runner is fenced off (its lease lost, or not renewed in time) every write is refused without
+//! being made, a write still waiting for the database is answered with the same error at once
+//! (the writer thread may go on waiting for a dead connection), and [`RunJournal::lease_lost`]
+//! resolves, so that the dispatcher kills the attempts.
 
+use super::lease::LeaseClock;
 use super::{AttemptResult, AuxKind, Lease, RunJournal, RunLog, RunStatus, StepUpdate, StoreError, StoreErrorKind};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use tokio::sync::oneshot;
 
 type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
@@ -34,22 +41,48 @@ pub(crate) struct ThreadJournal {
     thread: Option<std::thread::JoinHandle<()>>,
     /// The store's location, for the error if the thread is gone.
     location: String,
+    run_id: String,
+    owner: String,
+    /// The lease clock of a shared store's runner.
+    clock: Option<Arc<LeaseClock>>,
 }
 
 impl ThreadJournal {
     /// Start the writer thread for run `run_id`, owned under `lease`, writing through `log` (a
     /// store connection of its own: the thread is the only one to use it from now on).
+    #[cfg(test)]
     pub(crate) fn start(
         log: Box<dyn RunLog + Send>,
         location: String,
         run_id: String,
         lease: Lease,
     ) -> std::io::Result<ThreadJournal> {
+        Self::start_fenced(log, location, run_id, lease, None)
+    }
+
+    /// [`ThreadJournal::start`] for a runner whose lease `clock` keeps (see the module doc).
+    pub(crate) fn start_fenced(
+        log: Box<dyn RunLog + Send>,
+        location: String,
+        run_id: String,
+        lease: Lease,
+        clock: Option<Arc<LeaseClock>>,
+    ) -> std::io::Result<ThreadJournal> {
         let (writes, queue) = mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name("waymark-journal".into())
-            .spawn(move || write_all(log, &queue, &run_id, &lease))?;
-        Ok(ThreadJournal { writes: Some(writes), thread: Some(thread), location })
+        let owner = lease.owner.clone();
+        let fence = clock.as_ref().map(|c| (Arc::clone(c), location.clone()));
+        let thread = {
+            let run_id = run_id.clone();
+            std::thread::Builder::new()
+                .name("waymark-journal".into())
+                .spawn(move || write_all(log, &queue, &run_id, &lease, fence.as_ref()))?
+        };
+        Ok(ThreadJournal { writes: Some(writes), thread: Some(thread), location, run_id, owner, clock })
+    }
+
+    /// The error of a write refused because the runner is fenced off, for `why`.
+    fn fenced(&self, why: String) -> StoreError {
+        fenced(&self.run_id, &self.location, &self.owner, why)
     }
 
     /// Send a write to the thread and wait for its result.
@@ -59,7 +92,11 @@ impl ThreadJournal {
         if !sent {
             return Err(self.gone());
         }
-        result.await.unwrap_or_else(|_| Err(self.gone()))
+        let Some(clock) = self.clock.clone() else { return result.await.unwrap_or_else(|_| Err(self.gone())) };
+        tokio::select! {
+            replied = result => replied.unwrap_or_else(|_| Err(self.gone())),
+            why = clock.until_fenced() => Err(self.fenced(why)),
+        }
     }
 
     /// The thread ended without replying: only a panic in a store does that.
@@ -72,10 +109,26 @@ impl ThreadJournal {
     }
 }
 
+fn fenced(run_id: &str, location: &str, owner: &str, why: String) -> StoreError {
+    StoreError::Fenced { run_id: run_id.to_owned(), location: location.to_owned(), owner: owner.to_owned(), why }
+}
+
 /// The writer thread: make each write in turn until the journal is dropped. A reply nobody awaits
-/// any more is dropped; the write was made all the same.
-fn write_all(mut log: Box<dyn RunLog + Send>, queue: &mpsc::Receiver<Write>, run_id: &str, lease: &Lease) {
+/// any more is dropped; the write was made all the same, unless the runner is fenced off by then.
+fn write_all(
+    mut log: Box<dyn RunLog + Send>,
+    queue: &mpsc::Receiver<Write>,
+    run_id: &str,
+    lease: &Lease,
+    fence: Option<&(Arc<LeaseClock>, String)>,
+) {
     for write in queue {
+        if let Some((clock, location)) = fence
+            && let Some(why) = clock.fenced()
+        {
+            refuse(write, &fenced(run_id, location, &lease.owner, why));
+            continue;
+        }
         match write {
             Write::Starting { step, attempt, redelivered, log_stem, reply } => {
                 let _ = reply.send(log.attempt_starting(lease, run_id, &step, attempt, redelivered, &log_stem));
@@ -100,6 +153,28 @@ fn write_all(mut log: Box<dyn RunLog + Send>, queue: &mpsc::Receiver<Write>, run
             }
         }
     }
+}
+
+/// Answer a write with `error`, without making it.
+fn refuse(write: Write, error: &StoreError) {
+    let error = || match error {
+        StoreError::Fenced { run_id, location, owner, why } => StoreError::Fenced {
+            run_id: run_id.clone(),
+            location: location.clone(),
+            owner: owner.clone(),
+            why: why.clone(),
+        },
+        other => StoreError::failed(StoreErrorKind::Other, "", other.to_string()),
+    };
+    let _ = match write {
+        Write::Starting { reply, .. } | Write::HandlerStarting { reply, .. } | Write::AuxStarting { reply, .. } => {
+            reply.send(Err(error())).is_ok()
+        }
+        Write::AuxFinished { reply, .. }
+        | Write::Spawned { reply, .. }
+        | Write::Finished { reply, .. }
+        | Write::RunFinished { reply, .. } => reply.send(Err(error())).is_ok(),
+    };
 }
 
 impl Drop for ThreadJournal {
@@ -161,6 +236,13 @@ impl RunJournal for ThreadJournal {
     ) -> Result<(), StoreError> {
         let (failed_step, skipped) = (failed_step.map(str::to_owned), skipped.to_vec());
         self.send(|reply| Write::RunFinished { status, failed_step, skipped, reply }).await
+    }
+
+    async fn lease_lost(&self) -> StoreError {
+        match &self.clock {
+            Some(clock) => self.fenced(clock.until_fenced().await),
+            None => std::future::pending().await,
+        }
     }
 }
 

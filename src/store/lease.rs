@@ -25,7 +25,156 @@ impl Lease {
     /// A new owner id for this process: `HOST:PID:RANDOM` (the random part tells apart two owners
     /// in one process, or a pid reused after a reboot).
     pub fn new_owner() -> String {
-        format!("{}:{}:{:08x}", super::sqlite::host_name(), std::process::id(), fastrand::u32(..))
+        format!("{}:{}:{:08x}", host_id(), std::process::id(), fastrand::u32(..))
+    }
+}
+
+/// `--host-id`, set once by the command line before anything asks for [`host_id`].
+static HOST_ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Name this runner's host: `--host-id`, else `$WAYMARK_HOST_ID` (see [`host_id`]). An empty or
+/// multi-line id is refused.
+pub(crate) fn set_host_id(flag: Option<&str>) -> Result<(), String> {
+    let env = std::env::var("WAYMARK_HOST_ID").ok().filter(|v| !v.is_empty());
+    let Some(id) = flag.map(str::to_owned).or(env) else { return Ok(()) };
+    if id.trim().is_empty() || id.chars().any(char::is_control) || id.len() > 255 {
+        return Err(format!(
+            "host id `{}` cannot name a host: give a non-empty id of at most 255 characters without control \
+             characters (--host-id or WAYMARK_HOST_ID)",
+            id.escape_debug()
+        ));
+    }
+    let _ = HOST_ID.set(id);
+    Ok(())
+}
+
+/// The host this runner names in leases, attempts and messages: `--host-id`, `$WAYMARK_HOST_ID`,
+/// else the machine's host name. Two runners on one machine with different ids are two hosts.
+pub(crate) fn host_id() -> &'static str {
+    HOST_ID.get_or_init(|| {
+        std::env::var("WAYMARK_HOST_ID").ok().filter(|v| !v.is_empty()).unwrap_or_else(|| {
+            nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "unknown".into())
+        })
+    })
+}
+
+/// How long a lease on a shared store lasts and how often its runner renews it: 15 s and 5 s, or
+/// `$WAYMARK_LEASE_TTL` and `$WAYMARK_LEASE_RENEW` (durations as flow files write them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LeaseTiming {
+    pub(crate) ttl: std::time::Duration,
+    pub(crate) renew: std::time::Duration,
+}
+
+impl LeaseTiming {
+    pub(crate) fn from_env() -> Result<LeaseTiming, String> {
+        let read = |name: &str, default: u64| -> Result<std::time::Duration, String> {
+            match std::env::var(name).ok().filter(|v| !v.is_empty()) {
+                None => Ok(std::time::Duration::from_secs(default)),
+                Some(v) => crate::flow::duration::from_arg(&v, false).map_err(|e| format!("{name}=`{v}`: {e}")),
+            }
+        };
+        let ttl = read("WAYMARK_LEASE_TTL", 15)?;
+        let renew = read("WAYMARK_LEASE_RENEW", 5)?;
+        if renew * 2 > ttl {
+            return Err(format!(
+                "WAYMARK_LEASE_RENEW ({}) must be at most half of WAYMARK_LEASE_TTL ({}), so that one renewal can \
+                 fail without losing the lease",
+                humantime::format_duration(renew),
+                humantime::format_duration(ttl)
+            ));
+        }
+        Ok(LeaseTiming { ttl, renew })
+    }
+
+    /// How long before its lease would expire a runner that could not renew it stops its attempts:
+    /// a quarter of the time to live, time enough to kill them before another runner may take over.
+    pub(crate) fn margin(&self) -> std::time::Duration {
+        self.ttl / 4
+    }
+}
+
+/// A runner's view of its lease on a shared store: until when it holds for sure (each renewal
+/// moves it to the renewal's start plus the time to live, a time the database's own expiry is
+/// never earlier than), and whether the runner has fenced itself off. Shared by the thread that
+/// renews the lease, the journal that writes the run, and the dispatcher that kills the attempts.
+#[derive(Debug)]
+pub struct LeaseClock {
+    timing: LeaseTiming,
+    state: std::sync::Mutex<ClockState>,
+}
+
+#[derive(Debug)]
+struct ClockState {
+    valid_until: std::time::Instant,
+    /// Why the runner stopped, once it has.
+    fenced: Option<String>,
+    /// The last renewal's failure, for the message if the lease runs out.
+    last_error: Option<String>,
+}
+
+impl LeaseClock {
+    /// A lease taken (or renewed) by a statement sent at `sent`.
+    pub(crate) fn new(timing: LeaseTiming, sent: std::time::Instant) -> LeaseClock {
+        let state = ClockState { valid_until: sent + timing.ttl, fenced: None, last_error: None };
+        LeaseClock { timing, state: std::sync::Mutex::new(state) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ClockState> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn timing(&self) -> LeaseTiming {
+        self.timing
+    }
+
+    /// A renewal sent at `sent` went through.
+    pub(crate) fn renewed(&self, sent: std::time::Instant) {
+        let mut s = self.lock();
+        s.valid_until = s.valid_until.max(sent + self.timing.ttl);
+        s.last_error = None;
+    }
+
+    /// A renewal failed (the database could not be reached, say).
+    pub(crate) fn renewal_failed(&self, why: String) {
+        self.lock().last_error = Some(why);
+    }
+
+    /// The lease is gone for sure (another runner holds it now): stop at once.
+    pub(crate) fn lost(&self, why: String) {
+        let mut s = self.lock();
+        s.fenced.get_or_insert(why);
+    }
+
+    /// When the runner must have stopped its attempts if no renewal comes: the lease's end less
+    /// the margin.
+    pub(crate) fn fence_at(&self) -> std::time::Instant {
+        self.lock().valid_until - self.timing.margin()
+    }
+
+    /// Why the runner is fenced off, if it is: the lease was lost, or its fence time passed (which
+    /// fences it from then on, even if a late renewal comes).
+    pub(crate) fn fenced(&self) -> Option<String> {
+        let mut s = self.lock();
+        if s.fenced.is_none() && std::time::Instant::now() >= s.valid_until - self.timing.margin() {
+            let why = match &s.last_error {
+                Some(e) => format!("could not renew its lease before it would expire ({e})"),
+                None => "could not renew its lease before it would expire".to_owned(),
+            };
+            s.fenced = Some(why);
+        }
+        s.fenced.clone()
+    }
+
+    /// Resolves once the runner is fenced off, with why.
+    pub(crate) async fn until_fenced(&self) -> String {
+        loop {
+            if let Some(why) = self.fenced() {
+                return why;
+            }
+            let at = self.fence_at().min(std::time::Instant::now() + std::time::Duration::from_millis(200));
+            tokio::time::sleep_until(at.into()).await;
+        }
     }
 }
 
@@ -40,6 +189,6 @@ mod tests {
         assert_ne!(a, b);
         let parts: Vec<&str> = a.rsplitn(3, ':').collect();
         assert_eq!(parts[1], std::process::id().to_string(), "{a}");
-        assert_eq!(parts[2], super::super::sqlite::host_name(), "{a}");
+        assert_eq!(parts[2], super::host_id(), "{a}");
     }
 }

@@ -21,9 +21,13 @@
 
 pub(crate) mod journal;
 pub(crate) mod lease;
+pub(crate) mod postgres;
 pub(crate) mod record;
 pub(crate) mod sqlite;
 pub(crate) mod state;
+#[cfg(test)]
+mod suite;
+pub(crate) mod url;
 
 use crate::classify::ErrorValue;
 use std::collections::BTreeMap;
@@ -53,6 +57,12 @@ pub enum StoreErrorKind {
     Full,
     /// The store, or where it lives, may not be read or written by this user.
     Permission,
+    /// A networked store that cannot be reached (refused, timed out, the connection lost).
+    Unreachable,
+    /// A networked store that refused this user's credentials.
+    Auth,
+    /// A networked store that takes no writes (a read-only replica).
+    ReadOnly,
     /// Anything else (an I/O error, a bug): the detail says what.
     Other,
 }
@@ -78,6 +88,15 @@ pub enum StoreError {
     NoSuchRun(String),
     /// A write by a runner whose lease was taken: another runner claimed the run since (see
     /// `lease`). The write changed nothing.
+    /// A runner of a shared store that fenced itself off: it lost its lease to another runner, or
+    /// could not renew it in time (`why` says which). It stopped its attempts; nothing more of it
+    /// is recorded.
+    #[error(
+        "run {run_id} in {location}: this runner ({owner}) {why}; it stopped: its attempts were killed and \
+         nothing more of the run is recorded by it; another runner may take the run over (`waymark status \
+         {run_id}` shows it)"
+    )]
+    Fenced { run_id: String, location: String, owner: String, why: String },
     #[error(
         "run {run_id} in {location} was taken over by another runner ({holder}) while this runner ({owner}) \
          was running it; this runner stops: its attempts are killed and their outcomes are not recorded, and \
@@ -100,6 +119,9 @@ fn failure_message(kind: StoreErrorKind, location: &str, detail: &str) -> String
         ),
         StoreErrorKind::Full => format!("cannot write the state database {location}: {detail}"),
         StoreErrorKind::Permission => format!("no permission to use the state database {location}: {detail}"),
+        StoreErrorKind::Unreachable => format!("cannot reach the state database {location}: {detail}"),
+        StoreErrorKind::Auth => format!("the state database {location} refused this user's credentials: {detail}"),
+        StoreErrorKind::ReadOnly => format!("the state database {location} takes no writes: {detail}"),
         StoreErrorKind::Other => format!("state database {location} failed: {detail}"),
     }
 }
@@ -117,7 +139,8 @@ impl StoreError {
             StoreError::BadState { .. }
             | StoreError::Record { .. }
             | StoreError::NoSuchRun(_)
-            | StoreError::LeaseLost { .. } => None,
+            | StoreError::LeaseLost { .. }
+            | StoreError::Fenced { .. } => None,
         }
     }
 
@@ -125,6 +148,9 @@ impl StoreError {
     /// message already says it.
     pub(crate) fn hint(&self) -> Option<String> {
         let StoreError::Failed { kind, location, .. } = self else { return None };
+        if location.starts_with("postgres") {
+            return network_hint(*kind, location);
+        }
         let dir = std::path::Path::new(location).parent().map_or(location.clone(), |d| d.display().to_string());
         let elsewhere = "--state-dir or WAYMARK_STATE_DIR selects another directory";
         let resumes = "run again (nothing is lost: the run resumes)";
@@ -141,6 +167,7 @@ impl StoreError {
                 "check that you may read and write {location} and its directory {dir} (its owner and mode), then \
                  {resumes}; {elsewhere}"
             )),
+            StoreErrorKind::Unreachable | StoreErrorKind::Auth | StoreErrorKind::ReadOnly => None,
             StoreErrorKind::Other => Some(format!(
                 "check that {dir} is writable, that its disk has free space and that no other process holds \
                  {location} locked, then {resumes}; {elsewhere}"
@@ -402,6 +429,34 @@ pub trait RunLog {
     ) -> Result<(), StoreError>;
 }
 
+/// What to do about a failure of a networked store (`location` its URL without the password).
+fn network_hint(kind: StoreErrorKind, location: &str) -> Option<String> {
+    let resumes = "then run again (nothing is lost: the run resumes)";
+    let elsewhere = "--store or WAYMARK_STORE selects another store";
+    Some(match kind {
+        StoreErrorKind::Corrupt | StoreErrorKind::NewerSchema => return None,
+        StoreErrorKind::Unreachable => format!(
+            "check that PostgreSQL runs at {location} and takes connections from this host (host, port, firewall, \
+             sslmode), {resumes}; {elsewhere}"
+        ),
+        StoreErrorKind::Auth => format!(
+            "check the user and password of the URL (`postgres://USER:PASSWORD@HOST/DATABASE`) and that the \
+             server's pg_hba.conf lets this user in from this host, {resumes}"
+        ),
+        StoreErrorKind::ReadOnly => format!(
+            "{location} is a read-only server (a replica, or `default_transaction_read_only`): point the URL at \
+             the primary, {resumes}"
+        ),
+        StoreErrorKind::Permission => format!(
+            "grant the user of the URL the right to create and write tables in its database (or have its \
+             owner run waymark once to create them), {resumes}"
+        ),
+        StoreErrorKind::Busy | StoreErrorKind::Full | StoreErrorKind::Other => {
+            format!("check the PostgreSQL server at {location} (its log says more), {resumes}; {elsewhere}")
+        }
+    })
+}
+
 /// What runs around a run's steps, recorded in `attempts` beside them (schema 6: `kind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -468,7 +523,6 @@ pub(crate) trait RunJournal {
         result: &AttemptResult,
         update: &StepUpdate,
     ) -> Result<(), StoreError>;
-    /// Commit the run's final (or interrupted) status.
     /// Commit the run's final (or interrupted) status, with the steps it skipped.
     async fn run_finished(
         &mut self,
@@ -476,6 +530,12 @@ pub(crate) trait RunJournal {
         failed_step: Option<&str>,
         skipped: &[String],
     ) -> Result<(), StoreError>;
+    /// Resolves when the runner has lost the right to write the run without being told by a
+    /// refused write: a lease on a shared store that it could not renew in time. The dispatcher
+    /// then kills its attempts and stops. Never, for a store whose leases do not expire.
+    async fn lease_lost(&self) -> StoreError {
+        std::future::pending().await
+    }
 }
 
 /// Everything else the commands need of a store: choosing, claiming and reading runs back. The
@@ -527,6 +587,26 @@ pub trait Store: RunLog + Send {
     /// Delete run `id` if, in the deleting transaction, it is still finished and ended before
     /// `cutoff`; whether it was. The caller holds the run's flow lock.
     fn delete_finished(&mut self, id: &str, cutoff: SystemTime) -> Result<bool, StoreError>;
+    /// The end of one stream (`stdout` or `stderr`) of the attempt whose files are at `log_stem`,
+    /// as a shared store keeps it for the hosts that do not have the log file; `None` where the
+    /// store keeps none (the embedded one: the log files are all there is).
+    fn attempt_tail(
+        &self,
+        _run_id: &str,
+        _log_stem: &std::path::Path,
+        _stream: &str,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(None)
+    }
+    /// Who holds the lease on run `run_id`'s flow now, for a shared store whose leases are rows
+    /// of its own (`Ok(None)` when nobody's lease is live); `None` where leases are file locks (the
+    /// embedded store: see `lock.rs`).
+    fn lease_holder(&self, _run_id: &str) -> Option<Result<Option<String>, StoreError>> {
+        None
+    }
+    /// From now on the store writes for a runner whose lease `clock` keeps: a shared store retries
+    /// a write that lost its connection until the runner is fenced off, and writes nothing after.
+    fn fenced_by(&mut self, _clock: std::sync::Arc<lease::LeaseClock>) {}
 }
 
 /// Milliseconds since the epoch, as stored.

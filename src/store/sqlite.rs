@@ -1153,12 +1153,9 @@ impl RunLog for SqliteStore {
     }
 }
 
-/// This machine's name, for the record: looked up once, not for every attempt.
+/// This runner's host, for the record (`--host-id`, else the machine's name): looked up once.
 pub(crate) fn host_name() -> &'static str {
-    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    HOST.get_or_init(|| {
-        nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "unknown".into())
-    })
+    super::lease::host_id()
 }
 
 #[cfg(test)]

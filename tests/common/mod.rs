@@ -386,3 +386,20 @@ pub fn path_with_stubs(dir: &Path, programs: &[&str]) -> String {
     }
     format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default())
 }
+
+/// The PostgreSQL database the backend tests use: `$WAYMARK_TEST_PG` (`.ci/run` starts a
+/// throwaway cluster with `.ci/postgres.sh` and sets it). Outside CI, without it, the test writes a
+/// visible `SKIPPED` line (as [`have_root`] does) and returns early; under CI a missing database
+/// fails the test, so CI proves they ran.
+pub fn postgres_url(test: &str) -> Option<String> {
+    use std::io::Write;
+    if let Some(url) = std::env::var("WAYMARK_TEST_PG").ok().filter(|u| !u.is_empty()) {
+        return Some(url);
+    }
+    assert!(std::env::var_os("CI").is_none(), "{test} needs PostgreSQL: CI must set WAYMARK_TEST_PG (.ci/run does)");
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED {test}: needs PostgreSQL; `eval \"$(bash .ci/postgres.sh start)\"` starts one and sets WAYMARK_TEST_PG"
+    );
+    None
+}

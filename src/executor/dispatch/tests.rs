@@ -424,6 +424,7 @@ impl Test {
             deadline: self.deadline.map(|d| BASE + d),
             aux: self.aux,
             env: Default::default(),
+            elsewhere: None,
         };
         let result = Dispatcher::new(spec, parts, &mut emitter).expect("set up").run().await;
         let took = Instant::now() - begin;

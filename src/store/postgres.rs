@@ -1,0 +1,1306 @@
+//! The shared store: a PostgreSQL database that a fleet of runners (on one host or many) use at
+//! once, chosen with `--store postgres://...` (see `url.rs`).
+//!
+//! Design:
+//! - **Synchronous client, never inside the runtime.** [`PgStore`] implements the same synchronous
+//!   [`Store`] and [`RunLog`] traits as the SQLite store, with the `postgres` crate (the blocking
+//!   wrapper of `tokio-postgres`, which drives each connection on a small runtime of its own and
+//!   must not be called from a thread that runs a tokio runtime). The commands call the store
+//!   before they start the runner's runtime and after it is gone; while a run goes on, its writes
+//!   go through `ThreadJournal`, whose writer thread owns the connection; the lease is renewed by
+//!   a thread of its own ([`FlowLease`]) on a connection of its own. No store call is made on the
+//!   runtime's thread.
+//! - **Leases in the database.** There is no file lock to lean on: a runner owns a flow through a
+//!   row of `waymark_leases` (its key, owner, host, pid, fencing token and expiry, by the
+//!   database's clock). Taking it is one statement that inserts the row or takes it over once
+//!   it has expired, raising the token; the row is never deleted, so the token only grows. The
+//!   holder renews it every `renew` (5 s) for `ttl` (15 s) more. Every write of a run locks the
+//!   lease row (`FOR SHARE`) and compares owner and token in the same transaction: a write with a
+//!   stale token is refused ([`StoreError::LeaseLost`]) and changes nothing, and a takeover waits
+//!   for a write in progress to commit. The runner stops itself (see `LeaseClock`) a quarter of the
+//!   time to live before its lease would expire if it could not renew it.
+//! - **Flow identity across hosts.** A flow with a declared `name` is one lease and one series of
+//!   runs across hosts; a flow without one is its file on its host: its lease key and its runs
+//!   carry the host (`key_host`), and another host never resumes or takes them over.
+//! - **Logs.** Attempts' log files stay on the host that ran them; the last 64 KiB of each
+//!   attempt's stdout and stderr are recorded with its end, for `waymark logs` on other hosts.
+//! - **Schema.** Versioned migrations ([`MIGRATIONS`]) are applied on first use, in a transaction
+//!   under a transaction-level advisory lock, so that several hosts starting at once migrate
+//!   exactly once. A database whose schema is newer than this binary's is refused.
+//! - **A connection lost during a run.** A journal write that fails for want of a connection is
+//!   retried on a new one until the runner fences itself off (a failed `COMMIT`, whose outcome is
+//!   unknown, is never retried: the runner stops and its run is resumed). Commands that are not
+//!   running a run fail at once (exit 4) with the URL, without its password, and a hint.
+
+use super::lease::{LeaseClock, LeaseTiming, host_id};
+use super::record::RunDefinition;
+use super::*;
+use crate::flow::Flow;
+use ::postgres::config::SslMode;
+use ::postgres::{Client, Transaction};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The schema this binary writes: the number of [`MIGRATIONS`].
+const SCHEMA_VERSION: i64 = 1;
+
+/// The key of the advisory lock migrations are made under ("waymark" in ASCII).
+const MIGRATION_LOCK: i64 = 0x0077_6179_6d61_726b;
+
+/// How much of the end of each stream of an attempt the database keeps.
+pub(crate) const TAIL_BYTES: u64 = 64 * 1024;
+
+/// Migration `i` brings the schema from version `i` to `i + 1`.
+const MIGRATIONS: [&str; 1] = ["
+CREATE TABLE waymark_runs (
+    id          TEXT PRIMARY KEY,
+    seq         BIGSERIAL UNIQUE,
+    flow        TEXT NOT NULL,
+    flow_key    TEXT NOT NULL,
+    key_host    TEXT,
+    lease_key   TEXT NOT NULL,
+    flow_path   TEXT NOT NULL,
+    definition  TEXT NOT NULL,
+    source_hash TEXT NOT NULL,
+    status      TEXT NOT NULL,
+    started_at  BIGINT NOT NULL,
+    ended_at    BIGINT,
+    pid         BIGINT NOT NULL,
+    host        TEXT NOT NULL,
+    failed_step TEXT
+);
+CREATE INDEX waymark_runs_by_key ON waymark_runs (flow_key, seq);
+CREATE INDEX waymark_runs_by_flow ON waymark_runs (flow, seq);
+CREATE TABLE waymark_steps (
+    run_id        TEXT NOT NULL REFERENCES waymark_runs (id) ON DELETE CASCADE,
+    position      INTEGER NOT NULL,
+    name          TEXT NOT NULL,
+    state         TEXT NOT NULL,
+    attempts_used BIGINT NOT NULL DEFAULT 0,
+    budget_base   BIGINT NOT NULL DEFAULT 0,
+    next_attempt  BIGINT,
+    wake_at       BIGINT,
+    current_row   BIGINT,
+    last_error    TEXT,
+    started_at    BIGINT,
+    ended_at      BIGINT,
+    outputs       TEXT,
+    PRIMARY KEY (run_id, name)
+);
+CREATE TABLE waymark_attempts (
+    row_id      BIGSERIAL PRIMARY KEY,
+    run_id      TEXT NOT NULL REFERENCES waymark_runs (id) ON DELETE CASCADE,
+    kind        TEXT NOT NULL,
+    step        TEXT NOT NULL,
+    attempt     BIGINT NOT NULL,
+    redelivered BOOLEAN NOT NULL,
+    outcome     TEXT NOT NULL,
+    started_at  BIGINT NOT NULL,
+    ended_at    BIGINT,
+    pid         BIGINT,
+    proc_start  BIGINT,
+    exit_code   INTEGER,
+    signal      TEXT,
+    error       TEXT,
+    log_stem    TEXT NOT NULL,
+    host        TEXT NOT NULL,
+    stdout_tail BYTEA,
+    stderr_tail BYTEA
+);
+CREATE INDEX waymark_attempts_by_step ON waymark_attempts (run_id, step, attempt);
+CREATE TABLE waymark_leases (
+    lease_key  TEXT PRIMARY KEY,
+    run_id     TEXT,
+    owner      TEXT NOT NULL,
+    host       TEXT NOT NULL,
+    pid        BIGINT NOT NULL,
+    token      BIGINT NOT NULL,
+    expires_at TIMESTAMPTZ NOT NULL
+);
+"];
+
+/// The lease key of flow `key` on `host`: the key itself for a named flow, shared by all hosts;
+/// with the host for a flow that is its file, which no other host takes over.
+pub(crate) fn lease_key(key: &FlowKey, host: &str) -> String {
+    match key.file() {
+        Some(_) => format!("{}#{host}", key.as_str()),
+        None => key.as_str().to_owned(),
+    }
+}
+
+/// What went wrong inside a transaction: PostgreSQL's error, or a check of ours.
+enum Fail {
+    Pg(::postgres::Error),
+    Bad {
+        table: &'static str,
+        run_id: String,
+        what: String,
+    },
+    Lost {
+        run_id: String,
+        owner: String,
+        holder: String,
+    },
+    /// The `COMMIT` failed: whether it committed is unknown, so it is never retried.
+    Commit(::postgres::Error),
+}
+
+impl From<::postgres::Error> for Fail {
+    fn from(e: ::postgres::Error) -> Fail {
+        Fail::Pg(e)
+    }
+}
+
+fn bad(table: &'static str, run_id: &str, what: impl std::fmt::Display) -> Fail {
+    Fail::Bad { table, run_id: run_id.to_owned(), what: what.to_string() }
+}
+
+/// The kind of a PostgreSQL failure: the only place that reads its codes.
+fn kind_of(e: &::postgres::Error) -> StoreErrorKind {
+    match e.code().map(::postgres::error::SqlState::code) {
+        Some("28P01" | "28000") => StoreErrorKind::Auth,
+        Some("25006") => StoreErrorKind::ReadOnly,
+        Some("42501") => StoreErrorKind::Permission,
+        Some("53100") => StoreErrorKind::Full,
+        Some("40001" | "40P01" | "55P03") => StoreErrorKind::Busy,
+        Some("57P01" | "57P02" | "57P03" | "08000" | "08003" | "08006" | "08001" | "08004") => {
+            StoreErrorKind::Unreachable
+        }
+        Some(_) => StoreErrorKind::Other,
+        // No answer from the server: the connection could not be made, or was lost.
+        None => StoreErrorKind::Unreachable,
+    }
+}
+
+/// The server's own words for a failure, else the client's.
+fn detail(e: &::postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        return db.message().to_owned();
+    }
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(&format!(": {cause_text}"));
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// A failure worth trying again on a fresh connection: the connection, not the statement, failed,
+/// or the server asks for it (a serialization failure, a deadlock).
+fn transient(e: &::postgres::Error) -> bool {
+    matches!(kind_of(e), StoreErrorKind::Unreachable | StoreErrorKind::Busy)
+}
+
+fn now_ms() -> i64 {
+    to_millis(SystemTime::now())
+}
+
+fn new_run_id() -> String {
+    const ALPHABET: &[u8] = b"0123456789abcdefghjkmnpqrstvwxyz";
+    (0..8).map(|_| ALPHABET[fastrand::usize(..ALPHABET.len())] as char).collect()
+}
+
+/// Connect to the database of `config` (shown as `location`), with TLS when its `sslmode` asks
+/// for it (`prefer`, the default, uses it when the server offers it; `require` insists).
+fn connect(config: &::postgres::Config, location: &str) -> Result<Client, StoreError> {
+    let mut config = config.clone();
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(Duration::from_secs(10));
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        // Unacknowledged data for this long means the connection is gone.
+        config.tcp_user_timeout(Duration::from_secs(10));
+    }
+    config.keepalives_idle(Duration::from_secs(5));
+    let fail = |e: ::postgres::Error| StoreError::failed(kind_of(&e), location, detail(&e));
+    if config.get_ssl_mode() == SslMode::Disable {
+        return config.connect(::postgres::NoTls).map_err(fail);
+    }
+    config.connect(tls(location)?).map_err(fail)
+}
+
+/// TLS by rustls, verifying the server against the system's root certificates.
+fn tls(location: &str) -> Result<tokio_postgres_rustls::MakeRustlsConnect, StoreError> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_native_certs::load_native_certs().certs {
+        let _ = roots.add(cert);
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| StoreError::failed(StoreErrorKind::Other, location, format!("cannot set up TLS: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
+}
+
+/// Bring the schema up to date: under the advisory lock, in one transaction, so that of several
+/// hosts starting at once exactly one migrates and the others find it done.
+fn migrate(client: &mut Client, location: &str) -> Result<(), StoreError> {
+    let fail = |e: ::postgres::Error| StoreError::failed(kind_of(&e), location, detail(&e));
+    // Most of the time the schema is there already: a read, no lock, no write.
+    let current = |c: &mut Client| -> Result<Option<i64>, ::postgres::Error> {
+        let exists: bool = c.query_one("SELECT to_regclass('waymark_schema') IS NOT NULL", &[])?.get(0);
+        if !exists {
+            return Ok(None);
+        }
+        Ok(c.query_opt("SELECT version FROM waymark_schema", &[])?.map(|r| r.get(0)))
+    };
+    let newer = |found: i64| {
+        StoreError::failed(
+            StoreErrorKind::NewerSchema,
+            location,
+            format!("schema {found}, this one knows {SCHEMA_VERSION}"),
+        )
+    };
+    match current(client).map_err(fail)? {
+        Some(v) if v == SCHEMA_VERSION => return Ok(()),
+        Some(v) if v > SCHEMA_VERSION => return Err(newer(v)),
+        _ => {}
+    }
+    let mut tx = client.transaction().map_err(fail)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).map_err(fail)?;
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS waymark_schema (version BIGINT NOT NULL)").map_err(fail)?;
+    let found: Option<i64> = tx.query_opt("SELECT version FROM waymark_schema", &[]).map_err(fail)?.map(|r| r.get(0));
+    let found = match found {
+        Some(v) => v,
+        None => {
+            tx.execute("INSERT INTO waymark_schema (version) VALUES (0)", &[]).map_err(fail)?;
+            0
+        }
+    };
+    if found > SCHEMA_VERSION {
+        return Err(newer(found));
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(usize::try_from(found).unwrap_or(0)) {
+        tx.batch_execute(sql).map_err(fail)?;
+        tx.execute("UPDATE waymark_schema SET version = $1", &[&(i as i64 + 1)]).map_err(fail)?;
+    }
+    tx.commit().map_err(fail)
+}
+
+/// The shared store. See the module documentation.
+pub(crate) struct PgStore {
+    client: std::cell::RefCell<Client>,
+    config: ::postgres::Config,
+    location: String,
+    /// While a run goes on: its runner's lease clock. Writes that fail for want of a connection
+    /// are retried until the runner is fenced off, and none is made after.
+    clock: Option<Arc<LeaseClock>>,
+}
+
+impl PgStore {
+    /// Connect and bring the schema up to date.
+    pub(crate) fn open(config: &::postgres::Config, location: &str) -> Result<PgStore, StoreError> {
+        let mut client = connect(config, location)?;
+        migrate(&mut client, location)?;
+        Ok(PgStore {
+            client: std::cell::RefCell::new(client),
+            config: config.clone(),
+            location: location.to_owned(),
+            clock: None,
+        })
+    }
+
+    fn pg(&self, e: &::postgres::Error) -> StoreError {
+        StoreError::failed(kind_of(e), &self.location, detail(e))
+    }
+
+    fn fail(&self, f: Fail) -> StoreError {
+        match f {
+            Fail::Pg(e) => self.pg(&e),
+            Fail::Bad { table, run_id, what } => {
+                StoreError::BadState { location: self.location.clone(), table, run_id, what }
+            }
+            Fail::Lost { run_id, owner, holder } => {
+                StoreError::Fenced { run_id, location: self.location.clone(), owner, why: lost_to(&holder) }
+            }
+            Fail::Commit(e) => StoreError::failed(
+                kind_of(&e),
+                &self.location,
+                format!("the commit's outcome is unknown ({}); the run resumes from what was recorded", detail(&e)),
+            ),
+        }
+    }
+
+    /// Why a write was refused when a fenced-off runner made it.
+    fn fenced(&self, run_id: &str, owner: &str, why: String) -> StoreError {
+        StoreError::Fenced { run_id: run_id.to_owned(), location: self.location.clone(), owner: owner.to_owned(), why }
+    }
+
+    /// A new connection in place of a lost one.
+    fn reconnect(&self) -> Result<(), StoreError> {
+        let client = connect(&self.config, &self.location)?;
+        *self.client.borrow_mut() = client;
+        Ok(())
+    }
+
+    /// Run `f` in a read-write transaction. While a run goes on (a lease clock is set), a failure
+    /// of the connection before the commit is retried on a new connection until the runner is
+    /// fenced off; without one it is the caller's error at once.
+    fn write<T>(
+        &self,
+        run_id: &str,
+        owner: &str,
+        mut f: impl FnMut(&mut Transaction) -> Result<T, Fail>,
+    ) -> Result<T, StoreError> {
+        loop {
+            if let Some(why) = self.clock.as_ref().and_then(|c| c.fenced()) {
+                return Err(self.fenced(run_id, owner, why));
+            }
+            let retry = |e: &StoreError| {
+                self.clock.is_some() && matches!(e.kind(), Some(StoreErrorKind::Unreachable | StoreErrorKind::Busy))
+            };
+            if self.client.borrow().is_closed()
+                && let Err(e) = self.reconnect()
+            {
+                if retry(&e) {
+                    std::thread::sleep(Duration::from_millis(250));
+                    continue;
+                }
+                return Err(e);
+            }
+            let mut client = self.client.borrow_mut();
+            let attempt = (|| {
+                let mut tx = client.transaction()?;
+                let out = f(&mut tx)?;
+                // A failed commit may have committed: never retried.
+                tx.commit().map_err(Fail::Commit)?;
+                Ok(out)
+            })();
+            drop(client);
+            match attempt {
+                Ok(out) => return Ok(out),
+                Err(Fail::Pg(e)) if self.clock.is_some() && transient(&e) => {
+                    if let Some(clock) = &self.clock {
+                        clock.renewal_failed(detail(&e));
+                    }
+                    std::thread::sleep(Duration::from_millis(250));
+                    // The connection may be usable again (a serialization failure); if not, the
+                    // next round reconnects.
+                    if !self.client.borrow().is_closed() && kind_of(&e) == StoreErrorKind::Unreachable {
+                        let _ = self.reconnect();
+                    }
+                }
+                Err(e) => return Err(self.fail(e)),
+            }
+        }
+    }
+
+    /// Run `f` in a read-only transaction (one consistent snapshot).
+    fn read<T>(&self, f: impl FnOnce(&mut Transaction) -> Result<T, Fail>) -> Result<T, StoreError> {
+        let mut client = self.client.borrow_mut();
+        let result = (|| {
+            let mut tx = client
+                .build_transaction()
+                .isolation_level(::postgres::IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()?;
+            let out = f(&mut tx)?;
+            tx.commit()?;
+            Ok(out)
+        })();
+        drop(client);
+        result.map_err(|e| self.fail(e))
+    }
+
+    fn run_from_row(r: &::postgres::Row) -> Result<RunRecord, Fail> {
+        let id: String = r.get("id");
+        let status: String = r.get("status");
+        let status = RunStatus::parse(&status).map_err(|e| bad("runs", &id, e))?;
+        let key: String = r.get("flow_key");
+        let key = FlowKey::parse(&key).ok_or_else(|| bad("runs", &id, format!("unknown flow key `{key}`")))?;
+        Ok(RunRecord {
+            key,
+            flow: r.get("flow"),
+            flow_path: PathBuf::from(r.get::<_, String>("flow_path")),
+            definition: r.get("definition"),
+            source_hash: r.get("source_hash"),
+            status,
+            started_at: from_millis(r.get("started_at")),
+            ended_at: r.get::<_, Option<i64>>("ended_at").map(from_millis),
+            pid: u32::try_from(r.get::<_, i64>("pid")).unwrap_or(0),
+            host: r.get("host"),
+            failed_step: r.get("failed_step"),
+            id,
+        })
+    }
+
+    /// Take the lease of `lease_key` for `owner` if nobody holds it or its holder's lease has
+    /// expired (raising the token); otherwise who holds it, as a message names them.
+    pub(crate) fn try_lease(
+        &self,
+        lease_key: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Result<i64, String>, StoreError> {
+        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        let pid = i64::from(std::process::id());
+        let mut client = self.client.borrow_mut();
+        let taken = client
+            .query_opt(
+                "INSERT INTO waymark_leases (lease_key, owner, host, pid, token, expires_at)
+                 VALUES ($1, $2, $3, $4, 1, clock_timestamp() + $5 * interval '1 millisecond')
+                 ON CONFLICT (lease_key) DO UPDATE
+                 SET owner = EXCLUDED.owner, host = EXCLUDED.host, pid = EXCLUDED.pid, run_id = NULL,
+                     token = waymark_leases.token + 1, expires_at = EXCLUDED.expires_at
+                 WHERE waymark_leases.expires_at < clock_timestamp()
+                 RETURNING token",
+                &[&lease_key, &owner, &host_id(), &pid, &(ttl_ms as f64)],
+            )
+            .map_err(|e| self.pg(&e))?;
+        if let Some(row) = taken {
+            return Ok(Ok(row.get(0)));
+        }
+        let holder = client
+            .query_opt(
+                "SELECT host, pid, to_char(expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), run_id
+                 FROM waymark_leases WHERE lease_key = $1",
+                &[&lease_key],
+            )
+            .map_err(|e| self.pg(&e))?;
+        Ok(Err(match holder {
+            Some(r) => describe_holder(&r),
+            None => "another runner holds its lease".to_owned(),
+        }))
+    }
+}
+
+/// A holder as messages name it: `run ID on host H, pid P, lease expires at T`.
+fn describe_holder(r: &::postgres::Row) -> String {
+    let (host, pid, expires, run): (String, i64, String, Option<String>) = (r.get(0), r.get(1), r.get(2), r.get(3));
+    let run = run.map(|r| format!("run {r} ")).unwrap_or_default();
+    format!("{run}on host {host}, pid {pid}, its lease expires at {expires} unless renewed")
+}
+
+fn lost_to(holder: &str) -> String {
+    format!("lost its lease to another runner ({holder})")
+}
+
+/// Check, in the writing transaction, that `lease` is still the lease of run `run_id`; the lease
+/// row stays locked until the commit, so a takeover waits for this write.
+fn check_lease(tx: &mut Transaction, run_id: &str, lease: &Lease) -> Result<(), Fail> {
+    let found = tx.query_opt(
+        "SELECT l.owner, l.token, l.host, l.pid FROM waymark_leases l
+         WHERE l.lease_key = (SELECT lease_key FROM waymark_runs WHERE id = $1) FOR SHARE",
+        &[&run_id],
+    )?;
+    match found {
+        Some(r) if r.get::<_, String>(0) == lease.owner && r.get::<_, i64>(1) == lease.token => Ok(()),
+        Some(r) => Err(Fail::Lost {
+            run_id: run_id.to_owned(),
+            owner: lease.owner.clone(),
+            holder: format!("{} on host {}, pid {}", r.get::<_, String>(0), r.get::<_, String>(2), r.get::<_, i64>(3)),
+        }),
+        None => Err(Fail::Lost {
+            run_id: run_id.to_owned(),
+            owner: lease.owner.clone(),
+            holder: "nobody: the run or its lease is gone".to_owned(),
+        }),
+    }
+}
+
+/// The run of attempt `row`, checking that `lease` is still that run's lease.
+fn check_lease_of_attempt(tx: &mut Transaction, row: i64, lease: &Lease) -> Result<String, Fail> {
+    let run_id: Option<String> =
+        tx.query_opt("SELECT run_id FROM waymark_attempts WHERE row_id = $1", &[&row])?.map(|r| r.get(0));
+    let run_id = run_id.ok_or_else(|| bad("attempts", "?", format!("attempt {row} is not recorded")))?;
+    check_lease(tx, &run_id, lease)?;
+    Ok(run_id)
+}
+
+/// The lease `owner` holds on the flow of run `run_id` (locked for this transaction).
+fn held_token(tx: &mut Transaction, lease_key: &str, run_id: &str, owner: &str) -> Result<i64, Fail> {
+    let row = tx.query_opt(
+        "SELECT owner, token, host, pid FROM waymark_leases WHERE lease_key = $1 FOR UPDATE",
+        &[&lease_key],
+    )?;
+    match row {
+        Some(r) if r.get::<_, String>(0) == owner => Ok(r.get(1)),
+        Some(r) => Err(Fail::Lost {
+            run_id: run_id.to_owned(),
+            owner: owner.to_owned(),
+            holder: format!("{} on host {}, pid {}", r.get::<_, String>(0), r.get::<_, String>(2), r.get::<_, i64>(3)),
+        }),
+        None => Err(Fail::Lost {
+            run_id: run_id.to_owned(),
+            owner: owner.to_owned(),
+            holder: "nobody: this runner never took the flow's lease".to_owned(),
+        }),
+    }
+}
+
+fn run_status(tx: &mut Transaction, run_id: &str) -> Result<RunStatus, Fail> {
+    let status: Option<String> =
+        tx.query_opt("SELECT status FROM waymark_runs WHERE id = $1", &[&run_id])?.map(|r| r.get(0));
+    let status = status.ok_or_else(|| bad("runs", run_id, "the run is not recorded"))?;
+    RunStatus::parse(&status).map_err(|e| bad("runs", run_id, e))
+}
+
+fn move_run(tx: &mut Transaction, run_id: &str, to: RunStatus) -> Result<(), Fail> {
+    let from = run_status(tx, run_id)?;
+    if !from.can_move_to(to) {
+        return Err(bad("runs", run_id, format!("the run cannot go from {} to {}", from.as_str(), to.as_str())));
+    }
+    Ok(())
+}
+
+fn move_step(tx: &mut Transaction, run_id: &str, step: &str, to: StepStatus) -> Result<(), Fail> {
+    let state: Option<String> = tx
+        .query_opt("SELECT state FROM waymark_steps WHERE run_id = $1 AND name = $2", &[&run_id, &step])?
+        .map(|r| r.get(0));
+    let state = state.ok_or_else(|| bad("steps", run_id, format!("step `{step}` is not recorded")))?;
+    let from = StepStatus::parse(&state).map_err(|e| bad("steps", run_id, format!("step `{step}`: {e}")))?;
+    if !from.can_move_to(to) {
+        return Err(bad("steps", run_id, format!("step `{step}` cannot go from {} to {}", from.as_str(), to.as_str())));
+    }
+    Ok(())
+}
+
+/// The last [`TAIL_BYTES`] of a log file of this host (`None` if there is none).
+fn tail(path: &Path) -> Option<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = crate::os::fs::open_read_nofollow(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    file.seek(SeekFrom::Start(len.saturating_sub(TAIL_BYTES))).ok()?;
+    let mut out = Vec::new();
+    file.take(TAIL_BYTES).read_to_end(&mut out).ok()?;
+    Some(out)
+}
+
+/// Record the ends of an attempt's output streams (read from this host's log files).
+fn record_tails(tx: &mut Transaction, row: i64) -> Result<(), Fail> {
+    let stem: Option<String> =
+        tx.query_opt("SELECT log_stem FROM waymark_attempts WHERE row_id = $1", &[&row])?.map(|r| r.get(0));
+    let Some(stem) = stem else { return Ok(()) };
+    let stem = PathBuf::from(stem);
+    let (out, err) = (tail(&stem.with_extension("stdout")), tail(&stem.with_extension("stderr")));
+    tx.execute(
+        "UPDATE waymark_attempts SET stdout_tail = $2, stderr_tail = $3 WHERE row_id = $1",
+        &[&row, &out, &err],
+    )?;
+    Ok(())
+}
+
+fn error_json(e: &ErrorValue) -> String {
+    serde_json::to_string(e).unwrap_or_default()
+}
+
+const SELECT_RUNS: &str = "SELECT * FROM waymark_runs";
+
+/// The `WHERE` condition of a filter, on `$1`.
+fn filter_sql(filter: RunFilter<'_>) -> (&'static str, Option<String>) {
+    match filter {
+        RunFilter::All => ("$1::text IS NULL", None),
+        RunFilter::Name(name) => ("flow = $1", Some(name.to_owned())),
+        RunFilter::File(path) => ("flow_path = $1", Some(path.display().to_string())),
+        RunFilter::Key(key) => ("flow_key = $1", Some(key.as_str().to_owned())),
+    }
+}
+
+impl Store for PgStore {
+    fn location(&self) -> &str {
+        &self.location
+    }
+
+    fn create_run(&mut self, flow: &Flow, source_hash: &str, owner: &str) -> Result<(RunRecord, Lease), StoreError> {
+        let definition = RunDefinition::from(flow).to_json();
+        let key = FlowKey::of(flow);
+        let key_host = key.file().map(|_| host_id());
+        let lkey = lease_key(&key, host_id());
+        let path = flow.path.display().to_string();
+        let pid = i64::from(std::process::id());
+        let (id, token) = self.write("(new)", owner, |tx| {
+            let token = held_token(tx, &lkey, "(new)", owner)?;
+            let mut id = new_run_id();
+            while tx.query_opt("SELECT 1 FROM waymark_runs WHERE id = $1", &[&id])?.is_some() {
+                id = new_run_id();
+            }
+            tx.execute(
+                "INSERT INTO waymark_runs (id, flow, flow_key, key_host, lease_key, flow_path, definition, source_hash,
+                                           status, started_at, pid, host)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'running', $9, $10, $11)",
+                &[
+                    &id,
+                    &flow.name,
+                    &key.as_str(),
+                    &key_host,
+                    &lkey,
+                    &path,
+                    &definition,
+                    &source_hash,
+                    &now_ms(),
+                    &pid,
+                    &host_id(),
+                ],
+            )?;
+            for (i, step) in flow.steps.iter().enumerate() {
+                tx.execute(
+                    "INSERT INTO waymark_steps (run_id, position, name, state) VALUES ($1, $2, $3, 'pending')",
+                    &[&id, &(i as i32), &step.name],
+                )?;
+            }
+            tx.execute("UPDATE waymark_leases SET run_id = $2 WHERE lease_key = $1", &[&lkey, &id])?;
+            Ok((id.clone(), token))
+        })?;
+        Ok((self.run(&id)?, Lease { owner: owner.to_owned(), token }))
+    }
+
+    fn run(&self, id: &str) -> Result<RunRecord, StoreError> {
+        self.read(|tx| {
+            let row = tx.query_opt(&format!("{SELECT_RUNS} WHERE id = $1"), &[&id])?;
+            row.as_ref().map(Self::run_from_row).transpose()
+        })?
+        .ok_or_else(|| StoreError::NoSuchRun(id.to_owned()))
+    }
+
+    fn run_and_steps(&self, id: &str) -> Result<(RunRecord, Vec<StepRecord>), StoreError> {
+        // Two reads; a runner holding the lease is the only writer, and the caller holds it.
+        let run = self.run(id)?;
+        Ok((run, self.steps(id)?))
+    }
+
+    fn find_resumable(&self, key: &FlowKey) -> Result<Option<RunRecord>, StoreError> {
+        self.read(|tx| {
+            let row = tx.query_opt(
+                &format!(
+                    "{SELECT_RUNS} WHERE flow_key = $1 AND status IN ('running', 'interrupted')
+                     AND (key_host IS NULL OR key_host = $2) ORDER BY seq DESC LIMIT 1"
+                ),
+                &[&key.as_str(), &host_id()],
+            )?;
+            row.as_ref().map(Self::run_from_row).transpose()
+        })
+    }
+
+    fn list_runs(&self, filter: RunFilter<'_>, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let (cond, value) = filter_sql(filter);
+        self.read(|tx| {
+            let rows =
+                tx.query(&format!("{SELECT_RUNS} WHERE {cond} ORDER BY seq DESC LIMIT $2"), &[&value, &limit])?;
+            rows.iter().map(Self::run_from_row).collect()
+        })
+    }
+
+    fn unfinished_runs(&self, filter: RunFilter<'_>, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let (cond, value) = filter_sql(filter);
+        self.read(|tx| {
+            let rows = tx.query(
+                &format!(
+                    "{SELECT_RUNS} WHERE status IN ('running', 'interrupted') AND {cond} ORDER BY seq DESC LIMIT $2"
+                ),
+                &[&value, &limit],
+            )?;
+            rows.iter().map(Self::run_from_row).collect()
+        })
+    }
+
+    fn flows(&self, filter: RunFilter<'_>) -> Result<Vec<(FlowKey, PathBuf)>, StoreError> {
+        let (cond, value) = filter_sql(filter);
+        let rows = self.read(|tx| {
+            Ok(tx.query(
+                &format!("SELECT flow_key, flow_path FROM waymark_runs WHERE {cond} ORDER BY seq DESC"),
+                &[&value],
+            )?)
+        })?;
+        let mut out: Vec<(FlowKey, PathBuf)> = Vec::new();
+        for row in rows {
+            let (key, path): (String, String) = (row.get(0), row.get(1));
+            let key = FlowKey::parse(&key).unwrap_or(FlowKey(key));
+            if !out.iter().any(|(k, _)| *k == key) {
+                out.push((key, PathBuf::from(path)));
+            }
+        }
+        Ok(out)
+    }
+
+    fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError> {
+        self.read(|tx| {
+            let rows = tx.query(
+                "SELECT s.*, a.pid AS a_pid, a.proc_start AS a_start, a.attempt AS a_attempt
+                 FROM waymark_steps s LEFT JOIN waymark_attempts a ON a.row_id = s.current_row
+                 WHERE s.run_id = $1 ORDER BY s.position",
+                &[&run_id],
+            )?;
+            rows.iter().map(|r| step_from_row(run_id, r)).collect()
+        })
+    }
+
+    fn attempts(&self, run_id: &str, step: Option<&str>) -> Result<Vec<AttemptRecord>, StoreError> {
+        self.read(|tx| {
+            let rows = tx.query(
+                "SELECT step, attempt, log_stem, host, outcome, started_at, ended_at, redelivered, error
+                 FROM waymark_attempts
+                 WHERE run_id = $1 AND ($2::text IS NULL OR step = $2) AND kind = 'attempt' ORDER BY row_id",
+                &[&run_id, &step],
+            )?;
+            rows.iter()
+                .map(|r| {
+                    let step: String = r.get(0);
+                    let attempt = u32::try_from(r.get::<_, i64>(1)).unwrap_or(0);
+                    let outcome: String = r.get(4);
+                    let outcome = AttemptState::parse(&outcome)
+                        .map_err(|e| bad("attempts", run_id, format!("attempt {attempt} of step `{step}`: {e}")))?;
+                    Ok(AttemptRecord {
+                        step,
+                        attempt,
+                        log_stem: PathBuf::from(r.get::<_, String>(2)),
+                        host: Some(r.get(3)),
+                        outcome,
+                        started_at: from_millis(r.get(5)),
+                        ended_at: r.get::<_, Option<i64>>(6).map(from_millis),
+                        redelivered: r.get(7),
+                        error: r.get::<_, Option<String>>(8).and_then(|e| serde_json::from_str(&e).ok()),
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn claim(&mut self, run_id: &str, owner: &str) -> Result<Lease, StoreError> {
+        let pid = i64::from(std::process::id());
+        self.write(run_id, owner, |tx| {
+            let lkey: Option<String> =
+                tx.query_opt("SELECT lease_key FROM waymark_runs WHERE id = $1", &[&run_id])?.map(|r| r.get(0));
+            let lkey = lkey.ok_or_else(|| bad("runs", run_id, "the run is not recorded"))?;
+            let token = held_token(tx, &lkey, run_id, owner)?;
+            move_run(tx, run_id, RunStatus::Running)?;
+            tx.execute(
+                "UPDATE waymark_runs SET status = 'running', ended_at = NULL, failed_step = NULL, pid = $2, host = $3
+                 WHERE id = $1",
+                &[&run_id, &pid, &host_id()],
+            )?;
+            tx.execute("UPDATE waymark_leases SET run_id = $2 WHERE lease_key = $1", &[&lkey, &run_id])?;
+            // Attempts the earlier runner left open ended with it (or with its lease).
+            tx.execute(
+                "UPDATE waymark_attempts SET outcome = 'runner_lost', ended_at = $2 WHERE run_id = $1 AND outcome = 'running'",
+                &[&run_id, &now_ms()],
+            )?;
+            Ok(Lease { owner: owner.to_owned(), token })
+        })
+    }
+
+    fn reopen_failed(&mut self, run_id: &str) -> Result<(), StoreError> {
+        self.write(run_id, "", |tx| {
+            tx.execute(
+                "UPDATE waymark_steps SET state = 'pending', budget_base = attempts_used, ended_at = NULL
+                 WHERE run_id = $1 AND state IN ('failed', 'skipped')",
+                &[&run_id],
+            )?;
+            tx.execute(
+                "UPDATE waymark_attempts SET kind = 'hook_before_reopen' WHERE run_id = $1 AND kind = 'hook'",
+                &[&run_id],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn aux_runs(&self, run_id: &str) -> Result<Vec<AuxRun>, StoreError> {
+        self.read(|tx| {
+            let rows = tx.query(
+                "SELECT kind, step, outcome, row_id, pid, proc_start FROM waymark_attempts
+                 WHERE run_id = $1 AND kind IN ('compensate', 'hook') ORDER BY row_id",
+                &[&run_id],
+            )?;
+            rows.iter()
+                .map(|r| {
+                    let kind = match r.get::<_, String>(0).as_str() {
+                        "compensate" => AuxKind::Compensate,
+                        _ => AuxKind::Hook,
+                    };
+                    let outcome: String = r.get(2);
+                    let state = AttemptState::parse(&outcome).map_err(|e| bad("attempts", run_id, e))?;
+                    Ok(AuxRun {
+                        kind,
+                        name: r.get(1),
+                        finished: matches!(state, AttemptState::Succeeded | AttemptState::Failed),
+                        row: r.get(3),
+                        pid: r.get::<_, Option<i64>>(4).and_then(|p| u32::try_from(p).ok()),
+                        proc_start: r.get::<_, Option<i64>>(5).map(|v| v as u64),
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn abandon(&mut self, run_id: &str, owner: &str) -> Result<(), StoreError> {
+        self.write(run_id, owner, |tx| {
+            let lkey: Option<String> =
+                tx.query_opt("SELECT lease_key FROM waymark_runs WHERE id = $1", &[&run_id])?.map(|r| r.get(0));
+            let lkey = lkey.ok_or_else(|| bad("runs", run_id, "the run is not recorded"))?;
+            held_token(tx, &lkey, run_id, owner)?;
+            move_run(tx, run_id, RunStatus::Abandoned)?;
+            tx.execute(
+                "UPDATE waymark_runs SET status = 'abandoned', ended_at = $2 WHERE id = $1",
+                &[&run_id, &now_ms()],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn finished_before(&self, cutoff: SystemTime) -> Result<Vec<RunRecord>, StoreError> {
+        self.read(|tx| {
+            let rows = tx.query(
+                &format!(
+                    "{SELECT_RUNS} WHERE status IN ('succeeded', 'failed', 'abandoned') AND ended_at IS NOT NULL
+                     AND ended_at < $1 ORDER BY seq"
+                ),
+                &[&to_millis(cutoff)],
+            )?;
+            rows.iter().map(Self::run_from_row).collect()
+        })
+    }
+
+    fn delete_finished(&mut self, id: &str, cutoff: SystemTime) -> Result<bool, StoreError> {
+        let cutoff = to_millis(cutoff);
+        self.write(id, "", |tx| {
+            let n = tx.execute(
+                "DELETE FROM waymark_runs WHERE id = $1 AND status IN ('succeeded', 'failed', 'abandoned')
+                 AND ended_at IS NOT NULL AND ended_at < $2",
+                &[&id, &cutoff],
+            )?;
+            Ok(n > 0)
+        })
+    }
+
+    fn attempt_tail(&self, run_id: &str, log_stem: &Path, stream: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let column = if stream == "stderr" { "stderr_tail" } else { "stdout_tail" };
+        let stem = log_stem.display().to_string();
+        self.read(|tx| {
+            let row = tx.query_opt(
+                &format!(
+                    "SELECT {column} FROM waymark_attempts WHERE run_id = $1 AND log_stem = $2
+                     ORDER BY row_id DESC LIMIT 1"
+                ),
+                &[&run_id, &stem],
+            )?;
+            Ok(row.and_then(|r| r.get::<_, Option<Vec<u8>>>(0)))
+        })
+    }
+
+    fn lease_holder(&self, run_id: &str) -> Option<Result<Option<String>, StoreError>> {
+        Some(self.run_lease_holder(run_id))
+    }
+
+    fn fenced_by(&mut self, clock: Arc<LeaseClock>) {
+        self.clock = Some(clock);
+    }
+}
+
+impl PgStore {
+    /// Who holds the lease of run `run_id`'s flow now (`None` if nobody's lease is live).
+    pub(crate) fn run_lease_holder(&self, run_id: &str) -> Result<Option<String>, StoreError> {
+        self.read(|tx| {
+            let row = tx.query_opt(
+                "SELECT l.host, l.pid, to_char(l.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'),
+                        l.run_id
+                 FROM waymark_leases l JOIN waymark_runs r ON r.lease_key = l.lease_key
+                 WHERE r.id = $1 AND l.expires_at > clock_timestamp()",
+                &[&run_id],
+            )?;
+            Ok(row.as_ref().map(describe_holder))
+        })
+    }
+}
+
+fn step_from_row(run_id: &str, r: &::postgres::Row) -> Result<StepRecord, Fail> {
+    let name: String = r.get("name");
+    let state: String = r.get("state");
+    let badly = |what: String| bad("steps", run_id, format!("step `{name}`: {what}"));
+    let u = |v: i64| u32::try_from(v).unwrap_or(0);
+    let pid = r.get::<_, Option<i64>>("a_pid").and_then(|p| u32::try_from(p).ok());
+    let start = r.get::<_, Option<i64>>("a_start").map(|v| v as u64);
+    let state = match StepStatus::parse(&state).map_err(|e| badly(e.to_string()))? {
+        StepStatus::Pending => StepState::Pending,
+        StepStatus::Succeeded => StepState::Succeeded,
+        StepStatus::Failed => StepState::Failed,
+        StepStatus::Skipped => StepState::Skipped,
+        StepStatus::Caught => StepState::Caught,
+        StepStatus::Catching => StepState::Catching {
+            attempt: u(r.get("attempts_used")),
+            in_flight: r.get::<_, Option<i64>>("current_row").map(|row| (row, pid, start)),
+        },
+        StepStatus::Waiting => StepState::Waiting {
+            next_attempt: u(r.get::<_, Option<i64>>("next_attempt").unwrap_or(0)),
+            wake_at: from_millis(r.get::<_, Option<i64>>("wake_at").unwrap_or(0)),
+        },
+        StepStatus::Running => {
+            let (Some(row), Some(attempt)) =
+                (r.get::<_, Option<i64>>("current_row"), r.get::<_, Option<i64>>("a_attempt"))
+            else {
+                return Err(badly("running, but its attempt is not recorded".into()));
+            };
+            StepState::InFlight { attempt: u(attempt), row, pid, proc_start: start }
+        }
+    };
+    let outputs = match r.get::<_, Option<String>>("outputs") {
+        None => BTreeMap::new(),
+        Some(json) => serde_json::from_str(&json)
+            .map_err(|e| badly(format!("its outputs are not a JSON object of strings: {e}")))?,
+    };
+    Ok(StepRecord {
+        state,
+        attempts_used: u(r.get("attempts_used")),
+        budget_base: u(r.get("budget_base")),
+        last_error: r.get::<_, Option<String>>("last_error").and_then(|s| serde_json::from_str(&s).ok()),
+        started_at: r.get::<_, Option<i64>>("started_at").map(from_millis),
+        ended_at: r.get::<_, Option<i64>>("ended_at").map(from_millis),
+        outputs,
+        name,
+    })
+}
+
+impl RunLog for PgStore {
+    fn attempt_starting(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        step: &str,
+        attempt: u32,
+        redelivered: bool,
+        log_stem: &Path,
+    ) -> Result<i64, StoreError> {
+        let now = now_ms();
+        let stem = log_stem.display().to_string();
+        self.write(run_id, &lease.owner, |tx| {
+            check_lease(tx, run_id, lease)?;
+            move_step(tx, run_id, step, StepStatus::Running)?;
+            let row: i64 = tx
+                .query_one(
+                    "INSERT INTO waymark_attempts (run_id, kind, step, attempt, redelivered, outcome, started_at,
+                                                   log_stem, host)
+                     VALUES ($1, 'attempt', $2, $3, $4, 'running', $5, $6, $7) RETURNING row_id",
+                    &[&run_id, &step, &i64::from(attempt), &redelivered, &now, &stem, &host_id()],
+                )?
+                .get(0);
+            tx.execute(
+                "UPDATE waymark_steps SET state = 'running', current_row = $3, next_attempt = NULL, wake_at = NULL,
+                        started_at = COALESCE(started_at, $4)
+                 WHERE run_id = $1 AND name = $2",
+                &[&run_id, &step, &row, &now],
+            )?;
+            Ok(row)
+        })
+    }
+
+    fn handler_starting(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        step: &str,
+        attempt: u32,
+        log_stem: &Path,
+    ) -> Result<i64, StoreError> {
+        let now = now_ms();
+        let stem = log_stem.display().to_string();
+        self.write(run_id, &lease.owner, |tx| {
+            check_lease(tx, run_id, lease)?;
+            move_step(tx, run_id, step, StepStatus::Catching)?;
+            let row: i64 = tx
+                .query_one(
+                    "INSERT INTO waymark_attempts (run_id, kind, step, attempt, redelivered, outcome, started_at,
+                                                   log_stem, host)
+                     VALUES ($1, 'catch', $2, $3, false, 'running', $4, $5, $6) RETURNING row_id",
+                    &[&run_id, &step, &i64::from(attempt), &now, &stem, &host_id()],
+                )?
+                .get(0);
+            tx.execute(
+                "UPDATE waymark_steps SET current_row = $3 WHERE run_id = $1 AND name = $2",
+                &[&run_id, &step, &row],
+            )?;
+            Ok(row)
+        })
+    }
+
+    fn aux_starting(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        kind: AuxKind,
+        name: &str,
+        log_stem: &Path,
+    ) -> Result<i64, StoreError> {
+        let now = now_ms();
+        let stem = log_stem.display().to_string();
+        self.write(run_id, &lease.owner, |tx| {
+            check_lease(tx, run_id, lease)?;
+            let row: i64 = tx
+                .query_one(
+                    "INSERT INTO waymark_attempts (run_id, kind, step, attempt, redelivered, outcome, started_at,
+                                                   log_stem, host)
+                     VALUES ($1, $2, $3, 1, false, 'running', $4, $5, $6) RETURNING row_id",
+                    &[&run_id, &kind.as_str(), &name, &now, &stem, &host_id()],
+                )?
+                .get(0);
+            Ok(row)
+        })
+    }
+
+    fn aux_finished(&mut self, lease: &Lease, row: i64, result: &AttemptResult) -> Result<(), StoreError> {
+        self.write("?", &lease.owner, |tx| {
+            check_lease_of_attempt(tx, row, lease)?;
+            tx.execute(
+                "UPDATE waymark_attempts SET outcome = $2, ended_at = $3, exit_code = $4, signal = $5
+                 WHERE row_id = $1 AND outcome = 'running'",
+                &[&row, &result.outcome.as_str(), &to_millis(result.ended_at), &result.exit_code, &result.signal],
+            )?;
+            record_tails(tx, row)
+        })
+    }
+
+    fn attempt_spawned(
+        &mut self,
+        lease: &Lease,
+        row: i64,
+        pid: u32,
+        proc_start: Option<u64>,
+    ) -> Result<(), StoreError> {
+        self.write("?", &lease.owner, |tx| {
+            check_lease_of_attempt(tx, row, lease)?;
+            tx.execute(
+                "UPDATE waymark_attempts SET pid = $2, proc_start = $3 WHERE row_id = $1",
+                &[&row, &i64::from(pid), &proc_start.map(|v| v as i64)],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn attempt_finished(
+        &mut self,
+        lease: &Lease,
+        row: i64,
+        result: &AttemptResult,
+        update: &StepUpdate,
+    ) -> Result<(), StoreError> {
+        let ended = to_millis(result.ended_at);
+        self.write("?", &lease.owner, |tx| {
+            check_lease_of_attempt(tx, row, lease)?;
+            let r =
+                tx.query_one("SELECT run_id, step, outcome, kind FROM waymark_attempts WHERE row_id = $1", &[&row])?;
+            let (run_id, step, outcome, kind): (String, String, String, String) =
+                (r.get(0), r.get(1), r.get(2), r.get(3));
+            let what = |e: &dyn std::fmt::Display| format!("attempt {row} of step `{step}`: {e}");
+            let from = AttemptState::parse(&outcome).map_err(|e| bad("attempts", &run_id, what(&e)))?;
+            let to = result.outcome.state();
+            if !from.can_move_to(to) {
+                let e = format!("cannot go from {} to {}", from.as_str(), to.as_str());
+                return Err(bad("attempts", &run_id, what(&e)));
+            }
+            move_step(tx, &run_id, &step, update.status())?;
+            tx.execute(
+                "UPDATE waymark_attempts SET outcome = $2, ended_at = $3, exit_code = $4, signal = $5, error = $6
+                 WHERE row_id = $1",
+                &[
+                    &row,
+                    &result.outcome.as_str(),
+                    &ended,
+                    &result.exit_code,
+                    &result.signal,
+                    &result.error.as_ref().map(error_json),
+                ],
+            )?;
+            record_tails(tx, row)?;
+            let used = i64::from(result.outcome != AttemptOutcome::Cancelled && kind == "attempt");
+            let (next, wake) = match update {
+                StepUpdate::Waiting { next_attempt, wake_at } => {
+                    (Some(i64::from(*next_attempt)), Some(to_millis(*wake_at)))
+                }
+                _ => (None, None),
+            };
+            let durable = matches!(update, StepUpdate::Succeeded | StepUpdate::Failed | StepUpdate::Caught);
+            let ended_at = durable.then_some(ended);
+            let outputs = match update {
+                StepUpdate::Succeeded if !result.outputs.is_empty() => {
+                    Some(serde_json::to_string(&result.outputs).unwrap_or_default())
+                }
+                _ => None,
+            };
+            tx.execute(
+                "UPDATE waymark_steps SET state = $3, attempts_used = attempts_used + $4, next_attempt = $5,
+                        wake_at = $6, current_row = NULL, last_error = COALESCE($7, last_error), ended_at = $8,
+                        outputs = COALESCE($9, outputs)
+                 WHERE run_id = $1 AND name = $2",
+                &[
+                    &run_id,
+                    &step,
+                    &update.status().as_str(),
+                    &used,
+                    &next,
+                    &wake,
+                    &result.error.as_ref().map(error_json),
+                    &ended_at,
+                    &outputs,
+                ],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn run_finished(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        status: RunStatus,
+        failed_step: Option<&str>,
+        skipped: &[String],
+    ) -> Result<(), StoreError> {
+        self.write(run_id, &lease.owner, |tx| {
+            check_lease(tx, run_id, lease)?;
+            move_run(tx, run_id, status)?;
+            for step in skipped {
+                move_step(tx, run_id, step, StepStatus::Skipped)?;
+                tx.execute(
+                    "UPDATE waymark_steps SET state = 'skipped', next_attempt = NULL, wake_at = NULL, current_row = NULL
+                     WHERE run_id = $1 AND name = $2",
+                    &[&run_id, &step],
+                )?;
+            }
+            tx.execute(
+                "UPDATE waymark_runs SET status = $2, ended_at = $3, failed_step = $4 WHERE id = $1",
+                &[&run_id, &status.as_str(), &now_ms(), &failed_step],
+            )?;
+            Ok(())
+        })
+    }
+}
+
+/// A runner's lease on a flow of the shared store, renewed by a thread of its own (on its own
+/// connection) until it is dropped, which gives it up (expires it now: the row, and so its
+/// token, stays).
+pub(crate) struct FlowLease {
+    clock: Arc<LeaseClock>,
+    stop: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Whether a lease was taken.
+pub(crate) enum Leased {
+    Taken(FlowLease),
+    /// Another runner holds it: who, as messages name them.
+    Held(String),
+}
+
+impl FlowLease {
+    /// Take the lease of `lease_key` for `owner` on the database of `config` if nobody holds it
+    /// (or its holder's lease has expired), and keep renewing it.
+    pub(crate) fn try_take(
+        config: &::postgres::Config,
+        location: &str,
+        lease_key: &str,
+        owner: &str,
+        timing: LeaseTiming,
+    ) -> Result<Leased, StoreError> {
+        let store = PgStore::open(config, location)?;
+        let sent = Instant::now();
+        let token = match store.try_lease(lease_key, owner, timing.ttl)? {
+            Ok(token) => token,
+            Err(holder) => return Ok(Leased::Held(holder)),
+        };
+        let clock = Arc::new(LeaseClock::new(timing, sent));
+        let (stop, stopped) = std::sync::mpsc::channel();
+        let renewer = Renewer { store, lease_key: lease_key.to_owned(), owner: owner.to_owned(), token };
+        let for_thread = Arc::clone(&clock);
+        let thread = std::thread::Builder::new()
+            .name("waymark-lease".into())
+            .spawn(move || renewer.run(&for_thread, &stopped))
+            .map_err(|e| StoreError::failed(StoreErrorKind::Other, location, format!("cannot start a thread: {e}")))?;
+        Ok(Leased::Taken(FlowLease { clock, stop: Some(stop), thread: Some(thread) }))
+    }
+
+    pub(crate) fn clock(&self) -> Arc<LeaseClock> {
+        Arc::clone(&self.clock)
+    }
+}
+
+impl Drop for FlowLease {
+    /// Stop renewing and give the lease up; a renewer stuck on a dead connection is left behind
+    /// after a moment (the process is about to end, and the lease then expires by itself).
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let start = Instant::now();
+            while !thread.is_finished() && start.elapsed() < Duration::from_secs(3) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if thread.is_finished() {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+struct Renewer {
+    store: PgStore,
+    lease_key: String,
+    owner: String,
+    token: i64,
+}
+
+impl Renewer {
+    fn run(self, clock: &LeaseClock, stopped: &std::sync::mpsc::Receiver<()>) {
+        let timing = clock.timing();
+        let ttl_ms = i64::try_from(timing.ttl.as_millis()).unwrap_or(i64::MAX) as f64;
+        loop {
+            match stopped.recv_timeout(timing.renew) {
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                // Dropped: give the lease up (if it is still ours), so that another runner may
+                // take the flow at once.
+                _ => {
+                    if clock.fenced().is_none() {
+                        let _ = self.store.client.borrow_mut().execute(
+                            "UPDATE waymark_leases SET expires_at = clock_timestamp() - interval '1 millisecond'
+                             WHERE lease_key = $1 AND owner = $2 AND token = $3",
+                            &[&self.lease_key, &self.owner, &self.token],
+                        );
+                    }
+                    return;
+                }
+            }
+            if clock.fenced().is_some() {
+                return;
+            }
+            if self.store.client.borrow().is_closed()
+                && let Err(e) = self.store.reconnect()
+            {
+                clock.renewal_failed(e.to_string());
+                continue;
+            }
+            let sent = Instant::now();
+            let renewed = self.store.client.borrow_mut().execute(
+                "UPDATE waymark_leases SET expires_at = clock_timestamp() + $4 * interval '1 millisecond'
+                 WHERE lease_key = $1 AND owner = $2 AND token = $3",
+                &[&self.lease_key, &self.owner, &self.token, &ttl_ms],
+            );
+            match renewed {
+                Ok(1) => clock.renewed(sent),
+                Ok(_) => {
+                    clock.lost("lost its lease to another runner, which took it over after it expired".to_owned());
+                    return;
+                }
+                Err(e) => clock.renewal_failed(format!("the database {}: {}", self.store.location, detail(&e))),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_keys_share_named_flows_and_keep_files_to_their_host() {
+        let named = FlowKey::named("nightly");
+        assert_eq!(lease_key(&named, "a"), lease_key(&named, "b"));
+        let file = FlowKey::path(Path::new("/srv/nightly.toml"));
+        assert_eq!(lease_key(&file, "a"), "path:/srv/nightly.toml#a");
+        assert_ne!(lease_key(&file, "a"), lease_key(&file, "b"));
+    }
+}

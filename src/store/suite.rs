@@ -1,0 +1,261 @@
+//! One suite of store behaviour, run against both backends: the embedded SQLite store, and the
+//! PostgreSQL store on `$WAYMARK_TEST_PG` (each test in a database of its own). Without
+//! PostgreSQL the PostgreSQL half says `SKIPPED` outside CI and fails under CI.
+
+use super::lease::{LeaseTiming, host_id};
+use super::postgres::{FlowLease, Leased, PgStore, lease_key};
+use super::*;
+use std::time::Duration;
+
+/// A fresh database on the test server, as a config; `None` (after a `SKIPPED` line) without one.
+fn fresh_database(test: &str) -> Option<(::postgres::Config, String)> {
+    use std::io::Write;
+    let Some(url) = std::env::var("WAYMARK_TEST_PG").ok().filter(|u| !u.is_empty()) else {
+        assert!(std::env::var_os("CI").is_none(), "{test} needs PostgreSQL: CI must set WAYMARK_TEST_PG");
+        let _ = writeln!(std::io::stderr(), "SKIPPED {test} on PostgreSQL: WAYMARK_TEST_PG is not set");
+        return None;
+    };
+    let config: ::postgres::Config = url.parse().unwrap();
+    let mut admin = config.connect(::postgres::NoTls).unwrap();
+    let name = format!("waymark_suite_{:016x}", fastrand::u64(..));
+    admin.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
+    let mut config = config.clone();
+    config.dbname(&name);
+    Some((config, format!("postgres://test/{name}")))
+}
+
+/// A store under test, with what the backend needs to hold a flow (its lease).
+struct Backend {
+    name: &'static str,
+    store: Box<dyn Store>,
+    /// PostgreSQL: to open a second connection and to take leases.
+    pg: Option<(::postgres::Config, String)>,
+    _dir: tempfile::TempDir,
+}
+
+impl Backend {
+    fn all(test: &str) -> Vec<Backend> {
+        let dir = tempfile::tempdir().unwrap();
+        let sqlite = SqliteStore::open(&StateDir::create(dir.path()).unwrap()).unwrap();
+        let mut out = vec![Backend { name: "sqlite", store: Box::new(sqlite), pg: None, _dir: dir }];
+        if let Some((config, location)) = fresh_database(test) {
+            let store = PgStore::open(&config, &location).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            out.push(Backend { name: "postgres", store: Box::new(store), pg: Some((config, location)), _dir: dir });
+        }
+        out
+    }
+
+    /// Take flow `key` for `owner` as a runner would: the lease (PostgreSQL); SQLite's lock file
+    /// is the command's, not the store's.
+    fn hold(&self, key: &FlowKey, owner: &str, ttl: Duration, renew: Duration) -> Option<FlowLease> {
+        let (config, location) = self.pg.as_ref()?;
+        let timing = LeaseTiming { ttl, renew };
+        match FlowLease::try_take(config, location, &lease_key(key, host_id()), owner, timing).unwrap() {
+            Leased::Taken(lease) => Some(lease),
+            Leased::Held(holder) => panic!("{}: the lease is held: {holder}", self.name),
+        }
+    }
+
+    /// A second connection to the same store.
+    fn second(&self) -> Box<dyn Store> {
+        match &self.pg {
+            Some((config, location)) => Box::new(PgStore::open(config, location).unwrap()),
+            None => Box::new(SqliteStore::open(&StateDir::create(self._dir.path()).unwrap()).unwrap()),
+        }
+    }
+}
+
+fn flow(dir: &std::path::Path, text: &str) -> crate::flow::Flow {
+    crate::flow::parse(text, &dir.join("f.toml")).unwrap().0
+}
+
+fn result(outcome: AttemptOutcome) -> AttemptResult {
+    AttemptResult {
+        outcome,
+        exit_code: Some(1),
+        signal: None,
+        error: None,
+        ended_at: SystemTime::now(),
+        outputs: BTreeMap::new(),
+    }
+}
+
+#[test]
+fn steps_go_through_their_states_alike_on_both_backends() {
+    for mut b in Backend::all("steps_go_through_their_states_alike_on_both_backends") {
+        let dir = tempfile::tempdir().unwrap();
+        let name = format!("f{:08x}", fastrand::u32(..));
+        let flow = flow(
+            dir.path(),
+            &format!(
+                "name = '{name}'\n[[step]]\nname = 'a'\nrun = ['true']\n[[step]]\nname = 'b'\nrun = ['true']\nretry = {{}}\n"
+            ),
+        );
+        let key = FlowKey::named(&name);
+        let _held = b.hold(&key, "host:1:a", Duration::from_secs(30), Duration::from_secs(10));
+        let (run, lease) = b.store.create_run(&flow, "hash", "host:1:a").unwrap();
+        let store = b.store.as_mut();
+        assert_eq!(store.find_resumable(&key).unwrap().unwrap().id, run.id, "{}", b.name);
+        let stem = dir.path().join("x");
+        let row = store.attempt_starting(&lease, &run.id, "a", 1, false, &stem).unwrap();
+        store.attempt_spawned(&lease, row, 4242, Some(7)).unwrap();
+        let steps = store.steps(&run.id).unwrap();
+        assert_eq!(steps[0].state, StepState::InFlight { attempt: 1, row, pid: Some(4242), proc_start: Some(7) });
+        let outputs = BTreeMap::from([("rows".to_owned(), "42".to_owned())]);
+        let succeeded = AttemptResult { outputs: outputs.clone(), ..result(AttemptOutcome::Succeeded) };
+        store.attempt_finished(&lease, row, &succeeded, &StepUpdate::Succeeded).unwrap();
+
+        let row = store.attempt_starting(&lease, &run.id, "b", 1, false, &stem).unwrap();
+        let wake_at = from_millis(to_millis(SystemTime::now()) + 60_000);
+        let waiting = StepUpdate::Waiting { next_attempt: 2, wake_at };
+        store.attempt_finished(&lease, row, &result(AttemptOutcome::Failed), &waiting).unwrap();
+        let steps = b.second().steps(&run.id).unwrap();
+        assert_eq!(steps[0].state, StepState::Succeeded, "{}", b.name);
+        assert_eq!(steps[0].outputs, outputs, "{}", b.name);
+        assert_eq!(steps[1].state, StepState::Waiting { next_attempt: 2, wake_at }, "{}", b.name);
+        assert_eq!(steps[1].attempts_used, 1, "{}", b.name);
+
+        let store = b.store.as_mut();
+        // A cancelled attempt does not use up the budget.
+        let row = store.attempt_starting(&lease, &run.id, "b", 2, false, &stem).unwrap();
+        store.attempt_finished(&lease, row, &result(AttemptOutcome::Cancelled), &StepUpdate::Pending).unwrap();
+        assert_eq!(store.steps(&run.id).unwrap()[1].attempts_used, 1, "{}", b.name);
+        // An illegal move is refused and changes nothing.
+        let err = store.attempt_starting(&lease, &run.id, "a", 2, false, &stem).unwrap_err();
+        assert!(
+            matches!(&err, StoreError::BadState { what, .. } if what == "step `a` cannot go from succeeded to running"),
+            "{}: {err}",
+            b.name
+        );
+        // A failed step reopened gets a fresh budget on top of the attempts it used.
+        let row = store.attempt_starting(&lease, &run.id, "b", 2, false, &stem).unwrap();
+        store.attempt_finished(&lease, row, &result(AttemptOutcome::Failed), &StepUpdate::Failed).unwrap();
+        store.run_finished(&lease, &run.id, RunStatus::Failed, Some("b"), &[]).unwrap();
+        assert!(store.find_resumable(&key).unwrap().is_none(), "{}: a failed run is not resumed", b.name);
+        store.reopen_failed(&run.id).unwrap();
+        let s = &store.steps(&run.id).unwrap()[1];
+        assert_eq!((s.state.clone(), s.attempts_used, s.budget_base), (StepState::Pending, 2, 2), "{}", b.name);
+        let attempts: Vec<(String, u32, AttemptState)> =
+            store.attempts(&run.id, None).unwrap().into_iter().map(|a| (a.step, a.attempt, a.outcome)).collect();
+        assert_eq!(
+            attempts,
+            [
+                ("a".into(), 1, AttemptState::Succeeded),
+                ("b".into(), 1, AttemptState::Failed),
+                ("b".into(), 2, AttemptState::Cancelled),
+                ("b".into(), 2, AttemptState::Failed),
+            ],
+            "{}",
+            b.name
+        );
+        let listed = store.list_runs(RunFilter::Key(&key), 10).unwrap();
+        assert_eq!(listed.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [run.id.as_str()], "{}", b.name);
+        assert_eq!(listed[0].status, RunStatus::Failed, "{}", b.name);
+        // A finished run is deleted by gc once it is old enough, and only then.
+        store.run_finished(&lease, &run.id, RunStatus::Failed, Some("b"), &[]).unwrap_err();
+        let lease2 = store.claim(&run.id, "host:1:a").unwrap();
+        store.run_finished(&lease2, &run.id, RunStatus::Failed, Some("b"), &[]).unwrap();
+        let past = SystemTime::now() - Duration::from_secs(3600);
+        assert!(!store.delete_finished(&run.id, past).unwrap(), "{}", b.name);
+        let future = SystemTime::now() + Duration::from_secs(3600);
+        assert_eq!(store.finished_before(future).unwrap().len(), 1, "{}", b.name);
+        assert!(store.delete_finished(&run.id, future).unwrap(), "{}", b.name);
+        assert!(matches!(store.run(&run.id), Err(StoreError::NoSuchRun(_))), "{}", b.name);
+    }
+}
+
+#[test]
+fn a_later_owner_fences_off_the_earlier_one_on_both_backends() {
+    for mut b in Backend::all("a_later_owner_fences_off_the_earlier_one_on_both_backends") {
+        let dir = tempfile::tempdir().unwrap();
+        let name = format!("f{:08x}", fastrand::u32(..));
+        let flow = flow(dir.path(), &format!("name = '{name}'\n[[step]]\nname = 'a'\nrun = ['true']\n"));
+        let key = FlowKey::named(&name);
+        // The first owner's lease is short and not renewed: it expires, as a dead host's does.
+        let first_lease = b.hold(&key, "host-a:1:first", Duration::from_millis(300), Duration::from_secs(3600));
+        let (run, old) = b.store.create_run(&flow, "hash", "host-a:1:first").unwrap();
+        let stem = dir.path().join("x");
+        let row = b.store.attempt_starting(&old, &run.id, "a", 1, false, &stem).unwrap();
+        if let Some(lease) = first_lease {
+            // The host is gone: it never gives its lease up (its renewer waits an hour).
+            std::mem::forget(lease);
+            std::thread::sleep(Duration::from_millis(800));
+        }
+        let mut second = b.second();
+        let _second_lease = b.hold(&key, "host-b:2:second", Duration::from_secs(30), Duration::from_secs(10));
+        let new = second.claim(&run.id, "host-b:2:second").unwrap();
+        assert!(new.token > old.token, "{}: the token grows", b.name);
+        // Every write of the first owner is refused and changes nothing.
+        let refused = |e: StoreError| matches!(e, StoreError::LeaseLost { .. } | StoreError::Fenced { .. });
+        let e = b.store.attempt_finished(&old, row, &result(AttemptOutcome::Succeeded), &StepUpdate::Succeeded);
+        assert!(refused(e.unwrap_err()), "{}", b.name);
+        assert!(refused(b.store.attempt_starting(&old, &run.id, "a", 2, false, &stem).unwrap_err()), "{}", b.name);
+        assert!(
+            refused(b.store.run_finished(&old, &run.id, RunStatus::Succeeded, None, &[]).unwrap_err()),
+            "{}",
+            b.name
+        );
+        assert_eq!(second.run(&run.id).unwrap().status, RunStatus::Running, "{}", b.name);
+        let attempts = second.attempts(&run.id, None).unwrap();
+        assert_eq!(attempts.len(), 1, "{}", b.name);
+        assert_eq!(attempts[0].outcome, AttemptState::RunnerLost, "{}: the claim closed it", b.name);
+        // The second owner's writes go through.
+        let row = second.attempt_starting(&new, &run.id, "a", 1, true, &stem).unwrap();
+        second.attempt_finished(&new, row, &result(AttemptOutcome::Succeeded), &StepUpdate::Succeeded).unwrap();
+        assert_eq!(b.store.steps(&run.id).unwrap()[0].state, StepState::Succeeded, "{}", b.name);
+    }
+}
+
+#[test]
+fn a_live_lease_keeps_a_second_runner_out_and_a_newer_schema_is_refused() {
+    let Some((config, location)) =
+        fresh_database("a_live_lease_keeps_a_second_runner_out_and_a_newer_schema_is_refused")
+    else {
+        return;
+    };
+    let timing = LeaseTiming { ttl: Duration::from_secs(30), renew: Duration::from_secs(10) };
+    let key = lease_key(&FlowKey::named("x"), "h");
+    let Leased::Taken(held) = FlowLease::try_take(&config, &location, &key, "h:1:a", timing).unwrap() else {
+        panic!("free")
+    };
+    let Leased::Held(holder) = FlowLease::try_take(&config, &location, &key, "h:2:b", timing).unwrap() else {
+        panic!("taken twice")
+    };
+    assert!(
+        holder.starts_with(&format!("on host {}, pid {}, its lease expires at ", host_id(), std::process::id())),
+        "{holder}"
+    );
+    // Given up when dropped: the next runner takes it at once.
+    drop(held);
+    assert!(matches!(FlowLease::try_take(&config, &location, &key, "h:2:b", timing).unwrap(), Leased::Taken(_)));
+
+    let mut admin = config.connect(::postgres::NoTls).unwrap();
+    admin.execute("UPDATE waymark_schema SET version = 99", &[]).unwrap();
+    let err = PgStore::open(&config, &location).err().expect("refused");
+    assert_eq!(err.kind(), Some(StoreErrorKind::NewerSchema));
+    assert!(err.to_string().contains("(schema 99, this one knows 1)"), "{err}");
+}
+
+#[test]
+fn the_ends_of_an_attempts_output_are_recorded_for_other_hosts() {
+    let Some((config, location)) = fresh_database("the_ends_of_an_attempts_output_are_recorded_for_other_hosts") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let flow = flow(dir.path(), "name = 'tails'\n[[step]]\nname = 'a'\nrun = ['true']\n");
+    let key = FlowKey::named("tails");
+    let timing = LeaseTiming { ttl: Duration::from_secs(30), renew: Duration::from_secs(10) };
+    let _lease = FlowLease::try_take(&config, &location, &lease_key(&key, host_id()), "h:1:a", timing).unwrap();
+    let mut store = PgStore::open(&config, &location).unwrap();
+    let (run, lease) = store.create_run(&flow, "hash", "h:1:a").unwrap();
+    let stem = dir.path().join("attempt-1");
+    let big: Vec<u8> = (0..200_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    std::fs::write(stem.with_extension("stdout"), &big).unwrap();
+    std::fs::write(stem.with_extension("stderr"), b"oops\n").unwrap();
+    let row = store.attempt_starting(&lease, &run.id, "a", 1, false, &stem).unwrap();
+    store.attempt_finished(&lease, row, &result(AttemptOutcome::Succeeded), &StepUpdate::Succeeded).unwrap();
+    let out = store.attempt_tail(&run.id, &stem, "stdout").unwrap().unwrap();
+    assert_eq!(out, big[big.len() - 64 * 1024..]);
+    assert_eq!(store.attempt_tail(&run.id, &stem, "stderr").unwrap().unwrap(), b"oops\n");
+}

@@ -1,0 +1,252 @@
+//! The PostgreSQL store shared by a fleet of runners, through the real binary: runners on
+//! different `--host-id`s (each with a state directory of its own, as separate hosts have) on one
+//! database. Each test uses a database of its own on `$WAYMARK_TEST_PG` (`.ci/postgres.sh`).
+
+mod common;
+
+use common::{Env, PATIENCE, alive, finish, kill, postgres_url, stderr, wait_until};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A database of its own for one test: its URL.
+fn fresh_database(url: &str) -> String {
+    let mut admin = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    let name = format!("waymark_it_{:016x}", fastrand_u64());
+    admin.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
+    let base = url.rsplit_once('/').unwrap().0;
+    format!("{base}/{name}")
+}
+
+fn fastrand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos());
+    h.finish()
+}
+
+/// `waymark ARGS` as host `host` (its own state directory under the test's), on store `url`.
+fn runner(env: &Env, url: &str, host: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(assert_cmd::cargo::cargo_bin("waymark"));
+    c.current_dir(env.dir.path())
+        .env("WAYMARK_STATE_DIR", env.path(&format!("state-{host}")))
+        .env("WAYMARK_STORE", url)
+        .env("WAYMARK_HOST_ID", host)
+        .env("WAYMARK_LEASE_TTL", "3s")
+        .env("WAYMARK_LEASE_RENEW", "0.5s")
+        .env_remove("XDG_STATE_HOME")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+fn query(url: &str, sql: &str) -> Vec<postgres::Row> {
+    postgres::Client::connect(url, postgres::NoTls).unwrap().query(sql, &[]).unwrap()
+}
+
+/// Kill what a test's steps left behind (by the pid files they wrote): their whole groups.
+fn kill_groups(env: &Env, names: &[&str]) {
+    for name in names {
+        if let Ok(pid) = std::fs::read_to_string(env.path(name)) {
+            let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", pid.trim())]).status();
+        }
+    }
+}
+
+#[test]
+fn ten_runners_on_ten_hosts_start_one_flow_at_once_and_exactly_one_runs_it() {
+    let Some(url) = postgres_url("ten_runners_on_ten_hosts_start_one_flow_at_once_and_exactly_one_runs_it") else {
+        return;
+    };
+    let url = fresh_database(&url);
+    let env = Env::new();
+    env.write("flow.toml", "name = 'race'\n[[step]]\nname = 'a'\nshell = 'echo $WAYMARK_RUN_ID >> ran.log; sleep 1'\n");
+    let runners: Vec<Child> = (0..10)
+        .map(|i| runner(&env, &url, &format!("host{i}"), &["run", "--quiet", "flow.toml"]).spawn().unwrap())
+        .collect();
+    let outputs: Vec<std::process::Output> = runners.into_iter().map(finish).collect();
+    let codes: Vec<i32> = outputs.iter().map(|o| o.status.code().unwrap()).collect();
+    assert_eq!(codes.iter().filter(|c| **c == 0).count(), 1, "{codes:?}");
+    assert_eq!(codes.iter().filter(|c| **c == 3).count(), 9, "{codes:?}");
+    assert_eq!(env.count("ran.log"), 1, "the step ran once");
+    let runs = query(&url, "SELECT count(*) FROM waymark_runs");
+    assert_eq!(runs[0].get::<_, i64>(0), 1, "one run was created");
+    // Those that did not run say who did.
+    let refused = outputs.iter().find(|o| o.status.code() == Some(3)).unwrap();
+    let text = stderr(refused);
+    assert!(text.starts_with("error: flow `race` is already running: "), "{text}");
+    assert!(text.contains(", its lease expires at "), "{text}");
+    assert!(text.contains("on host host"), "{text}");
+}
+
+#[test]
+fn when_the_owner_is_killed_another_host_takes_the_run_over_and_succeeded_steps_stay_done() {
+    let Some(url) =
+        postgres_url("when_the_owner_is_killed_another_host_takes_the_run_over_and_succeeded_steps_stay_done")
+    else {
+        return;
+    };
+    let url = fresh_database(&url);
+    let env = Env::new();
+    // `b` waits in its first run (on host-a) until the test says go; on host-b it finishes.
+    env.write(
+        "flow.toml",
+        "name = 'failover'\n\
+         [[step]]\nname = 'a'\nshell = 'echo once >> a.log'\n\
+         [[step]]\nname = 'b'\nretry = { attempts = 3, backoff_seconds = 0 }\n\
+         shell = 'echo $WAYMARK_HOST_ID >> b.log; if [ ! -e b-on-a.pid ]; then echo $$ > b-on-a.pid; sleep 300; fi'\n\
+         [[step]]\nname = 'c'\nshell = 'echo once >> c.log'\n",
+    );
+    let mut owner = runner(&env, &url, "host-a", &["run", "flow.toml"]).spawn().unwrap();
+    wait_until("step b to start on host-a", || env.path("b-on-a.pid").exists());
+    kill(owner.id(), "KILL");
+    owner.wait().unwrap();
+    // Another host: its lease is still live, so it waits (--wait) until it expires, then takes over.
+    let other = runner(&env, &url, "host-b", &["run", "--wait", "flow.toml"]).spawn().unwrap();
+    let out = finish(other);
+    kill_groups(&env, &["b-on-a.pid"]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("is already running (run "), "it waited for the live lease: {text}");
+    assert!(
+        text.contains("attempt 1 was in flight on host host-a, whose runner was lost (ActionExecutionLost); it is redelivered here as attempt 1"),
+        "{text}"
+    );
+    assert_eq!(env.count("a.log"), 1, "a succeeded step is not run again");
+    assert_eq!(env.read("b.log"), "host-a\nhost-b\n", "the step in flight ran at most twice");
+    assert_eq!(env.count("c.log"), 1);
+    let attempts =
+        query(&url, "SELECT step, attempt, outcome, host, redelivered FROM waymark_attempts ORDER BY row_id");
+    let attempts: Vec<(String, i64, String, String, bool)> =
+        attempts.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4))).collect();
+    let expected = [
+        ("a", 1, "succeeded", "host-a", false),
+        ("b", 1, "runner_lost", "host-a", false),
+        ("b", 1, "succeeded", "host-b", true),
+        ("c", 1, "succeeded", "host-b", false),
+    ];
+    let expected: Vec<(String, i64, String, String, bool)> =
+        expected.iter().map(|(s, a, o, h, r)| (s.to_string(), *a, o.to_string(), h.to_string(), *r)).collect();
+    assert_eq!(attempts, expected);
+    // From any host: the output of an attempt that ran elsewhere, from the database.
+    std::fs::remove_dir_all(env.path("state-host-a")).unwrap();
+    let logs = runner(&env, &url, "host-b", &["logs", "failover", "a", "--stream", "stdout"]).output().unwrap();
+    assert_eq!(logs.status.code(), Some(0), "{}", stderr(&logs));
+    assert!(stderr(&logs).starts_with("waymark: the full log is on host host-a at "), "{}", stderr(&logs));
+}
+
+/// A TCP proxy the test controls: the runner reaches the database through it; `cut` drops every
+/// connection and refuses new ones, as a network partition does.
+struct Proxy {
+    port: u16,
+    cut: Arc<AtomicBool>,
+    streams: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Proxy {
+    fn start(target: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let streams: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (c, s) = (Arc::clone(&cut), Arc::clone(&streams));
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                if c.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else { continue };
+                s.lock().unwrap().extend([client.try_clone().unwrap(), server.try_clone().unwrap()]);
+                for (mut from, mut to) in [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)]
+                {
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 16384];
+                        while let Ok(n) = from.read(&mut buf) {
+                            if n == 0 || to.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Proxy { port, cut, streams }
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        for s in self.streams.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+#[test]
+fn a_runner_cut_off_from_the_database_kills_its_attempts_and_exits_4_and_nothing_it_writes_is_accepted() {
+    let Some(url) = postgres_url(
+        "a_runner_cut_off_from_the_database_kills_its_attempts_and_exits_4_and_nothing_it_writes_is_accepted",
+    ) else {
+        return;
+    };
+    let url = fresh_database(&url);
+    let port: u16 = url.rsplit_once(':').unwrap().1.split('/').next().unwrap().parse().unwrap();
+    let proxy = Proxy::start(port);
+    let via_proxy = url.replace(&format!(":{port}/"), &format!(":{}/", proxy.port));
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'partition'\n[[step]]\nname = 'a'\nshell = 'echo $$ > a.pid; sleep 300; echo late >> a.log'\n",
+    );
+    let owner = runner(&env, &via_proxy, "host-a", &["run", "flow.toml"]).spawn().unwrap();
+    wait_until("step a to start", || !env.read("a.pid").trim().is_empty());
+    let pid: u32 = env.read("a.pid").trim().parse().unwrap();
+    proxy.cut();
+    let out = finish(owner);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(4), "{text}");
+    assert!(text.contains("(host-a:") && text.contains(") could not renew its lease before it would expire"), "{text}");
+    assert!(
+        text.contains("it stopped: its attempts were killed and nothing more of the run is recorded by it"),
+        "{text}"
+    );
+    assert!(!alive(pid), "the attempt was killed when the runner fenced itself off");
+    // Nothing of its end was recorded: the attempt is still `running`, for the next runner.
+    let rows = query(&url, "SELECT outcome FROM waymark_attempts");
+    assert_eq!(rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>(), ["running"]);
+    let status = query(&url, "SELECT status FROM waymark_runs");
+    assert_eq!(status[0].get::<_, String>(0), "running");
+    let _ = PATIENCE;
+}
+
+#[test]
+fn bad_store_urls_and_an_unreachable_database_say_what_to_do_without_the_password() {
+    let env = Env::new();
+    env.write("flow.toml", "name = 'x'\n[[step]]\nname = 'a'\nrun = ['true']\n");
+    let out = env.cmd(&["--store", "mysql://root:hunter2@db/x", "run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "error: store `mysql://root@db/x` is not one waymark knows; give `sqlite:` (the state directory's database, \
+         the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DATABASE`\n"
+    );
+    // Nothing listens on this port.
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("postgres://fleet:hunter2@127.0.0.1:{port}/waymark");
+    let out = env.cmd(&["run", "flow.toml"]).env("WAYMARK_STORE", &url).output().unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    let text = stderr(&out);
+    assert!(
+        text.starts_with(&format!(
+            "error: cannot reach the state database postgres://fleet@127.0.0.1:{port}/waymark: "
+        )),
+        "{text}"
+    );
+    assert!(text.contains("\nhint: check that PostgreSQL runs at "), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+}
