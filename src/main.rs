@@ -4,7 +4,7 @@ use std::io::Write;
 fn main() {
     // Before anything else is opened: descriptors leaked to waymark must not reach the steps.
     waymark::executor::close_inherited_fds_on_exec();
-    // The shell asking for completions (`COMPLETE=bash waymark ...`) is answered, and waymark exits.
+    // The shell asking for completions (`WAYMARK_COMPLETE=bash waymark ...`) is answered, and waymark exits.
     waymark::commands::complete::complete_if_asked();
     // `--color` is read first so that clap's own help and errors follow it too.
     let color = waymark::cli::ColorArg::from_args(std::env::args_os());

@@ -1,4 +1,4 @@
-//! Dynamic completion: the shell calls `waymark -- waymark ARGS...` with `COMPLETE=SHELL` (the
+//! Dynamic completion: the shell calls `waymark -- waymark ARGS...` with `WAYMARK_COMPLETE=SHELL` (the
 //! protocol of clap_complete's `CompleteEnv`), and waymark answers with run ids and step names from
 //! the state directory.
 
@@ -13,7 +13,7 @@ fn complete(env: &Env, words: &[&str]) -> Vec<String> {
     let index = words.len().to_string();
     let out = env
         .cmd(&[])
-        .env("COMPLETE", "bash")
+        .env("WAYMARK_COMPLETE", "bash")
         .env("_CLAP_COMPLETE_INDEX", index)
         .env("_CLAP_COMPLETE_COMP_TYPE", "9")
         .env("_CLAP_COMPLETE_SPACE", "true")
@@ -84,13 +84,24 @@ fn the_state_dir_on_the_command_line_is_the_one_read() {
 #[test]
 fn complete_env_prints_a_registration_script() {
     let env = Env::new();
-    let out = env.cmd(&[]).env("COMPLETE", "bash").output().unwrap();
+    let out = env.cmd(&[]).env("WAYMARK_COMPLETE", "bash").output().unwrap();
     assert!(out.status.success());
     let script = String::from_utf8(out.stdout).unwrap();
     assert!(script.contains("_clap_complete_waymark()"), "{script}");
     assert!(script.lines().any(|l| l.trim().starts_with("complete ") && l.ends_with(" waymark")), "{script}");
     for shell in ["zsh", "fish", "elvish", "powershell"] {
-        let out = env.cmd(&[]).env("COMPLETE", shell).output().unwrap();
-        assert!(out.status.success() && !out.stdout.is_empty(), "COMPLETE={shell}");
+        let out = env.cmd(&[]).env("WAYMARK_COMPLETE", shell).output().unwrap();
+        assert!(out.status.success() && !out.stdout.is_empty(), "WAYMARK_COMPLETE={shell}");
     }
+}
+
+#[test]
+fn a_generic_complete_variable_in_the_environment_does_not_stop_a_run() {
+    let env = Env::new();
+    env.write("flow.toml", "[[step]]\nname = \"hello\"\nrun = [\"echo\", \"hi\"]\n");
+    let out = env.cmd(&["run", "-q", "flow.toml"]).env("COMPLETE", "bash").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    let logs = env.cmd(&["logs", "flow.toml", "hello", "--stream", "stdout"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&logs.stdout), "hi\n", "the step ran");
 }

@@ -1,5 +1,5 @@
-//! Dynamic completion: `COMPLETE=bash waymark` prints a script that registers waymark with the
-//! shell, and the shell then calls `waymark -- waymark ARGS...` with `COMPLETE` set to complete a
+//! Dynamic completion: `WAYMARK_COMPLETE=bash waymark` prints a script that registers waymark with the
+//! shell, and the shell then calls `waymark -- waymark ARGS...` with `WAYMARK_COMPLETE` set to complete a
 //! word (clap_complete's `CompleteEnv` protocol). Run ids and step names come from the state
 //! directory, read-only; anything that goes wrong offers nothing rather than printing an error.
 
@@ -12,10 +12,15 @@ use std::path::PathBuf;
 /// The most runs offered, newest first.
 const MAX_RUNS: usize = 500;
 
-/// Answer the shell and exit if it is asking (`COMPLETE` set); otherwise return at once.
+/// The variable the shell sets to ask for completions: waymark's own, not clap_complete's generic
+/// `COMPLETE`, which a cron job or a step's environment could carry for another reason and would
+/// then turn every `waymark run` into a completer that runs nothing.
+const VAR: &str = "WAYMARK_COMPLETE";
+
+/// Answer the shell and exit if it is asking ([`VAR`] set); otherwise return at once.
 pub fn complete_if_asked() {
     use clap::CommandFactory;
-    clap_complete::CompleteEnv::with_factory(crate::cli::Cli::command).complete();
+    clap_complete::CompleteEnv::with_factory(crate::cli::Cli::command).var(VAR).complete();
 }
 
 /// The words of the command line being completed: what the shell passes after `--`, without the
