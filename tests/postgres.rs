@@ -309,6 +309,10 @@ fn eight_processes_on_a_fresh_database_migrate_it_once_and_all_succeed() {
     let url = fresh_database(&url);
     let env = Env::new();
     env.write("flow.toml", "[[step]]\nname = 'a'\nrun = ['true']\n");
+    // The test holds the migrations' advisory lock ("waymark" in ASCII) until all eight found the
+    // database empty and wait for it: then they migrate at once, as hosts started together do.
+    let mut gate = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    gate.execute("SELECT pg_advisory_lock($1)", &[&0x0077_6179_6d61_726b_i64]).unwrap();
     // Half list runs, half run a flow of their own host (a flow without a name is its host's).
     let children: Vec<Child> = (0..8)
         .map(|i| {
@@ -316,6 +320,12 @@ fn eight_processes_on_a_fresh_database_migrate_it_once_and_all_succeed() {
             runner(&env, &url, &format!("host{i}"), args).spawn().unwrap()
         })
         .collect();
+    let waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+                   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+    wait_until("the eight to wait for the migration lock", || {
+        gate.query_one(waiting, &[]).unwrap().get::<_, i64>(0) == 8
+    });
+    gate.execute("SELECT pg_advisory_unlock($1)", &[&0x0077_6179_6d61_726b_i64]).unwrap();
     for out in children.into_iter().map(finish) {
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         // `history` may find no run yet; nothing else is said.
