@@ -22,8 +22,8 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
     $completions = @(switch ($command) {
         'waymark' {
             [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Where runs and logs are kept, for the commands that keep or read them (run, resume, history, status, logs, gc); the others ignore it, so an alias may always pass it. The same option after the command wins')
-            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]')
-            [CompletionResult]::new('--host-id', '--host-id', [CompletionResultType]::ParameterName, 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]')
+            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Where runs are recorded, for the same commands as --state-dir; the others ignore it. The same option after the command wins')
+            [CompletionResult]::new('--host-id', '--host-id', [CompletionResultType]::ParameterName, 'The name of this runner''s host, for the commands that take a flow''s lease (run, resume, gc); the others ignore it. The same option after the command wins')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
@@ -78,8 +78,6 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
             break
         }
         'waymark;check' {
-            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]')
-            [CompletionResult]::new('--host-id', '--host-id', [CompletionResultType]::ParameterName, 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`')
             [CompletionResult]::new('--strict', '--strict', [CompletionResultType]::ParameterName, 'Treat every warning about the flow file as an error: report them and exit 2')
             [CompletionResult]::new('--explain', '--explain', [CompletionResultType]::ParameterName, 'Also print, for each step, when each attempt may start, which errors retry and which do not, and the longest the step can take')
@@ -89,8 +87,6 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
         }
         'waymark;graph' {
             [CompletionResult]::new('--format', '--format', [CompletionResultType]::ParameterName, 'The output format: `dot` for Graphviz, `mermaid` for Markdown that renders it')
-            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]')
-            [CompletionResult]::new('--host-id', '--host-id', [CompletionResultType]::ParameterName, 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
@@ -100,7 +96,6 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
             [CompletionResult]::new('--limit', '--limit', [CompletionResultType]::ParameterName, 'How many runs to show')
             [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]')
             [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]')
-            [CompletionResult]::new('--host-id', '--host-id', [CompletionResultType]::ParameterName, 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print a JSON array')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
@@ -110,7 +105,6 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
         'waymark;status' {
             [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]')
             [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]')
-            [CompletionResult]::new('--host-id', '--host-id', [CompletionResultType]::ParameterName, 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
@@ -122,7 +116,6 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
             [CompletionResult]::new('--stream', '--stream', [CompletionResultType]::ParameterName, 'Only this stream [default: both]')
             [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]')
             [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]')
-            [CompletionResult]::new('--host-id', '--host-id', [CompletionResultType]::ParameterName, 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
@@ -140,24 +133,18 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
         }
         'waymark;errors' {
             [CompletionResult]::new('--flow', '--flow', [CompletionResultType]::ParameterName, 'Include this flow file''s own classes')
-            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]')
-            [CompletionResult]::new('--host-id', '--host-id', [CompletionResultType]::ParameterName, 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
             break
         }
         'waymark;completions' {
-            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]')
-            [CompletionResult]::new('--host-id', '--host-id', [CompletionResultType]::ParameterName, 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
             break
         }
         'waymark;man' {
-            [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]')
-            [CompletionResult]::new('--host-id', '--host-id', [CompletionResultType]::ParameterName, 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]')
             [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')

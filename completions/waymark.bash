@@ -131,23 +131,12 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__check)
-            opts="-h --strict --explain --store --host-id --color --help"
+            opts="-h --strict --explain --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
-                --store)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --host-id)
-                    COMPREPLY=("${cur}")
-                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
-                        compopt -o nospace
-                    fi
-                    return 0
-                    ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
@@ -160,23 +149,12 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__completions)
-            opts="-h --store --host-id --color --help bash elvish fish powershell zsh"
+            opts="-h --color --help bash elvish fish powershell zsh"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
-                --store)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --host-id)
-                    COMPREPLY=("${cur}")
-                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
-                        compopt -o nospace
-                    fi
-                    return 0
-                    ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
@@ -189,7 +167,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__errors)
-            opts="-h --flow --store --host-id --color --help"
+            opts="-h --flow --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -207,17 +185,6 @@ _waymark() {
                     fi
                     if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
                         compopt -o filenames
-                    fi
-                    return 0
-                    ;;
-                --store)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --host-id)
-                    COMPREPLY=("${cur}")
-                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
-                        compopt -o nospace
                     fi
                     return 0
                     ;;
@@ -273,7 +240,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__graph)
-            opts="-h --format --store --host-id --color --help"
+            opts="-h --format --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -281,17 +248,6 @@ _waymark() {
             case "${prev}" in
                 --format)
                     COMPREPLY=($(compgen -W "dot mermaid" -- "${cur}"))
-                    return 0
-                    ;;
-                --store)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --host-id)
-                    COMPREPLY=("${cur}")
-                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
-                        compopt -o nospace
-                    fi
                     return 0
                     ;;
                 --color)
@@ -488,7 +444,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__history)
-            opts="-h --limit --json --state-dir --store --host-id --color --help"
+            opts="-h --limit --json --state-dir --store --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -509,13 +465,6 @@ _waymark() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --host-id)
-                    COMPREPLY=("${cur}")
-                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
-                        compopt -o nospace
-                    fi
-                    return 0
-                    ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
@@ -528,7 +477,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__logs)
-            opts="-h --attempt --stream --state-dir --store --host-id --color --help"
+            opts="-h --attempt --stream --state-dir --store --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -553,13 +502,6 @@ _waymark() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --host-id)
-                    COMPREPLY=("${cur}")
-                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
-                        compopt -o nospace
-                    fi
-                    return 0
-                    ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
@@ -572,23 +514,12 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__man)
-            opts="-h --store --host-id --color --help run resume check graph history status logs gc errors completions man"
+            opts="-h --color --help run resume check graph history status logs gc errors completions man"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
-                --store)
-                    COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --host-id)
-                    COMPREPLY=("${cur}")
-                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
-                        compopt -o nospace
-                    fi
-                    return 0
-                    ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
@@ -697,7 +628,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__status)
-            opts="-h --json --state-dir --store --host-id --color --help"
+            opts="-h --json --state-dir --store --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -712,13 +643,6 @@ _waymark() {
                     ;;
                 --store)
                     COMPREPLY=($(compgen -f "${cur}"))
-                    return 0
-                    ;;
-                --host-id)
-                    COMPREPLY=("${cur}")
-                    if [[ "${BASH_VERSINFO[0]}" -ge 4 ]]; then
-                        compopt -o nospace
-                    fi
                     return 0
                     ;;
                 --color)

@@ -19,8 +19,8 @@ set edit:completion:arg-completer[waymark] = {|@words|
     var completions = [
         &'waymark'= {
             cand --state-dir 'Where runs and logs are kept, for the commands that keep or read them (run, resume, history, status, logs, gc); the others ignore it, so an alias may always pass it. The same option after the command wins'
-            cand --store 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]'
-            cand --host-id 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]'
+            cand --store 'Where runs are recorded, for the same commands as --state-dir; the others ignore it. The same option after the command wins'
+            cand --host-id 'The name of this runner''s host, for the commands that take a flow''s lease (run, resume, gc); the others ignore it. The same option after the command wins'
             cand --color 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`'
             cand -h 'Print help'
             cand --help 'Print help'
@@ -72,8 +72,6 @@ set edit:completion:arg-completer[waymark] = {|@words|
             cand --help 'Print help'
         }
         &'waymark;check'= {
-            cand --store 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]'
-            cand --host-id 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]'
             cand --color 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`'
             cand --strict 'Treat every warning about the flow file as an error: report them and exit 2'
             cand --explain 'Also print, for each step, when each attempt may start, which errors retry and which do not, and the longest the step can take'
@@ -82,8 +80,6 @@ set edit:completion:arg-completer[waymark] = {|@words|
         }
         &'waymark;graph'= {
             cand --format 'The output format: `dot` for Graphviz, `mermaid` for Markdown that renders it'
-            cand --store 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]'
-            cand --host-id 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]'
             cand --color 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`'
             cand -h 'Print help (see more with ''--help'')'
             cand --help 'Print help (see more with ''--help'')'
@@ -92,7 +88,6 @@ set edit:completion:arg-completer[waymark] = {|@words|
             cand --limit 'How many runs to show'
             cand --state-dir 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]'
             cand --store 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]'
-            cand --host-id 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]'
             cand --color 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`'
             cand --json 'Print a JSON array'
             cand -h 'Print help'
@@ -101,7 +96,6 @@ set edit:completion:arg-completer[waymark] = {|@words|
         &'waymark;status'= {
             cand --state-dir 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]'
             cand --store 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]'
-            cand --host-id 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]'
             cand --color 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`'
             cand --json 'Print JSON'
             cand -h 'Print help'
@@ -112,7 +106,6 @@ set edit:completion:arg-completer[waymark] = {|@words|
             cand --stream 'Only this stream [default: both]'
             cand --state-dir 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]'
             cand --store 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]'
-            cand --host-id 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]'
             cand --color 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`'
             cand -h 'Print help'
             cand --help 'Print help'
@@ -128,22 +121,16 @@ set edit:completion:arg-completer[waymark] = {|@words|
         }
         &'waymark;errors'= {
             cand --flow 'Include this flow file''s own classes'
-            cand --store 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]'
-            cand --host-id 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]'
             cand --color 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`'
             cand -h 'Print help'
             cand --help 'Print help'
         }
         &'waymark;completions'= {
-            cand --store 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]'
-            cand --host-id 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]'
             cand --color 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`'
             cand -h 'Print help'
             cand --help 'Print help'
         }
         &'waymark;man'= {
-            cand --store 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]'
-            cand --host-id 'The name of this runner''s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]'
             cand --color 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`'
             cand -h 'Print help'
             cand --help 'Print help'

@@ -25,8 +25,8 @@ function __fish_waymark_using_subcommand
 end
 
 complete -c waymark -n "__fish_waymark_needs_command" -l state-dir -d 'Where runs and logs are kept, for the commands that keep or read them (run, resume, history, status, logs, gc); the others ignore it, so an alias may always pass it. The same option after the command wins' -r -f -a "(__fish_complete_directories)"
-complete -c waymark -n "__fish_waymark_needs_command" -l store -d 'Where runs are recorded: `sqlite:` (the state directory\'s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]' -r -f
-complete -c waymark -n "__fish_waymark_needs_command" -l host-id -d 'The name of this runner\'s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]' -r -f
+complete -c waymark -n "__fish_waymark_needs_command" -l store -d 'Where runs are recorded, for the same commands as --state-dir; the others ignore it. The same option after the command wins' -r -f
+complete -c waymark -n "__fish_waymark_needs_command" -l host-id -d 'The name of this runner\'s host, for the commands that take a flow\'s lease (run, resume, gc); the others ignore it. The same option after the command wins' -r -f
 complete -c waymark -n "__fish_waymark_needs_command" -l color -d 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`' -r -f -a "auto\t''
 always\t''
 never\t''"
@@ -80,8 +80,6 @@ complete -c waymark -n "__fish_waymark_using_subcommand resume" -l wait -d 'Wait
 complete -c waymark -n "__fish_waymark_using_subcommand resume" -s q -l quiet -d 'Print nothing if the run succeeds; if it fails, only the failure report, on stderr (for cron). The steps\' output is kept in the log files'
 complete -c waymark -n "__fish_waymark_using_subcommand resume" -l json -d 'Print one JSON object per event on stdout (JSON Lines; the schema is in README.md); the steps\' output goes only to the log files'
 complete -c waymark -n "__fish_waymark_using_subcommand resume" -s h -l help -d 'Print help'
-complete -c waymark -n "__fish_waymark_using_subcommand check" -l store -d 'Where runs are recorded: `sqlite:` (the state directory\'s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]' -r -f
-complete -c waymark -n "__fish_waymark_using_subcommand check" -l host-id -d 'The name of this runner\'s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]' -r -f
 complete -c waymark -n "__fish_waymark_using_subcommand check" -l color -d 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`' -r -f -a "auto\t''
 always\t''
 never\t''"
@@ -90,8 +88,6 @@ complete -c waymark -n "__fish_waymark_using_subcommand check" -l explain -d 'Al
 complete -c waymark -n "__fish_waymark_using_subcommand check" -s h -l help -d 'Print help'
 complete -c waymark -n "__fish_waymark_using_subcommand graph" -l format -d 'The output format: `dot` for Graphviz, `mermaid` for Markdown that renders it' -r -f -a "dot\t'Graphviz DOT (`dot -Tsvg`)'
 mermaid\t'A Mermaid flowchart'"
-complete -c waymark -n "__fish_waymark_using_subcommand graph" -l store -d 'Where runs are recorded: `sqlite:` (the state directory\'s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]' -r -f
-complete -c waymark -n "__fish_waymark_using_subcommand graph" -l host-id -d 'The name of this runner\'s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]' -r -f
 complete -c waymark -n "__fish_waymark_using_subcommand graph" -l color -d 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`' -r -f -a "auto\t''
 always\t''
 never\t''"
@@ -99,7 +95,6 @@ complete -c waymark -n "__fish_waymark_using_subcommand graph" -s h -l help -d '
 complete -c waymark -n "__fish_waymark_using_subcommand history" -l limit -d 'How many runs to show' -r
 complete -c waymark -n "__fish_waymark_using_subcommand history" -l state-dir -d 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]' -r -f -a "(__fish_complete_directories)"
 complete -c waymark -n "__fish_waymark_using_subcommand history" -l store -d 'Where runs are recorded: `sqlite:` (the state directory\'s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]' -r -f
-complete -c waymark -n "__fish_waymark_using_subcommand history" -l host-id -d 'The name of this runner\'s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]' -r -f
 complete -c waymark -n "__fish_waymark_using_subcommand history" -l color -d 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`' -r -f -a "auto\t''
 always\t''
 never\t''"
@@ -107,7 +102,6 @@ complete -c waymark -n "__fish_waymark_using_subcommand history" -l json -d 'Pri
 complete -c waymark -n "__fish_waymark_using_subcommand history" -s h -l help -d 'Print help'
 complete -c waymark -n "__fish_waymark_using_subcommand status" -l state-dir -d 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]' -r -f -a "(__fish_complete_directories)"
 complete -c waymark -n "__fish_waymark_using_subcommand status" -l store -d 'Where runs are recorded: `sqlite:` (the state directory\'s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]' -r -f
-complete -c waymark -n "__fish_waymark_using_subcommand status" -l host-id -d 'The name of this runner\'s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]' -r -f
 complete -c waymark -n "__fish_waymark_using_subcommand status" -l color -d 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`' -r -f -a "auto\t''
 always\t''
 never\t''"
@@ -118,7 +112,6 @@ complete -c waymark -n "__fish_waymark_using_subcommand logs" -l stream -d 'Only
 stderr\t''"
 complete -c waymark -n "__fish_waymark_using_subcommand logs" -l state-dir -d 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]' -r -f -a "(__fish_complete_directories)"
 complete -c waymark -n "__fish_waymark_using_subcommand logs" -l store -d 'Where runs are recorded: `sqlite:` (the state directory\'s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]' -r -f
-complete -c waymark -n "__fish_waymark_using_subcommand logs" -l host-id -d 'The name of this runner\'s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]' -r -f
 complete -c waymark -n "__fish_waymark_using_subcommand logs" -l color -d 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`' -r -f -a "auto\t''
 always\t''
 never\t''"
@@ -132,20 +125,14 @@ always\t''
 never\t''"
 complete -c waymark -n "__fish_waymark_using_subcommand gc" -s h -l help -d 'Print help'
 complete -c waymark -n "__fish_waymark_using_subcommand errors" -l flow -d 'Include this flow file\'s own classes' -r -F
-complete -c waymark -n "__fish_waymark_using_subcommand errors" -l store -d 'Where runs are recorded: `sqlite:` (the state directory\'s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]' -r -f
-complete -c waymark -n "__fish_waymark_using_subcommand errors" -l host-id -d 'The name of this runner\'s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]' -r -f
 complete -c waymark -n "__fish_waymark_using_subcommand errors" -l color -d 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`' -r -f -a "auto\t''
 always\t''
 never\t''"
 complete -c waymark -n "__fish_waymark_using_subcommand errors" -s h -l help -d 'Print help'
-complete -c waymark -n "__fish_waymark_using_subcommand completions" -l store -d 'Where runs are recorded: `sqlite:` (the state directory\'s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]' -r -f
-complete -c waymark -n "__fish_waymark_using_subcommand completions" -l host-id -d 'The name of this runner\'s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]' -r -f
 complete -c waymark -n "__fish_waymark_using_subcommand completions" -l color -d 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`' -r -f -a "auto\t''
 always\t''
 never\t''"
 complete -c waymark -n "__fish_waymark_using_subcommand completions" -s h -l help -d 'Print help'
-complete -c waymark -n "__fish_waymark_using_subcommand man" -l store -d 'Where runs are recorded: `sqlite:` (the state directory\'s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]' -r -f
-complete -c waymark -n "__fish_waymark_using_subcommand man" -l host-id -d 'The name of this runner\'s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]' -r -f
 complete -c waymark -n "__fish_waymark_using_subcommand man" -l color -d 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`' -r -f -a "auto\t''
 always\t''
 never\t''"

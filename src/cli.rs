@@ -23,14 +23,13 @@ pub struct Cli {
     /// after the command wins
     #[arg(long, value_name = "DIR", value_hint = ValueHint::DirPath)]
     pub(crate) state_dir: Option<PathBuf>,
-    /// Where runs are recorded: `sqlite:` (the state directory's database, the default),
-    /// `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several
-    /// hosts [default: $WAYMARK_STORE, else `sqlite:`]
-    #[arg(long, global = true, value_name = "URL", value_hint = ValueHint::Url)]
+    /// Where runs are recorded, for the same commands as --state-dir; the others ignore it. The
+    /// same option after the command wins
+    #[arg(long, value_name = "URL", value_hint = ValueHint::Url)]
     pub(crate) store: Option<String>,
-    /// The name of this runner's host in leases, attempts and messages [default: $WAYMARK_HOST_ID,
-    /// else the host name]
-    #[arg(long, global = true, value_name = "ID", value_hint = ValueHint::Other)]
+    /// The name of this runner's host, for the commands that take a flow's lease (run, resume,
+    /// gc); the others ignore it. The same option after the command wins
+    #[arg(long, value_name = "ID", value_hint = ValueHint::Other)]
     pub(crate) host_id: Option<String>,
     /// Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is
     /// unset, `always` (even with NO_COLOR), or `never`
@@ -69,6 +68,10 @@ pub(crate) enum Command {
         show: ShowArgs,
         #[command(flatten)]
         state: StateDirArg,
+        #[command(flatten)]
+        store: StoreArg,
+        #[command(flatten)]
+        host: HostIdArg,
     },
     /// Resume a given run, including a failed one (its failed step gets a fresh attempt budget)
     #[command(after_help = "Examples:\n  waymark resume 4k2m9xq1\n  waymark history               find run ids")]
@@ -83,6 +86,10 @@ pub(crate) enum Command {
         show: ShowArgs,
         #[command(flatten)]
         state: StateDirArg,
+        #[command(flatten)]
+        store: StoreArg,
+        #[command(flatten)]
+        host: HostIdArg,
     },
     /// Validate a flow file and print its plan; runs nothing
     #[command(
@@ -129,6 +136,8 @@ pub(crate) enum Command {
         json: bool,
         #[command(flatten)]
         state: StateDirArg,
+        #[command(flatten)]
+        store: StoreArg,
     },
     /// Show a run step by step: state, attempts, last error, next retry
     #[command(
@@ -144,6 +153,8 @@ pub(crate) enum Command {
         json: bool,
         #[command(flatten)]
         state: StateDirArg,
+        #[command(flatten)]
+        store: StoreArg,
     },
     /// Print the output an attempt of a step wrote
     #[command(
@@ -164,6 +175,8 @@ pub(crate) enum Command {
         stream: Option<StreamArg>,
         #[command(flatten)]
         state: StateDirArg,
+        #[command(flatten)]
+        store: StoreArg,
     },
     /// Delete finished runs (succeeded, failed, abandoned) and their logs
     #[command(
@@ -176,6 +189,10 @@ pub(crate) enum Command {
         older_than: std::time::Duration,
         #[command(flatten)]
         state: StateDirArg,
+        #[command(flatten)]
+        store: StoreArg,
+        #[command(flatten)]
+        host: HostIdArg,
     },
     /// Print the error class tree that retry filters match against
     #[command(
@@ -285,6 +302,45 @@ impl StateDirArg {
     /// The directory given after the command, else the one given before it.
     pub(crate) fn or<'a>(&'a self, before: Option<&'a std::path::Path>) -> Option<&'a std::path::Path> {
         self.dir.as_deref().or(before)
+    }
+}
+
+/// `--store`, on the commands that keep or read runs.
+#[derive(Debug, Args)]
+pub(crate) struct StoreArg {
+    /// Where runs are recorded: `sqlite:` (the state directory's database, the default),
+    /// `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several
+    /// hosts [default: $WAYMARK_STORE, else `sqlite:`]
+    #[arg(long = "store", value_name = "URL", value_hint = ValueHint::Url)]
+    pub(crate) url: Option<String>,
+}
+
+/// `--host-id`, on the commands that take a flow's lease.
+#[derive(Debug, Args)]
+pub(crate) struct HostIdArg {
+    /// The name of this runner's host in leases, attempts and messages [default: $WAYMARK_HOST_ID,
+    /// else the host name]
+    #[arg(long = "host-id", value_name = "ID", value_hint = ValueHint::Other)]
+    pub(crate) id: Option<String>,
+}
+
+impl Command {
+    /// `--store` and `--host-id` as given after the command (`None` each where it takes none);
+    /// `None` for the commands that keep and read no runs.
+    pub(crate) fn store_flags(&self) -> Option<(Option<&str>, Option<&str>)> {
+        match self {
+            Command::Run { store, host, .. }
+            | Command::Resume { store, host, .. }
+            | Command::Gc { store, host, .. } => Some((store.url.as_deref(), host.id.as_deref())),
+            Command::History { store, .. } | Command::Status { store, .. } | Command::Logs { store, .. } => {
+                Some((store.url.as_deref(), None))
+            }
+            Command::Check { .. }
+            | Command::Graph { .. }
+            | Command::Errors { .. }
+            | Command::Completions { .. }
+            | Command::Man { .. } => None,
+        }
     }
 }
 

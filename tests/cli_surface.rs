@@ -61,18 +61,16 @@ Arguments:
 
 Options:
       --attempt <ATTEMPT>  Which attempt [default: the last one]
-      --store <URL>        Where runs are recorded: `sqlite:` (the state directory's database, the
-                           default), `sqlite:DIR`, or a PostgreSQL URL
-                           `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default:
-                           $WAYMARK_STORE, else `sqlite:`]
       --stream <STREAM>    Only this stream [default: both] [possible values: stdout, stderr]
-      --host-id <ID>       The name of this runner's host in leases, attempts and messages [default:
-                           $WAYMARK_HOST_ID, else the host name]
       --state-dir <DIR>    Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else
                            $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]
       --color <WHEN>       Color error messages and diagnostics: `auto` if stderr is a terminal and
                            NO_COLOR is unset, `always` (even with NO_COLOR), or `never` [default:
                            auto]
+      --store <URL>        Where runs are recorded: `sqlite:` (the state directory's database, the
+                           default), `sqlite:DIR`, or a PostgreSQL URL
+                           `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default:
+                           $WAYMARK_STORE, else `sqlite:`]
   -h, --help               Print help
 
 Examples:
@@ -104,11 +102,11 @@ Options:
                                the default), `sqlite:DIR`, or a PostgreSQL URL
                                `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts
                                [default: $WAYMARK_STORE, else `sqlite:`]
-      --host-id <ID>           The name of this runner's host in leases, attempts and messages
-                               [default: $WAYMARK_HOST_ID, else the host name]
       --color <WHEN>           Color error messages and diagnostics: `auto` if stderr is a terminal
                                and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`
                                [default: auto]
+      --host-id <ID>           The name of this runner's host in leases, attempts and messages
+                               [default: $WAYMARK_HOST_ID, else the host name]
   -h, --help                   Print help
 
 Examples:
@@ -167,6 +165,43 @@ fn state_dir_is_offered_only_by_the_commands_that_keep_or_read_runs() {
     cmd(&env, &["completions", "--state-dir", "x", "bash"]).assert().code(2).stdout("").stderr(
         "error: unexpected argument '--state-dir' found\n\n  tip: to pass '--state-dir' as a value, use '-- --state-dir'\n\n\
          Usage: waymark completions [OPTIONS] <SHELL>\n\nFor more information, try '--help'.\n",
+    );
+}
+
+#[test]
+fn store_and_host_id_are_offered_only_by_the_commands_they_apply_to() {
+    let env = Env::new();
+    let store = ["run", "resume", "history", "status", "logs", "gc"];
+    let host = ["run", "resume", "gc"];
+    for command in waymark::cli::Cli::command().get_subcommands() {
+        let name = command.get_name();
+        let help = cmd(&env, &[name, "--help"]).output().unwrap();
+        let help = String::from_utf8(help.stdout).unwrap();
+        assert_eq!(help.contains("--store"), store.contains(&name), "waymark {name} --help:\n{help}");
+        assert_eq!(help.contains("--host-id"), host.contains(&name), "waymark {name} --help:\n{help}");
+    }
+    cmd(&env, &["graph", "--store", "sqlite:x", "f.toml"]).assert().code(2).stdout("").stderr(
+        "error: unexpected argument '--store' found\n\n  tip: to pass '--store' as a value, use '-- --store'\n\n\
+         Usage: waymark graph [OPTIONS] <FLOW>\n\nFor more information, try '--help'.\n",
+    );
+    // Before the command, every command takes them; those that keep no runs ignore them, a bad
+    // URL and `WAYMARK_STORE` included.
+    env.write("flow.toml", FLOW);
+    for args in [
+        &["--store", "mysql://root:pw@db/x", "--host-id", "h1", "check", "flow.toml"][..],
+        &["--store", "mysql://root:pw@db/x", "completions", "bash"],
+    ] {
+        cmd(&env, args).env("WAYMARK_STORE", "mysql://db/y").assert().success();
+    }
+    // For the others, the one after the command wins.
+    cmd(&env, &["--store", "sqlite:elsewhere", "run", "--store", "sqlite:other", "flow.toml"]).assert().success();
+    assert!(env.path("other/waymark.db").exists() && !env.path("elsewhere").exists());
+    let out = cmd(&env, &["--store", "sqlite:other", "history", "--json"]).output().unwrap();
+    let runs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(runs.as_array().map(Vec::len), Some(1), "{runs}");
+    cmd(&env, &["history", "--store", "mysql://root:pw@db/x"]).assert().code(2).stderr(
+        "error: store `mysql://root@db/x` is not one waymark knows; give `sqlite:` (the state directory's database, \
+         the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DATABASE`\n",
     );
 }
 

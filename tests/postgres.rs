@@ -250,3 +250,123 @@ fn bad_store_urls_and_an_unreachable_database_say_what_to_do_without_the_passwor
     assert!(text.contains("\nhint: check that PostgreSQL runs at "), "{text}");
     assert!(!text.contains("hunter2"), "{text}");
 }
+
+/// `url` with its port and database name replaced by `PORT` and `DB`, for golden messages.
+fn normalised(text: &str, url: &str) -> String {
+    let (base, db) = url.rsplit_once('/').unwrap();
+    let port = base.rsplit_once(':').unwrap().1;
+    text.replace(&format!(":{port}/{db}"), ":PORT/DB")
+}
+
+#[test]
+fn a_read_only_database_refuses_a_run_before_any_step_and_still_answers_history_and_status() {
+    let Some(url) =
+        postgres_url("a_read_only_database_refuses_a_run_before_any_step_and_still_answers_history_and_status")
+    else {
+        return;
+    };
+    let url = fresh_database(&url);
+    let env = Env::new();
+    env.write("flow.toml", "name = 'replica'\n[[step]]\nname = 'a'\nshell = 'echo ran >> ran.log'\n");
+    let first = runner(&env, &url, "host-a", &["run", "--quiet", "flow.toml"]).output().unwrap();
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    let db = url.rsplit_once('/').unwrap().1;
+    // What a hot standby answers to a write: SQLSTATE 25006.
+    postgres::Client::connect(&url, postgres::NoTls)
+        .unwrap()
+        .batch_execute(&format!("ALTER DATABASE {db} SET default_transaction_read_only = on"))
+        .unwrap();
+    let out = runner(&env, &url, "host-b", &["run", "--fresh", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert_eq!(
+        normalised(&stderr(&out), &url),
+        "error: the state database postgres://waymark@127.0.0.1:PORT/DB takes no writes: cannot execute INSERT in \
+         a read-only transaction\n\
+         hint: postgres://waymark@127.0.0.1:PORT/DB is a read-only server (a hot standby, or \
+         `default_transaction_read_only` is on): point --store (or WAYMARK_STORE) at the primary, then run again \
+         (nothing is lost: the run resumes); `history`, `status` and `logs` can read from it\n"
+    );
+    assert_eq!(env.count("ran.log"), 1, "no step ran against the read-only database");
+    let runs = query(&url, "SELECT status FROM waymark_runs");
+    assert_eq!(runs.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>(), ["succeeded"], "nothing was lost");
+    // The reading commands work against it.
+    let history = runner(&env, &url, "host-b", &["history"]).output().unwrap();
+    assert_eq!(history.status.code(), Some(0), "{}", stderr(&history));
+    let lines: Vec<String> = String::from_utf8_lossy(&history.stdout).lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[1].contains(" replica ") && lines[1].contains(" succeeded "), "{lines:?}");
+    let status = runner(&env, &url, "host-b", &["status", "replica"]).output().unwrap();
+    assert_eq!(status.status.code(), Some(0), "{}", stderr(&status));
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(text.contains(": succeeded, started ") && text.contains("\n  a "), "{text}");
+}
+
+#[test]
+fn eight_processes_on_a_fresh_database_migrate_it_once_and_all_succeed() {
+    let Some(url) = postgres_url("eight_processes_on_a_fresh_database_migrate_it_once_and_all_succeed") else {
+        return;
+    };
+    let url = fresh_database(&url);
+    let env = Env::new();
+    env.write("flow.toml", "[[step]]\nname = 'a'\nrun = ['true']\n");
+    // The test holds the migrations' advisory lock ("waymark" in ASCII) until all eight found the
+    // database empty and wait for it: then they migrate at once, as hosts started together do.
+    let mut gate = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    gate.execute("SELECT pg_advisory_lock($1)", &[&0x0077_6179_6d61_726b_i64]).unwrap();
+    // Half list runs, half run a flow of their own host (a flow without a name is its host's).
+    let children: Vec<Child> = (0..8)
+        .map(|i| {
+            let args: &[&str] = if i % 2 == 0 { &["history"] } else { &["run", "--quiet", "flow.toml"] };
+            runner(&env, &url, &format!("host{i}"), args).spawn().unwrap()
+        })
+        .collect();
+    let waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+                   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+    wait_until("the eight to wait for the migration lock", || {
+        gate.query_one(waiting, &[]).unwrap().get::<_, i64>(0) == 8
+    });
+    gate.execute("SELECT pg_advisory_unlock($1)", &[&0x0077_6179_6d61_726b_i64]).unwrap();
+    for out in children.into_iter().map(finish) {
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        // `history` may find no run yet; nothing else is said.
+        let text = stderr(&out);
+        assert!(text.is_empty() || text == "no runs yet\n", "no process reports an error: {text}");
+    }
+    let schema = query(&url, "SELECT version FROM waymark_schema");
+    assert_eq!(schema.iter().map(|r| r.get::<_, i64>(0)).collect::<Vec<_>>(), [1], "one row: migrated once");
+    let tables = query(
+        &url,
+        "SELECT tablename::text FROM pg_tables WHERE schemaname = 'public' AND tablename LIKE 'waymark_%' ORDER BY 1",
+    );
+    assert_eq!(
+        tables.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>(),
+        ["waymark_attempts", "waymark_leases", "waymark_runs", "waymark_schema", "waymark_steps"]
+    );
+    let runs = query(&url, "SELECT count(*) FROM waymark_runs WHERE status = 'succeeded'");
+    assert_eq!(runs[0].get::<_, i64>(0), 4, "each runner's run was recorded");
+}
+
+#[test]
+fn a_wrong_password_exits_4_naming_the_url_without_it() {
+    let Some(url) = postgres_url("a_wrong_password_exits_4_naming_the_url_without_it") else {
+        return;
+    };
+    let env = Env::new();
+    env.write("flow.toml", "name = 'x'\n[[step]]\nname = 'a'\nshell = 'echo ran >> ran.log'\n");
+    let wrong = url.replacen(":waymark@", ":not-the-password@", 1);
+    assert_ne!(wrong, url, "the test URL has the form postgres://waymark:waymark@HOST:PORT/DB");
+    for command in [&["run", "flow.toml"][..], &["history"]] {
+        let out = runner(&env, &wrong, "host-a", command).output().unwrap();
+        assert_eq!(out.status.code(), Some(4), "{command:?}: {}", stderr(&out));
+        assert_eq!(
+            normalised(&stderr(&out), &url),
+            "error: the state database postgres://waymark@127.0.0.1:PORT/DB refused this user's credentials: \
+             password authentication failed for user \"waymark\"\n\
+             hint: check the user and password of the URL (`postgres://USER:PASSWORD@HOST/DATABASE`) and that the \
+             server's pg_hba.conf lets this user in from this host, then run again (nothing is lost: the run \
+             resumes)\n",
+            "{command:?}"
+        );
+    }
+    assert!(!env.path("ran.log").exists(), "nothing ran");
+}

@@ -222,9 +222,13 @@ impl FlowGuard {
 }
 
 /// Choose the store and this runner's host id, from the command line and the environment.
+/// The options after the command win over those before it; the commands that keep and read no
+/// runs ignore both (and `WAYMARK_STORE` and `WAYMARK_HOST_ID`).
 fn configure(cli: &Cli) -> Result<Option<PathBuf>, CliError> {
-    crate::store::lease::set_host_id(cli.host_id.as_deref()).map_err(CliError::Usage)?;
-    let url = crate::store::url::configured(cli.store.as_deref()).map_err(|e| CliError::Usage(e.to_string()))?;
+    let Some((store, host)) = cli.command.store_flags() else { return Ok(None) };
+    crate::store::lease::set_host_id(host.or(cli.host_id.as_deref())).map_err(CliError::Usage)?;
+    let url =
+        crate::store::url::configured(store.or(cli.store.as_deref())).map_err(|e| CliError::Usage(e.to_string()))?;
     let (backend, dir) = match url {
         StoreUrl::Sqlite(dir) => (Backend::Sqlite, dir),
         StoreUrl::Postgres { config, shown } => {
@@ -252,25 +256,25 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
     // `--store sqlite:DIR` names the state directory, as `--state-dir DIR` before the command does.
     let flag = cli.state_dir.as_deref().or(store_dir.as_deref());
     match cli.command {
-        Command::Run { flow, fresh, wait, strict, show, max_parallel, params, state } => {
+        Command::Run { flow, fresh, wait, strict, show, max_parallel, params, state, .. } => {
             let start = run::Start { fresh, wait, strict, max_parallel, params: &params };
             run::run(state.or(flag), &flow, show.mode(), start)
         }
-        Command::Resume { run_id, wait, show, state } => {
+        Command::Resume { run_id, wait, show, state, .. } => {
             run::resume(&state_dir(state.or(flag))?, &run_id, wait, show.mode())
         }
         Command::Check { flow, strict, explain } => check::check(&flow, strict, explain),
         Command::Graph { flow, format } => graph::graph(&flow, format),
-        Command::History { flow, limit, json, state } => {
+        Command::History { flow, limit, json, state, .. } => {
             inspect::history(&find_state_dir(state.or(flag))?, flow.as_deref(), limit, json)
         }
-        Command::Status { target, json, state } => {
+        Command::Status { target, json, state, .. } => {
             inspect::status(&find_state_dir(state.or(flag))?, target.as_deref(), json)
         }
-        Command::Logs { target, step, attempt, stream, state } => {
+        Command::Logs { target, step, attempt, stream, state, .. } => {
             inspect::logs(&find_state_dir(state.or(flag))?, &target, &step, attempt, stream)
         }
-        Command::Gc { older_than, state } => inspect::gc(&state_dir(state.or(flag))?, older_than),
+        Command::Gc { older_than, state, .. } => inspect::gc(&state_dir(state.or(flag))?, older_than),
         Command::Errors { flow } => errors::errors(flow.as_deref()),
         Command::Completions { shell } => docs::completions(shell),
         Command::Man { command } => docs::man(command.as_deref()),

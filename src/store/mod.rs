@@ -444,8 +444,8 @@ fn network_hint(kind: StoreErrorKind, location: &str) -> Option<String> {
              server's pg_hba.conf lets this user in from this host, {resumes}"
         ),
         StoreErrorKind::ReadOnly => format!(
-            "{location} is a read-only server (a replica, or `default_transaction_read_only`): point the URL at \
-             the primary, {resumes}"
+            "{location} is a read-only server (a hot standby, or `default_transaction_read_only` is on): point \
+             --store (or WAYMARK_STORE) at the primary, {resumes}; `history`, `status` and `logs` can read from it"
         ),
         StoreErrorKind::Permission => format!(
             "grant the user of the URL the right to create and write tables in its database (or have its \
