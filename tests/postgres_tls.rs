@@ -72,6 +72,10 @@ fn require_encrypts_without_checking_the_certificate_where_a_plain_connection_is
     let tls = waymark(&env, &format!("{base}/waymark_tls?sslmode=require"), &["run", "--quiet", "flow.toml"]);
     assert_eq!(tls.status.code(), Some(0), "{}", first_error_line(&tls, &base));
     assert_eq!(env.count("ran.log"), 1);
+    // So does `prefer`, the default, when the server offers TLS.
+    let default = waymark(&env, &format!("{base}/waymark_tls"), &["run", "--quiet", "flow.toml"]);
+    assert_eq!(default.status.code(), Some(0), "{}", first_error_line(&default, &base));
+    assert_eq!(env.count("ran.log"), 2);
 }
 
 #[test]

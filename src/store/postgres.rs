@@ -301,10 +301,11 @@ fn tls(config: &PgConfig, location: &str) -> Result<tokio_postgres_rustls::MakeR
     Ok(tokio_postgres_rustls::MakeRustlsConnect::new(tls))
 }
 
-/// `sslmode=require` without `sslrootcert`: any certificate is accepted. This is libpq's meaning
-/// of `require` (encryption against eavesdropping, no protection against an active man in the
-/// middle), which servers with self-signed certificates rely on; `verify-ca` and `verify-full`
-/// are the authenticated modes. The handshake's signatures are still checked (the server holds
+/// `sslmode=require` or `prefer` (the default) without `sslrootcert`: any certificate is
+/// accepted. This is libpq's meaning of these modes (encryption against eavesdropping, no
+/// protection against an active man in the middle), which servers with self-signed certificates
+/// rely on (Debian's packages turn TLS on with one); `verify-ca` and `verify-full` are the
+/// authenticated modes. The handshake's signatures are still checked (the server holds
 /// the key of the certificate it sent).
 #[derive(Debug)]
 struct Unverified(Arc<rustls::crypto::CryptoProvider>);

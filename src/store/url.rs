@@ -42,11 +42,7 @@ pub(crate) struct RootsFile {
 impl From<postgres::Config> for PgConfig {
     /// A URL without `sslrootcert`, with the checks of its `sslmode`.
     fn from(conn: postgres::Config) -> PgConfig {
-        let check = match conn.get_ssl_mode() {
-            postgres::config::SslMode::Require => CertCheck::Nothing,
-            _ => CertCheck::Full,
-        };
-        PgConfig { conn, check, roots: None }
+        PgConfig { conn, check: CertCheck::Nothing, roots: None }
     }
 }
 
@@ -60,11 +56,13 @@ impl std::ops::Deref for PgConfig {
 /// What of the server's certificate is checked (libpq's `sslmode` semantics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CertCheck {
-    /// `require` without `sslrootcert`: encryption without authentication, as libpq does it.
+    /// `prefer` and `require` without `sslrootcert`: encryption without authentication, as libpq
+    /// does it.
     Nothing,
-    /// `verify-ca`, or `require` with `sslrootcert` (as libpq): the certificate chains to a root.
+    /// `verify-ca`, or `prefer`/`require` with `sslrootcert` (as libpq): the certificate chains to
+    /// a root.
     Chain,
-    /// `verify-full`, and `prefer` (which libpq does not check at all): the chain and the host name.
+    /// `verify-full`: the chain and the host name.
     Full,
 }
 
@@ -115,9 +113,9 @@ pub(crate) fn parse(text: &str) -> Result<StoreUrl, UrlError> {
             return Err(bad("it names no host".into()));
         }
         let check = match (mode.as_deref(), &roots) {
-            (Some("verify-full") | None | Some("prefer"), _) => CertCheck::Full,
-            (Some("require"), None) => CertCheck::Nothing,
-            _ => CertCheck::Chain,
+            (Some("verify-full"), _) => CertCheck::Full,
+            (Some("verify-ca"), _) | (_, Some(_)) => CertCheck::Chain,
+            _ => CertCheck::Nothing,
         };
         let roots = match roots {
             Some(path) => {
