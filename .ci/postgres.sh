@@ -7,8 +7,11 @@
 # The cluster lives in a temporary directory named in $WAYMARK_PG_DIR (default
 # ${TMPDIR:-/tmp}/waymark-pg), listens on a free port of 127.0.0.1 (no Unix socket, no other
 # address), asks for passwords (scram-sha-256), and has a database `waymark` and a role `waymark` with the
-# password `waymark`. PostgreSQL refuses to run as root: as root, the cluster is initialised and run
-# as `nobody` (its directory is handed to that user). The binaries are looked up on the PATH, then in
+# password `waymark`. With `openssl` on the PATH the server also speaks TLS: a certificate
+# authority and a server certificate for 127.0.0.1 and localhost are made in $dir/tls, `start`
+# also prints `export WAYMARK_TEST_PG_CA=FILE` (the authority's certificate), and a role and
+# database `waymark_tls` (password `waymark_tls`) take TLS connections only. PostgreSQL refuses to
+# run as root: as root, the cluster is initialised and run as `nobody` (its directory is handed to that user). The binaries are looked up on the PATH, then in
 # /usr/local/bin and /usr/lib/postgresql/*/bin; PG_BIN overrides.
 set -euo pipefail
 
@@ -55,30 +58,66 @@ start() {
     as_owner "$bin/initdb" -D "$dir/data" -U postgres --pwfile="$dir/pw" --auth-host=scram-sha-256 \
       --auth-local=trust --no-sync -E UTF8 >"$dir/initdb.log" 2>&1 \
       || { cat "$dir/initdb.log" >&2; exit 1; }
-    as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-      -o "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories= -c fsync=off -c max_connections=200" \
-      start >/dev/null || { cat "$dir/server.log" >&2; exit 1; }
+    tls_setup
+    server_start "$bin" "$port"
     create_db "$bin" "$port"
   fi
   echo "export WAYMARK_TEST_PG=postgres://waymark:waymark@127.0.0.1:$port/waymark"
+  if [ -f "$dir/tls/ca.crt" ]; then echo "export WAYMARK_TEST_PG_CA=$dir/tls/ca.crt"; fi
 }
 
-# Create the role `waymark` and the database `waymark`: with psql if there is one, else through
+server_start() {
+  local bin=$1 port=$2 ssl=""
+  if [ -f "$dir/tls/server.key" ]; then
+    ssl="-c ssl=on -c ssl_cert_file=$dir/tls/server.crt -c ssl_key_file=$dir/tls/server.key"
+  fi
+  as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
+    -o "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories= -c fsync=off -c max_connections=200 $ssl" \
+    start >/dev/null || { cat "$dir/server.log" >&2; exit 1; }
+}
+
+# With openssl: a CA and a server certificate it signs (for 127.0.0.1 and localhost), the key
+# private to the cluster's user, and pg_hba.conf lines that let `waymark_tls` in over TLS only
+# (ahead of initdb's `host` lines, which take both).
+tls_setup() {
+  command -v openssl >/dev/null 2>&1 || return 0
+  local t=$dir/tls
+  mkdir -p "$t"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=waymark test CA" \
+    -keyout "$t/ca.key" -out "$t/ca.crt" >"$t/openssl.log" 2>&1 || { cat "$t/openssl.log" >&2; exit 1; }
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout "$t/server.key" -out "$t/server.csr" \
+    >>"$t/openssl.log" 2>&1 || { cat "$t/openssl.log" >&2; exit 1; }
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n' >"$t/server.ext"
+  openssl x509 -req -in "$t/server.csr" -CA "$t/ca.crt" -CAkey "$t/ca.key" -CAcreateserial -days 2 \
+    -extfile "$t/server.ext" -out "$t/server.crt" >>"$t/openssl.log" 2>&1 || { cat "$t/openssl.log" >&2; exit 1; }
+  chmod 755 "$t"
+  chmod 644 "$t/ca.crt" "$t/server.crt"
+  chmod 600 "$t/server.key" "$t/ca.key"
+  [ "$(id -u)" = 0 ] && chown -R nobody:nogroup "$t"
+  local hba=$dir/data/pg_hba.conf
+  { printf 'hostnossl waymark_tls all 127.0.0.1/32 reject\nhostssl waymark_tls waymark_tls 127.0.0.1/32 scram-sha-256\n'
+    cat "$hba"; } >"$hba.new"
+  cat "$hba.new" >"$hba"
+  rm -f "$hba.new"
+}
+
+# Create the roles and databases `waymark` and `waymark_tls`: with psql if there is one, else through
 # PostgreSQL's single-user mode (the server stopped meanwhile).
 create_db() {
   local bin=$1 port=$2
   if [ -x "$bin/psql" ]; then
     PGPASSWORD=postgres "$bin/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -q -v ON_ERROR_STOP=1 \
-      -c "CREATE ROLE waymark LOGIN SUPERUSER PASSWORD 'waymark'" -c "CREATE DATABASE waymark OWNER waymark" >/dev/null
+      -c "CREATE ROLE waymark LOGIN SUPERUSER PASSWORD 'waymark'" -c "CREATE DATABASE waymark OWNER waymark" \
+      -c "CREATE ROLE waymark_tls LOGIN PASSWORD 'waymark_tls'" -c "CREATE DATABASE waymark_tls OWNER waymark_tls" \
+      >/dev/null
   else
     # No psql: single-user mode cannot run while the server runs, so stop, create, start again.
     as_owner "$bin/pg_ctl" -D "$dir/data" -w stop >/dev/null
-    printf "CREATE ROLE waymark LOGIN SUPERUSER PASSWORD 'waymark';\nCREATE DATABASE waymark OWNER waymark;\n" \
+    printf "%s\n" "CREATE ROLE waymark LOGIN SUPERUSER PASSWORD 'waymark';" "CREATE DATABASE waymark OWNER waymark;" \
+      "CREATE ROLE waymark_tls LOGIN PASSWORD 'waymark_tls';" "CREATE DATABASE waymark_tls OWNER waymark_tls;" \
       | as_owner "$bin/postgres" --single -D "$dir/data" postgres >"$dir/single.log" 2>&1 \
       || { cat "$dir/single.log" >&2; exit 1; }
-    as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-      -o "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories= -c fsync=off -c max_connections=200" \
-      start >/dev/null || { cat "$dir/server.log" >&2; exit 1; }
+    server_start "$bin" "$port"
   fi
 }
 

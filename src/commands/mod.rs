@@ -131,7 +131,7 @@ enum Backend {
     /// The state directory's SQLite database; runners of a flow exclude each other by its lock file.
     Sqlite,
     /// A PostgreSQL database shared by hosts; runners exclude each other by leases in it.
-    Postgres { config: Box<postgres::Config>, shown: String, timing: LeaseTiming },
+    Postgres { config: Box<crate::store::url::PgConfig>, shown: String, timing: LeaseTiming },
 }
 
 static BACKEND: std::sync::OnceLock<Backend> = std::sync::OnceLock::new();

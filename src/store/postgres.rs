@@ -34,6 +34,7 @@
 
 use super::lease::{LeaseClock, LeaseTiming, host_id};
 use super::record::RunDefinition;
+use super::url::{CertCheck, PgConfig};
 use super::*;
 use crate::flow::Flow;
 use ::postgres::config::SslMode;
@@ -207,37 +208,192 @@ fn new_run_id() -> String {
 }
 
 /// Connect to the database of `config` (shown as `location`), with TLS when its `sslmode` asks
-/// for it (`prefer`, the default, uses it when the server offers it; `require` insists).
-fn connect(config: &::postgres::Config, location: &str) -> Result<Client, StoreError> {
-    let mut config = config.clone();
-    if config.get_connect_timeout().is_none() {
-        config.connect_timeout(Duration::from_secs(10));
+/// for it (`prefer`, the default, uses it when the server offers it; the others insist), checking
+/// the server's certificate as [`CertCheck`] says.
+fn connect(config: &PgConfig, location: &str) -> Result<Client, StoreError> {
+    let mut conn = config.conn.clone();
+    if conn.get_connect_timeout().is_none() {
+        conn.connect_timeout(Duration::from_secs(10));
     }
-    if config.get_tcp_user_timeout().is_none() {
+    if conn.get_tcp_user_timeout().is_none() {
         // Unacknowledged data for this long means the connection is gone.
-        config.tcp_user_timeout(Duration::from_secs(10));
+        conn.tcp_user_timeout(Duration::from_secs(10));
     }
-    config.keepalives_idle(Duration::from_secs(5));
-    let fail = |e: ::postgres::Error| StoreError::failed(kind_of(&e), location, detail(&e));
-    if config.get_ssl_mode() == SslMode::Disable {
-        return config.connect(::postgres::NoTls).map_err(fail);
+    conn.keepalives_idle(Duration::from_secs(5));
+    let fail = |e: ::postgres::Error| StoreError::failed(kind_of(&e), location, tls_detail(&e, config));
+    if conn.get_ssl_mode() == SslMode::Disable {
+        return conn.connect(::postgres::NoTls).map_err(fail);
     }
-    config.connect(tls(location)?).map_err(fail)
+    conn.connect(tls(config, location)?).map_err(fail)
 }
 
-/// TLS by rustls, verifying the server against the system's root certificates.
-fn tls(location: &str) -> Result<tokio_postgres_rustls::MakeRustlsConnect, StoreError> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_native_certs::load_native_certs().certs {
-        let _ = roots.add(cert);
+/// [`detail`], and for a certificate the TLS handshake refused, what it was checked against.
+fn tls_detail(e: &::postgres::Error, config: &PgConfig) -> String {
+    let text = detail(e);
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        // tokio-postgres hands the handshake's error on inside an io::Error.
+        let tls = cause
+            .downcast_ref::<rustls::Error>()
+            .or_else(|| cause.downcast_ref::<std::io::Error>()?.get_ref()?.downcast_ref::<rustls::Error>());
+        if let Some(rustls::Error::InvalidCertificate(_)) = tls {
+            let against = match &config.roots {
+                Some(roots) => format!("the certificates of sslrootcert `{}`", roots.path.display()),
+                None => "the system's root certificates".to_owned(),
+            };
+            let what = match config.check {
+                CertCheck::Full => "its chain and host name",
+                _ => "its chain",
+            };
+            return format!("{text} (the server's certificate was checked against {against}: {what})");
+        }
+        source = cause.source();
     }
+    text
+}
+
+/// The certificates of an `sslrootcert` file (PEM), or why they cannot be read.
+pub(crate) fn load_roots(file: &Path) -> Result<rustls::RootCertStore, String> {
+    use rustls::pki_types::pem::PemObject;
+    let unreadable =
+        |e: &dyn std::fmt::Display| format!("cannot read the certificates of sslrootcert `{}`: {e}", file.display());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_file_iter(file).map_err(|e| unreadable(&e))? {
+        roots.add(cert.map_err(|e| unreadable(&e))?).map_err(|e| unreadable(&e))?;
+    }
+    if roots.is_empty() {
+        return Err(unreadable(&"it holds no certificate (PEM, `-----BEGIN CERTIFICATE-----`)"));
+    }
+    Ok(roots)
+}
+
+/// TLS by rustls, with the certificate checks of `config` (roots: its `sslrootcert` file or the
+/// system's).
+fn tls(config: &PgConfig, location: &str) -> Result<tokio_postgres_rustls::MakeRustlsConnect, StoreError> {
+    let setup = |what: String| StoreError::failed(StoreErrorKind::Other, location, what);
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| StoreError::failed(StoreErrorKind::Other, location, format!("cannot set up TLS: {e}")))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
+        .map_err(|e| setup(format!("cannot set up TLS: {e}")))?;
+    if config.check == CertCheck::Nothing {
+        let tls =
+            builder.dangerous().with_custom_certificate_verifier(Arc::new(Unverified(provider))).with_no_client_auth();
+        return Ok(tokio_postgres_rustls::MakeRustlsConnect::new(tls));
+    }
+    let roots = match &config.roots {
+        Some(file) => file.certs.clone(),
+        None => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in rustls_native_certs::load_native_certs().certs {
+                let _ = roots.add(cert);
+            }
+            Arc::new(roots)
+        }
+    };
+    let tls = if config.check == CertCheck::Chain {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(ChainOnly { roots, provider }))
+            .with_no_client_auth()
+    } else {
+        builder.with_root_certificates(roots).with_no_client_auth()
+    };
+    Ok(tokio_postgres_rustls::MakeRustlsConnect::new(tls))
+}
+
+/// `sslmode=require` or `prefer` (the default) without `sslrootcert`: any certificate is
+/// accepted. This is libpq's meaning of these modes (encryption against eavesdropping, no
+/// protection against an active man in the middle), which servers with self-signed certificates
+/// rely on (Debian's packages turn TLS on with one); `verify-ca` and `verify-full` are the
+/// authenticated modes. The handshake's signatures are still checked (the server holds
+/// the key of the certificate it sent).
+#[derive(Debug)]
+struct Unverified(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for Unverified {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// `sslmode=verify-ca` (or `require` with `sslrootcert`): the certificate must chain to one of
+/// `roots`, for whatever host name it names.
+#[derive(Debug)]
+struct ChainOnly {
+    roots: Arc<rustls::RootCertStore>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl rustls::client::danger::ServerCertVerifier for ChainOnly {
+    fn verify_server_cert(
+        &self,
+        end_entity: &rustls::pki_types::CertificateDer<'_>,
+        intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        let cert = rustls::server::ParsedCertificate::try_from(end_entity)?;
+        rustls::client::verify_server_cert_signed_by_trust_anchor(
+            &cert,
+            &self.roots,
+            intermediates,
+            now,
+            self.provider.signature_verification_algorithms.all,
+        )?;
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.provider.signature_verification_algorithms.supported_schemes()
+    }
 }
 
 /// Bring the schema up to date: under the advisory lock, in one transaction, so that of several
@@ -288,7 +444,7 @@ fn migrate(client: &mut Client, location: &str) -> Result<(), StoreError> {
 /// The shared store. See the module documentation.
 pub(crate) struct PgStore {
     client: std::cell::RefCell<Client>,
-    config: ::postgres::Config,
+    config: PgConfig,
     location: String,
     /// While a run goes on: its runner's lease clock. Writes that fail for want of a connection
     /// are retried until the runner is fenced off, and none is made after.
@@ -297,7 +453,7 @@ pub(crate) struct PgStore {
 
 impl PgStore {
     /// Connect and bring the schema up to date.
-    pub(crate) fn open(config: &::postgres::Config, location: &str) -> Result<PgStore, StoreError> {
+    pub(crate) fn open(config: &PgConfig, location: &str) -> Result<PgStore, StoreError> {
         let mut client = connect(config, location)?;
         migrate(&mut client, location)?;
         Ok(PgStore {
@@ -1192,7 +1348,7 @@ impl FlowLease {
     /// Take the lease of `lease_key` for `owner` on the database of `config` if nobody holds it
     /// (or its holder's lease has expired), and keep renewing it.
     pub(crate) fn try_take(
-        config: &::postgres::Config,
+        config: &PgConfig,
         location: &str,
         lease_key: &str,
         owner: &str,

@@ -4,11 +4,12 @@
 
 use super::lease::{LeaseTiming, host_id};
 use super::postgres::{FlowLease, Leased, PgStore, lease_key};
+use super::url::PgConfig;
 use super::*;
 use std::time::Duration;
 
 /// A fresh database on the test server, as a config; `None` (after a `SKIPPED` line) without one.
-fn fresh_database(test: &str) -> Option<(::postgres::Config, String)> {
+fn fresh_database(test: &str) -> Option<(PgConfig, String)> {
     use std::io::Write;
     let Some(url) = std::env::var("WAYMARK_TEST_PG").ok().filter(|u| !u.is_empty()) else {
         assert!(std::env::var_os("CI").is_none(), "{test} needs PostgreSQL: CI must set WAYMARK_TEST_PG");
@@ -21,7 +22,7 @@ fn fresh_database(test: &str) -> Option<(::postgres::Config, String)> {
     admin.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
     let mut config = config.clone();
     config.dbname(&name);
-    Some((config, format!("postgres://test/{name}")))
+    Some((PgConfig::from(config), format!("postgres://test/{name}")))
 }
 
 /// A store under test, with what the backend needs to hold a flow (its lease).
@@ -29,7 +30,7 @@ struct Backend {
     name: &'static str,
     store: Box<dyn Store>,
     /// PostgreSQL: to open a second connection and to take leases.
-    pg: Option<(::postgres::Config, String)>,
+    pg: Option<(PgConfig, String)>,
     _dir: tempfile::TempDir,
 }
 

@@ -9,9 +9,62 @@
 //!   `sslmode`, `connect_timeout`, `application_name`); the state directory then keeps only the
 //!   logs of the attempts that run on this host.
 //!
+//!   `sslmode` follows libpq's: `disable`, `prefer` (the default), `require`, `verify-ca` and
+//!   `verify-full`, with `sslrootcert=FILE`. `tokio-postgres` parses only the first three, so the
+//!   last two and `sslrootcert` are taken out of the URL here ([`PgConfig::check`],
+//!   [`PgConfig::roots`]), the connection is made with `require`, and the store's rustls
+//!   configuration does the checking (`postgres.rs`).
+//!
 //! A URL is shown everywhere without its password ([`redact`]).
 
 use std::path::PathBuf;
+
+/// A PostgreSQL store's connection settings: the parsed URL, and how the server's certificate is
+/// checked when TLS is used.
+#[derive(Debug, Clone)]
+pub(crate) struct PgConfig {
+    /// The URL as `tokio-postgres` parses it (`verify-ca` and `verify-full` read as `require`).
+    pub(crate) conn: postgres::Config,
+    /// What of the server's certificate is checked.
+    pub(crate) check: CertCheck,
+    /// `sslrootcert`: the certificate authorities the server's certificate must chain to; `None`
+    /// for the system's root certificates.
+    pub(crate) roots: Option<RootsFile>,
+}
+
+/// The certificates of an `sslrootcert` file, read when the URL is parsed.
+#[derive(Debug, Clone)]
+pub(crate) struct RootsFile {
+    pub(crate) path: PathBuf,
+    pub(crate) certs: std::sync::Arc<rustls::RootCertStore>,
+}
+
+impl From<postgres::Config> for PgConfig {
+    /// A URL without `sslrootcert`, with the checks of its `sslmode`.
+    fn from(conn: postgres::Config) -> PgConfig {
+        PgConfig { conn, check: CertCheck::Nothing, roots: None }
+    }
+}
+
+impl std::ops::Deref for PgConfig {
+    type Target = postgres::Config;
+    fn deref(&self) -> &postgres::Config {
+        &self.conn
+    }
+}
+
+/// What of the server's certificate is checked (libpq's `sslmode` semantics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CertCheck {
+    /// `prefer` and `require` without `sslrootcert`: encryption without authentication, as libpq
+    /// does it.
+    Nothing,
+    /// `verify-ca`, or `prefer`/`require` with `sslrootcert` (as libpq): the certificate chains to
+    /// a root.
+    Chain,
+    /// `verify-full`: the chain and the host name.
+    Full,
+}
 
 /// A store as chosen.
 #[derive(Debug, Clone)]
@@ -19,7 +72,7 @@ pub(crate) enum StoreUrl {
     /// The SQLite database of a state directory: this one, or the configured one.
     Sqlite(Option<PathBuf>),
     /// A PostgreSQL database: its parsed configuration and its URL without the password.
-    Postgres { config: Box<postgres::Config>, shown: String },
+    Postgres { config: Box<PgConfig>, shown: String },
 }
 
 /// Why a store URL is not usable.
@@ -53,15 +106,61 @@ pub(crate) fn parse(text: &str) -> Result<StoreUrl, UrlError> {
     }
     if text.starts_with("postgres://") || text.starts_with("postgresql://") {
         let shown = redact(text);
-        let config: postgres::Config = text
-            .parse()
-            .map_err(|e: postgres::Error| UrlError::Postgres { shown: shown.clone(), why: e.to_string() })?;
-        if config.get_hosts().is_empty() {
-            return Err(UrlError::Postgres { shown, why: "it names no host".into() });
+        let bad = |why: String| UrlError::Postgres { shown: shown.clone(), why };
+        let (text, mode, roots) = take_tls_params(text).map_err(bad)?;
+        let conn: postgres::Config = text.parse().map_err(|e: postgres::Error| bad(e.to_string()))?;
+        if conn.get_hosts().is_empty() {
+            return Err(bad("it names no host".into()));
         }
-        return Ok(StoreUrl::Postgres { config: Box::new(config), shown });
+        let check = match (mode.as_deref(), &roots) {
+            (Some("verify-full"), _) => CertCheck::Full,
+            (Some("verify-ca"), _) | (_, Some(_)) => CertCheck::Chain,
+            _ => CertCheck::Nothing,
+        };
+        let roots = match roots {
+            Some(path) => {
+                let certs = super::postgres::load_roots(&path).map_err(bad)?;
+                Some(RootsFile { path, certs: std::sync::Arc::new(certs) })
+            }
+            None => None,
+        };
+        return Ok(StoreUrl::Postgres { config: Box::new(PgConfig { conn, check, roots }), shown });
     }
     Err(UrlError::Scheme(redact(text)))
+}
+
+/// Take `sslmode` and `sslrootcert` out of a PostgreSQL URL: the URL for `tokio-postgres` (with
+/// `verify-ca` and `verify-full` as `require`), the mode given, and the root certificates' file
+/// (`sslrootcert=system`, like none, means the system's).
+fn take_tls_params(url: &str) -> Result<(String, Option<String>, Option<PathBuf>), String> {
+    let Some((base, query)) = url.split_once('?') else { return Ok((url.to_owned(), None, None)) };
+    let (mut mode, mut roots) = (None, None);
+    let mut kept = Vec::new();
+    for param in query.split('&') {
+        let (key, value) = param.split_once('=').unwrap_or((param, ""));
+        let value = percent_encoding::percent_decode_str(value).decode_utf8_lossy().into_owned();
+        match key {
+            "sslmode" => {
+                let given = match value.as_str() {
+                    "disable" | "prefer" | "require" => value.as_str(),
+                    "verify-ca" | "verify-full" => "require",
+                    _ => {
+                        return Err(format!(
+                            "sslmode `{value}` is not one waymark knows; give disable, prefer, require, verify-ca \
+                             or verify-full"
+                        ));
+                    }
+                };
+                kept.push(format!("sslmode={given}"));
+                mode = Some(value);
+            }
+            "sslrootcert" if value.is_empty() => return Err("sslrootcert names no file".into()),
+            "sslrootcert" => roots = (value != "system").then(|| PathBuf::from(value)),
+            _ => kept.push(param.to_owned()),
+        }
+    }
+    let url = if kept.is_empty() { base.to_owned() } else { format!("{base}?{}", kept.join("&")) };
+    Ok((url, mode, roots))
 }
 
 /// The store a command uses: `--store` (given), else `$WAYMARK_STORE`, else the default.
