@@ -53,7 +53,7 @@ fn every_attempt_records_the_host_it_ran_on() {
     let status = json(&env, &["status", "--json"]);
     assert_eq!(status["steps"][0]["host"], host.as_str());
     assert_eq!(status["steps"][1]["host"], host.as_str());
-    assert_eq!(user_version(&env), 7);
+    assert_eq!(user_version(&env), 8);
 }
 
 #[test]
@@ -70,10 +70,10 @@ fn a_schema_2_database_is_read_as_it_is_and_migrated_by_the_next_runner() {
     kill(runner.id(), "KILL");
     finish(runner);
     // Back to schema 2, as the binary before attempt hosts wrote it (nor leases, from schema 4, nor
-    // step outputs, from schema 5).
+    // step outputs, from schema 5, nor the lease index, from schema 8).
     db(&env)
         .execute_batch(
-            "ALTER TABLE attempts DROP COLUMN kind; ALTER TABLE steps DROP COLUMN outputs; \
+            "DROP INDEX runs_lease; ALTER TABLE attempts DROP COLUMN kind; ALTER TABLE steps DROP COLUMN outputs; \
              ALTER TABLE runs DROP COLUMN lease_owner; ALTER TABLE runs DROP COLUMN lease_token; \
              ALTER TABLE attempts DROP COLUMN host; PRAGMA user_version = 2;",
         )
@@ -89,7 +89,7 @@ fn a_schema_2_database_is_read_as_it_is_and_migrated_by_the_next_runner() {
     let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stderr(&out).contains("resuming run"), "{}", stderr(&out));
-    assert_eq!(user_version(&env), 7);
+    assert_eq!(user_version(&env), 8);
     let host = this_host();
     assert_eq!(
         attempt_hosts(&env),

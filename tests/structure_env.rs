@@ -464,7 +464,7 @@ fn a_schema_4_database_is_read_as_it_is_and_migrated_by_the_next_runner() {
     assert_eq!(out.status.signal(), Some(9), "{}", stderr(&out));
     let db = || rusqlite::Connection::open(env.state().join("waymark.db")).unwrap();
     let version = || -> i64 { db().query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap() };
-    assert_eq!(version(), 7);
+    assert_eq!(version(), 8);
     db().execute_batch(
         "ALTER TABLE attempts DROP COLUMN kind; ALTER TABLE steps DROP COLUMN outputs; PRAGMA user_version = 4;",
     )
@@ -478,6 +478,6 @@ fn a_schema_4_database_is_read_as_it_is_and_migrated_by_the_next_runner() {
     // A runner migrates and resumes; `fetch-a` recorded no outputs under schema 4.
     let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_eq!(version(), 7);
+    assert_eq!(version(), 8);
     assert_eq!(env.read("load.log"), "  2026-01-31\n");
 }

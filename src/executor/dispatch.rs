@@ -21,6 +21,7 @@ use crate::secrets::Secrets;
 use crate::store::{
     AttemptOutcome, AttemptResult, AuxKind, AuxRun, RunJournal, RunStatus, StepRecord, StepState, StepUpdate,
 };
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -181,11 +182,131 @@ impl StepSlot {
     }
 }
 
+/// The steps sorted by what the dispatcher does with them next, kept up to date by
+/// [`Dispatcher::set_slot`] on every change of a slot: the steps ready to be issued (their needs
+/// all done), the issued ones and the catch handlers to start (in file order), the retries
+/// waiting for their backoff (by wake-up time), and counts. Each need is counted down once, when
+/// the step it names is done, so a run costs its steps plus its `needs` entries in all.
+struct Agenda {
+    /// How many of each step's `needs` entries are not done yet.
+    unmet: Vec<usize>,
+    /// The steps that need each step, once per entry.
+    dependents: Vec<Vec<usize>>,
+    /// `Ready` steps whose needs are all done: first attempts, and attempts redelivered after a
+    /// runner died.
+    fresh: BTreeSet<usize>,
+    redelivered: BTreeSet<usize>,
+    /// `Queued` and `Catching` steps, in file order.
+    pending: BTreeSet<usize>,
+    /// `Waiting` steps, by wake-up time then file order.
+    waits: BTreeSet<(Instant, usize)>,
+    /// Steps done (succeeded or caught).
+    done: usize,
+    /// Steps under way with their retries: `Waiting`, `Queued` for a retry, or `Catching`.
+    retrying: usize,
+}
+
+impl Agenda {
+    fn new(steps: &[StepSlot]) -> Agenda {
+        let mut dependents = vec![Vec::new(); steps.len()];
+        for (index, s) in steps.iter().enumerate() {
+            for &need in &s.step.needs {
+                dependents[need].push(index);
+            }
+        }
+        let mut agenda = Agenda {
+            unmet: steps.iter().map(|s| s.step.needs.len()).collect(),
+            dependents,
+            fresh: BTreeSet::new(),
+            redelivered: BTreeSet::new(),
+            pending: BTreeSet::new(),
+            waits: BTreeSet::new(),
+            done: 0,
+            retrying: 0,
+        };
+        for index in 0..steps.len() {
+            agenda.enter(index, steps);
+        }
+        agenda
+    }
+
+    /// Step `index` left `slot`.
+    fn leave(&mut self, index: usize, slot: &Slot) {
+        match *slot {
+            Slot::Ready { redelivered: false, .. } => {
+                self.fresh.remove(&index);
+            }
+            Slot::Ready { redelivered: true, .. } => {
+                self.redelivered.remove(&index);
+            }
+            Slot::Queued { retry, .. } => {
+                self.pending.remove(&index);
+                self.retrying -= usize::from(retry);
+            }
+            Slot::Catching { .. } => {
+                self.pending.remove(&index);
+                self.retrying -= 1;
+            }
+            Slot::Waiting { wake, .. } => {
+                self.waits.remove(&(wake, index));
+                self.retrying -= 1;
+            }
+            Slot::Succeeded | Slot::Caught => {
+                debug_assert!(false, "a step done stays done");
+                self.done -= 1;
+            }
+            Slot::Running(_) | Slot::Handling(_) | Slot::Failed | Slot::Skipped => {}
+        }
+    }
+
+    /// Step `index` entered the slot it has now in `steps`.
+    fn enter(&mut self, index: usize, steps: &[StepSlot]) {
+        match steps[index].slot {
+            Slot::Ready { redelivered, .. } => self.ready_if_needs_done(index, redelivered),
+            Slot::Queued { retry, .. } => {
+                self.pending.insert(index);
+                self.retrying += usize::from(retry);
+            }
+            Slot::Catching { .. } => {
+                self.pending.insert(index);
+                self.retrying += 1;
+            }
+            Slot::Waiting { wake, .. } => {
+                self.waits.insert((wake, index));
+                self.retrying += 1;
+            }
+            Slot::Succeeded | Slot::Caught => {
+                self.done += 1;
+                for i in 0..self.dependents[index].len() {
+                    let dependent = self.dependents[index][i];
+                    self.unmet[dependent] -= 1;
+                    if let Slot::Ready { redelivered, .. } = steps[dependent].slot {
+                        self.ready_if_needs_done(dependent, redelivered);
+                    }
+                }
+            }
+            Slot::Running(_) | Slot::Handling(_) | Slot::Failed | Slot::Skipped => {}
+        }
+    }
+
+    fn ready_if_needs_done(&mut self, index: usize, redelivered: bool) {
+        if self.unmet[index] == 0 {
+            match redelivered {
+                true => self.redelivered.insert(index),
+                false => self.fresh.insert(index),
+            };
+        }
+    }
+}
+
 pub(crate) struct Dispatcher<'e, L, J, S, C> {
     flow: Arc<Flow>,
     parts: Parts<L, J, S, C>,
     emitter: &'e mut Emitter,
     steps: Vec<StepSlot>,
+    /// Which steps are in which state, kept as slots change so that an event costs what it
+    /// changes rather than a walk over every step.
+    agenda: Agenda,
     tx: mpsc::Sender<Msg>,
     rx: mpsc::Receiver<Msg>,
     /// The first signal the runner received, if any.
@@ -200,7 +321,7 @@ pub(crate) struct Dispatcher<'e, L, J, S, C> {
     /// Steps in the order they succeeded: by earlier runners (by when), then by this one.
     completed: Vec<usize>,
     /// Compensations and hooks that have run for this run: they do not run again.
-    aux_done: std::collections::BTreeSet<(AuxKind, String)>,
+    aux_done: BTreeSet<(AuxKind, String)>,
     /// The outputs of the steps that succeeded, recorded ones included: what an attempt sees.
     outputs: RunOutputs,
     /// Hidden in what is read from an attempt's files before it is recorded.
@@ -275,9 +396,10 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         let deadline =
             spec.deadline.map(|at| Instant::now() + at.duration_since(parts.clock.now()).unwrap_or(Duration::ZERO));
         let max_parallel = spec.max_parallel.max(1);
+        let agenda = Agenda::new(&steps);
         let mut completed: Vec<usize> = (0..spec.steps.len()).filter(|&i| steps[i].slot.done()).collect();
         completed.sort_by_key(|&i| (spec.steps[i].ended_at, i));
-        let mut aux_done = std::collections::BTreeSet::new();
+        let mut aux_done = BTreeSet::new();
         for aux in &spec.aux {
             if aux.finished {
                 aux_done.insert((aux.kind, aux.name.clone()));
@@ -290,6 +412,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             parts,
             emitter,
             steps,
+            agenda,
             tx,
             rx,
             cancelled: None,
@@ -352,9 +475,12 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         }
     }
 
-    /// Whether every step that step `index` needs has succeeded.
-    fn needs_done(&self, index: usize) -> bool {
-        self.steps[index].step.needs.iter().all(|&n| self.steps[n].slot.done())
+    /// Put step `index` in `slot`, keeping the agenda up to date; the slot it leaves.
+    fn set_slot(&mut self, index: usize, slot: Slot) -> Slot {
+        let old = std::mem::replace(&mut self.steps[index].slot, slot);
+        self.agenda.leave(index, &old);
+        self.agenda.enter(index, &self.steps);
+        old
     }
 
     /// Issue what may run now, in file order: a step whose needs have all succeeded (unless a
@@ -363,19 +489,25 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     /// when its runner died: like the other running steps it finishes, unless `fail_fast`.
     fn make_ready(&mut self, now: Instant) {
         let retries_go_on = self.stopping.is_none() || !self.flow.fail_fast;
-        for index in 0..self.steps.len() {
+        let agenda = &self.agenda;
+        let mut due: Vec<usize> = Vec::new();
+        if self.stopping.is_none() {
+            due.extend(&agenda.fresh);
+        }
+        if retries_go_on {
+            due.extend(&agenda.redelivered);
+            due.extend(agenda.waits.iter().take_while(|(wake, _)| *wake <= now).map(|&(_, index)| index));
+        }
+        due.sort_unstable();
+        for index in due {
             let queued = match self.steps[index].slot {
-                Slot::Ready { attempt, redelivered }
-                    if (self.stopping.is_none() || (redelivered && retries_go_on)) && self.needs_done(index) =>
-                {
+                Slot::Ready { attempt, redelivered } => {
                     Slot::Queued { attempt, redelivered, issued: now, retry: false }
                 }
-                Slot::Waiting { attempt, wake } if wake <= now && retries_go_on => {
-                    Slot::Queued { attempt, redelivered: false, issued: now, retry: true }
-                }
+                Slot::Waiting { attempt, .. } => Slot::Queued { attempt, redelivered: false, issued: now, retry: true },
                 _ => continue,
             };
-            self.steps[index].slot = queued;
+            self.set_slot(index, queued);
             if !self.steps[index].said_ready {
                 self.steps[index].said_ready = true;
                 self.emitter.emit(Event::StepReady { step: self.steps[index].step.name.clone() });
@@ -385,10 +517,15 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
 
     /// Start issued attempts in file order while fewer than `max_parallel` run.
     async fn start_queued(&mut self) -> Result<(), ExecError> {
-        for index in 0..self.steps.len() {
+        let mut from = 0;
+        loop {
             if self.running >= self.max_parallel || self.cancelled.is_some() || self.expired {
                 break;
             }
+            // The next issued step after the last one looked at, as a walk in file order would
+            // find it: starting one may change the steps after it.
+            let Some(&index) = self.agenda.pending.range(from..).next() else { break };
+            from = index + 1;
             match self.steps[index].slot {
                 Slot::Queued { .. } => self.start(index).await?,
                 Slot::Catching { .. } if self.stopping.is_none() || !self.flow.fail_fast => {
@@ -402,7 +539,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
 
     /// The run's outcome once nothing is running, or `None` while work remains.
     fn outcome(&self) -> Option<RunOutcome> {
-        if self.steps.iter().all(|s| s.slot.done()) {
+        if self.agenda.done == self.steps.len() {
             return Some(RunOutcome::Succeeded);
         }
         if self.expired {
@@ -410,10 +547,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         }
         if self.stopping.is_some() {
             // Without fail_fast the steps already under way finish with their retries.
-            let retrying = |s: &StepSlot| {
-                matches!(s.slot, Slot::Waiting { .. } | Slot::Queued { retry: true, .. } | Slot::Catching { .. })
-            };
-            let waits = !self.flow.fail_fast && self.cancelled.is_none() && self.steps.iter().any(retrying);
+            let waits = !self.flow.fail_fast && self.cancelled.is_none() && self.agenda.retrying > 0;
             return (!waits).then_some(RunOutcome::Failed);
         }
         self.cancelled.map(|sig| RunOutcome::Interrupted { signal: sig.number() })
@@ -423,13 +557,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         if self.cancelled.is_some() {
             return None;
         }
-        self.steps
-            .iter()
-            .filter_map(|s| match s.slot {
-                Slot::Waiting { wake, .. } => Some(wake),
-                _ => None,
-            })
-            .min()
+        self.agenda.waits.first().map(|&(wake, _)| wake)
     }
 
     /// Issue the next attempt of step `index`: its start is durable before the child exists.
@@ -446,7 +574,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             let signal = self.cancelled.map(|s| s.name().to_owned());
             let result = self.result(AttemptOutcome::Cancelled, None, signal);
             self.parts.journal.attempt_finished(row, &result, &StepUpdate::Pending).await?;
-            self.steps[index].slot = Slot::Ready { attempt, redelivered: true };
+            self.set_slot(index, Slot::Ready { attempt, redelivered: true });
             return Ok(());
         }
         if !self.steps[index].said_started {
@@ -496,7 +624,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         });
         match launched {
             Launched::Running { pid, stderr_from, .. } => {
-                self.steps[index].slot = Slot::Running(Live { attempt, row, pid, stem, stderr_from, issued, control });
+                self.set_slot(index, Slot::Running(Live { attempt, row, pid, stem, stderr_from, issued, control }));
                 self.running += 1;
                 Ok(())
             }
@@ -560,7 +688,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
 
     /// Take the running attempt of a step that just ended.
     fn take_running(&mut self, index: usize) -> Ended {
-        match std::mem::replace(&mut self.steps[index].slot, Slot::Failed) {
+        match self.set_slot(index, Slot::Failed) {
             Slot::Running(Live { attempt, row, stem, stderr_from, issued, .. }) => {
                 self.running -= 1;
                 Ended { attempt, row, stem, stderr_from, issued, killed_after_grace: false }
@@ -585,8 +713,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         self.crash_point(index);
         self.outputs.insert(index, &name, result.outputs);
         self.completed.push(index);
+        self.set_slot(index, Slot::Succeeded);
         let s = &mut self.steps[index];
-        s.slot = Slot::Succeeded;
         (s.last_attempt, s.last_stderr_from) = (ended.attempt, ended.stderr_from);
         let (step, max_attempts, used) = (s.step.name.clone(), s.max_attempts(), s.within_budget(ended.attempt));
         self.emitter.emit(Event::AttemptFinished {
@@ -612,8 +740,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         let result = self.result(AttemptOutcome::Cancelled, None, signal);
         self.parts.journal.attempt_finished(ended.row, &result, &StepUpdate::Pending).await?;
         let signal = result.signal;
+        self.set_slot(index, Slot::Ready { attempt: ended.attempt, redelivered: true });
         let s = &mut self.steps[index];
-        s.slot = Slot::Ready { attempt: ended.attempt, redelivered: true };
         (s.last_attempt, s.last_stderr_from) = (ended.attempt, ended.stderr_from);
         let (step, max_attempts) = (s.step.name.clone(), s.max_attempts());
         self.emitter.emit(Event::AttemptFinished {
@@ -681,13 +809,14 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             AttemptResult { error: Some(error.clone()), ..self.result(AttemptOutcome::Failed, exit_code, signal) };
         self.parts.journal.attempt_finished(ended.row, &result, &update).await?;
         self.crash_point(index);
-        let s = &mut self.steps[index];
-        s.slot = match (retry, &update) {
+        let slot = match (retry, &update) {
             (Some(plan), _) => Slot::Waiting { attempt: ended.attempt + 1, wake: Instant::now() + plan.delay },
             (None, StepUpdate::Caught) => Slot::Caught,
             (None, StepUpdate::Catching) => Slot::Catching { attempt: ended.attempt },
             (None, _) => Slot::Failed,
         };
+        self.set_slot(index, slot);
+        let s = &mut self.steps[index];
         (s.last_attempt, s.last_stderr_from) = (ended.attempt, ended.stderr_from);
         s.last_error = Some(error.clone());
         let max_attempts = s.max_attempts();
@@ -744,7 +873,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         let Some(command) = command else {
             // The recorded error no longer matches a handler with a command (an edited database):
             // the step fails with it.
-            self.steps[index].slot = Slot::Failed;
+            self.set_slot(index, Slot::Failed);
             self.failed_for_good(index);
             return Ok(());
         };
@@ -783,7 +912,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 let name = step.name.clone();
                 self.emitter.emit(Event::HandlerStarted { step: name, attempt, error: error_class, pid: Some(pid) });
                 let live = Live { attempt, row, pid, stem, stderr_from, issued, control };
-                self.steps[index].slot = Slot::Handling(live);
+                self.set_slot(index, Slot::Handling(live));
                 self.running += 1;
                 Ok(())
             }
@@ -799,7 +928,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     /// The catch handler of step `index` ended: the step is caught if it succeeded, catching
     /// again (to run on resume) if it was cancelled, and fails with its error otherwise.
     async fn handler_ended(&mut self, index: usize, end: End) -> Result<(), ExecError> {
-        let Slot::Handling(live) = std::mem::replace(&mut self.steps[index].slot, Slot::Failed) else {
+        let Slot::Handling(live) = self.set_slot(index, Slot::Failed) else {
             return Ok(()); // the caller checked: only a running handler ends
         };
         self.running -= 1;
@@ -840,7 +969,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         };
         let result = self.result(outcome, exit_code, None);
         self.parts.journal.attempt_finished(row, &result, &update).await?;
-        self.steps[index].slot = slot;
+        self.set_slot(index, slot);
         let s = &self.steps[index];
         let (step, attempt, attempts) = (s.step.name.clone(), s.last_attempt, s.within_budget(s.last_attempt));
         let end = match outcome {
@@ -1060,9 +1189,10 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             return;
         }
         self.stopping = Some(index);
-        for s in &mut self.steps {
-            if let Slot::Queued { attempt, redelivered, retry: false, .. } = s.slot {
-                s.slot = Slot::Ready { attempt, redelivered };
+        let pending: Vec<usize> = self.agenda.pending.iter().copied().collect();
+        for i in pending {
+            if let Slot::Queued { attempt, redelivered, retry: false, .. } = self.steps[i].slot {
+                self.set_slot(i, Slot::Ready { attempt, redelivered });
             }
         }
         if self.flow.fail_fast {
@@ -1150,7 +1280,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         // a signal), which must not be left `waiting` with a next retry in a finished run.
         let mut skipped = Vec::new();
         if outcome == RunOutcome::Failed {
-            for s in &mut self.steps {
+            for i in 0..self.steps.len() {
+                let s = &self.steps[i];
                 // A step a dead runner left running that did not run again (the deadline had passed,
                 // or fail_fast) is skipped too, rather than left `running` in a finished run.
                 let skip = match s.slot {
@@ -1161,8 +1292,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                     _ => false,
                 };
                 if skip {
-                    s.slot = Slot::Skipped;
                     skipped.push(s.step.name.clone());
+                    self.set_slot(i, Slot::Skipped);
                 }
             }
         }

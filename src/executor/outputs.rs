@@ -155,9 +155,14 @@ impl RunOutputs {
         run
     }
 
-    /// Step `index`, named `step`, succeeded with `outputs`.
+    /// Step `index`, named `step`, succeeded with `outputs`. A step without outputs is not
+    /// kept: every attempt reads all that is kept.
     pub(crate) fn insert(&mut self, index: usize, step: &str, outputs: StepOutputs) {
-        self.by_step.insert(index, (step.to_owned(), outputs));
+        if outputs.is_empty() {
+            self.by_step.remove(&index);
+        } else {
+            self.by_step.insert(index, (step.to_owned(), outputs));
+        }
     }
 
     /// The variables, in step order (so a later step's value wins where two names meet).

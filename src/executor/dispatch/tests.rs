@@ -1282,3 +1282,79 @@ needs = []
     assert!(ran.writes.contains(&"finished row 3 Cancelled -> Catching".to_owned()), "{:?}", ran.writes);
     assert_eq!(ran.writes.last().map(String::as_str), Some("run Failed Some(\"b\") skipped [\"a\"]"));
 }
+
+/// The steps skipped at the end of a run, in the order said, with why.
+fn skipped(ran: &Ran) -> Vec<(String, SkipReason)> {
+    ran.events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::StepSkipped { step, reason } => Some((step.clone(), *reason)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A flow of `n` steps named s0000, s0001, ...; `needs` gives what step `i` needs (`None`: the
+/// default, the step before it).
+fn many(head: &str, n: usize, needs: impl Fn(usize) -> Option<String>) -> String {
+    let mut toml = head.to_owned();
+    for i in 0..n {
+        toml.push_str(&format!("[[step]]\nname = \"s{i:04}\"\nrun = [\"s\"]\n"));
+        if let Some(needs) = needs(i) {
+            toml.push_str(&format!("needs = {needs}\n"));
+        }
+    }
+    toml
+}
+
+fn name(i: usize) -> String {
+    format!("s{i:04}")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_long_chain_runs_in_file_order_and_a_failure_skips_the_rest_in_file_order() {
+    let n = 2_000;
+    let ran = Test::new(&many("", n, |_| None)).run(|step, _| exit(1, i32::from(step == "s1500"))).await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    let expected: Vec<(String, u32, f64)> = (0..=1500).map(|i| (name(i), 1, i as f64)).collect();
+    let schedule: Vec<(String, u32, f64)> = ran.schedule().into_iter().map(|(s, a, t)| (s.to_owned(), a, t)).collect();
+    assert_eq!(schedule, expected, "each step starts when the one before it succeeded");
+    let rest: Vec<(String, SkipReason)> = (1501..n).map(|i| (name(i), SkipReason::RunFailed)).collect();
+    assert_eq!(skipped(&ran), rest);
+    let names: Vec<String> = (1501..n).map(name).collect();
+    assert_eq!(ran.writes.last(), Some(&format!("run Failed Some(\"s1500\") skipped {names:?}")));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wide_fan_out_starts_in_file_order_and_the_deadline_skips_the_rest_in_file_order() {
+    // s0000 is the root, s0001..s1999 need it, the last needs them all; 4 run at once, 2 s each.
+    let n = 2_000;
+    let all: Vec<String> = (1..n - 1).map(name).collect();
+    let needs = |i: usize| match i {
+        0 => Some("[]".to_owned()),
+        i if i == n - 1 => Some(format!("{all:?}")),
+        _ => Some("[\"s0000\"]".to_owned()),
+    };
+    let ran = Test::new(&many("max_parallel = 4\n", n, needs)).run(|_, _| exit(2, 0)).await;
+    assert_eq!(ran.outcome(), RunOutcome::Succeeded);
+    let expected: Vec<(String, u32, f64)> = (0..n)
+        .map(|i| match i {
+            0 => (name(i), 1, 0.0),
+            i if i == n - 1 => (name(i), 1, 2.0 + 2.0 * 500.0),
+            i => (name(i), 1, 2.0 + 2.0 * ((i - 1) / 4) as f64),
+        })
+        .collect();
+    let schedule: Vec<(String, u32, f64)> = ran.schedule().into_iter().map(|(s, a, t)| (s.to_owned(), a, t)).collect();
+    assert_eq!(schedule, expected, "in file order, four at a time, the join after all");
+    assert!(skipped(&ran).is_empty());
+
+    // The deadline passes at 11 s while s0017..s0020 run (started at 10): they fail of it, and
+    // every step not started is skipped for it, in file order.
+    let mut test = Test::new(&many("max_parallel = 4\ntimeout = 11\n", n, needs));
+    test.max_parallel = 4;
+    let ran = test.run(|_, _| exit(2, 0)).await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    assert_eq!(ran.spawned.len(), 21);
+    let rest: Vec<(String, SkipReason)> = (21..n).map(|i| (name(i), SkipReason::DeadlinePassed)).collect();
+    assert_eq!(skipped(&ran), rest);
+}
