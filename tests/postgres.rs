@@ -370,3 +370,26 @@ fn a_wrong_password_exits_4_naming_the_url_without_it() {
     }
     assert!(!env.path("ran.log").exists(), "nothing ran");
 }
+
+#[test]
+fn gc_deletes_the_finished_runs_of_every_host_from_the_shared_database() {
+    let Some(url) = postgres_url("gc_deletes_the_finished_runs_of_every_host_from_the_shared_database") else {
+        return;
+    };
+    let url = fresh_database(&url);
+    let env = Env::new();
+    env.write("flow.toml", "name = 'nightly'\n[[step]]\nname = 'a'\nshell = 'echo ran >> ran.log'\n");
+    for host in ["host-a", "host-b"] {
+        let out = runner(&env, &url, host, &["run", "--quiet", "flow.toml"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let count = |table: &str| query(&url, &format!("SELECT count(*) FROM {table}"))[0].get::<_, i64>(0);
+    assert_eq!((count("waymark_runs"), count("waymark_attempts")), (2, 2));
+    let gc = runner(&env, &url, "host-c", &["gc", "--older-than", "0"]).output().unwrap();
+    assert_eq!(gc.status.code(), Some(0), "{}", stderr(&gc));
+    assert_eq!(stderr(&gc), "waymark: deleted 2 finished run(s) older than 0s\n");
+    assert_eq!((count("waymark_runs"), count("waymark_attempts")), (0, 0), "the runs and their attempts are gone");
+    let history = runner(&env, &url, "host-a", &["history"]).output().unwrap();
+    assert_eq!(history.status.code(), Some(0), "{}", stderr(&history));
+    assert_eq!((String::from_utf8_lossy(&history.stdout).as_ref(), stderr(&history).as_str()), ("", "no runs yet\n"));
+}
