@@ -15,10 +15,10 @@ use super::local_time::LocalTime;
 use super::output_filter::{OutputFilter, OutputMode, Pass};
 use super::plain::{describe, ending};
 use super::report::History;
-use super::terminal::{BUDGET, Terminal};
+use super::terminal::{BUDGET, Dropped, Terminal, close_for_run};
 use crate::events::{AttemptEnd, Envelope, Event, Reporter, Stream};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle, TermLike};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
@@ -47,7 +47,7 @@ pub(crate) struct LiveReporter {
     clock: LocalTime,
     run_id: String,
     /// Child output not shown, per step and stream, since it was last reported.
-    dropped: BTreeMap<(String, &'static str), u64>,
+    dropped: Dropped,
     /// The attempts, for the failure report.
     history: History,
     /// The overall bar is on the display.
@@ -80,7 +80,7 @@ impl LiveReporter {
             filter: OutputFilter::new(output),
             clock: LocalTime::system(),
             run_id: String::new(),
-            dropped: BTreeMap::new(),
+            dropped: Dropped::default(),
             history: History::default(),
             started: false,
             ended: false,
@@ -172,7 +172,7 @@ impl LiveReporter {
             text.extend_from_slice(line);
         }
         if !self.screen.lock().output(stream, text) {
-            *self.dropped.entry((step.to_owned(), stream.name())).or_default() += chunk.len() as u64;
+            self.dropped.add(step, stream, chunk.len());
         }
     }
 
@@ -182,16 +182,8 @@ impl LiveReporter {
 
     /// Say how much output of `step` (of every step when `None`) was not shown.
     fn report_drops(&mut self, step: Option<&str>) {
-        let keys: Vec<(String, &'static str)> =
-            self.dropped.keys().filter(|(s, _)| step.is_none_or(|name| name == s)).cloned().collect();
-        for key in keys {
-            let Some(bytes) = self.dropped.remove(&key) else { continue };
-            let (step, stream) = key;
-            self.say(format!(
-                "waymark: warning: {step}: {bytes} bytes of its {stream} not shown: {stream} was not being read \
-                 fast enough; the log has all of it (`waymark logs {} {step} --stream {stream}`)\n",
-                self.run_id
-            ));
+        for text in self.dropped.take_warnings(step, &self.run_id) {
+            self.say(text);
         }
     }
 
@@ -251,13 +243,7 @@ impl Drop for LiveReporter {
     fn drop(&mut self) {
         self.end();
         let Some(mut terminal) = self.screen.lock().terminal.take() else { return };
-        let run = &self.run_id;
-        terminal.close(
-            &format!(
-                "the rest of the steps' output was not shown there (the logs have all of it: `waymark logs {run} STEP`)"
-            ),
-            &format!("what was to be shown there is in the logs (`waymark logs {run} STEP`)"),
-        );
+        close_for_run(&mut terminal, &self.run_id);
     }
 }
 

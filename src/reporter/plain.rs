@@ -17,12 +17,12 @@
 use super::local_time::LocalTime;
 use super::output_filter::{OutputFilter, OutputMode, Pass};
 use super::report::{History, brief, human};
-use super::terminal::Terminal;
+use super::terminal::{Dropped, Terminal, close_for_run};
 use crate::events::{
     AbandonReason, AttemptEnd, Envelope, Event, NoticeKind, Reporter, RunOutcome, SkipReason, StepOutcome, Stream,
 };
 use crate::executor::Chunk;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 /// Child output on the display, waymark's own lines on stderr. Child output that a terminal
@@ -34,7 +34,7 @@ pub(crate) struct PlainReporter {
     /// The run of the latest event, for the hint about where the logs are.
     run_id: String,
     /// Child output not shown, per step and stream, since it was last reported.
-    dropped: BTreeMap<(String, &'static str), u64>,
+    dropped: Dropped,
     /// The steps and attempts, for the summary table and the failure report.
     history: History,
     /// Which child output is shown.
@@ -54,7 +54,7 @@ impl PlainReporter {
         PlainReporter {
             terminal: Terminal::open(),
             run_id: String::new(),
-            dropped: BTreeMap::new(),
+            dropped: Dropped::default(),
             history: History::default(),
             filter: OutputFilter::new(output),
             clock,
@@ -71,16 +71,7 @@ impl PlainReporter {
 
     /// Say how much output of `step` (of every step when `None`) was not shown.
     fn report_drops(&mut self, at: SystemTime, step: Option<&str>) {
-        let keys: Vec<(String, &'static str)> =
-            self.dropped.keys().filter(|(s, _)| step.is_none_or(|name| name == s)).cloned().collect();
-        for key in keys {
-            let Some(bytes) = self.dropped.remove(&key) else { continue };
-            let (step, stream) = key;
-            let text = format!(
-                "waymark: warning: {step}: {bytes} bytes of its {stream} not shown: {stream} was not being read \
-                 fast enough; the log has all of it (`waymark logs {} {step} --stream {stream}`)\n",
-                self.run_id
-            );
+        for text in self.dropped.take_warnings(step, &self.run_id) {
             self.line(at, &text);
         }
     }
@@ -94,7 +85,7 @@ impl PlainReporter {
             text.extend_from_slice(line);
         }
         if !self.terminal.sink(stream).output(text) {
-            *self.dropped.entry((step.to_owned(), stream.name())).or_default() += chunk.len() as u64;
+            self.dropped.add(step, stream, chunk.len());
         }
     }
 
@@ -160,13 +151,7 @@ fn stamp(clock: &mut LocalTime, at: SystemTime, text: &str) -> String {
 
 impl Drop for PlainReporter {
     fn drop(&mut self) {
-        let run = &self.run_id;
-        self.terminal.close(
-            &format!(
-                "the rest of the steps' output was not shown there (the logs have all of it: `waymark logs {run} STEP`)"
-            ),
-            &format!("what was to be shown there is in the logs (`waymark logs {run} STEP`)"),
-        );
+        close_for_run(&mut self.terminal, &self.run_id);
     }
 }
 

@@ -237,3 +237,41 @@ impl Terminal {
         }
     }
 }
+
+/// Child output a terminal stream was too far behind to take, per step and stream, since it was
+/// last said: the plain and live reporters keep one and say it as warnings.
+#[derive(Default)]
+pub(crate) struct Dropped(std::collections::BTreeMap<(String, &'static str), u64>);
+
+impl Dropped {
+    pub(crate) fn add(&mut self, step: &str, stream: Stream, bytes: usize) {
+        *self.0.entry((step.to_owned(), stream.name())).or_default() += bytes as u64;
+    }
+
+    /// The warnings (newline-terminated) for what was not shown of `step` (of every step when
+    /// `None`) in run `run`, forgotten once returned.
+    pub(crate) fn take_warnings(&mut self, step: Option<&str>, run: &str) -> Vec<String> {
+        let keys: Vec<(String, &'static str)> =
+            self.0.keys().filter(|(s, _)| step.is_none_or(|name| name == s)).cloned().collect();
+        keys.into_iter()
+            .filter_map(|key| {
+                let bytes = self.0.remove(&key)?;
+                let (step, stream) = key;
+                Some(format!(
+                    "waymark: warning: {step}: {bytes} bytes of its {stream} not shown: {stream} was not being read \
+                     fast enough; the log has all of it (`waymark logs {run} {step} --stream {stream}`)\n"
+                ))
+            })
+            .collect()
+    }
+}
+
+/// Deliver what is queued for `terminal` and say, for run `run`, what could not be shown.
+pub(crate) fn close_for_run(terminal: &mut Terminal, run: &str) {
+    terminal.close(
+        &format!(
+            "the rest of the steps' output was not shown there (the logs have all of it: `waymark logs {run} STEP`)"
+        ),
+        &format!("what was to be shown there is in the logs (`waymark logs {run} STEP`)"),
+    );
+}
