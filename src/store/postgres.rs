@@ -1114,6 +1114,27 @@ fn step_from_row(run_id: &str, r: &::postgres::Row) -> Result<StepRecord, Fail> 
     })
 }
 
+/// Record a `kind` row (an attempt, a catch handler, a compensation, a hook) of `step` starting
+/// now on this host; its row id.
+#[allow(clippy::too_many_arguments, reason = "the columns of one row")]
+fn insert_running(
+    tx: &mut ::postgres::Transaction<'_>,
+    run_id: &str,
+    kind: &str,
+    step: &str,
+    attempt: u32,
+    redelivered: bool,
+    now: i64,
+    stem: &str,
+) -> Result<i64, ::postgres::Error> {
+    let row = tx.query_one(
+        "INSERT INTO waymark_attempts (run_id, kind, step, attempt, redelivered, outcome, started_at, log_stem, host)
+         VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, $8) RETURNING row_id",
+        &[&run_id, &kind, &step, &i64::from(attempt), &redelivered, &now, &stem, &host_id()],
+    )?;
+    Ok(row.get(0))
+}
+
 impl RunLog for PgStore {
     fn attempt_starting(
         &mut self,
@@ -1129,14 +1150,7 @@ impl RunLog for PgStore {
         self.write(run_id, &lease.owner, |tx| {
             check_lease(tx, run_id, lease)?;
             move_step(tx, run_id, step, StepStatus::Running)?;
-            let row: i64 = tx
-                .query_one(
-                    "INSERT INTO waymark_attempts (run_id, kind, step, attempt, redelivered, outcome, started_at,
-                                                   log_stem, host)
-                     VALUES ($1, 'attempt', $2, $3, $4, 'running', $5, $6, $7) RETURNING row_id",
-                    &[&run_id, &step, &i64::from(attempt), &redelivered, &now, &stem, &host_id()],
-                )?
-                .get(0);
+            let row = insert_running(tx, run_id, "attempt", step, attempt, redelivered, now, &stem)?;
             tx.execute(
                 "UPDATE waymark_steps SET state = 'running', current_row = $3, next_attempt = NULL, wake_at = NULL,
                         started_at = COALESCE(started_at, $4)
@@ -1160,14 +1174,7 @@ impl RunLog for PgStore {
         self.write(run_id, &lease.owner, |tx| {
             check_lease(tx, run_id, lease)?;
             move_step(tx, run_id, step, StepStatus::Catching)?;
-            let row: i64 = tx
-                .query_one(
-                    "INSERT INTO waymark_attempts (run_id, kind, step, attempt, redelivered, outcome, started_at,
-                                                   log_stem, host)
-                     VALUES ($1, 'catch', $2, $3, false, 'running', $4, $5, $6) RETURNING row_id",
-                    &[&run_id, &step, &i64::from(attempt), &now, &stem, &host_id()],
-                )?
-                .get(0);
+            let row = insert_running(tx, run_id, "catch", step, attempt, false, now, &stem)?;
             tx.execute(
                 "UPDATE waymark_steps SET current_row = $3 WHERE run_id = $1 AND name = $2",
                 &[&run_id, &step, &row],
@@ -1188,14 +1195,7 @@ impl RunLog for PgStore {
         let stem = log_stem.display().to_string();
         self.write(run_id, &lease.owner, |tx| {
             check_lease(tx, run_id, lease)?;
-            let row: i64 = tx
-                .query_one(
-                    "INSERT INTO waymark_attempts (run_id, kind, step, attempt, redelivered, outcome, started_at,
-                                                   log_stem, host)
-                     VALUES ($1, $2, $3, 1, false, 'running', $4, $5, $6) RETURNING row_id",
-                    &[&run_id, &kind.as_str(), &name, &now, &stem, &host_id()],
-                )?
-                .get(0);
+            let row = insert_running(tx, run_id, kind.as_str(), name, 1, false, now, &stem)?;
             Ok(row)
         })
     }
