@@ -101,6 +101,7 @@ impl Env {
     /// `waymark run flow.toml` in the background until `ready` has a line, then `signal` to the
     /// runner; returns how it ended.
     pub fn run_until(&self, ready: &str, signal: &str) -> std::process::Output {
+        assert_not_ignored(signal);
         let runner = self.spawn(&["run", "flow.toml"]);
         self.wait_for_lines(ready, 1);
         kill(runner.id(), signal);
@@ -132,6 +133,7 @@ pub fn alive(pid: u32) -> bool {
 
 /// Send a signal by name to a pid.
 pub fn kill(pid: u32, signal: &str) {
+    assert_not_ignored(signal);
     let status = Command::new("kill").args(["-s", signal, &pid.to_string()]).status().unwrap();
     assert!(status.success());
 }
@@ -402,4 +404,27 @@ pub fn postgres_url(test: &str) -> Option<String> {
         "SKIPPED {test}: needs PostgreSQL; `eval \"$(bash .ci/postgres.sh start)\"` starts one and sets WAYMARK_TEST_PG"
     );
     None
+}
+
+/// Fail at once, saying why, when this test process was started with `signal` ignored (under
+/// `nohup`, say, which ignores SIGHUP, or a background job of a non-interactive shell, which
+/// ignores SIGINT and SIGQUIT): waymark keeps a signal its parent ignored ignored, as a
+/// well-behaved child does, so a test sending it would wait in vain.
+fn assert_not_ignored(signal: &str) {
+    let number = match signal {
+        "HUP" => 1,
+        "INT" => 2,
+        "QUIT" => 3,
+        "TERM" => 15,
+        _ => return,
+    };
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return };
+    let Some(mask) = status.lines().find_map(|l| l.strip_prefix("SigIgn:")) else { return };
+    let Ok(mask) = u64::from_str_radix(mask.trim(), 16) else { return };
+    assert!(
+        mask & (1 << (number - 1)) == 0,
+        "the tests were started with SIG{signal} ignored (SigIgn {mask:#x} in /proc/self/status: under nohup, or \
+         as a background job of a script?), and waymark inherits that, so this test cannot send it; run the \
+         tests in the foreground of a shell that does not ignore it"
+    );
 }
