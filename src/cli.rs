@@ -33,7 +33,7 @@ pub struct Cli {
     pub(crate) host_id: Option<String>,
     /// Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is
     /// unset, `always` (even with NO_COLOR), or `never`
-    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = ColorArg::Auto, hide_possible_values = true)]
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = ColorArg::Auto, hide_possible_values = true, display_order = 900)]
     pub(crate) color: ColorArg,
     #[command(subcommand)]
     pub(crate) command: Command,
@@ -431,6 +431,22 @@ mod tests {
         assert_eq!(read(&["waymark", "--color=never", "--color", "always"]), ColorArg::Always, "the last one");
         assert_eq!(read(&["waymark", "--color", "sometimes"]), ColorArg::Auto);
         assert_eq!(read(&["waymark", "--", "--color", "never"]), ColorArg::Auto);
+    }
+
+    #[test]
+    fn color_is_the_last_option_of_every_help_before_help_and_version() {
+        let mut cmd = <Cli as clap::CommandFactory>::command();
+        cmd.build();
+        for sub in std::iter::once(&cmd).chain(cmd.get_subcommands()).filter(|c| c.get_name() != "help") {
+            let help = sub.clone().render_help().to_string();
+            let options: Vec<&str> = help
+                .lines()
+                .filter(|l| l.trim_start().starts_with('-'))
+                .filter_map(|l| l.split_whitespace().find(|w| w.starts_with("--")))
+                .filter(|o| !matches!(*o, "--help" | "--version"))
+                .collect();
+            assert_eq!(options.last(), Some(&"--color"), "`waymark {}` --help:\n{help}", sub.get_name());
+        }
     }
 
     #[test]
