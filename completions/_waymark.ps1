@@ -45,7 +45,7 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
         }
         'waymark;run' {
             [CompletionResult]::new('--max-parallel', '--max-parallel', [CompletionResultType]::ParameterName, 'Run at most N steps at once, instead of the flow''s `max_parallel` (default 4)')
-            [CompletionResult]::new('--param', '--param', [CompletionResultType]::ParameterName, 'Set a parameter declared in the flow''s [params]; repeat for each one')
+            [CompletionResult]::new('--param', '--param', [CompletionResultType]::ParameterName, 'Set a parameter declared in the flow''s `[params]`; repeat for each one')
             [CompletionResult]::new('--progress', '--progress', [CompletionResultType]::ParameterName, 'How the run is shown on a terminal: `live` draws a line per running step (attempt, time left, retry countdown) and a done/total bar; `plain` prints one line per event; `auto` is `live` when stderr is a terminal and TERM is not `dumb`. `--json` and `--quiet` win over it')
             [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Whose output to show as it comes: `all` (every line, behind its step''s name), `failed` (an attempt''s lines only if it fails, when it ends), or `none`; the log files keep all of it either way')
             [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]')

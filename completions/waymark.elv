@@ -41,7 +41,7 @@ set edit:completion:arg-completer[waymark] = {|@words|
         }
         &'waymark;run'= {
             cand --max-parallel 'Run at most N steps at once, instead of the flow''s `max_parallel` (default 4)'
-            cand --param 'Set a parameter declared in the flow''s [params]; repeat for each one'
+            cand --param 'Set a parameter declared in the flow''s `[params]`; repeat for each one'
             cand --progress 'How the run is shown on a terminal: `live` draws a line per running step (attempt, time left, retry countdown) and a done/total bar; `plain` prints one line per event; `auto` is `live` when stderr is a terminal and TERM is not `dumb`. `--json` and `--quiet` win over it'
             cand --output 'Whose output to show as it comes: `all` (every line, behind its step''s name), `failed` (an attempt''s lines only if it fails, when it ends), or `none`; the log files keep all of it either way'
             cand --state-dir 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]'

@@ -45,7 +45,7 @@ complete -c waymark -n "__fish_waymark_needs_command" -f -a "completions" -d 'Pr
 complete -c waymark -n "__fish_waymark_needs_command" -f -a "man" -d 'Print waymark\'s manual page (roff), or one command\'s'
 complete -c waymark -n "__fish_waymark_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c waymark -n "__fish_waymark_using_subcommand run" -l max-parallel -d 'Run at most N steps at once, instead of the flow\'s `max_parallel` (default 4)' -r
-complete -c waymark -n "__fish_waymark_using_subcommand run" -l param -d 'Set a parameter declared in the flow\'s [params]; repeat for each one' -r
+complete -c waymark -n "__fish_waymark_using_subcommand run" -l param -d 'Set a parameter declared in the flow\'s `[params]`; repeat for each one' -r
 complete -c waymark -n "__fish_waymark_using_subcommand run" -l progress -d 'How the run is shown on a terminal: `live` draws a line per running step (attempt, time left, retry countdown) and a done/total bar; `plain` prints one line per event; `auto` is `live` when stderr is a terminal and TERM is not `dumb`. `--json` and `--quiet` win over it' -r -f -a "auto\t''
 live\t''
 plain\t''"

@@ -52,7 +52,7 @@ pub(crate) enum Command {
         /// Run at most N steps at once, instead of the flow's `max_parallel` (default 4)
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::flow::validate::MAX_PARALLEL)))]
         max_parallel: Option<u32>,
-        /// Set a parameter declared in the flow's [params]; repeat for each one
+        /// Set a parameter declared in the flow's `[params]`; repeat for each one
         #[arg(long = "param", value_name = "NAME=VALUE", value_parser = crate::flow::params::parse_arg)]
         params: Vec<(String, String)>,
         /// Abandon an unfinished run of this flow and start a new one

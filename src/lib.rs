@@ -8,6 +8,10 @@
 //! code.
 
 #![warn(unreachable_pub)]
+// The library's public surface is the binary's and the tests' only; its documentation is for the
+// people working on waymark, built with the private items (`.cargo/config.toml`), which the module
+// docs link to.
+#![allow(rustdoc::private_intra_doc_links)]
 
 /// `eprintln!` that never panics: a closed or full stderr (`waymark ... 2>&1 | head -1`) loses the
 /// message instead of crashing the command, which has its state to keep.

@@ -168,7 +168,7 @@ fn retry_line(step: &Step) -> String {
     format!("up to {} attempts on {}{from}", p.attempts, p.exception_types.join(", "))
 }
 
-/// The waits `run` will sleep, from the very function it calls ([`Backoff::nominal`]).
+/// The waits `run` will sleep, from the very function it calls ([`Backoff::nominal`](crate::retry::Backoff::nominal)).
 fn backoff_line(step: &Step) -> String {
     let b = &step.retry.backoff;
     let retries = step.retry.attempts - 1;

@@ -60,7 +60,7 @@ impl ThreadJournal {
         Self::start_fenced(log, location, run_id, lease, None)
     }
 
-    /// [`ThreadJournal::start`] for a runner whose lease `clock` keeps (see the module doc).
+    /// `ThreadJournal::start` for a runner whose lease `clock` keeps (see the module doc).
     pub(crate) fn start_fenced(
         log: Box<dyn RunLog + Send>,
         location: String,
