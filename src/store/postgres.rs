@@ -809,17 +809,14 @@ impl Store for PgStore {
     }
 
     fn run(&self, id: &str) -> Result<RunRecord, StoreError> {
-        self.read(|tx| {
-            let row = tx.query_opt(&format!("{SELECT_RUNS} WHERE id = $1"), &[&id])?;
-            row.as_ref().map(Self::run_from_row).transpose()
-        })?
-        .ok_or_else(|| StoreError::NoSuchRun(id.to_owned()))
+        self.read(|tx| run_in(tx, id))?.ok_or_else(|| StoreError::NoSuchRun(id.to_owned()))
     }
 
     fn run_and_steps(&self, id: &str) -> Result<(RunRecord, Vec<StepRecord>), StoreError> {
-        // Two reads; a runner holding the lease is the only writer, and the caller holds it.
-        let run = self.run(id)?;
-        Ok((run, self.steps(id)?))
+        // One snapshot (the transaction is REPEATABLE READ): the run and its steps as one moment
+        // saw them, even while the run's runner writes.
+        let (run, steps) = self.read(|tx| Ok((run_in(tx, id)?, steps_in(tx, id)?)))?;
+        Ok((run.ok_or_else(|| StoreError::NoSuchRun(id.to_owned()))?, steps))
     }
 
     fn find_resumable(&self, key: &FlowKey) -> Result<Option<RunRecord>, StoreError> {
@@ -879,15 +876,7 @@ impl Store for PgStore {
     }
 
     fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError> {
-        self.read(|tx| {
-            let rows = tx.query(
-                "SELECT s.*, a.pid AS a_pid, a.proc_start AS a_start, a.attempt AS a_attempt
-                 FROM waymark_steps s LEFT JOIN waymark_attempts a ON a.row_id = s.current_row
-                 WHERE s.run_id = $1 ORDER BY s.position",
-                &[&run_id],
-            )?;
-            rows.iter().map(|r| step_from_row(run_id, r)).collect()
-        })
+        self.read(|tx| steps_in(tx, run_id))
     }
 
     fn attempts(&self, run_id: &str, step: Option<&str>) -> Result<Vec<AttemptRecord>, StoreError> {
@@ -1065,6 +1054,23 @@ impl PgStore {
             Ok(row.as_ref().map(describe_holder))
         })
     }
+}
+
+/// Run `id`, read in `tx`.
+fn run_in(tx: &mut Transaction, id: &str) -> Result<Option<RunRecord>, Fail> {
+    let row = tx.query_opt(&format!("{SELECT_RUNS} WHERE id = $1"), &[&id])?;
+    row.as_ref().map(PgStore::run_from_row).transpose()
+}
+
+/// The steps of run `run_id` in flow order, each with its current attempt's process, read in `tx`.
+fn steps_in(tx: &mut Transaction, run_id: &str) -> Result<Vec<StepRecord>, Fail> {
+    let rows = tx.query(
+        "SELECT s.*, a.pid AS a_pid, a.proc_start AS a_start, a.attempt AS a_attempt
+         FROM waymark_steps s LEFT JOIN waymark_attempts a ON a.row_id = s.current_row
+         WHERE s.run_id = $1 ORDER BY s.position",
+        &[&run_id],
+    )?;
+    rows.iter().map(|r| step_from_row(run_id, r)).collect()
 }
 
 fn step_from_row(run_id: &str, r: &::postgres::Row) -> Result<StepRecord, Fail> {
