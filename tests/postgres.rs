@@ -11,13 +11,33 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// A database of its own for one test: its URL.
-fn fresh_database(url: &str) -> String {
+/// A database of its own for one test, dropped when the test ends (however it ends), so a
+/// long-lived server given as `$WAYMARK_TEST_PG` does not fill with test databases.
+struct TestDatabase {
+    /// Its URL.
+    url: String,
+    /// The server's URL the test was given, to drop it from.
+    admin: String,
+    name: String,
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        // FORCE: a runner the test killed may still hold a connection the server has not noticed.
+        let dropped = postgres::Client::connect(&self.admin, postgres::NoTls)
+            .and_then(|mut admin| admin.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)));
+        if let Err(e) = dropped {
+            eprintln!("could not drop test database {}: {e}", self.name);
+        }
+    }
+}
+
+fn fresh_database(url: &str) -> TestDatabase {
     let mut admin = postgres::Client::connect(url, postgres::NoTls).unwrap();
     let name = format!("waymark_it_{:016x}", fastrand_u64());
     admin.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
     let base = url.rsplit_once('/').unwrap().0;
-    format!("{base}/{name}")
+    TestDatabase { url: format!("{base}/{name}"), admin: url.to_owned(), name }
 }
 
 fn fastrand_u64() -> u64 {
@@ -62,7 +82,8 @@ fn ten_runners_on_ten_hosts_start_one_flow_at_once_and_exactly_one_runs_it() {
     let Some(url) = postgres_url("ten_runners_on_ten_hosts_start_one_flow_at_once_and_exactly_one_runs_it") else {
         return;
     };
-    let url = fresh_database(&url);
+    let database = fresh_database(&url);
+    let url = database.url.clone();
     let env = Env::new();
     env.write("flow.toml", "name = 'race'\n[[step]]\nname = 'a'\nshell = 'echo $WAYMARK_RUN_ID >> ran.log; sleep 1'\n");
     let runners: Vec<Child> = (0..10)
@@ -90,7 +111,8 @@ fn when_the_owner_is_killed_another_host_takes_the_run_over_and_succeeded_steps_
     else {
         return;
     };
-    let url = fresh_database(&url);
+    let database = fresh_database(&url);
+    let url = database.url.clone();
     let env = Env::new();
     // `b` waits in its first run (on host-a) until the test says go; on host-b it finishes.
     env.write(
@@ -194,7 +216,8 @@ fn a_runner_cut_off_from_the_database_kills_its_attempts_and_exits_4_and_nothing
     ) else {
         return;
     };
-    let url = fresh_database(&url);
+    let database = fresh_database(&url);
+    let url = database.url.clone();
     let port: u16 = url.rsplit_once(':').unwrap().1.split('/').next().unwrap().parse().unwrap();
     let proxy = Proxy::start(port);
     let via_proxy = url.replace(&format!(":{port}/"), &format!(":{}/", proxy.port));
@@ -265,7 +288,8 @@ fn a_read_only_database_refuses_a_run_before_any_step_and_still_answers_history_
     else {
         return;
     };
-    let url = fresh_database(&url);
+    let database = fresh_database(&url);
+    let url = database.url.clone();
     let env = Env::new();
     env.write("flow.toml", "name = 'replica'\n[[step]]\nname = 'a'\nshell = 'echo ran >> ran.log'\n");
     let first = runner(&env, &url, "host-a", &["run", "--quiet", "flow.toml"]).output().unwrap();
@@ -306,7 +330,8 @@ fn eight_processes_on_a_fresh_database_migrate_it_once_and_all_succeed() {
     let Some(url) = postgres_url("eight_processes_on_a_fresh_database_migrate_it_once_and_all_succeed") else {
         return;
     };
-    let url = fresh_database(&url);
+    let database = fresh_database(&url);
+    let url = database.url.clone();
     let env = Env::new();
     env.write("flow.toml", "[[step]]\nname = 'a'\nrun = ['true']\n");
     // The test holds the migrations' advisory lock ("waymark" in ASCII) until all eight found the
@@ -376,7 +401,8 @@ fn gc_deletes_the_finished_runs_of_every_host_from_the_shared_database() {
     let Some(url) = postgres_url("gc_deletes_the_finished_runs_of_every_host_from_the_shared_database") else {
         return;
     };
-    let url = fresh_database(&url);
+    let database = fresh_database(&url);
+    let url = database.url.clone();
     let env = Env::new();
     env.write("flow.toml", "name = 'nightly'\n[[step]]\nname = 'a'\nshell = 'echo ran >> ran.log'\n");
     for host in ["host-a", "host-b"] {

@@ -8,29 +8,54 @@ use super::url::PgConfig;
 use super::*;
 use std::time::Duration;
 
-/// A fresh database on the test server, as a config; `None` (after a `SKIPPED` line) without one.
-fn fresh_database(test: &str) -> Option<(PgConfig, String)> {
+/// A fresh database on the test server: its config and location, dropped when the value is (so a
+/// long-lived server given as `$WAYMARK_TEST_PG` does not fill with test databases); `None`
+/// (after a `SKIPPED` line) without a server.
+fn fresh_database(test: &str) -> Option<TestDatabase> {
     use std::io::Write;
     let Some(url) = std::env::var("WAYMARK_TEST_PG").ok().filter(|u| !u.is_empty()) else {
         assert!(std::env::var_os("CI").is_none(), "{test} needs PostgreSQL: CI must set WAYMARK_TEST_PG");
         let _ = writeln!(std::io::stderr(), "SKIPPED {test} on PostgreSQL: WAYMARK_TEST_PG is not set");
         return None;
     };
-    let config: ::postgres::Config = url.parse().unwrap();
-    let mut admin = config.connect(::postgres::NoTls).unwrap();
+    let admin: ::postgres::Config = url.parse().unwrap();
     let name = format!("waymark_suite_{:016x}", fastrand::u64(..));
-    admin.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
-    let mut config = config.clone();
+    admin.connect(::postgres::NoTls).unwrap().batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
+    let mut config = admin.clone();
     config.dbname(&name);
-    Some((PgConfig::from(config), format!("postgres://test/{name}")))
+    Some(TestDatabase { config: PgConfig::from(config), location: format!("postgres://test/{name}"), admin, name })
+}
+
+struct TestDatabase {
+    config: PgConfig,
+    location: String,
+    admin: ::postgres::Config,
+    name: String,
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        // FORCE: a connection of the test's own may not be closed yet.
+        let dropped = self
+            .admin
+            .connect(::postgres::NoTls)
+            .and_then(|mut admin| admin.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)));
+        if let Err(e) = dropped {
+            let _ = std::io::Write::write_fmt(
+                &mut std::io::stderr(),
+                format_args!("could not drop test database {}: {e}\n", self.name),
+            );
+        }
+    }
 }
 
 /// A store under test, with what the backend needs to hold a flow (its lease).
 struct Backend {
     name: &'static str,
     store: Box<dyn Store>,
-    /// PostgreSQL: to open a second connection and to take leases.
-    pg: Option<(PgConfig, String)>,
+    /// PostgreSQL: to open a second connection and to take leases (declared after `store`, so
+    /// the store's connection closes before the database is dropped).
+    pg: Option<TestDatabase>,
     _dir: tempfile::TempDir,
 }
 
@@ -39,10 +64,10 @@ impl Backend {
         let dir = tempfile::tempdir().unwrap();
         let sqlite = SqliteStore::open(&StateDir::create(dir.path()).unwrap()).unwrap();
         let mut out = vec![Backend { name: "sqlite", store: Box::new(sqlite), pg: None, _dir: dir }];
-        if let Some((config, location)) = fresh_database(test) {
-            let store = PgStore::open(&config, &location).unwrap();
+        if let Some(db) = fresh_database(test) {
+            let store = PgStore::open(&db.config, &db.location).unwrap();
             let dir = tempfile::tempdir().unwrap();
-            out.push(Backend { name: "postgres", store: Box::new(store), pg: Some((config, location)), _dir: dir });
+            out.push(Backend { name: "postgres", store: Box::new(store), pg: Some(db), _dir: dir });
         }
         out
     }
@@ -50,9 +75,9 @@ impl Backend {
     /// Take flow `key` for `owner` as a runner would: the lease (PostgreSQL); SQLite's lock file
     /// is the command's, not the store's.
     fn hold(&self, key: &FlowKey, owner: &str, ttl: Duration, renew: Duration) -> Option<FlowLease> {
-        let (config, location) = self.pg.as_ref()?;
+        let db = self.pg.as_ref()?;
         let timing = LeaseTiming { ttl, renew };
-        match FlowLease::try_take(config, location, &lease_key(key, host_id()), owner, timing).unwrap() {
+        match FlowLease::try_take(&db.config, &db.location, &lease_key(key, host_id()), owner, timing).unwrap() {
             Leased::Taken(lease) => Some(lease),
             Leased::Held(holder) => panic!("{}: the lease is held: {holder}", self.name),
         }
@@ -61,7 +86,7 @@ impl Backend {
     /// A second connection to the same store.
     fn second(&self) -> Box<dyn Store> {
         match &self.pg {
-            Some((config, location)) => Box::new(PgStore::open(config, location).unwrap()),
+            Some(db) => Box::new(PgStore::open(&db.config, &db.location).unwrap()),
             None => Box::new(SqliteStore::open(&StateDir::create(self._dir.path()).unwrap()).unwrap()),
         }
     }
@@ -210,11 +235,10 @@ fn a_later_owner_fences_off_the_earlier_one_on_both_backends() {
 
 #[test]
 fn a_live_lease_keeps_a_second_runner_out_and_a_newer_schema_is_refused() {
-    let Some((config, location)) =
-        fresh_database("a_live_lease_keeps_a_second_runner_out_and_a_newer_schema_is_refused")
-    else {
+    let Some(db) = fresh_database("a_live_lease_keeps_a_second_runner_out_and_a_newer_schema_is_refused") else {
         return;
     };
+    let (config, location) = (&db.config, &db.location);
     let timing = LeaseTiming { ttl: Duration::from_secs(30), renew: Duration::from_secs(10) };
     let key = lease_key(&FlowKey::named("x"), "h");
     let Leased::Taken(held) = FlowLease::try_take(&config, &location, &key, "h:1:a", timing).unwrap() else {
@@ -240,9 +264,10 @@ fn a_live_lease_keeps_a_second_runner_out_and_a_newer_schema_is_refused() {
 
 #[test]
 fn the_ends_of_an_attempts_output_are_recorded_for_other_hosts() {
-    let Some((config, location)) = fresh_database("the_ends_of_an_attempts_output_are_recorded_for_other_hosts") else {
+    let Some(db) = fresh_database("the_ends_of_an_attempts_output_are_recorded_for_other_hosts") else {
         return;
     };
+    let (config, location) = (&db.config, &db.location);
     let dir = tempfile::tempdir().unwrap();
     let flow = flow(dir.path(), "name = 'tails'\n[[step]]\nname = 'a'\nrun = ['true']\n");
     let key = FlowKey::named("tails");
