@@ -241,10 +241,10 @@ fn a_live_lease_keeps_a_second_runner_out_and_a_newer_schema_is_refused() {
     let (config, location) = (&db.config, &db.location);
     let timing = LeaseTiming { ttl: Duration::from_secs(30), renew: Duration::from_secs(10) };
     let key = lease_key(&FlowKey::named("x"), "h");
-    let Leased::Taken(held) = FlowLease::try_take(&config, &location, &key, "h:1:a", timing).unwrap() else {
+    let Leased::Taken(held) = FlowLease::try_take(config, location, &key, "h:1:a", timing).unwrap() else {
         panic!("free")
     };
-    let Leased::Held(holder) = FlowLease::try_take(&config, &location, &key, "h:2:b", timing).unwrap() else {
+    let Leased::Held(holder) = FlowLease::try_take(config, location, &key, "h:2:b", timing).unwrap() else {
         panic!("taken twice")
     };
     assert!(
@@ -253,11 +253,11 @@ fn a_live_lease_keeps_a_second_runner_out_and_a_newer_schema_is_refused() {
     );
     // Given up when dropped: the next runner takes it at once.
     drop(held);
-    assert!(matches!(FlowLease::try_take(&config, &location, &key, "h:2:b", timing).unwrap(), Leased::Taken(_)));
+    assert!(matches!(FlowLease::try_take(config, location, &key, "h:2:b", timing).unwrap(), Leased::Taken(_)));
 
     let mut admin = config.connect(::postgres::NoTls).unwrap();
     admin.execute("UPDATE waymark_schema SET version = 99", &[]).unwrap();
-    let err = PgStore::open(&config, &location).err().expect("refused");
+    let err = PgStore::open(config, location).err().expect("refused");
     assert_eq!(err.kind(), Some(StoreErrorKind::NewerSchema));
     assert!(err.to_string().contains("(schema 99, this one knows 1)"), "{err}");
 }
@@ -272,8 +272,8 @@ fn the_ends_of_an_attempts_output_are_recorded_for_other_hosts() {
     let flow = flow(dir.path(), "name = 'tails'\n[[step]]\nname = 'a'\nrun = ['true']\n");
     let key = FlowKey::named("tails");
     let timing = LeaseTiming { ttl: Duration::from_secs(30), renew: Duration::from_secs(10) };
-    let _lease = FlowLease::try_take(&config, &location, &lease_key(&key, host_id()), "h:1:a", timing).unwrap();
-    let mut store = PgStore::open(&config, &location).unwrap();
+    let _lease = FlowLease::try_take(config, location, &lease_key(&key, host_id()), "h:1:a", timing).unwrap();
+    let mut store = PgStore::open(config, location).unwrap();
     let (run, lease) = store.create_run(&flow, "hash", "h:1:a").unwrap();
     let stem = dir.path().join("attempt-1");
     let big: Vec<u8> = (0..200_000u32).map(|i| b'a' + (i % 26) as u8).collect();
