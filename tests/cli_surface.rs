@@ -64,13 +64,13 @@ Options:
       --stream <STREAM>    Only this stream [default: both] [possible values: stdout, stderr]
       --state-dir <DIR>    Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else
                            $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]
-      --color <WHEN>       Color error messages and diagnostics: `auto` if stderr is a terminal and
-                           NO_COLOR is unset, `always` (even with NO_COLOR), or `never` [default:
-                           auto]
       --store <URL>        Where runs are recorded: `sqlite:` (the state directory's database, the
                            default), `sqlite:DIR`, or a PostgreSQL URL
                            `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default:
                            $WAYMARK_STORE, else `sqlite:`]
+      --color <WHEN>       Color error messages and diagnostics: `auto` if stderr is a terminal and
+                           NO_COLOR is unset, `always` (even with NO_COLOR), or `never` [default:
+                           auto]
   -h, --help               Print help
 
 Examples:
@@ -102,11 +102,11 @@ Options:
                                the default), `sqlite:DIR`, or a PostgreSQL URL
                                `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts
                                [default: $WAYMARK_STORE, else `sqlite:`]
+      --host-id <ID>           The name of this runner's host in leases, attempts and messages
+                               [default: $WAYMARK_HOST_ID, else the host name]
       --color <WHEN>           Color error messages and diagnostics: `auto` if stderr is a terminal
                                and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`
                                [default: auto]
-      --host-id <ID>           The name of this runner's host in leases, attempts and messages
-                               [default: $WAYMARK_HOST_ID, else the host name]
   -h, --help                   Print help
 
 Examples:
