@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """waymark's benchmark: what it costs against the floors and against other retry tools.
 
-    python3 bench/bench.py [--rounds N] [--only ROW,ROW...] [--scratch DIR]
+    python3 bench/bench.py [--rounds N] [--only ROW,ROW...] [--scratch DIR] [--baseline WAYMARK]
+                           [--output-mib N]
 
 Builds waymark (release) and the floor helper (bench/floor, its own package), installs the peers
 (retry-cli and attempt-cli, `cargo install --root SCRATCH/peers`), then prints one table. Rows
@@ -9,8 +10,14 @@ Builds waymark (release) and the floor helper (bench/floor, its own package), in
 spawn, its resume half done, `check` of it), step (a succeeding durable step, on disk and on
 tmpfs, against the spawn and flush floors; fsyncs per step and per run), dispatch (a step's cost
 in flows of 100, 1,000 and 10,000 steps), attempt (a failing
-attempt against the retry CLIs), backoff (lateness of a retry after its backoff), timeout (from
-a step's timeout to its child's death), output (throughput and peak RSS).
+attempt against the retry CLIs), backoff (lateness of a retry after its backoff, read from the
+child's side to the microsecond), timeout (from a step's timeout to its child's death), output
+(throughput and peak RSS against `sh -c 'cmd | cat > file'` with the echo on and
+`sh -c 'cmd > file'` with it off).
+
+`--baseline WAYMARK` puts another waymark binary (one built from an earlier commit, say) into the
+attempt, step, scale and output rows, interleaved with this one, and adds the ratio of this
+waymark to it: a before/after figure measured side by side in one run.
 
 Every comparison runs its commands round by round, interleaved (A, B, A, B, ... in each round),
 and reports the median of the rounds and, for a ratio, the median and the min-max of the ratios
@@ -37,6 +44,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 ROWS = ["scale", "step", "dispatch", "attempt", "backoff", "timeout", "output"]
+BASELINE = None  # --baseline: another waymark binary, measured beside this one
 
 
 def log(msg):
@@ -195,39 +203,49 @@ def bench_scale(t, waymark, work, rounds):
     small = work / "small.toml"
     write_steps(small, 1, lambda i: '["sleep", "1000"]', name="small")
 
-    def fresh_first(flow):
+    def fresh_first(flow, binary=waymark):
         def go():
             with tempfile.TemporaryDirectory(dir=work) as state:
-                return first_spawn([waymark, "run", "--json", flow], state_env(state))
+                return first_spawn([binary, "run", "--json", flow], state_env(state))
         return go
 
-    res = interleave(rounds, {"small": fresh_first(small), "big": fresh_first(big)})
+    res = interleave(rounds, {"small": fresh_first(small), "big": fresh_first(big),
+                              **({"baseline": fresh_first(big, BASELINE)} if BASELINE else {})})
     t.add("first spawn of a new run, 1 step", med_range(res["small"]))
     t.add("first spawn of a new run, 10,000 steps", med_range(res["big"]), ratio_str(ratios(res["big"], res["small"])),
           "1 step")
+    against_baseline(t, "first spawn of a new run, 10,000 steps", dict(res, waymark=res["big"]))
 
     # Half done: steps 0..4999 succeeded, step 5000 (sleep) was running when the runner was stopped.
     half = work / "half.toml"
     write_steps(half, 10_000, lambda i: '["sleep", "1000"]' if i == 5000 else '["true"]', name="half")
     half_state = work / "state-half"
-    shutil.rmtree(half_state, ignore_errors=True)
-    log("  (running 5,000 steps to get a half-done run ...)")
-    first_spawn([waymark, "run", "--json", half], state_env(half_state))
+    base_half_state = work / "state-half-baseline"
+    for state, binary in ((half_state, waymark), (base_half_state, BASELINE)):
+        if binary:
+            shutil.rmtree(state, ignore_errors=True)
+            log("  (running 5,000 steps to get a half-done run ...)")
+            first_spawn([binary, "run", "--json", half], state_env(state))
     small_state = work / "state-small"
     shutil.rmtree(small_state, ignore_errors=True)
     first_spawn([waymark, "run", "--json", small], state_env(small_state))
     res = interleave(rounds, {
         "small": lambda: first_spawn([waymark, "run", "--json", small], state_env(small_state)),
         "half": lambda: first_spawn([waymark, "run", "--json", half], state_env(half_state)),
+        **({"baseline": lambda: first_spawn([BASELINE, "run", "--json", half], state_env(base_half_state))}
+           if BASELINE else {}),
     })
     t.add("first spawn resuming, 1 step", med_range(res["small"]))
     t.add("first spawn resuming 10,000 steps half done", med_range(res["half"]),
           ratio_str(ratios(res["half"], res["small"])), "1 step")
+    against_baseline(t, "first spawn resuming 10,000 steps half done", dict(res, waymark=res["half"]))
 
-    check = lambda flow: lambda: timed([waymark, "check", flow], env=state_env(work / "state-check"))[0]
-    res = interleave(rounds, {"small": check(one), "big": check(big)})
+    check = lambda flow, binary=waymark: lambda: timed([binary, "check", flow], env=state_env(work / "state-check"))[0]
+    res = interleave(rounds, {"small": check(one), "big": check(big),
+                              **({"baseline": check(big, BASELINE)} if BASELINE else {})})
     t.add("`check`, 1 step", med_range(res["small"]))
     t.add("`check`, 10,000 steps", med_range(res["big"]), ratio_str(ratios(res["big"], res["small"])), "1 step")
+    against_baseline(t, "`check`, 10,000 steps", dict(res, waymark=res["big"]))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -254,21 +272,25 @@ def bench_step(t, waymark, floor, work, rounds, steps=200):
             write_steps(flow, steps)
             true = shutil.which("true")
 
-            def wm():
-                with tempfile.TemporaryDirectory(dir=d) as state:
-                    return timed([waymark, "run", "--quiet", flow], env=state_env(state))[0] / steps
+            def wm(binary):
+                def go():
+                    with tempfile.TemporaryDirectory(dir=d) as state:
+                        return timed([binary, "run", "--quiet", flow], env=state_env(state))[0] / steps
+                return go
 
             def flush():
                 with tempfile.TemporaryDirectory(dir=d) as db:
                     return timed([floor, "flush", str(steps), true, os.path.join(db, "floor.db")])[0] / steps
 
             spawn = lambda: timed([floor, "spawn", str(steps), true])[0] / steps
-            res = interleave(rounds, {"waymark": wm, "flush": flush, "spawn": spawn})
+            res = interleave(rounds, {"waymark": wm(waymark), "flush": flush, "spawn": spawn,
+                                      **({"baseline": wm(BASELINE)} if BASELINE else {})})
             if where == "disk":
                 t.add("spawn floor (posix_spawn+wait of true)", med_range(res["spawn"]))
             t.add(f"flush floor (+1 FULL commit, {where})", med_range(res["flush"]))
             t.add(f"succeeding durable step ({where}, {steps}-step flow)", med_range(res["waymark"]),
                   ratio_str(ratios(res["waymark"], res["flush"])), "flush floor")
+            against_baseline(t, f"succeeding durable step ({where})", res)
         finally:
             shutil.rmtree(d, ignore_errors=True)
     if shutil.which("strace"):
@@ -324,12 +346,15 @@ def bench_attempt(t, waymark, floor, peers, work, rounds, n=200):
     flow.write_text(f'name = "fail"\n[[step]]\nname = "fail"\nrun = ["false"]\nretry = {{ attempts = {n} }}\n')
     false = shutil.which("false")
 
-    def wm():
-        with tempfile.TemporaryDirectory(dir=work) as state:
-            return timed([waymark, "run", "--quiet", flow], env=state_env(state))[0] / n
+    def wm(binary):
+        def go():
+            with tempfile.TemporaryDirectory(dir=work) as state:
+                return timed([binary, "run", "--quiet", flow], env=state_env(state))[0] / n
+        return go
 
     res = interleave(rounds, {
-        "waymark": wm,
+        "waymark": wm(waymark),
+        **({"baseline": wm(BASELINE)} if BASELINE else {}),
         # retry-cli: no wait between attempts, no jitter.
         "retry": lambda: timed([peers / "retry", "--attempts", str(n), "--min-duration", "0ms", "--max-duration", "0ms",
                                 "--jitter", "0", "--", false])[0] / n,
@@ -345,10 +370,18 @@ def bench_attempt(t, waymark, floor, peers, work, rounds, n=200):
           "fastest retry CLI of the round")
     t.add("failing attempt, waymark against the spawn floor", "", ratio_str(ratios(res["waymark"], res["spawn"])),
           "spawn floor")
+    against_baseline(t, "failing attempt", res)
+
+
+def against_baseline(t, what, res, f=fmt_t):
+    """The baseline binary's row and this waymark's ratio to it, when --baseline was given."""
+    if "baseline" in res:
+        t.add(f"{what}, baseline waymark", med_range(res["baseline"], f), ratio_str(ratios(res["waymark"], res["baseline"])),
+              "this waymark's time / the baseline's")
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# backoff and timeout, from the `--json` events' timestamps (RFC 3339 to the millisecond)
+# backoff (from the child's side) and timeout (from the `--json` events, to the millisecond)
 
 
 def events(cmd, env):
@@ -356,31 +389,37 @@ def events(cmd, env):
     return [json.loads(line) for line in out.splitlines()]
 
 
-def ts_ms(event):
-    # "2026-01-02T03:04:05.678Z"
-    from datetime import datetime
-    return datetime.strptime(event["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp() * 1000
-
-
-def pcts(values):
+def pcts(values, digits=0):
     v = sorted(values)
     at = lambda q: v[min(len(v) - 1, int(round(q * (len(v) - 1))))]
-    return f"p50 {at(0.5):.0f} ms, p99 {at(0.99):.0f} ms, max {v[-1]:.0f} ms (n={len(v)})"
+    return f"p50 {at(0.5):.{digits}f} ms, p99 {at(0.99):.{digits}f} ms, max {v[-1]:.{digits}f} ms (n={len(v)})"
 
 
-def bench_backoff(t, waymark, work, rounds, attempts=21, backoff=0.05):
-    flow = work / "backoff.toml"
-    flow.write_text(f'name = "backoff"\n[[step]]\nname = "b"\nrun = ["false"]\n'
-                    f'retry = {{ attempts = {attempts}, backoff_seconds = {backoff} }}\n')
-    late = []
+def bench_backoff(t, waymark, floor, work, rounds, attempts=21, backoff=0.05):
+    """Each attempt's program (`waymark-floor stamp`) records when it started, to the microsecond.
+    The gap between two attempts' starts with a backoff, less the backoff, less the median gap of
+    the same flow without a backoff in the same round (the attempt's own cost: the child's run,
+    its exit seen, the failure recorded, the next spawn), is the net lateness of the wake-up."""
+    def gaps(b):
+        with tempfile.TemporaryDirectory(dir=work) as d:
+            d = Path(d)
+            flow, stamps = d / "backoff.toml", d / "stamps"
+            run = json.dumps([str(floor), "stamp", str(stamps), "1"])
+            flow.write_text(f'name = "backoff"\n[[step]]\nname = "b"\nrun = {run}\n'
+                            f'retry = {{ attempts = {attempts}, backoff_seconds = {b} }}\n')
+            subprocess.run([waymark, "run", "--quiet", flow], env=state_env(d / "state"), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+            ns = [int(x) for x in stamps.read_text().split()]
+        return [(b - a) / 1e6 for a, b in zip(ns, ns[1:])]
+
+    late, own = [], []
     for _ in range(rounds):
-        with tempfile.TemporaryDirectory(dir=work) as state:
-            evs = events([waymark, "run", "--json", flow], state_env(state))
-        finished = [ts_ms(e) for e in evs if e["event"] == "attempt.finished"]
-        started = [ts_ms(e) for e in evs if e["event"] == "attempt.started"]
-        late += [s - f - backoff * 1000 for f, s in zip(finished, started[1:])]
-    t.add(f"backoff lateness ({backoff * 1000:.0f} ms backoff)", pcts(late),
-          note="next attempt.started - attempt.finished - backoff")
+        base = statistics.median(gaps(0))
+        own.append(base)
+        late += [g - backoff * 1000 - base for g in gaps(backoff)]
+    t.add("attempt to attempt without backoff (child's side)", med_range([x / 1000 for x in own]))
+    t.add(f"backoff net lateness ({backoff * 1000:.0f} ms backoff)", pcts(late, 2),
+          note="start-to-start gap - backoff - the gap without backoff")
 
 
 def bench_timeout(t, waymark, work, rounds, attempts=10, timeout=0.1):
@@ -402,35 +441,47 @@ def bench_timeout(t, waymark, work, rounds, attempts=10, timeout=0.1):
 
 
 def bench_output(t, waymark, work, rounds, size=200 << 20):
+    """A step writes `size` bytes. With the echo on, waymark's stdout is a file, against
+    `sh -c 'cmd | cat > file'`; with it off (--quiet), against `sh -c 'cmd > file'`. Ratios are
+    of throughput (the floor's time / waymark's): at least 0.9x is the target. The files are on
+    the scratch directory's disk, as waymark's logs are."""
     kinds = {
         "zeros": f"head -c {size} /dev/zero",
         "newline-rich": f"yes | head -c {size}",
     }
+    out = work / "output.out"
     for kind, shell in kinds.items():
         flow = work / f"out-{kind}.toml"
         flow.write_text(f'name = "out"\n[[step]]\nname = "o"\nshell = "{shell}"\n')
 
-        def wm(mode):
+        def wm(binary, mode):
             def go():
-                with tempfile.TemporaryDirectory(dir=work) as state:
-                    sec, _, rss = timed([waymark, "run"] + mode + [flow], env=state_env(state))
-                rsss[tuple(mode)].append(rss)
+                with tempfile.TemporaryDirectory(dir=work) as state, open(out, "wb") as f:
+                    sec, _, rss = timed([binary, "run"] + mode + [flow], env=state_env(state), stdout=f)
+                rsss[(binary, tuple(mode))].append(rss)
                 return sec
             return go
 
-        rsss = {(): [], ("--quiet",): []}
+        rsss = {(b, m): [] for b in (waymark, BASELINE) for m in ((), ("--quiet",))}
         res = interleave(rounds, {
-            "floor": lambda: timed(["sh", "-c", f"{shell} > /dev/null"])[0],
-            "on": wm([]),
-            "off": wm(["--quiet"]),
+            "floor on": lambda: timed(["sh", "-c", f"{shell} | cat > {out}"])[0],
+            "floor off": lambda: timed(["sh", "-c", f"{shell} > {out}"])[0],
+            "on": wm(waymark, []),
+            "off": wm(waymark, ["--quiet"]),
+            **({"baseline on": wm(BASELINE, []), "baseline off": wm(BASELINE, ["--quiet"])} if BASELINE else {}),
         })
+        out.unlink(missing_ok=True)
         mbps = lambda secs: [size / 2**20 / x for x in secs]
         mb = lambda x: f"{x:.0f} MiB/s"
-        t.add(f"output {kind}, shell to /dev/null", med_range(mbps(res["floor"]), mb))
-        for name, mode in (("on", ()), ("off", ("--quiet",))):
-            rss = rsss[mode]
+        for name, mode, floor in (("on", (), "cmd | cat > file"), ("off", ("--quiet",), "cmd > file")):
+            t.add(f"output {kind}, sh -c '{floor}'", med_range(mbps(res[f"floor {name}"]), mb))
+            rss = rsss[(waymark, mode)]
             t.add(f"output {kind}, echo {name} (peak RSS {statistics.median(rss) / 1024:.0f} MiB)",
-                  med_range(mbps(res[name]), mb), ratio_str(ratios(res[name], res["floor"])), "time against the shell")
+                  med_range(mbps(res[name]), mb), ratio_str(ratios(res[f"floor {name}"], res[name])),
+                  f"throughput of sh -c '{floor}'")
+            if BASELINE:
+                t.add(f"output {kind}, echo {name}, baseline waymark", med_range(mbps(res[f"baseline {name}"]), mb),
+                      ratio_str(ratios(res[f"baseline {name}"], res[name])), "this waymark's throughput / the baseline's")
 
 
 def main():
@@ -439,7 +490,11 @@ def main():
     ap.add_argument("--only", default=",".join(ROWS))
     ap.add_argument("--scratch", default=str(ROOT / "target/bench"))
     ap.add_argument("--no-build", action="store_true", help="use the binaries built before")
+    ap.add_argument("--baseline", help="another waymark binary to measure side by side with this one")
+    ap.add_argument("--output-mib", type=int, default=200, help="bytes a step writes in the output rows, in MiB")
     args = ap.parse_args()
+    global BASELINE
+    BASELINE = str(Path(args.baseline).resolve()) if args.baseline else None
     scratch = Path(args.scratch).resolve()
     scratch.mkdir(parents=True, exist_ok=True)
     only = args.only.split(",")
@@ -468,13 +523,13 @@ def main():
         bench_attempt(t, waymark, floor, peers, work, args.rounds)
     if "backoff" in only:
         log("backoff ...")
-        bench_backoff(t, waymark, work, args.rounds)
+        bench_backoff(t, waymark, floor, work, args.rounds)
     if "timeout" in only:
         log("timeout ...")
         bench_timeout(t, waymark, work, args.rounds)
     if "output" in only:
         log("output ...")
-        bench_output(t, waymark, work, max(3, args.rounds // 2))
+        bench_output(t, waymark, work, max(3, args.rounds // 2), args.output_mib << 20)
     print()
     print(f"waymark bench, {time.strftime('%Y-%m-%d')}, {os.uname().machine}, {os.cpu_count()} cpus, "
           f"rounds={args.rounds}")

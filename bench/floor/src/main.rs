@@ -1,5 +1,7 @@
 //! `waymark-floor spawn N PROGRAM` and `waymark-floor flush N PROGRAM DB`: the floors that
-//! `bench/bench.py` holds waymark against. Each iteration spawns PROGRAM (std's `Command`, which
+//! `bench/bench.py` holds waymark against. `waymark-floor stamp FILE CODE` is a step's program
+//! instead: it appends the wall-clock time in nanoseconds to FILE and exits with CODE, so that the
+//! benchmark reads when each attempt started from the child's side, to the microsecond. Each iteration spawns PROGRAM (std's `Command`, which
 //! uses posix_spawn on Linux when, as here, no pre-exec hook is set) with stdio inherited and waits
 //! for it; `flush` also commits one row to the SQLite database DB (WAL, synchronous=FULL: one
 //! fsync of the WAL per commit) after each wait. It prints nothing: the benchmark times the whole
@@ -9,8 +11,11 @@ use std::process::{Command, ExitCode};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("stamp") {
+        return stamp(&args[2..]);
+    }
     let usage = || {
-        eprintln!("usage: waymark-floor spawn N PROGRAM | waymark-floor flush N PROGRAM DB");
+        eprintln!("usage: waymark-floor spawn N PROGRAM | waymark-floor flush N PROGRAM DB | waymark-floor stamp FILE CODE");
         ExitCode::from(2)
     };
     let (Some(mode), Some(n), Some(program)) = (args.get(1), args.get(2).and_then(|n| n.parse::<u64>().ok()), args.get(3))
@@ -36,4 +41,16 @@ fn main() -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+fn stamp(args: &[String]) -> ExitCode {
+    use std::io::Write;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("a clock after 1970");
+    let (Some(file), Some(code)) = (args.first(), args.get(1).and_then(|c| c.parse::<u8>().ok())) else {
+        eprintln!("usage: waymark-floor stamp FILE CODE");
+        return ExitCode::from(2);
+    };
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(file).expect("open the stamp file");
+    writeln!(f, "{}", now.as_nanos()).expect("write the stamp");
+    ExitCode::from(code)
 }
