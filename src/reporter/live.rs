@@ -165,13 +165,7 @@ impl LiveReporter {
     }
 
     fn show(&mut self, step: &str, stream: Stream, chunk: &[u8]) {
-        let mut text = Vec::with_capacity(chunk.len() + 16);
-        for line in chunk.split_inclusive(|b| *b == b'\n') {
-            text.extend_from_slice(step.as_bytes());
-            text.extend_from_slice(b" | ");
-            text.extend_from_slice(line);
-        }
-        if !self.screen.lock().output(stream, text) {
+        if !self.screen.lock().output(stream, super::terminal::behind(step, chunk)) {
             self.dropped.add(step, stream, chunk.len());
         }
     }

@@ -78,13 +78,7 @@ impl PlainReporter {
 
     /// Show a child's lines, each behind its step's name.
     fn output(&mut self, step: &str, stream: Stream, chunk: &Chunk) {
-        let mut text = Vec::with_capacity(chunk.len() + 16);
-        for line in chunk.split_inclusive(|b| *b == b'\n') {
-            text.extend_from_slice(step.as_bytes());
-            text.extend_from_slice(b" | ");
-            text.extend_from_slice(line);
-        }
-        if !self.terminal.sink(stream).output(text) {
+        if !self.terminal.sink(stream).output(super::terminal::behind(step, chunk)) {
             self.dropped.add(step, stream, chunk.len());
         }
     }

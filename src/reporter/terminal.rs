@@ -267,6 +267,19 @@ impl Dropped {
 }
 
 /// Deliver what is queued for `terminal` and say, for run `run`, what could not be shown.
+/// A child's `chunk` as the terminal shows it: each of its lines (the last one perhaps without its
+/// newline) behind its step's name, `step | line`. The plain and the live display both show
+/// output so.
+pub(crate) fn behind(step: &str, chunk: &[u8]) -> Vec<u8> {
+    let mut text = Vec::with_capacity(chunk.len() + step.len() + 3);
+    for line in chunk.split_inclusive(|b| *b == b'\n') {
+        text.extend_from_slice(step.as_bytes());
+        text.extend_from_slice(b" | ");
+        text.extend_from_slice(line);
+    }
+    text
+}
+
 pub(crate) fn close_for_run(terminal: &mut Terminal, run: &str) {
     terminal.close(
         &format!(
@@ -274,4 +287,17 @@ pub(crate) fn close_for_run(terminal: &mut Terminal, run: &str) {
         ),
         &format!("what was to be shown there is in the logs (`waymark logs {run} STEP`)"),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::behind;
+
+    #[test]
+    fn every_line_of_a_chunk_is_shown_behind_its_step_the_last_one_even_without_its_newline() {
+        assert_eq!(behind("fetch", b"a\nbb\nc"), b"fetch | a\nfetch | bb\nfetch | c");
+        assert_eq!(behind("s", b"\n\ny\n"), b"s | \ns | \ns | y\n");
+        assert_eq!(behind("s", b"no newline"), b"s | no newline");
+        assert_eq!(behind("s", b""), b"");
+    }
 }
