@@ -424,7 +424,7 @@ def bench_backoff(t, waymark, floor, work, rounds, attempts=21, backoff=0.05):
 
 def bench_timeout(t, waymark, work, rounds, attempts=10, timeout=0.1):
     flow = work / "timeout.toml"
-    flow.write_text(f'name = "timeout"\n[[step]]\nname = "t"\nrun = ["sleep", "100"]\ntimeout = {timeout}\n'
+    flow.write_text(f'name = "timeout"\n[[step]]\nname = "t"\nrun = ["sleep", "100"]\ntimeout = {timeout}\nkill_grace = 0\n'
                     f'retry = {{ attempts = {attempts}, exception_types = ["ActionTimeout"] }}\n')
     late = []
     for _ in range(rounds):
@@ -432,7 +432,7 @@ def bench_timeout(t, waymark, work, rounds, attempts=10, timeout=0.1):
             evs = events([waymark, "run", "--json", flow], state_env(state))
         late += [e["duration_ms"] - timeout * 1000 for e in evs if e["event"] == "attempt.finished"]
     gnu = [(timed(["timeout", str(timeout), "sleep", "100"])[0] - timeout) * 1000 for _ in range(rounds * attempts)]
-    t.add(f"timeout to death, waymark ({timeout * 1000:.0f} ms timeout)", pcts(late), note="attempt duration_ms - timeout")
+    t.add(f"timeout to death, waymark ({timeout * 1000:.0f} ms timeout, kill_grace 0)", pcts(late), note="attempt duration_ms - timeout")
     t.add("timeout to death, GNU timeout", pcts(gnu), note="its wall time - timeout")
 
 
