@@ -9,9 +9,11 @@ use crate::events::Stream;
 use crate::flow::{Signal, Step};
 use crate::os::process::{self as unix, ExitKind};
 use crate::secrets::{Secrets, StreamRedactor};
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::Write;
-use std::path::PathBuf;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -75,8 +77,34 @@ pub(crate) struct Supervisor {
 /// One output stream of a child: the pipe it writes and the log it is copied to.
 pub(crate) struct Output {
     pub(crate) pipe: std::io::PipeReader,
-    pub(crate) log: File,
+    pub(crate) log: Log,
     pub(crate) log_path: PathBuf,
+}
+
+/// A stream's log file: open (an earlier execution of the attempt left one), or created when the
+/// first byte comes, so that a stream that stays empty leaves no file.
+pub(crate) enum Log {
+    Open(File),
+    /// Not created yet: `name` in the directory `dir`, held open for it (no path is resolved
+    /// again, and the directory the attempt was started in is the one written to).
+    Deferred {
+        dir: Arc<OwnedFd>,
+        name: OsString,
+    },
+}
+
+impl Log {
+    /// The open log, created first if it was deferred; `path` is its full path.
+    fn file(&mut self, path: &Path) -> std::io::Result<&mut File> {
+        if let Log::Deferred { dir, name } = self {
+            let file = crate::os::fs::create_append_private_at(&**dir, name, path)?;
+            *self = Log::Open(file);
+        }
+        match self {
+            Log::Open(file) => Ok(file),
+            Log::Deferred { .. } => Err(std::io::Error::other("log not created")),
+        }
+    }
 }
 
 impl Supervisor {
@@ -131,14 +159,14 @@ impl Supervisor {
     }
 }
 
-/// Copies one of a child's streams to its log file and, in whole lines, to the dispatcher, with
+/// Copies one of a child's streams to its log file (created on the first byte) and, in whole lines, to the dispatcher, with
 /// every secret replaced by `***` before either sees it (a secret split between two reads too).
 /// It runs as a task on the runner's event loop, woken when the pipe has data: no thread per
 /// stream. A reader whose pipe a process outside waymark's reach holds open is left behind (it
 /// keeps the log and sends nothing more) rather than waited for.
 struct Reader {
     pipe: tokio::net::unix::pipe::Receiver,
-    log: File,
+    log: Log,
     log_path: PathBuf,
     stream: Stream,
     step: usize,
@@ -195,7 +223,7 @@ impl Reader {
             return;
         }
         if out.logging
-            && let Err(error) = self.log.write_all(data)
+            && let Err(error) = self.log.file(&self.log_path).and_then(|log| log.write_all(data))
         {
             // Output that cannot be kept is waymark's own failure: the loop stops the run.
             out.logging = false;
