@@ -148,3 +148,28 @@ shell = 'echo "[${WAYMARK_OUTPUT_S_OLD-}]" >> t.log'
     assert_eq!(env.read("t.log"), "[]\n");
     assert!(!stem.with_extension("error.json").exists());
 }
+
+#[test]
+fn a_failed_attempts_stderr_is_judged_as_it_passed_not_read_back_from_its_log() {
+    let env = Env::new();
+    // The child prints a traceback, waits until it is in its log, then empties the log and fails:
+    // the traceback still names the error (the evidence is what passed through, kept in memory).
+    env.write(
+        "flow.toml",
+        r#"name = 'tail'
+[[step]]
+name = 's'
+shell = '''
+printf 'Traceback (most recent call last):\n  File "x", line 1, in <module>\nValueError: from memory\n' >&2
+log="$(dirname "$WAYMARK_ERROR_FILE")/attempt-$WAYMARK_ATTEMPT.stderr"
+while [ ! -s "$log" ]; do sleep 0.01; done
+: > "$log"
+exit 1
+'''
+"#,
+    );
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("s: attempt 1/1 failed: ValueError"), "{err}");
+}

@@ -302,8 +302,8 @@ impl Launcher for ProcessLauncher {
         let (tx, index, row, deadline) = (events.clone(), a.step_index, a.row, a.deadline);
         tokio::spawn(async move {
             let f = supervisor.supervise(step, deadline, control).await;
-            let (end, killed_after_grace, notes) = (f.end, f.killed_after_grace, f.notes);
-            let _ = tx.send(Msg::Done { step: index, row, end, killed_after_grace, notes }).await;
+            let (end, killed_after_grace, notes, stderr_tail) = (f.end, f.killed_after_grace, f.notes, f.stderr_tail);
+            let _ = tx.send(Msg::Done { step: index, row, end, killed_after_grace, notes, stderr_tail }).await;
         });
         Ok(Launched::Running { pid, proc_start, stderr_from })
     }
