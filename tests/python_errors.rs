@@ -678,7 +678,7 @@ fn a_symlink_planted_at_the_next_attempts_error_file_is_not_followed() {
     let kinds = env.path("kinds").display().to_string();
     // Attempt 1 plants a link where attempt 2's error file goes (the same directory, named
     // attempt-2.error.json) and fails. Attempt 2 records what it was given, writes a report
-    // through it, and fails: that report must land in a fresh private file, not in the victim.
+    // through it, and fails: that report must land in a file of its own, not in the victim.
     let script = format!(
         r#"dir=$(dirname "$WAYMARK_ERROR_FILE")
 case $WAYMARK_ATTEMPT in
@@ -688,8 +688,7 @@ case $WAYMARK_ATTEMPT in
     exit 1 ;;
 *)
     [ "$WAYMARK_ERROR_FILE" = "$dir/attempt-$WAYMARK_ATTEMPT.error.json" ] || exit 98
-    if [ -L "$WAYMARK_ERROR_FILE" ]; then echo link; elif [ -s "$WAYMARK_ERROR_FILE" ]; then echo nonempty; else echo fresh; fi >> {kinds}
-    ls -ln "$WAYMARK_ERROR_FILE" | cut -c1-10 >> {kinds}
+    if [ -L "$WAYMARK_ERROR_FILE" ]; then echo link; elif [ -e "$WAYMARK_ERROR_FILE" ]; then echo exists; else echo absent; fi >> {kinds}
     printf '{{"type": "Planted", "bases": ["ConnectionError"], "message": "attempt %s"}}' "$WAYMARK_ATTEMPT" > "$WAYMARK_ERROR_FILE"
     exit 1 ;;
 esac"#,
@@ -707,8 +706,9 @@ esac"#,
         .reported("Planted(ConnectionError): attempt 3", ERROR_FILE, 3);
     assert!(ran.error_file_warnings().is_empty(), "{}", ran.stderr);
     victim.assert_untouched();
-    // Each later attempt got a fresh, empty, private regular file.
-    assert_eq!(env.read("kinds"), "fresh\n-rw-------\nfresh\n-rw-------\n");
+    // Each later attempt found nothing at its error file's path (the planted link was removed
+    // before it started) and created the file itself.
+    assert_eq!(env.read("kinds"), "absent\nabsent\n");
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! The error-file protocol.
 //!
-//! Every attempt gets `WAYMARK_ERROR_FILE`, the path of a fresh, empty file private to that
-//! attempt. A child that fails may write one JSON object there:
+//! Every attempt gets `WAYMARK_ERROR_FILE`, the path of a file that does not exist when the child
+//! starts (whatever an earlier execution of the attempt left there is removed first), in the
+//! attempt's private (0700) log directory. A child that fails may create it and write one JSON
+//! object there:
 //!
 //! ```json
 //! {"type": "ConnectTimeout", "bases": ["TimeoutException", "TransportError", "Exception"], "message": "..."}
@@ -13,13 +15,10 @@
 //! identifier. An empty or whitespace-only file means "nothing reported"; anything else that does
 //! not fit is ignored with a warning saying what is wrong.
 
-use std::fs::{OpenOptions, Permissions};
 use std::io::{self, Read};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use nix::errno::Errno;
-use nix::fcntl::OFlag;
 use serde_json::{Map, Value};
 
 /// The largest error file that is read; a bigger one is ignored with a warning.
@@ -41,23 +40,6 @@ pub enum ErrorFileOutcome {
     Reported(ReportedError),
     /// Unusable; the string is a warning for the user saying why.
     Invalid(String),
-}
-
-/// Create a fresh, empty, private (0600) file at `path` for one attempt. Whatever is at `path` already
-/// (a stale file, or a symlink planted there) is removed first without following it; the file is then
-/// created with O_CREAT|O_EXCL|O_NOFOLLOW so that the runner never writes through a link.
-pub(crate) fn create_error_file(path: &Path) -> io::Result<()> {
-    // Whatever is there goes: a stale file, a symlink (never its target), a planted directory.
-    crate::os::fs::remove_any(path)?;
-    let file = OpenOptions::new()
-        .write(true)
-        .create_new(true) // O_CREAT | O_EXCL
-        .custom_flags(OFlag::O_NOFOLLOW.bits())
-        .mode(0o600)
-        .open(path)?;
-    // The umask may have stripped bits from 0600 (leaving a file the child cannot write); set the
-    // mode explicitly on the open descriptor.
-    file.set_permissions(Permissions::from_mode(0o600))
 }
 
 /// Read and parse the file after a failed attempt. Opens with O_NOFOLLOW (a symlink put there by the child
@@ -358,58 +340,10 @@ mod tests {
     }
 
     #[test]
-    fn create_makes_private_empty_file() {
-        let dir = TempDir::new("create");
-        let path = dir.0.join("err.json");
-        create_error_file(&path).unwrap();
-        let meta = fs::symlink_metadata(&path).unwrap();
-        assert!(meta.is_file());
-        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
-        assert_eq!(meta.len(), 0);
-        assert_eq!(read_error_file(&path), ErrorFileOutcome::Empty);
-
-        // A stale file from an earlier attempt is replaced by an empty one.
-        fs::write(&path, r#"{"type":"Old"}"#).unwrap();
-        create_error_file(&path).unwrap();
-        assert_eq!(fs::read(&path).unwrap(), b"");
-    }
-
-    #[test]
-    fn create_removes_planted_symlink() {
-        let dir = TempDir::new("plant");
-        let target = dir.0.join("precious");
-        let path = dir.0.join("err.json");
-        fs::write(&target, "keep me").unwrap();
-        symlink(&target, &path).unwrap();
-
-        create_error_file(&path).unwrap();
-        assert!(!fs::symlink_metadata(&path).unwrap().file_type().is_symlink());
-        assert_eq!(fs::read(&path).unwrap(), b"");
-        assert_eq!(fs::read_to_string(&target).unwrap(), "keep me");
-
-        // A dangling symlink is removed too, and nothing is created at its target.
-        let missing = dir.0.join("missing");
-        fs::remove_file(&path).unwrap();
-        symlink(&missing, &path).unwrap();
-        create_error_file(&path).unwrap();
-        assert!(fs::symlink_metadata(&missing).is_err());
-    }
-
-    #[test]
-    fn create_replaces_a_planted_directory() {
-        let dir = TempDir::new("plantdir");
-        let path = dir.0.join("err.json");
-        fs::create_dir_all(path.join("nested")).unwrap();
-        create_error_file(&path).unwrap();
-        assert!(fs::symlink_metadata(&path).unwrap().is_file());
-    }
-
-    #[test]
     fn read_round_trip_and_missing() {
         let dir = TempDir::new("read");
         let path = dir.0.join("err.json");
         assert_eq!(read_error_file(&path), ErrorFileOutcome::Empty);
-        create_error_file(&path).unwrap();
         fs::write(&path, "{\"type\":\"requests.ConnectionError\",\"message\":\"boom\"}\n").unwrap();
         assert_eq!(read_error_file(&path), reported("ConnectionError", None, Some("boom")));
     }

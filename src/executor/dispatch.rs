@@ -103,6 +103,8 @@ struct Ended {
     issued: Instant,
     /// Stopping it took SIGKILL after the grace period.
     killed_after_grace: bool,
+    /// The end of its stderr as it passed (`None`: read from its log).
+    stderr_tail: Option<super::output::StderrTail>,
 }
 
 enum Slot {
@@ -606,7 +608,15 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 timeout: step.timeout,
             });
             // It wrote nothing: none of its log is its evidence.
-            let ended = Ended { attempt, row, stem, stderr_from: u64::MAX, issued, killed_after_grace: false };
+            let ended = Ended {
+                attempt,
+                row,
+                stem,
+                stderr_from: u64::MAX,
+                issued,
+                killed_after_grace: false,
+                stderr_tail: None,
+            };
             return self.failed(index, ended, Ending::TimedOut(timeout), None).await;
         }
         let launched = self.spawn_recorded(spec, control_rx).await?;
@@ -629,7 +639,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 Ok(())
             }
             Launched::NotStarted { why, stderr_from } => {
-                let ended = Ended { attempt, row, stem, stderr_from, issued, killed_after_grace: false };
+                let ended =
+                    Ended { attempt, row, stem, stderr_from, issued, killed_after_grace: false, stderr_tail: None };
                 self.failed(index, ended, Ending::NotStarted(why), None).await
             }
         }
@@ -650,7 +661,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 }
                 Err(ExecError::Files { path, source: error })
             }
-            Msg::Done { step: index, row, end, killed_after_grace, notes } => {
+            Msg::Done { step: index, row, end, killed_after_grace, notes, stderr_tail } => {
                 if !self.is_current(index, row) {
                     return Ok(()); // the end of an attempt that is over already: nothing to do
                 }
@@ -660,7 +671,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 if let Slot::Handling(_) = self.steps[index].slot {
                     return self.handler_ended(index, end).await;
                 }
-                let ended = Ended { killed_after_grace, ..self.take_running(index) };
+                let ended = Ended { killed_after_grace, stderr_tail, ..self.take_running(index) };
                 match end {
                     End::Exited(ExitKind::Code(0)) => self.succeeded(index, ended).await,
                     End::Exited(ExitKind::Code(code)) => {
@@ -691,7 +702,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         match self.set_slot(index, Slot::Failed) {
             Slot::Running(Live { attempt, row, stem, stderr_from, issued, .. }) => {
                 self.running -= 1;
-                Ended { attempt, row, stem, stderr_from, issued, killed_after_grace: false }
+                Ended { attempt, row, stem, stderr_from, issued, killed_after_grace: false, stderr_tail: None }
             }
             _ => unreachable!("an attempt ends only once, and only while its step runs"),
         }
@@ -769,8 +780,16 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         exit_code: Option<i32>,
     ) -> Result<(), ExecError> {
         let step = Arc::clone(&self.steps[index].step);
-        let (error, warnings) =
-            evidence::read(&self.flow, &step, ended.attempt, &ending, &ended.stem, ended.stderr_from, &self.secrets);
+        let (error, warnings) = evidence::read(
+            &self.flow,
+            &step,
+            ended.attempt,
+            &ending,
+            &ended.stem,
+            ended.stderr_from,
+            ended.stderr_tail.as_ref(),
+            &self.secrets,
+        );
         for message in warnings {
             self.emitter.warning(Some(&step.name), message);
         }

@@ -1,9 +1,11 @@
 //! The evidence reader: turns an attempt that ended badly into an error, from what it left
 //! behind (its error file, the tail of its stderr) and how it ended. The classification itself is
 //! `classify`'s; this part reads the files, no-follow, and never fails: what cannot be read is
-//! no evidence. The error it returns has the run's secrets hidden (it is recorded and shown), and
+//! no evidence. The tail of stderr comes from memory (kept by the output reader as it passed)
+//! when the reader finished; the log is read only when it did not. The error it returns has the run's secrets hidden (it is recorded and shown), and
 //! so, once read, has the error file kept in the logs directory; the stderr log never held them.
 
+use super::output::StderrTail;
 use crate::classify::{self, Ending, ErrorSource, ErrorValue, Evidence, error_file};
 use crate::flow::{Flow, Step};
 use crate::secrets::Secrets;
@@ -11,12 +13,15 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
 /// How much of an attempt's stderr is kept for tracebacks and the failure report.
-const STDERR_TAIL: u64 = 64 * 1024;
+const STDERR_TAIL: u64 = StderrTail::KEEP as u64;
 /// How much of it the failure report repeats at most.
 const REPORT_TAIL: u64 = 4096;
 
 /// The error of attempt `attempt` of `step`, whose files are at `stem` and whose stderr starts at
 /// `stderr_from` in its log, with `secrets` hidden, and warnings for the user about the evidence.
+/// The end of its stderr is `tail`, kept as it passed, when there is one; else it is read from
+/// the log.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn read(
     flow: &Flow,
     step: &Step,
@@ -24,9 +29,13 @@ pub(crate) fn read(
     ending: &Ending,
     stem: &Path,
     stderr_from: u64,
+    tail: Option<&StderrTail>,
     secrets: &Secrets,
 ) -> (ErrorValue, Vec<String>) {
-    let (stderr_tail, stderr_cut) = read_tail(&stem.with_extension("stderr"), stderr_from, STDERR_TAIL);
+    let (stderr_tail, stderr_cut) = match tail {
+        Some(tail) => tail.last(STDERR_TAIL as usize),
+        None => read_tail(&stem.with_extension("stderr"), stderr_from, STDERR_TAIL),
+    };
     let evidence = Evidence {
         classes: &flow.classes,
         step_codes: &step.exit_codes,

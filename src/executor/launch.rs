@@ -1,16 +1,17 @@
-//! The launcher: prepares an attempt's files and environment, spawns its child in a process group
+//! The launcher: prepares an attempt's directory and environment, spawns its child in a process group
 //! of its own, and hands the child to a [`Supervisor`] task that reports back to the dispatcher.
 //! The dispatcher sees only the [`Launcher`] trait, so tests drive it with a fake.
 
 use super::environment::RunEnv;
-use super::supervise::{Control, Output, Supervisor};
+use super::supervise::{Control, Log, Output, Supervisor};
 use super::{ExecError, Msg, outputs};
 use crate::flow::{Flow, Step};
+use crate::os::fs::ExistingLog;
 use crate::os::process as unix;
 use crate::store::{AuxKind, AuxRun, StateDir, StepRecord, StepState};
 use std::collections::HashSet;
-use std::fs::File;
 use std::io::Write;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,8 +64,10 @@ pub(crate) enum Launched {
 
 /// How the dispatcher starts and stops attempts.
 pub(crate) trait Launcher {
-    /// Make the attempt's files ready (its step's log directory, an empty error file and an empty
-    /// outputs file); returns the attempt's file stem.
+    /// Make the attempt's step's log directory ready; returns the attempt's file stem. No file of
+    /// the attempt is created: its logs are created on their first byte, its error and outputs
+    /// files by the child if it writes them (what an earlier execution left there is removed
+    /// when it is spawned).
     fn prepare(&mut self, step: &Step, attempt: u32) -> Result<PathBuf, ExecError>;
     /// An attempt's file stem, whether or not it was prepared by this runner.
     fn stem(&self, step: &str, attempt: u32) -> PathBuf;
@@ -209,14 +212,8 @@ impl ProcessLauncher {
 
 impl Launcher for ProcessLauncher {
     fn prepare(&mut self, step: &Step, attempt: u32) -> Result<PathBuf, ExecError> {
-        let files_err = |path: &Path, source| ExecError::Files { path: path.to_owned(), source };
         self.log_dir_ready(step)?;
-        let stem = self.stem(&step.name, attempt);
-        let error_path = stem.with_extension("error.json");
-        crate::classify::error_file::create_error_file(&error_path).map_err(|e| files_err(&error_path, e))?;
-        let outputs_path = outputs::path(&stem);
-        outputs::create(&outputs_path).map_err(|e| files_err(&outputs_path, e))?;
-        Ok(stem)
+        Ok(self.stem(&step.name, attempt))
     }
 
     fn spawn(
@@ -227,10 +224,22 @@ impl Launcher for ProcessLauncher {
     ) -> Result<Launched, ExecError> {
         let attempt_id = attempt_id(&self.run_id, a.row);
         let files_err = |path: &Path, source| ExecError::Files { path: path.to_owned(), source };
+        // The attempt's directory, opened once (refusing a symlink anywhere in its path): every
+        // file of the attempt is found relative to it.
+        let dir_path = a.stem.parent().unwrap_or(Path::new("."));
+        let dir = Arc::new(crate::os::fs::open_dir_nofollow(dir_path, false).map_err(|e| files_err(dir_path, e))?);
+        // The child creates its error and outputs files if it writes them: whatever an earlier
+        // execution of this attempt (a runner that died, or was stopped) left at their paths
+        // goes first, so that it cannot be taken for this execution's.
+        for path in [a.stem.with_extension("error.json"), outputs::path(&a.stem)] {
+            let name = file_name(&path).map_err(|e| files_err(&path, e))?;
+            crate::os::fs::remove_any_at(&*dir, name, &path).map_err(|e| files_err(&path, e))?;
+        }
         let stdout_log = a.stem.with_extension("stdout");
         let stderr_log = a.stem.with_extension("stderr");
-        let (out_log, _) = open_log(&stdout_log, &a).map_err(|e| files_err(&stdout_log, e))?;
-        let (err_log, stderr_from) = open_log(&stderr_log, &a).map_err(|e| files_err(&stderr_log, e))?;
+        let (out_log, _) = open_log(&dir, &stdout_log, &a).map_err(|e| files_err(&stdout_log, e))?;
+        let (err_log, stderr_from) = open_log(&dir, &stderr_log, &a).map_err(|e| files_err(&stderr_log, e))?;
+        drop(dir);
         let step = Arc::clone(&a.step);
         if !step.workdir.is_dir() {
             let why = format!("working directory {} does not exist or is not a directory", step.workdir.display());
@@ -293,8 +302,8 @@ impl Launcher for ProcessLauncher {
         let (tx, index, row, deadline) = (events.clone(), a.step_index, a.row, a.deadline);
         tokio::spawn(async move {
             let f = supervisor.supervise(step, deadline, control).await;
-            let (end, killed_after_grace, notes) = (f.end, f.killed_after_grace, f.notes);
-            let _ = tx.send(Msg::Done { step: index, row, end, killed_after_grace, notes }).await;
+            let (end, killed_after_grace, notes, stderr_tail) = (f.end, f.killed_after_grace, f.notes, f.stderr_tail);
+            let _ = tx.send(Msg::Done { step: index, row, end, killed_after_grace, notes, stderr_tail }).await;
         });
         Ok(Launched::Running { pid, proc_start, stderr_from })
     }
@@ -358,11 +367,20 @@ impl Launcher for ProcessLauncher {
     }
 }
 
-/// Open a log for appending; returns it with its length before this attempt. Where an earlier
-/// execution of the same attempt left output, a line marks where this one begins.
-fn open_log(path: &Path, a: &Attempt) -> std::io::Result<(File, u64)> {
-    let mut file = crate::os::fs::open_append_private(path)?;
-    let mut len = file.metadata()?.len();
+/// The name of the file at `path` in its directory.
+fn file_name(path: &Path) -> std::io::Result<&std::ffi::OsStr> {
+    path.file_name().ok_or_else(|| std::io::Error::other(format!("{}: not a file name", path.display())))
+}
+
+/// A log in `dir` to append to, with its length before this attempt: the file an earlier
+/// execution of the same attempt left (a line then marks where this one begins), else one created
+/// on the first byte.
+fn open_log(dir: &Arc<OwnedFd>, path: &Path, a: &Attempt) -> std::io::Result<(Log, u64)> {
+    let name = file_name(path)?;
+    let (mut file, mut len) = match crate::os::fs::open_existing_log_at(&**dir, name, path)? {
+        ExistingLog::Missing => return Ok((Log::Deferred { dir: Arc::clone(dir), name: name.to_owned() }, 0)),
+        ExistingLog::Open(file, len) => (file, len),
+    };
     if len > 0 {
         let what = match &a.aux {
             Some(aux) => aux.what.clone(),
@@ -376,7 +394,7 @@ fn open_log(path: &Path, a: &Attempt) -> std::io::Result<(File, u64)> {
         file.write_all(text.as_bytes())?;
         len += text.len() as u64;
     }
-    Ok((file, len))
+    Ok((Log::Open(file), len))
 }
 
 /// Why the program could not be executed, in words that say what to fix.

@@ -1,5 +1,6 @@
-//! Step outputs: each attempt gets `WAYMARK_OUTPUT`, a file (`attempt-N.outputs`, beside its
-//! logs, created empty when the attempt is prepared) where the step writes `key=value` lines.
+//! Step outputs: each attempt gets `WAYMARK_OUTPUT`, the path of a file (`attempt-N.outputs`,
+//! beside its logs; absent when the child starts, whatever an earlier execution of the attempt
+//! left there removed) that the step creates if it writes `key=value` lines.
 //! After the step succeeds the file is read here; its outputs are recorded with the success and
 //! every step that starts later sees `WAYMARK_OUTPUT_<STEP>_<KEY>`.
 //!
@@ -25,15 +26,6 @@ pub(crate) const MAX_FILE: usize = 1024 * 1024;
 /// The outputs file of the attempt whose files are at `stem`.
 pub(crate) fn path(stem: &Path) -> PathBuf {
     stem.with_extension("outputs")
-}
-
-/// Create the attempt's outputs file empty (mode 0600, writable by the step whatever the umask);
-/// whatever was at its path goes, a symlink included (never its target).
-pub(crate) fn create(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    fs::remove_any(path)?;
-    let file = fs::open_append_private(path)?;
-    file.set_permissions(std::fs::Permissions::from_mode(0o600))
 }
 
 /// The variable a later step sees output `key` of step `step` as: `WAYMARK_OUTPUT_FETCH_A_ROWS`
@@ -240,7 +232,6 @@ mod tests {
     fn reading_hides_secrets_in_the_outputs_and_in_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("attempt-1.outputs");
-        create(&file).unwrap();
         std::fs::write(&file, "token=abc-SECRET-def\nrows=3\nbad line\n").unwrap();
         let (outputs, warnings) = read(&file, &Secrets::new(["SECRET"]));
         assert_eq!(pairs(&outputs), [("rows", "3"), ("token", "abc-***-def")]);

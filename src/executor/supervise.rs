@@ -4,14 +4,16 @@
 //! the group, found by the attempt id in their environment.
 
 use super::Msg;
-use super::output::Chunk;
+use super::output::{Chunk, StderrTail};
 use crate::events::Stream;
 use crate::flow::{Signal, Step};
 use crate::os::process::{self as unix, ExitKind};
 use crate::secrets::{Secrets, StreamRedactor};
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::Write;
-use std::path::PathBuf;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -57,6 +59,9 @@ pub(crate) struct Finished {
     pub(crate) killed_after_grace: bool,
     /// For the user.
     pub(crate) notes: Vec<String>,
+    /// The end of its stderr as it passed through (`None` when its reader did not finish: the
+    /// log file is read instead).
+    pub(crate) stderr_tail: Option<StderrTail>,
 }
 
 /// A spawned attempt under supervision.
@@ -64,8 +69,11 @@ pub(crate) struct Supervisor {
     child: tokio::process::Child,
     pid: u32,
     attempt_id: String,
-    /// Each output reader sends one message here when it has reached end-of-file.
-    readers_done: mpsc::Receiver<()>,
+    /// Each output reader sends one message here when it has reached end-of-file: the stderr
+    /// reader with the end of what it read.
+    readers_done: mpsc::Receiver<Option<StderrTail>>,
+    /// The end of the attempt's stderr, once its reader reached end-of-file.
+    stderr_tail: Option<StderrTail>,
     /// Readers that have not reached end-of-file yet.
     readers_left: usize,
     /// Set when waymark stops waiting for the readers: they then send nothing more.
@@ -75,8 +83,34 @@ pub(crate) struct Supervisor {
 /// One output stream of a child: the pipe it writes and the log it is copied to.
 pub(crate) struct Output {
     pub(crate) pipe: std::io::PipeReader,
-    pub(crate) log: File,
+    pub(crate) log: Log,
     pub(crate) log_path: PathBuf,
+}
+
+/// A stream's log file: open (an earlier execution of the attempt left one), or created when the
+/// first byte comes, so that a stream that stays empty leaves no file.
+pub(crate) enum Log {
+    Open(File),
+    /// Not created yet: `name` in the directory `dir`, held open for it (no path is resolved
+    /// again, and the directory the attempt was started in is the one written to).
+    Deferred {
+        dir: Arc<OwnedFd>,
+        name: OsString,
+    },
+}
+
+impl Log {
+    /// The open log, created first if it was deferred; `path` is its full path.
+    fn file(&mut self, path: &Path) -> std::io::Result<&mut File> {
+        if let Log::Deferred { dir, name } = self {
+            let file = crate::os::fs::create_append_private_at(&**dir, name, path)?;
+            *self = Log::Open(file);
+        }
+        match self {
+            Log::Open(file) => Ok(file),
+            Log::Deferred { .. } => Err(std::io::Error::other("log not created")),
+        }
+    }
 }
 
 impl Supervisor {
@@ -110,6 +144,7 @@ impl Supervisor {
                 log: out.log,
                 log_path: out.log_path,
                 stream,
+                tail: (stream == Stream::Stderr).then(StderrTail::default),
                 step,
                 row,
                 secrets: Arc::clone(&secrets),
@@ -119,11 +154,11 @@ impl Supervisor {
             let done = done.clone();
             readers_left += 1;
             tokio::spawn(async move {
-                reader.copy().await;
-                let _ = done.send(()).await;
+                let tail = reader.copy().await;
+                let _ = done.send(tail).await;
             });
         }
-        Supervisor { child, pid, attempt_id, readers_done, readers_left, abandoned }
+        Supervisor { child, pid, attempt_id, readers_done, stderr_tail: None, readers_left, abandoned }
     }
 
     pub(crate) fn pid(&self) -> u32 {
@@ -131,16 +166,18 @@ impl Supervisor {
     }
 }
 
-/// Copies one of a child's streams to its log file and, in whole lines, to the dispatcher, with
+/// Copies one of a child's streams to its log file (created on the first byte) and, in whole lines, to the dispatcher, with
 /// every secret replaced by `***` before either sees it (a secret split between two reads too).
 /// It runs as a task on the runner's event loop, woken when the pipe has data: no thread per
 /// stream. A reader whose pipe a process outside waymark's reach holds open is left behind (it
 /// keeps the log and sends nothing more) rather than waited for.
 struct Reader {
     pipe: tokio::net::unix::pipe::Receiver,
-    log: File,
+    log: Log,
     log_path: PathBuf,
     stream: Stream,
+    /// The end of what passed, kept for the stderr stream.
+    tail: Option<StderrTail>,
     step: usize,
     row: i64,
     secrets: Arc<Secrets>,
@@ -160,7 +197,8 @@ impl Reader {
         let _ = self.events.send(Msg::Output { step: self.step, row: self.row, stream: self.stream, chunk }).await;
     }
 
-    async fn copy(mut self) {
+    /// Copy until end-of-file; returns the end of what passed, for the stderr stream.
+    async fn copy(mut self) -> Option<StderrTail> {
         let mut buf = vec![0u8; CHUNK];
         let mut out = Copied { partial: Vec::new(), logging: true };
         let secrets = Arc::clone(&self.secrets);
@@ -187,6 +225,7 @@ impl Reader {
             out.partial.push(b'\n');
             self.send(out.partial).await;
         }
+        self.tail.take()
     }
 
     /// Write `data` (redacted) to the log, and send the whole lines it completes.
@@ -195,12 +234,15 @@ impl Reader {
             return;
         }
         if out.logging
-            && let Err(error) = self.log.write_all(data)
+            && let Err(error) = self.log.file(&self.log_path).and_then(|log| log.write_all(data))
         {
             // Output that cannot be kept is waymark's own failure: the loop stops the run.
             out.logging = false;
             let msg = Msg::LogFailed { row: self.row, path: self.log_path.clone(), error };
             let _ = self.events.send(msg).await;
+        }
+        if let Some(tail) = &mut self.tail {
+            tail.push(data);
         }
         let partial = &mut out.partial;
         // Only the new bytes are searched, so a long line costs linear time.
@@ -244,7 +286,12 @@ impl Supervisor {
         while self.readers_left > 0 {
             // `recv` is cancel-safe: a timed-out wait loses no end-of-file message.
             match tokio::time::timeout_at(deadline, self.readers_done.recv()).await {
-                Ok(Some(())) => self.readers_left -= 1,
+                Ok(Some(tail)) => {
+                    self.readers_left -= 1;
+                    if tail.is_some() {
+                        self.stderr_tail = tail;
+                    }
+                }
                 Ok(None) => return true, // no reader left to wait for
                 Err(_) => return false,
             }
@@ -336,6 +383,7 @@ impl Supervisor {
             }
             if !self.drain(LAST_DRAIN).await {
                 self.abandoned.store(true, Ordering::Relaxed);
+                self.stderr_tail = None;
                 notes.push(
                     "a process outside waymark's reach still holds this attempt's output open; the rest of it is not shown"
                         .to_owned(),
@@ -350,7 +398,8 @@ impl Supervisor {
                 End::Exited(ExitKind::Code(-1))
             }
         };
-        Finished { end, killed_after_grace, notes }
+        let stderr_tail = if self.readers_left == 0 { self.stderr_tail.take() } else { None };
+        Finished { end, killed_after_grace, notes, stderr_tail }
     }
 }
 

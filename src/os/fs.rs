@@ -130,6 +130,71 @@ pub(crate) fn open_append_private(path: &Path) -> io::Result<File> {
     Ok(File::from(fd))
 }
 
+/// What [`open_existing_log_at`] found at a log's name.
+pub(crate) enum ExistingLog {
+    /// Nothing: the log is created when the first byte comes ([`create_append_private_at`]).
+    Missing,
+    /// A regular file (an earlier execution's log), opened for appending, and its length.
+    Open(File, u64),
+}
+
+/// Open the log `name` in directory `dir` for appending if a regular file is there, without
+/// creating it: one `fstatat` when there is none (the common case). Whatever else is there (a
+/// symlink, a directory, a FIFO a child planted) is removed, never followed, and counts as missing.
+/// `path` is the same file's full path, for messages and the rare removal.
+pub(crate) fn open_existing_log_at(dir: impl AsFd, name: &std::ffi::OsStr, path: &Path) -> io::Result<ExistingLog> {
+    let st = match nix::sys::stat::fstatat(&dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) => st,
+        Err(Errno::ENOENT) => return Ok(ExistingLog::Missing),
+        Err(e) => return Err(e.into()),
+    };
+    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
+        remove_unless_regular(path)?;
+        return Ok(ExistingLog::Missing);
+    }
+    // O_NONBLOCK: should the regular file have been swapped for a FIFO since, the open does not
+    // hang; the descriptor is checked to be a regular file again.
+    let flags = OFlag::O_WRONLY | OFlag::O_APPEND | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+    match nix::fcntl::openat(&dir, name, flags, Mode::empty()) {
+        Ok(fd) => {
+            let file = File::from(fd);
+            let meta = file.metadata()?;
+            if !meta.is_file() {
+                return Err(io::Error::other(format!("{}: not a regular file", path.display())));
+            }
+            Ok(ExistingLog::Open(file, meta.len()))
+        }
+        Err(Errno::ENOENT) => Ok(ExistingLog::Missing),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Create the file `name` in directory `dir` for appending (mode 0600), never following a link:
+/// O_CREAT|O_EXCL, so nothing already there is opened. When something is (a child wrote or
+/// planted something at its own log's name meanwhile), `path` (the same file's full path) is
+/// opened as [`open_append_private`] does: a regular file is appended to, anything else removed.
+pub(crate) fn create_append_private_at(dir: impl AsFd, name: &std::ffi::OsStr, path: &Path) -> io::Result<File> {
+    let flags =
+        OFlag::O_WRONLY | OFlag::O_APPEND | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    match nix::fcntl::openat(&dir, name, flags, Mode::S_IRUSR | Mode::S_IWUSR) {
+        Ok(fd) => Ok(File::from(fd)),
+        Err(Errno::EEXIST) => open_append_private(path),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Remove whatever is at `name` in directory `dir` (a file, a symlink, never its target, a
+/// directory tree); nothing there is no error. One `unlinkat` in the common cases; `path` is the
+/// same entry's full path, for removing a directory a child planted there.
+pub(crate) fn remove_any_at(dir: impl AsFd, name: &std::ffi::OsStr, path: &Path) -> io::Result<()> {
+    match nix::unistd::unlinkat(&dir, name, nix::unistd::UnlinkatFlags::NoRemoveDir) {
+        Ok(()) | Err(Errno::ENOENT) => Ok(()),
+        // A directory (EISDIR on Linux, EPERM where POSIX says so).
+        Err(Errno::EISDIR | Errno::EPERM) => remove_any(path),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Open `path` for reading without following a symlink, in its directories either: a link at the
 /// file itself is ELOOP, one at a directory the error of `open_dir_nofollow`. O_NONBLOCK keeps
 /// open(2) from hanging on a FIFO a child put there; it does nothing for regular files.
@@ -142,6 +207,7 @@ pub(crate) fn open_read_nofollow(path: &Path) -> io::Result<File> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn planted_links_and_directories_are_removed_not_followed() {
@@ -186,5 +252,55 @@ mod tests {
         std::os::unix::fs::symlink(dir.path().join("real/attempt-1.stderr"), dir.path().join("real/link")).unwrap();
         let e = open_read_nofollow(&dir.path().join("real/link")).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(Errno::ELOOP as i32));
+    }
+
+    #[test]
+    fn stale_entries_are_removed_relative_to_their_directory_never_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let fd = open_dir_nofollow(dir.path(), false).unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        let at = |name: &str| (std::ffi::OsString::from(name), dir.path().join(name));
+        let (name, path) = at("attempt-1.error.json");
+        remove_any_at(&fd, &name, &path).unwrap(); // nothing there: no error
+        std::fs::write(&path, "stale").unwrap();
+        remove_any_at(&fd, &name, &path).unwrap();
+        assert!(std::fs::symlink_metadata(&path).is_err());
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        remove_any_at(&fd, &name, &path).unwrap();
+        assert!(std::fs::symlink_metadata(&path).is_err());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        std::fs::create_dir_all(path.join("sub")).unwrap();
+        remove_any_at(&fd, &name, &path).unwrap();
+        assert!(std::fs::symlink_metadata(&path).is_err());
+    }
+
+    #[test]
+    fn a_log_is_created_only_when_asked_and_an_existing_one_is_appended_to() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let fd = open_dir_nofollow(dir.path(), false).unwrap();
+        let (name, path) = (std::ffi::OsString::from("attempt-1.stdout"), dir.path().join("attempt-1.stdout"));
+        assert!(matches!(open_existing_log_at(&fd, &name, &path).unwrap(), ExistingLog::Missing));
+        assert!(std::fs::symlink_metadata(&path).is_err(), "looking creates nothing");
+        create_append_private_at(&fd, &name, &path).unwrap().write_all(b"first\n").unwrap();
+        assert_eq!(std::fs::symlink_metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        // Created already (a second creation appends rather than truncates).
+        create_append_private_at(&fd, &name, &path).unwrap().write_all(b"second\n").unwrap();
+        let ExistingLog::Open(mut file, len) = open_existing_log_at(&fd, &name, &path).unwrap() else { panic!() };
+        assert_eq!(len, 13);
+        file.write_all(b"third\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "first\nsecond\nthird\n");
+        // A planted link is removed, its target untouched, and counts as no log.
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        let (name, path) = (std::ffi::OsString::from("attempt-2.stdout"), dir.path().join("attempt-2.stdout"));
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        assert!(matches!(open_existing_log_at(&fd, &name, &path).unwrap(), ExistingLog::Missing));
+        assert!(std::fs::symlink_metadata(&path).is_err());
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        create_append_private_at(&fd, &name, &path).unwrap().write_all(b"out").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "out");
     }
 }

@@ -54,9 +54,24 @@ pub(crate) fn exit_kind(status: std::process::ExitStatus) -> ExitKind {
 
 /// A process's start time in clock ticks since boot (`/proc/PID/stat` field 22), which together
 /// with the pid identifies one process across pid reuse. `None` where `/proc` is unavailable.
+/// Read once per attempt: one `read` into a stack buffer (the kernel produces the whole line in
+/// one read; it is far shorter than the buffer), no allocation for the contents.
 pub(crate) fn process_start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat_fields(&stat).and_then(|f| f.get(19)?.parse().ok())
+    use nix::fcntl::{OFlag, open};
+    let fd =
+        open(format!("/proc/{pid}/stat").as_str(), OFlag::O_RDONLY | OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty())
+            .ok()?;
+    let mut buf = [0u8; 1024];
+    let n = nix::unistd::read(&fd, &mut buf).ok()?;
+    // A line that filled the buffer may be cut: not trusted.
+    if n == buf.len() {
+        return None;
+    }
+    // After `comm` (which may hold spaces and any byte): state is field 3, starttime field 22.
+    let stat = &buf[..n];
+    let after = &stat[stat.iter().rposition(|b| *b == b')')? + 1..];
+    let field = after.split(|b| b.is_ascii_whitespace()).filter(|f| !f.is_empty()).nth(19)?;
+    std::str::from_utf8(field).ok()?.parse().ok()
 }
 
 /// Fields after `comm` in a `/proc/PID/stat` line (field 3 onward), `comm` may hold spaces.

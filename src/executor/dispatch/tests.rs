@@ -120,7 +120,9 @@ impl Launcher for FakeLauncher {
                     _ => End::Cancelled,
                 },
             };
-            let _ = tx.send(Msg::Done { step, row, end, killed_after_grace: false, notes: Vec::new() }).await;
+            let _ = tx
+                .send(Msg::Done { step, row, end, killed_after_grace: false, notes: Vec::new(), stderr_tail: None })
+                .await;
         });
         Ok(Launched::Running { pid: self.next_pid, proc_start: None, stderr_from: 0 })
     }

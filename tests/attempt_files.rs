@@ -1,0 +1,175 @@
+//! The files an attempt leaves: only what it wrote. A log file is created on its stream's first
+//! byte; the error and outputs files only by the child; what an earlier execution of a
+//! redelivered attempt left at their paths is never taken for the new execution's.
+
+mod common;
+
+use common::{Env, stderr};
+use serde_json::Value;
+use std::path::Path;
+
+/// Every entry under `dir`, relative to it, sorted; directories end with `/`.
+fn tree(dir: &Path) -> Vec<String> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let rel = path.strip_prefix(root).unwrap().display().to_string();
+            if std::fs::symlink_metadata(&path).unwrap().is_dir() {
+                out.push(format!("{rel}/"));
+                walk(root, &path, out);
+            } else {
+                out.push(rel);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+fn last_run_id(env: &Env) -> String {
+    let out = env.cmd(&["history", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let history: Value = serde_json::from_slice(&out.stdout).unwrap();
+    history[0]["id"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn an_attempt_leaves_a_file_only_for_what_it_wrote() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        r#"name = 'files'
+[[step]]
+name = 'quiet'
+shell = 'true'
+[[step]]
+name = 'talks'
+shell = 'echo hello'
+[[step]]
+name = 'outputs'
+shell = 'echo rows=3 >> "$WAYMARK_OUTPUT"'
+[[step]]
+name = 'reports'
+shell = 'printf "{\"type\": \"ConnectionResetError\"}" > "$WAYMARK_ERROR_FILE"; exit 1'
+"#,
+    );
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("reports: attempt 1/1 failed: ConnectionResetError"), "{}", stderr(&out));
+    let id = last_run_id(&env);
+    assert_eq!(
+        tree(&env.state().join("logs")),
+        [
+            format!("{id}/"),
+            format!("{id}/outputs/"),
+            format!("{id}/outputs/attempt-1.outputs"),
+            format!("{id}/quiet/"),
+            format!("{id}/reports/"),
+            format!("{id}/reports/attempt-1.error.json"),
+            format!("{id}/talks/"),
+            format!("{id}/talks/attempt-1.stdout"),
+        ]
+    );
+    let logs = env.state().join("logs").join(&id);
+    assert_eq!(std::fs::read_to_string(logs.join("talks/attempt-1.stdout")).unwrap(), "hello\n");
+    assert_eq!(std::fs::read_to_string(logs.join("outputs/attempt-1.outputs")).unwrap(), "rows=3\n");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(logs.join("talks/attempt-1.stdout")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "a log created on its first byte is private");
+    let mode = std::fs::metadata(logs.join("quiet")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "a step's log directory is private");
+}
+
+#[test]
+fn logs_of_an_attempt_that_wrote_nothing_print_nothing_and_gc_deletes_all() {
+    let env = Env::new();
+    env.write("flow.toml", "name = 'silent'\n[[step]]\nname = 'quiet'\nshell = 'true'\n");
+    env.cmd(&["run", "flow.toml"]).assert().success();
+    let id = last_run_id(&env);
+    let stem = env.state().join(format!("logs/{id}/quiet/attempt-1"));
+    assert!(!stem.with_extension("stdout").exists() && !stem.with_extension("stderr").exists());
+    env.cmd(&["logs", &id, "quiet"]).assert().success().stderr("").stdout(format!(
+        "==> {o} <==\n==> {e} <==\n",
+        o = stem.with_extension("stdout").display(),
+        e = stem.with_extension("stderr").display()
+    ));
+    for stream in ["stdout", "stderr"] {
+        env.cmd(&["logs", &id, "quiet", "--attempt", "1", "--stream", stream]).assert().success().stdout("").stderr("");
+    }
+    env.cmd(&["gc", "--older-than", "0s"]).assert().success();
+    assert_eq!(tree(&env.state().join("logs")), Vec::<String>::new());
+}
+
+#[test]
+fn a_redelivered_attempt_does_not_take_an_earlier_executions_error_or_outputs_file() {
+    let env = Env::new();
+    // The first execution of `s` reports an error and an output, then is lost with its runner
+    // (SIGKILL). The redelivered execution writes neither: it must start without those files,
+    // fail as a plain exit status, and leave `t` without the old output.
+    env.write(
+        "flow.toml",
+        r#"name = 'stale'
+[[step]]
+name = 's'
+shell = '''
+if [ ! -e once ]; then
+    touch once
+    printf '{"type": "StaleError"}' > "$WAYMARK_ERROR_FILE"
+    echo old=1 >> "$WAYMARK_OUTPUT"
+    echo $$ > pid
+    exec sleep 300
+fi
+for f in "$WAYMARK_ERROR_FILE" "$WAYMARK_OUTPUT"; do
+    if [ -e "$f" ]; then echo present; else echo absent; fi >> seen
+done
+[ -e second ] && exit 0
+touch second
+exit 1
+'''
+retry = { attempts = 2, exception_types = ["SubprocessError"] }
+[[step]]
+name = 't'
+shell = 'echo "[${WAYMARK_OUTPUT_S_OLD-}]" >> t.log'
+"#,
+    );
+    let _ = env.run_until("pid", "KILL");
+    let id = last_run_id(&env);
+    let stem = env.state().join(format!("logs/{id}/s/attempt-1"));
+    assert!(stem.with_extension("error.json").exists() && stem.with_extension("outputs").exists());
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("s: attempt 1/2 failed: CalledProcessError"), "{err}");
+    assert!(!err.contains("StaleError"), "{err}");
+    // The redelivered attempt 1, and attempt 2 after it, found neither file.
+    assert_eq!(env.read("seen"), "absent\nabsent\nabsent\nabsent\n");
+    assert_eq!(env.read("t.log"), "[]\n");
+    assert!(!stem.with_extension("error.json").exists());
+}
+
+#[test]
+fn a_failed_attempts_stderr_is_judged_as_it_passed_not_read_back_from_its_log() {
+    let env = Env::new();
+    // The child prints a traceback, waits until it is in its log, then empties the log and fails:
+    // the traceback still names the error (the evidence is what passed through, kept in memory).
+    env.write(
+        "flow.toml",
+        r#"name = 'tail'
+[[step]]
+name = 's'
+shell = '''
+printf 'Traceback (most recent call last):\n  File "x", line 1, in <module>\nValueError: from memory\n' >&2
+log="$(dirname "$WAYMARK_ERROR_FILE")/attempt-$WAYMARK_ATTEMPT.stderr"
+while [ ! -s "$log" ]; do sleep 0.01; done
+: > "$log"
+exit 1
+'''
+"#,
+    );
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("s: attempt 1/1 failed: ValueError"), "{err}");
+}
