@@ -384,14 +384,21 @@ pub(crate) fn logs(
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 // Ran on another host: the end of its output is in the shared store.
-                if let Some(tail) = store.attempt_tail(run_id, &chosen.log_stem, name)? {
-                    let host = chosen.host.as_deref().unwrap_or("another host");
-                    note!(
-                        "waymark: the full log is on host {host} at {}; here are its last {} KiB, as recorded",
-                        path.display(),
-                        crate::store::postgres::TAIL_BYTES / 1024
-                    );
-                    super::output::print(String::from_utf8_lossy(&tail).into_owned())?;
+                // A stream that stayed empty left no file, here or there.
+                match store.attempt_tail(run_id, &chosen.log_stem, name)? {
+                    Some(tail) if tail.is_empty() => {
+                        note!("waymark: attempt {} of step `{step}` wrote nothing to {name}", chosen.attempt);
+                    }
+                    Some(tail) => {
+                        let host = chosen.host.as_deref().unwrap_or("another host");
+                        note!(
+                            "waymark: the full log is on host {host} at {}; here are its last {} KiB, as recorded",
+                            path.display(),
+                            crate::store::postgres::TAIL_BYTES / 1024
+                        );
+                        super::output::print(String::from_utf8_lossy(&tail).into_owned())?;
+                    }
+                    None => {}
                 }
             }
             Err(e) => return Err(CliError::Internal(anyhow::anyhow!("cannot read {}: {e}", path.display()))),

@@ -719,10 +719,15 @@ fn move_step(tx: &mut Transaction, run_id: &str, step: &str, to: StepStatus) -> 
     Ok(())
 }
 
-/// The last [`TAIL_BYTES`] of a log file of this host (`None` if there is none).
+/// The last [`TAIL_BYTES`] of a log file of this host: empty when there is none (a stream that
+/// stayed empty leaves no file), `None` when it cannot be read.
 fn tail(path: &Path) -> Option<Vec<u8>> {
     use std::io::{Read, Seek, SeekFrom};
-    let mut file = crate::os::fs::open_read_nofollow(path).ok()?;
+    let mut file = match crate::os::fs::open_read_nofollow(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(Vec::new()),
+        Err(_) => return None,
+    };
     let len = file.metadata().ok()?.len();
     file.seek(SeekFrom::Start(len.saturating_sub(TAIL_BYTES))).ok()?;
     let mut out = Vec::new();
