@@ -113,14 +113,14 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
             let (flow, env) = new_run()?;
             abandon(store.as_mut(), &mut events, &old, &owner, abandoned(AbandonReason::Fresh))?;
             let (record, lease) = store.create_run(&flow, &hash, &owner)?;
-            Owned { record, lease, resumed: false, env }
+            Owned::new_run(record, lease, &flow, env)
         }
         Some(old) if stale.is_some() => {
             let (flow, env) = new_run()?;
             let (age, limit) = stale.unwrap_or_default();
             abandon(store.as_mut(), &mut events, &old, &owner, abandoned(AbandonReason::Stale { age, limit }))?;
             let (record, lease) = store.create_run(&flow, &hash, &owner)?;
-            Owned { record, lease, resumed: false, env }
+            Owned::new_run(record, lease, &flow, env)
         }
         Some(old) => {
             let recorded = recorded_flow(&old, store.location())?;
@@ -153,14 +153,14 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
                 );
             }
             let lease = store.claim(&old.id, &owner)?;
-            Owned { record: old, lease, resumed: true, env }
+            Owned { record: old, lease, resumed: true, steps: None, env }
         }
         None => {
             let (flow, env) = new_run()?;
             mention_runs_of_this_file_under_another_key(store.as_ref(), &mut events, &loaded.flow.path, &key)?;
             mention_runs_of_a_moved_file(store.as_ref(), &mut events, &loaded.flow)?;
             let (record, lease) = store.create_run(&flow, &hash, &owner)?;
-            Owned { record, lease, resumed: false, env }
+            Owned::new_run(record, lease, &flow, env)
         }
     };
     execute(state, store, lock, signals, events, owned, Schedule { max_parallel, reopened: false })
@@ -391,7 +391,7 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, mode: Mode) -> 
     }
     let lease = store.claim(run_id, &owner)?;
     let schedule = Schedule { max_parallel: None, reopened: record.status == RunStatus::Failed };
-    execute(state, store, lock, signals, events, Owned { record, lease, resumed: true, env }, schedule)
+    execute(state, store, lock, signals, events, Owned { record, lease, resumed: true, steps: None, env }, schedule)
 }
 
 /// Listen for the runner's signals from the moment it holds the lock (waiting for the lock stays
@@ -415,7 +415,18 @@ struct Owned {
     record: RunRecord,
     lease: Lease,
     resumed: bool,
+    /// A new run's steps as just recorded (all pending); `None`: read them from the store.
+    steps: Option<Vec<StepRecord>>,
     env: RunEnv,
+}
+
+impl Owned {
+    /// A run just created from `flow`: its steps are all pending, as `create_run` recorded them
+    /// (not read back).
+    fn new_run(record: RunRecord, lease: Lease, flow: &Flow, env: RunEnv) -> Owned {
+        let steps = flow.steps.iter().map(|s| StepRecord::pending(&s.name)).collect();
+        Owned { record, lease, resumed: false, steps: Some(steps), env }
+    }
 }
 
 fn execute(
@@ -427,7 +438,7 @@ fn execute(
     owned: Owned,
     schedule: Schedule,
 ) -> Result<i32, CliError> {
-    let Owned { record, lease, resumed, env } = owned;
+    let Owned { record, lease, resumed, steps, env } = owned;
     let record = &record;
     events.set_run(&record.id);
     // From here on every event hides the run's secrets.
@@ -438,7 +449,11 @@ fn execute(
     }
     // Read again: `resume` of a failed run has just reopened its failed step. A run with no steps
     // (the flow has at least one) fails the match.
-    let steps = match_steps(&flow, store.steps(&record.id)?).map_err(|what| {
+    let steps = match steps {
+        Some(steps) => steps,
+        None => store.steps(&record.id)?,
+    };
+    let steps = match_steps(&flow, steps).map_err(|what| {
         CliError::Internal(anyhow::anyhow!(
             "run {} in {}: {what}; the database was changed behind waymark's back: `waymark run --fresh` \
              starts the flow anew",

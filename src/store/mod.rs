@@ -284,8 +284,24 @@ pub struct StepRecord {
     pub(crate) outputs: BTreeMap<String, String>,
 }
 
+impl StepRecord {
+    /// A step as [`Store::create_run`] records it: pending, no attempt used.
+    pub(crate) fn pending(name: &str) -> StepRecord {
+        StepRecord {
+            name: name.to_owned(),
+            state: StepState::Pending,
+            attempts_used: 0,
+            budget_base: 0,
+            last_error: None,
+            started_at: None,
+            ended_at: None,
+            outputs: BTreeMap::new(),
+        }
+    }
+}
+
 /// A recorded run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RunRecord {
     pub id: String,
     /// The display name: the declared name or the file's stem.
@@ -544,8 +560,9 @@ pub trait Store: RunLog + Send {
     /// Where the state lives, for messages: the database file, or what a networked store can
     /// name (never a path other code may open).
     fn location(&self) -> &str;
-    /// Record a new run of `flow`, all steps pending, owned by `owner` (see [`Lease::new_owner`]):
-    /// its lease is the first.
+    /// Record a new run of `flow`, all steps pending (each as [`StepRecord::pending`]), owned by
+    /// `owner` (see [`Lease::new_owner`]): its lease is the first. Returns the run as recorded,
+    /// built from what was written rather than read back (`run` reads the same).
     fn create_run(
         &mut self,
         flow: &crate::flow::Flow,

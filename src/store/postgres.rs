@@ -777,6 +777,8 @@ impl Store for PgStore {
         let lkey = lease_key(&key, host_id());
         let path = flow.path.display().to_string();
         let pid = i64::from(std::process::id());
+        let started = now_ms();
+        let names: Vec<&str> = flow.steps.iter().map(|s| s.name.as_str()).collect();
         let (id, token) = self.write("(new)", owner, |tx| {
             let token = held_token(tx, &lkey, "(new)", owner)?;
             let mut id = new_run_id();
@@ -796,21 +798,36 @@ impl Store for PgStore {
                     &path,
                     &definition,
                     &source_hash,
-                    &now_ms(),
+                    &started,
                     &pid,
                     &host_id(),
                 ],
             )?;
-            for (i, step) in flow.steps.iter().enumerate() {
-                tx.execute(
-                    "INSERT INTO waymark_steps (run_id, position, name, state) VALUES ($1, $2, $3, 'pending')",
-                    &[&id, &(i as i32), &step.name],
-                )?;
-            }
+            // Every step by one statement (one round trip), their names as one array.
+            tx.execute(
+                "INSERT INTO waymark_steps (run_id, position, name, state)
+                 SELECT $1, (t.ord - 1)::int, t.name, 'pending' FROM unnest($2::text[]) WITH ORDINALITY AS t(name, ord)",
+                &[&id, &names],
+            )?;
             tx.execute("UPDATE waymark_leases SET run_id = $2 WHERE lease_key = $1", &[&lkey, &id])?;
             Ok((id.clone(), token))
         })?;
-        Ok((self.run(&id)?, Lease { owner: owner.to_owned(), token }))
+        // What was just inserted, without reading it back (the definition alone may be megabytes).
+        let record = RunRecord {
+            id,
+            key,
+            flow: flow.name.clone(),
+            flow_path: PathBuf::from(path),
+            definition,
+            source_hash: source_hash.to_owned(),
+            status: RunStatus::Running,
+            started_at: from_millis(started),
+            ended_at: None,
+            pid: std::process::id(),
+            host: host_id().to_owned(),
+            failed_step: None,
+        };
+        Ok((record, Lease { owner: owner.to_owned(), token }))
     }
 
     fn run(&self, id: &str) -> Result<RunRecord, StoreError> {

@@ -191,6 +191,38 @@ fn steps_go_through_their_states_alike_on_both_backends() {
     }
 }
 
+/// `create_run` returns the run as it recorded it, without reading it back: exactly what `run`
+/// reads, and steps exactly as [`StepRecord::pending`] describes them, in order.
+#[test]
+fn a_new_run_is_what_create_run_returned_on_both_backends() {
+    for mut b in Backend::all("a_new_run_is_what_create_run_returned_on_both_backends") {
+        let dir = tempfile::tempdir().unwrap();
+        let name = format!("f{:08x}", fastrand::u32(..));
+        let mut text = format!("name = '{name}'\n");
+        for i in 0..300 {
+            text.push_str(&format!("[[step]]\nname = 's{i}'\nrun = ['true']\n"));
+        }
+        let flow = flow(dir.path(), &text);
+        let _held = b.hold(&FlowKey::named(&name), "host:1:a", Duration::from_secs(30), Duration::from_secs(10));
+        let (run, _) = b.store.create_run(&flow, "hash", "host:1:a").unwrap();
+        assert_eq!(b.store.run(&run.id).unwrap(), run, "{}", b.name);
+        let steps: Vec<(String, StepState, u32, u32)> = b
+            .store
+            .steps(&run.id)
+            .unwrap()
+            .into_iter()
+            .map(|s| (s.name, s.state, s.attempts_used, s.budget_base))
+            .collect();
+        let pending: Vec<(String, StepState, u32, u32)> = flow
+            .steps
+            .iter()
+            .map(|s| StepRecord::pending(&s.name))
+            .map(|s| (s.name, s.state, s.attempts_used, s.budget_base))
+            .collect();
+        assert_eq!(steps, pending, "{}", b.name);
+    }
+}
+
 #[test]
 fn a_later_owner_fences_off_the_earlier_one_on_both_backends() {
     for mut b in Backend::all("a_later_owner_fences_off_the_earlier_one_on_both_backends") {
