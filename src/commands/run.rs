@@ -113,14 +113,14 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
             let (flow, env) = new_run()?;
             abandon(store.as_mut(), &mut events, &old, &owner, abandoned(AbandonReason::Fresh))?;
             let (record, lease) = store.create_run(&flow, &hash, &owner)?;
-            Owned::new_run(record, lease, &flow, env)
+            Owned::new_run(record, lease, flow, env)
         }
         Some(old) if stale.is_some() => {
             let (flow, env) = new_run()?;
             let (age, limit) = stale.unwrap_or_default();
             abandon(store.as_mut(), &mut events, &old, &owner, abandoned(AbandonReason::Stale { age, limit }))?;
             let (record, lease) = store.create_run(&flow, &hash, &owner)?;
-            Owned::new_run(record, lease, &flow, env)
+            Owned::new_run(record, lease, flow, env)
         }
         Some(old) => {
             let recorded = recorded_flow(&old, store.location())?;
@@ -153,14 +153,14 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
                 );
             }
             let lease = store.claim(&old.id, &owner)?;
-            Owned { record: old, lease, resumed: true, steps: None, env }
+            Owned { record: old, lease, resumed: true, flow: recorded, steps: None, env }
         }
         None => {
             let (flow, env) = new_run()?;
             mention_runs_of_this_file_under_another_key(store.as_ref(), &mut events, &loaded.flow.path, &key)?;
             mention_runs_of_a_moved_file(store.as_ref(), &mut events, &loaded.flow)?;
             let (record, lease) = store.create_run(&flow, &hash, &owner)?;
-            Owned::new_run(record, lease, &flow, env)
+            Owned::new_run(record, lease, flow, env)
         }
     };
     execute(state, store, lock, signals, events, owned, Schedule { max_parallel, reopened: false })
@@ -385,13 +385,22 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, mode: Mode) -> 
         RunStatus::Failed | RunStatus::Running | RunStatus::Interrupted => {}
     }
     // Its env file is read before the run is touched: a bad one leaves it as it was.
-    let env = run_env(&recorded_flow(&record, store.location())?, Some(run_id))?;
+    let flow = recorded_flow(&record, store.location())?;
+    let env = run_env(&flow, Some(run_id))?;
     if record.status == RunStatus::Failed {
         store.reopen_failed(run_id)?;
     }
     let lease = store.claim(run_id, &owner)?;
     let schedule = Schedule { max_parallel: None, reopened: record.status == RunStatus::Failed };
-    execute(state, store, lock, signals, events, Owned { record, lease, resumed: true, steps: None, env }, schedule)
+    execute(
+        state,
+        store,
+        lock,
+        signals,
+        events,
+        Owned { record, lease, resumed: true, flow, steps: None, env },
+        schedule,
+    )
 }
 
 /// Listen for the runner's signals from the moment it holds the lock (waiting for the lock stays
@@ -409,23 +418,26 @@ struct Schedule {
     reopened: bool,
 }
 
-/// The run this runner goes on with: created or claimed, with the lease that gave it, and what
-/// the runner adds to its definition.
+/// The run this runner goes on with: created or claimed, with the lease that gave it, its flow
+/// (read from its record once, or for a new run the flow just loaded, validated and recorded),
+/// and what the runner adds to its definition.
 struct Owned {
     record: RunRecord,
     lease: Lease,
     resumed: bool,
+    flow: Flow,
     /// A new run's steps as just recorded (all pending); `None`: read them from the store.
     steps: Option<Vec<StepRecord>>,
     env: RunEnv,
 }
 
 impl Owned {
-    /// A run just created from `flow`: its steps are all pending, as `create_run` recorded them
-    /// (not read back).
-    fn new_run(record: RunRecord, lease: Lease, flow: &Flow, env: RunEnv) -> Owned {
+    /// A run just created from `flow`: it runs `flow` itself, not the flow read back from its
+    /// record (the same flow, but megabytes of JSON to parse for a large one), and its steps are
+    /// all pending, as `create_run` recorded them.
+    fn new_run(record: RunRecord, lease: Lease, flow: Flow, env: RunEnv) -> Owned {
         let steps = flow.steps.iter().map(|s| StepRecord::pending(&s.name)).collect();
-        Owned { record, lease, resumed: false, steps: Some(steps), env }
+        Owned { record, lease, resumed: false, flow, steps: Some(steps), env }
     }
 }
 
@@ -438,12 +450,11 @@ fn execute(
     owned: Owned,
     schedule: Schedule,
 ) -> Result<i32, CliError> {
-    let Owned { record, lease, resumed, steps, env } = owned;
+    let Owned { record, lease, resumed, flow, steps, env } = owned;
     let record = &record;
     events.set_run(&record.id);
     // From here on every event hides the run's secrets.
     events.set_secrets(Arc::clone(&env.secrets));
-    let flow: Flow = recorded_flow(record, store.location())?;
     if let FlowGuard::File(lock) = &mut lock {
         lock.describe_holder(&record.id);
     }
