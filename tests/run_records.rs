@@ -69,7 +69,7 @@ fn a_run_recorded_by_a_newer_waymark_is_refused_with_exit_4() {
     let env = Env::new();
     let id = interrupted_run(&env);
     let mut newer = fixture_v1(&env);
-    newer["version"] = 4.into();
+    newer["version"] = 5.into();
     record_definition(&env, &id, &newer);
     let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
     let db_path = env.state().canonicalize().unwrap().join("waymark.db");
@@ -77,8 +77,8 @@ fn a_run_recorded_by_a_newer_waymark_is_refused_with_exit_4() {
     assert_eq!(
         stderr(&out),
         format!(
-            "error: run {id} in {}: its definition was recorded by a newer waymark (run record version 4; this \
-             one reads up to 3); resume it with that waymark, or start the flow anew with `waymark run --fresh FLOW`\n",
+            "error: run {id} in {}: its definition was recorded by a newer waymark (run record version 5; this \
+             one reads up to 4); resume it with that waymark, or start the flow anew with `waymark run --fresh FLOW`\n",
             db_path.display()
         )
     );

@@ -18,6 +18,12 @@
 //! resumed run goes on with them. A version 2 record has none (no version 2 waymark ran a flow
 //! with parameters). The env file's contents are never recorded (only its path): they may hold
 //! secrets, and are read again by each runner.
+//!
+//! Version 4 records the same fields, but leaves out each one at its default (a 10,000-step
+//! flow's record shrinks about eightfold): an absent field reads as the default written next to
+//! it here, fixed by the version (never the loader's default of the day), and an absent step
+//! `workdir` is the directory of the flow file. Records of versions 1 to 3 hold every field they
+//! had; one without a field its version always wrote is corrupt.
 
 use crate::classify::classes::ClassTree;
 use crate::flow::model::{Catch, Command, DEFAULT_MAX_PARALLEL, Hooks, Param, implicit_needs};
@@ -29,8 +35,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// The version this binary writes, and the highest it reads.
-pub(crate) const VERSION: u32 = 3;
-const VERSION_U64: u64 = VERSION as u64;
+pub(crate) const VERSION: u32 = 4;
 
 /// Why a recorded definition cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -54,41 +59,98 @@ pub(crate) struct RunDefinition {
     pub(crate) version: u32,
     pub(crate) name: String,
     /// Whether the file declared its `name` (the run then belongs to the name, not to the file).
+    #[serde(default, skip_serializing_if = "is_false")]
     pub(crate) name_declared: bool,
     /// The flow file the run started from, absolute.
     pub(crate) path: PathBuf,
     /// How old an unfinished run may be and still be resumed by `waymark run`.
-    #[serde(with = "opt_duration")]
+    #[serde(default, with = "opt_duration", skip_serializing_if = "Option::is_none")]
     pub(crate) resume_within: Option<Duration>,
     /// The flow's `max_parallel` (since version 2).
-    #[serde(default = "default_max_parallel")]
+    #[serde(default = "default_max_parallel", skip_serializing_if = "is_default_max_parallel")]
     pub(crate) max_parallel: u32,
     /// Since version 2.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_false")]
     pub(crate) fail_fast: bool,
     /// The workflow deadline (since version 2).
-    #[serde(default, with = "opt_duration")]
+    #[serde(default, with = "opt_duration", skip_serializing_if = "Option::is_none")]
     pub(crate) timeout: Option<Duration>,
     /// The declared parameters (since version 2).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) params: BTreeMap<String, RecordedParam>,
     /// The value of each parameter for this run (since version 3).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) param_values: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) env: BTreeMap<String, String>,
     /// The dotenv file, absolute (since version 2).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) env_file: Option<PathBuf>,
     /// Since version 2.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) secret_env: Vec<String>,
     /// Since version 2.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "RecordedHooks::is_empty")]
     pub(crate) hooks: RecordedHooks,
     /// The flow's own error classes and their direct bases, in declaration order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) errors: Vec<RecordedClass>,
+    #[serde(default, skip_serializing_if = "RecordedExitCodes::is_empty")]
     pub(crate) exit_codes: RecordedExitCodes,
     pub(crate) steps: Vec<RecordedStep>,
+}
+
+/// Fields of the run that every record before version 4 holds, and of each of its steps.
+const ALWAYS_BEFORE_4: [&str; 8] =
+    ["name", "name_declared", "path", "resume_within", "env", "errors", "exit_codes", "steps"];
+const STEP_ALWAYS_BEFORE_4: [&str; 10] = [
+    "name",
+    "command",
+    "timeout",
+    "retry",
+    "exit_codes",
+    "env",
+    "workdir",
+    "kill_signal",
+    "kill_grace",
+    "detect_tracebacks",
+];
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_default_max_parallel(n: &u32) -> bool {
+    *n == DEFAULT_MAX_PARALLEL
+}
+
+/// A step's kill signal when its record has none (version 4).
+const DEFAULT_KILL_SIGNAL: &str = "SIGTERM";
+/// A step's kill grace when its record has none (version 4).
+const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
+
+fn default_kill_signal() -> String {
+    DEFAULT_KILL_SIGNAL.to_owned()
+}
+
+fn is_default_kill_signal(s: &str) -> bool {
+    s == DEFAULT_KILL_SIGNAL
+}
+
+fn default_kill_grace() -> Duration {
+    DEFAULT_KILL_GRACE
+}
+
+fn is_default_kill_grace(d: &Duration) -> bool {
+    *d == DEFAULT_KILL_GRACE
 }
 
 fn default_max_parallel() -> u32 {
@@ -105,12 +167,18 @@ pub(crate) struct RecordedParam {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RecordedHooks {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) on_success: Option<RecordedCommand>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) on_failure: Option<RecordedCommand>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) on_exit: Option<RecordedCommand>,
+}
+
+impl RecordedHooks {
+    fn is_empty(&self) -> bool {
+        *self == RecordedHooks::default()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -131,9 +199,17 @@ pub(crate) struct RecordedClass {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RecordedExitCodes {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) codes: BTreeMap<u8, String>,
     /// Keyed by canonical signal name (`SIGTERM`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) signals: BTreeMap<String, String>,
+}
+
+impl RecordedExitCodes {
+    fn is_empty(&self) -> bool {
+        self.codes.is_empty() && self.signals.is_empty()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -142,26 +218,34 @@ pub(crate) struct RecordedStep {
     pub(crate) name: String,
     /// The names of the steps it needs, as written; `None` (and in version 1, always): the step
     /// before it (none for the first step). Since version 2.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) needs: Option<Vec<String>>,
     pub(crate) command: RecordedCommand,
-    #[serde(with = "opt_duration")]
+    #[serde(default, with = "opt_duration", skip_serializing_if = "Option::is_none")]
     pub(crate) timeout: Option<Duration>,
+    #[serde(default, skip_serializing_if = "RecordedRetry::is_none")]
     pub(crate) retry: RecordedRetry,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) retry_name: Option<String>,
+    #[serde(default, skip_serializing_if = "RecordedExitCodes::is_empty")]
     pub(crate) exit_codes: RecordedExitCodes,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) env: BTreeMap<String, String>,
-    pub(crate) workdir: PathBuf,
+    /// `None` (version 4 only): the directory of the flow file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) workdir: Option<PathBuf>,
     /// Canonical signal name (`SIGTERM`).
+    #[serde(default = "default_kill_signal", skip_serializing_if = "is_default_kill_signal")]
     pub(crate) kill_signal: String,
-    #[serde(with = "duration")]
+    #[serde(default = "default_kill_grace", with = "duration", skip_serializing_if = "is_default_kill_grace")]
     pub(crate) kill_grace: Duration,
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub(crate) detect_tracebacks: bool,
     /// Since version 2.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub(crate) catch: Vec<RecordedCatch>,
     /// Since version 2.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) compensate: Option<RecordedCommand>,
 }
 
@@ -198,6 +282,24 @@ pub(crate) struct RecordedRetry {
     pub(crate) backoff: RecordedBackoff,
 }
 
+/// A step's retry when its record has none (version 4): one attempt, no error retried, no
+/// backoff.
+impl Default for RecordedRetry {
+    fn default() -> RecordedRetry {
+        RecordedRetry {
+            attempts: 1,
+            exception_types: Vec::new(),
+            backoff: RecordedBackoff { initial: Duration::ZERO, multiplier: 1.0, max: None, jitter: false },
+        }
+    }
+}
+
+impl RecordedRetry {
+    fn is_none(&self) -> bool {
+        *self == RecordedRetry::default()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RecordedBackoff {
@@ -212,16 +314,12 @@ pub(crate) struct RecordedBackoff {
 impl RunDefinition {
     /// Read a recorded definition: a version this binary knows, or an error saying why not.
     pub(crate) fn parse(json: &str) -> Result<RunDefinition, RecordError> {
-        // The common case at once, without building a JSON tree first (a 10,000-step record takes
-        // several times as long through one): a record of a version from 3 on, in which no field
-        // can be newer than its version. Anything else, or a record that does not read, takes the
-        // checked way below, whose errors are the ones reported.
-        #[derive(Deserialize)]
-        struct Probe {
-            version: Option<u64>,
-        }
-        if let Ok(Probe { version: Some(3..=VERSION_U64) }) = serde_json::from_str::<Probe>(json)
-            && let Ok(definition) = serde_json::from_str::<RunDefinition>(json)
+        // The common case in one pass, without building a JSON tree first (a 10,000-step record
+        // takes several times as long through one): a record of this version. Anything else, or
+        // a record that does not read, takes the checked way below, whose errors are the ones
+        // reported.
+        if let Ok(definition) = serde_json::from_str::<RunDefinition>(json)
+            && definition.version == VERSION
         {
             return Ok(definition);
         }
@@ -240,6 +338,11 @@ impl RunDefinition {
                     if let Some(field) = field_after(object, found) {
                         return Err(RecordError::Corrupt(format!(
                             "`{field}` is not part of run record version {found}, which it claims to be"
+                        )));
+                    }
+                    if let Some(field) = field_missing(object, found) {
+                        return Err(RecordError::Corrupt(format!(
+                            "`{field}` is missing, which run record version {found} always holds"
                         )));
                     }
                     serde_json::from_value(value).map_err(|e| RecordError::Corrupt(e.to_string()))
@@ -299,7 +402,10 @@ impl RunDefinition {
                     retry_name: s.retry_name,
                     exit_codes: exit_codes(s.exit_codes)?,
                     env: s.env,
-                    workdir: s.workdir,
+                    workdir: match s.workdir {
+                        Some(workdir) => workdir,
+                        None => self.path.parent().map(PathBuf::from).unwrap_or_default(),
+                    },
                     kill_signal: signal(&s.kill_signal)?,
                     kill_grace: s.kill_grace,
                     detect_tracebacks: s.detect_tracebacks,
@@ -344,6 +450,22 @@ const STEP_SINCE_2: [&str; 3] = ["needs", "catch", "compensate"];
 /// Fields of the run added in version 3.
 const SINCE_3: [&str; 1] = ["param_values"];
 
+/// The first field that `record`, of version `found` (before 4), lacks though every record of
+/// that version holds it (`steps[0].workdir`).
+fn field_missing(record: &serde_json::Map<String, serde_json::Value>, found: u64) -> Option<String> {
+    if found >= 4 {
+        return None;
+    }
+    if let Some(field) = ALWAYS_BEFORE_4.iter().find(|f| !record.contains_key(**f)) {
+        return Some((*field).to_owned());
+    }
+    let steps = record.get("steps").and_then(serde_json::Value::as_array)?;
+    steps.iter().enumerate().find_map(|(i, step)| {
+        let step = step.as_object()?;
+        STEP_ALWAYS_BEFORE_4.iter().find(|f| !step.contains_key(**f)).map(|f| format!("steps[{i}].{f}"))
+    })
+}
+
 /// The first field of `record` that its version `found` did not have yet (`steps[0].needs`).
 fn field_after(record: &serde_json::Map<String, serde_json::Value>, found: u64) -> Option<String> {
     if found < 3
@@ -367,7 +489,11 @@ fn field_after(record: &serde_json::Map<String, serde_json::Value>, found: u64) 
 /// The recorded steps' needs as indices: the named steps, or the step before. A name that is not
 /// a recorded step, a name given twice, or a cycle is corruption: the loader never records one.
 fn needs(steps: &[RecordedStep]) -> Result<Vec<Vec<usize>>, RecordError> {
-    let index: BTreeMap<&str, usize> = steps.iter().enumerate().rev().map(|(i, s)| (s.name.as_str(), i)).collect();
+    // Hashed, presized: a 10,000-step record looks up 10,000 names.
+    let mut index = std::collections::HashMap::with_capacity(steps.len());
+    for (i, s) in steps.iter().enumerate().rev() {
+        index.insert(s.name.as_str(), i);
+    }
     let mut out = Vec::with_capacity(steps.len());
     for (i, step) in steps.iter().enumerate() {
         let Some(names) = &step.needs else {
@@ -459,7 +585,8 @@ impl From<&Flow> for RunDefinition {
                     retry_name: s.retry_name.clone(),
                     exit_codes: exit_codes(&s.exit_codes),
                     env: s.env.clone(),
-                    workdir: s.workdir.clone(),
+                    // The flow file's directory, the usual one, goes without saying.
+                    workdir: (Some(s.workdir.as_path()) != flow.path.parent()).then(|| s.workdir.clone()),
                     kill_signal: s.kill_signal.name().to_owned(),
                     kill_grace: s.kill_grace,
                     detect_tracebacks: s.detect_tracebacks,
@@ -600,6 +727,54 @@ mod tests {
         let flow = RunDefinition::parse(&fixture("run-definition-v3.json")).unwrap().into_flow().unwrap();
         let values: Vec<(&str, &str)> = flow.param_values.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         assert_eq!(values, [("date", "2026-01-31"), ("region", "eu-west-1")]);
+    }
+
+    /// Version 4 leaves out what is at its default, and reads it back as that default: a step
+    /// with nothing of its own is its name and command alone.
+    #[test]
+    fn the_version_4_fixture_leaves_defaults_out_and_reads_them_back() {
+        let json = fixture("run-definition-v4.json");
+        let record: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let keys = |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+        assert_eq!(keys(&record["steps"][3]), ["command", "name"]);
+        assert_eq!(keys(&record["steps"][1]), ["command", "compensate", "name", "needs"]);
+        let flow = RunDefinition::parse(&json).unwrap().into_flow().unwrap();
+        let archive = &flow.steps[3];
+        let once = RetryPolicy { attempts: 1, exception_types: vec![], backoff: Backoff::default() };
+        assert_eq!(archive.retry, once);
+        assert_eq!((archive.kill_signal.name(), archive.kill_grace), ("SIGTERM", Duration::from_secs(10)));
+        assert!(archive.detect_tracebacks && archive.env.is_empty() && archive.timeout.is_none());
+        assert_eq!(archive.workdir, Path::new("/srv/waymark-fixture"));
+        assert_eq!(flow.steps[2].workdir, Path::new("/srv/waymark-fixture/reports"));
+        // A flow with nothing of its own records little more than its steps' names and commands.
+        let plain = RunDefinition::from(
+            &flow::parse("[[step]]\nname = 'a'\nrun = ['true']\n", Path::new("/x/f.toml")).unwrap().0,
+        );
+        assert_eq!(
+            plain.to_json(),
+            r#"{"version":4,"name":"f","path":"/x/f.toml","steps":[{"name":"a","command":{"run":["true"]}}]}"#
+        );
+    }
+
+    /// Before version 4 every record holds every field of its version: one left out is not a
+    /// default but a record changed behind waymark's back.
+    #[test]
+    fn a_field_missing_from_a_record_before_version_4_is_corruption() {
+        for version in 1..=3 {
+            let mut record: serde_json::Value =
+                serde_json::from_str(&fixture(&format!("run-definition-v{version}.json"))).unwrap();
+            record["steps"][1].as_object_mut().unwrap().remove("workdir");
+            let err = RunDefinition::parse(&record.to_string()).unwrap_err();
+            assert!(
+                matches!(&err, RecordError::Corrupt(w) if *w == format!("`steps[1].workdir` is missing, which run record version {version} always holds")),
+                "{err}"
+            );
+        }
+        let mut record: serde_json::Value = serde_json::from_str(&fixture("run-definition-v3.json")).unwrap();
+        record.as_object_mut().unwrap().remove("resume_within");
+        assert!(
+            RunDefinition::parse(&record.to_string()).unwrap_err().to_string().contains("`resume_within` is missing")
+        );
     }
 
     #[test]
