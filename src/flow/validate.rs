@@ -61,9 +61,12 @@ struct Validator<'a> {
     /// any never pays for it), then a diagnostic's path is a lookup, not a parse.
     doc: &'a toml::de::DeTable<'a>,
     keys: std::cell::OnceCell<KeyIndex>,
-    /// Whether a program was found on a search path from a working directory, per
-    /// `(program, path, workdir)`: thousands of steps running the same program search once.
-    on_path: HashMap<(String, String, std::path::PathBuf), bool>,
+    /// Waymark's own PATH as text, converted once (see [`ProgramSearch`]).
+    own_path: Option<String>,
+    /// Whether a program was found on a search path from a working directory, by path, then
+    /// working directory, then program: thousands of steps running the same program search
+    /// once, and look the answer up without building a key.
+    on_path: HashMap<String, HashMap<std::path::PathBuf, HashMap<String, bool>>>,
     diags: Vec<Diagnostic>,
 }
 
@@ -82,6 +85,7 @@ pub(crate) fn validate<'a>(
         env_file: false,
         doc,
         keys: std::cell::OnceCell::new(),
+        own_path: search.and_then(|s| s.path.as_ref()).map(|p| p.to_string_lossy().into_owned()),
         on_path: HashMap::new(),
         diags: Vec::new(),
     };
@@ -163,34 +167,48 @@ impl Validator<'_> {
     /// directory of the PATH it would be started with: `step_path` (a step's `env` PATH), else
     /// the flow's `env` PATH, else waymark's own. `whose` names the `env` to set PATH in.
     fn search_program(&mut self, program: &Str, step_path: Option<&String>, workdir: &Path, whose: &str) {
-        let Some(search) = self.search else { return };
-        let (path, from) = match (step_path, &self.flow_path_env, &search.path) {
-            (Some(p), _, _) => (p.clone(), "the step's `env`"),
-            (None, Some(p), _) => (p.clone(), "the flow's `env`"),
-            (None, None, Some(p)) => (p.to_string_lossy().into_owned(), "waymark's environment"),
-            (None, None, None) => (DEFAULT_SEARCH_PATH.to_owned(), "the system default: PATH is not set"),
-        };
-        self.program_on_path(program, &path, from, workdir, whose);
-    }
-
-    /// A warning when `program` (without a `/`) is an executable file in no directory of `path`
-    /// (a relative directory counts from `workdir`, as for the step's process).
-    fn program_on_path(&mut self, program: &Str, path: &str, from: &str, workdir: &Path, whose: &str) {
-        use std::os::unix::fs::PermissionsExt;
+        if self.search.is_none() {
+            return;
+        }
         let name = program.get_ref();
         if name.is_empty() || name.contains('/') || name.contains('\0') {
             return;
         }
-        let found = *self.on_path.entry((name.clone(), path.to_owned(), workdir.to_owned())).or_insert_with(|| {
-            path.split(':').any(|dir| {
-                let dir = if dir.is_empty() { "." } else { dir };
-                std::fs::metadata(workdir.join(dir).join(name))
-                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-            })
-        });
-        if found {
+        let (path, from) = match (step_path, &self.flow_path_env, &self.own_path) {
+            (Some(p), _, _) => (p.as_str(), "the step's `env`"),
+            (None, Some(p), _) => (p.as_str(), "the flow's `env`"),
+            (None, None, Some(p)) => (p.as_str(), "waymark's environment"),
+            (None, None, None) => (DEFAULT_SEARCH_PATH, "the system default: PATH is not set"),
+        };
+        if let Some(&found) = self.on_path.get(path).and_then(|w| w.get(workdir)).and_then(|p| p.get(name.as_str())) {
+            if !found {
+                let path = path.to_owned();
+                self.program_not_on_path(program, &path, from, whose);
+            }
             return;
         }
+        let found = path.split(':').any(|dir| {
+            use std::os::unix::fs::PermissionsExt;
+            let dir = if dir.is_empty() { "." } else { dir };
+            std::fs::metadata(workdir.join(dir).join(name))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        });
+        let path = path.to_owned();
+        self.on_path
+            .entry(path.clone())
+            .or_default()
+            .entry(workdir.to_owned())
+            .or_default()
+            .insert(name.clone(), found);
+        if !found {
+            self.program_not_on_path(program, &path, from, whose);
+        }
+    }
+
+    /// The warning for `program` (without a `/`), an executable file in no directory of `path`
+    /// (a relative directory counts from the step's working directory, as for its process).
+    fn program_not_on_path(&mut self, program: &Str, path: &str, from: &str, whose: &str) {
+        let name = program.get_ref();
         let env_file = self.env_file;
         let d = self
             .warn(program.span(), &format!("program `{name}` is not on the PATH a run would search: {path} ({from})"));
