@@ -162,6 +162,34 @@ fn unreadable_flow_file_exits_2_naming_the_path() {
     assert!(out.stdout.is_empty());
 }
 
+/// A flow of 10,000 steps whose last one is wrong: the error names the file, the line (30,002)
+/// and the field (`step[9999]`) exactly as for a small flow, and nothing else is said.
+#[test]
+fn an_error_in_the_last_of_10000_steps_names_its_file_line_and_field() {
+    let env = common::Env::new();
+    let mut text = String::from("name = \"big\"\n");
+    for i in 0..10_000 {
+        text.push_str(&format!("[[step]]\nname = \"s{i}\"\nrun = [\"true\"]\n"));
+    }
+    text.push_str("retry = { attempts = 0 }\n");
+    env.write("big.toml", &text);
+    let out = env.cmd(&["check", "big.toml"]).env("NO_COLOR", "1").output().unwrap();
+    let stderr = common::stderr(&out);
+    let expected = r#"error: `step[9999].retry.attempts`: `attempts` counts total executions and must be at least 1
+     --> big.toml:30002:22
+      |
+30002 | retry = { attempts = 0 }
+      |                      ^ out of range
+      |
+      = help: use `attempts = 1` to run once, or `exception_types = []` to retry nothing
+
+error: big.toml is not a valid flow (1 error); nothing was run
+"#;
+    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
+    assert!(out.stdout.is_empty());
+    assert!(stderr == expected, "stderr differs (- golden, + actual):\n{}", diff(expected, &stderr));
+}
+
 #[test]
 fn diff_marks_added_and_removed_lines() {
     let d = diff("a\nb\nc\n", "a\nx\nc\n");
