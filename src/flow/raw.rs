@@ -193,6 +193,18 @@ fn found(value: &DeValue<'_>) -> &'static str {
     }
 }
 
+/// A string value as read, or `None` for another type (which [`Reader::string`] reports).
+fn plain_string(value: &Value<'_>) -> Option<Str> {
+    value.get_ref().as_str().map(|s| Spanned::new(value.span(), s.to_owned()))
+}
+
+/// An array of strings as read, or `None` for anything else (which [`Reader::strings`] reports).
+fn plain_strings(value: &Value<'_>) -> Option<Spanned<Vec<Str>>> {
+    let items = value.get_ref().as_array()?;
+    let strings = items.iter().map(plain_string).collect::<Option<Vec<Str>>>()?;
+    Some(Spanned::new(value.span(), strings))
+}
+
 fn join(prefix: &str, key: &str) -> String {
     if prefix.is_empty() { key.to_owned() } else { format!("{prefix}.{key}") }
 }
@@ -285,12 +297,13 @@ impl Reader<'_> {
             self.wrong(value, path, "an array of strings", help);
             return None;
         };
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(items.len());
         let mut ok = true;
         for (i, item) in items.iter().enumerate() {
-            match self.string(item, &format!("{path}[{i}]"), None) {
+            // The item's path only for a diagnostic.
+            match plain_string(item) {
                 Some(s) => out.push(s),
-                None => ok = false,
+                None => ok = self.string(item, &format!("{path}[{i}]"), None).is_some() && ok,
             }
         }
         ok.then(|| Spanned::new(value.span(), out))
@@ -421,11 +434,16 @@ impl Reader<'_> {
                 }
                 "step" => match value.get_ref() {
                     DeValue::Array(items) => {
+                        raw.step.reserve_exact(items.len());
                         for (i, item) in items.iter().enumerate() {
-                            let item_path = format!("step[{i}]");
-                            match self.table(item, &item_path, "write each step as a `[[step]]` table") {
-                                Some(t) => raw.step.push(Spanned::new(item.span(), self.step(t, &item_path))),
-                                None => raw.bad.push("step"),
+                            // The path is built only for a diagnostic (a flow may have 10,000 steps).
+                            match item.get_ref().as_table() {
+                                Some(t) => raw.step.push(Spanned::new(item.span(), self.step(t, i))),
+                                None => {
+                                    let help = "write each step as a `[[step]]` table".to_owned();
+                                    self.wrong(item, &format!("step[{i}]"), "a table", Some(help));
+                                    raw.bad.push("step");
+                                }
                             }
                         }
                     }
@@ -499,11 +517,23 @@ impl Reader<'_> {
         out
     }
 
-    fn step(&mut self, table: &DeTable<'_>, prefix: &str) -> RawStep {
+    /// Step `index` (`step[index]` in diagnostics).
+    fn step(&mut self, table: &DeTable<'_>, index: usize) -> RawStep {
         let mut raw = RawStep::default();
         for (key, value) in table {
-            let path = join(prefix, key.get_ref());
             let k = key.get_ref().as_ref();
+            // A well-formed `name`, `run` or `shell` (every step has two of them) is read without
+            // the path and help that only a diagnostic uses.
+            let read = match k {
+                "name" => plain_string(value).map(|s| raw.name = Some(s)).is_some(),
+                "run" => plain_strings(value).map(|s| raw.run = Some(s)).is_some(),
+                "shell" => plain_string(value).map(|s| raw.shell = Some(s)).is_some(),
+                _ => false,
+            };
+            if read {
+                continue;
+            }
+            let path = format!("step[{index}].{k}");
             match k {
                 "name" => raw.name = self.string(value, &path, None),
                 "run" => {

@@ -67,6 +67,9 @@ struct Validator<'a> {
     /// working directory, then program: thousands of steps running the same program search
     /// once, and look the answer up without building a key.
     on_path: HashMap<String, HashMap<std::path::PathBuf, HashMap<String, bool>>>,
+    /// The last answer, `(path, workdir, program, found)`: steps in a row usually run the same
+    /// program, which is then compared, not hashed (a PATH is long).
+    last_on_path: Option<(String, std::path::PathBuf, String, bool)>,
     diags: Vec<Diagnostic>,
 }
 
@@ -87,6 +90,7 @@ pub(crate) fn validate<'a>(
         keys: std::cell::OnceCell::new(),
         own_path: search.and_then(|s| s.path.as_ref()).map(|p| p.to_string_lossy().into_owned()),
         on_path: HashMap::new(),
+        last_on_path: None,
         diags: Vec::new(),
     };
     let flow = v.flow(raw, path);
@@ -180,7 +184,11 @@ impl Validator<'_> {
             (None, None, Some(p)) => (p.as_str(), "waymark's environment"),
             (None, None, None) => (DEFAULT_SEARCH_PATH, "the system default: PATH is not set"),
         };
-        if let Some(&found) = self.on_path.get(path).and_then(|w| w.get(workdir)).and_then(|p| p.get(name.as_str())) {
+        let last = self.last_on_path.as_ref().filter(|(p, w, n, _)| p == path && w == workdir && n == name);
+        if let Some(found) = last
+            .map(|l| l.3)
+            .or_else(|| self.on_path.get(path).and_then(|w| w.get(workdir)).and_then(|p| p.get(name.as_str())).copied())
+        {
             if !found {
                 let path = path.to_owned();
                 self.program_not_on_path(program, &path, from, whose);
@@ -200,6 +208,7 @@ impl Validator<'_> {
             .entry(workdir.to_owned())
             .or_default()
             .insert(name.clone(), found);
+        self.last_on_path = Some((path.clone(), workdir.to_owned(), name.clone(), found));
         if !found {
             self.program_not_on_path(program, &path, from, whose);
         }
