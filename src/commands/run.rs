@@ -56,9 +56,10 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
     };
     // What a new run needs, checked before an old run is abandoned or a new one created: every
     // parameter's value, none holding a secret (the values are recorded), and a readable env file.
-    let new_run = || -> Result<(Flow, RunEnv), CliError> {
+    // It takes the loaded flow (not a copy: it may have 10,000 steps) and gives it back with its
+    // parameter values.
+    let new_run = |mut flow: Flow| -> Result<(Flow, RunEnv), CliError> {
         let values = resolved.clone().map_err(|e| CliError::Usage(format!("{e}; nothing ran")))?;
-        let mut flow = loaded.flow.clone();
         flow.param_values = values;
         let env = run_env(&flow, None)?;
         if let Some(name) = flow.param_values.iter().find(|(_, v)| env.secrets.redact(v) != **v).map(|(k, _)| k) {
@@ -110,13 +111,13 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
     let abandoned = |reason| Event::RunAbandoned { flow: name.clone(), file: flow_path.to_owned(), reason };
     let owned = match found {
         Some(old) if fresh => {
-            let (flow, env) = new_run()?;
+            let (flow, env) = new_run(loaded.flow)?;
             abandon(store.as_mut(), &mut events, &old, &owner, abandoned(AbandonReason::Fresh))?;
             let (record, lease) = store.create_run(&flow, &hash, &owner)?;
             Owned::new_run(record, lease, flow, env)
         }
         Some(old) if stale.is_some() => {
-            let (flow, env) = new_run()?;
+            let (flow, env) = new_run(loaded.flow)?;
             let (age, limit) = stale.unwrap_or_default();
             abandon(store.as_mut(), &mut events, &old, &owner, abandoned(AbandonReason::Stale { age, limit }))?;
             let (record, lease) = store.create_run(&flow, &hash, &owner)?;
@@ -156,9 +157,9 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
             Owned { record: old, lease, resumed: true, flow: recorded, steps: None, env }
         }
         None => {
-            let (flow, env) = new_run()?;
-            mention_runs_of_this_file_under_another_key(store.as_ref(), &mut events, &loaded.flow.path, &key)?;
-            mention_runs_of_a_moved_file(store.as_ref(), &mut events, &loaded.flow)?;
+            let (flow, env) = new_run(loaded.flow)?;
+            mention_runs_of_this_file_under_another_key(store.as_ref(), &mut events, &flow.path, &key)?;
+            mention_runs_of_a_moved_file(store.as_ref(), &mut events, &flow)?;
             let (record, lease) = store.create_run(&flow, &hash, &owner)?;
             Owned::new_run(record, lease, flow, env)
         }
