@@ -185,29 +185,32 @@ impl Validator<'_> {
             (None, None, None) => (DEFAULT_SEARCH_PATH, "the system default: PATH is not set"),
         };
         let last = self.last_on_path.as_ref().filter(|(p, w, n, _)| p == path && w == workdir && n == name);
-        if let Some(found) = last
-            .map(|l| l.3)
-            .or_else(|| self.on_path.get(path).and_then(|w| w.get(workdir)).and_then(|p| p.get(name.as_str())).copied())
-        {
+        if let Some(found) = last.map(|l| l.3) {
             if !found {
                 let path = path.to_owned();
                 self.program_not_on_path(program, &path, from, whose);
             }
             return;
         }
-        let found = path.split(':').any(|dir| {
-            use std::os::unix::fs::PermissionsExt;
-            let dir = if dir.is_empty() { "." } else { dir };
-            std::fs::metadata(workdir.join(dir).join(name))
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        let cached = self.on_path.get(path).and_then(|w| w.get(workdir)).and_then(|p| p.get(name.as_str())).copied();
+        let found = cached.unwrap_or_else(|| {
+            path.split(':').any(|dir| {
+                use std::os::unix::fs::PermissionsExt;
+                let dir = if dir.is_empty() { "." } else { dir };
+                std::fs::metadata(workdir.join(dir).join(name))
+                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            })
         });
         let path = path.to_owned();
-        self.on_path
-            .entry(path.clone())
-            .or_default()
-            .entry(workdir.to_owned())
-            .or_default()
-            .insert(name.clone(), found);
+        if cached.is_none() {
+            self.on_path
+                .entry(path.clone())
+                .or_default()
+                .entry(workdir.to_owned())
+                .or_default()
+                .insert(name.clone(), found);
+        }
+        // The next step most likely runs the same program: it compares with this one.
         self.last_on_path = Some((path.clone(), workdir.to_owned(), name.clone(), found));
         if !found {
             self.program_not_on_path(program, &path, from, whose);
