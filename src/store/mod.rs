@@ -546,6 +546,15 @@ pub(crate) trait RunJournal {
         result: &AttemptResult,
         update: &StepUpdate,
     ) -> Result<(), StoreError>;
+    /// Commit attempt `row`'s outcome and the start of attempt `next` in one transaction (see
+    /// [`RunLog::attempt_finished_then_starting`]). Returns the new attempt's row id.
+    async fn attempt_finished_then_starting(
+        &mut self,
+        row: i64,
+        result: &AttemptResult,
+        update: &StepUpdate,
+        next: &NextAttempt<'_>,
+    ) -> Result<i64, StoreError>;
     /// Commit the run's final (or interrupted) status, with the steps it skipped.
     async fn run_finished(
         &mut self,
