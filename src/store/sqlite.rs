@@ -1134,12 +1134,20 @@ impl RunLog for SqliteStore {
         proc_start: Option<u64>,
     ) -> Result<(), StoreError> {
         self.write(false, |tx| {
-            check_lease_of_attempt(tx, row, lease)?;
-            exec(
+            // The lease is checked by the UPDATE itself: one statement where the check took two
+            // more (the run of the attempt, then its lease). A write it refuses changed nothing,
+            // and the full check then says why.
+            let changed = exec(
                 tx,
-                "UPDATE attempts SET pid = ?2, proc_start = ?3 WHERE row = ?1",
-                params![row, pid, proc_start.map(|v| v as i64)],
+                "UPDATE attempts SET pid = ?2, proc_start = ?3
+                 WHERE row = ?1 AND EXISTS (SELECT 1 FROM runs INDEXED BY runs_lease
+                                            WHERE id = attempts.run_id AND lease_owner = ?4 AND lease_token = ?5)",
+                params![row, pid, proc_start.map(|v| v as i64), lease.owner, lease.token],
             )?;
+            if changed == 0 {
+                let run_id = check_lease_of_attempt(tx, row, lease)?;
+                return Err(bad_row("attempts", &run_id, format!("attempt {row}: its pid could not be recorded")));
+            }
             Ok(())
         })
     }
