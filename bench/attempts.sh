@@ -5,7 +5,8 @@
 #
 # 1. One step `run = ["false"]` whose policy retries it ATTEMPTS times with no backoff: every
 #    attempt is a spawn in a new process group, a wait, two output reader threads, the log and
-#    error files, three store commits (start, pid, outcome; synchronous=NORMAL), classification.
+#    error files, two store commits (its start with the outcome of the attempt before it, and its
+#    pid; synchronous=NORMAL), classification.
 # 2. A flow of ATTEMPTS/4 steps `run = ["true"]`: every step also pays the fsync of the commit
 #    that records its success (synchronous=FULL).
 # Each is run ROUNDS times against a bash loop of the same program; prints microseconds per

@@ -1,23 +1,31 @@
 //! The store's share of an attempt, without processes:
 //!
-//!     cargo bench --bench store
+//!     cargo bench --bench store [N]
 //!
-//! Times the three commits of a failing attempt (start, pid, outcome: synchronous=NORMAL) and of
-//! a succeeding one (its outcome commit is synchronous=FULL), on a database in a temporary
-//! directory (set TMPDIR to choose the disk).
+//! Times, per attempt, over N attempts (3000): the three commits of a failing attempt retried
+//! after a backoff (start, pid, outcome: synchronous=NORMAL), the two of one retried at once (its
+//! start committed with the outcome of the attempt before it, and its pid), and the three of a
+//! succeeding one (its outcome commit is synchronous=FULL; each of N steps succeeds once), on a
+//! database in a temporary directory (set TMPDIR to choose the disk).
 
 use std::time::{Duration, Instant, SystemTime};
 use waymark::classify::{ErrorSource, ErrorValue};
 use waymark::flow::parse;
-use waymark::store::{AttemptOutcome, AttemptResult, Lease, RunLog, SqliteStore, StateDir, StepUpdate, Store};
+use waymark::store::{
+    AttemptOutcome, AttemptResult, Lease, NextAttempt, RunLog, SqliteStore, StateDir, StepUpdate, Store,
+};
 
 fn main() {
-    let n: u32 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(3000);
+    let n: u32 = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(3000);
     let dir = tempfile::tempdir().expect("temp dir");
     let state = StateDir::create(dir.path()).expect("state directory");
     let mut store = SqliteStore::open(&state).expect("store");
-    let source = "[[step]]\nname = 's'\nrun = ['true']\nretry = {}\n";
-    let (flow, _) = parse(source, &dir.path().join("bench.toml")).expect("flow");
+    // Step `s` retries; steps `t0`.. succeed once each.
+    let mut source = String::from("[[step]]\nname = 's'\nrun = ['true']\nretry = {}\n");
+    for i in 0..n {
+        source.push_str(&format!("[[step]]\nname = 't{i}'\nrun = ['true']\n"));
+    }
+    let (flow, _) = parse(&source, &dir.path().join("bench.toml")).expect("flow");
     let (run, lease) = store.create_run(&flow, "0", &Lease::new_owner()).expect("run");
     let error = ErrorValue {
         class: "CalledProcessError".into(),
@@ -25,27 +33,47 @@ fn main() {
         message: "exit status 1".into(),
         source: ErrorSource::ExitStatus,
     };
-    let stem = dir.path().join("attempt");
-    let mut time = |update: &StepUpdate, outcome: AttemptOutcome| -> Duration {
-        let start = Instant::now();
-        for attempt in 1..=n {
-            let row = store.attempt_starting(&lease, &run.id, "s", attempt, false, &stem).unwrap();
-            store.attempt_spawned(&lease, row, 4242, Some(1)).unwrap();
-            let result = AttemptResult {
-                outcome,
-                exit_code: Some(1),
-                signal: None,
-                error: Some(error.clone()),
-                ended_at: SystemTime::now(),
-                outputs: Default::default(),
-            };
-            store.attempt_finished(&lease, row, &result, update).unwrap();
-        }
-        start.elapsed() / n
+    let result = |outcome| AttemptResult {
+        outcome,
+        exit_code: Some(1),
+        signal: None,
+        error: (outcome == AttemptOutcome::Failed).then(|| error.clone()),
+        ended_at: SystemTime::now(),
+        outputs: Default::default(),
     };
+    let stem = dir.path().join("attempt");
     let wake = StepUpdate::Waiting { next_attempt: 2, wake_at: SystemTime::now() };
-    let failing = time(&wake, AttemptOutcome::Failed);
-    let succeeding = time(&StepUpdate::Succeeded, AttemptOutcome::Succeeded);
-    println!("store bookkeeping per failing attempt (3 commits, NORMAL):             {failing:?}");
-    println!("store bookkeeping per succeeding attempt (2 NORMAL + 1 FULL commit):   {succeeding:?}");
+
+    // After a backoff: start, pid, outcome.
+    let start = Instant::now();
+    for attempt in 1..=n {
+        let row = store.attempt_starting(&lease, &run.id, "s", attempt, false, &stem).unwrap();
+        store.attempt_spawned(&lease, row, 4242, Some(1)).unwrap();
+        store.attempt_finished(&lease, row, &result(AttemptOutcome::Failed), &wake).unwrap();
+    }
+    let after_backoff = start.elapsed() / n;
+
+    // Retried at once: each attempt's start carries the outcome of the one before it.
+    let start = Instant::now();
+    let mut row = store.attempt_starting(&lease, &run.id, "s", n + 1, false, &stem).unwrap();
+    for attempt in n + 2..=2 * n + 1 {
+        store.attempt_spawned(&lease, row, 4242, Some(1)).unwrap();
+        let next = NextAttempt { step: "s", attempt, redelivered: false, log_stem: &stem };
+        let failed = result(AttemptOutcome::Failed);
+        row = store.attempt_finished_then_starting(&lease, &run.id, row, &failed, &wake, &next).unwrap();
+    }
+    let at_once: Duration = start.elapsed() / n;
+
+    // Succeeding: one attempt of each step `tI`, its outcome synced.
+    let start = Instant::now();
+    for i in 0..n {
+        let step = format!("t{i}");
+        let row = store.attempt_starting(&lease, &run.id, &step, 1, false, &stem).unwrap();
+        store.attempt_spawned(&lease, row, 4242, Some(1)).unwrap();
+        store.attempt_finished(&lease, row, &result(AttemptOutcome::Succeeded), &StepUpdate::Succeeded).unwrap();
+    }
+    let succeeding = start.elapsed() / n;
+    println!("store bookkeeping per failing attempt, after a backoff (3 commits, NORMAL): {after_backoff:?}");
+    println!("store bookkeeping per failing attempt, retried at once (2 commits, NORMAL): {at_once:?}");
+    println!("store bookkeeping per succeeding attempt (2 NORMAL + 1 FULL commit):        {succeeding:?}");
 }

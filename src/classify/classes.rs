@@ -105,6 +105,34 @@ pub(crate) fn is_builtin(name: &str) -> bool {
 pub(crate) struct ClassTree {
     /// The flow's own classes and their direct bases, in declaration order.
     pub(crate) user: Vec<(String, Vec<String>)>,
+    /// The bases of the known classes asked for so far.
+    #[serde(skip)]
+    memo: Memo,
+}
+
+/// [`ClassTree::bases`] remembered per known class (at most the built-ins and the flow's
+/// classes): classifying each failed attempt asks for a few, and each answer linearized the
+/// whole built-in hierarchy anew (a fifth of a failing attempt's instructions, by callgrind).
+/// Not part of the tree's value: never compared, serialised or cloned.
+#[derive(Default)]
+struct Memo(std::sync::Mutex<HashMap<String, Vec<String>>>);
+
+impl Clone for Memo {
+    fn clone(&self) -> Memo {
+        Memo::default()
+    }
+}
+
+impl PartialEq for Memo {
+    fn eq(&self, _: &Memo) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for Memo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Memo")
+    }
 }
 
 /// Most classes a flow's `[errors]` may declare: far more than any flow needs, and a bound on
@@ -134,7 +162,7 @@ impl ClassTree {
         if let Some((name, _)) = user.get(MAX_USER_CLASSES) {
             return Err(ClassError::TooMany(name.clone()));
         }
-        let tree = ClassTree { user };
+        let tree = ClassTree { user, memo: Memo::default() };
         let mut lin = Linearizer::new(&tree);
         for (name, _) in &tree.user {
             lin.mro(name)?;
@@ -166,9 +194,16 @@ impl ClassTree {
 
     /// The ordered bases of `name` (its MRO without itself), or `None` for an unknown class.
     pub(crate) fn bases(&self, name: &str) -> Option<Vec<String>> {
+        let mut memo = self.memo.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(bases) = memo.get(name) {
+            return Some(bases.clone());
+        }
         let mut lin = Linearizer::new(self);
         let mro = lin.mro(name).ok()??.to_vec();
-        Some(mro.iter().skip(1).map(|&id| lin.names[id as usize].to_owned()).collect())
+        let bases: Vec<String> = mro.iter().skip(1).map(|&id| lin.names[id as usize].to_owned()).collect();
+        // Only known classes are kept: an unknown name (a child may report any) is not.
+        memo.insert(name.to_owned(), bases.clone());
+        Some(bases)
     }
 
     /// The known class names closest to `name`, for "did you mean" hints.
@@ -306,6 +341,22 @@ mod tests {
 
     fn tree(user: &[(&str, &[&str])]) -> Result<ClassTree, ClassError> {
         ClassTree::new(user.iter().map(|(n, b)| (n.to_string(), b.iter().map(|s| s.to_string()).collect())).collect())
+    }
+
+    #[test]
+    fn bases_are_remembered_for_known_classes_only_and_are_not_part_of_the_tree() {
+        let t = tree(&[("Flaky", &["ConnectionError"])]).unwrap();
+        let first = t.bases("Flaky").unwrap();
+        assert_eq!(first, ["ConnectionError", "OSError", "Exception", "BaseException"]);
+        assert_eq!(t.bases("Flaky").unwrap(), first, "the remembered answer is the same");
+        for i in 0..100 {
+            assert_eq!(t.bases(&format!("Unknown{i}")), None);
+        }
+        assert_eq!(t.memo.0.lock().unwrap().len(), 1, "a name a child made up is not kept");
+        // Clones, comparisons and the serialised tree ignore what was remembered.
+        assert_eq!(t.clone().memo.0.lock().unwrap().len(), 0);
+        assert_eq!(t, tree(&[("Flaky", &["ConnectionError"])]).unwrap());
+        assert_eq!(serde_json::to_value(&t).unwrap(), serde_json::json!({ "user": [["Flaky", ["ConnectionError"]]] }));
     }
 
     #[test]

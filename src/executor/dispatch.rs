@@ -19,7 +19,8 @@ use crate::os::process::ExitKind;
 use crate::retry::Decision;
 use crate::secrets::Secrets;
 use crate::store::{
-    AttemptOutcome, AttemptResult, AuxKind, AuxRun, RunJournal, RunStatus, StepRecord, StepState, StepUpdate,
+    AttemptOutcome, AttemptResult, AuxKind, AuxRun, NextAttempt, RunJournal, RunStatus, StepRecord, StepState,
+    StepUpdate,
 };
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -80,7 +81,29 @@ pub(crate) struct Parts<L, J, S, C> {
     pub(crate) rng: fastrand::Rng,
     /// Test hook, in debug builds only (`WAYMARK_TEST_CRASH_AFTER=STEP`): SIGKILL the runner
     /// right after an attempt outcome of STEP is committed, to test resuming from exactly there.
+    /// STEP's outcomes are committed on their own, never with their retry's start (see [`Held`]).
     pub(crate) crash_after: Option<String>,
+    /// Test hook, in debug builds only (`WAYMARK_TEST_CRASH_AT_RETRY=STEP`): SIGKILL the runner
+    /// right after a failed attempt's outcome of STEP and its retry's start are committed together
+    /// (see [`Held`]), before the retry's child is spawned.
+    pub(crate) crash_at_retry: Option<String>,
+}
+
+/// A failed attempt's outcome, decided but not yet committed, whose retry is due at once (no
+/// backoff): the retry's start, a few instructions later in the same turn of the event loop,
+/// commits it in the same transaction as its own (one write instead of two). A crash leaves both
+/// or neither, and each is a state resume already handles: before, the failed attempt in flight
+/// (its group killed by its recorded pid, it is redelivered); after, the retry in flight without
+/// a pid (its processes found by their `WAYMARK_ATTEMPT_ID`, it is redelivered). Anything else to
+/// be written first commits it alone, as does the end of the turn, before the loop waits for
+/// anything: it is never held across a wait. What `failed` says about the attempt is said once it
+/// is committed.
+struct Held {
+    index: usize,
+    row: i64,
+    result: AttemptResult,
+    update: StepUpdate,
+    said: Vec<Event>,
 }
 
 /// An attempt whose child runs.
@@ -330,6 +353,8 @@ pub(crate) struct Dispatcher<'e, L, J, S, C> {
     secrets: Arc<Secrets>,
     /// When this runner took the run up, for the run's duration.
     began: Instant,
+    /// A failed attempt's outcome waiting to be committed with its retry's start.
+    held: Option<Held>,
 }
 
 impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L, J, S, C> {
@@ -428,6 +453,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             outputs,
             secrets,
             began: Instant::now(),
+            held: None,
         })
     }
 
@@ -458,6 +484,9 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 self.make_ready(now);
                 self.start_queued().await?;
             }
+            // An outcome held for a retry that did not start in this turn is committed now, before
+            // anything else is written or waited for.
+            self.commit_held().await?;
             if self.running == 0
                 && let Some(outcome) = self.outcome()
             {
@@ -531,6 +560,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             match self.steps[index].slot {
                 Slot::Queued { .. } => self.start(index).await?,
                 Slot::Catching { .. } if self.stopping.is_none() || !self.flow.fail_fast => {
+                    self.commit_held().await?;
                     self.start_handler(index).await?
                 }
                 _ => {}
@@ -567,8 +597,33 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         let Slot::Queued { attempt, redelivered, issued, .. } = self.steps[index].slot else { return Ok(()) };
         let step = Arc::clone(&self.steps[index].step);
         let max_attempts = self.steps[index].max_attempts();
-        let stem = self.parts.launcher.prepare(&step, attempt)?;
-        let row = self.parts.journal.attempt_starting(&step.name, attempt, redelivered, &stem).await?;
+        if self.held.as_ref().is_some_and(|h| h.index != index) {
+            self.commit_held().await?;
+        }
+        let stem = match self.parts.launcher.prepare(&step, attempt) {
+            Ok(stem) => stem,
+            Err(e) => {
+                self.commit_held().await?;
+                return Err(e);
+            }
+        };
+        let row = match self.held.take_if(|h| h.index == index) {
+            // This is the retry a failed attempt's outcome was held for: both in one transaction.
+            Some(held) => {
+                let next = NextAttempt { step: &step.name, attempt, redelivered, log_stem: &stem };
+                let row = self
+                    .parts
+                    .journal
+                    .attempt_finished_then_starting(held.row, &held.result, &held.update, &next)
+                    .await?;
+                self.say_held(held);
+                if self.parts.crash_at_retry.as_deref() == Some(step.name.as_str()) {
+                    crash();
+                }
+                row
+            }
+            None => self.parts.journal.attempt_starting(&step.name, attempt, redelivered, &stem).await?,
+        };
         self.steps[index].orphaned = false;
         // A signal that came while the start was being recorded: the child is not spawned after it.
         // The attempt is recorded as cancelled and runs again, under its number, on resume.
@@ -826,8 +881,15 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         };
         let result =
             AttemptResult { error: Some(error.clone()), ..self.result(AttemptOutcome::Failed, exit_code, signal) };
-        self.parts.journal.attempt_finished(ended.row, &result, &update).await?;
-        self.crash_point(index);
+        // A retry due at once is started in this turn of the loop: the outcome is committed with
+        // its start (see `Held`), unless the crash hook is to stop the runner right after it.
+        let hold = retry.is_some_and(|plan| plan.delay.is_zero())
+            && self.parts.crash_after.as_deref() != Some(step.name.as_str());
+        debug_assert!(self.held.is_none(), "an outcome is held only until the next write");
+        if !hold {
+            self.parts.journal.attempt_finished(ended.row, &result, &update).await?;
+            self.crash_point(index);
+        }
         let slot = match (retry, &update) {
             (Some(plan), _) => Slot::Waiting { attempt: ended.attempt + 1, wake: Instant::now() + plan.delay },
             (None, StepUpdate::Caught) => Slot::Caught,
@@ -839,7 +901,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         (s.last_attempt, s.last_stderr_from) = (ended.attempt, ended.stderr_from);
         s.last_error = Some(error.clone());
         let max_attempts = s.max_attempts();
-        self.emitter.emit(Event::AttemptFinished {
+        let mut said = vec![Event::AttemptFinished {
             step: step.name.clone(),
             attempt: ended.attempt,
             max_attempts,
@@ -849,37 +911,53 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             retry,
             stopped,
             exit_code: result.exit_code,
-            signal: result.signal,
+            signal: result.signal.clone(),
             killed_after_grace: ended.killed_after_grace,
-        });
+        }];
         if let (Some(reason), false) = (stopped, matches!(update, StepUpdate::Caught | StepUpdate::Catching)) {
             let stop = retry_stop(&step, reason, k);
             let error = error.clone();
-            self.emitter.emit(Event::RetryStopped { step: step.name.clone(), attempt: ended.attempt, error, stop });
+            said.push(Event::RetryStopped { step: step.name.clone(), attempt: ended.attempt, error, stop });
         }
         match (retry, &update) {
             (Some(retry), _) => {
                 let next_attempt = ended.attempt + 1;
-                self.emitter.emit(Event::StepWaiting { step: step.name.clone(), next_attempt, retry });
+                said.push(Event::StepWaiting { step: step.name.clone(), next_attempt, retry });
             }
             (None, StepUpdate::Caught) => {
-                self.emitter.emit(Event::StepFinished {
-                    step: step.name.clone(),
-                    outcome: StepOutcome::Caught,
-                    attempts: k,
-                });
+                said.push(Event::StepFinished { step: step.name.clone(), outcome: StepOutcome::Caught, attempts: k });
             }
             (None, StepUpdate::Catching) => {}
             (None, _) => {
-                self.emitter.emit(Event::StepFinished {
-                    step: step.name.clone(),
-                    outcome: StepOutcome::Failed,
-                    attempts: k,
-                });
-                self.failed_for_good(index);
+                said.push(Event::StepFinished { step: step.name.clone(), outcome: StepOutcome::Failed, attempts: k });
             }
         }
+        if hold {
+            self.held = Some(Held { index, row: ended.row, result, update, said });
+            return Ok(());
+        }
+        for event in said {
+            self.emitter.emit(event);
+        }
+        if retry.is_none() && !matches!(update, StepUpdate::Caught | StepUpdate::Catching) {
+            self.failed_for_good(index);
+        }
         Ok(())
+    }
+
+    /// Commit the held outcome (see [`Held`]) on its own, then say it.
+    async fn commit_held(&mut self) -> Result<(), ExecError> {
+        let Some(held) = self.held.take() else { return Ok(()) };
+        self.parts.journal.attempt_finished(held.row, &held.result, &held.update).await?;
+        self.say_held(held);
+        Ok(())
+    }
+
+    /// What `failed` had to say about an attempt whose outcome was held, now that it is committed.
+    fn say_held(&mut self, held: Held) {
+        for event in held.said {
+            self.emitter.emit(event);
+        }
     }
 
     /// Start the catch handler of step `index`, for the error of its last attempt; its clock is
@@ -1237,7 +1315,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
 
     fn crash_point(&self, index: usize) {
         if self.parts.crash_after.as_deref() == Some(self.steps[index].step.name.as_str()) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
+            crash();
         }
     }
 
@@ -1363,6 +1441,11 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             log_dir: launcher.log_dir(&s.step.name),
         })
     }
+}
+
+/// The test hooks' crash: SIGKILL the runner itself, as a crash would stop it.
+fn crash() {
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
 }
 
 /// Why `step` is not retried after its attempt `attempts` (of its current budget) failed.

@@ -111,7 +111,9 @@ pub(crate) async fn execute(
     let signals = OsSignals(signals.into_async().map_err(ExecError::Signals)?);
     let mut launcher = ProcessLauncher::new(Arc::clone(&spec.flow), spec.run_id.clone(), Arc::clone(&spec.env), state);
     launcher.elsewhere = spec.elsewhere.clone();
-    let crash_after = if cfg!(debug_assertions) { std::env::var("WAYMARK_TEST_CRASH_AFTER").ok() } else { None };
-    let parts = Parts { launcher, journal, signals, clock: SystemClock, rng: fastrand::Rng::new(), crash_after };
+    let hook = |name: &str| if cfg!(debug_assertions) { std::env::var(name).ok() } else { None };
+    let (crash_after, crash_at_retry) = (hook("WAYMARK_TEST_CRASH_AFTER"), hook("WAYMARK_TEST_CRASH_AT_RETRY"));
+    let rng = fastrand::Rng::new();
+    let parts = Parts { launcher, journal, signals, clock: SystemClock, rng, crash_after, crash_at_retry };
     Dispatcher::new(spec, parts, emitter)?.run().await
 }

@@ -17,7 +17,8 @@
 //! resolves, so that the dispatcher kills the attempts.
 
 use super::lease::LeaseClock;
-use super::{AttemptResult, AuxKind, Lease, RunJournal, RunLog, RunStatus, StepUpdate, StoreError, StoreErrorKind};
+use super::{AttemptResult, AuxKind, Lease, NextAttempt, RunJournal, RunLog, RunStatus, StepUpdate};
+use super::{StoreError, StoreErrorKind};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
 use tokio::sync::oneshot;
@@ -32,7 +33,17 @@ enum Write {
     AuxFinished { row: i64, result: AttemptResult, reply: Reply<()> },
     Spawned { row: i64, pid: u32, proc_start: Option<u64>, reply: Reply<()> },
     Finished { row: i64, result: AttemptResult, update: StepUpdate, reply: Reply<()> },
+    // `Finished`, then `Starting` of `next`, in one transaction.
+    FinishedThenStarting { row: i64, result: AttemptResult, update: StepUpdate, next: Next, reply: Reply<i64> },
     RunFinished { status: RunStatus, failed_step: Option<String>, skipped: Vec<String>, reply: Reply<()> },
+}
+
+/// A [`NextAttempt`] sent to the thread.
+struct Next {
+    step: String,
+    attempt: u32,
+    redelivered: bool,
+    log_stem: PathBuf,
 }
 
 /// A [`RunJournal`] whose writes run on a writer thread that owns the store connection.
@@ -148,6 +159,11 @@ fn write_all(
             Write::Finished { row, result, update, reply } => {
                 let _ = reply.send(log.attempt_finished(lease, row, &result, &update));
             }
+            Write::FinishedThenStarting { row, result, update, next, reply } => {
+                let Next { step, attempt, redelivered, log_stem } = &next;
+                let next = NextAttempt { step, attempt: *attempt, redelivered: *redelivered, log_stem };
+                let _ = reply.send(log.attempt_finished_then_starting(lease, run_id, row, &result, &update, &next));
+            }
             Write::RunFinished { status, failed_step, skipped, reply } => {
                 let _ = reply.send(log.run_finished(lease, run_id, status, failed_step.as_deref(), &skipped));
             }
@@ -167,9 +183,10 @@ fn refuse(write: Write, error: &StoreError) {
         other => StoreError::failed(StoreErrorKind::Other, "", other.to_string()),
     };
     let _ = match write {
-        Write::Starting { reply, .. } | Write::HandlerStarting { reply, .. } | Write::AuxStarting { reply, .. } => {
-            reply.send(Err(error())).is_ok()
-        }
+        Write::Starting { reply, .. }
+        | Write::HandlerStarting { reply, .. }
+        | Write::AuxStarting { reply, .. }
+        | Write::FinishedThenStarting { reply, .. } => reply.send(Err(error())).is_ok(),
         Write::AuxFinished { reply, .. }
         | Write::Spawned { reply, .. }
         | Write::Finished { reply, .. }
@@ -226,6 +243,23 @@ impl RunJournal for ThreadJournal {
     ) -> Result<(), StoreError> {
         let (result, update) = (result.clone(), update.clone());
         self.send(|reply| Write::Finished { row, result, update, reply }).await
+    }
+
+    async fn attempt_finished_then_starting(
+        &mut self,
+        row: i64,
+        result: &AttemptResult,
+        update: &StepUpdate,
+        next: &NextAttempt<'_>,
+    ) -> Result<i64, StoreError> {
+        let (result, update) = (result.clone(), update.clone());
+        let next = Next {
+            step: next.step.to_owned(),
+            attempt: next.attempt,
+            redelivered: next.redelivered,
+            log_stem: next.log_stem.to_owned(),
+        };
+        self.send(|reply| Write::FinishedThenStarting { row, result, update, next, reply }).await
     }
 
     async fn run_finished(

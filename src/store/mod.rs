@@ -353,6 +353,15 @@ pub struct AttemptResult {
     pub outputs: BTreeMap<String, String>,
 }
 
+/// An attempt about to be spawned, as [`RunLog::attempt_starting`] records it.
+#[derive(Debug, Clone, Copy)]
+pub struct NextAttempt<'a> {
+    pub step: &'a str,
+    pub attempt: u32,
+    pub redelivered: bool,
+    pub log_stem: &'a std::path::Path,
+}
+
 /// What a finished attempt does to its step, committed in the same transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StepUpdate {
@@ -433,6 +442,20 @@ pub trait RunLog {
         result: &AttemptResult,
         update: &StepUpdate,
     ) -> Result<(), StoreError>;
+    /// Commit attempt `row`'s outcome (as [`RunLog::attempt_finished`]) and that attempt `next` is
+    /// about to be spawned (as [`RunLog::attempt_starting`]) in ONE transaction, the lease checked
+    /// once at its start: both are recorded or neither is. How a failed attempt whose retry is
+    /// due at once (no backoff) hands over to it. It is synced like the outcome alone would be.
+    /// Returns the new attempt's row id.
+    fn attempt_finished_then_starting(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        row: i64,
+        result: &AttemptResult,
+        update: &StepUpdate,
+        next: &NextAttempt<'_>,
+    ) -> Result<i64, StoreError>;
     /// Commit the run's final (or interrupted) status, and mark `skipped` the steps that will not
     /// run (pending or waiting ones of a failed run), in one transaction.
     fn run_finished(
@@ -539,6 +562,15 @@ pub(crate) trait RunJournal {
         result: &AttemptResult,
         update: &StepUpdate,
     ) -> Result<(), StoreError>;
+    /// Commit attempt `row`'s outcome and the start of attempt `next` in one transaction (see
+    /// [`RunLog::attempt_finished_then_starting`]). Returns the new attempt's row id.
+    async fn attempt_finished_then_starting(
+        &mut self,
+        row: i64,
+        result: &AttemptResult,
+        update: &StepUpdate,
+        next: &NextAttempt<'_>,
+    ) -> Result<i64, StoreError>;
     /// Commit the run's final (or interrupted) status, with the steps it skipped.
     async fn run_finished(
         &mut self,

@@ -1163,6 +1163,91 @@ fn insert_running(
     Ok(row.get(0))
 }
 
+/// Record, in `tx`, that attempt `next` of run `run_id` is about to be spawned (its step moves
+/// to `running`); its row id. The caller checked the lease.
+fn start_attempt(tx: &mut Transaction, run_id: &str, next: &NextAttempt<'_>, now: i64) -> Result<i64, Fail> {
+    let NextAttempt { step, attempt, redelivered, log_stem } = *next;
+    move_step(tx, run_id, step, StepStatus::Running)?;
+    let stem = log_stem.display().to_string();
+    let row = insert_running(tx, run_id, "attempt", step, attempt, redelivered, now, &stem)?;
+    tx.execute(
+        "UPDATE waymark_steps SET state = 'running', current_row = $3, next_attempt = NULL, wake_at = NULL,
+                started_at = COALESCE(started_at, $4)
+         WHERE run_id = $1 AND name = $2",
+        &[&run_id, &step, &row, &now],
+    )?;
+    Ok(row)
+}
+
+/// Record, in `tx`, how attempt `row` of run `run_id` ended, with the ends of its output, and
+/// what that does to its step. The caller checked the lease.
+fn finish_attempt(
+    tx: &mut Transaction,
+    run_id: &str,
+    row: i64,
+    result: &AttemptResult,
+    update: &StepUpdate,
+) -> Result<(), Fail> {
+    let ended = to_millis(result.ended_at);
+    let r = tx.query_one("SELECT run_id, step, outcome, kind FROM waymark_attempts WHERE row_id = $1", &[&row])?;
+    let (of_run, step, outcome, kind): (String, String, String, String) = (r.get(0), r.get(1), r.get(2), r.get(3));
+    let what = |e: &dyn std::fmt::Display| format!("attempt {row} of step `{step}`: {e}");
+    if of_run != run_id {
+        return Err(bad("attempts", run_id, what(&format!("it is an attempt of run {of_run}"))));
+    }
+    let from = AttemptState::parse(&outcome).map_err(|e| bad("attempts", run_id, what(&e)))?;
+    let to = result.outcome.state();
+    if !from.can_move_to(to) {
+        let e = format!("cannot go from {} to {}", from.as_str(), to.as_str());
+        return Err(bad("attempts", run_id, what(&e)));
+    }
+    move_step(tx, run_id, &step, update.status())?;
+    tx.execute(
+        "UPDATE waymark_attempts SET outcome = $2, ended_at = $3, exit_code = $4, signal = $5, error = $6
+         WHERE row_id = $1",
+        &[
+            &row,
+            &result.outcome.as_str(),
+            &ended,
+            &result.exit_code,
+            &result.signal,
+            &result.error.as_ref().map(error_json),
+        ],
+    )?;
+    record_tails(tx, row)?;
+    let used = i64::from(result.outcome != AttemptOutcome::Cancelled && kind == "attempt");
+    let (next, wake) = match update {
+        StepUpdate::Waiting { next_attempt, wake_at } => (Some(i64::from(*next_attempt)), Some(to_millis(*wake_at))),
+        _ => (None, None),
+    };
+    let durable = matches!(update, StepUpdate::Succeeded | StepUpdate::Failed | StepUpdate::Caught);
+    let ended_at = durable.then_some(ended);
+    let outputs = match update {
+        StepUpdate::Succeeded if !result.outputs.is_empty() => {
+            Some(serde_json::to_string(&result.outputs).unwrap_or_default())
+        }
+        _ => None,
+    };
+    tx.execute(
+        "UPDATE waymark_steps SET state = $3, attempts_used = attempts_used + $4, next_attempt = $5,
+                wake_at = $6, current_row = NULL, last_error = COALESCE($7, last_error), ended_at = $8,
+                outputs = COALESCE($9, outputs)
+         WHERE run_id = $1 AND name = $2",
+        &[
+            &run_id,
+            &step,
+            &update.status().as_str(),
+            &used,
+            &next,
+            &wake,
+            &result.error.as_ref().map(error_json),
+            &ended_at,
+            &outputs,
+        ],
+    )?;
+    Ok(())
+}
+
 impl RunLog for PgStore {
     fn attempt_starting(
         &mut self,
@@ -1173,19 +1258,11 @@ impl RunLog for PgStore {
         redelivered: bool,
         log_stem: &Path,
     ) -> Result<i64, StoreError> {
+        let next = NextAttempt { step, attempt, redelivered, log_stem };
         let now = now_ms();
-        let stem = log_stem.display().to_string();
         self.write(run_id, &lease.owner, |tx| {
             check_lease(tx, run_id, lease)?;
-            move_step(tx, run_id, step, StepStatus::Running)?;
-            let row = insert_running(tx, run_id, "attempt", step, attempt, redelivered, now, &stem)?;
-            tx.execute(
-                "UPDATE waymark_steps SET state = 'running', current_row = $3, next_attempt = NULL, wake_at = NULL,
-                        started_at = COALESCE(started_at, $4)
-                 WHERE run_id = $1 AND name = $2",
-                &[&run_id, &step, &row, &now],
-            )?;
-            Ok(row)
+            start_attempt(tx, run_id, &next, now)
         })
     }
 
@@ -1264,67 +1341,26 @@ impl RunLog for PgStore {
         result: &AttemptResult,
         update: &StepUpdate,
     ) -> Result<(), StoreError> {
-        let ended = to_millis(result.ended_at);
         self.write("?", &lease.owner, |tx| {
-            check_lease_of_attempt(tx, row, lease)?;
-            let r =
-                tx.query_one("SELECT run_id, step, outcome, kind FROM waymark_attempts WHERE row_id = $1", &[&row])?;
-            let (run_id, step, outcome, kind): (String, String, String, String) =
-                (r.get(0), r.get(1), r.get(2), r.get(3));
-            let what = |e: &dyn std::fmt::Display| format!("attempt {row} of step `{step}`: {e}");
-            let from = AttemptState::parse(&outcome).map_err(|e| bad("attempts", &run_id, what(&e)))?;
-            let to = result.outcome.state();
-            if !from.can_move_to(to) {
-                let e = format!("cannot go from {} to {}", from.as_str(), to.as_str());
-                return Err(bad("attempts", &run_id, what(&e)));
-            }
-            move_step(tx, &run_id, &step, update.status())?;
-            tx.execute(
-                "UPDATE waymark_attempts SET outcome = $2, ended_at = $3, exit_code = $4, signal = $5, error = $6
-                 WHERE row_id = $1",
-                &[
-                    &row,
-                    &result.outcome.as_str(),
-                    &ended,
-                    &result.exit_code,
-                    &result.signal,
-                    &result.error.as_ref().map(error_json),
-                ],
-            )?;
-            record_tails(tx, row)?;
-            let used = i64::from(result.outcome != AttemptOutcome::Cancelled && kind == "attempt");
-            let (next, wake) = match update {
-                StepUpdate::Waiting { next_attempt, wake_at } => {
-                    (Some(i64::from(*next_attempt)), Some(to_millis(*wake_at)))
-                }
-                _ => (None, None),
-            };
-            let durable = matches!(update, StepUpdate::Succeeded | StepUpdate::Failed | StepUpdate::Caught);
-            let ended_at = durable.then_some(ended);
-            let outputs = match update {
-                StepUpdate::Succeeded if !result.outputs.is_empty() => {
-                    Some(serde_json::to_string(&result.outputs).unwrap_or_default())
-                }
-                _ => None,
-            };
-            tx.execute(
-                "UPDATE waymark_steps SET state = $3, attempts_used = attempts_used + $4, next_attempt = $5,
-                        wake_at = $6, current_row = NULL, last_error = COALESCE($7, last_error), ended_at = $8,
-                        outputs = COALESCE($9, outputs)
-                 WHERE run_id = $1 AND name = $2",
-                &[
-                    &run_id,
-                    &step,
-                    &update.status().as_str(),
-                    &used,
-                    &next,
-                    &wake,
-                    &result.error.as_ref().map(error_json),
-                    &ended_at,
-                    &outputs,
-                ],
-            )?;
-            Ok(())
+            let run_id = check_lease_of_attempt(tx, row, lease)?;
+            finish_attempt(tx, &run_id, row, result, update)
+        })
+    }
+
+    fn attempt_finished_then_starting(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        row: i64,
+        result: &AttemptResult,
+        update: &StepUpdate,
+        next: &NextAttempt<'_>,
+    ) -> Result<i64, StoreError> {
+        let now = now_ms();
+        self.write(run_id, &lease.owner, |tx| {
+            check_lease(tx, run_id, lease)?;
+            finish_attempt(tx, run_id, row, result, update)?;
+            start_attempt(tx, run_id, next, now)
         })
     }
 

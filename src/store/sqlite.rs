@@ -960,6 +960,99 @@ impl Store for SqliteStore {
     }
 }
 
+/// Whether an attempt's outcome that makes this update is committed with a full sync: the ones
+/// that end a step.
+fn synced(update: &StepUpdate) -> bool {
+    matches!(update, StepUpdate::Succeeded | StepUpdate::Failed | StepUpdate::Caught)
+}
+
+/// Record, in `tx`, that attempt `next` of run `run_id` is about to be spawned (its step moves
+/// to `running`); its row id. The caller checked the lease.
+fn start_attempt(tx: &rusqlite::Transaction, run_id: &str, next: &NextAttempt<'_>, now: i64) -> rusqlite::Result<i64> {
+    let NextAttempt { step, attempt, redelivered, log_stem } = *next;
+    move_step(tx, run_id, step, StepStatus::Running)?;
+    exec(
+        tx,
+        "INSERT INTO attempts (run_id, step, attempt, redelivered, outcome, started_at, log_stem, host)
+         VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7)",
+        params![run_id, step, attempt, redelivered, now, log_stem.display().to_string(), host_name()],
+    )?;
+    let row = tx.last_insert_rowid();
+    exec(
+        tx,
+        "UPDATE steps SET state = 'running', current_row = ?3, next_attempt = NULL, wake_at = NULL,
+                started_at = COALESCE(started_at, ?4)
+         WHERE run_id = ?1 AND name = ?2",
+        params![run_id, step, row, now],
+    )?;
+    Ok(row)
+}
+
+/// Record, in `tx`, how attempt `row` of run `run_id` ended and what that does to its step. The
+/// caller checked the lease.
+fn finish_attempt(
+    tx: &rusqlite::Transaction,
+    run_id: &str,
+    row: i64,
+    result: &AttemptResult,
+    update: &StepUpdate,
+) -> rusqlite::Result<()> {
+    let ended = to_millis(result.ended_at);
+    let (of_run, step, outcome, kind): (String, String, String, String) =
+        query_row(tx, "SELECT run_id, step, outcome, kind FROM attempts WHERE row = ?1", [row], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })?;
+    let what = |e: &dyn std::fmt::Display| format!("attempt {row} of step `{step}`: {e}");
+    if of_run != run_id {
+        return Err(bad_row("attempts", run_id, what(&format!("it is an attempt of run {of_run}"))));
+    }
+    let from = AttemptState::parse(&outcome).map_err(|e| bad_row("attempts", run_id, what(&e)))?;
+    let to = result.outcome.state();
+    if !from.can_move_to(to) {
+        let e = format!("cannot go from {} to {}", from.as_str(), to.as_str());
+        return Err(bad_row("attempts", run_id, what(&e)));
+    }
+    move_step(tx, run_id, &step, update.status())?;
+    exec(
+        tx,
+        "UPDATE attempts SET outcome = ?2, ended_at = ?3, exit_code = ?4, signal = ?5, error = ?6 WHERE row = ?1",
+        params![
+            row,
+            result.outcome.as_str(),
+            ended,
+            result.exit_code,
+            result.signal,
+            result.error.as_ref().map(error_json)
+        ],
+    )?;
+    // A catch handler's run uses no attempt of the budget.
+    let used = i64::from(result.outcome != AttemptOutcome::Cancelled && kind == "attempt");
+    let state = update.status().as_str();
+    let (next, wake) = match update {
+        StepUpdate::Waiting { next_attempt, wake_at } => (Some(*next_attempt), Some(to_millis(*wake_at))),
+        StepUpdate::Succeeded
+        | StepUpdate::Failed
+        | StepUpdate::Pending
+        | StepUpdate::Catching
+        | StepUpdate::Caught => (None, None),
+    };
+    let ended_at = synced(update).then_some(ended);
+    // Outputs are the success's: recorded with it, in this transaction, and only then.
+    let outputs = match update {
+        StepUpdate::Succeeded if !result.outputs.is_empty() => Some(outputs_json(&result.outputs)),
+        _ => None,
+    };
+    exec(
+        tx,
+        "UPDATE steps SET state = ?3, attempts_used = attempts_used + ?4, next_attempt = ?5, wake_at = ?6,
+                current_row = NULL, last_error = COALESCE(?7, last_error), ended_at = ?8,
+                outputs = COALESCE(?9, outputs)
+         WHERE run_id = ?1 AND name = ?2",
+        params![run_id, step, state, used, next, wake, result.error.as_ref().map(error_json), ended_at, outputs],
+    )?;
+    Ok(())
+}
+
 impl RunLog for SqliteStore {
     fn attempt_starting(
         &mut self,
@@ -970,26 +1063,11 @@ impl RunLog for SqliteStore {
         redelivered: bool,
         log_stem: &Path,
     ) -> Result<i64, StoreError> {
+        let next = NextAttempt { step, attempt, redelivered, log_stem };
         let now = now_ms();
-        let host = host_name();
         self.write(false, |tx| {
             check_lease(tx, run_id, lease)?;
-            move_step(tx, run_id, step, StepStatus::Running)?;
-            exec(
-                tx,
-                "INSERT INTO attempts (run_id, step, attempt, redelivered, outcome, started_at, log_stem, host)
-                 VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6, ?7)",
-                params![run_id, step, attempt, redelivered, now, log_stem.display().to_string(), host],
-            )?;
-            let row = tx.last_insert_rowid();
-            exec(
-                tx,
-                "UPDATE steps SET state = 'running', current_row = ?3, next_attempt = NULL, wake_at = NULL,
-                        started_at = COALESCE(started_at, ?4)
-                 WHERE run_id = ?1 AND name = ?2",
-                params![run_id, step, row, now],
-            )?;
-            Ok(row)
+            start_attempt(tx, run_id, &next, now)
         })
     }
 
@@ -1060,12 +1138,20 @@ impl RunLog for SqliteStore {
         proc_start: Option<u64>,
     ) -> Result<(), StoreError> {
         self.write(false, |tx| {
-            check_lease_of_attempt(tx, row, lease)?;
-            exec(
+            // The lease is checked by the UPDATE itself: one statement where the check took two
+            // more (the run of the attempt, then its lease). A write it refuses changed nothing,
+            // and the full check then says why.
+            let changed = exec(
                 tx,
-                "UPDATE attempts SET pid = ?2, proc_start = ?3 WHERE row = ?1",
-                params![row, pid, proc_start.map(|v| v as i64)],
+                "UPDATE attempts SET pid = ?2, proc_start = ?3
+                 WHERE row = ?1 AND EXISTS (SELECT 1 FROM runs INDEXED BY runs_lease
+                                            WHERE id = attempts.run_id AND lease_owner = ?4 AND lease_token = ?5)",
+                params![row, pid, proc_start.map(|v| v as i64), lease.owner, lease.token],
             )?;
+            if changed == 0 {
+                let run_id = check_lease_of_attempt(tx, row, lease)?;
+                return Err(bad_row("attempts", &run_id, format!("attempt {row}: its pid could not be recorded")));
+            }
             Ok(())
         })
     }
@@ -1077,65 +1163,26 @@ impl RunLog for SqliteStore {
         result: &AttemptResult,
         update: &StepUpdate,
     ) -> Result<(), StoreError> {
-        let durable = matches!(update, StepUpdate::Succeeded | StepUpdate::Failed | StepUpdate::Caught);
-        let ended = to_millis(result.ended_at);
-        self.write(durable, |tx| {
-            check_lease_of_attempt(tx, row, lease)?;
-            let (run_id, step, outcome, kind): (String, String, String, String) = query_row(
-                tx,
-                "SELECT run_id, step, outcome, kind FROM attempts WHERE row = ?1",
-                [row],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-            )?;
-            let what = |e: &dyn std::fmt::Display| format!("attempt {row} of step `{step}`: {e}");
-            let from = AttemptState::parse(&outcome).map_err(|e| bad_row("attempts", &run_id, what(&e)))?;
-            let to = result.outcome.state();
-            if !from.can_move_to(to) {
-                let e = format!("cannot go from {} to {}", from.as_str(), to.as_str());
-                return Err(bad_row("attempts", &run_id, what(&e)));
-            }
-            move_step(tx, &run_id, &step, update.status())?;
-            exec(
-                tx,
-                "UPDATE attempts SET outcome = ?2, ended_at = ?3, exit_code = ?4, signal = ?5, error = ?6 WHERE row = ?1",
-                params![row, result.outcome.as_str(), ended, result.exit_code, result.signal, result.error.as_ref().map(error_json)],
-            )?;
-                        // A catch handler's run uses no attempt of the budget.
-            let used = i64::from(result.outcome != AttemptOutcome::Cancelled && kind == "attempt");
-            let state = update.status().as_str();
-            let (next, wake) = match update {
-                StepUpdate::Waiting { next_attempt, wake_at } => (Some(*next_attempt), Some(to_millis(*wake_at))),
-                                StepUpdate::Succeeded
-                | StepUpdate::Failed
-                | StepUpdate::Pending
-                | StepUpdate::Catching
-                | StepUpdate::Caught => (None, None),
-            };
-            let ended_at = durable.then_some(ended);
-            // Outputs are the success's: recorded with it, in this transaction, and only then.
-            let outputs = match update {
-                StepUpdate::Succeeded if !result.outputs.is_empty() => Some(outputs_json(&result.outputs)),
-                _ => None,
-            };
-            exec(
-                tx,
-                "UPDATE steps SET state = ?3, attempts_used = attempts_used + ?4, next_attempt = ?5, wake_at = ?6,
-                        current_row = NULL, last_error = COALESCE(?7, last_error), ended_at = ?8,
-                        outputs = COALESCE(?9, outputs)
-                 WHERE run_id = ?1 AND name = ?2",
-                params![
-                    run_id,
-                    step,
-                    state,
-                    used,
-                    next,
-                    wake,
-                    result.error.as_ref().map(error_json),
-                    ended_at,
-                    outputs
-                ],
-            )?;
-            Ok(())
+        self.write(synced(update), |tx| {
+            let run_id = check_lease_of_attempt(tx, row, lease)?;
+            finish_attempt(tx, &run_id, row, result, update)
+        })
+    }
+
+    fn attempt_finished_then_starting(
+        &mut self,
+        lease: &Lease,
+        run_id: &str,
+        row: i64,
+        result: &AttemptResult,
+        update: &StepUpdate,
+        next: &NextAttempt<'_>,
+    ) -> Result<i64, StoreError> {
+        let now = now_ms();
+        self.write(synced(update), |tx| {
+            check_lease(tx, run_id, lease)?;
+            finish_attempt(tx, run_id, row, result, update)?;
+            start_attempt(tx, run_id, next, now)
         })
     }
 

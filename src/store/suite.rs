@@ -317,3 +317,62 @@ fn the_ends_of_an_attempts_output_are_recorded_for_other_hosts() {
     assert_eq!(out, big[big.len() - 64 * 1024..]);
     assert_eq!(store.attempt_tail(&run.id, &stem, "stderr").unwrap().unwrap(), b"oops\n");
 }
+
+/// Issue 11: a failed attempt's outcome and its retry's start, written together, are one
+/// transaction: both are recorded, or (here the start is refused) neither is; and a runner
+/// whose lease was taken writes neither.
+#[test]
+fn an_outcome_and_its_retry_s_start_commit_together_or_not_at_all_on_both_backends() {
+    for mut b in Backend::all("an_outcome_and_its_retry_s_start_commit_together_or_not_at_all_on_both_backends") {
+        let dir = tempfile::tempdir().unwrap();
+        let name = format!("f{:08x}", fastrand::u32(..));
+        let flow = flow(dir.path(), &format!("name = '{name}'\n[[step]]\nname = 'a'\nrun = ['false']\nretry = {{}}\n"));
+        let key = FlowKey::named(&name);
+        let held = b.hold(&key, "host:1:a", Duration::from_secs(30), Duration::from_secs(10));
+        let (run, lease) = b.store.create_run(&flow, "hash", "host:1:a").unwrap();
+        let store = b.store.as_mut();
+        let stem = dir.path().join("x");
+        let first = store.attempt_starting(&lease, &run.id, "a", 1, false, &stem).unwrap();
+        store.attempt_spawned(&lease, first, 4242, Some(7)).unwrap();
+        let failed = result(AttemptOutcome::Failed);
+        let waiting = StepUpdate::Waiting { next_attempt: 2, wake_at: SystemTime::now() };
+        let next = NextAttempt { step: "a", attempt: 2, redelivered: false, log_stem: &stem };
+        let second = store.attempt_finished_then_starting(&lease, &run.id, first, &failed, &waiting, &next).unwrap();
+        let reader = b.second();
+        let outcomes = |s: &dyn Store| -> Vec<(u32, AttemptState)> {
+            s.attempts(&run.id, None).unwrap().into_iter().map(|a| (a.attempt, a.outcome)).collect()
+        };
+        let both = [(1, AttemptState::Failed), (2, AttemptState::Running)];
+        assert_eq!(outcomes(reader.as_ref()), both, "{}", b.name);
+        let step = &reader.steps(&run.id).unwrap()[0];
+        let in_flight = StepState::InFlight { attempt: 2, row: second, pid: None, proc_start: None };
+        assert_eq!((&step.state, step.attempts_used), (&in_flight, 1), "{}", b.name);
+
+        // The start half is refused (no such step): the outcome half, made first in the same
+        // transaction, is rolled back with it.
+        let store = b.store.as_mut();
+        let waiting = StepUpdate::Waiting { next_attempt: 3, wake_at: SystemTime::now() };
+        let nowhere = NextAttempt { step: "nosuch", ..next };
+        let err = store.attempt_finished_then_starting(&lease, &run.id, second, &failed, &waiting, &nowhere);
+        assert!(matches!(err, Err(StoreError::BadState { .. })), "{}: {err:?}", b.name);
+        assert_eq!(outcomes(reader.as_ref()), both, "{}", b.name);
+        let step = &reader.steps(&run.id).unwrap()[0];
+        assert_eq!((&step.state, step.attempts_used), (&in_flight, 1), "{}", b.name);
+        // Nor is an attempt of another run finished under this run's lease.
+        let third = NextAttempt { attempt: 3, ..next };
+        let err = store.attempt_finished_then_starting(&lease, "nosuchrun", second, &failed, &waiting, &third);
+        assert!(err.is_err(), "{}", b.name);
+        assert_eq!(outcomes(reader.as_ref()), both, "{}", b.name);
+
+        // A runner whose lease another took writes neither half.
+        drop(held);
+        let _taken = b.hold(&key, "host:2:b", Duration::from_secs(30), Duration::from_secs(10));
+        let new = b.second().claim(&run.id, "host:2:b").unwrap();
+        let store = b.store.as_mut();
+        let err = store.attempt_finished_then_starting(&lease, &run.id, second, &failed, &waiting, &third).unwrap_err();
+        assert!(matches!(err, StoreError::LeaseLost { .. } | StoreError::Fenced { .. }), "{}: {err}", b.name);
+        let lost = [(1, AttemptState::Failed), (2, AttemptState::RunnerLost)];
+        assert_eq!(outcomes(reader.as_ref()), lost, "{}: only the claim changed it", b.name);
+        assert!(new.token > lease.token, "{}", b.name);
+    }
+}

@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::events::{Envelope, Reporter};
-use crate::store::{StoreError, StoreErrorKind};
+use crate::store::{NextAttempt, StoreError, StoreErrorKind};
 use std::cell::RefCell;
 use std::path::Path;
 use std::rc::Rc;
@@ -157,6 +157,20 @@ fn since_base(t: SystemTime) -> Duration {
     t.duration_since(BASE).expect("after the base")
 }
 
+impl FakeJournal {
+    /// How an attempt's outcome is written down.
+    fn finished(row: i64, result: &AttemptResult, update: &StepUpdate) -> String {
+        let error = result.error.as_ref().map_or(String::new(), |e| format!(" {}", e.class));
+        let update = match update {
+            StepUpdate::Waiting { next_attempt, wake_at } => {
+                format!("waiting for #{next_attempt} until +{:?}", since_base(*wake_at))
+            }
+            other => format!("{other:?}"),
+        };
+        format!("finished row {row} {:?}{error} -> {update}", result.outcome)
+    }
+}
+
 impl RunJournal for FakeJournal {
     async fn attempt_starting(
         &mut self,
@@ -204,16 +218,24 @@ impl RunJournal for FakeJournal {
         update: &StepUpdate,
     ) -> Result<(), StoreError> {
         tokio::time::sleep(self.finish_takes).await;
-        let error = result.error.as_ref().map_or(String::new(), |e| format!(" {}", e.class));
-        let update = match update {
-            StepUpdate::Waiting { next_attempt, wake_at } => {
-                format!("waiting for #{next_attempt} until +{:?}", since_base(*wake_at))
-            }
-            other => format!("{other:?}"),
-        };
-        let outcome = result.outcome;
-        self.writes.borrow_mut().push(format!("finished row {row} {outcome:?}{error} -> {update}"));
+        self.writes.borrow_mut().push(Self::finished(row, result, update));
         Ok(())
+    }
+
+    async fn attempt_finished_then_starting(
+        &mut self,
+        row: i64,
+        result: &AttemptResult,
+        update: &StepUpdate,
+        next: &NextAttempt<'_>,
+    ) -> Result<i64, StoreError> {
+        tokio::time::sleep(self.finish_takes.max(self.start_takes)).await;
+        let finished = Self::finished(row, result, update);
+        self.next_row += 1;
+        let again = if next.redelivered { " redelivered" } else { "" };
+        let (step, attempt, row) = (next.step, next.attempt, self.next_row);
+        self.writes.borrow_mut().push(format!("{finished}; starting {step} #{attempt}{again} row {row}"));
+        Ok(self.next_row)
     }
 
     async fn run_finished(
@@ -414,6 +436,7 @@ impl Test {
             clock: FakeClock(begin),
             rng: fastrand::Rng::with_seed(self.seed),
             crash_after: None,
+            crash_at_retry: None,
         };
         let mut emitter = Emitter::with_clock(vec![Box::new(Recorder(Rc::clone(&events)))], || BASE);
         emitter.set_run("r1");
@@ -976,12 +999,117 @@ async fn a_signal_while_a_write_is_pending_starts_no_further_attempt() {
     test.signals = vec![(secs(6), Signal(nix::sys::signal::Signal::SIGINT))];
     let ran = test.run(|_, _| exit(5, 3)).await;
     assert_eq!(ran.outcome(), RunOutcome::Interrupted { signal: 2 });
-    // The retry was due at once, but the runner had been told to stop: nothing more starts.
+    // The retry was due at once, so its start was committed with the outcome (see `Held`); the
+    // runner was told to stop while that write was pending: the retry is recorded as cancelled
+    // before its child is spawned, and nothing more starts.
+    assert_eq!(ran.schedule(), [("a", 1, 0.0)]);
+    assert_eq!(ran.took, secs(11));
+    assert_eq!(
+        ran.writes[2..],
+        [
+            "finished row 1 Failed ConnectionError -> waiting for #2 until +5s; starting a #2 row 2",
+            "finished row 2 Cancelled -> Pending",
+            "run Interrupted None"
+        ]
+    );
+    // With a backoff the outcome is committed alone, and the signal comes before the retry.
+    let mut test = Test::new(FLAKY);
+    test.finish_takes = secs(3);
+    test.signals = vec![(secs(6), Signal(nix::sys::signal::Signal::SIGINT))];
+    let ran = test.run(|_, _| exit(5, 3)).await;
     assert_eq!(ran.schedule(), [("a", 1, 0.0)]);
     assert_eq!(ran.took, secs(8));
     assert_eq!(
         ran.writes[2..],
-        ["finished row 1 Failed ConnectionError -> waiting for #2 until +5s", "run Interrupted None"]
+        ["finished row 1 Failed ConnectionError -> waiting for #2 until +6s", "run Interrupted None"]
+    );
+}
+
+/// Issue 11: a failed attempt whose retry is due at once costs two writes, not three: its pid,
+/// and its outcome committed in one transaction with the retry's start. What is said about it
+/// is the same, in the same order, as with a backoff (each after its commit).
+#[tokio::test(start_paused = true)]
+async fn a_retry_due_at_once_is_started_in_the_transaction_of_the_failed_attempt_s_outcome() {
+    let now = FLAKY.replace("backoff_seconds = 1", "backoff_seconds = 0");
+    let ran = Test::new(&now).run(|step, attempt| exit(5, if step == "a" && attempt < 3 { 3 } else { 0 })).await;
+    assert_eq!(ran.outcome(), RunOutcome::Succeeded);
+    assert_eq!(ran.schedule(), [("a", 1, 0.0), ("a", 2, 5.0), ("a", 3, 10.0), ("b", 1, 15.0)]);
+    assert_eq!(
+        ran.writes,
+        [
+            "starting a #1 row 1",
+            "spawned row 1",
+            "finished row 1 Failed ConnectionError -> waiting for #2 until +5s; starting a #2 row 2",
+            "spawned row 2",
+            "finished row 2 Failed ConnectionError -> waiting for #3 until +10s; starting a #3 row 3",
+            "spawned row 3",
+            "finished row 3 Succeeded -> Succeeded",
+            "starting b #1 row 4",
+            "spawned row 4",
+            "finished row 4 Succeeded -> Succeeded",
+            "run Succeeded None",
+        ]
+    );
+    let waited = Test::new(FLAKY).run(|step, attempt| exit(5, if step == "a" && attempt < 3 { 3 } else { 0 })).await;
+    assert_eq!(ran.kinds(), waited.kinds());
+    // Without a retry to go with it, the last outcome is committed alone.
+    let ran = Test::new(&now).run(|_, _| exit(5, 3)).await;
+    assert_eq!(
+        ran.writes[6..],
+        ["finished row 3 Failed ConnectionError -> Failed", "run Failed Some(\"a\") skipped [\"b\"]"]
+    );
+}
+
+/// A held outcome whose retry does not get the free slot first (a step earlier in the file
+/// whose backoff ended meanwhile takes it) is committed alone before that step's start: the
+/// writes stay in the order the steps act, and the retry starts later with a write of its own.
+#[tokio::test(start_paused = true)]
+async fn a_held_outcome_is_committed_alone_when_another_step_takes_the_slot_first() {
+    let toml = r#"
+max_parallel = 1
+[exit_codes]
+"3" = "ConnectionError"
+[[step]]
+name = "x"
+needs = []
+run = ["x"]
+retry = { attempts = 2, backoff_seconds = 1 }
+[[step]]
+name = "a"
+needs = []
+run = ["a"]
+retry = { attempts = 2 }
+"#;
+    let mut test = Test::new(toml);
+    test.max_parallel = 1;
+    let ran = test
+        .run(|step, attempt| match (step, attempt) {
+            ("x", 1) => exit(1, 3),
+            ("a", 1) => exit(5, 3),
+            _ => exit(1, 0),
+        })
+        .await;
+    assert_eq!(ran.outcome(), RunOutcome::Succeeded);
+    // x fails at 1 s and waits until 2 s while a runs; a fails at 6 s: x, earlier in the file,
+    // takes the slot, then a's retry.
+    assert_eq!(ran.schedule(), [("x", 1, 0.0), ("a", 1, 1.0), ("x", 2, 6.0), ("a", 2, 7.0)]);
+    assert_eq!(
+        ran.writes,
+        [
+            "starting x #1 row 1",
+            "spawned row 1",
+            "finished row 1 Failed ConnectionError -> waiting for #2 until +2s",
+            "starting a #1 row 2",
+            "spawned row 2",
+            "finished row 2 Failed ConnectionError -> waiting for #2 until +6s",
+            "starting x #2 row 3",
+            "spawned row 3",
+            "finished row 3 Succeeded -> Succeeded",
+            "starting a #2 row 4",
+            "spawned row 4",
+            "finished row 4 Succeeded -> Succeeded",
+            "run Succeeded None",
+        ]
     );
 }
 
