@@ -393,6 +393,12 @@ pub(crate) trait Reporter {
     /// The attempts earlier runners made of the run this runner resumes, oldest first, handed
     /// over before its first event about an attempt. Most reporters need only the events.
     fn earlier_attempts(&mut self, _attempts: &[EarlierAttempt]) {}
+
+    /// Whether it shows what children write ([`Event::Output`]). When no reporter does, the
+    /// readers of the children's output only write it to the logs, and send the runner no lines.
+    fn shows_output(&self) -> bool {
+        true
+    }
 }
 
 /// Stamps events and hands them to every attached reporter, in the order they were attached.
@@ -409,6 +415,11 @@ pub(crate) struct Emitter {
 impl Emitter {
     pub(crate) fn new(reporters: Vec<Box<dyn Reporter>>) -> Emitter {
         Emitter { seq: 0, run_id: None, reporters, now: SystemTime::now, secrets: Arc::default() }
+    }
+
+    /// Whether a reporter shows what children write ([`Reporter::shows_output`]).
+    pub(crate) fn shows_output(&self) -> bool {
+        self.reporters.iter().any(|r| r.shows_output())
     }
 
     /// An emitter whose clock is `now` (tests).

@@ -173,3 +173,59 @@ exit 1
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("s: attempt 1/1 failed: ValueError"), "{err}");
 }
+
+/// What the step of [`every_byte_is_logged_whatever_the_display`] writes to stdout, with its
+/// secret as the log must hold it: a secret split between two of the child's writes, lines far
+/// longer than a read, and a last line with no newline.
+fn chatty_stdout(secret: &str) -> String {
+    let mut out = String::new();
+    for i in 0..20_000 {
+        out.push_str(&format!("line {i} token={secret}\n"));
+    }
+    out.push_str(&"x".repeat(300_000));
+    out.push('\n');
+    out.push_str("no newline at the end");
+    out
+}
+
+#[test]
+fn every_byte_is_logged_whatever_the_display() {
+    // Under --quiet, --json and --output none no reporter shows the children's lines, so the
+    // readers send the runner none and only write the logs; the logs must not differ.
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        r#"name = 'chatty'
+secret_env = ['API_TOKEN']
+[[step]]
+name = 'talks'
+run = ['python3', '-c', '''
+import os, sys
+t = os.environ["API_TOKEN"]
+for i in range(20000):
+    sys.stdout.write(f"line {i} token={t[:3]}"); sys.stdout.flush()
+    sys.stdout.write(f"{t[3:]}\n")
+sys.stdout.write("x" * 300000 + "\n")
+sys.stdout.write("no newline at the end")
+sys.stderr.write(f"err {t}\n")
+''']
+"#,
+    );
+    let expected = chatty_stdout("***");
+    for flags in [&["--quiet"][..], &["--json"], &["--output", "none"], &["--output", "all"]] {
+        let mut args = vec!["run"];
+        args.extend_from_slice(flags);
+        args.push("flow.toml");
+        let out = env.cmd(&args).env("API_TOKEN", "s3cr3t-value").output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{flags:?}: {}", stderr(&out));
+        let logs = env.state().join("logs").join(last_run_id(&env)).join("talks");
+        let stdout = std::fs::read_to_string(logs.join("attempt-1.stdout")).unwrap();
+        assert!(
+            stdout == expected,
+            "{flags:?}: the stdout log differs ({} bytes, {} expected)",
+            stdout.len(),
+            expected.len()
+        );
+        assert_eq!(std::fs::read_to_string(logs.join("attempt-1.stderr")).unwrap(), "err ***\n", "{flags:?}");
+    }
+}

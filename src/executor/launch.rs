@@ -112,6 +112,9 @@ pub(crate) struct ProcessLauncher {
     pub(crate) elsewhere: Option<String>,
     /// Where the steps' programs were found on their PATH.
     programs: Programs,
+    /// Whether the readers send the children's lines to the runner (a reporter shows them), or
+    /// only write them to the logs.
+    pub(crate) lines: bool,
 }
 
 /// Programs found on a PATH, by name and PATH: looked up once per runner rather than by every
@@ -170,6 +173,7 @@ impl ProcessLauncher {
             foreign,
             elsewhere: None,
             programs: Programs::default(),
+            lines: true,
         }
     }
 
@@ -292,8 +296,8 @@ impl Launcher for ProcessLauncher {
             }
         };
         let outputs = [
-            Output { pipe: out_r, log: out_log, log_path: stdout_log },
-            Output { pipe: err_r, log: err_log, log_path: stderr_log },
+            Output { pipe: out_r, log: out_log, log_path: stdout_log, lines: self.lines },
+            Output { pipe: err_r, log: err_log, log_path: stderr_log, lines: self.lines },
         ];
         let secrets = Arc::clone(&self.env.secrets);
         let supervisor = Supervisor::watch(child, attempt_id, a.step_index, a.row, outputs, secrets, events);

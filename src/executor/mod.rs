@@ -111,6 +111,7 @@ pub(crate) async fn execute(
     let signals = OsSignals(signals.into_async().map_err(ExecError::Signals)?);
     let mut launcher = ProcessLauncher::new(Arc::clone(&spec.flow), spec.run_id.clone(), Arc::clone(&spec.env), state);
     launcher.elsewhere = spec.elsewhere.clone();
+    launcher.lines = emitter.shows_output();
     let hook = |name: &str| if cfg!(debug_assertions) { std::env::var(name).ok() } else { None };
     let (crash_after, crash_at_retry) = (hook("WAYMARK_TEST_CRASH_AFTER"), hook("WAYMARK_TEST_CRASH_AT_RETRY"));
     let rng = fastrand::Rng::new();

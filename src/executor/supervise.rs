@@ -87,6 +87,8 @@ pub(crate) struct Output {
     pub(crate) pipe: std::io::PipeReader,
     pub(crate) log: Log,
     pub(crate) log_path: PathBuf,
+    /// Whether its lines go to the runner as well (a reporter shows them), or only to the log.
+    pub(crate) lines: bool,
 }
 
 /// A stream's log file: open (an earlier execution of the attempt left one), or created when the
@@ -145,6 +147,7 @@ impl Supervisor {
                 pipe,
                 log: out.log,
                 log_path: out.log_path,
+                lines: out.lines,
                 stream,
                 tail: (stream == Stream::Stderr).then(StderrTail::default),
                 step,
@@ -177,6 +180,9 @@ struct Reader {
     pipe: tokio::net::unix::pipe::Receiver,
     log: Log,
     log_path: PathBuf,
+    /// Whether whole lines are sent to the runner; when no reporter shows them, only the log
+    /// (and the stderr tail) takes what passes.
+    lines: bool,
     stream: Stream,
     /// The end of what passed, kept for the stderr stream.
     tail: Option<StderrTail>,
@@ -251,6 +257,9 @@ impl Reader {
         }
         if let Some(tail) = &mut self.tail {
             tail.push(data);
+        }
+        if !self.lines {
+            return;
         }
         let partial = &mut out.partial;
         // Only the new bytes are searched, so a long line costs linear time.

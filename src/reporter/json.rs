@@ -28,6 +28,11 @@ impl JsonReporter {
 }
 
 impl Reporter for JsonReporter {
+    /// Children's output is in the logs, not in the event stream.
+    fn shows_output(&self) -> bool {
+        false
+    }
+
     fn report(&mut self, envelope: &Envelope) {
         if let Some(run_id) = &envelope.run_id {
             self.run_id.clone_from(run_id);

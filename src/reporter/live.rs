@@ -246,6 +246,10 @@ impl Reporter for LiveReporter {
         self.history.prefill(attempts);
     }
 
+    fn shows_output(&self) -> bool {
+        self.filter.shows_any()
+    }
+
     fn report(&mut self, envelope: &Envelope) {
         if let Some(run_id) = &envelope.run_id {
             self.run_id.clone_from(run_id);

@@ -69,3 +69,26 @@ impl Mode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Mode, OutputMode};
+    use crate::events::Emitter;
+
+    #[test]
+    fn children_s_lines_reach_the_runner_only_when_the_display_shows_them() {
+        let cases = [
+            (Mode::Plain(OutputMode::All), true),
+            (Mode::Plain(OutputMode::Failed), true),
+            (Mode::Plain(OutputMode::None), false),
+            (Mode::Live(OutputMode::All), true),
+            (Mode::Live(OutputMode::Failed), true),
+            (Mode::Live(OutputMode::None), false),
+            (Mode::Quiet, false),
+            (Mode::Json, false),
+        ];
+        for (mode, shows) in cases {
+            assert_eq!(Emitter::new(vec![mode.reporter()]).shows_output(), shows, "{mode:?}");
+        }
+    }
+}

@@ -105,6 +105,11 @@ impl OutputFilter {
         OutputFilter { mode, held: HashMap::new(), total: 0, per_attempt, in_all }
     }
 
+    /// Whether it may show any child output at all (not under `none`).
+    pub(crate) fn shows_any(&self) -> bool {
+        self.mode != OutputMode::None
+    }
+
     /// What of the children's output to show now that `envelope` came: under `all`, an output
     /// event's chunk; under `failed`, everything an attempt wrote when it ends failed; under
     /// `none`, nothing.

@@ -30,6 +30,11 @@ impl Reporter for QuietReporter {
         self.history.prefill(attempts);
     }
 
+    /// The failure report reads the logs, never the lines as they pass.
+    fn shows_output(&self) -> bool {
+        false
+    }
+
     fn report(&mut self, envelope: &Envelope) {
         if let Some(run_id) = &envelope.run_id {
             self.run_id.clone_from(run_id);
