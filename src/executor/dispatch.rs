@@ -885,7 +885,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         // its start (see `Held`), unless the crash hook is to stop the runner right after it.
         let hold = retry.is_some_and(|plan| plan.delay.is_zero())
             && self.parts.crash_after.as_deref() != Some(step.name.as_str());
-        debug_assert!(self.held.is_none(), "an outcome is held only until the next write");
+        // An outcome is held only until the next write, and this is one: never overwrite it.
+        self.commit_held().await?;
         if !hold {
             self.parts.journal.attempt_finished(ended.row, &result, &update).await?;
             self.crash_point(index);

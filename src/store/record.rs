@@ -26,7 +26,7 @@
 //! had; one without a field its version always wrote is corrupt.
 
 use crate::classify::classes::ClassTree;
-use crate::flow::model::{Catch, Command, DEFAULT_MAX_PARALLEL, Hooks, Param, implicit_needs};
+use crate::flow::model::{Catch, Command, Hooks, Param, implicit_needs};
 use crate::flow::{self, Flow};
 use crate::retry::{Backoff, RetryPolicy};
 use serde::{Deserialize, Serialize};
@@ -128,8 +128,12 @@ fn yes() -> bool {
     true
 }
 
+/// The flow's `max_parallel` when its record has none (version 4): fixed here, not the loader's
+/// default of the day, which a later waymark may change.
+const RECORDED_MAX_PARALLEL: u32 = 4;
+
 fn is_default_max_parallel(n: &u32) -> bool {
-    *n == DEFAULT_MAX_PARALLEL
+    *n == RECORDED_MAX_PARALLEL
 }
 
 /// A step's kill signal when its record has none (version 4).
@@ -154,7 +158,7 @@ fn is_default_kill_grace(d: &Duration) -> bool {
 }
 
 fn default_max_parallel() -> u32 {
-    DEFAULT_MAX_PARALLEL
+    RECORDED_MAX_PARALLEL
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -690,7 +694,7 @@ mod tests {
         assert_eq!(needs, [(vec![], false), (vec![0], false)]);
         assert!(!flow.has_explicit_needs());
         assert!(flow.steps.iter().all(|s| s.catch.is_empty() && s.compensate.is_none()));
-        assert_eq!(flow.max_parallel, DEFAULT_MAX_PARALLEL);
+        assert_eq!(flow.max_parallel, RECORDED_MAX_PARALLEL);
         assert!(!flow.fail_fast);
         assert_eq!(flow.timeout, None);
         assert_eq!(flow.hooks, Hooks::default());
@@ -754,6 +758,8 @@ mod tests {
             plain.to_json(),
             r#"{"version":4,"name":"f","path":"/x/f.toml","steps":[{"name":"a","command":{"run":["true"]}}]}"#
         );
+        // What was left out reads back as version 4's default, whatever the loader's is now.
+        assert_eq!(RunDefinition::parse(&plain.to_json()).unwrap().into_flow().unwrap().max_parallel, 4);
     }
 
     /// Before version 4 every record holds every field of its version: one left out is not a
