@@ -444,9 +444,22 @@ fn output_that_cannot_be_logged_stops_the_run_with_4() {
         return;
     }
     let env = Env::new();
+    // The step writes only once its pid is recorded (the one write of the runner between a spawn
+    // and the attempt's end), so the full disk is met by its log, not by the state database.
     env.write(
         "flow.toml",
-        "name = 'loud'\n[[step]]\nname = 'loud'\nshell = 'head -c 4000000 /dev/zero; echo x >> ran'\n",
+        r#"name = 'loud'
+[[step]]
+name = 'loud'
+run = ['python3', '-c', '''
+import os, sqlite3, sys, time
+db = sqlite3.connect(os.environ["WAYMARK_STATE_DIR"] + "/waymark.db")
+while db.execute("SELECT count(*) FROM attempts WHERE pid = ?", (os.getpid(),)).fetchone()[0] == 0:
+    time.sleep(0.01)
+db.close()
+sys.stdout.buffer.write(bytes(4000000))
+''']
+"#,
     );
     on_tmpfs_state(
         &env,
