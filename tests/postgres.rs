@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Env, PATIENCE, alive, finish, kill, postgres_url, stderr, wait_until};
+use common::{Env, PATIENCE, alive, finish, kill, postgres_url, stderr, wait_until, watch_stderr};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -234,12 +234,20 @@ fn a_runner_cut_off_from_the_database_kills_its_attempts_and_exits_4_and_nothing
         "flow.toml",
         "name = 'partition'\n[[step]]\nname = 'a'\nshell = 'echo $$ > a.pid; sleep 300; echo late >> a.log'\n",
     );
-    let owner = runner(&env, &via_proxy, "host-a", &["run", "flow.toml"]).spawn().unwrap();
-    wait_until("step a to start", || !env.read("a.pid").trim().is_empty());
+    let mut owner = runner(&env, &via_proxy, "host-a", &["run", "flow.toml"]).spawn().unwrap();
+    let seen = watch_stderr(&mut owner);
+    // Cut once the runner has recorded the child's pid (its one write after the spawn, said by
+    // the attempt's line): the next thing it needs from the database is its lease's renewal,
+    // which is what this is about. (The pid in the table is not enough: the commit's reply may
+    // still be on its way through the proxy.)
+    wait_until("a's attempt to be recorded with its pid", || {
+        seen.lock().unwrap().contains("a: attempt 1/1 started (pid ")
+    });
     let pid: u32 = env.read("a.pid").trim().parse().unwrap();
     proxy.cut();
     let out = finish(owner);
-    let text = stderr(&out);
+    wait_until("the runner's stderr to be read to its end", || std::sync::Arc::strong_count(&seen) == 1);
+    let text = seen.lock().unwrap().clone();
     assert_eq!(out.status.code(), Some(4), "{text}");
     assert!(text.contains("(host-a:") && text.contains(") could not renew its lease before it would expire"), "{text}");
     assert!(
