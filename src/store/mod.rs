@@ -392,6 +392,12 @@ impl StepUpdate {
             StepUpdate::Caught => StepStatus::Caught,
         }
     }
+
+    /// Whether the step is over with it (succeeded, failed, caught): such an outcome is committed
+    /// with a full sync and records when the step ended.
+    pub(crate) fn ends_step(&self) -> bool {
+        matches!(self, StepUpdate::Succeeded | StepUpdate::Failed | StepUpdate::Caught)
+    }
 }
 
 /// The executor's view of the store: every write it makes, each one transaction. Each write

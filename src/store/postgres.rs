@@ -1220,8 +1220,7 @@ fn finish_attempt(
         StepUpdate::Waiting { next_attempt, wake_at } => (Some(i64::from(*next_attempt)), Some(to_millis(*wake_at))),
         _ => (None, None),
     };
-    let durable = matches!(update, StepUpdate::Succeeded | StepUpdate::Failed | StepUpdate::Caught);
-    let ended_at = durable.then_some(ended);
+    let ended_at = update.ends_step().then_some(ended);
     let outputs = match update {
         StepUpdate::Succeeded if !result.outputs.is_empty() => {
             Some(serde_json::to_string(&result.outputs).unwrap_or_default())

@@ -960,12 +960,6 @@ impl Store for SqliteStore {
     }
 }
 
-/// Whether an attempt's outcome that makes this update is committed with a full sync: the ones
-/// that end a step.
-fn synced(update: &StepUpdate) -> bool {
-    matches!(update, StepUpdate::Succeeded | StepUpdate::Failed | StepUpdate::Caught)
-}
-
 /// Record, in `tx`, that attempt `next` of run `run_id` is about to be spawned (its step moves
 /// to `running`); its row id. The caller checked the lease.
 fn start_attempt(tx: &rusqlite::Transaction, run_id: &str, next: &NextAttempt<'_>, now: i64) -> rusqlite::Result<i64> {
@@ -1036,7 +1030,7 @@ fn finish_attempt(
         | StepUpdate::Catching
         | StepUpdate::Caught => (None, None),
     };
-    let ended_at = synced(update).then_some(ended);
+    let ended_at = update.ends_step().then_some(ended);
     // Outputs are the success's: recorded with it, in this transaction, and only then.
     let outputs = match update {
         StepUpdate::Succeeded if !result.outputs.is_empty() => Some(outputs_json(&result.outputs)),
@@ -1163,7 +1157,7 @@ impl RunLog for SqliteStore {
         result: &AttemptResult,
         update: &StepUpdate,
     ) -> Result<(), StoreError> {
-        self.write(synced(update), |tx| {
+        self.write(update.ends_step(), |tx| {
             let run_id = check_lease_of_attempt(tx, row, lease)?;
             finish_attempt(tx, &run_id, row, result, update)
         })
@@ -1179,7 +1173,7 @@ impl RunLog for SqliteStore {
         next: &NextAttempt<'_>,
     ) -> Result<i64, StoreError> {
         let now = now_ms();
-        self.write(synced(update), |tx| {
+        self.write(update.ends_step(), |tx| {
             check_lease(tx, run_id, lease)?;
             finish_attempt(tx, run_id, row, result, update)?;
             start_attempt(tx, run_id, next, now)

@@ -371,23 +371,10 @@ fn flow(toml: &str) -> Arc<Flow> {
     }
 }
 
-fn pending(name: &str) -> StepRecord {
-    StepRecord {
-        name: name.to_owned(),
-        state: StepState::Pending,
-        attempts_used: 0,
-        budget_base: 0,
-        last_error: None,
-        started_at: None,
-        ended_at: None,
-        outputs: Default::default(),
-    }
-}
-
 impl Test {
     fn new(toml: &str) -> Test {
         let flow = flow(toml);
-        let records = flow.steps.iter().map(|s| pending(&s.name)).collect();
+        let records = flow.steps.iter().map(|s| StepRecord::pending(&s.name)).collect();
         let (max_parallel, deadline) = (flow.max_parallel as usize, flow.timeout);
         Test {
             flow,
