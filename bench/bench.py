@@ -395,31 +395,55 @@ def pcts(values, digits=0):
     return f"p50 {at(0.5):.{digits}f} ms, p99 {at(0.99):.{digits}f} ms, max {v[-1]:.{digits}f} ms (n={len(v)})"
 
 
-def bench_backoff(t, waymark, floor, work, rounds, attempts=21, backoff=0.05):
+def bench_backoff(t, waymark, floor, peers, work, rounds, attempts=21, backoff=0.05):
     """Each attempt's program (`waymark-floor stamp`) records when it started, to the microsecond.
     The gap between two attempts' starts with a backoff, less the backoff, less the median gap of
-    the same flow without a backoff in the same round (the attempt's own cost: the child's run,
-    its exit seen, the failure recorded, the next spawn), is the net lateness of the wake-up."""
-    def gaps(b):
+    the same tool without a backoff in the same round (the attempt's own cost: the child's run,
+    its exit seen, the failure recorded, the next spawn), is the net lateness of the wake-up.
+    retry-cli is measured the same way in the same rounds, and a bare `time.sleep` of the backoff
+    in this process gives the machine's own wake-up lateness: the floor under both."""
+    def gaps(tool, b):
         with tempfile.TemporaryDirectory(dir=work) as d:
             d = Path(d)
-            flow, stamps = d / "backoff.toml", d / "stamps"
-            run = json.dumps([str(floor), "stamp", str(stamps), "1"])
-            flow.write_text(f'name = "backoff"\n[[step]]\nname = "b"\nrun = {run}\n'
-                            f'retry = {{ attempts = {attempts}, backoff_seconds = {b} }}\n')
-            subprocess.run([waymark, "run", "--quiet", flow], env=state_env(d / "state"), stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
+            stamps = d / "stamps"
+            argv = [str(floor), "stamp", str(stamps), "1"]
+            if tool == "waymark":
+                flow = d / "backoff.toml"
+                flow.write_text(f'name = "backoff"\n[[step]]\nname = "b"\nrun = {json.dumps(argv)}\n'
+                                f'retry = {{ attempts = {attempts}, backoff_seconds = {b} }}\n')
+                cmd, env = [waymark, "run", "--quiet", flow], state_env(d / "state")
+            else:
+                # retry-cli: a fixed wait of `b` (factor 1, no jitter).
+                wait = f"{round(b * 1000)}ms"
+                cmd, env = [peers / "retry", "--attempts", str(attempts), "--min-duration", wait, "--max-duration",
+                            wait, "--factor", "1", "--jitter", "0", "--"] + argv, None
+            subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             ns = [int(x) for x in stamps.read_text().split()]
         return [(b - a) / 1e6 for a, b in zip(ns, ns[1:])]
 
-    late, own = [], []
-    for _ in range(rounds):
-        base = statistics.median(gaps(0))
-        own.append(base)
-        late += [g - backoff * 1000 - base for g in gaps(backoff)]
+    def sleeps():
+        out = []
+        for _ in range(attempts - 1):
+            start = time.perf_counter()
+            time.sleep(backoff)
+            out.append((time.perf_counter() - start - backoff) * 1000)
+        return out
+
+    late = {"waymark": [], "retry": [], "sleep": []}
+    own = []
+    for r in range(rounds):
+        for tool in (("waymark", "retry") if r % 2 == 0 else ("retry", "waymark")):
+            base = statistics.median(gaps(tool, 0))
+            if tool == "waymark":
+                own.append(base)
+            late[tool] += [g - backoff * 1000 - base for g in gaps(tool, backoff)]
+        late["sleep"] += sleeps()
     t.add("attempt to attempt without backoff (child's side)", med_range([x / 1000 for x in own]))
-    t.add(f"backoff net lateness ({backoff * 1000:.0f} ms backoff)", pcts(late, 2),
+    t.add(f"backoff net lateness ({backoff * 1000:.0f} ms backoff)", pcts(late["waymark"], 2),
           note="start-to-start gap - backoff - the gap without backoff")
+    t.add("backoff net lateness, retry-cli", pcts(late["retry"], 2), note="the same, measured the same way")
+    t.add(f"a bare {backoff * 1000:.0f} ms sleep's lateness (python time.sleep)", pcts(late["sleep"], 2),
+          note="the machine's own wake-up")
 
 
 def bench_timeout(t, waymark, work, rounds, attempts=10, timeout=0.1):
@@ -505,7 +529,7 @@ def main():
         waymark, floor, peers = (ROOT / "target/release/waymark", scratch / "floor-target/release/waymark-floor",
                                  scratch / "peers/bin")
     else:
-        waymark, floor, peers = build(scratch, "attempt" in only)
+        waymark, floor, peers = build(scratch, "attempt" in only or "backoff" in only)
     work = scratch / "work"
     work.mkdir(exist_ok=True)
     t = Table()
@@ -523,7 +547,7 @@ def main():
         bench_attempt(t, waymark, floor, peers, work, args.rounds)
     if "backoff" in only:
         log("backoff ...")
-        bench_backoff(t, waymark, floor, work, args.rounds)
+        bench_backoff(t, waymark, floor, peers, work, args.rounds)
     if "timeout" in only:
         log("timeout ...")
         bench_timeout(t, waymark, work, args.rounds)
