@@ -17,6 +17,9 @@ pub(crate) fn check(path: &Path, strict: bool, explain: bool) -> Result<i32, Cli
         text.push_str(&explanation(&loaded.flow));
     }
     super::output::print(text)?;
+    // The process exits next: freeing a flow of 10,000 steps piece by piece would cost about as
+    // much as printing its plan.
+    std::mem::forget(loaded);
     Ok(EXIT_OK)
 }
 
@@ -44,28 +47,67 @@ pub(crate) fn plan(flow: &Flow, shown: &str) -> String {
     for (key, value) in settings(flow, parallel) {
         let _ = writeln!(out, "  {:<14}{value}", format!("{key}:"));
     }
+    // A flow of thousands of steps mostly repeats the same timeout and retry: each line is
+    // formatted once per run of equal steps, and every line goes straight into `out`.
+    out.reserve(flow.steps.len() * 128);
+    let mut timeouts = Memo::default();
+    let mut retries = Memo::default();
     for (i, step) in flow.steps.iter().enumerate() {
-        let _ = writeln!(out, "  {}. {}", i + 1, step.name);
+        let _ = write!(out, "  {}. ", i + 1);
+        out.push_str(&step.name);
+        out.push('\n');
         if parallel {
             let _ = writeln!(out, "     needs:    {}", needs_line(flow, i));
         }
-        let _ = writeln!(out, "     command:  {}", step.command.display());
-        let _ = writeln!(out, "     timeout:  {}", timeout_line(step));
-        let _ = writeln!(out, "     retry:    {}", retry_line(step));
-        if step.retry.attempts > 1 && !step.retry.exception_types.is_empty() {
-            let _ = writeln!(out, "     backoff:  {}", backoff_line(step));
-        }
+        out.push_str("     command:  ");
+        step.command.display_to(&mut out);
+        out.push_str("\n     timeout:  ");
+        out.push_str(timeouts.get((step.timeout, step.kill_grace, step.kill_signal), || timeout_line(step)));
+        out.push_str("\n     retry:    ");
+        out.push_str(retries.get((&step.retry, &step.retry_name), || {
+            let mut lines = retry_line(step);
+            if step.retry.attempts > 1 && !step.retry.exception_types.is_empty() {
+                lines.push_str("\n     backoff:  ");
+                lines.push_str(&backoff_line(step));
+            }
+            lines
+        }));
+        out.push('\n');
         for handler in &step.catch {
             let _ = writeln!(out, "     catch:    {}", catch_line(handler));
         }
         if let Some(undo) = &step.compensate {
-            let _ = writeln!(out, "     compensate: {}", undo.display());
+            out.push_str("     compensate: ");
+            undo.display_to(&mut out);
+            out.push('\n');
         }
     }
     if parallel && let Some(order) = ready_order(flow) {
         let _ = writeln!(out, "  ready order: {order}");
     }
     out
+}
+
+/// The text last made from a key, made again only for another key.
+struct Memo<K> {
+    last: Option<(K, String)>,
+}
+
+impl<K> Default for Memo<K> {
+    fn default() -> Self {
+        Memo { last: None }
+    }
+}
+
+impl<K: PartialEq> Memo<K> {
+    fn get(&mut self, key: K, make: impl FnOnce() -> String) -> &str {
+        if self.last.as_ref().is_none_or(|(k, _)| *k != key) {
+            self.last = None;
+            let text = make();
+            self.last = Some((key, text));
+        }
+        self.last.as_ref().map_or("", |(_, text)| text.as_str())
+    }
 }
 
 /// The flow-wide settings that differ from their defaults, as `(key, what it does)`.

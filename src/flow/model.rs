@@ -149,18 +149,38 @@ impl Command {
 
     /// A one-line rendering for plans and reports.
     pub(crate) fn display(&self) -> String {
+        let mut out = String::new();
+        self.display_to(&mut out);
+        out
+    }
+
+    /// [`Command::display`], appended to `out`.
+    pub(crate) fn display_to(&self, out: &mut String) {
         match self {
-            Command::Run(argv) => argv.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" "),
-            Command::Shell(script) => format!("sh -c {}", shell_quote(script)),
+            Command::Run(argv) => {
+                for (i, a) in argv.iter().enumerate() {
+                    if i > 0 {
+                        out.push(' ');
+                    }
+                    shell_quote(a, out);
+                }
+            }
+            Command::Shell(script) => {
+                out.push_str("sh -c ");
+                shell_quote(script, out);
+            }
         }
     }
 }
 
-fn shell_quote(s: &str) -> String {
-    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c)) {
-        s.to_owned()
+/// `s` as a shell word, appended to `out`: as is when it needs no quotes, else in single quotes.
+fn shell_quote(s: &str, out: &mut String) {
+    if !s.is_empty() && s.bytes().all(|c| c.is_ascii_alphanumeric() || b"-_./=:,@%+".contains(&c)) {
+        out.push_str(s);
     } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
+        out.push('\'');
+        out.push_str(&s.replace('\'', r"'\''"));
+        out.push('\'');
     }
 }
 
