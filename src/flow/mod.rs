@@ -126,8 +126,11 @@ pub(crate) fn parse_searching(
     path: &Path,
     search: Option<&validate::ProgramSearch>,
 ) -> Result<(Flow, Vec<Diagnostic>), Vec<Diagnostic>> {
-    let lines = diagnostic::Lines::new(source);
     let locate = |mut diags: Vec<Diagnostic>| {
+        if diags.is_empty() {
+            return diags; // without indexing the lines of the file
+        }
+        let lines = diagnostic::Lines::new(source);
         // Stable: diagnostics at the same place keep the order they were found in; those about
         // the file as a whole (no span) come first.
         diags.sort_by_key(|d| d.span.as_ref().map(|s| s.start));

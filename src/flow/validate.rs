@@ -246,7 +246,7 @@ impl Validator<'_> {
         }
     }
 
-    fn flow(&mut self, raw: RawFlow, path: &Path) -> Flow {
+    fn flow(&mut self, mut raw: RawFlow, path: &Path) -> Flow {
         let name = match &raw.name {
             Some(n) => {
                 if !is_name(n.get_ref(), ".-") {
@@ -318,35 +318,34 @@ impl Validator<'_> {
             policies.insert(pname.get_ref().clone(), p);
         }
         let defaults = Defaults::new(self, raw.defaults.as_ref(), &policies, &classes);
-        let mut seen = HashSet::new();
-        let mut built = Vec::with_capacity(raw.step.len());
-        for raw_step in &raw.step {
-            let step = self.step(raw_step, &defaults, &policies, &classes, dir);
-            if let Some(step) = &step
-                && !seen.insert(step.name.clone())
-            {
+        // The steps built, each with the index of its `[[step]]` in the file.
+        let mut steps: Vec<Step> = Vec::with_capacity(raw.step.len());
+        let mut written_at: Vec<usize> = Vec::with_capacity(raw.step.len());
+        for (i, raw_step) in raw.step.iter_mut().enumerate() {
+            if let Some(step) = self.step(raw_step, &defaults, &policies, &classes, dir) {
+                steps.push(step);
+                written_at.push(i);
+            }
+        }
+        // After every step's own diagnostics: at the same place (its name), they come first.
+        let mut seen = HashSet::with_capacity(steps.len());
+        for (step, &i) in steps.iter().zip(&written_at) {
+            if !seen.insert(step.name.as_str()) {
+                let raw_step = &raw.step[i];
                 let span = raw_step.get_ref().name.as_ref().map_or(raw_step.span(), Spanned::span);
                 self.error(span, &format!("a step named `{}` is already defined", step.name)).label =
                     "duplicate step name".into();
             }
-            built.push(step);
         }
-        let needs = self.needs(&raw.step);
+        let (mut needs, explicit) = self.needs(&raw.step);
         // Indices into the steps hold only when every step was built; else the flow is refused.
-        let complete = built.iter().all(Option::is_some);
-        let steps: Vec<Step> = built
-            .into_iter()
-            .zip(needs)
-            .filter_map(|(step, (needs, explicit))| {
-                step.map(|mut step| {
-                    if complete {
-                        step.needs = needs;
-                    }
-                    step.needs_explicit = explicit;
-                    step
-                })
-            })
-            .collect();
+        let complete = steps.len() == raw.step.len();
+        for (step, &i) in steps.iter_mut().zip(&written_at) {
+            if complete {
+                step.needs = std::mem::take(&mut needs[i]);
+            }
+            step.needs_explicit = explicit[i];
+        }
         self.secrets_written_here(raw.secret_env.as_ref(), &env, &steps);
         if raw.step.is_empty() && !raw.bad.contains(&"step") {
             // The file as a whole is at fault; point at its first line so the report has a place.
@@ -556,10 +555,10 @@ impl Validator<'_> {
     /// Every step's `needs` as indices into `steps` (the steps of the file, built or not), and
     /// whether the file wrote it. Reports unknown names, a step needing itself, an entry written
     /// twice, and every cycle, at the entry that closes it.
-    fn needs(&mut self, steps: &[Spanned<RawStep>]) -> Vec<(Vec<usize>, bool)> {
-        let mut index: HashMap<&str, usize> = HashMap::new();
+    fn needs(&mut self, steps: &[Spanned<RawStep>]) -> (Vec<Vec<usize>>, Vec<bool>) {
+        let mut index: HashMap<&str, usize> = HashMap::with_capacity(steps.len());
         // In file order, so that of two equally close names the first is suggested.
-        let mut names: Vec<&str> = Vec::new();
+        let mut names: Vec<&str> = Vec::with_capacity(steps.len());
         for (i, s) in steps.iter().enumerate() {
             if let Some(n) = &s.get_ref().name {
                 index.entry(n.get_ref().as_str()).or_insert(i);
@@ -569,17 +568,19 @@ impl Validator<'_> {
         let mut suggestion_work = 0;
         let name =
             |i: usize| steps[i].get_ref().name.as_ref().map_or_else(|| format!("step[{i}]"), |n| n.get_ref().clone());
-        let mut out = Vec::with_capacity(steps.len());
-        // Per step, the span of each entry kept (`None`: the implicit need of the step before).
-        let mut spans: Vec<Vec<Option<Range<usize>>>> = Vec::with_capacity(steps.len());
+        let mut graph: Vec<Vec<usize>> = Vec::with_capacity(steps.len());
+        let mut explicit: Vec<bool> = Vec::with_capacity(steps.len());
+        // Per step, the span of each entry written and kept; none for the implicit need of the
+        // step before.
+        let mut spans: Vec<Vec<Range<usize>>> = Vec::with_capacity(steps.len());
         for (i, s) in steps.iter().enumerate() {
             let s = s.get_ref();
             let Some(list) = &s.needs else {
                 // A `needs` of the wrong type is reported already: no dependencies to guess at.
-                let explicit = s.bad.contains(&"needs");
-                let needs = if explicit { Vec::new() } else { implicit_needs(i) };
-                spans.push(vec![None; needs.len()]);
-                out.push((needs, explicit));
+                let bad = s.bad.contains(&"needs");
+                graph.push(if bad { Vec::new() } else { implicit_needs(i) });
+                explicit.push(bad);
+                spans.push(Vec::new());
                 continue;
             };
             let own = s.name.as_ref().map(|n| n.get_ref().as_str());
@@ -617,14 +618,14 @@ impl Validator<'_> {
                     }
                     Some(&j) => {
                         kept.push(j);
-                        kept_spans.push(Some(item.span()));
+                        kept_spans.push(item.span());
                     }
                 }
             }
             spans.push(kept_spans);
-            out.push((kept, true));
+            graph.push(kept);
+            explicit.push(true);
         }
-        let graph: Vec<Vec<usize>> = out.iter().map(|(needs, _)| needs.clone()).collect();
         let mut reported = HashSet::new();
         let cycles = graph::cycles(&graph, MAX_CYCLES_REPORTED);
         let more = if cycles.len() == MAX_CYCLES_REPORTED {
@@ -649,12 +650,12 @@ impl Validator<'_> {
             // implicit needs only point back.
             let Some(pos) = (0..k).rev().find(|&pos| {
                 let (step, e) = entry(pos);
-                spans[step].get(e).is_some_and(Option::is_some)
+                spans[step].get(e).is_some()
             }) else {
                 continue;
             };
             let (step, e) = entry(pos);
-            let Some(Some(span)) = spans[step].get(e).cloned() else { continue };
+            let Some(span) = spans[step].get(e).cloned() else { continue };
             if !reported.insert((step, e)) {
                 continue;
             }
@@ -699,7 +700,7 @@ impl Validator<'_> {
                  needs{more}"
             ));
         }
-        out
+        (graph, explicit)
     }
 
     fn classes(&mut self, errors: &BTreeMap<Str, Spanned<Vec<Str>>>) -> ClassTree {
@@ -1096,16 +1097,17 @@ impl Validator<'_> {
         }
     }
 
+    /// Step `raw` built, its `run` arguments moved out of it (the rest stays for `needs`).
     fn step(
         &mut self,
-        raw: &Spanned<RawStep>,
+        raw: &mut Spanned<RawStep>,
         defaults: &Defaults,
         policies: &BTreeMap<String, RetryPolicy>,
         classes: &ClassTree,
         dir: &Path,
     ) -> Option<Step> {
         let span = raw.span();
-        let raw = raw.get_ref();
+        let raw = raw.get_mut();
         let Some(name) = &raw.name else {
             if raw.bad.contains(&"name") {
                 return None; // reported where the name is written
@@ -1136,7 +1138,7 @@ impl Validator<'_> {
                  choose a name of at most {MAX_STEP_NAME} bytes"
             ));
         }
-        let command = match (&raw.run, &raw.shell) {
+        let mut command = match (&raw.run, &raw.shell) {
             (Some(run), None) => {
                 if run.get_ref().first().is_none_or(|p| p.get_ref().is_empty()) {
                     self.error(run.span(), "`run` needs at least a program name").help =
@@ -1146,7 +1148,8 @@ impl Validator<'_> {
                     self.no_nul(arg, "a program or argument");
                     self.shell_variable(arg);
                 }
-                Command::Run(run.get_ref().iter().map(|a| a.get_ref().clone()).collect())
+                // The arguments, moved out of `raw.run` once its program has been searched.
+                Command::Run(Vec::new())
             }
             (None, Some(shell)) => {
                 self.no_nul(shell, "a shell command");
@@ -1198,6 +1201,9 @@ impl Validator<'_> {
             }));
         for program in programs {
             self.search_program(program, env.get("PATH"), &workdir, "step's");
+        }
+        if let (Command::Run(argv), Some(run)) = (&mut command, &mut raw.run) {
+            *argv = run.get_mut().iter_mut().map(|a| std::mem::take(a.get_mut())).collect();
         }
         let kill_signal = raw.kill_signal.as_ref().and_then(|s| self.signal(s)).unwrap_or(defaults.kill_signal);
         let kill_grace = match &raw.kill_grace {
