@@ -127,6 +127,16 @@ pub(crate) struct RawStep {
     pub(crate) needs: Option<Spanned<Vec<Str>>>,
     pub(crate) run: Option<Spanned<Vec<Str>>>,
     pub(crate) shell: Option<Str>,
+    /// Every other key, boxed only when one is written: a flow may have 10,000 steps that set
+    /// none of them, and a step small in memory is cheap to build, move and free.
+    pub(crate) more: Option<Box<RawStepMore>>,
+    /// Keys written with a value of the wrong type (already reported).
+    pub(crate) bad: Vec<&'static str>,
+}
+
+/// The keys of a step other than `name`, `needs`, `run` and `shell`.
+#[derive(Debug, Default)]
+pub(crate) struct RawStepMore {
     pub(crate) timeout: Option<Spanned<RawDuration>>,
     pub(crate) retry: Option<Spanned<RawRetry>>,
     pub(crate) exit_codes: StrMap,
@@ -137,8 +147,31 @@ pub(crate) struct RawStep {
     pub(crate) detect_errors: Option<Str>,
     pub(crate) catch: Vec<Spanned<RawCatch>>,
     pub(crate) compensate: Option<Spanned<RawCommand>>,
-    /// Keys written with a value of the wrong type (already reported).
-    pub(crate) bad: Vec<&'static str>,
+}
+
+/// What a step that writes none of [`RawStepMore`]'s keys has.
+pub(crate) static NO_MORE: RawStepMore = RawStepMore {
+    timeout: None,
+    retry: None,
+    exit_codes: StrMap::new(),
+    env: StrMap::new(),
+    workdir: None,
+    kill_signal: None,
+    kill_grace: None,
+    detect_errors: None,
+    catch: Vec::new(),
+    compensate: None,
+};
+
+impl RawStep {
+    /// The keys other than `name`, `needs`, `run` and `shell`, as written.
+    pub(crate) fn more(&self) -> &RawStepMore {
+        self.more.as_deref().unwrap_or(&NO_MORE)
+    }
+
+    fn more_mut(&mut self) -> &mut RawStepMore {
+        self.more.get_or_insert_with(Box::default)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -550,16 +583,17 @@ impl Reader<'_> {
                     });
                     raw.shell = self.string(value, &path, help);
                 }
-                "timeout" => raw.timeout = self.duration(value, &path),
-                "retry" => raw.retry = self.retry(value, &path),
+                "timeout" => raw.more_mut().timeout = self.duration(value, &path),
+                "retry" => raw.more_mut().retry = self.retry(value, &path),
                 "exit_codes" => {
-                    raw.exit_codes = self.string_map(value, &path, "write `exit_codes = { \"3\" = \"BadInput\" }`")
+                    raw.more_mut().exit_codes =
+                        self.string_map(value, &path, "write `exit_codes = { \"3\" = \"BadInput\" }`")
                 }
-                "env" => raw.env = self.string_map(value, &path, "write `env = { NAME = \"value\" }`"),
-                "workdir" => raw.workdir = self.string(value, &path, None),
-                "kill_signal" => raw.kill_signal = self.signal(value, &path),
-                "kill_grace" => raw.kill_grace = self.duration(value, &path),
-                "detect_errors" => raw.detect_errors = self.detect(value, &path),
+                "env" => raw.more_mut().env = self.string_map(value, &path, "write `env = { NAME = \"value\" }`"),
+                "workdir" => raw.more_mut().workdir = self.string(value, &path, None),
+                "kill_signal" => raw.more_mut().kill_signal = self.signal(value, &path),
+                "kill_grace" => raw.more_mut().kill_grace = self.duration(value, &path),
+                "detect_errors" => raw.more_mut().detect_errors = self.detect(value, &path),
                 "needs" => {
                     let help = match value.get_ref().as_str().and_then(quoted) {
                         Some(q) => format!("write a list: `needs = [{q}]`"),
@@ -570,10 +604,10 @@ impl Reader<'_> {
                     raw.needs = self.strings(value, &path, Some(help));
                 }
                 "catch" => match self.catch(value, &path) {
-                    Some(handlers) => raw.catch = handlers,
+                    Some(handlers) => raw.more_mut().catch = handlers,
                     None => raw.bad.push("catch"),
                 },
-                "compensate" => raw.compensate = self.command(value, &path),
+                "compensate" => raw.more_mut().compensate = self.command(value, &path),
                 _ => {
                     self.unknown(key, &path, &STEP_KEYS, true);
                     continue;
@@ -584,7 +618,7 @@ impl Reader<'_> {
                 "needs" => raw.needs.is_some(),
                 "run" => raw.run.is_some(),
                 "shell" => raw.shell.is_some(),
-                "compensate" => raw.compensate.is_some(),
+                "compensate" => raw.more().compensate.is_some(),
                 _ => true,
             };
             if !read && let Some(known) = STEP_KEYS.iter().find(|s| **s == k) {

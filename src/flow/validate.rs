@@ -1171,17 +1171,18 @@ impl Validator<'_> {
                 return None;
             }
         };
-        let timeout = match &raw.timeout {
+        let more = raw.more.as_deref().unwrap_or(&super::raw::NO_MORE);
+        let timeout = match &more.timeout {
             Some(t) => self.duration(t, false),
             None => defaults.timeout,
         };
-        let (retry, retry_name) = match &raw.retry {
+        let (retry, retry_name) = match &more.retry {
             Some(r) => self.retry(r, policies, classes).unwrap_or((RetryPolicy::run_once(), None)),
             None => defaults.retry.clone().unwrap_or((RetryPolicy::run_once(), None)),
         };
-        let exit_codes = self.exit_codes(&raw.exit_codes, classes);
-        let env = self.env(&raw.env);
-        let workdir = match &raw.workdir {
+        let exit_codes = self.exit_codes(&more.exit_codes, classes);
+        let env = self.env(&more.env);
+        let workdir = match &more.workdir {
             Some(w) => {
                 self.no_nul(w, "a working directory");
                 dir.join(w.get_ref())
@@ -1193,9 +1194,9 @@ impl Validator<'_> {
         let programs = raw
             .run
             .iter()
-            .chain(raw.catch.iter().filter_map(|h| h.get_ref().run.as_ref()))
+            .chain(more.catch.iter().filter_map(|h| h.get_ref().run.as_ref()))
             .filter_map(|run| run.get_ref().first())
-            .chain(raw.compensate.as_ref().and_then(|c| match c.get_ref() {
+            .chain(more.compensate.as_ref().and_then(|c| match c.get_ref() {
                 RawCommand::Run(argv) => argv.first(),
                 RawCommand::Shell(_) => None,
             }));
@@ -1205,17 +1206,17 @@ impl Validator<'_> {
         if let (Command::Run(argv), Some(run)) = (&mut command, &mut raw.run) {
             *argv = run.get_mut().iter_mut().map(|a| std::mem::take(a.get_mut())).collect();
         }
-        let kill_signal = raw.kill_signal.as_ref().and_then(|s| self.signal(s)).unwrap_or(defaults.kill_signal);
-        let kill_grace = match &raw.kill_grace {
+        let kill_signal = more.kill_signal.as_ref().and_then(|s| self.signal(s)).unwrap_or(defaults.kill_signal);
+        let kill_grace = match &more.kill_grace {
             Some(g) => self.duration(g, true).unwrap_or(DEFAULT_KILL_GRACE),
             None => defaults.kill_grace,
         };
-        let detect_tracebacks = match &raw.detect_errors {
+        let detect_tracebacks = match &more.detect_errors {
             Some(d) => self.detect(d).unwrap_or(true),
             None => defaults.detect,
         };
-        let catch = raw.catch.iter().filter_map(|h| self.handler(h, classes)).collect();
-        let compensate = raw.compensate.as_ref().and_then(|c| self.command(c));
+        let catch = more.catch.iter().filter_map(|h| self.handler(h, classes)).collect();
+        let compensate = more.compensate.as_ref().and_then(|c| self.command(c));
         Some(Step {
             name: name.get_ref().clone(),
             span,
