@@ -24,12 +24,13 @@ pub(crate) fn cycles(needs: &[Vec<usize>], limit: usize) -> Vec<Cycle> {
     // Position of each step on the current path, for cutting the cycle out of it.
     let mut at = vec![usize::MAX; needs.len()];
     let mut found = Vec::new();
+    // The path being walked: (step, next entry of its needs to follow). Empty between walks.
+    let mut path: Vec<(usize, usize)> = Vec::new();
     for start in 0..needs.len() {
         if mark[start] != Mark::New {
             continue;
         }
-        // The path being walked: (step, next entry of its needs to follow).
-        let mut path: Vec<(usize, usize)> = vec![(start, 0)];
+        path.push((start, 0));
         mark[start] = Mark::OnPath;
         at[start] = 0;
         while let Some(last) = path.last_mut() {

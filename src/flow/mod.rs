@@ -72,8 +72,15 @@ pub(crate) fn load(path: &Path) -> Result<Loaded, LoadError> {
     let read_error = |source| LoadError::Read { path: path.to_owned(), source };
     let mut bytes = Vec::new();
     // One byte more than the limit tells a file at the limit from a larger one, and bounds the
-    // read of an endless stream.
-    std::fs::File::open(path).and_then(|f| f.take(MAX_FLOW_BYTES + 1).read_to_end(&mut bytes)).map_err(read_error)?;
+    // read of an endless stream. A regular file is read into a buffer of its size (plus the byte
+    // that finds its end), not one doubled as it fills.
+    std::fs::File::open(path)
+        .and_then(|f| {
+            let size = f.metadata().map_or(0, |m| m.len()).min(MAX_FLOW_BYTES);
+            bytes.reserve_exact(usize::try_from(size).unwrap_or(0).saturating_add(1));
+            f.take(MAX_FLOW_BYTES + 1).read_to_end(&mut bytes)
+        })
+        .map_err(read_error)?;
     if bytes.len() as u64 > MAX_FLOW_BYTES {
         return Err(LoadError::TooLarge { path: path.to_owned() });
     }
@@ -85,9 +92,10 @@ pub(crate) fn load(path: &Path) -> Result<Loaded, LoadError> {
     // Canonical, so that the same file reached by another path is recognised as the same flow file.
     let absolute = std::fs::canonicalize(path).or_else(|_| std::path::absolute(path)).map_err(read_error)?;
     let search = validate::ProgramSearch { path: std::env::var_os("PATH") };
-    parse_searching(&source, &absolute, Some(&search))
-        .map(|(flow, warnings)| Loaded { flow, source: source.clone(), warnings })
-        .map_err(|diagnostics| LoadError::Invalid { shown, source_text: source, diagnostics })
+    match parse_searching(&source, &absolute, Some(&search)) {
+        Ok((flow, warnings)) => Ok(Loaded { flow, source, warnings }),
+        Err(diagnostics) => Err(LoadError::Invalid { shown, source_text: source, diagnostics }),
+    }
 }
 
 /// The flow text in `bytes`; for a file that is not UTF-8, the text to draw instead (invalid

@@ -329,12 +329,11 @@ impl Validator<'_> {
         }
         // After every step's own diagnostics: at the same place (its name), they come first.
         let mut seen = HashSet::with_capacity(steps.len());
-        for (step, &i) in steps.iter().zip(&written_at) {
-            if !seen.insert(step.name.as_str()) {
-                let raw_step = &raw.step[i];
-                let span = raw_step.get_ref().name.as_ref().map_or(raw_step.span(), Spanned::span);
-                self.error(span, &format!("a step named `{}` is already defined", step.name)).label =
-                    "duplicate step name".into();
+        for &i in &written_at {
+            let Some(name) = &raw.step[i].get_ref().name else { continue };
+            if !seen.insert(name.get_ref().as_str()) {
+                let d = self.error(name.span(), &format!("a step named `{}` is already defined", name.get_ref()));
+                d.label = "duplicate step name".into();
             }
         }
         let (mut needs, explicit) = self.needs(&raw.step);
@@ -345,6 +344,10 @@ impl Validator<'_> {
                 step.needs = std::mem::take(&mut needs[i]);
             }
             step.needs_explicit = explicit[i];
+            // A built step has a name; `needs` has read them all, so it moves.
+            if let Some(name) = raw.step[i].get_mut().name.as_mut() {
+                step.name = std::mem::take(name.get_mut());
+            }
         }
         self.secrets_written_here(raw.secret_env.as_ref(), &env, &steps);
         if raw.step.is_empty() && !raw.bad.contains(&"step") {
@@ -1218,7 +1221,8 @@ impl Validator<'_> {
         let catch = more.catch.iter().filter_map(|h| self.handler(h, classes)).collect();
         let compensate = more.compensate.as_ref().and_then(|c| self.command(c));
         Some(Step {
-            name: name.get_ref().clone(),
+            // Moved out of `raw` once `needs` has read every step's name.
+            name: String::new(),
             span,
             // Set by `needs` once every step is known.
             needs: Vec::new(),
