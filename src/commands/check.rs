@@ -53,7 +53,9 @@ pub(crate) fn plan(flow: &Flow, shown: &str) -> String {
     let mut timeouts = Memo::default();
     let mut retries = Memo::default();
     for (i, step) in flow.steps.iter().enumerate() {
-        let _ = write!(out, "  {}. ", i + 1);
+        out.push_str("  ");
+        push_number(&mut out, i + 1);
+        out.push_str(". ");
         out.push_str(&step.name);
         out.push('\n');
         if parallel {
@@ -86,6 +88,21 @@ pub(crate) fn plan(flow: &Flow, shown: &str) -> String {
         let _ = writeln!(out, "  ready order: {order}");
     }
     out
+}
+
+/// `n` in decimal, appended to `out` without the formatting machinery (once per step).
+fn push_number(out: &mut String, mut n: usize) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend(digits[at..].iter().map(|&d| char::from(d)));
 }
 
 /// The text last made from a key, made again only for another key.
@@ -388,6 +405,48 @@ mod tests {
         let mut step = flow.steps[0].clone();
         step.retry = RetryPolicy { attempts, exception_types: vec!["Exception".into()], backoff };
         backoff_line(&step)
+    }
+
+    /// The plan as each step's lines formatted one by one, without [`Memo`] or [`push_number`].
+    fn plan_line_by_line(flow: &Flow) -> String {
+        let mut out = String::new();
+        for (i, step) in flow.steps.iter().enumerate() {
+            out.push_str(&format!("  {}. {}\n", i + 1, step.name));
+            out.push_str(&format!("     command:  {}\n", step.command.display()));
+            out.push_str(&format!("     timeout:  {}\n", timeout_line(step)));
+            out.push_str(&format!("     retry:    {}\n", retry_line(step)));
+            if step.retry.attempts > 1 && !step.retry.exception_types.is_empty() {
+                out.push_str(&format!("     backoff:  {}\n", backoff_line(step)));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_plan_of_repeated_and_changing_steps_is_each_steps_own_lines() {
+        let mut toml = String::from("[policies.net]\nattempts = 4\nexception_types = [\"OSError\"]\n");
+        // Runs of equal steps broken by steps that differ in one thing each, then back again.
+        let variants = [
+            "",
+            "timeout = 5",
+            "timeout = 5\nkill_grace = 0",
+            "timeout = 5\nkill_signal = \"SIGINT\"",
+            "retry = \"net\"",
+            "retry = { attempts = 4, exception_types = [\"OSError\"] }",
+            "retry = { attempts = 4, exception_types = [\"OSError\"], backoff_seconds = 2 }",
+            "retry = { attempts = 3 }",
+            "shell = \"echo 'it''s'\"",
+        ];
+        for i in 0..120 {
+            let extra = variants[(i / 3) % variants.len()];
+            let run = if extra.starts_with("shell") { "" } else { "run = ['echo', 'a b']\n" };
+            toml.push_str(&format!("[[step]]\nname = 's{i}'\n{run}{extra}\n"));
+        }
+        let flow = crate::flow::parse(&toml, Path::new("/x/f.toml")).unwrap().0;
+        let plan = plan(&flow, "f.toml");
+        let steps = plan.split_once('\n').unwrap().1;
+        assert_eq!(steps, plan_line_by_line(&flow));
+        assert!(steps.contains("  120. s119\n"), "{steps}");
     }
 
     #[test]
