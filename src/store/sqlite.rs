@@ -627,7 +627,7 @@ impl Store for SqliteStore {
 
     fn create_run(&mut self, flow: &Flow, source_hash: &str, owner: &str) -> Result<(RunRecord, Lease), StoreError> {
         let lease = Lease { owner: owner.to_owned(), token: 1 };
-        let definition = RunDefinition::from(flow).to_json();
+        let definition = RunDefinition::json_of(flow);
         let host = host_name();
         let pid = std::process::id();
         let started = now_ms();
