@@ -462,17 +462,17 @@ fn execute(
     // Read again: `resume` of a failed run has just reopened its failed step. A run with no steps
     // (the flow has at least one) fails the match.
     let steps = match steps {
+        // Made from the flow's steps, in their order: nothing to match.
         Some(steps) => steps,
-        None => store.steps(&record.id)?,
+        None => match_steps(&flow, store.steps(&record.id)?).map_err(|what| {
+            CliError::Internal(anyhow::anyhow!(
+                "run {} in {}: {what}; the database was changed behind waymark's back: `waymark run --fresh` \
+                 starts the flow anew",
+                record.id,
+                store.location(),
+            ))
+        })?,
     };
-    let steps = match_steps(&flow, steps).map_err(|what| {
-        CliError::Internal(anyhow::anyhow!(
-            "run {} in {}: {what}; the database was changed behind waymark's back: `waymark run --fresh` \
-             starts the flow anew",
-            record.id,
-            store.location(),
-        ))
-    })?;
     if resumed {
         // The failure report lists the attempts of earlier runners too, as the store has them.
         events.earlier_attempts(&earlier_attempts(store.as_ref(), &record.id)?);

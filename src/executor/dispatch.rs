@@ -9,7 +9,7 @@ use super::environment::RunEnv;
 use super::launch::{Attempt, Aux, Launched, Launcher};
 use super::outputs::{self, RunOutputs};
 use super::supervise::{Control, End};
-use super::{ExecError, Msg, evidence};
+use super::{ExecError, Msg, StepRef, evidence};
 use crate::classify::{Ending, ErrorValue};
 use crate::events::{
     AttemptEnd, Emitter, Event, Failure, RetryPlan, RetryStop, RunOutcome, SkipReason, StepOutcome, StopReason,
@@ -180,7 +180,7 @@ impl Slot {
 }
 
 struct StepSlot {
-    step: Arc<Step>,
+    step: StepRef,
     slot: Slot,
     /// Attempts used before the current budget began (`waymark resume` of a failed run).
     budget_base: u32,
@@ -375,7 +375,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             false => Event::RunStarted { flow: flow.name.clone(), steps_total },
         });
         let mut steps = Vec::with_capacity(spec.steps.len());
-        for (step, rec) in flow.steps.iter().zip(&spec.steps) {
+        for (index, (step, rec)) in flow.steps.iter().zip(&spec.steps).enumerate() {
             let slot = match &rec.state {
                 StepState::Pending => Slot::Ready { attempt: rec.attempts_used + 1, redelivered: false },
                 StepState::Succeeded => {
@@ -406,7 +406,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 }
             };
             steps.push(StepSlot {
-                step: Arc::new(step.clone()),
+                step: StepRef::InFlow(Arc::clone(&flow), index),
                 slot,
                 budget_base: rec.budget_base,
                 last_attempt: rec.attempts_used,
@@ -595,7 +595,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     /// Issue the next attempt of step `index`: its start is durable before the child exists.
     async fn start(&mut self, index: usize) -> Result<(), ExecError> {
         let Slot::Queued { attempt, redelivered, issued, .. } = self.steps[index].slot else { return Ok(()) };
-        let step = Arc::clone(&self.steps[index].step);
+        let step = self.steps[index].step.clone();
         let max_attempts = self.steps[index].max_attempts();
         if self.held.as_ref().is_some_and(|h| h.index != index) {
             self.commit_held().await?;
@@ -641,7 +641,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         let (control, control_rx) = watch::channel(Control::Run);
         let spec = Attempt {
             step_index: index,
-            step: Arc::clone(&step),
+            step: step.clone(),
             attempt,
             max_attempts,
             redelivered,
@@ -834,7 +834,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         ending: Ending,
         exit_code: Option<i32>,
     ) -> Result<(), ExecError> {
-        let step = Arc::clone(&self.steps[index].step);
+        let step = self.steps[index].step.clone();
         let (error, warnings) = evidence::read(
             &self.flow,
             &step,
@@ -965,7 +965,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     /// the step's `timeout`. Like an attempt's, its start is durable before the child exists.
     async fn start_handler(&mut self, index: usize) -> Result<(), ExecError> {
         let Slot::Catching { attempt } = self.steps[index].slot else { return Ok(()) };
-        let step = Arc::clone(&self.steps[index].step);
+        let step = self.steps[index].step.clone();
         let error = self.steps[index].last_error.clone().unwrap_or_else(|| evidence::workflow_timeout(&self.flow));
         let command = step.catch.iter().find(|h| error.matches_any(&h.exception_types)).and_then(|h| h.command.clone());
         let Some(command) = command else {
@@ -987,7 +987,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         let error_class = error.class.clone();
         let spec = Attempt {
             step_index: index,
-            step: Arc::clone(&step),
+            step: step.clone(),
             attempt,
             max_attempts: self.steps[index].max_attempts(),
             redelivered: false,
@@ -1099,12 +1099,12 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             return Ok(outcome);
         }
         let failed = outcome == RunOutcome::Failed;
-        let mut todo: Vec<(AuxKind, String, Arc<Step>, crate::flow::model::Command)> = Vec::new();
+        let mut todo: Vec<(AuxKind, String, StepRef, crate::flow::model::Command)> = Vec::new();
         if failed {
             for &i in self.completed.iter().rev() {
                 let step = &self.steps[i].step;
                 if let (Slot::Succeeded, Some(command)) = (&self.steps[i].slot, &step.compensate) {
-                    todo.push((AuxKind::Compensate, step.name.clone(), Arc::clone(step), command.clone()));
+                    todo.push((AuxKind::Compensate, step.name.clone(), step.clone(), command.clone()));
                 }
             }
         }
@@ -1154,7 +1154,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
 
     /// A step-like description of hook `name` for the launcher: it runs in the flow file's
     /// directory with the flow's environment, no timeout, stopped with SIGTERM then SIGKILL.
-    fn hook_step(&self, name: &str) -> Arc<Step> {
+    fn hook_step(&self, name: &str) -> StepRef {
         let mut step = (*self.steps[0].step).clone();
         step.name = name.to_owned();
         step.env.clear();
@@ -1162,7 +1162,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         step.workdir = self.flow.path.parent().map_or_else(|| step.workdir.clone(), std::path::Path::to_owned);
         step.kill_signal = Signal(nix::sys::signal::Signal::SIGTERM);
         step.kill_grace = Duration::from_secs(10);
-        Arc::new(step)
+        StepRef::Own(Arc::new(step))
     }
 
     /// Run one compensation or hook to its end, showing its output; `Some(signal)` when a
@@ -1171,7 +1171,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         &mut self,
         kind: AuxKind,
         name: &str,
-        step: Arc<Step>,
+        step: StepRef,
         command: crate::flow::model::Command,
         env: Vec<(String, String)>,
     ) -> Result<Option<Signal>, ExecError> {
@@ -1191,7 +1191,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         let (control, control_rx) = watch::channel(Control::Run);
         let spec = Attempt {
             step_index: usize::MAX,
-            step: Arc::clone(&step),
+            step: step.clone(),
             attempt: 1,
             max_attempts: 1,
             redelivered: false,

@@ -4,7 +4,7 @@
 
 use super::environment::RunEnv;
 use super::supervise::{Control, Log, Output, Supervisor};
-use super::{ExecError, Msg, outputs};
+use super::{ExecError, Msg, StepRef, outputs};
 use crate::flow::{Flow, Step};
 use crate::os::fs::ExistingLog;
 use crate::os::process as unix;
@@ -21,7 +21,7 @@ use tokio::time::Instant;
 /// One attempt, recorded as starting and about to be spawned.
 pub(crate) struct Attempt {
     pub(crate) step_index: usize,
-    pub(crate) step: Arc<Step>,
+    pub(crate) step: StepRef,
     pub(crate) attempt: u32,
     pub(crate) max_attempts: u32,
     /// Run again after its runner died or was stopped.
@@ -244,7 +244,7 @@ impl Launcher for ProcessLauncher {
         let (out_log, _) = open_log(&dir, &stdout_log, &a).map_err(|e| files_err(&stdout_log, e))?;
         let (err_log, stderr_from) = open_log(&dir, &stderr_log, &a).map_err(|e| files_err(&stderr_log, e))?;
         drop(dir);
-        let step = Arc::clone(&a.step);
+        let step = a.step.clone();
         if !step.workdir.is_dir() {
             let why = format!("working directory {} does not exist or is not a directory", step.workdir.display());
             return Ok(Launched::NotStarted { why, stderr_from });

@@ -39,6 +39,27 @@ pub(crate) use output::Chunk;
 pub(crate) use dispatch::RunSpec;
 pub(crate) use launch::kill_leftovers;
 
+/// A step as the dispatcher and the tasks that run its attempts hold it: one of the run's
+/// flow's, shared with the flow (a run of 10,000 steps copies none of them), or one made up for
+/// a hook.
+#[derive(Clone)]
+pub(crate) enum StepRef {
+    /// Step `.1` of the flow.
+    InFlow(std::sync::Arc<crate::flow::Flow>, usize),
+    Own(std::sync::Arc<crate::flow::Step>),
+}
+
+impl std::ops::Deref for StepRef {
+    type Target = crate::flow::Step;
+
+    fn deref(&self) -> &crate::flow::Step {
+        match self {
+            StepRef::InFlow(flow, index) => &flow.steps[*index],
+            StepRef::Own(step) => step,
+        }
+    }
+}
+
 use crate::events::{Emitter, RunOutcome, Stream};
 use crate::flow::Signal;
 use crate::store::{RunJournal, StateDir, StoreError};

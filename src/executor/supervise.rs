@@ -3,10 +3,10 @@
 //! cancellation, and leaves the attempt's whole process group dead, including processes that left
 //! the group, found by the attempt id in their environment.
 
-use super::Msg;
 use super::output::{Chunk, StderrTail};
+use super::{Msg, StepRef};
 use crate::events::Stream;
-use crate::flow::{Signal, Step};
+use crate::flow::Signal;
 use crate::os::process::{self as unix, ExitKind};
 use crate::secrets::{Secrets, StreamRedactor};
 use std::ffi::OsString;
@@ -320,7 +320,7 @@ impl Supervisor {
     /// process group dead; returns how the attempt ended and notes for the user.
     pub(crate) async fn supervise(
         mut self,
-        step: Arc<Step>,
+        step: StepRef,
         deadline: Option<Instant>,
         mut control: watch::Receiver<Control>,
     ) -> Finished {
