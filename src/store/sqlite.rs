@@ -747,11 +747,14 @@ impl Store for SqliteStore {
             .prepare_cached(&format!(
                 // Read by position below: 0 name, 1 state, 2 attempts_used, 3 budget_base,
                 // 4 next_attempt, 5 wake_at, 6 current_row, 7 last_error, 8 started_at,
-                // 9 ended_at, 10 the attempt's pid, 11 its process start, 12 its number, 13 outputs.
+                // 9 ended_at, 10 the attempt's pid, 11 its process start, 12 its number, 13 outputs,
+                // 14 position. Read in the primary key's order and put in order of position below:
+                // an `ORDER BY` sorted every row (all columns) in SQLite, about a third of reading
+                // a 10,000-step run.
                 "SELECT s.name, s.state, s.attempts_used, s.budget_base, s.next_attempt, s.wake_at, s.current_row,
-                        s.last_error, s.started_at, s.ended_at, a.pid, a.proc_start, a.attempt, {}
+                        s.last_error, s.started_at, s.ended_at, a.pid, a.proc_start, a.attempt, {}, s.position
                  FROM steps s LEFT JOIN attempts a ON a.row = s.current_row
-                 WHERE s.run_id = ?1 ORDER BY s.position",
+                 WHERE s.run_id = ?1",
                 self.step_outputs_sql
             ))
             .map_err(|e| self.sql(e))?;
@@ -796,19 +799,25 @@ impl Store for SqliteStore {
                         bad("its outputs are not a JSON object of strings: ".to_owned() + &e.to_string())
                     })?,
                 };
-                Ok(StepRecord {
-                    name,
-                    state,
-                    attempts_used: r.get(2)?,
-                    budget_base: r.get(3)?,
-                    last_error: parse_error(r.get(7)?),
-                    started_at: r.get::<_, Option<i64>>(8)?.map(from_millis),
-                    ended_at: r.get::<_, Option<i64>>(9)?.map(from_millis),
-                    outputs,
-                })
+                let position: i64 = r.get(14)?;
+                Ok((
+                    position,
+                    StepRecord {
+                        name,
+                        state,
+                        attempts_used: r.get(2)?,
+                        budget_base: r.get(3)?,
+                        last_error: parse_error(r.get(7)?),
+                        started_at: r.get::<_, Option<i64>>(8)?.map(from_millis),
+                        ended_at: r.get::<_, Option<i64>>(9)?.map(from_millis),
+                        outputs,
+                    },
+                ))
             })
             .map_err(|e| self.sql(e))?;
-        rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
+        let mut steps = rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.sql(e))?;
+        steps.sort_unstable_by_key(|&(position, _)| position);
+        Ok(steps.into_iter().map(|(_, step)| step).collect())
     }
 
     fn attempts(&self, run_id: &str, step: Option<&str>) -> Result<Vec<AttemptRecord>, StoreError> {
