@@ -967,7 +967,12 @@ mod tests {
         }
         flows.push(odd);
         for flow in &flows {
-            assert_eq!(RunDefinition::json_of(flow), RunDefinition::from(flow).to_json());
+            let json = RunDefinition::json_of(flow);
+            assert_eq!(json, RunDefinition::from(flow).to_json());
+            // And it reads back as the flow (`waymark run` resumes with the loaded flow when it
+            // records as the run's record).
+            let read = RunDefinition::parse(&json).unwrap().into_flow().unwrap();
+            assert_eq!(read, without_spans(flow.clone()));
         }
     }
 
