@@ -589,20 +589,26 @@ fn recorded_flow(record: &RunRecord, location: &str) -> Result<Flow, CliError> {
 /// The recorded steps in the definition's order, matched by name (never by position): every step
 /// of the definition must have exactly one record, and every record a step.
 fn match_steps(flow: &Flow, records: Vec<StepRecord>) -> Result<Vec<StepRecord>, String> {
-    // By name through a map: a 10,000-step run is matched in linear time. (Names are unique in
-    // the table; a second record of a name would be left over, as one not in the definition.)
+    // By name through a map of the names borrowed: a 10,000-step run is matched in linear time,
+    // copying no name. (Names are unique in the table; a second record of a name would be left
+    // over, as one not in the definition.)
     let mut by_name = std::collections::HashMap::with_capacity(records.len());
     for (i, record) in records.iter().enumerate().rev() {
-        by_name.insert(record.name.clone(), i);
+        by_name.insert(record.name.as_str(), i);
+    }
+    let mut order = Vec::with_capacity(flow.steps.len());
+    let mut taken = vec![false; records.len()];
+    for step in &flow.steps {
+        match by_name.get(step.name.as_str()) {
+            Some(&i) if !taken[i] => {
+                taken[i] = true;
+                order.push(i);
+            }
+            _ => return Err(format!("step `{}` of its definition has no recorded state", step.name)),
+        }
     }
     let mut left: Vec<Option<StepRecord>> = records.into_iter().map(Some).collect();
-    let mut matched = Vec::with_capacity(flow.steps.len());
-    for step in &flow.steps {
-        let Some(record) = by_name.get(&step.name).and_then(|&i| left[i].take()) else {
-            return Err(format!("step `{}` of its definition has no recorded state", step.name));
-        };
-        matched.push(record);
-    }
+    let matched = order.into_iter().filter_map(|i| left[i].take()).collect();
     if let Some(extra) = left.iter().flatten().next() {
         return Err(format!("step `{}` has a recorded state but is not in its definition", extra.name));
     }

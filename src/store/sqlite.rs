@@ -763,9 +763,10 @@ impl Store for SqliteStore {
         let rows = stmt
             .query_map([run_id], |r| {
                 let name: String = r.get(0)?;
-                let state: String = r.get(1)?;
                 let bad = |what: String| bad_row("steps", run_id, format!("step `{name}`: {what}"));
-                let state = match StepStatus::parse(&state).map_err(|e| bad(e.to_string()))? {
+                // Borrowed from the row: no copy to parse.
+                let state = r.get_ref(1)?.as_str().map_err(|e| bad(e.to_string()))?;
+                let state = match StepStatus::parse(state).map_err(|e| bad(e.to_string()))? {
                     StepStatus::Pending => StepState::Pending,
                     StepStatus::Succeeded => StepState::Succeeded,
                     StepStatus::Failed => StepState::Failed,
