@@ -129,7 +129,6 @@ pub(crate) struct KeyIndex {
 
 impl KeyIndex {
     /// Index `source`; an unparsable document gives an empty index (no key paths).
-    #[cfg(test)]
     pub(crate) fn new(source: &str) -> KeyIndex {
         DeTable::parse(source).map(|table| KeyIndex::of(table.get_ref())).unwrap_or_default()
     }

@@ -5,6 +5,7 @@
 pub(crate) mod diagnostic;
 pub mod dotenv;
 pub(crate) mod duration;
+mod fast;
 pub(crate) mod graph;
 pub(crate) mod model;
 pub mod params;
@@ -134,6 +135,25 @@ pub(crate) fn parse_searching(
     path: &Path,
     search: Option<&validate::ProgramSearch>,
 ) -> Result<(Flow, Vec<Diagnostic>), Vec<Diagnostic>> {
+    parse_by(source, path, search, Reader::Fast)
+}
+
+/// How [`parse_by`] reads the file into the raw types.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reader {
+    /// The fast path (`fast`), and the full reader for what it does not handle.
+    Fast,
+    /// The `toml` crate and `raw::read` only: what the fast path is compared with.
+    #[cfg(test)]
+    Full,
+}
+
+fn parse_by(
+    source: &str,
+    path: &Path,
+    search: Option<&validate::ProgramSearch>,
+    reader: Reader,
+) -> Result<(Flow, Vec<Diagnostic>), Vec<Diagnostic>> {
     let locate = |mut diags: Vec<Diagnostic>| {
         if diags.is_empty() {
             return diags; // without indexing the lines of the file
@@ -147,10 +167,20 @@ pub(crate) fn parse_searching(
         }
         diags
     };
+    // The fast path reads a file of the common shape straight into the raw types; anything else,
+    // and every file it is not sure about, is read by the `toml` crate and `raw::read`.
+    if reader == Reader::Fast
+        && let Some(raw) = fast::read(source)
+    {
+        return match validate::validate(raw, path, source, None, search) {
+            Ok((flow, warnings)) => Ok((flow, locate(warnings))),
+            Err(diags) => Err(locate(diags)),
+        };
+    }
     let doc = toml::de::DeTable::parse(source).map_err(|e| locate(vec![syntax_error(&e, source)]))?;
     let (raw, mut diags) = raw::read(doc.get_ref(), source);
     let shape_errors = !diags.is_empty();
-    match validate::validate(raw, path, source, doc.get_ref(), search) {
+    match validate::validate(raw, path, source, Some(doc.get_ref()), search) {
         Ok((flow, warnings)) if !shape_errors => Ok((flow, locate(warnings))),
         Ok((_, more)) | Err(more) => {
             diags.extend(more);

@@ -63,8 +63,9 @@ struct Validator<'a> {
     /// Whether the flow has an `env_file` (read only when a run starts: it may set PATH).
     env_file: bool,
     /// The parsed document, for [`KeyIndex`]: indexed on the first diagnostic (a flow without
-    /// any never pays for it), then a diagnostic's path is a lookup, not a parse.
-    doc: &'a toml::de::DeTable<'a>,
+    /// any never pays for it), then a diagnostic's path is a lookup, not a parse. `None` when the
+    /// fast path read the file: the document is then parsed for the first diagnostic.
+    doc: Option<&'a toml::de::DeTable<'a>>,
     keys: std::cell::OnceCell<KeyIndex>,
     /// Waymark's own PATH as text, converted once (see [`ProgramSearch`]).
     own_path: Option<String>,
@@ -83,7 +84,7 @@ pub(crate) fn validate<'a>(
     raw: RawFlow,
     path: &Path,
     source: &'a str,
-    doc: &'a toml::de::DeTable<'a>,
+    doc: Option<&'a toml::de::DeTable<'a>>,
     search: Option<&'a ProgramSearch>,
 ) -> Result<(Flow, Vec<Diagnostic>), Vec<Diagnostic>> {
     let mut v = Validator {
@@ -152,7 +153,10 @@ impl Validator<'_> {
 
     /// "`step[0].name`: " for the key or value at `offset`, or nothing.
     fn key(&self, offset: usize) -> String {
-        let keys = self.keys.get_or_init(|| KeyIndex::of(self.doc));
+        let keys = self.keys.get_or_init(|| match self.doc {
+            Some(doc) => KeyIndex::of(doc),
+            None => KeyIndex::new(self.source),
+        });
         keys.path_at(offset).map_or_else(String::new, |k| format!("`{k}`: "))
     }
 
