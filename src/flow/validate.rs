@@ -751,7 +751,10 @@ impl Validator<'_> {
             for base in bases.get_ref() {
                 let b = base.get_ref();
                 if !is_builtin(b) && !declared.contains(b.as_str()) {
-                    let hint = crate::suggest::closest(b, ClassTree::default().names().chain(declared.iter().copied()));
+                    // The declared classes in the order of their names, not of a hash set's: of two
+                    // equally close names, the same one is suggested on every run.
+                    let declared_names = errors.keys().map(|k| k.get_ref().as_str());
+                    let hint = crate::suggest::closest(b, ClassTree::default().names().chain(declared_names));
                     let d = self.error(base.span(), &format!("unknown base class `{b}`"));
                     d.label = "not a built-in class nor one declared in [errors]".into();
                     d.help = hint.map(|h| format!("did you mean `{h}`?"));
