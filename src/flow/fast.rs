@@ -974,6 +974,57 @@ mod tests {
         }
     }
 
+    #[test]
+    fn odd_numbers_strings_and_keys_of_the_subset_are_read_as_the_full_reader_reads_them() {
+        let step = "[[step]]\nname = 'a'\nrun = ['true']\n";
+        for value in [
+            "1e03",
+            "-1.5e-07",
+            "0e0",
+            "0.0e0",
+            "-0e5",
+            "0.50",
+            "1.0E+00",
+            "-0",
+            "-0.0",
+            "9223372036854775807",
+            "-9223372036854775808",
+            "1e308",
+            "4.9e-324",
+            "123456789012345678",
+            "0.1",
+        ] {
+            for key in ["timeout", "kill_grace"] {
+                let src = format!("{step}{key} = {value}\n");
+                assert!(differential(&src), "{src:?}");
+            }
+            let src = format!("{step}retry = {{ backoff_seconds = {value}, backoff_multiplier = {value} }}\n");
+            assert!(differential(&src), "{src:?}");
+        }
+        for value in ["0", "-0", "9223372036854775807", "-9223372036854775808", "-1"] {
+            let src = format!("max_parallel = {value}\n{step}retry = {{ attempts = {value} }}\n");
+            assert!(differential(&src), "{src:?}");
+        }
+        for src in [
+            format!("{step}shell = \"\\u0000 \\U0010FFFF \\uFFFD \\\\ \\\" \\b\\f\\r\\n\\t\"\n"),
+            format!("{step}shell = ''\nworkdir = \"\"\n"),
+            format!("{step}shell = '''\n'''\n"),
+            format!("{step}shell = '''\n\n'''\n"),
+            format!("{step}shell = '''a''b'''\n"),
+            format!("{step}shell = '''''a'''\n"),
+            format!("{step}shell = '\u{85}\u{2028}\u{fffd}\u{10ffff}'\n"),
+            format!("[exit_codes]\n\"\" = 'X'\n'3' = 'Y'\n4 = 'Z'\n{step}"),
+            format!("[errors]\n'é' = []\n\"a b\" = ['Exception']\n{step}"),
+            format!("[params]\nx = {{ }}\n'y' = ''\n{step}"),
+            format!("{step}env = {{ \"\" = '', 'a.b' = 'x', A-B_9 = 'y' }}\n"),
+            format!("name\t=\t'x'\t#\t\n\t\t{step}"),
+            format!("{step}needs = [\n# only a comment\n]\n"),
+            format!("{step}needs = ['a',# c\n'b'\n,\n]\n"),
+        ] {
+            assert!(differential(&src), "{src:?}");
+        }
+    }
+
     /// A flow in the fast path's subset, written with the variety a person or a generator might
     /// use: every key of the subset, each value in every form the subset accepts.
     fn subset_flow(rng: &mut fastrand::Rng) -> String {
