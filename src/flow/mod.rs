@@ -1,6 +1,7 @@
-//! The flow file: the document read against the schema into raw types (`raw`), validation into
-//! domain types (`validate`, `model`), and diagnostics that point into the file (`diagnostic`).
-//! Every diagnostic but a TOML syntax error is waymark's own wording.
+//! The flow file: the document read against the schema into raw types (`raw`, or `fast` for a
+//! file of the common shape), validation into domain types (`validate`, `model`), and
+//! diagnostics that point into the file (`diagnostic`). Every diagnostic but a TOML syntax error
+//! is waymark's own wording.
 
 pub(crate) mod diagnostic;
 pub mod dotenv;
@@ -123,7 +124,8 @@ fn not_utf8(bytes: &[u8], valid_up_to: usize) -> (String, Diagnostic) {
 ///
 /// The text is parsed once. One walk of the document against the schema (`raw::read`) finds
 /// every unknown key and wrongly typed value, validation finds every bad value, and all of them
-/// come back together, in the order of the file.
+/// come back together, in the order of the file. A file of the fast path's subset (`fast`) is
+/// read straight into the raw types instead, with the same result.
 pub fn parse(source: &str, path: &Path) -> Result<(Flow, Vec<Diagnostic>), Vec<Diagnostic>> {
     parse_searching(source, path, None)
 }
