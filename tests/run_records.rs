@@ -163,3 +163,25 @@ fn a_recorded_step_missing_from_the_definition_stops_the_run() {
     );
     assert_eq!(env.count("report.log"), 0);
 }
+
+#[test]
+fn a_flow_whose_path_is_not_utf8_is_refused_before_anything_is_recorded() {
+    use std::os::unix::ffi::OsStrExt;
+    let env = Env::new();
+    // A run records its flow's path (and its steps' working directories, inside it) as text.
+    let dir = env.dir.path().join(std::ffi::OsStr::from_bytes(b"caf\xe9"));
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("flow.toml"), FLOW).unwrap();
+    let out = env.cmd(&["run"]).arg(dir.join("flow.toml")).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "error: {}: the flow's path is not valid UTF-8, and a run records it as text; move or rename the flow \
+             to a path that is; nothing ran\n",
+            dir.canonicalize().unwrap().join("flow.toml").display()
+        )
+    );
+    assert!(!dir.join("fetch.log").exists(), "nothing ran");
+    assert!(!env.state().join("waymark.db").exists(), "nothing was recorded");
+}

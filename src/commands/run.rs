@@ -43,6 +43,14 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
     let Start { fresh, wait, strict, max_parallel, params } = start;
     // The flow file first: an invalid one is reported as such whatever the state directory.
     let loaded = super::load_flow(flow_path, strict)?;
+    // A run records its flow's paths as text, to resume it and for `status`.
+    if loaded.flow.path.to_str().is_none() {
+        return Err(CliError::Usage(format!(
+            "{}: the flow's path is not valid UTF-8, and a run records it as text; move or rename the flow to a \
+             path that is; nothing ran",
+            loaded.flow.path.display()
+        )));
+    }
     // `--quiet` says nothing unless the run fails (`waymark check` shows the warnings).
     if mode != Mode::Quiet {
         print_warnings(&loaded, &flow_path.display().to_string());
@@ -575,8 +583,11 @@ fn as_recorded(
     values: &Result<std::collections::BTreeMap<String, String>, ParamError>,
     old: &RunRecord,
 ) -> Option<Flow> {
+    if !RunDefinition::is_current(&old.definition) {
+        return None;
+    }
     flow.param_values = values.as_ref().ok()?.clone();
-    (RunDefinition::json_of(&flow) == old.definition).then_some(flow)
+    (RunDefinition::json_of(&flow).ok()? == old.definition).then_some(flow)
 }
 
 /// The flow a run recorded when it started, through its versioned record.

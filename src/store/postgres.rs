@@ -771,7 +771,7 @@ impl Store for PgStore {
     }
 
     fn create_run(&mut self, flow: &Flow, source_hash: &str, owner: &str) -> Result<(RunRecord, Lease), StoreError> {
-        let definition = RunDefinition::json_of(flow);
+        let definition = RunDefinition::recorded(flow, &self.location)?;
         let key = FlowKey::of(flow);
         let key_host = key.file().map(|_| host_id());
         let lkey = lease_key(&key, host_id());

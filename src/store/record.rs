@@ -222,6 +222,10 @@ impl RecordedExitCodes {
     }
 }
 
+/// A step as recorded. [`StepView`] writes the same text from a borrowed step: a field added or
+/// changed here is added or changed there too (the test
+/// `a_flow_is_recorded_from_a_view_as_its_record_writes_it` compares both, for a flow that sets
+/// every field away from its default).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RecordedStep {
@@ -364,16 +368,38 @@ impl RunDefinition {
 
     #[cfg(test)]
     pub(crate) fn to_json(&self) -> String {
-        // Plain data with string keys: serialising it cannot fail.
-        serde_json::to_string(self).unwrap_or_default()
+        serde_json::to_string(self).expect("the tests' flows have UTF-8 paths")
     }
 
     /// What `RunDefinition::from(flow).to_json()` writes, without copying the flow's steps first
     /// (for a 10,000-step flow, most of the cost of recording it).
-    pub(crate) fn json_of(flow: &Flow) -> String {
-        let definition = RunDefinition::of(flow, |s| StepView::of(flow, s));
-        // Plain data with string keys: serialising it cannot fail.
-        serde_json::to_string(&definition).unwrap_or_default()
+    /// It fails only on a path that is not UTF-8 (the flow's, a step's `workdir` or `env_file`),
+    /// which `waymark run` refuses before it records anything.
+    pub(crate) fn json_of(flow: &Flow) -> Result<String, serde_json::Error> {
+        serde_json::to_string(&RunDefinition::of(flow, |s| StepView::of(flow, s)))
+    }
+
+    /// [`RunDefinition::json_of`] for a store at `location` creating a run.
+    pub(crate) fn recorded(flow: &Flow, location: &str) -> Result<String, super::StoreError> {
+        RunDefinition::json_of(flow).map_err(|e| {
+            super::StoreError::failed(
+                super::StoreErrorKind::Other,
+                location,
+                format!(
+                    "the definition of flow {} cannot be recorded ({e}): a path in it (the flow's own, or a \
+                     step's `workdir` or `env_file`) is not valid UTF-8; move the flow to a path that is",
+                    flow.path.display()
+                ),
+            )
+        })
+    }
+
+    /// Whether `json` was written by this version's [`RunDefinition::json_of`] (compact JSON,
+    /// `version` first): only such a record can be the same text as a flow recorded now.
+    pub(crate) fn is_current(json: &str) -> bool {
+        json.strip_prefix("{\"version\":")
+            .and_then(|rest| rest.split_once(','))
+            .is_some_and(|(version, _)| version.parse() == Ok(VERSION))
     }
 
     /// The flow the executor runs. Spans into the flow file are not recorded (they are empty).
@@ -967,8 +993,9 @@ mod tests {
         }
         flows.push(odd);
         for flow in &flows {
-            let json = RunDefinition::json_of(flow);
+            let json = RunDefinition::json_of(flow).unwrap();
             assert_eq!(json, RunDefinition::from(flow).to_json());
+            assert!(RunDefinition::is_current(&json));
             // And it reads back as the flow (`waymark run` resumes with the loaded flow when it
             // records as the run's record).
             let read = RunDefinition::parse(&json).unwrap().into_flow().unwrap();
@@ -978,7 +1005,7 @@ mod tests {
 
     #[test]
     fn this_version_records_exactly_its_fixture() {
-        let written = RunDefinition::json_of(&fixture_flow(VERSION));
+        let written = RunDefinition::json_of(&fixture_flow(VERSION)).unwrap();
         let written: serde_json::Value = serde_json::from_str(&written).unwrap();
         let kept: serde_json::Value =
             serde_json::from_str(&fixture(&format!("run-definition-v{VERSION}.json"))).unwrap();

@@ -629,7 +629,15 @@ impl Store for SqliteStore {
 
     fn create_run(&mut self, flow: &Flow, source_hash: &str, owner: &str) -> Result<(RunRecord, Lease), StoreError> {
         let lease = Lease { owner: owner.to_owned(), token: 1 };
-        let definition = RunDefinition::json_of(flow);
+        let definition = RunDefinition::recorded(flow, &self.location)?;
+        let positions: BTreeMap<&str, usize> =
+            flow.steps.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect();
+        // Validation refuses a flow with two steps of one name; a map of names cannot hold both.
+        if positions.len() != flow.steps.len() {
+            let why = format!("flow {} has two steps of the same name (a bug in waymark's validation)", flow.name);
+            return Err(StoreError::failed(StoreErrorKind::Other, &self.location, why));
+        }
+        let names = serde_json::to_string(&positions).unwrap_or_default();
         let host = host_name();
         let pid = std::process::id();
         let started = now_ms();
@@ -662,9 +670,6 @@ impl Store for SqliteStore {
                 ],
             )?;
             // Every step by one statement, whatever their number (see `INSERT_STEPS`).
-            let positions: BTreeMap<&str, usize> =
-                flow.steps.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect();
-            let names = serde_json::to_string(&positions).unwrap_or_default();
             tx.prepare_cached(INSERT_STEPS)?.execute(params![id, names])?;
             Ok(id)
         })?;
