@@ -54,7 +54,8 @@ pub(crate) fn plan(flow: &Flow, shown: &str) -> String {
     let mut retries = Memo::default();
     for (i, step) in flow.steps.iter().enumerate() {
         out.push_str("  ");
-        push_number(&mut out, i + 1);
+        // Without the formatting machinery: once per step.
+        out.push_str(itoa::Buffer::new().format(i + 1));
         out.push_str(". ");
         out.push_str(&step.name);
         out.push('\n');
@@ -88,21 +89,6 @@ pub(crate) fn plan(flow: &Flow, shown: &str) -> String {
         let _ = writeln!(out, "  ready order: {order}");
     }
     out
-}
-
-/// `n` in decimal, appended to `out` without the formatting machinery (once per step).
-fn push_number(out: &mut String, mut n: usize) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend(digits[at..].iter().map(|&d| char::from(d)));
 }
 
 /// The text last made from a key, made again only for another key.
@@ -407,7 +393,7 @@ mod tests {
         backoff_line(&step)
     }
 
-    /// The plan as each step's lines formatted one by one, without [`Memo`] or [`push_number`].
+    /// The plan as each step's lines formatted one by one, without [`Memo`] or `itoa`.
     fn plan_line_by_line(flow: &Flow) -> String {
         let mut out = String::new();
         for (i, step) in flow.steps.iter().enumerate() {
@@ -425,12 +411,14 @@ mod tests {
     #[test]
     fn a_plan_of_repeated_and_changing_steps_is_each_steps_own_lines() {
         let mut toml = String::from("[policies.net]\nattempts = 4\nexception_types = [\"OSError\"]\n");
-        // Runs of equal steps broken by steps that differ in one thing each, then back again.
+        // Runs of equal steps, each run differing from the one before in one thing (each key of
+        // the lines written once per run: the timeout, kill_signal, kill_grace, the retry policy
+        // and its name), then back again.
         let variants = [
             "",
             "timeout = 5",
-            "timeout = 5\nkill_grace = 0",
             "timeout = 5\nkill_signal = \"SIGINT\"",
+            "timeout = 5\nkill_signal = \"SIGINT\"\nkill_grace = 0",
             "retry = \"net\"",
             "retry = { attempts = 4, exception_types = [\"OSError\"] }",
             "retry = { attempts = 4, exception_types = [\"OSError\"], backoff_seconds = 2 }",
