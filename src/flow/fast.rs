@@ -95,6 +95,11 @@ const POLICY_KEYS: [&str; 6] =
     ["attempts", "exception_types", "backoff_seconds", "backoff_multiplier", "backoff_max_seconds", "jitter"];
 const HOOK_KEYS: [&str; 3] = ["on_success", "on_failure", "on_exit"];
 
+/// The most parameters, or entries of an inline table, the fast path reads: it finds a repeated
+/// one by looking through those before, which past a few dozen would cost more than the full
+/// reader's map (80,000 parameters took 15 s); longer ones are left to the full reader.
+const MAX_SEARCHED: usize = 64;
+
 /// The index of `key` in `keys`, marked in `seen`; a key outside `keys` or seen before bails.
 fn mark(keys: &[&str], seen: &mut u32, key: &str) -> Fast<usize> {
     let i = keys.iter().position(|k| *k == key).ok_or(Bail)?;
@@ -385,7 +390,9 @@ impl<'s> Scanner<'s> {
                             *hook = Some(command(value)?);
                         }
                         Current::Params => {
-                            if flow.params.iter().any(|(name, _)| name.get_ref() == key) {
+                            if flow.params.len() >= MAX_SEARCHED
+                                || flow.params.iter().any(|(name, _)| name.get_ref() == key)
+                            {
                                 return Err(Bail);
                             }
                             let name = Spanned::new(key_span, key.to_owned());
@@ -648,7 +655,7 @@ impl<'s> Scanner<'s> {
         }
         loop {
             let key = self.key()?;
-            if out.iter().any(|(k, _)| k.1 == key.1) {
+            if out.len() >= MAX_SEARCHED || out.iter().any(|(k, _)| k.1 == key.1) {
                 return Err(Bail);
             }
             self.spaces();
@@ -968,10 +975,20 @@ mod tests {
             format!("{step}shell = 'a' 'b'\n"),                          // two values
             format!("\u{feff}{step}"),                                   // a byte-order mark
             format!("{step}# a \u{7f} in a comment\n"),                  // a control character
+            format!("[params]\n{}{step}", (0..65).map(|i| format!("p{i} = 'v'\n")).collect::<String>()), // many
+            format!("{step}env = {{ {} }}\n", (0..65).map(|i| format!("K{i} = 'v'")).collect::<Vec<_>>().join(", ")),
         ] {
             assert!(super::read(&src).is_none(), "the fast path read {src:?}");
             assert!(!differential(&src));
         }
+    }
+
+    #[test]
+    fn up_to_64_parameters_and_entries_of_a_table_are_read() {
+        let params: String = (0..64).map(|i| format!("p{i} = 'v'\n")).collect();
+        let env = (0..64).map(|i| format!("K{i} = 'v'")).collect::<Vec<_>>().join(", ");
+        let src = format!("[params]\n{params}[[step]]\nname = 'a'\nrun = ['true']\nenv = {{ {env} }}\n");
+        assert!(differential(&src), "the fast path gave up on {src:?}");
     }
 
     #[test]
