@@ -195,6 +195,15 @@ pub(crate) struct RecordedCatch {
     pub(crate) command: Option<RecordedCommand>,
 }
 
+impl From<&Catch> for RecordedCatch {
+    fn from(c: &Catch) -> RecordedCatch {
+        RecordedCatch {
+            exception_types: c.exception_types.clone(),
+            command: c.command.as_ref().map(RecordedCommand::from),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RecordedClass {
@@ -639,14 +648,7 @@ impl From<&Flow> for RunDefinition {
             kill_signal: s.kill_signal.name().to_owned(),
             kill_grace: s.kill_grace,
             detect_tracebacks: s.detect_tracebacks,
-            catch: s
-                .catch
-                .iter()
-                .map(|c| RecordedCatch {
-                    exception_types: c.exception_types.clone(),
-                    command: c.command.as_ref().map(RecordedCommand::from),
-                })
-                .collect(),
+            catch: s.catch.iter().map(RecordedCatch::from).collect(),
             compensate: s.compensate.as_ref().map(RecordedCommand::from),
         })
     }
@@ -712,14 +714,7 @@ impl<'a> StepView<'a> {
             kill_grace: s.kill_grace,
             detect_tracebacks: s.detect_tracebacks,
             // Almost always empty, which costs no copy.
-            catch: s
-                .catch
-                .iter()
-                .map(|c| RecordedCatch {
-                    exception_types: c.exception_types.clone(),
-                    command: c.command.as_ref().map(RecordedCommand::from),
-                })
-                .collect(),
+            catch: s.catch.iter().map(RecordedCatch::from).collect(),
             compensate: s.compensate.as_ref().map(CommandView::of),
         }
     }
