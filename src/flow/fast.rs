@@ -23,6 +23,7 @@
 //!   arrays of strings (over several lines, with comments and a trailing comma), and inline
 //!   tables on one line (a retry policy, an `env`).
 
+use super::raw::{DEFAULTS_KEYS, FLOW_KEYS, HOOK_KEYS, POLICY_KEYS, STEP_KEYS};
 use super::raw::{RawCommand, RawDefaults, RawDuration, RawFlow, RawPolicy, RawRetry, RawStep, Str, StrMap};
 use std::ops::Range;
 use toml::Spanned;
@@ -74,26 +75,8 @@ struct Scanner<'s> {
     tables: u32,
 }
 
-const TOP_KEYS: [&str; 8] =
-    ["name", "resume_within", "max_parallel", "fail_fast", "timeout", "env_file", "secret_env", "env"];
-const STEP_KEYS: [&str; 12] = [
-    "name",
-    "needs",
-    "run",
-    "shell",
-    "timeout",
-    "retry",
-    "workdir",
-    "kill_signal",
-    "kill_grace",
-    "detect_errors",
-    "env",
-    "compensate",
-];
-const DEFAULTS_KEYS: [&str; 5] = ["timeout", "retry", "kill_signal", "kill_grace", "detect_errors"];
-const POLICY_KEYS: [&str; 6] =
-    ["attempts", "exception_types", "backoff_seconds", "backoff_multiplier", "backoff_max_seconds", "jitter"];
-const HOOK_KEYS: [&str; 3] = ["on_success", "on_failure", "on_exit"];
+/// The keys of a `[[step]]` ([`STEP_KEYS`]) the fast path leaves to the full reader.
+const STEP_KEYS_LEFT: [&str; 2] = ["exit_codes", "catch"];
 
 /// The most parameters, or entries of an inline table, the fast path reads: it finds a repeated
 /// one by looking through those before, which past a few dozen would cost more than the full
@@ -185,12 +168,13 @@ fn policy(src: &str, entries: Vec<(Key<'_>, Spanned<Value<'_>>)>) -> Fast<RawPol
 }
 
 fn policy_key(src: &str, raw: &mut RawPolicy, seen: &mut u32, key: &str, v: Spanned<Value<'_>>) -> Fast<()> {
-    match mark(&POLICY_KEYS, seen, key)? {
-        0 => raw.attempts = Some(whole(v)?),
-        1 => raw.exception_types = Some(strings(v)?),
-        2 => raw.backoff_seconds = Some(seconds(src, v)?),
-        3 => raw.backoff_multiplier = Some(seconds(src, v)?),
-        4 => raw.backoff_max_seconds = Some(seconds(src, v)?),
+    mark(&POLICY_KEYS, seen, key)?;
+    match key {
+        "attempts" => raw.attempts = Some(whole(v)?),
+        "exception_types" => raw.exception_types = Some(strings(v)?),
+        "backoff_seconds" => raw.backoff_seconds = Some(seconds(src, v)?),
+        "backoff_multiplier" => raw.backoff_multiplier = Some(seconds(src, v)?),
+        "backoff_max_seconds" => raw.backoff_max_seconds = Some(seconds(src, v)?),
         _ => raw.jitter = Some(boolean(v)?),
     }
     Ok(())
@@ -217,32 +201,36 @@ fn command(v: Spanned<Value<'_>>) -> Fast<Spanned<RawCommand>> {
 }
 
 fn defaults_key(src: &str, raw: &mut RawDefaults, seen: &mut u32, key: &str, v: Spanned<Value<'_>>) -> Fast<()> {
-    match mark(&DEFAULTS_KEYS, seen, key)? {
-        0 => raw.timeout = Some(duration(src, v)?),
-        1 => raw.retry = Some(retry(src, v)?),
-        2 => raw.kill_signal = Some(string(v)?),
-        3 => raw.kill_grace = Some(duration(src, v)?),
+    mark(&DEFAULTS_KEYS, seen, key)?;
+    match key {
+        "timeout" => raw.timeout = Some(duration(src, v)?),
+        "retry" => raw.retry = Some(retry(src, v)?),
+        "kill_signal" => raw.kill_signal = Some(string(v)?),
+        "kill_grace" => raw.kill_grace = Some(duration(src, v)?),
         _ => raw.detect_errors = Some(string(v)?),
     }
     Ok(())
 }
 
 fn step_key(src: &str, raw: &mut RawStep, seen: &mut u32, key: &str, v: Spanned<Value<'_>>) -> Fast<()> {
-    match mark(&STEP_KEYS, seen, key)? {
-        0 => raw.name = Some(string(v)?),
-        1 => raw.needs = Some(strings(v)?),
-        2 => raw.run = Some(strings(v)?),
-        3 => raw.shell = Some(string(v)?),
-        i => {
+    mark(&STEP_KEYS, seen, key)?;
+    match key {
+        "name" => raw.name = Some(string(v)?),
+        "needs" => raw.needs = Some(strings(v)?),
+        "run" => raw.run = Some(strings(v)?),
+        "shell" => raw.shell = Some(string(v)?),
+        // Left to the full reader.
+        _ if STEP_KEYS_LEFT.contains(&key) => return Err(Bail),
+        _ => {
             let more = raw.more.get_or_insert_with(Box::default);
-            match i {
-                4 => more.timeout = Some(duration(src, v)?),
-                5 => more.retry = Some(retry(src, v)?),
-                6 => more.workdir = Some(string(v)?),
-                7 => more.kill_signal = Some(string(v)?),
-                8 => more.kill_grace = Some(duration(src, v)?),
-                9 => more.detect_errors = Some(string(v)?),
-                10 => more.env = string_map(v)?,
+            match key {
+                "timeout" => more.timeout = Some(duration(src, v)?),
+                "retry" => more.retry = Some(retry(src, v)?),
+                "workdir" => more.workdir = Some(string(v)?),
+                "kill_signal" => more.kill_signal = Some(string(v)?),
+                "kill_grace" => more.kill_grace = Some(duration(src, v)?),
+                "detect_errors" => more.detect_errors = Some(string(v)?),
+                "env" => more.env = string_map(v)?,
                 _ => more.compensate = Some(command(v)?),
             }
         }
@@ -251,15 +239,18 @@ fn step_key(src: &str, raw: &mut RawStep, seen: &mut u32, key: &str, v: Spanned<
 }
 
 fn top_key(src: &str, raw: &mut RawFlow, seen: &mut u32, key: &str, v: Spanned<Value<'_>>) -> Fast<()> {
-    match mark(&TOP_KEYS, seen, key)? {
-        0 => raw.name = Some(string(v)?),
-        1 => raw.resume_within = Some(duration(src, v)?),
-        2 => raw.max_parallel = Some(whole(v)?),
-        3 => raw.fail_fast = Some(boolean(v)?),
-        4 => raw.timeout = Some(duration(src, v)?),
-        5 => raw.env_file = Some(string(v)?),
-        6 => raw.secret_env = Some(strings(v)?),
-        _ => raw.env = string_map(v)?,
+    mark(&FLOW_KEYS, seen, key)?;
+    match key {
+        "name" => raw.name = Some(string(v)?),
+        "resume_within" => raw.resume_within = Some(duration(src, v)?),
+        "max_parallel" => raw.max_parallel = Some(whole(v)?),
+        "fail_fast" => raw.fail_fast = Some(boolean(v)?),
+        "timeout" => raw.timeout = Some(duration(src, v)?),
+        "env_file" => raw.env_file = Some(string(v)?),
+        "secret_env" => raw.secret_env = Some(strings(v)?),
+        "env" => raw.env = string_map(v)?,
+        // The tables, written as `key = value` (an inline table), are the full reader's.
+        _ => return Err(Bail),
     }
     Ok(())
 }
@@ -743,6 +734,7 @@ mod tests {
     //! both read the same raw flow (spans included), and loading the flow gives the same flow,
     //! warnings and errors.
 
+    use super::super::raw::{DEFAULTS_KEYS, FLOW_KEYS, HOOK_KEYS, POLICY_KEYS, STEP_KEYS};
     use super::super::{Reader, parse_by, raw, validate::ProgramSearch};
     use proptest::prelude::*;
     use std::path::Path;
@@ -1078,7 +1070,16 @@ mod tests {
             rng.shuffle(&mut ks);
             ks
         };
-        for key in keys(rng, &super::TOP_KEYS) {
+        // The keys the fast path reads: the top level's other than its tables, a step's other
+        // than those it leaves.
+        let top: Vec<&'static str> = FLOW_KEYS
+            .iter()
+            .copied()
+            .filter(|k| !super::TABLES.contains(k) && !matches!(*k, "policies" | "step"))
+            .collect();
+        let step: Vec<&'static str> =
+            STEP_KEYS.iter().copied().filter(|k| !super::STEP_KEYS_LEFT.contains(k)).collect();
+        for key in keys(rng, &top) {
             let v = value(rng, key, nl);
             let text = kv(rng, key, v);
             line(rng, &mut out, &text);
@@ -1095,7 +1096,7 @@ mod tests {
                                 ["date", "\"my-date\"", "'Zone'"][i % 3],
                                 if rng.bool() { string(rng, nl) } else { "{}".into() },
                             ),
-                            3 => (super::HOOK_KEYS[i % 3], value(rng, "compensate", nl)),
+                            3 => (HOOK_KEYS[i % 3], value(rng, "compensate", nl)),
                             4 => (["Busy", "\"Net.Err\"", "'x'"][i % 3], strings(rng, nl)),
                             _ => (["3", "\"75\"", "segv"][i % 3], string(rng, nl)),
                         };
@@ -1106,7 +1107,7 @@ mod tests {
                 0 if tables & 1 == 0 => {
                     tables |= 1;
                     line(rng, &mut out, "[defaults]");
-                    for key in keys(rng, &super::DEFAULTS_KEYS) {
+                    for key in keys(rng, &DEFAULTS_KEYS) {
                         let v = value(rng, key, nl);
                         let text = kv(rng, key, v);
                         line(rng, &mut out, &text);
@@ -1115,7 +1116,7 @@ mod tests {
                 1 => {
                     let header = format!("[policies.p{p}-{}]", ["x", "_", "N", "9"][rng.usize(..4)]);
                     line(rng, &mut out, &header);
-                    for key in keys(rng, &super::POLICY_KEYS) {
+                    for key in keys(rng, &POLICY_KEYS) {
                         let v = value(rng, key, nl);
                         let text = kv(rng, key, v);
                         line(rng, &mut out, &text);
@@ -1123,7 +1124,7 @@ mod tests {
                 }
                 _ => {
                     line(rng, &mut out, "[[step]]");
-                    for key in keys(rng, &super::STEP_KEYS) {
+                    for key in keys(rng, &step) {
                         let v = value(rng, key, nl);
                         let text = kv(rng, key, v);
                         line(rng, &mut out, &text);
@@ -1246,7 +1247,7 @@ mod tests {
                 if rng.bool() {
                     return string(rng, nl);
                 }
-                let keys: Vec<&str> = super::POLICY_KEYS.iter().copied().filter(|_| rng.bool()).collect();
+                let keys: Vec<&str> = POLICY_KEYS.iter().copied().filter(|_| rng.bool()).collect();
                 let entries = keys
                     .into_iter()
                     .map(|k| {
