@@ -321,6 +321,36 @@ pub struct RunRecord {
     pub(crate) failed_step: Option<String>,
 }
 
+impl RunRecord {
+    /// A run of `flow` as [`Store::create_run`] has just written it (running, its definition
+    /// `definition`, started at `started_ms` by this process on `host`), rather than read back:
+    /// the definition alone may be megabytes.
+    pub(crate) fn created(
+        flow: &crate::flow::Flow,
+        id: String,
+        definition: String,
+        source_hash: &str,
+        started_ms: i64,
+        host: &str,
+    ) -> RunRecord {
+        RunRecord {
+            id,
+            key: FlowKey::of(flow),
+            flow: flow.name.clone(),
+            // As stored (text), and read back by `run`.
+            flow_path: PathBuf::from(flow.path.display().to_string()),
+            definition,
+            source_hash: source_hash.to_owned(),
+            status: RunStatus::Running,
+            started_at: from_millis(started_ms),
+            ended_at: None,
+            pid: std::process::id(),
+            host: host.to_owned(),
+            failed_step: None,
+        }
+    }
+}
+
 /// One execution of a step.
 #[derive(Debug, Clone)]
 pub struct AttemptRecord {

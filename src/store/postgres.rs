@@ -812,21 +812,7 @@ impl Store for PgStore {
             tx.execute("UPDATE waymark_leases SET run_id = $2 WHERE lease_key = $1", &[&lkey, &id])?;
             Ok((id.clone(), token))
         })?;
-        // What was just inserted, without reading it back (the definition alone may be megabytes).
-        let record = RunRecord {
-            id,
-            key,
-            flow: flow.name.clone(),
-            flow_path: PathBuf::from(path),
-            definition,
-            source_hash: source_hash.to_owned(),
-            status: RunStatus::Running,
-            started_at: from_millis(started),
-            ended_at: None,
-            pid: std::process::id(),
-            host: host_id().to_owned(),
-            failed_step: None,
-        };
+        let record = RunRecord::created(flow, id, definition, source_hash, started, host_id());
         Ok((record, Lease { owner: owner.to_owned(), token }))
     }
 

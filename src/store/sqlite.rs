@@ -673,22 +673,7 @@ impl Store for SqliteStore {
             tx.prepare_cached(INSERT_STEPS)?.execute(params![id, names])?;
             Ok(id)
         })?;
-        // What was just inserted, without reading it back (the definition alone may be megabytes).
-        let record = RunRecord {
-            id,
-            key: FlowKey::of(flow),
-            flow: flow.name.clone(),
-            // As stored, and read back by `run`.
-            flow_path: PathBuf::from(flow.path.display().to_string()),
-            definition,
-            source_hash: source_hash.to_owned(),
-            status: RunStatus::Running,
-            started_at: from_millis(started),
-            ended_at: None,
-            pid,
-            host: host.to_owned(),
-            failed_step: None,
-        };
+        let record = RunRecord::created(flow, id, definition, source_hash, started, host);
         Ok((record, lease))
     }
 
