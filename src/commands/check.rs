@@ -105,9 +105,7 @@ impl<K> Default for Memo<K> {
 impl<K: PartialEq> Memo<K> {
     fn get(&mut self, key: K, make: impl FnOnce() -> String) -> &str {
         if self.last.as_ref().is_none_or(|(k, _)| *k != key) {
-            self.last = None;
-            let text = make();
-            self.last = Some((key, text));
+            self.last = Some((key, make()));
         }
         self.last.as_ref().map_or("", |(_, text)| text.as_str())
     }
