@@ -7,9 +7,9 @@
 Builds waymark (release) and the floor helper (bench/floor, its own package), installs the peers
 (retry-cli and attempt-cli, `cargo install --root SCRATCH/peers`), then prints one table. Rows
 (names for --only): scale (start-up against 1 and 10,000 earlier runs, a 10,000-step flow's first
-spawn, its resume half done, `check` of it), step (a succeeding durable step, on disk and on
-tmpfs, against the spawn and flush floors; fsyncs per step and per run), dispatch (a step's cost
-in flows of 100, 1,000 and 10,000 steps), attempt (a failing
+spawn, its resume half done, `check` of it and of 5,000 unknown names in one `needs`), step (a
+succeeding durable step, on disk and on tmpfs, against the spawn and flush floors; fsyncs per step
+and per run), dispatch (a step's cost in flows of 100, 1,000 and 10,000 steps), attempt (a failing
 attempt against the retry CLIs), backoff (lateness of a retry after its backoff, read from the
 child's side to the microsecond), timeout (from a step's timeout to its child's death), output
 (throughput and peak RSS against `sh -c 'cmd | cat > file'` with the echo on and
@@ -158,7 +158,8 @@ def ratios(a, b):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# scale: start-up against earlier runs, a 10,000-step flow's first spawn and resume, check
+# scale: start-up against earlier runs, a 10,000-step flow's first spawn and resume, check (of it, and of
+# thousands of errors on one line)
 
 
 def add_earlier_runs(db, count):
@@ -246,6 +247,14 @@ def bench_scale(t, waymark, work, rounds):
     t.add("`check`, 1 step", med_range(res["small"]))
     t.add("`check`, 10,000 steps", med_range(res["big"]), ratio_str(ratios(res["big"], res["small"])), "1 step")
     against_baseline(t, "`check`, 10,000 steps", dict(res, waymark=res["big"]))
+
+    # A step whose `needs` names 5,000 steps that do not exist: 5,000 diagnostics on one long line.
+    unknown = work / "unknown-needs.toml"
+    names = ", ".join(f'"u{i}"' for i in range(5_000))
+    unknown.write_text(f'name = "unknown"\n\n[[step]]\nname = "a"\nrun = ["true"]\nneeds = [{names}]\n')
+    res = interleave(rounds, {"waymark": check(unknown), **({"baseline": check(unknown, BASELINE)} if BASELINE else {})})
+    t.add("`check`, 5,000 unknown names in one `needs`", med_range(res["waymark"]))
+    against_baseline(t, "`check`, 5,000 unknown names in one `needs`", res)
 
 
 # ---------------------------------------------------------------------------------------------------------------

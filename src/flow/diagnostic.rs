@@ -1,6 +1,7 @@
 //! Errors and warnings about a flow file, drawn with the offending line and a caret.
 
 use annotate_snippets::{AnnotationKind, Level, Renderer, Snippet};
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::ops::Range;
 use toml::Spanned;
@@ -75,13 +76,21 @@ impl Diagnostic {
     }
 
     /// Draw the diagnostic like rustc: `--> flow.toml:3:7`, the line, a caret. Only the lines
-    /// the span covers are handed to the renderer, so drawing costs the same in a huge file.
+    /// the span covers are handed to the renderer, so drawing costs the same in a huge file, and
+    /// of a long line only a window around the span.
     pub fn render(&self, path: &str, source: &str, color: bool) -> String {
+        self.draw(path, source, color, WINDOW)
+    }
+
+    /// `render`, keeping `keep` bytes of a long line on either side of the span.
+    fn draw(&self, path: &str, source: &str, color: bool, keep: usize) -> String {
         let level = match self.severity {
             Severity::Error => Level::ERROR,
             Severity::Warning => Level::WARNING,
         };
         let title = level.primary_title(self.message.as_str());
+        // For a window of a long line: the `:LINE:COLUMN` the renderer writes, and the right one.
+        let mut shift = None;
         let group = match &self.span {
             Some(span) => {
                 let span = clamp(span.clone(), source);
@@ -92,14 +101,20 @@ impl Diagnostic {
                         (source[..line_start].matches('\n').count() + 1, line_start)
                     }
                 };
-                let line_end = source[span.end..].find('\n').map_or(source.len(), |i| span.end + i);
-                title.element(
-                    Snippet::source(&source[line_start..line_end]).line_start(line).path(path).annotation(
-                        AnnotationKind::Primary
-                            .span(span.start - line_start..span.end - line_start)
-                            .label(self.label.as_str()),
-                    ),
-                )
+                let (from, to) = window(source, line_start, &span, keep);
+                let snippet = Snippet::source(&source[from..to]).line_start(line).path(path).annotation(
+                    AnnotationKind::Primary.span(span.start - from..span.end - from).label(self.label.as_str()),
+                );
+                if from != line_start {
+                    // The renderer counts the column from the start of what it is given.
+                    let column = match self.location {
+                        Some(l) => l.column,
+                        None => source[line_start..span.start].chars().count() + 1,
+                    };
+                    let shown = source[from..span.start].chars().count() + 1;
+                    shift = Some((format!(":{line}:{shown}"), format!(":{line}:{column}")));
+                }
+                title.element(snippet)
             }
             None => title.element(annotate_snippets::Origin::path(path)),
         };
@@ -108,8 +123,52 @@ impl Diagnostic {
             None => group,
         };
         let renderer = if color { Renderer::styled() } else { Renderer::plain() };
-        renderer.render(&[group]).to_string()
+        let mut out = renderer.render(&[group]).to_string();
+        if let Some((written, column)) = shift {
+            // The location ends the first line that has one (`--> PATH:LINE:COLUMN`); the path,
+            // which comes before it, may hold anything.
+            let header = out.find("-->").map(|at| at..out[at..].find('\n').map_or(out.len(), |n| at + n));
+            if let Some(at) = header.and_then(|h| out[h.clone()].rfind(&written).map(|i| h.start + i)) {
+                out.replace_range(at..at + written.len(), &column);
+            }
+        }
+        out
     }
+}
+
+/// Bytes of a long line kept on either side of a span: at least 256 characters (of at most four
+/// bytes), more than the 140 columns the renderer shows of a line.
+const WINDOW: usize = 1024;
+
+/// The part of `span`'s line (from `line_start`) handed to the renderer: all of it, or
+/// for a span on a long line, a window from a non-blank character at least `keep` bytes before
+/// the span to `keep` bytes past it. The renderer trims a long line to the span and its label by
+/// their distance from each other and from the line's leading blanks, so a window that starts on
+/// a non-blank character and is wider than what it shows draws the same text. (Only a run of
+/// characters of no width, which the renderer does not count as columns, could make it show less
+/// of the line: never another place or column.)
+fn window(source: &str, line_start: usize, span: &Range<usize>, keep: usize) -> (usize, usize) {
+    // The line's end is looked for only as far as the window reaches: a diagnostic costs the
+    // same on a line of a megabyte, and thousands of them on one line stay linear.
+    let reach = &source[span.end..ceil_char_boundary(source, span.end.saturating_add(keep).saturating_add(1))];
+    let line_end = reach.find('\n').map_or(span.end + reach.len(), |i| span.end + i);
+    if span.start - line_start <= keep || source[span.clone()].contains('\n') {
+        return (line_start, line_end);
+    }
+    let to = floor_char_boundary(source, line_end.min(span.end.saturating_add(keep)));
+    let before = &source[line_start..floor_char_boundary(source, span.start - keep)];
+    match before.char_indices().rev().find(|(_, c)| !c.is_whitespace()) {
+        Some((i, _)) => (line_start + i, to),
+        None => (line_start, to),
+    }
+}
+
+fn ceil_char_boundary(source: &str, mut i: usize) -> usize {
+    i = i.min(source.len());
+    while !source.is_char_boundary(i) {
+        i += 1;
+    }
+    i
 }
 
 /// Keep a span inside the source and on char boundaries, so rendering can never panic.
@@ -200,12 +259,16 @@ impl KeyIndex {
 #[derive(Debug)]
 pub(crate) struct Lines {
     starts: Vec<usize>,
+    /// The last offset asked for, with its 0-based line and 1-based column: the next offset on
+    /// the same line counts characters from there, so locating thousands of diagnostics on one
+    /// long line (in order, as they are located) is linear.
+    last: Cell<(usize, usize, usize)>,
 }
 
 impl Lines {
     pub(crate) fn new(source: &str) -> Lines {
         let starts = std::iter::once(0).chain(source.match_indices('\n').map(|(i, _)| i + 1)).collect();
-        Lines { starts }
+        Lines { starts, last: Cell::new((0, 0, 1)) }
     }
 
     /// The 0-based line holding `offset`.
@@ -217,7 +280,12 @@ impl Lines {
     pub(crate) fn line_col(&self, source: &str, offset: usize) -> (usize, usize) {
         let offset = floor_char_boundary(source, offset);
         let line = self.line_of(offset);
-        let column = source[self.starts[line]..offset].chars().count() + 1;
+        let (from, column) = match self.last.get() {
+            (last, last_line, column) if last_line == line && last <= offset => (last, column),
+            _ => (self.starts[line], 1),
+        };
+        let column = column + source[from..offset].chars().count();
+        self.last.set((offset, line, column));
         (line + 1, column)
     }
 }
@@ -277,5 +345,105 @@ mod tests {
         assert!(out.contains("--> flow.toml:3:11"), "{out}");
         assert!(out.contains("timeout = -1"), "{out}");
         assert!(out.contains("^^ here"), "{out}");
+    }
+}
+
+#[cfg(test)]
+mod long_lines {
+    use super::*;
+
+    /// Every span of interest in `src`: each quoted item, a zero-width span after the last, and
+    /// a span from an item to the end of the file (across lines when there are several).
+    fn spans(src: &str) -> Vec<Range<usize>> {
+        let quotes: Vec<usize> = src.match_indices('"').map(|(i, _)| i).collect();
+        let mut spans: Vec<Range<usize>> = quotes.chunks_exact(2).map(|q| q[0]..q[1] + 1).collect();
+        // Every item near the start and near the end, and every eleventh between.
+        let n = spans.len();
+        spans = spans
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| *i < 12 || *i + 12 > n || i % 11 == 0)
+            .map(|(_, s)| s)
+            .collect();
+        let last = spans.last().map_or(0, |s| s.end);
+        spans.push(last..last);
+        spans.push(quotes[quotes.len() / 2]..src.len());
+        spans
+    }
+
+    fn line(lead: &str, item: impl Fn(usize) -> String, sep: &str, n: usize) -> String {
+        let items: Vec<String> = (0..n).map(item).collect();
+        format!("{lead}needs = [{}]", items.join(sep))
+    }
+
+    /// Drawn with a window, a diagnostic reads exactly as drawn from the whole line: the same
+    /// location, the same part of the line, the same caret and `...` marks.
+    #[test]
+    fn a_window_of_a_long_line_draws_what_the_whole_line_draws() {
+        let lines = [
+            line("", |i| format!("\"u{i}\""), ",", 900),
+            line("   ", |i| format!("\"step-{i}\""), ", ", 700),
+            line("                              ", |i| format!("\"s{i}\""), ",\t", 900),
+            line("\t\t", |i| format!("\"名前{i}\""), ", ", 500),
+            line("", |i| format!("\"🦀{i}é\""), ",", 500),
+            line(
+                "",
+                |i| if i % 50 == 49 { format!("{}\"x{i}\"", " ".repeat(1500)) } else { format!("\"x{i}\"") },
+                ",",
+                300,
+            ),
+            line("", |i| if i == 200 { format!("\"{}\"", "y".repeat(3000)) } else { format!("\"z{i}\"") }, ",", 400),
+        ];
+        for (k, line) in lines.iter().enumerate() {
+            for src in
+                [format!("name = 'x'\n{line}\n"), format!("name = 'x'\n{line}\n[[step]]\nrun = \"a\"\n"), line.clone()]
+            {
+                let index = Lines::new(&src);
+                for (i, span) in spans(&src).into_iter().enumerate() {
+                    let mut d = Diagnostic::error(span.clone(), "no step named this").label("unknown step");
+                    d.help = Some("did you mean `a`?".into());
+                    // Located, as a loaded flow's diagnostics are, and now and then not.
+                    if i % 5 != 0 {
+                        d.locate(&src, &index);
+                    }
+                    let (color, path) = [(false, "flow.toml"), (true, "flow.toml"), (false, "dir:2:40/f.toml")][i % 3];
+                    let whole = d.draw(path, &src, color, usize::MAX);
+                    assert_eq!(d.draw(path, &src, color, WINDOW), whole, "line {k}, span {span:?}");
+                }
+            }
+        }
+    }
+
+    /// What the renderer is handed of a long line is bounded, wherever the span sits: a file
+    /// with thousands of diagnostics on one line is drawn in linear time.
+    #[test]
+    fn only_a_bounded_window_of_a_long_line_is_drawn() {
+        let src = line("", |i| format!("\"u{i}\""), ",", 200_000);
+        for at in [0, src.len() / 3, src.len() - 20] {
+            let start = src[at..].find(",\"").unwrap() + at + 1;
+            let span = start..src[start + 1..].find('"').unwrap() + start + 2;
+            let (from, to) = window(&src, 0, &span, WINDOW);
+            assert!(to - from <= span.len() + 2 * WINDOW + 16, "{at}: {from}..{to}");
+            assert!(from <= span.start && span.end <= to);
+        }
+    }
+
+    /// Columns found from the last one asked for equal columns counted from the line's start,
+    /// in order and out of order.
+    #[test]
+    fn columns_counted_from_the_last_offset_are_right() {
+        let src = "ab\n名前 x\t\"🦀\"\n\nlast line é here";
+        let index = Lines::new(src);
+        let naive = |offset: usize| {
+            let offset = floor_char_boundary(src, offset);
+            let start = src[..offset].rfind('\n').map_or(0, |i| i + 1);
+            (src[..start].matches('\n').count() + 1, src[start..offset].chars().count() + 1)
+        };
+        let mut offsets: Vec<usize> = (0..=src.len()).collect();
+        offsets.extend((0..=src.len()).rev());
+        offsets.extend([20, 3, 25, 24, 8, 9, 0, src.len()]);
+        for offset in offsets {
+            assert_eq!(index.line_col(src, offset), naive(offset), "offset {offset}");
+        }
     }
 }
