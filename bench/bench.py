@@ -16,7 +16,7 @@ child's side to the microsecond), timeout (from a step's timeout to its child's 
 `sh -c 'cmd > file'` with it off).
 
 `--baseline WAYMARK` puts another waymark binary (one built from an earlier commit, say) into the
-attempt, step, scale and output rows, interleaved with this one, and adds the ratio of this
+attempt, step, scale, backoff and output rows, interleaved with this one, and adds the ratio of this
 waymark to it: a before/after figure measured side by side in one run.
 
 Every comparison runs its commands round by round, interleaved (A, B, A, B, ... in each round),
@@ -416,11 +416,12 @@ def bench_backoff(t, waymark, floor, peers, work, rounds, attempts=21, backoff=0
             d = Path(d)
             stamps = d / "stamps"
             argv = [str(floor), "stamp", str(stamps), "1"]
-            if tool == "waymark":
+            if tool in ("waymark", "baseline"):
                 flow = d / "backoff.toml"
                 flow.write_text(f'name = "backoff"\n[[step]]\nname = "b"\nrun = {json.dumps(argv)}\n'
                                 f'retry = {{ attempts = {attempts}, backoff_seconds = {b} }}\n')
-                cmd, env = [waymark, "run", "--quiet", flow], state_env(d / "state")
+                binary = waymark if tool == "waymark" else BASELINE
+                cmd, env = [binary, "run", "--quiet", flow], state_env(d / "state")
             else:
                 # retry-cli: a fixed wait of `b` (factor 1, no jitter).
                 wait = f"{round(b * 1000)}ms"
@@ -438,10 +439,11 @@ def bench_backoff(t, waymark, floor, peers, work, rounds, attempts=21, backoff=0
             out.append((time.perf_counter() - start - backoff) * 1000)
         return out
 
-    late = {"waymark": [], "retry": [], "sleep": []}
+    late = {"waymark": [], "retry": [], "sleep": [], "baseline": []}
     own = []
+    tools = ("waymark", "retry") + (("baseline",) if BASELINE else ())
     for r in range(rounds):
-        for tool in (("waymark", "retry") if r % 2 == 0 else ("retry", "waymark")):
+        for tool in (tools if r % 2 == 0 else tools[::-1]):
             base = statistics.median(gaps(tool, 0))
             if tool == "waymark":
                 own.append(base)
@@ -451,6 +453,8 @@ def bench_backoff(t, waymark, floor, peers, work, rounds, attempts=21, backoff=0
     t.add(f"backoff net lateness ({backoff * 1000:.0f} ms backoff)", pcts(late["waymark"], 2),
           note="start-to-start gap - backoff - the gap without backoff")
     t.add("backoff net lateness, retry-cli", pcts(late["retry"], 2), note="the same, measured the same way")
+    if BASELINE:
+        t.add("backoff net lateness, baseline waymark", pcts(late["baseline"], 2), note="the same, measured the same way")
     t.add(f"a bare {backoff * 1000:.0f} ms sleep's lateness (python time.sleep)", pcts(late["sleep"], 2),
           note="the machine's own wake-up")
 

@@ -29,6 +29,23 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+/// How long before its backoff ends a retry's start is recorded. Recording it is a round trip to
+/// the journal's thread and a commit; made while the backoff still runs, it does not make the
+/// wait longer, and the child is spawned when the backoff ends (the attempt's timeout counts from
+/// then). A runner killed in between leaves what one killed between any start's commit and its
+/// spawn leaves: an attempt recorded as running without a pid, run again under its number on
+/// resume. A signal in between cancels it before its child exists, as during any start's commit.
+const RECORD_AHEAD: Duration = Duration::from_millis(3);
+
+/// When a retry whose backoff ends at `wake` is issued: `RECORD_AHEAD` before, unless the run's
+/// `deadline` comes first (then the deadline ends the wait, and no child is started after it).
+fn issue_at(wake: Instant, deadline: Option<Instant>) -> Instant {
+    match deadline {
+        Some(deadline) if deadline <= wake => wake,
+        _ => wake.checked_sub(RECORD_AHEAD).unwrap_or(wake),
+    }
+}
+
 /// Where the runner's own signals (SIGINT, SIGTERM, SIGHUP) come from.
 pub(crate) trait SignalSource {
     /// A signal delivered before the dispatcher listened, if one is waiting.
@@ -527,7 +544,11 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         }
         if retries_go_on {
             due.extend(&agenda.redelivered);
-            due.extend(agenda.waits.iter().take_while(|(wake, _)| *wake <= now).map(|&(_, index)| index));
+            // A retry is issued once its backoff ends, or `RECORD_AHEAD` before, for when it ends.
+            let deadline = self.deadline;
+            due.extend(
+                agenda.waits.iter().take_while(|(wake, _)| issue_at(*wake, deadline) <= now).map(|&(_, index)| index),
+            );
         }
         due.sort_unstable();
         for index in due {
@@ -535,7 +556,9 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 Slot::Ready { attempt, redelivered } => {
                     Slot::Queued { attempt, redelivered, issued: now, retry: false }
                 }
-                Slot::Waiting { attempt, .. } => Slot::Queued { attempt, redelivered: false, issued: now, retry: true },
+                Slot::Waiting { attempt, wake } => {
+                    Slot::Queued { attempt, redelivered: false, issued: wake.max(now), retry: true }
+                }
                 _ => continue,
             };
             self.set_slot(index, queued);
@@ -589,7 +612,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         if self.cancelled.is_some() {
             return None;
         }
-        self.agenda.waits.first().map(|&(wake, _)| wake)
+        self.agenda.waits.first().map(|&(wake, _)| issue_at(wake, self.deadline))
     }
 
     /// Issue the next attempt of step `index`: its start is durable before the child exists.
@@ -625,6 +648,14 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             None => self.parts.journal.attempt_starting(&step.name, attempt, redelivered, &stem).await?,
         };
         self.steps[index].orphaned = false;
+        // A retry recorded ahead of the end of its backoff: its child starts when the backoff
+        // ends, unless a signal comes first.
+        if issued > Instant::now() {
+            tokio::select! {
+                () = crate::os::timer::sleep_until(issued) => {}
+                sig = self.parts.signals.next() => self.on_signal(sig),
+            }
+        }
         // A signal that came while the start was being recorded: the child is not spawned after it.
         // The attempt is recorded as cancelled and runs again, under its number, on resume.
         if self.take_pending_signals() {

@@ -1475,3 +1475,88 @@ async fn a_wide_fan_out_starts_in_file_order_and_the_deadline_skips_the_rest_in_
     let rest: Vec<(String, SkipReason)> = (21..n).map(|i| (name(i), SkipReason::DeadlinePassed)).collect();
     assert_eq!(skipped(&ran), rest);
 }
+
+/// A retry's start is recorded `RECORD_AHEAD` before its backoff ends, so the commit does not
+/// lengthen the wait: the child starts when the backoff ends, though the commit takes 2 ms (the
+/// first attempt, with no backoff, starts 2 ms late). A commit longer than 3 ms is late by the
+/// rest (2 ms of 5).
+#[tokio::test(start_paused = true)]
+async fn a_retry_is_recorded_ahead_of_the_end_of_its_backoff_and_spawned_at_it() {
+    // Attempt 1 ends 5 s after it starts; retry 2 waits 1 s, retry 3 waits 2 s.
+    for (takes, second, third) in [(2, 6.002, 13.002), (5, 6.007, 13.009)] {
+        let mut test = Test::new(FLAKY);
+        test.start_takes = Duration::from_millis(takes);
+        let ran = test.run(|_, _| exit(5, 3)).await;
+        assert_eq!(ran.outcome(), RunOutcome::Failed);
+        let first = takes as f64 / 1000.0;
+        let at: Vec<(u32, f64)> =
+            ran.schedule().into_iter().map(|(_, attempt, at)| (attempt, (at * 1e6).round() / 1e6)).collect();
+        assert_eq!(at, [(1, first), (2, second), (3, third)], "a start that takes {takes} ms");
+        // The same writes, in the same order, as a start recorded after the backoff.
+        assert_eq!(
+            ran.writes[2..6],
+            [
+                format!(
+                    "finished row 1 Failed ConnectionError -> waiting for #2 until +{:?}",
+                    secs(5) + Duration::from_millis(takes) + secs(1)
+                ),
+                "starting a #2 row 2".to_owned(),
+                "spawned row 2".to_owned(),
+                format!(
+                    "finished row 2 Failed ConnectionError -> waiting for #3 until +{:?}",
+                    Duration::from_secs_f64(second) + secs(5) + secs(2)
+                ),
+            ]
+        );
+    }
+}
+
+/// A signal after a retry's start was recorded ahead, before its backoff ends: no child is
+/// spawned, the attempt is recorded as cancelled and runs again under its number on resume.
+#[tokio::test(start_paused = true)]
+async fn a_signal_between_a_retry_recorded_ahead_and_the_end_of_its_backoff_spawns_nothing() {
+    let mut test = Test::new(FLAKY);
+    test.signals = vec![(Duration::from_millis(5_999), Signal(nix::sys::signal::Signal::SIGTERM))];
+    let ran = test.run(|_, _| exit(5, 3)).await;
+    assert_eq!(ran.outcome(), RunOutcome::Interrupted { signal: 15 });
+    assert_eq!(ran.schedule(), [("a", 1, 0.0)]);
+    assert_eq!(ran.took, Duration::from_millis(5_999), "the signal is acted on at once");
+    assert_eq!(
+        ran.writes[2..],
+        [
+            "finished row 1 Failed ConnectionError -> waiting for #2 until +6s",
+            "starting a #2 row 2",
+            "finished row 2 Cancelled -> Pending",
+            "run Interrupted None",
+        ]
+    );
+}
+
+/// The timeout of a retry recorded ahead counts from the end of its backoff, when its child
+/// starts, not from the commit.
+#[tokio::test(start_paused = true)]
+async fn the_timeout_of_a_retry_counts_from_the_end_of_its_backoff() {
+    let flow = r#"
+[[step]]
+name = "a"
+run = ["slow"]
+timeout = 3
+retry = { attempts = 2, exception_types = ["ActionTimeout"], backoff_seconds = 1 }
+"#;
+    let ran = Test::new(flow).run(|_, _| Script::Hang).await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    assert_eq!(ran.schedule(), [("a", 1, 0.0), ("a", 2, 4.0)]);
+    assert_eq!(ran.took, secs(7));
+}
+
+/// A run whose deadline comes within `RECORD_AHEAD` of a backoff's end records no start ahead:
+/// the deadline ends the wait, and no child starts after it.
+#[tokio::test(start_paused = true)]
+async fn a_deadline_just_before_the_end_of_a_backoff_records_no_start() {
+    let flow = format!("timeout = \"5999ms\"\n{FLAKY}");
+    let ran = Test::new(&flow).run(|_, _| exit(5, 3)).await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    assert_eq!(ran.schedule(), [("a", 1, 0.0)]);
+    assert_eq!(ran.took, Duration::from_millis(5_999));
+    assert!(!ran.writes.iter().any(|w| w.starts_with("starting a #2")), "{:?}", ran.writes);
+}
