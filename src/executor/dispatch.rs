@@ -608,8 +608,11 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         self.cancelled.map(|sig| RunOutcome::Interrupted { signal: sig.number() })
     }
 
+    /// When a waiting retry is next due, while retries may still start (as `make_ready` takes
+    /// them): after a signal, the workflow deadline or a `fail_fast` failure none is, and the
+    /// loop waits for the running children rather than wake for a retry it will not take.
     fn next_wake(&self) -> Option<Instant> {
-        if self.cancelled.is_some() {
+        if self.cancelled.is_some() || self.expired || (self.stopping.is_some() && self.flow.fail_fast) {
             return None;
         }
         self.agenda.waits.first().map(|&(wake, _)| issue_at(wake, self.deadline))
@@ -1320,8 +1323,16 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         self.stopping = Some(index);
         let pending: Vec<usize> = self.agenda.pending.iter().copied().collect();
         for i in pending {
-            if let Slot::Queued { attempt, redelivered, retry: false, .. } = self.steps[i].slot {
-                self.set_slot(i, Slot::Ready { attempt, redelivered });
+            match self.steps[i].slot {
+                Slot::Queued { attempt, redelivered, retry: false, .. } => {
+                    self.set_slot(i, Slot::Ready { attempt, redelivered });
+                }
+                // With `fail_fast` a retry that has not started (no slot was free) does not run,
+                // as one still waiting for its backoff does not: it waits again, and is skipped.
+                Slot::Queued { attempt, retry: true, issued, .. } if self.flow.fail_fast => {
+                    self.set_slot(i, Slot::Waiting { attempt, wake: issued });
+                }
+                _ => {}
             }
         }
         if self.flow.fail_fast {

@@ -19,6 +19,8 @@ enum Script {
     Hang,
     /// The program cannot be started.
     NotStarted,
+    /// Run until a cancel, then take this long to end (a child in its `kill_grace`).
+    Linger(Duration),
 }
 
 fn secs(s: u64) -> Duration {
@@ -110,6 +112,21 @@ impl Launcher for FakeLauncher {
                 _ => None,
             };
             let never = Instant::now() + secs(1_000_000_000);
+            if let Script::Linger(grace) = script {
+                let _ = control.changed().await;
+                tokio::time::sleep(grace).await;
+                let _ = tx
+                    .send(Msg::Done {
+                        step,
+                        row,
+                        end: End::Cancelled,
+                        killed_after_grace: true,
+                        notes: Vec::new(),
+                        stderr_tail: None,
+                    })
+                    .await;
+                return;
+            }
             let end = tokio::select! {
                 () = tokio::time::sleep_until(exit.map_or(never, |e| e.0)), if exit.is_some() => {
                     End::Exited(ExitKind::Code(exit.map_or(0, |e| e.1)))
@@ -250,11 +267,13 @@ impl RunJournal for FakeJournal {
     }
 }
 
-/// The runner's signals, sent by the test.
-struct FakeSignals(mpsc::UnboundedReceiver<Signal>);
+/// The runner's signals, sent by the test; and how often the dispatcher looked for one without
+/// waiting, which it does once per turn of its loop (and after a write).
+struct FakeSignals(mpsc::UnboundedReceiver<Signal>, Rc<std::cell::Cell<u64>>);
 
 impl SignalSource for FakeSignals {
     fn try_next(&mut self) -> Option<Signal> {
+        self.1.set(self.1.get() + 1);
         self.0.try_recv().ok()
     }
 
@@ -302,6 +321,8 @@ struct Ran {
     killed: Vec<u32>,
     /// How long the run took, by tokio's clock.
     took: Duration,
+    /// At least the number of turns of the dispatcher's loop.
+    turns: u64,
 }
 
 impl Ran {
@@ -395,6 +416,7 @@ impl Test {
         let begin = Instant::now();
         let (spawned, writes, events): (Shared<Spawned>, Shared<String>, Shared<Envelope>) = Default::default();
         let (leftovers, killed): (Shared<String>, Shared<u32>) = Default::default();
+        let looked = Rc::new(std::cell::Cell::new(0));
         let (sig_tx, sig_rx) = mpsc::unbounded_channel();
         for (after, sig) in self.signals {
             let tx = sig_tx.clone();
@@ -419,7 +441,7 @@ impl Test {
                 finish_takes: self.finish_takes,
                 spawned_fails: self.spawned_fails,
             },
-            signals: FakeSignals(sig_rx),
+            signals: FakeSignals(sig_rx, Rc::clone(&looked)),
             clock: FakeClock(begin),
             rng: fastrand::Rng::with_seed(self.seed),
             crash_after: None,
@@ -449,6 +471,7 @@ impl Test {
             leftovers_checked: take(leftovers),
             killed: take(killed),
             took,
+            turns: looked.get(),
         }
     }
 }
@@ -1559,4 +1582,75 @@ async fn a_deadline_just_before_the_end_of_a_backoff_records_no_start() {
     assert_eq!(ran.schedule(), [("a", 1, 0.0)]);
     assert_eq!(ran.took, Duration::from_millis(5_999));
     assert!(!ran.writes.iter().any(|w| w.starts_with("starting a #2")), "{:?}", ran.writes);
+}
+
+/// After `fail_fast` stopped the run, a retry left waiting does not wake the dispatcher while a
+/// cancelled child takes its time to end: the loop waits for the child, it does not spin. The
+/// same after the workflow deadline.
+#[tokio::test(start_paused = true)]
+async fn a_retry_left_waiting_does_not_spin_the_loop_while_cancelled_children_end() {
+    let flow = r#"
+fail_fast = true
+[exit_codes]
+"3" = "ConnectionError"
+[[step]]
+name = "a"
+run = ["fetch"]
+needs = []
+retry = { attempts = 3, exception_types = ["ConnectionError"], backoff_seconds = 1 }
+[[step]]
+name = "b"
+run = ["check"]
+needs = []
+[[step]]
+name = "c"
+run = ["slow"]
+needs = []
+"#;
+    // a fails at 1 s and waits until 2 s; b fails for good at 3 s; c takes 5 s to end.
+    let script = |step: &str, _| match step {
+        "a" => exit(1, 3),
+        "b" => exit(3, 1),
+        _ => Script::Linger(secs(5)),
+    };
+    let ran = Test::new(flow).run(script).await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    assert_eq!(ran.took, secs(8));
+    assert!(ran.turns < 50, "{} turns", ran.turns);
+    // The workflow deadline at 3 s, with a's retry waiting until 2 s... then 4 s.
+    let deadline = format!(
+        "timeout = 3\n{}",
+        flow.replace("fail_fast = true\n", "").replace("backoff_seconds = 1", "backoff_seconds = 10")
+    );
+    let ran = Test::new(&deadline).run(script).await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    assert_eq!(ran.took, secs(8));
+    assert!(ran.turns < 50, "{} turns", ran.turns);
+}
+
+/// With `fail_fast`, a retry whose backoff ended but that has no free slot yet does not run after
+/// a step fails for good: it is skipped, as one still waiting is.
+#[tokio::test(start_paused = true)]
+async fn fail_fast_skips_a_retry_that_waits_for_a_slot() {
+    let flow = r#"
+fail_fast = true
+max_parallel = 1
+[exit_codes]
+"3" = "ConnectionError"
+[[step]]
+name = "a"
+run = ["fetch"]
+needs = []
+retry = { attempts = 3, exception_types = ["ConnectionError"], backoff_seconds = 1 }
+[[step]]
+name = "b"
+run = ["check"]
+needs = []
+"#;
+    // a fails at 1 s (due again at 2 s); b runs from 1 s and fails for good at 3 s.
+    let ran = Test::new(flow).run(|step, _| if step == "a" { exit(1, 3) } else { exit(2, 1) }).await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    assert_eq!(ran.schedule(), [("a", 1, 0.0), ("b", 1, 1.0)]);
+    assert_eq!(ran.took, secs(3));
+    assert_eq!(ran.writes.last().map(String::as_str), Some("run Failed Some(\"b\") skipped [\"a\"]"));
 }
