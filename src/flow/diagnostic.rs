@@ -79,11 +79,13 @@ impl Diagnostic {
     /// the span covers are handed to the renderer, so drawing costs the same in a huge file, and
     /// of a long line only a window around the span.
     pub fn render(&self, path: &str, source: &str, color: bool) -> String {
-        self.draw(path, source, color, WINDOW)
+        self.draw(path, source, color, KEEP_COLUMNS)
     }
 
-    /// `render`, keeping `keep` bytes of a long line on either side of the span.
+    /// `render`, keeping `keep` columns of a long line on either side of the span.
     fn draw(&self, path: &str, source: &str, color: bool, keep: usize) -> String {
+        // The header the column is put right in is the line after the title: both of one line.
+        let keep = if self.message.contains('\n') || path.contains('\n') { usize::MAX } else { keep };
         let level = match self.severity {
             Severity::Error => Level::ERROR,
             Severity::Warning => Level::WARNING,
@@ -125,10 +127,13 @@ impl Diagnostic {
         let renderer = if color { Renderer::styled() } else { Renderer::plain() };
         let mut out = renderer.render(&[group]).to_string();
         if let Some((written, column)) = shift {
-            // The location ends the first line that has one (`--> PATH:LINE:COLUMN`); the path,
-            // which comes before it, may hold anything.
-            let header = out.find("-->").map(|at| at..out[at..].find('\n').map_or(out.len(), |n| at + n));
-            if let Some(at) = header.and_then(|h| out[h.clone()].rfind(&written).map(|i| h.start + i)) {
+            // The header (`--> PATH:LINE:COLUMN`) is the second line, the location at its end:
+            // the path before it may hold anything.
+            let header = out.split_inclusive('\n').next().map(str::len).and_then(|start| {
+                let end = out[start..].find('\n').map_or(out.len(), |n| start + n);
+                out[start..end].rfind(&written).map(|i| start + i)
+            });
+            if let Some(at) = header {
                 out.replace_range(at..at + written.len(), &column);
             }
         }
@@ -136,39 +141,62 @@ impl Diagnostic {
     }
 }
 
-/// Bytes of a long line kept on either side of a span: at least 256 characters (of at most four
-/// bytes), more than the 140 columns the renderer shows of a line.
-const WINDOW: usize = 1024;
+/// Columns of a long line kept on either side of a span: twice the 140 the renderer shows of a
+/// line at most, so that what it shows of a window is what it shows of the whole line.
+const KEEP_COLUMNS: usize = 280;
 
-/// The part of `span`'s line (from `line_start`) handed to the renderer: all of it, or
-/// for a span on a long line, a window from a non-blank character at least `keep` bytes before
-/// the span to `keep` bytes past it. The renderer trims a long line to the span and its label by
-/// their distance from each other and from the line's leading blanks, so a window that starts on
-/// a non-blank character and is wider than what it shows draws the same text. (Only a run of
-/// characters of no width, which the renderer does not count as columns, could make it show less
-/// of the line: never another place or column.)
+/// Most bytes looked through on either side of a span for those columns. Only a run of
+/// characters of no width is longer; then the whole line is handed to the renderer.
+const MAX_REACH: usize = 64 * 1024;
+
+/// How many columns the renderer gives a character, or fewer (never more: a window counted
+/// with it is at least as wide as it needs): a tab is 4.
+fn columns(c: char) -> usize {
+    if c == '\t' { 4 } else { unicode_width::UnicodeWidthChar::width(c).unwrap_or(0) }
+}
+
+/// The part of `span`'s line (from `line_start`) handed to the renderer: all of it, or for a span
+/// on a long line, a window from a non-blank character at least `keep` columns before the span
+/// to `keep` columns past it. The renderer trims a long line to the span and its label by their
+/// distance from each other and from the line's leading blanks, so a window that starts on a
+/// non-blank character and is wider than what it shows draws the same text.
 fn window(source: &str, line_start: usize, span: &Range<usize>, keep: usize) -> (usize, usize) {
-    // The line's end is looked for only as far as the window reaches: a diagnostic costs the
-    // same on a line of a megabyte, and thousands of them on one line stay linear.
-    let reach = &source[span.end..ceil_char_boundary(source, span.end.saturating_add(keep).saturating_add(1))];
-    let line_end = reach.find('\n').map_or(span.end + reach.len(), |i| span.end + i);
-    if span.start - line_start <= keep || source[span.clone()].contains('\n') {
-        return (line_start, line_end);
+    let end_of_line = |from: usize| source[from..].find('\n').map_or(source.len(), |i| from + i);
+    if source[span.clone()].contains('\n') {
+        return (line_start, end_of_line(span.end));
     }
-    let to = floor_char_boundary(source, line_end.min(span.end.saturating_add(keep)));
-    let before = &source[line_start..floor_char_boundary(source, span.start - keep)];
-    match before.char_indices().rev().find(|(_, c)| !c.is_whitespace()) {
+    // Past the span: `keep` columns, looked for only so far (a diagnostic costs the same on a
+    // line of a megabyte, and thousands of them on one line stay linear).
+    let mut counted = 0;
+    let mut to = None;
+    for (i, c) in source[span.end..].char_indices() {
+        if c == '\n' || counted >= keep {
+            to = Some(span.end + i);
+            break;
+        }
+        if i > MAX_REACH {
+            break;
+        }
+        counted += columns(c);
+    }
+    let to = to.unwrap_or_else(|| end_of_line(span.end));
+    // Before it, likewise, then back to a non-blank character.
+    let mut counted = 0;
+    let mut from = line_start;
+    for (i, c) in source[line_start..span.start].char_indices().rev() {
+        if counted >= keep {
+            from = line_start + i + c.len_utf8();
+            break;
+        }
+        if span.start - (line_start + i) > MAX_REACH {
+            break;
+        }
+        counted += columns(c);
+    }
+    match source[line_start..from].char_indices().rev().find(|(_, c)| !c.is_whitespace()) {
         Some((i, _)) => (line_start + i, to),
         None => (line_start, to),
     }
-}
-
-fn ceil_char_boundary(source: &str, mut i: usize) -> usize {
-    i = i.min(source.len());
-    while !source.is_char_boundary(i) {
-        i += 1;
-    }
-    i
 }
 
 /// Keep a span inside the source and on char boundaries, so rendering can never panic.
@@ -393,14 +421,35 @@ mod long_lines {
                 300,
             ),
             line("", |i| if i == 200 { format!("\"{}\"", "y".repeat(3000)) } else { format!("\"z{i}\"") }, ",", 400),
+            // Runs of characters of no width (combining accents, zero-width spaces) around items.
+            line(
+                "",
+                |i| if i % 40 == 39 { format!("\"{}w{i}\"", "\u{301}".repeat(700)) } else { format!("\"w{i}\"") },
+                ",",
+                300,
+            ),
+            line(
+                "",
+                |i| if i % 40 == 39 { format!("\"v{i}\"{}", "\u{200b}".repeat(700)) } else { format!("\"v{i}\"") },
+                ",",
+                300,
+            ),
         ];
         for (k, line) in lines.iter().enumerate() {
-            for src in
-                [format!("name = 'x'\n{line}\n"), format!("name = 'x'\n{line}\n[[step]]\nrun = \"a\"\n"), line.clone()]
-            {
+            // After a short line, before one, alone, before another long line (a span across the
+            // two), with CRLF line ends.
+            for src in [
+                format!("name = 'x'\n{line}\n"),
+                format!("name = 'x'\n{line}\n[[step]]\nrun = \"a\"\n"),
+                line.clone(),
+                format!("{line}\n{line}\n"),
+                format!("name = 'x'\r\n{line}\r\n"),
+            ] {
                 let index = Lines::new(&src);
                 for (i, span) in spans(&src).into_iter().enumerate() {
-                    let mut d = Diagnostic::error(span.clone(), "no step named this").label("unknown step");
+                    // A message may quote what the file holds, even what looks like a location.
+                    let message = if i % 4 == 1 { "no step named `--> f.toml:2:1:2:9`" } else { "no step named this" };
+                    let mut d = Diagnostic::error(span.clone(), message).label("unknown step");
                     d.help = Some("did you mean `a`?".into());
                     // Located, as a loaded flow's diagnostics are, and now and then not.
                     if i % 5 != 0 {
@@ -408,7 +457,7 @@ mod long_lines {
                     }
                     let (color, path) = [(false, "flow.toml"), (true, "flow.toml"), (false, "dir:2:40/f.toml")][i % 3];
                     let whole = d.draw(path, &src, color, usize::MAX);
-                    assert_eq!(d.draw(path, &src, color, WINDOW), whole, "line {k}, span {span:?}");
+                    assert_eq!(d.draw(path, &src, color, KEEP_COLUMNS), whole, "line {k}, span {span:?}");
                 }
             }
         }
@@ -422,8 +471,8 @@ mod long_lines {
         for at in [0, src.len() / 3, src.len() - 20] {
             let start = src[at..].find(",\"").unwrap() + at + 1;
             let span = start..src[start + 1..].find('"').unwrap() + start + 2;
-            let (from, to) = window(&src, 0, &span, WINDOW);
-            assert!(to - from <= span.len() + 2 * WINDOW + 16, "{at}: {from}..{to}");
+            let (from, to) = window(&src, 0, &span, KEEP_COLUMNS);
+            assert!(to - from <= span.len() + 2 * KEEP_COLUMNS + 16, "{at}: {from}..{to}");
             assert!(from <= span.start && span.end <= to);
         }
     }
