@@ -258,6 +258,34 @@ fn bad_row(table: &'static str, run_id: &str, what: impl std::fmt::Display) -> r
     rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(bad))
 }
 
+/// The steps read, in the order of their positions. A run's steps are at positions 0 to n - 1,
+/// each at one: then each is swapped straight into its place, at most n swaps in all, where a sort
+/// compared and moved the records of a 10,000-step run over and over. Any other positions (which
+/// waymark never writes) are sorted, as ever.
+fn in_position_order(mut steps: Vec<(i64, StepRecord)>) -> Vec<StepRecord> {
+    let n = steps.len();
+    let mut taken = vec![false; n];
+    let each_once = steps.iter().all(|&(position, _)| {
+        usize::try_from(position)
+            .ok()
+            .and_then(|p| taken.get_mut(p))
+            .is_some_and(|taken| !std::mem::replace(taken, true))
+    });
+    if each_once {
+        for i in 0..n {
+            // Each swap puts the step at `i` in its own place, for good.
+            while let Ok(p) = usize::try_from(steps[i].0)
+                && p != i
+            {
+                steps.swap(i, p);
+            }
+        }
+    } else {
+        steps.sort_unstable_by_key(|&(position, _)| position);
+    }
+    steps.into_iter().map(|(_, step)| step).collect()
+}
+
 /// Run `sql` through the connection's statement cache: the runner's writes repeat the same few
 /// statements for every attempt, and parsing them again each time cost more than running them.
 fn exec(tx: &rusqlite::Transaction, sql: &str, params: impl rusqlite::Params) -> rusqlite::Result<usize> {
@@ -808,9 +836,8 @@ impl Store for SqliteStore {
                 ))
             })
             .map_err(|e| self.sql(e))?;
-        let mut steps = rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.sql(e))?;
-        steps.sort_unstable_by_key(|&(position, _)| position);
-        Ok(steps.into_iter().map(|(_, step)| step).collect())
+        let steps = rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.sql(e))?;
+        Ok(in_position_order(steps))
     }
 
     fn attempts(&self, run_id: &str, step: Option<&str>) -> Result<Vec<AttemptRecord>, StoreError> {
@@ -1517,5 +1544,22 @@ mod tests {
         let row = second.attempt_starting(&new, &run.id, "a", 1, true, &stem).unwrap();
         second.attempt_finished(&new, row, &result(AttemptOutcome::Succeeded), &StepUpdate::Succeeded).unwrap();
         assert_eq!(states(&first)[0], StepState::Succeeded);
+    }
+
+    #[test]
+    fn steps_are_put_in_the_order_of_their_positions_whatever_the_positions() {
+        let order = |positions: &[i64]| -> Vec<String> {
+            let steps = positions.iter().map(|&p| (p, StepRecord::pending(&format!("p{p}")))).collect();
+            in_position_order(steps).into_iter().map(|s| s.name).collect()
+        };
+        // 0 to n - 1, each once (as waymark writes them), in any order.
+        assert_eq!(order(&[2, 0, 3, 1]), ["p0", "p1", "p2", "p3"]);
+        assert_eq!(order(&[0, 1, 2]), ["p0", "p1", "p2"]);
+        assert_eq!(order(&[1, 2, 3, 4, 0]), ["p0", "p1", "p2", "p3", "p4"]);
+        assert!(order(&[]).is_empty());
+        // Gaps, positions past the end, negative ones and repeats are sorted.
+        assert_eq!(order(&[5, 1, 9]), ["p1", "p5", "p9"]);
+        assert_eq!(order(&[1, -1, 0]), ["p-1", "p0", "p1"]);
+        assert_eq!(order(&[2, 0, 2]), ["p0", "p2", "p2"]);
     }
 }
