@@ -388,7 +388,7 @@ impl RunDefinition {
         // The flow file's directory, found once: finding it again for every step was a fifth of
         // the cost of writing a 10,000-step definition.
         let flow_dir = flow.path.parent();
-        serde_json::to_string(&RunDefinition::of(flow, |s| StepView::of(flow, flow_dir, s)))
+        serde_json::to_string(&RunDefinition::of(flow, |step| LazyStep { flow, flow_dir, step }))
     }
 
     /// [`RunDefinition::json_of`] for a store at `location` creating a run.
@@ -684,10 +684,31 @@ struct StepView<'a> {
     kill_grace: Duration,
     #[serde(skip_serializing_if = "is_true")]
     detect_tracebacks: bool,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    catch: Vec<RecordedCatch>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty", serialize_with = "catch_records")]
+    catch: &'a [Catch],
     #[serde(skip_serializing_if = "Option::is_none")]
     compensate: Option<CommandView<'a>>,
+}
+
+/// A step's handlers as [`RecordedStep`] writes them (a list of [`RecordedCatch`]), each made as
+/// it is written.
+fn catch_records<S: serde::Serializer>(catch: &&[Catch], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(catch.iter().map(RecordedCatch::from))
+}
+
+/// Step `step` of `flow`, written as its [`StepView`], which is made as it is written: the views of
+/// a 10,000-step flow are not all built (and then dropped) before the first is written.
+struct LazyStep<'a> {
+    flow: &'a Flow,
+    /// `flow.path.parent()`.
+    flow_dir: Option<&'a Path>,
+    step: &'a flow::Step,
+}
+
+impl Serialize for LazyStep<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        StepView::of(self.flow, self.flow_dir, self.step).serialize(s)
+    }
 }
 
 impl<'a> StepView<'a> {
@@ -717,8 +738,7 @@ impl<'a> StepView<'a> {
             kill_signal: s.kill_signal.name(),
             kill_grace: s.kill_grace,
             detect_tracebacks: s.detect_tracebacks,
-            // Almost always empty, which costs no copy.
-            catch: s.catch.iter().map(RecordedCatch::from).collect(),
+            catch: &s.catch,
             compensate: s.compensate.as_ref().map(CommandView::of),
         }
     }
