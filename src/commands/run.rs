@@ -600,6 +600,13 @@ fn recorded_flow(record: &RunRecord, location: &str) -> Result<Flow, CliError> {
 /// The recorded steps in the definition's order, matched by name (never by position): every step
 /// of the definition must have exactly one record, and every record a step.
 fn match_steps(flow: &Flow, records: Vec<StepRecord>) -> Result<Vec<StepRecord>, String> {
+    // The store gives the records in the order of their positions, which is the definition's
+    // order: then record i is step i's, and the match below would return the records as they
+    // are (a record's name is unique in the table). Checking that in one pass over the names
+    // skips hashing 10,000 names and moving every record twice for a large run.
+    if records.len() == flow.steps.len() && records.iter().zip(&flow.steps).all(|(r, s)| r.name == s.name) {
+        return Ok(records);
+    }
     // By name through a map of the names borrowed: a 10,000-step run is matched in linear time,
     // copying no name. (Names are unique in the table; a second record of a name would be left
     // over, as one not in the definition.)
@@ -657,4 +664,48 @@ fn source_hash(text: &str) -> String {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     format!("{h:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flow_of(names: &[&str]) -> Flow {
+        let source: String = names.iter().map(|n| format!("[[step]]\nname = \"{n}\"\nrun = [\"true\"]\n")).collect();
+        flow::parse(&source, Path::new("/tmp/flow.toml")).unwrap_or_else(|_| panic!("a valid flow")).0
+    }
+
+    fn records(names: &[&str]) -> Vec<StepRecord> {
+        names.iter().map(|n| StepRecord::pending(n)).collect()
+    }
+
+    fn names(records: &[StepRecord]) -> Vec<&str> {
+        records.iter().map(|r| r.name.as_str()).collect()
+    }
+
+    #[test]
+    fn steps_are_matched_by_name_whatever_their_order() {
+        let flow = flow_of(&["a", "b", "c"]);
+        // In the definition's order (the store's usual one) and in any other.
+        assert_eq!(names(&match_steps(&flow, records(&["a", "b", "c"])).unwrap()), ["a", "b", "c"]);
+        assert_eq!(names(&match_steps(&flow, records(&["c", "a", "b"])).unwrap()), ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn a_step_without_a_record_or_a_record_without_a_step_is_refused() {
+        let flow = flow_of(&["a", "b", "c"]);
+        assert_eq!(
+            match_steps(&flow, records(&["a", "b"])).unwrap_err(),
+            "step `c` of its definition has no recorded state"
+        );
+        assert_eq!(
+            match_steps(&flow, records(&["a", "x", "c"])).unwrap_err(),
+            "step `b` of its definition has no recorded state"
+        );
+        assert_eq!(
+            match_steps(&flow, records(&["a", "b", "c", "d"])).unwrap_err(),
+            "step `d` has a recorded state but is not in its definition"
+        );
+        assert!(match_steps(&flow, Vec::new()).is_err());
+    }
 }

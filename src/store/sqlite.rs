@@ -258,6 +258,39 @@ fn bad_row(table: &'static str, run_id: &str, what: impl std::fmt::Display) -> r
     rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(bad))
 }
 
+/// The steps read (in chunks, in the order read), in the order of their positions. A run's steps
+/// are at positions 0 to n - 1, each at one: then each is moved straight into its place, where a
+/// sort compared and moved the records of a 10,000-step run over and over. Any other positions
+/// (which waymark never writes) are sorted, as ever.
+fn in_position_order(chunks: Vec<Vec<(i64, StepRecord)>>) -> Vec<StepRecord> {
+    let n = chunks.iter().map(Vec::len).sum();
+    let mut taken = vec![false; n];
+    let each_once = chunks.iter().flatten().all(|&(position, _)| {
+        usize::try_from(position)
+            .ok()
+            .and_then(|p| taken.get_mut(p))
+            .is_some_and(|taken| !std::mem::replace(taken, true))
+    });
+    let mut steps = Vec::with_capacity(n);
+    if each_once {
+        let mut slots: Vec<Option<StepRecord>> = Vec::with_capacity(n);
+        slots.resize_with(n, || None);
+        for (position, step) in chunks.into_iter().flatten() {
+            // Always a slot: checked above.
+            if let Some(slot) = usize::try_from(position).ok().and_then(|p| slots.get_mut(p)) {
+                *slot = Some(step);
+            }
+        }
+        steps.extend(slots.into_iter().flatten());
+    } else {
+        let mut read: Vec<(i64, StepRecord)> = Vec::with_capacity(n);
+        read.extend(chunks.into_iter().flatten());
+        read.sort_unstable_by_key(|&(position, _)| position);
+        steps.extend(read.into_iter().map(|(_, step)| step));
+    }
+    steps
+}
+
 /// Run `sql` through the connection's statement cache: the runner's writes repeat the same few
 /// statements for every attempt, and parsing them again each time cost more than running them.
 fn exec(tx: &rusqlite::Transaction, sql: &str, params: impl rusqlite::Params) -> rusqlite::Result<usize> {
@@ -808,9 +841,22 @@ impl Store for SqliteStore {
                 ))
             })
             .map_err(|e| self.sql(e))?;
-        let mut steps = rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.sql(e))?;
-        steps.sort_unstable_by_key(|&(position, _)| position);
-        Ok(steps.into_iter().map(|(_, step)| step).collect())
+        // Read into chunks, each twice the size of the one before: one Vec grown to 10,000 records
+        // by doubling copied them all over again at each step (3.5M of the instructions to read
+        // them), where chunks are never moved.
+        let mut chunks: Vec<Vec<(i64, StepRecord)>> = Vec::new();
+        for row in rows {
+            let row = row.map_err(|e| self.sql(e))?;
+            match chunks.last_mut() {
+                Some(chunk) if chunk.len() < chunk.capacity() => chunk.push(row),
+                last => {
+                    let mut chunk = Vec::with_capacity(last.map_or(64, |c| c.capacity() * 2));
+                    chunk.push(row);
+                    chunks.push(chunk);
+                }
+            }
+        }
+        Ok(in_position_order(chunks))
     }
 
     fn attempts(&self, run_id: &str, step: Option<&str>) -> Result<Vec<AttemptRecord>, StoreError> {
@@ -1517,5 +1563,26 @@ mod tests {
         let row = second.attempt_starting(&new, &run.id, "a", 1, true, &stem).unwrap();
         second.attempt_finished(&new, row, &result(AttemptOutcome::Succeeded), &StepUpdate::Succeeded).unwrap();
         assert_eq!(states(&first)[0], StepState::Succeeded);
+    }
+
+    #[test]
+    fn steps_are_put_in_the_order_of_their_positions_whatever_the_positions() {
+        let order = |positions: &[i64]| -> Vec<String> {
+            let steps: Vec<_> = positions.iter().map(|&p| (p, StepRecord::pending(&format!("p{p}")))).collect();
+            // Read in one chunk, and in chunks of two.
+            let names = |steps: Vec<StepRecord>| steps.into_iter().map(|s| s.name).collect::<Vec<_>>();
+            let whole = names(in_position_order(vec![steps.clone()]));
+            assert_eq!(names(in_position_order(steps.chunks(2).map(<[_]>::to_vec).collect())), whole);
+            whole
+        };
+        // 0 to n - 1, each once (as waymark writes them), in any order.
+        assert_eq!(order(&[2, 0, 3, 1]), ["p0", "p1", "p2", "p3"]);
+        assert_eq!(order(&[0, 1, 2]), ["p0", "p1", "p2"]);
+        assert_eq!(order(&[1, 2, 3, 4, 0]), ["p0", "p1", "p2", "p3", "p4"]);
+        assert!(order(&[]).is_empty());
+        // Gaps, positions past the end, negative ones and repeats are sorted.
+        assert_eq!(order(&[5, 1, 9]), ["p1", "p5", "p9"]);
+        assert_eq!(order(&[1, -1, 0]), ["p-1", "p0", "p1"]);
+        assert_eq!(order(&[2, 0, 2]), ["p0", "p2", "p2"]);
     }
 }
