@@ -1584,12 +1584,8 @@ async fn a_deadline_just_before_the_end_of_a_backoff_records_no_start() {
     assert!(!ran.writes.iter().any(|w| w.starts_with("starting a #2")), "{:?}", ran.writes);
 }
 
-/// After `fail_fast` stopped the run, a retry left waiting does not wake the dispatcher while a
-/// cancelled child takes its time to end: the loop waits for the child, it does not spin. The
-/// same after the workflow deadline.
-#[tokio::test(start_paused = true)]
-async fn a_retry_left_waiting_does_not_spin_the_loop_while_cancelled_children_end() {
-    let flow = r#"
+/// Two roots: `a` fails with `ConnectionError` and retries after 1 s, `b` fails for good.
+const FAIL_FAST: &str = r#"
 fail_fast = true
 [exit_codes]
 "3" = "ConnectionError"
@@ -1602,22 +1598,26 @@ retry = { attempts = 3, exception_types = ["ConnectionError"], backoff_seconds =
 name = "b"
 run = ["check"]
 needs = []
-[[step]]
-name = "c"
-run = ["slow"]
-needs = []
 "#;
+
+/// After `fail_fast` stopped the run, a retry left waiting does not wake the dispatcher while a
+/// cancelled child takes its time to end: the loop waits for the child, it does not spin. The
+/// same after the workflow deadline.
+#[tokio::test(start_paused = true)]
+async fn a_retry_left_waiting_does_not_spin_the_loop_while_cancelled_children_end() {
+    let flow = format!("{FAIL_FAST}[[step]]\nname = \"c\"\nrun = [\"slow\"]\nneeds = []\n");
     // a fails at 1 s and waits until 2 s; b fails for good at 3 s; c takes 5 s to end.
     let script = |step: &str, _| match step {
         "a" => exit(1, 3),
         "b" => exit(3, 1),
         _ => Script::Linger(secs(5)),
     };
-    let ran = Test::new(flow).run(script).await;
+    let ran = Test::new(&flow).run(script).await;
     assert_eq!(ran.outcome(), RunOutcome::Failed);
     assert_eq!(ran.took, secs(8));
     assert!(ran.turns < 50, "{} turns", ran.turns);
-    // The workflow deadline at 3 s, with a's retry waiting until 2 s... then 4 s.
+    // Without fail_fast, the workflow deadline at 3 s: a's retry, due at 11 s, is not taken
+    // after it, and c takes until 8 s to end.
     let deadline = format!(
         "timeout = 3\n{}",
         flow.replace("fail_fast = true\n", "").replace("backoff_seconds = 1", "backoff_seconds = 10")
@@ -1632,23 +1632,9 @@ needs = []
 /// a step fails for good: it is skipped, as one still waiting is.
 #[tokio::test(start_paused = true)]
 async fn fail_fast_skips_a_retry_that_waits_for_a_slot() {
-    let flow = r#"
-fail_fast = true
-max_parallel = 1
-[exit_codes]
-"3" = "ConnectionError"
-[[step]]
-name = "a"
-run = ["fetch"]
-needs = []
-retry = { attempts = 3, exception_types = ["ConnectionError"], backoff_seconds = 1 }
-[[step]]
-name = "b"
-run = ["check"]
-needs = []
-"#;
+    let flow = FAIL_FAST.replace("fail_fast = true\n", "fail_fast = true\nmax_parallel = 1\n");
     // a fails at 1 s (due again at 2 s); b runs from 1 s and fails for good at 3 s.
-    let ran = Test::new(flow).run(|step, _| if step == "a" { exit(1, 3) } else { exit(2, 1) }).await;
+    let ran = Test::new(&flow).run(|step, _| if step == "a" { exit(1, 3) } else { exit(2, 1) }).await;
     assert_eq!(ran.outcome(), RunOutcome::Failed);
     assert_eq!(ran.schedule(), [("a", 1, 0.0), ("b", 1, 1.0)]);
     assert_eq!(ran.took, secs(3));
