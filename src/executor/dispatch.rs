@@ -232,8 +232,11 @@ impl StepSlot {
 struct Agenda {
     /// How many of each step's `needs` entries are not done yet.
     unmet: Vec<usize>,
-    /// The steps that need each step, once per entry.
-    dependents: Vec<Vec<usize>>,
+    /// The steps that need each step, once per entry: those of step `i` are
+    /// `dependents[first_dependent[i]..first_dependent[i + 1]]` (one list for all, rather than a
+    /// list per step: a 10,000-step flow made 10,000 of them).
+    dependents: Vec<usize>,
+    first_dependent: Vec<usize>,
     /// `Ready` steps whose needs are all done: first attempts, and attempts redelivered after a
     /// runner died.
     fresh: BTreeSet<usize>,
@@ -250,15 +253,28 @@ struct Agenda {
 
 impl Agenda {
     fn new(steps: &[StepSlot]) -> Agenda {
-        let mut dependents = vec![Vec::new(); steps.len()];
+        // How many steps need each step, then where each one's list starts, then the lists.
+        let mut first_dependent = vec![0; steps.len() + 1];
+        for s in steps {
+            for &need in &s.step.needs {
+                first_dependent[need + 1] += 1;
+            }
+        }
+        for i in 0..steps.len() {
+            first_dependent[i + 1] += first_dependent[i];
+        }
+        let mut filled = first_dependent.clone();
+        let mut dependents = vec![0; first_dependent[steps.len()]];
         for (index, s) in steps.iter().enumerate() {
             for &need in &s.step.needs {
-                dependents[need].push(index);
+                dependents[filled[need]] = index;
+                filled[need] += 1;
             }
         }
         let mut agenda = Agenda {
             unmet: steps.iter().map(|s| s.step.needs.len()).collect(),
             dependents,
+            first_dependent,
             fresh: BTreeSet::new(),
             redelivered: BTreeSet::new(),
             pending: BTreeSet::new(),
@@ -319,8 +335,8 @@ impl Agenda {
             }
             Slot::Succeeded | Slot::Caught => {
                 self.done += 1;
-                for i in 0..self.dependents[index].len() {
-                    let dependent = self.dependents[index][i];
+                for i in self.first_dependent[index]..self.first_dependent[index + 1] {
+                    let dependent = self.dependents[i];
                     self.unmet[dependent] -= 1;
                     if let Slot::Ready { redelivered, .. } = steps[dependent].slot {
                         self.ready_if_needs_done(dependent, redelivered);
