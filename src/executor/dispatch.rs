@@ -552,7 +552,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     /// `fail_fast` stopped retrying). An attempt redelivered after a failure for good was running
     /// when its runner died: like the other running steps it finishes, unless `fail_fast`.
     fn make_ready(&mut self, now: Instant) {
-        let retries_go_on = self.stopping.is_none() || !self.flow.fail_fast;
+        let retries_go_on = self.under_way_goes_on();
         let agenda = &self.agenda;
         let mut due: Vec<usize> = Vec::new();
         if self.stopping.is_none() {
@@ -598,7 +598,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             from = index + 1;
             match self.steps[index].slot {
                 Slot::Queued { .. } => self.start(index).await?,
-                Slot::Catching { .. } if self.stopping.is_none() || !self.flow.fail_fast => {
+                Slot::Catching { .. } if self.under_way_goes_on() => {
                     self.commit_held().await?;
                     self.start_handler(index).await?
                 }
@@ -624,11 +624,17 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         self.cancelled.map(|sig| RunOutcome::Interrupted { signal: sig.number() })
     }
 
-    /// When a waiting retry is next due, while retries may still start (as `make_ready` takes
-    /// them): after a signal, the workflow deadline or a `fail_fast` failure none is, and the
-    /// loop waits for the running children rather than wake for a retry it will not take.
+    /// Whether the steps under way go on with their retries and catch handlers: not once a step
+    /// failed for good under `fail_fast`.
+    fn under_way_goes_on(&self) -> bool {
+        self.stopping.is_none() || !self.flow.fail_fast
+    }
+
+    /// When a waiting retry is next due, while `make_ready` would take it: after a signal, the
+    /// workflow deadline or a `fail_fast` failure none is, and the loop waits for the running
+    /// children rather than wake for a retry it will not take.
     fn next_wake(&self) -> Option<Instant> {
-        if self.cancelled.is_some() || self.expired || (self.stopping.is_some() && self.flow.fail_fast) {
+        if self.cancelled.is_some() || self.expired || !self.under_way_goes_on() {
             return None;
         }
         self.agenda.waits.first().map(|&(wake, _)| issue_at(wake, self.deadline))
