@@ -155,6 +155,23 @@ fn columns(c: char) -> usize {
     if c == '\t' { 4 } else { unicode_width::UnicodeWidthChar::width(c).unwrap_or(0) }
 }
 
+/// How many bytes of `chars` hold `keep` columns; `None` when they end first, or go on for more
+/// than `MAX_REACH` bytes without.
+fn bytes_for_columns(chars: impl Iterator<Item = char>, keep: usize) -> Option<usize> {
+    let (mut counted, mut bytes) = (0, 0);
+    for c in chars {
+        if counted >= keep {
+            return Some(bytes);
+        }
+        if bytes > MAX_REACH {
+            return None;
+        }
+        counted += columns(c);
+        bytes += c.len_utf8();
+    }
+    (counted >= keep).then_some(bytes)
+}
+
 /// The part of `span`'s line (from `line_start`) handed to the renderer: all of it, or for a span
 /// on a long line, a window from a non-blank character at least `keep` columns before the span
 /// to `keep` columns past it. The renderer trims a long line to the span and its label by their
@@ -166,33 +183,16 @@ fn window(source: &str, line_start: usize, span: &Range<usize>, keep: usize) -> 
         return (line_start, end_of_line(span.end));
     }
     // Past the span: `keep` columns, looked for only so far (a diagnostic costs the same on a
-    // line of a megabyte, and thousands of them on one line stay linear).
-    let mut counted = 0;
-    let mut to = None;
-    for (i, c) in source[span.end..].char_indices() {
-        if c == '\n' || counted >= keep {
-            to = Some(span.end + i);
-            break;
-        }
-        if i > MAX_REACH {
-            break;
-        }
-        counted += columns(c);
-    }
-    let to = to.unwrap_or_else(|| end_of_line(span.end));
-    // Before it, likewise, then back to a non-blank character.
-    let mut counted = 0;
-    let mut from = line_start;
-    for (i, c) in source[line_start..span.start].char_indices().rev() {
-        if counted >= keep {
-            from = line_start + i + c.len_utf8();
-            break;
-        }
-        if span.start - (line_start + i) > MAX_REACH {
-            break;
-        }
-        counted += columns(c);
-    }
+    // line of a megabyte, and thousands of them on one line stay linear); before it, likewise,
+    // then back to a non-blank character.
+    let to = match bytes_for_columns(source[span.end..].chars().take_while(|&c| c != '\n'), keep) {
+        Some(n) => span.end + n,
+        None => end_of_line(span.end),
+    };
+    let from = match bytes_for_columns(source[line_start..span.start].chars().rev(), keep) {
+        Some(n) => span.start - n,
+        None => line_start,
+    };
     match source[line_start..from].char_indices().rev().find(|(_, c)| !c.is_whitespace()) {
         Some((i, _)) => (line_start + i, to),
         None => (line_start, to),
