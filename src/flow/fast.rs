@@ -222,7 +222,7 @@ fn step_key(src: &str, raw: &mut RawStep, seen: &mut u32, key: &str, v: Spanned<
         // Left to the full reader.
         _ if STEP_KEYS_LEFT.contains(&key) => return Err(Bail),
         _ => {
-            let more = raw.more.get_or_insert_with(Box::default);
+            let more = raw.more_mut();
             match key {
                 "timeout" => more.timeout = Some(duration(src, v)?),
                 "retry" => more.retry = Some(retry(src, v)?),

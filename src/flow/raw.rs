@@ -150,7 +150,7 @@ pub(crate) struct RawStepMore {
 }
 
 /// What a step that writes none of [`RawStepMore`]'s keys has.
-pub(crate) static NO_MORE: RawStepMore = RawStepMore {
+static NO_MORE: RawStepMore = RawStepMore {
     timeout: None,
     retry: None,
     exit_codes: StrMap::new(),
@@ -163,13 +163,22 @@ pub(crate) static NO_MORE: RawStepMore = RawStepMore {
     compensate: None,
 };
 
+impl RawStepMore {
+    /// The keys of a step's `more` field, as written (none when it has no box). Borrows the field
+    /// alone, so that the step's other fields may be moved from meanwhile.
+    pub(crate) fn of(more: &Option<Box<RawStepMore>>) -> &RawStepMore {
+        more.as_deref().unwrap_or(&NO_MORE)
+    }
+}
+
 impl RawStep {
     /// The keys other than `name`, `needs`, `run` and `shell`, as written.
     pub(crate) fn more(&self) -> &RawStepMore {
-        self.more.as_deref().unwrap_or(&NO_MORE)
+        RawStepMore::of(&self.more)
     }
 
-    fn more_mut(&mut self) -> &mut RawStepMore {
+    /// [`RawStep::more`] to write into, boxed on the first key written.
+    pub(crate) fn more_mut(&mut self) -> &mut RawStepMore {
         self.more.get_or_insert_with(Box::default)
     }
 }

@@ -1187,7 +1187,8 @@ impl Validator<'_> {
                 return None;
             }
         };
-        let more = raw.more.as_deref().unwrap_or(&super::raw::NO_MORE);
+        // The field alone: `raw.run` is moved from below.
+        let more = super::raw::RawStepMore::of(&raw.more);
         let timeout = match &more.timeout {
             Some(t) => self.duration(t, false),
             None => defaults.timeout,
