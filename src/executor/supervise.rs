@@ -263,7 +263,7 @@ impl Reader {
         }
         let partial = &mut out.partial;
         // Only the new bytes are searched, so a long line costs linear time.
-        let whole = match data.iter().rposition(|b| *b == b'\n') {
+        let whole = match memchr::memrchr(b'\n', data) {
             Some(last_nl) => {
                 partial.extend_from_slice(&data[..=last_nl]);
                 let whole = std::mem::take(partial);
