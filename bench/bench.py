@@ -32,6 +32,7 @@ target/bench) is on the disk the repository is on; the tmpfs rows use /dev/shm.
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -504,13 +505,20 @@ def bench_output(t, waymark, work, rounds, size=200 << 20):
 
         def wm(binary, mode):
             def go():
-                with tempfile.TemporaryDirectory(dir=work) as state, open(out, "wb") as f:
-                    sec, _, rss = timed([binary, "run"] + mode + [flow], env=state_env(state), stdout=f)
+                with tempfile.TemporaryDirectory(dir=work) as state, open(out, "wb") as f, \
+                        tempfile.TemporaryFile(dir=work) as err:
+                    sec, _, rss = timed([binary, "run"] + mode + [flow], env=state_env(state), stdout=f, stderr=err)
+                    err.seek(0)
+                    # The display drops what stdout cannot take fast enough (the log keeps it)
+                    # and says how much: a throughput is only worth what it showed.
+                    dropped = sum(int(m) for m in re.findall(rb"(\d+) bytes of its std\w+ not shown", err.read()))
                 rsss[(binary, tuple(mode))].append(rss)
+                shown[(binary, tuple(mode))].append(1 - dropped / size)
                 return sec
             return go
 
         rsss = {(b, m): [] for b in (waymark, BASELINE) for m in ((), ("--quiet",))}
+        shown = {(b, m): [] for b in (waymark, BASELINE) for m in ((), ("--quiet",))}
         res = interleave(rounds, {
             "floor on": lambda: timed(["sh", "-c", f"{shell} | cat > {out}"])[0],
             "floor off": lambda: timed(["sh", "-c", f"{shell} > {out}"])[0],
@@ -524,11 +532,13 @@ def bench_output(t, waymark, work, rounds, size=200 << 20):
         for name, mode, floor in (("on", (), "cmd | cat > file"), ("off", ("--quiet",), "cmd > file")):
             t.add(f"output {kind}, sh -c '{floor}'", med_range(mbps(res[f"floor {name}"]), mb))
             rss = rsss[(waymark, mode)]
-            t.add(f"output {kind}, echo {name} (peak RSS {statistics.median(rss) / 1024:.0f} MiB)",
+            seen = f", {min(shown[(waymark, mode)]):.1%} shown" if name == "on" else ""
+            t.add(f"output {kind}, echo {name} (peak RSS {statistics.median(rss) / 1024:.0f} MiB{seen})",
                   med_range(mbps(res[name]), mb), ratio_str(ratios(res[f"floor {name}"], res[name])),
                   f"throughput of sh -c '{floor}'")
             if BASELINE:
-                t.add(f"output {kind}, echo {name}, baseline waymark", med_range(mbps(res[f"baseline {name}"]), mb),
+                seen = f", {min(shown[(BASELINE, mode)]):.1%} shown" if name == "on" else ""
+                t.add(f"output {kind}, echo {name}, baseline waymark{seen}", med_range(mbps(res[f"baseline {name}"]), mb),
                       ratio_str(ratios(res[f"baseline {name}"], res[name])), "this waymark's throughput / the baseline's")
 
 

@@ -399,6 +399,13 @@ pub(crate) trait Reporter {
     fn shows_output(&self) -> bool {
         true
     }
+
+    /// Where the readers of children's output must wait while this reporter's display, which
+    /// drops none of it, is behind ([`crate::executor::OutputGate`]); `None` for a reporter that
+    /// never makes them wait.
+    fn output_gate(&self) -> Option<Arc<crate::executor::OutputGate>> {
+        None
+    }
 }
 
 /// Stamps events and hands them to every attached reporter, in the order they were attached.
@@ -420,6 +427,11 @@ impl Emitter {
     /// Whether a reporter shows what children write ([`Reporter::shows_output`]).
     pub(crate) fn shows_output(&self) -> bool {
         self.reporters.iter().any(|r| r.shows_output())
+    }
+
+    /// The first reporter's [`Reporter::output_gate`] (one reporter shows a run).
+    pub(crate) fn output_gate(&self) -> Option<Arc<crate::executor::OutputGate>> {
+        self.reporters.iter().find_map(|r| r.output_gate())
     }
 
     /// An emitter whose clock is `now` (tests).

@@ -3,6 +3,7 @@
 //! The dispatcher sees only the [`Launcher`] trait, so tests drive it with a fake.
 
 use super::environment::RunEnv;
+use super::output::OutputGate;
 use super::supervise::{Control, Log, Output, Supervisor};
 use super::{ExecError, Msg, StepRef, outputs};
 use crate::flow::{Flow, Step};
@@ -115,6 +116,9 @@ pub(crate) struct ProcessLauncher {
     /// Whether the readers send the children's lines to the runner (a reporter shows them), or
     /// only write them to the logs.
     pub(crate) lines: bool,
+    /// Where the readers wait before they send more lines, while a display that drops nothing
+    /// is behind.
+    pub(crate) gate: Option<Arc<OutputGate>>,
 }
 
 /// Programs found on a PATH, by name and PATH: looked up once per runner rather than by every
@@ -174,6 +178,7 @@ impl ProcessLauncher {
             elsewhere: None,
             programs: Programs::default(),
             lines: true,
+            gate: None,
         }
     }
 
@@ -296,8 +301,8 @@ impl Launcher for ProcessLauncher {
             }
         };
         let outputs = [
-            Output { pipe: out_r, log: out_log, log_path: stdout_log, lines: self.lines },
-            Output { pipe: err_r, log: err_log, log_path: stderr_log, lines: self.lines },
+            Output { pipe: out_r, log: out_log, log_path: stdout_log, lines: self.lines, gate: self.gate.clone() },
+            Output { pipe: err_r, log: err_log, log_path: stderr_log, lines: self.lines, gate: self.gate.clone() },
         ];
         let secrets = Arc::clone(&self.env.secrets);
         let supervisor = Supervisor::watch(child, attempt_id, a.step_index, a.row, outputs, secrets, events);

@@ -34,7 +34,7 @@ mod supervise;
 
 pub use crate::os::process::close_inherited_fds_on_exec;
 pub(crate) use crate::os::signals::{RunnerSignals, restore_default_signals};
-pub(crate) use output::Chunk;
+pub(crate) use output::{Chunk, OutputGate};
 
 pub(crate) use dispatch::RunSpec;
 pub(crate) use launch::kill_leftovers;
@@ -133,6 +133,7 @@ pub(crate) async fn execute(
     let mut launcher = ProcessLauncher::new(Arc::clone(&spec.flow), spec.run_id.clone(), Arc::clone(&spec.env), state);
     launcher.elsewhere = spec.elsewhere.clone();
     launcher.lines = emitter.shows_output();
+    launcher.gate = emitter.output_gate();
     let hook = |name: &str| if cfg!(debug_assertions) { std::env::var(name).ok() } else { None };
     let (crash_after, crash_at_retry) = (hook("WAYMARK_TEST_CRASH_AFTER"), hook("WAYMARK_TEST_CRASH_AT_RETRY"));
     let rng = fastrand::Rng::new();

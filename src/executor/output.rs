@@ -1,11 +1,63 @@
 //! Child output on its way to the reporters.
 //!
 //! Readers copy a child's output to its log file first, then hand whole lines to the dispatcher.
-//! Nothing on this path waits for the terminal: a reporter that cannot keep up drops lines from
-//! its display (never from the logs), so a stalled terminal slows neither the children nor the
-//! dispatcher, and timeouts and signals keep working.
+//! Nothing on this path waits for a terminal or a pipe: a reporter that cannot keep up drops
+//! lines from its display (never from the logs), so a stalled terminal slows neither the children
+//! nor the dispatcher, and timeouts and signals keep working. A display written to a regular file
+//! drops nothing: it holds the readers back at an [`OutputGate`] instead, as `> file` would.
 
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tokio::sync::Notify;
+
+/// Holds the readers of children's output back while a display that must not drop any of it (one
+/// written to a regular file, which never stalls for long) is more than `limit` bytes behind, until
+/// it is at most half that behind (so that a reader and the display's writer do not wake each
+/// other for every chunk). The readers wait before they hand the dispatcher more lines, never the
+/// dispatcher itself: while they wait, the children block on their pipes, and timeouts and
+/// signals work as ever.
+#[derive(Debug)]
+pub(crate) struct OutputGate {
+    /// Child output queued for such displays and not written yet.
+    behind: AtomicUsize,
+    limit: usize,
+    opened: Notify,
+}
+
+impl OutputGate {
+    pub(crate) fn new(limit: usize) -> OutputGate {
+        OutputGate { behind: AtomicUsize::new(0), limit, opened: Notify::new() }
+    }
+
+    /// `n` more bytes are queued.
+    pub(crate) fn queued(&self, n: usize) {
+        self.behind.fetch_add(n, Ordering::SeqCst);
+    }
+
+    /// `n` of the queued bytes are written (or given up on); waiting readers go on once at most
+    /// half of `limit` are left.
+    pub(crate) fn written(&self, n: usize) {
+        if self.behind.fetch_sub(n, Ordering::SeqCst) - n <= self.limit / 2 {
+            self.opened.notify_waiters();
+        }
+    }
+
+    /// Go on at once when at most `limit` bytes are queued; otherwise wait until at most half
+    /// of `limit` are.
+    pub(crate) async fn wait(&self) {
+        if self.behind.load(Ordering::SeqCst) <= self.limit {
+            return;
+        }
+        loop {
+            // Made before the check, so that a `written` between the two still wakes it.
+            let opened = self.opened.notified();
+            if self.behind.load(Ordering::SeqCst) <= self.limit / 2 {
+                return;
+            }
+            opened.await;
+        }
+    }
+}
 
 /// Whole lines (or a final unterminated line, ended with a newline) a child wrote.
 pub(crate) struct Chunk {
@@ -75,7 +127,35 @@ impl fmt::Debug for Chunk {
 
 #[cfg(test)]
 mod tests {
-    use super::StderrTail;
+    use super::{OutputGate, StderrTail};
+
+    #[tokio::test]
+    async fn the_gate_holds_readers_while_more_than_its_limit_is_queued() {
+        let gate = std::sync::Arc::new(OutputGate::new(10));
+        gate.queued(10);
+        gate.wait().await; // at the limit: open
+        gate.queued(5);
+        let waiting = tokio::spawn({
+            let gate = std::sync::Arc::clone(&gate);
+            async move { gate.wait().await }
+        });
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!waiting.is_finished(), "15 bytes queued, 10 allowed: the reader waits");
+        gate.written(5);
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!waiting.is_finished(), "10 bytes queued: still waiting, until 5 are");
+        gate.written(5);
+        tokio::time::timeout(std::time::Duration::from_secs(60), waiting)
+            .await
+            .expect("5 bytes queued: the reader goes on")
+            .unwrap();
+        gate.queued(5);
+        gate.wait().await; // at the limit again, with no reader held back: open
+    }
 
     #[test]
     fn the_tail_keeps_the_last_bytes_and_knows_when_it_is_cut() {

@@ -3,7 +3,7 @@
 //! cancellation, and leaves the attempt's whole process group dead, including processes that left
 //! the group, found by the attempt id in their environment.
 
-use super::output::{Chunk, StderrTail};
+use super::output::{Chunk, OutputGate, StderrTail};
 use super::{Msg, StepRef};
 use crate::events::Stream;
 use crate::flow::Signal;
@@ -89,6 +89,8 @@ pub(crate) struct Output {
     pub(crate) log_path: PathBuf,
     /// Whether its lines go to the runner as well (a reporter shows them), or only to the log.
     pub(crate) lines: bool,
+    /// Where its reader waits before it sends more lines ([`OutputGate`]).
+    pub(crate) gate: Option<Arc<OutputGate>>,
 }
 
 /// A stream's log file: open (an earlier execution of the attempt left one), or created when the
@@ -148,6 +150,7 @@ impl Supervisor {
                 log: out.log,
                 log_path: out.log_path,
                 lines: out.lines,
+                gate: out.gate,
                 stream,
                 tail: (stream == Stream::Stderr).then(StderrTail::default),
                 step,
@@ -183,6 +186,8 @@ struct Reader {
     /// Whether whole lines are sent to the runner; when no reporter shows them, only the log
     /// (and the stderr tail) takes what passes.
     lines: bool,
+    /// Waited at before lines are sent, while a display that drops nothing is behind.
+    gate: Option<Arc<OutputGate>>,
     stream: Stream,
     /// The end of what passed, kept for the stderr stream.
     tail: Option<StderrTail>,
@@ -197,6 +202,9 @@ impl Reader {
     async fn send(&self, bytes: Vec<u8>) {
         if self.abandoned.load(Ordering::Relaxed) {
             return;
+        }
+        if let Some(gate) = &self.gate {
+            gate.wait().await;
         }
         // The dispatcher takes output as fast as it comes (the reporter drops what the terminal
         // cannot take), so this waits at most for the loop's current step, never for the terminal.

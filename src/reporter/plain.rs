@@ -23,6 +23,7 @@ use crate::events::{
 };
 use crate::executor::Chunk;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 /// Child output on the display, waymark's own lines on stderr. Child output that a terminal
@@ -52,7 +53,7 @@ impl PlainReporter {
 
     fn with_clock(output: OutputMode, clock: LocalTime) -> PlainReporter {
         PlainReporter {
-            terminal: Terminal::open(),
+            terminal: Terminal::open_holding(),
             run_id: String::new(),
             dropped: Dropped::default(),
             history: History::default(),
@@ -77,9 +78,10 @@ impl PlainReporter {
     }
 
     /// Show a child's lines, each behind its step's name.
-    fn output(&mut self, step: &str, stream: Stream, chunk: &Chunk) {
-        if !self.terminal.sink(stream).output(super::terminal::behind(step, chunk)) {
-            self.dropped.add(step, stream, chunk.len());
+    fn output(&mut self, step: &str, stream: Stream, chunk: Arc<Chunk>) {
+        let len = chunk.len();
+        if !self.terminal.sink(stream).output_behind(step, chunk) {
+            self.dropped.add(step, stream, len);
         }
     }
 
@@ -87,7 +89,7 @@ impl PlainReporter {
     fn show(&mut self, at: SystemTime, passed: Vec<Pass>) {
         for pass in passed {
             match pass {
-                Pass::Chunk { step, stream, chunk } => self.output(&step, stream, &chunk),
+                Pass::Chunk { step, stream, chunk } => self.output(&step, stream, chunk),
                 omitted @ Pass::Omitted { .. } => {
                     if let Some(text) = omitted.omitted_line(&self.run_id) {
                         self.line(at, &text);
@@ -156,6 +158,10 @@ impl Reporter for PlainReporter {
 
     fn shows_output(&self) -> bool {
         self.filter.shows_any()
+    }
+
+    fn output_gate(&self) -> Option<Arc<crate::executor::OutputGate>> {
+        self.terminal.output_gate()
     }
 
     fn report(&mut self, envelope: &Envelope) {

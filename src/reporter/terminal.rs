@@ -3,6 +3,7 @@
 //! (`| head -1`) is the reader's choice, never an error.
 
 use crate::events::Stream;
+use crate::executor::{Chunk, OutputGate};
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::AsFd;
@@ -21,9 +22,27 @@ const PIECE: usize = 64 * 1024;
 
 /// What a terminal writer is given, in order.
 struct Item {
-    text: Vec<u8>,
+    text: Text,
     /// How many of the bytes are child output, counted against [`BUDGET`].
     child_bytes: usize,
+}
+
+/// Bytes to write as they are, or a child's lines to put behind its step's name first: the writer
+/// thread does that, so that the event loop only hands the chunk on.
+enum Text {
+    Bytes(Vec<u8>),
+    Behind { step: String, chunk: Arc<Chunk> },
+}
+
+impl Text {
+    /// The bytes counted as queued: a chunk counts its own length, without the step's names that
+    /// go in front of its lines.
+    fn len(&self) -> usize {
+        match self {
+            Text::Bytes(bytes) => bytes.len(),
+            Text::Behind { chunk, .. } => chunk.len(),
+        }
+    }
 }
 
 /// What a writer thread and the reporter share.
@@ -47,20 +66,28 @@ pub(crate) struct Sink {
     /// Disconnected when the writer thread has written everything and ended.
     done: Receiver<()>,
     shared: Arc<Shared>,
+    /// For a regular file: child output is never dropped; the readers wait at the gate instead.
+    gate: Option<Arc<OutputGate>>,
 }
 
 impl Sink {
-    fn start(name: &'static str, file: Option<File>) -> Sink {
+    fn start(name: &'static str, file: Option<impl Write + Send + 'static>, gate: Option<Arc<OutputGate>>) -> Sink {
         let (tx, rx) = channel::<Item>();
         let (done_tx, done) = channel::<()>();
         let shared = Arc::new(Shared::default());
         let state = Arc::clone(&shared);
+        let opens = gate.clone();
         let write = move || {
             let _done = done_tx;
             let mut file = file;
             for item in rx {
+                let n = item.text.len();
+                let text = match item.text {
+                    Text::Bytes(bytes) => bytes,
+                    Text::Behind { step, chunk } => behind(&step, &chunk),
+                };
                 if let Some(f) = &mut file
-                    && let Err(e) = write_item(f, &item.text, &state.written)
+                    && let Err(e) = write_item(f, &text, &state.written)
                 {
                     // A closed pipe (`| head`) is the reader's choice and ends the display
                     // quietly; any other error is said at the end. Neither stops the run.
@@ -70,23 +97,37 @@ impl Sink {
                     file = None;
                 }
                 state.queued.fetch_sub(item.child_bytes, Ordering::Relaxed);
-                state.backlog.fetch_sub(item.text.len(), Ordering::Relaxed);
+                state.backlog.fetch_sub(n, Ordering::Relaxed);
+                if let Some(gate) = &opens {
+                    gate.written(item.child_bytes);
+                }
             }
         };
         let tx = std::thread::Builder::new().name(format!("waymark-{name}")).spawn(write).ok().map(|_| tx);
-        Sink { name, tx, done, shared }
+        Sink { name, tx, done, shared, gate }
     }
 
-    /// Queue child output, or return false to drop it when the stream is too far behind.
+    /// Queue child output, or return false to drop it when the stream is too far behind. A
+    /// regular file's sink drops nothing: the readers wait for it ([`Terminal::output_gate`]).
     pub(crate) fn output(&self, text: Vec<u8>) -> bool {
+        self.output_text(Text::Bytes(text))
+    }
+
+    /// Queue a child's `chunk` to be shown behind `step`'s name ([`behind`]) by the writer
+    /// thread, or return false to drop it as [`Sink::output`] does.
+    pub(crate) fn output_behind(&self, step: &str, chunk: Arc<Chunk>) -> bool {
+        self.output_text(Text::Behind { step: step.to_owned(), chunk })
+    }
+
+    fn output_text(&self, text: Text) -> bool {
         if self.tx.is_none() {
             return true;
         }
         let n = text.len();
-        if self.shared.queued.load(Ordering::Relaxed) + n > BUDGET {
+        if self.gate.is_none() && self.shared.queued.load(Ordering::Relaxed) + n > BUDGET {
             return false;
         }
-        self.queue(text, n);
+        self.send(text, n);
         true
     }
 
@@ -98,13 +139,23 @@ impl Sink {
     /// Queue `text`, of which `child_bytes` are child output that the caller has already checked
     /// against [`BUDGET`] with [`Sink::child_backlog`]; always kept.
     pub(crate) fn queue(&self, text: Vec<u8>, child_bytes: usize) {
+        self.send(Text::Bytes(text), child_bytes);
+    }
+
+    fn send(&self, text: Text, child_bytes: usize) {
         let Some(tx) = &self.tx else { return };
         let n = text.len();
         self.shared.queued.fetch_add(child_bytes, Ordering::Relaxed);
         self.shared.backlog.fetch_add(n, Ordering::Relaxed);
+        if let Some(gate) = &self.gate {
+            gate.queued(child_bytes);
+        }
         if tx.send(Item { text, child_bytes }).is_err() {
             self.shared.queued.fetch_sub(child_bytes, Ordering::Relaxed);
             self.shared.backlog.fetch_sub(n, Ordering::Relaxed);
+            if let Some(gate) = &self.gate {
+                gate.written(child_bytes);
+            }
         }
     }
 
@@ -142,7 +193,7 @@ impl Sink {
 }
 
 /// Write `text` in pieces, counting progress.
-fn write_item(f: &mut File, text: &[u8], written: &AtomicU64) -> std::io::Result<()> {
+fn write_item(f: &mut impl Write, text: &[u8], written: &AtomicU64) -> std::io::Result<()> {
     for piece in text.chunks(PIECE) {
         f.write_all(piece)?;
         written.fetch_add(piece.len() as u64, Ordering::Relaxed);
@@ -170,21 +221,48 @@ fn same_file(a: &File, b: &File) -> bool {
 pub(crate) struct Terminal {
     out: Sink,
     err: Option<Sink>,
+    /// Where the readers wait for the streams that are regular files, if any is.
+    gate: Option<Arc<OutputGate>>,
 }
 
 impl Terminal {
+    /// Both streams drop child output they are too far behind to take.
     pub(crate) fn open() -> Terminal {
+        Terminal::open_with(false)
+    }
+
+    /// A stream that is a regular file drops nothing: the readers wait for it at
+    /// [`Terminal::output_gate`], which the reporter must hand to the runner. A terminal or a
+    /// pipe drops what it is too far behind to take, as [`Terminal::open`]'s.
+    pub(crate) fn open_holding() -> Terminal {
+        Terminal::open_with(true)
+    }
+
+    fn open_with(holding: bool) -> Terminal {
         let out = own_handle(std::io::stdout().as_fd());
         let err = own_handle(std::io::stderr().as_fd());
         let shared = match (&out, &err) {
             (Some(o), Some(e)) => same_file(o, e),
             _ => false,
         };
+        let is_file =
+            |f: &Option<File>| holding && f.as_ref().and_then(|f| f.metadata().ok()).is_some_and(|m| m.is_file());
+        let (out_holds, err_holds) = (is_file(&out), is_file(&err));
+        let gate = (out_holds || err_holds).then(|| Arc::new(OutputGate::new(BUDGET / 2)));
+        let gate_if = |holds: bool| if holds { gate.clone() } else { None };
         if shared {
-            Terminal { out: Sink::start("stdout and stderr", out), err: None }
+            Terminal { out: Sink::start("stdout and stderr", out, gate_if(out_holds)), err: None, gate }
         } else {
-            Terminal { out: Sink::start("stdout", out), err: Some(Sink::start("stderr", err)) }
+            let out = Sink::start("stdout", out, gate_if(out_holds));
+            let err = Some(Sink::start("stderr", err, gate_if(err_holds)));
+            Terminal { out, err, gate }
         }
+    }
+
+    /// Where the readers of children's output wait while a stream that is a regular file is more
+    /// than half of [`BUDGET`] behind ([`Terminal::open_holding`]); `None` when no stream holds.
+    pub(crate) fn output_gate(&self) -> Option<Arc<OutputGate>> {
+        self.gate.clone()
     }
 
     pub(crate) fn sink(&self, stream: Stream) -> &Sink {
@@ -391,7 +469,87 @@ pub(crate) fn close_for_run(terminal: &mut Terminal, run: &str) {
 
 #[cfg(test)]
 mod tests {
-    use super::behind;
+    use super::{BUDGET, Sink, behind};
+    use crate::executor::{Chunk, OutputGate};
+    use std::sync::mpsc::{Receiver, channel};
+    use std::sync::{Arc, Mutex};
+
+    /// A stream that takes nothing until it is told to, then everything.
+    struct Held {
+        go: Receiver<()>,
+        open: bool,
+        took: Arc<Mutex<Vec<u8>>>,
+    }
+
+    impl std::io::Write for Held {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if !self.open {
+                let _ = self.go.recv();
+                self.open = true;
+            }
+            self.took.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A sink writing a stream that takes nothing for now, with `gate` (a regular file's) or
+    /// without (a terminal's or a pipe's); the sender that lets it take, and what it took.
+    fn held_sink(gate: Option<Arc<OutputGate>>) -> (Sink, std::sync::mpsc::Sender<()>, Arc<Mutex<Vec<u8>>>) {
+        let (go_tx, go) = channel();
+        let took = Arc::new(Mutex::new(Vec::new()));
+        let sink = Sink::start("stdout", Some(Held { go, open: false, took: Arc::clone(&took) }), gate);
+        (sink, go_tx, took)
+    }
+
+    /// Three times [`BUDGET`] of child output in 64 KiB chunks of one line each, behind `s`.
+    fn flood(sink: &Sink) -> (usize, Vec<u8>) {
+        let (mut taken, mut shown) = (0, Vec::new());
+        for i in 0..3 * BUDGET / 65536 {
+            let mut line = vec![b'a' + (i % 26) as u8; 65535];
+            line.push(b'\n');
+            shown.extend_from_slice(&behind("s", &line));
+            taken += usize::from(sink.output_behind("s", Arc::new(Chunk::new(line))));
+        }
+        (taken, shown)
+    }
+
+    #[test]
+    fn a_stream_that_falls_behind_drops_child_output_but_a_regular_file_holds_the_readers_instead() {
+        // A terminal or a pipe: past the budget, chunks are dropped.
+        let (mut sink, go, took) = held_sink(None);
+        let (taken, _) = flood(&sink);
+        assert_eq!(taken, BUDGET / 65536, "only the budget's worth is queued");
+        go.send(()).unwrap();
+        assert!(sink.close());
+        assert_eq!(took.lock().unwrap().len(), BUDGET / 65536 * (65536 + 4));
+
+        // A regular file: nothing is dropped, and the readers' gate is shut until it catches up.
+        let gate = Arc::new(OutputGate::new(BUDGET / 2));
+        let (mut sink, go, took) = held_sink(Some(Arc::clone(&gate)));
+        let (taken, shown) = flood(&sink);
+        assert_eq!(taken, 3 * BUDGET / 65536, "every chunk is queued");
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        rt.block_on(async {
+            let waiting = tokio::spawn({
+                let gate = Arc::clone(&gate);
+                async move { gate.wait().await }
+            });
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
+            assert!(!waiting.is_finished(), "the readers wait while the file is behind");
+            go.send(()).unwrap();
+            tokio::time::timeout(std::time::Duration::from_secs(60), waiting)
+                .await
+                .expect("the readers go on once the file has caught up")
+                .unwrap();
+        });
+        assert!(sink.close());
+        assert!(*took.lock().unwrap() == shown, "the file has every line, in order");
+    }
 
     #[test]
     fn every_line_of_a_chunk_is_shown_behind_its_step_the_last_one_even_without_its_newline() {
