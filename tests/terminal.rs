@@ -331,3 +331,23 @@ fn commands_end_quietly_when_stdout_and_stderr_are_one_closed_pipe() {
     }
     assert_eq!(status_json(&env)["status"], "succeeded");
 }
+
+/// Lines of 999 characters and a newline the step of
+/// [`a_stdout_that_is_a_regular_file_gets_every_line_however_fast_they_come`] writes: 64 MiB,
+/// eight times what a terminal or a pipe may have waiting before lines are left out.
+const FILE_LINES: usize = 64 * 1024 * 1024 / 1000;
+
+#[test]
+fn a_stdout_that_is_a_regular_file_gets_every_line_however_fast_they_come() {
+    let env = Env::new();
+    let line = "0123456789".repeat(100)[..999].to_owned();
+    env.write("flow.toml", &format!("[[step]]\nname = 'big'\nshell = 'yes {line} | head -n {FILE_LINES}'\n"));
+    let file = std::fs::File::create(env.path("out.txt")).unwrap();
+    let out = run_with_stdout(&env, &["run".to_owned(), "flow.toml".to_owned()], file);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("not shown"), "nothing is left out of a regular file: {stderr}");
+    let shown = std::fs::read(env.path("out.txt")).unwrap();
+    let expected = format!("big | {line}\n").repeat(FILE_LINES);
+    assert!(shown == expected.as_bytes(), "{} bytes shown of {}", shown.len(), expected.len());
+}
