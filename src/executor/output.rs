@@ -7,7 +7,7 @@
 //! drops nothing: it holds the readers back at an [`OutputGate`] instead, as `> file` would.
 
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use tokio::sync::Notify;
 
 /// Holds the readers of children's output back while a display that must not drop any of it (one
@@ -20,13 +20,15 @@ use tokio::sync::Notify;
 pub(crate) struct OutputGate {
     /// Child output queued for such displays and not written yet.
     behind: AtomicUsize,
+    /// Bytes written in all: whether the displays are moving.
+    written: AtomicU64,
     limit: usize,
     opened: Notify,
 }
 
 impl OutputGate {
     pub(crate) fn new(limit: usize) -> OutputGate {
-        OutputGate { behind: AtomicUsize::new(0), limit, opened: Notify::new() }
+        OutputGate { behind: AtomicUsize::new(0), written: AtomicU64::new(0), limit, opened: Notify::new() }
     }
 
     /// `n` more bytes are queued.
@@ -37,9 +39,16 @@ impl OutputGate {
     /// `n` of the queued bytes are written (or given up on); waiting readers go on once at most
     /// half of `limit` are left.
     pub(crate) fn written(&self, n: usize) {
+        self.written.fetch_add(n as u64, Ordering::SeqCst);
         if self.behind.fetch_sub(n, Ordering::SeqCst) - n <= self.limit / 2 {
             self.opened.notify_waiters();
         }
+    }
+
+    /// Bytes written in all so far: a reader held at the gate is held by a display that is still
+    /// writing, not by a process, while this grows.
+    pub(crate) fn progress(&self) -> u64 {
+        self.written.load(Ordering::SeqCst)
     }
 
     /// Go on at once when at most `limit` bytes are queued; otherwise wait until at most half

@@ -15,7 +15,7 @@ use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -80,6 +80,9 @@ pub(crate) struct Supervisor {
     readers_left: usize,
     /// Set when waymark stops waiting for the readers: they then send nothing more.
     abandoned: Arc<AtomicBool>,
+    /// The gate the readers wait at, if any ([`OutputGate`]), and how many of them wait there now.
+    gate: Option<Arc<OutputGate>>,
+    gated: Arc<AtomicUsize>,
 }
 
 /// One output stream of a child: the pipe it writes and the log it is copied to.
@@ -133,6 +136,8 @@ impl Supervisor {
     ) -> Supervisor {
         let pid = child.id().unwrap_or(0);
         let abandoned = Arc::new(AtomicBool::new(false));
+        let gated = Arc::new(AtomicUsize::new(0));
+        let gate = stdout.gate.clone();
         let (done, readers_done) = mpsc::channel(2);
         let mut readers_left = 0;
         for (out, stream) in [(stdout, Stream::Stdout), (stderr, Stream::Stderr)] {
@@ -151,6 +156,7 @@ impl Supervisor {
                 log_path: out.log_path,
                 lines: out.lines,
                 gate: out.gate,
+                gated: Arc::clone(&gated),
                 stream,
                 tail: (stream == Stream::Stderr).then(StderrTail::default),
                 step,
@@ -166,7 +172,7 @@ impl Supervisor {
                 let _ = done.send(tail).await;
             });
         }
-        Supervisor { child, pid, attempt_id, readers_done, stderr_tail: None, readers_left, abandoned }
+        Supervisor { child, pid, attempt_id, readers_done, stderr_tail: None, readers_left, abandoned, gate, gated }
     }
 
     pub(crate) fn pid(&self) -> u32 {
@@ -188,6 +194,8 @@ struct Reader {
     lines: bool,
     /// Waited at before lines are sent, while a display that drops nothing is behind.
     gate: Option<Arc<OutputGate>>,
+    /// How many of the attempt's readers wait at the gate now.
+    gated: Arc<AtomicUsize>,
     stream: Stream,
     /// The end of what passed, kept for the stderr stream.
     tail: Option<StderrTail>,
@@ -204,13 +212,20 @@ impl Reader {
             return;
         }
         if let Some(gate) = &self.gate {
+            self.gated.fetch_add(1, Ordering::SeqCst);
             gate.wait().await;
+            self.gated.fetch_sub(1, Ordering::SeqCst);
         }
         // The dispatcher takes output as fast as it comes (the reporter drops what the terminal
         // cannot take), so this waits at most for the loop's current step, never for the terminal.
         // While it waits nothing is read: past the channel's bound the child blocks on its pipe.
         let chunk = Arc::new(Chunk::new(bytes));
         let _ = self.events.send(Msg::Output { step: self.step, row: self.row, stream: self.stream, chunk }).await;
+        if self.gate.is_some() {
+            // Let the dispatcher hand the chunk to the display before more is read, so that the
+            // gate counts it: otherwise up to the channel's 256 chunks could pass the gate at once.
+            tokio::task::yield_now().await;
+        }
     }
 
     /// Copy until end-of-file; returns the end of what passed, for the stderr stream.
@@ -306,8 +321,14 @@ impl Supervisor {
     /// Wait, up to `limit`, until every reader has reached end-of-file; true when they did.
     /// Readers never wait for the terminal, so only a process holding the output open can make
     /// this take long.
+    ///
+    /// A reader held at the [`OutputGate`] by a display that is still writing (a regular file
+    /// taking a burst) is not held by a process: while one is, and the display has written
+    /// something since the last look, the wait starts again.
     async fn drain(&mut self, limit: Duration) -> bool {
-        let deadline = Instant::now() + limit;
+        let mut deadline = Instant::now() + limit;
+        let progress = |s: &Self| s.gate.as_ref().map(|g| g.progress());
+        let mut seen = progress(self);
         while self.readers_left > 0 {
             // `recv` is cancel-safe: a timed-out wait loses no end-of-file message.
             match tokio::time::timeout_at(deadline, self.readers_done.recv()).await {
@@ -318,7 +339,13 @@ impl Supervisor {
                     }
                 }
                 Ok(None) => return true, // no reader left to wait for
-                Err(_) => return false,
+                Err(_) => {
+                    let now = progress(self);
+                    if self.gated.load(Ordering::SeqCst) == 0 || now == seen {
+                        return false;
+                    }
+                    (seen, deadline) = (now, Instant::now() + limit);
+                }
             }
         }
         true
@@ -436,5 +463,78 @@ fn stop_group(pgid: u32, sig: Signal, grace: Duration) -> Option<Instant> {
     } else {
         unix::signal_group(pgid, sig.0);
         Some(Instant::now() + grace)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Control, Log, Output, OutputGate, Supervisor};
+    use crate::executor::{Msg, StepRef};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+    use tokio::sync::{mpsc, watch};
+
+    /// A child writes 1 MiB and exits at once, while the display (a file taking 12 KiB every
+    /// 100 ms, 8.5 s for it all) holds its reader at the gate: waymark waits for all of it,
+    /// longer than the 5.5 s it gives a reader held by a process, and says nothing of processes
+    /// holding the output open.
+    #[tokio::test]
+    async fn a_reader_held_by_a_display_still_writing_is_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let gate = Arc::new(OutputGate::new(64 * 1024));
+        let (out_r, out_w) = std::io::pipe().unwrap();
+        let (err_r, err_w) = std::io::pipe().unwrap();
+        let child = tokio::process::Command::new("sh")
+            .args(["-c", "yes | head -c 1048576"])
+            .stdout(out_w)
+            .stderr(err_w)
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let output = |pipe, name: &str| {
+            let log_path = dir.path().join(name);
+            let log = Log::Open(std::fs::File::create(&log_path).unwrap());
+            Output { pipe, log, log_path, lines: true, gate: Some(Arc::clone(&gate)) }
+        };
+        let (tx, mut rx) = mpsc::channel(256);
+        let outputs = [output(out_r, "stdout"), output(err_r, "stderr")];
+        let supervisor = Supervisor::watch(child, "held".to_owned(), 0, 1, outputs, Arc::default(), &tx);
+        // The display: a chunk counts as queued when it comes, and is written 12 KiB at a time.
+        let (shown, queued) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let display = tokio::spawn({
+            let (gate, shown, queued) = (Arc::clone(&gate), Arc::clone(&shown), Arc::clone(&queued));
+            async move {
+                while let Some(msg) = rx.recv().await {
+                    if let Msg::Output { chunk, .. } = msg {
+                        shown.fetch_add(chunk.len(), Ordering::SeqCst);
+                        queued.fetch_add(chunk.len(), Ordering::SeqCst);
+                        gate.queued(chunk.len());
+                    }
+                }
+            }
+        });
+        let writer = tokio::spawn({
+            let (gate, queued) = (Arc::clone(&gate), Arc::clone(&queued));
+            async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let n = queued.load(Ordering::SeqCst).min(12 * 1024);
+                    queued.fetch_sub(n, Ordering::SeqCst);
+                    gate.written(n);
+                }
+            }
+        });
+        let (flow, _) =
+            crate::flow::parse("[[step]]\nname = 's'\nrun = ['true']\n", std::path::Path::new("/x/flow.toml"))
+                .unwrap_or_else(|_| panic!("a valid flow"));
+        let (_control, control_rx) = watch::channel(Control::Run);
+        let finished = supervisor.supervise(StepRef::InFlow(Arc::new(flow), 0), None, control_rx).await;
+        writer.abort();
+        drop(tx);
+        display.await.unwrap();
+        assert!(finished.notes.is_empty(), "{:?}", finished.notes);
+        assert_eq!(shown.load(Ordering::SeqCst), 1024 * 1024, "every line reached the display");
+        assert_eq!(std::fs::read(dir.path().join("stdout")).unwrap().len(), 1024 * 1024);
     }
 }
