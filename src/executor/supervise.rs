@@ -475,7 +475,7 @@ mod tests {
     use std::time::Duration;
     use tokio::sync::{mpsc, watch};
 
-    /// A child writes 1 MiB and exits at once, while the display (a file taking 12 KiB every
+    /// A child writes 1 MiB into a pipe that takes it all and exits at once, while the display (a file taking 12 KiB every
     /// 100 ms, 8.5 s for it all) holds its reader at the gate: waymark waits for all of it,
     /// longer than the 5.5 s it gives a reader held by a process, and says nothing of processes
     /// holding the output open.
@@ -485,6 +485,8 @@ mod tests {
         let gate = Arc::new(OutputGate::new(64 * 1024));
         let (out_r, out_w) = std::io::pipe().unwrap();
         let (err_r, err_w) = std::io::pipe().unwrap();
+        // A pipe that takes all of it: the child exits with the megabyte still to be read.
+        nix::fcntl::fcntl(&out_w, nix::fcntl::FcntlArg::F_SETPIPE_SZ(1024 * 1024)).unwrap();
         let child = tokio::process::Command::new("sh")
             .args(["-c", "yes | head -c 1048576"])
             .stdout(out_w)
