@@ -532,10 +532,10 @@ mod tests {
                 .unwrap_or_else(|_| panic!("a valid flow"));
         let (_control, control_rx) = watch::channel(Control::Run);
         let finished = supervisor.supervise(StepRef::InFlow(Arc::new(flow), 0), None, control_rx).await;
+        assert!(finished.notes.is_empty(), "{:?}", finished.notes);
         writer.abort();
         drop(tx);
-        display.await.unwrap();
-        assert!(finished.notes.is_empty(), "{:?}", finished.notes);
+        tokio::time::timeout(Duration::from_secs(60), display).await.expect("the readers are done").unwrap();
         assert_eq!(shown.load(Ordering::SeqCst), 1024 * 1024, "every line reached the display");
         assert_eq!(std::fs::read(dir.path().join("stdout")).unwrap().len(), 1024 * 1024);
     }
