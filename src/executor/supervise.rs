@@ -216,9 +216,10 @@ impl Reader {
             gate.wait().await;
             self.gated.fetch_sub(1, Ordering::SeqCst);
         }
-        // The dispatcher takes output as fast as it comes (the reporter drops what the terminal
-        // cannot take), so this waits at most for the loop's current step, never for the terminal.
-        // While it waits nothing is read: past the channel's bound the child blocks on its pipe.
+        // The dispatcher takes output as fast as it comes (the reporter drops what a terminal or a
+        // pipe cannot take; a regular file holds the readers at the gate above), so this waits at
+        // most for the loop's current step. While it waits nothing is read: past the channel's
+        // bound the child blocks on its pipe.
         let chunk = Arc::new(Chunk::new(bytes));
         let _ = self.events.send(Msg::Output { step: self.step, row: self.row, stream: self.stream, chunk }).await;
         if self.gate.is_some() {
@@ -319,12 +320,10 @@ struct Copied {
 
 impl Supervisor {
     /// Wait, up to `limit`, until every reader has reached end-of-file; true when they did.
-    /// Readers never wait for the terminal, so only a process holding the output open can make
-    /// this take long.
-    ///
-    /// A reader held at the [`OutputGate`] by a display that is still writing (a regular file
-    /// taking a burst) is not held by a process: while one is, and the display has written
-    /// something since the last look, the wait starts again.
+    /// Readers never wait for a terminal or a pipe, so only a process holding the output open, or
+    /// a regular file taking a burst, can make this take long. A reader held at the
+    /// [`OutputGate`] by such a file is not held by a process: while one is, and the file has
+    /// taken something since the last look, the wait starts again.
     async fn drain(&mut self, limit: Duration) -> bool {
         let mut deadline = Instant::now() + limit;
         let progress = |s: &Self| s.gate.as_ref().map(|g| g.progress());
@@ -475,10 +474,10 @@ mod tests {
     use std::time::Duration;
     use tokio::sync::{mpsc, watch};
 
-    /// A child writes 1 MiB into a pipe that takes it all and exits at once, while the display (a file taking 12 KiB every
-    /// 100 ms, 8.5 s for it all) holds its reader at the gate: waymark waits for all of it,
-    /// longer than the 5.5 s it gives a reader held by a process, and says nothing of processes
-    /// holding the output open.
+    /// A child writes 1 MiB into a pipe that takes it all and exits at once, while the display (a
+    /// file taking 12 KiB every 100 ms, 8.5 s for it all) holds its reader at the gate: waymark
+    /// waits for all of it, longer than the 5.5 s it gives a reader held by a process, and says
+    /// nothing of processes holding the output open.
     #[tokio::test]
     async fn a_reader_held_by_a_display_still_writing_is_waited_for() {
         let dir = tempfile::tempdir().unwrap();
