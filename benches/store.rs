@@ -4,9 +4,10 @@
 //!
 //! Times, per attempt, over N attempts (3000): the three commits of a failing attempt retried
 //! after a backoff (start, pid, outcome: synchronous=NORMAL), the two of one retried at once (its
-//! start committed with the outcome of the attempt before it, and its pid), and the three of a
-//! succeeding one (its outcome commit is synchronous=FULL; each of N steps succeeds once), on a
-//! database in a temporary directory (set TMPDIR to choose the disk).
+//! start committed with the outcome of the attempt before it, and its pid), and the two of a
+//! succeeding step after a success (its start committed with the success of the step before it,
+//! synchronous=FULL, and its pid; each of N steps succeeds once), on a database in a temporary
+//! directory (set TMPDIR to choose the disk).
 
 use std::time::{Duration, Instant, SystemTime};
 use waymark::classify::{ErrorSource, ErrorValue};
@@ -64,16 +65,23 @@ fn main() {
     }
     let at_once: Duration = start.elapsed() / n;
 
-    // Succeeding: one attempt of each step `tI`, its outcome synced.
+    // Succeeding: one attempt of each step `tI`, whose start carries the success of the step
+    // before it (synced); the last success is committed alone.
     let start = Instant::now();
-    for i in 0..n {
-        let step = format!("t{i}");
-        let row = store.attempt_starting(&lease, &run.id, &step, 1, false, &stem).unwrap();
+    let mut row = store.attempt_starting(&lease, &run.id, "t0", 1, false, &stem).unwrap();
+    let succeeded = result(AttemptOutcome::Succeeded);
+    for i in 1..n {
         store.attempt_spawned(&lease, row, 4242, Some(1)).unwrap();
-        store.attempt_finished(&lease, row, &result(AttemptOutcome::Succeeded), &StepUpdate::Succeeded).unwrap();
+        let step = format!("t{i}");
+        let next = NextAttempt { step: &step, attempt: 1, redelivered: false, log_stem: &stem };
+        row = store
+            .attempt_finished_then_starting(&lease, &run.id, row, &succeeded, &StepUpdate::Succeeded, &next)
+            .unwrap();
     }
+    store.attempt_spawned(&lease, row, 4242, Some(1)).unwrap();
+    store.attempt_finished(&lease, row, &succeeded, &StepUpdate::Succeeded).unwrap();
     let succeeding = start.elapsed() / n;
     println!("store bookkeeping per failing attempt, after a backoff (3 commits, NORMAL): {after_backoff:?}");
     println!("store bookkeeping per failing attempt, retried at once (2 commits, NORMAL): {at_once:?}");
-    println!("store bookkeeping per succeeding attempt (2 NORMAL + 1 FULL commit):        {succeeding:?}");
+    println!("store bookkeeping per succeeding step (1 NORMAL + 1 FULL commit):           {succeeding:?}");
 }

@@ -1,8 +1,9 @@
 //! Issue 11: a failed attempt whose retry is due at once (no backoff) commits its outcome in the
-//! same transaction as the retry's start, so an attempt retried at once costs two commits of the
-//! state database (its start with the outcome before it, and its pid), not three. Counted from
-//! the database's write-ahead log, whatever the code path; and a SIGKILL right after that one
-//! commit resumes with the retry redelivered, nothing lost and nothing run twice.
+//! same transaction as the retry's start, and a success commits with the start of the step that
+//! waited for it, so an attempt costs two commits of the state database (its start with the
+//! outcome before it, and its pid), not three. Counted from the database's write-ahead log,
+//! whatever the code path; and a SIGKILL right after that one commit resumes with the started
+//! attempt redelivered, nothing lost and nothing run twice.
 
 mod common;
 
@@ -25,25 +26,42 @@ fn wal_commits(wal: &std::path::Path) -> usize {
     commits
 }
 
-/// The commits a run of a step that fails `attempts` times (each retried at once) makes, in a
-/// state directory of its own.
-fn commits_of_a_run(attempts: u32) -> usize {
+/// The commits a run of `flow` makes, in a state directory of its own, and its exit code.
+fn commits_of_a_run(flow: &str) -> (usize, Option<i32>) {
     let env = Env::new();
-    env.write(
-        "flow.toml",
-        &format!("name = 'fails'\n[[step]]\nname = 'a'\nrun = ['false']\nretry = {{ attempts = {attempts} }}\n"),
-    );
+    env.write("flow.toml", flow);
     let out = env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    wal_commits(&env.state().join("waymark.db-wal"))
+    (wal_commits(&env.state().join("waymark.db-wal")), out.status.code())
+}
+
+/// The commits a run of a step that fails `attempts` times (each retried at once) makes.
+fn commits_of_failures(attempts: u32) -> usize {
+    let flow = format!("name = 'fails'\n[[step]]\nname = 'a'\nrun = ['false']\nretry = {{ attempts = {attempts} }}\n");
+    let (commits, code) = commits_of_a_run(&flow);
+    assert_eq!(code, Some(1));
+    commits
+}
+
+/// The commits a run of `steps` steps that succeed, one after the other, makes.
+fn commits_of_successes(steps: u32) -> usize {
+    let flow: String = (0..steps).map(|i| format!("[[step]]\nname = 's{i}'\nrun = ['true']\n")).collect();
+    let (commits, code) = commits_of_a_run(&format!("name = 'succeeds'\n{flow}"));
+    assert_eq!(code, Some(0));
+    commits
 }
 
 #[test]
 fn an_attempt_retried_at_once_costs_two_commits() {
     // The run's own commits (schema, run, its end) are the same for both: the difference is the
     // attempts'. Few enough that no checkpoint restarts the log in between.
-    let (few, many) = (commits_of_a_run(5), commits_of_a_run(25));
+    let (few, many) = (commits_of_failures(5), commits_of_failures(25));
     assert_eq!(many - few, 2 * 20, "commits: {few} for 5 attempts, {many} for 25");
+}
+
+#[test]
+fn a_step_started_after_a_success_costs_two_commits() {
+    let (few, many) = (commits_of_successes(5), commits_of_successes(25));
+    assert_eq!(many - few, 2 * 20, "commits: {few} for 5 steps, {many} for 25");
 }
 
 #[test]
@@ -61,7 +79,7 @@ fn a_runner_killed_right_after_committing_an_outcome_with_its_retry_s_start_resu
     );
     // SIGKILL right after attempt 1's failure and attempt 2's start are committed (one
     // transaction), before attempt 2's child is spawned.
-    let out = env.cmd(&["run", "flow.toml"]).env("WAYMARK_TEST_CRASH_AT_RETRY", "a").output().unwrap();
+    let out = env.cmd(&["run", "flow.toml"]).env("WAYMARK_TEST_CRASH_AT_START", "a").output().unwrap();
     assert_eq!(out.status.signal(), Some(9), "{}", stderr(&out));
     assert_eq!(env.read("a.log"), "1\n", "attempt 2 was not spawned");
     let db = rusqlite::Connection::open(env.state().join("waymark.db")).unwrap();
@@ -92,6 +110,56 @@ fn a_runner_killed_right_after_committing_an_outcome_with_its_retry_s_start_resu
             (2, "runner_lost".into(), false, false),
             (2, "succeeded".into(), true, true),
             (1, "succeeded".into(), false, true),
+        ]
+    );
+}
+
+#[test]
+fn a_runner_killed_right_after_committing_a_success_with_the_next_step_s_start_resumes_it_once() {
+    if !common::have_crash_hook(
+        "a_runner_killed_right_after_committing_a_success_with_the_next_step_s_start_resumes_it_once",
+    ) {
+        return;
+    }
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'chained'\n[[step]]\nname = 'a'\nshell = 'echo a >> a.log'\n\
+         [[step]]\nname = 'b'\nshell = 'echo b >> b.log'\n",
+    );
+    // SIGKILL right after a's success and b's start are committed (one transaction), before b's
+    // child is spawned.
+    let out = env.cmd(&["run", "flow.toml"]).env("WAYMARK_TEST_CRASH_AT_START", "b").output().unwrap();
+    assert_eq!(out.status.signal(), Some(9), "{}", stderr(&out));
+    assert_eq!((env.count("a.log"), env.count("b.log")), (1, 0), "b was not spawned");
+    let db = rusqlite::Connection::open(env.state().join("waymark.db")).unwrap();
+    let rows = |db: &rusqlite::Connection| -> Vec<(String, u32, String, bool, bool)> {
+        let mut stmt = db
+            .prepare("SELECT step, attempt, outcome, redelivered, pid IS NOT NULL FROM attempts ORDER BY row")
+            .unwrap();
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    // Both halves are there: a's success, and b's attempt in flight without a pid.
+    assert_eq!(
+        rows(&db),
+        [("a".into(), 1, "succeeded".into(), false, true), ("b".into(), 1, "running".into(), false, false)]
+    );
+
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    let said = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("resuming run"), "{said}");
+    // a ran once and is not run again; b once, under the second runner.
+    assert_eq!((env.count("a.log"), env.count("b.log")), (1, 1));
+    assert_eq!(
+        rows(&db),
+        [
+            ("a".into(), 1, "succeeded".into(), false, true),
+            ("b".into(), 1, "runner_lost".into(), false, false),
+            ("b".into(), 1, "succeeded".into(), true, true),
         ]
     );
 }

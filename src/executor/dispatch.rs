@@ -98,23 +98,26 @@ pub(crate) struct Parts<L, J, S, C> {
     pub(crate) rng: fastrand::Rng,
     /// Test hook, in debug builds only (`WAYMARK_TEST_CRASH_AFTER=STEP`): SIGKILL the runner
     /// right after an attempt outcome of STEP is committed, to test resuming from exactly there.
-    /// STEP's outcomes are committed on their own, never with their retry's start (see [`Held`]).
+    /// STEP's outcomes are committed on their own, never with the next start (see [`Held`]).
     pub(crate) crash_after: Option<String>,
-    /// Test hook, in debug builds only (`WAYMARK_TEST_CRASH_AT_RETRY=STEP`): SIGKILL the runner
-    /// right after a failed attempt's outcome of STEP and its retry's start are committed together
-    /// (see [`Held`]), before the retry's child is spawned.
-    pub(crate) crash_at_retry: Option<String>,
+    /// Test hook, in debug builds only (`WAYMARK_TEST_CRASH_AT_START=STEP`): SIGKILL the runner
+    /// right after an attempt of STEP is recorded as starting in one transaction with a held
+    /// outcome (see [`Held`]: a failed attempt of STEP's, or the success of the step before),
+    /// before its child is spawned.
+    pub(crate) crash_at_start: Option<String>,
 }
 
-/// A failed attempt's outcome, decided but not yet committed, whose retry is due at once (no
-/// backoff): the retry's start, a few instructions later in the same turn of the event loop,
-/// commits it in the same transaction as its own (one write instead of two). A crash leaves both
-/// or neither, and each is a state resume already handles: before, the failed attempt in flight
-/// (its group killed by its recorded pid, it is redelivered); after, the retry in flight without
-/// a pid (its processes found by their `WAYMARK_ATTEMPT_ID`, it is redelivered). Anything else to
-/// be written first commits it alone, as does the end of the turn, before the loop waits for
-/// anything: it is never held across a wait. What `failed` says about the attempt is said once it
-/// is committed.
+/// An attempt's outcome, decided but not yet committed: a success, or a failure whose retry is due
+/// at once (no backoff). The next attempt started in the same turn of the event loop, a few
+/// instructions later (the retry, or the step that waited for the success), commits it in the
+/// same transaction as its own start: one write instead of two, and for a success one synced
+/// commit where there were a synced and an unsynced one. A crash leaves both or neither, and each
+/// is a state resume already handles: before, the ended attempt in flight (its group killed by
+/// its recorded pid, it is redelivered); after, the next attempt in flight without a pid (its
+/// processes found by their `WAYMARK_ATTEMPT_ID`, it is redelivered). Anything else to be written
+/// first commits it alone, as does the end of the turn, before the loop waits for anything: it is
+/// never held across a wait. What is said about the attempt, and every event of the run after
+/// it, is said once it is committed (see `Dispatcher::say`).
 struct Held {
     index: usize,
     row: i64,
@@ -580,7 +583,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             self.set_slot(index, queued);
             if !self.steps[index].said_ready {
                 self.steps[index].said_ready = true;
-                self.emitter.emit(Event::StepReady { step: self.steps[index].step.name.clone() });
+                self.say(Event::StepReady { step: self.steps[index].step.name.clone() });
             }
         }
     }
@@ -645,9 +648,6 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         let Slot::Queued { attempt, redelivered, issued, .. } = self.steps[index].slot else { return Ok(()) };
         let step = self.steps[index].step.clone();
         let max_attempts = self.steps[index].max_attempts();
-        if self.held.as_ref().is_some_and(|h| h.index != index) {
-            self.commit_held().await?;
-        }
         let stem = match self.parts.launcher.prepare(&step, attempt) {
             Ok(stem) => stem,
             Err(e) => {
@@ -655,8 +655,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 return Err(e);
             }
         };
-        let row = match self.held.take_if(|h| h.index == index) {
-            // This is the retry a failed attempt's outcome was held for: both in one transaction.
+        let row = match self.held.take() {
+            // An outcome held for this start (see `Held`): both in one transaction.
             Some(held) => {
                 let next = NextAttempt { step: &step.name, attempt, redelivered, log_stem: &stem };
                 let row = self
@@ -665,7 +665,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                     .attempt_finished_then_starting(held.row, &held.result, &held.update, &next)
                     .await?;
                 self.say_held(held);
-                if self.parts.crash_at_retry.as_deref() == Some(step.name.as_str()) {
+                if self.parts.crash_at_start.as_deref() == Some(step.name.as_str()) {
                     crash();
                 }
                 row
@@ -831,15 +831,23 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             self.emitter.warning(Some(&name), message);
         }
         let result = AttemptResult { outputs: found, ..self.result(AttemptOutcome::Succeeded, Some(0), None) };
-        self.parts.journal.attempt_finished(ended.row, &result, &StepUpdate::Succeeded).await?;
-        self.crash_point(index);
-        self.outputs.insert(index, &name, result.outputs);
+        // The steps it lets start are started in this turn of the loop: the success is committed
+        // with the first one's start (see `Held`), unless the crash hook is to stop the runner
+        // right after it.
+        let hold = self.parts.crash_after.as_deref() != Some(name.as_str());
+        // An outcome is held only until the next write, and this is one: never overwrite it.
+        self.commit_held().await?;
+        if !hold {
+            self.parts.journal.attempt_finished(ended.row, &result, &StepUpdate::Succeeded).await?;
+            self.crash_point(index);
+        }
+        self.outputs.insert(index, &name, result.outputs.clone());
         self.completed.push(index);
         self.set_slot(index, Slot::Succeeded);
         let s = &mut self.steps[index];
         (s.last_attempt, s.last_stderr_from) = (ended.attempt, ended.stderr_from);
         let (step, max_attempts, used) = (s.step.name.clone(), s.max_attempts(), s.within_budget(ended.attempt));
-        self.emitter.emit(Event::AttemptFinished {
+        let attempt_finished = Event::AttemptFinished {
             step: step.clone(),
             attempt: ended.attempt,
             max_attempts,
@@ -851,8 +859,14 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             exit_code: Some(0),
             signal: None,
             killed_after_grace: false,
-        });
-        self.emitter.emit(Event::StepFinished { step, outcome: StepOutcome::Succeeded, attempts: used });
+        };
+        let said =
+            vec![attempt_finished, Event::StepFinished { step, outcome: StepOutcome::Succeeded, attempts: used }];
+        if hold {
+            self.held = Some(Held { index, row: ended.row, result, update: StepUpdate::Succeeded, said });
+        } else {
+            said.into_iter().for_each(|event| self.emitter.emit(event));
+        }
         Ok(())
     }
 
@@ -1420,7 +1434,16 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 let _ = live.control.send(if forced { Control::Kill } else { Control::Cancel(sig) });
             }
         }
-        self.emitter.emit(Event::Cancelling { signal: sig.number(), forced });
+        self.say(Event::Cancelling { signal: sig.number(), forced });
+    }
+
+    /// Say `event` now, or after the held outcome once it is committed (see `Held`): the events
+    /// keep the order of what happened.
+    fn say(&mut self, event: Event) {
+        match &mut self.held {
+            Some(held) => held.said.push(event),
+            None => self.emitter.emit(event),
+        }
     }
 
     async fn finish(&mut self, outcome: RunOutcome) -> Result<RunOutcome, ExecError> {

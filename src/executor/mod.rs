@@ -135,8 +135,8 @@ pub(crate) async fn execute(
     launcher.lines = emitter.shows_output();
     launcher.gate = emitter.output_gate();
     let hook = |name: &str| if cfg!(debug_assertions) { std::env::var(name).ok() } else { None };
-    let (crash_after, crash_at_retry) = (hook("WAYMARK_TEST_CRASH_AFTER"), hook("WAYMARK_TEST_CRASH_AT_RETRY"));
+    let (crash_after, crash_at_start) = (hook("WAYMARK_TEST_CRASH_AFTER"), hook("WAYMARK_TEST_CRASH_AT_START"));
     let rng = fastrand::Rng::new();
-    let parts = Parts { launcher, journal, signals, clock: SystemClock, rng, crash_after, crash_at_retry };
+    let parts = Parts { launcher, journal, signals, clock: SystemClock, rng, crash_after, crash_at_start };
     Dispatcher::new(spec, parts, emitter)?.run().await
 }

@@ -445,7 +445,7 @@ impl Test {
             clock: FakeClock(begin),
             rng: fastrand::Rng::with_seed(self.seed),
             crash_after: None,
-            crash_at_retry: None,
+            crash_at_start: None,
         };
         let mut emitter = Emitter::with_clock(vec![Box::new(Recorder(Rc::clone(&events)))], || BASE);
         emitter.set_run("r1");
@@ -788,7 +788,13 @@ timeout = 3
     assert_eq!(ran.outcome(), RunOutcome::Failed);
     assert_eq!(ran.took, secs(5));
     assert_eq!(ran.attempt_finished()[1].2.as_deref(), Some("ActionTimeout"));
-    assert_eq!(ran.writes[3..5], ["starting quick #1 row 2", "finished row 2 Failed ActionTimeout -> Failed"]);
+    assert_eq!(
+        ran.writes[2..4],
+        [
+            "finished row 1 Succeeded -> Succeeded; starting quick #1 row 2",
+            "finished row 2 Failed ActionTimeout -> Failed"
+        ]
+    );
 }
 
 /// `a` fails for good at 1 s; `b` runs 10 s; `c` is ready but has no slot; `d` needs b.
@@ -1036,8 +1042,9 @@ async fn a_signal_while_a_write_is_pending_starts_no_further_attempt() {
 }
 
 /// Issue 11: a failed attempt whose retry is due at once costs two writes, not three: its pid,
-/// and its outcome committed in one transaction with the retry's start. What is said about it
-/// is the same, in the same order, as with a backoff (each after its commit).
+/// and its outcome committed in one transaction with the retry's start; so does a success with
+/// the start of the step that waited for it. What is said about it is the same, in the same
+/// order, as with a backoff (each after its commit).
 #[tokio::test(start_paused = true)]
 async fn a_retry_due_at_once_is_started_in_the_transaction_of_the_failed_attempt_s_outcome() {
     let now = FLAKY.replace("backoff_seconds = 1", "backoff_seconds = 0");
@@ -1053,8 +1060,7 @@ async fn a_retry_due_at_once_is_started_in_the_transaction_of_the_failed_attempt
             "spawned row 2",
             "finished row 2 Failed ConnectionError -> waiting for #3 until +10s; starting a #3 row 3",
             "spawned row 3",
-            "finished row 3 Succeeded -> Succeeded",
-            "starting b #1 row 4",
+            "finished row 3 Succeeded -> Succeeded; starting b #1 row 4",
             "spawned row 4",
             "finished row 4 Succeeded -> Succeeded",
             "run Succeeded None",
@@ -1070,11 +1076,49 @@ async fn a_retry_due_at_once_is_started_in_the_transaction_of_the_failed_attempt
     );
 }
 
-/// A held outcome whose retry does not get the free slot first (a step earlier in the file
-/// whose backoff ended meanwhile takes it) is committed alone before that step's start: the
-/// writes stay in the order the steps act, and the retry starts later with a write of its own.
+/// A success is held for the start of the step that waited for it (see `Held`): one write for
+/// both, and what is said keeps the order of what happened: the step that waited is said to be
+/// ready only after the success it waited for. A step after the last has nothing to go with.
 #[tokio::test(start_paused = true)]
-async fn a_held_outcome_is_committed_alone_when_another_step_takes_the_slot_first() {
+async fn a_success_is_committed_with_the_start_of_the_step_it_lets_run_and_said_first() {
+    let toml = "[[step]]\nname = \"a\"\nrun = [\"a\"]\n[[step]]\nname = \"b\"\nrun = [\"b\"]\n";
+    let ran = Test::new(toml).run(|_, _| exit(2, 0)).await;
+    assert_eq!(ran.outcome(), RunOutcome::Succeeded);
+    assert_eq!(
+        ran.writes,
+        [
+            "starting a #1 row 1",
+            "spawned row 1",
+            "finished row 1 Succeeded -> Succeeded; starting b #1 row 2",
+            "spawned row 2",
+            "finished row 2 Succeeded -> Succeeded",
+            "run Succeeded None",
+        ]
+    );
+    assert_eq!(
+        ran.kinds(),
+        [
+            "run_started",
+            "step_ready a",
+            "step_started a",
+            "attempt_started a",
+            "attempt_finished a",
+            "step_finished a",
+            "step_ready b",
+            "step_started b",
+            "attempt_started b",
+            "attempt_finished b",
+            "step_finished b",
+            "run_finished",
+        ]
+    );
+}
+
+/// A held outcome whose retry does not get the free slot first (a step earlier in the file
+/// whose backoff ended meanwhile takes it) is committed with that step's start: the writes stay
+/// in the order the steps act, and the retry starts later, with the next held outcome.
+#[tokio::test(start_paused = true)]
+async fn a_held_outcome_is_committed_with_the_start_of_the_step_that_takes_the_slot_first() {
     let toml = r#"
 max_parallel = 1
 [exit_codes]
@@ -1111,11 +1155,9 @@ retry = { attempts = 2 }
             "finished row 1 Failed ConnectionError -> waiting for #2 until +2s",
             "starting a #1 row 2",
             "spawned row 2",
-            "finished row 2 Failed ConnectionError -> waiting for #2 until +6s",
-            "starting x #2 row 3",
+            "finished row 2 Failed ConnectionError -> waiting for #2 until +6s; starting x #2 row 3",
             "spawned row 3",
-            "finished row 3 Succeeded -> Succeeded",
-            "starting a #2 row 4",
+            "finished row 3 Succeeded -> Succeeded; starting a #2 row 4",
             "spawned row 4",
             "finished row 4 Succeeded -> Succeeded",
             "run Succeeded None",
