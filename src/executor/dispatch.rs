@@ -119,7 +119,6 @@ pub(crate) struct Parts<L, J, S, C> {
 /// never held across a wait. What is said about the attempt, and every event of the run after
 /// it, is said once it is committed (see `Dispatcher::say`).
 struct Held {
-    index: usize,
     row: i64,
     result: AttemptResult,
     update: StepUpdate,
@@ -863,7 +862,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         let said =
             vec![attempt_finished, Event::StepFinished { step, outcome: StepOutcome::Succeeded, attempts: used }];
         if hold {
-            self.held = Some(Held { index, row: ended.row, result, update: StepUpdate::Succeeded, said });
+            self.held = Some(Held { row: ended.row, result, update: StepUpdate::Succeeded, said });
         } else {
             said.into_iter().for_each(|event| self.emitter.emit(event));
         }
@@ -1004,7 +1003,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             }
         }
         if hold {
-            self.held = Some(Held { index, row: ended.row, result, update, said });
+            self.held = Some(Held { row: ended.row, result, update, said });
             return Ok(());
         }
         for event in said {
