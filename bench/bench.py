@@ -362,6 +362,13 @@ def bench_attempt(t, waymark, floor, peers, work, rounds, n=200):
                 return timed([binary, "run", "--quiet", flow], env=state_env(state))[0] / n
         return go
 
+    # The least an attempt recorded so that it survives a SIGKILL of the runner costs: a spawn and
+    # one synchronous=NORMAL commit of the same database (waymark commits an attempt's outcome with
+    # its retry's start, then its pid).
+    def record():
+        with tempfile.TemporaryDirectory(dir=work) as db:
+            return timed([floor, "record", str(n), false, os.path.join(db, "floor.db")])[0] / n
+
     res = interleave(rounds, {
         "waymark": wm(waymark),
         **({"baseline": wm(BASELINE)} if BASELINE else {}),
@@ -371,15 +378,19 @@ def bench_attempt(t, waymark, floor, peers, work, rounds, n=200):
         # attempt-cli: fixed schedule of 0 s, retry on a failing status, quiet.
         "attempt": lambda: timed([peers / "attempt", "fixed", "-w", "0", "-a", str(n), "-F", "-qq", "--", false])[0] / n,
         "spawn": lambda: timed([floor, "spawn", str(n), false])[0] / n,
+        "record": record,
     })
     fastest = [min(a, b) for a, b in zip(res["retry"], res["attempt"])]
     t.add("spawn floor (posix_spawn+wait of false)", med_range(res["spawn"]))
+    t.add("record floor (+1 NORMAL commit, disk)", med_range(res["record"]))
     t.add("failing attempt, retry-cli", med_range(res["retry"]))
     t.add("failing attempt, attempt-cli", med_range(res["attempt"]))
     t.add(f"failing attempt, waymark ({n} attempts, disk)", med_range(res["waymark"]), ratio_str(ratios(res["waymark"], fastest)),
           "fastest retry CLI of the round")
     t.add("failing attempt, waymark against the spawn floor", "", ratio_str(ratios(res["waymark"], res["spawn"])),
           "spawn floor")
+    t.add("failing attempt, waymark against the record floor", "", ratio_str(ratios(res["waymark"], res["record"])),
+          "record floor: the least an attempt recorded to survive a SIGKILL costs")
     against_baseline(t, "failing attempt", res)
 
 

@@ -1,11 +1,14 @@
-//! `waymark-floor spawn N PROGRAM` and `waymark-floor flush N PROGRAM DB`: the floors that
+//! `waymark-floor spawn N PROGRAM`, `waymark-floor flush N PROGRAM DB` and `waymark-floor record N
+//! PROGRAM DB`: the floors that
 //! `bench/bench.py` holds waymark against. `waymark-floor stamp FILE CODE` is a step's program
 //! instead: it appends the wall-clock time in nanoseconds to FILE and exits with CODE, so that the
 //! benchmark reads when each attempt started from the child's side, to the microsecond. Each iteration spawns PROGRAM (std's `Command`, which
 //! uses posix_spawn on Linux when, as here, no pre-exec hook is set) with stdio inherited and waits
 //! for it; `flush` also commits one row to the SQLite database DB (WAL, synchronous=FULL: one
-//! fsync of the WAL per commit) after each wait. It prints nothing: the benchmark times the whole
-//! process from outside, as it times waymark.
+//! fsync of the WAL per commit) after each wait, and `record` the same with synchronous=NORMAL
+//! (no fsync: the commit survives a SIGKILL of the process, not a power loss, as a failed
+//! attempt's record in waymark does). It prints nothing: the benchmark times the whole process
+//! from outside, as it times waymark.
 
 use std::process::{Command, ExitCode};
 
@@ -15,7 +18,9 @@ fn main() -> ExitCode {
         return stamp(&args[2..]);
     }
     let usage = || {
-        eprintln!("usage: waymark-floor spawn N PROGRAM | waymark-floor flush N PROGRAM DB | waymark-floor stamp FILE CODE");
+        eprintln!(
+            "usage: waymark-floor spawn N PROGRAM | waymark-floor flush|record N PROGRAM DB | waymark-floor stamp FILE CODE"
+        );
         ExitCode::from(2)
     };
     let (Some(mode), Some(n), Some(program)) = (args.get(1), args.get(2).and_then(|n| n.parse::<u64>().ok()), args.get(3))
@@ -24,10 +29,11 @@ fn main() -> ExitCode {
     };
     let db = match (mode.as_str(), args.get(4)) {
         ("spawn", None) => None,
-        ("flush", Some(path)) => {
+        ("flush" | "record", Some(path)) => {
             let conn = rusqlite::Connection::open(path).expect("open the database");
             conn.pragma_update(None, "journal_mode", "WAL").expect("WAL");
-            conn.pragma_update(None, "synchronous", "FULL").expect("synchronous=FULL");
+            let sync = if mode == "flush" { "FULL" } else { "NORMAL" };
+            conn.pragma_update(None, "synchronous", sync).expect("synchronous");
             conn.execute_batch("CREATE TABLE IF NOT EXISTS t (i INTEGER PRIMARY KEY, v INTEGER)").expect("table");
             Some(conn)
         }
