@@ -102,16 +102,18 @@ pub(crate) struct Parts<L, J, S, C> {
     pub(crate) crash_after: Option<String>,
     /// Test hook, in debug builds only (`WAYMARK_TEST_CRASH_AT_START=STEP`): SIGKILL the runner
     /// right after an attempt of STEP is recorded as starting in one transaction with a held
-    /// outcome (see [`Held`]: a failed attempt of STEP's, or the success of the step before),
-    /// before its child is spawned.
+    /// outcome (see [`Held`]: usually a failed attempt of STEP's, or the success of the step
+    /// before), before its child is spawned.
     pub(crate) crash_at_start: Option<String>,
 }
 
 /// An attempt's outcome, decided but not yet committed: a success, or a failure whose retry is due
 /// at once (no backoff). The next attempt started in the same turn of the event loop, a few
-/// instructions later (the retry, or the step that waited for the success), commits it in the
-/// same transaction as its own start: one write instead of two, and for a success one synced
-/// commit where there were a synced and an unsynced one. A crash leaves both or neither, and each
+/// instructions later, commits it in the same transaction as its own start, whichever step that
+/// attempt is of (usually the retry, or a step that waited for the success): one write instead of
+/// two, and for a success one synced commit where there were a synced and an unsynced one. A step
+/// issued by that success counts its timeout from the commit, as it did when the success was
+/// committed alone before it was issued. A crash leaves both or neither, and each
 /// is a state resume already handles: before, the ended attempt in flight (its group killed by
 /// its recorded pid, it is redelivered); after, the next attempt in flight without a pid (its
 /// processes found by their `WAYMARK_ATTEMPT_ID`, it is redelivered). Anything else to be written
@@ -119,6 +121,8 @@ pub(crate) struct Parts<L, J, S, C> {
 /// never held across a wait. What is said about the attempt, and every event of the run after
 /// it, is said once it is committed (see `Dispatcher::say`).
 struct Held {
+    /// When it was decided: a step issued since then was issued by it.
+    at: Instant,
     row: i64,
     result: AttemptResult,
     update: StepUpdate,
@@ -388,7 +392,7 @@ pub(crate) struct Dispatcher<'e, L, J, S, C> {
     secrets: Arc<Secrets>,
     /// When this runner took the run up, for the run's duration.
     began: Instant,
-    /// A failed attempt's outcome waiting to be committed with its retry's start.
+    /// An outcome waiting to be committed with the next attempt's start (see [`Held`]).
     held: Option<Held>,
 }
 
@@ -519,7 +523,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 self.make_ready(now);
                 self.start_queued().await?;
             }
-            // An outcome held for a retry that did not start in this turn is committed now, before
+            // An outcome held for a start that did not come in this turn is committed now, before
             // anything else is written or waited for.
             self.commit_held().await?;
             if self.running == 0
@@ -644,7 +648,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
 
     /// Issue the next attempt of step `index`: its start is durable before the child exists.
     async fn start(&mut self, index: usize) -> Result<(), ExecError> {
-        let Slot::Queued { attempt, redelivered, issued, .. } = self.steps[index].slot else { return Ok(()) };
+        let Slot::Queued { attempt, redelivered, mut issued, retry } = self.steps[index].slot else { return Ok(()) };
         let step = self.steps[index].step.clone();
         let max_attempts = self.steps[index].max_attempts();
         let stem = match self.parts.launcher.prepare(&step, attempt) {
@@ -663,6 +667,10 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                     .journal
                     .attempt_finished_then_starting(held.row, &held.result, &held.update, &next)
                     .await?;
+                // A step that the success issued: its clock starts once the success is on disk.
+                if !retry && held.update == StepUpdate::Succeeded && issued >= held.at {
+                    issued = Instant::now();
+                }
                 self.say_held(held);
                 if self.parts.crash_at_start.as_deref() == Some(step.name.as_str()) {
                     crash();
@@ -862,7 +870,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         let said =
             vec![attempt_finished, Event::StepFinished { step, outcome: StepOutcome::Succeeded, attempts: used }];
         if hold {
-            self.held = Some(Held { row: ended.row, result, update: StepUpdate::Succeeded, said });
+            self.held = Some(Held { at: Instant::now(), row: ended.row, result, update: StepUpdate::Succeeded, said });
         } else {
             said.into_iter().for_each(|event| self.emitter.emit(event));
         }
@@ -1003,7 +1011,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             }
         }
         if hold {
-            self.held = Some(Held { row: ended.row, result, update, said });
+            self.held = Some(Held { at: Instant::now(), row: ended.row, result, update, said });
             return Ok(());
         }
         for event in said {
@@ -1023,7 +1031,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         Ok(())
     }
 
-    /// What `failed` had to say about an attempt whose outcome was held, now that it is committed.
+    /// What was said while an outcome was held (about it, then what followed), now that it is
+    /// committed.
     fn say_held(&mut self, held: Held) {
         for event in held.said {
             self.emitter.emit(event);

@@ -1114,6 +1114,30 @@ async fn a_success_is_committed_with_the_start_of_the_step_it_lets_run_and_said_
     );
 }
 
+/// A step issued by a success counts its timeout from the commit that records the success with
+/// its start, as it did when the success was committed alone before it was issued: a slow disk
+/// (here 3 s a commit) does not eat into the next step's timeout. A retry's clock, and a step's
+/// that waited for a slot before the success, are as they were.
+#[tokio::test(start_paused = true)]
+async fn a_step_issued_by_a_success_counts_its_timeout_from_the_commit() {
+    let toml = "[[step]]\nname = \"a\"\nrun = [\"a\"]\n[[step]]\nname = \"b\"\nrun = [\"b\"]\ntimeout = 2\n";
+    let mut test = Test::new(toml);
+    test.finish_takes = secs(3);
+    let ran = test.run(|_, _| exit(1, 0)).await;
+    assert_eq!(ran.outcome(), RunOutcome::Succeeded);
+    // a ends at 1 s; its success and b's start take until 4 s; b runs 1 s of its 2.
+    assert_eq!(ran.schedule(), [("a", 1, 0.0), ("b", 1, 4.0)]);
+    let took: Vec<_> = ran
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::AttemptFinished { step, duration, .. } => Some((step.as_str(), *duration)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(took, [("a", secs(1)), ("b", secs(1))]);
+}
+
 /// A held outcome whose retry does not get the free slot first (a step earlier in the file
 /// whose backoff ended meanwhile takes it) is committed with that step's start: the writes stay
 /// in the order the steps act, and the retry starts later, with the next held outcome.
