@@ -185,3 +185,27 @@ shell = "test -e ok"
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(env.read("hooks"), "failure\nexit failed\nfailure\nexit failed\nsuccess\nexit succeeded\n");
 }
+
+/// The failure report of a compensated run says what the next step is: `waymark resume` refuses
+/// such a run, so the report points at `waymark run --fresh`, which runs the flow anew.
+#[test]
+fn the_report_of_a_compensated_run_points_at_a_fresh_run_not_at_resume() {
+    let env = Env::new();
+    env.write("flow.toml", FLOW);
+    let out = env.cmd(&["run", "--quiet", "flow.toml"]).env("FAIL", "1").output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let id = run_id(&env);
+    let said = common::stderr(&out);
+    let last = said.lines().last().unwrap_or_default().to_owned();
+    assert_eq!(
+        last,
+        format!(
+            "  run id: {id} (`waymark status {id}` shows it; its compensations undid what its steps did, so \
+             `waymark run --fresh FLOW` starts the flow anew)"
+        )
+    );
+    // What it says works: the flow runs anew, and succeeds without FAIL.
+    let out = env.cmd(&["run", "--quiet", "--fresh", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(env.read("done"), "a\nb\nc\na\nb\nc\n");
+}

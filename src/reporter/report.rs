@@ -67,6 +67,8 @@ pub(crate) struct History {
     /// The attempts earlier runners of a resumed run made, per step ([`History::prefill`]); only
     /// the failure report lists them, the summary table is this runner's.
     earlier: HashMap<String, Vec<Row>>,
+    /// A compensation started: the run's succeeded steps were undone, and it cannot be resumed.
+    compensated: bool,
 }
 
 impl History {
@@ -106,6 +108,7 @@ impl History {
                 self.seen(step).started.get_or_insert(at);
             }
             Event::StepSkipped { step, reason } => self.seen(step).skipped = Some(*reason),
+            Event::AuxStarted { kind: crate::store::AuxKind::Compensate, .. } => self.compensated = true,
             Event::AttemptStarted { step, attempt, max_attempts, redelivered, .. } => {
                 let row =
                     Row { attempt: *attempt, redelivered: *redelivered, started: Some(at), end: None, earlier: false };
@@ -200,11 +203,13 @@ impl History {
         for f in failures {
             self.step(&mut out, run_id, f);
         }
-        let _ = writeln!(
-            out,
-            "  run id: {run_id} (`waymark status {run_id}` shows it; `waymark resume {run_id}` runs its failed \
-             steps again with a fresh budget)"
-        );
+        let next = if self.compensated {
+            // `waymark resume` refuses such a run: say what does work.
+            "its compensations undid what its steps did, so `waymark run --fresh FLOW` starts the flow anew".to_owned()
+        } else {
+            format!("`waymark resume {run_id}` runs its failed steps again with a fresh budget")
+        };
+        let _ = writeln!(out, "  run id: {run_id} (`waymark status {run_id}` shows it; {next})");
         out
     }
 
