@@ -1154,6 +1154,9 @@ impl Validator<'_> {
                  choose a name of at most {MAX_STEP_NAME} bytes"
             ));
         }
+        // A step whose command is wrong is still checked field by field, so that every error in the
+        // file is reported at once; it is left out of the flow at the end.
+        let mut bad_command = false;
         let mut command = match (&raw.run, &raw.shell) {
             (Some(run), None) => {
                 if run.get_ref().first().is_none_or(|p| p.get_ref().is_empty()) {
@@ -1175,16 +1178,21 @@ impl Validator<'_> {
                 let d = self.error(run.span(), "a step takes exactly one of `run` and `shell`, not both");
                 d.label = "remove this or `shell`".into();
                 d.help = Some("`run` starts the program directly; `shell` runs a command line with /bin/sh -c".into());
-                return None;
+                bad_command = true;
+                Command::Shell(String::new())
             }
-            (None, None) if raw.bad.iter().any(|k| ["run", "shell"].contains(k)) => return None,
+            (None, None) if raw.bad.iter().any(|k| ["run", "shell"].contains(k)) => {
+                bad_command = true;
+                Command::Shell(String::new())
+            }
             (None, None) => {
                 let step = self.key(span.start);
                 let d = Diagnostic::error(name.span(), format!("{step}step `{}` has nothing to run", name.get_ref()))
                     .label("neither `run` nor `shell`")
                     .help(Some("add `run = [\"program\", \"arg\"]` or `shell = \"command\"`".into()));
                 self.diags.push(d);
-                return None;
+                bad_command = true;
+                Command::Shell(String::new())
             }
         };
         // The field alone: `raw.run` is moved from below.
@@ -1212,6 +1220,7 @@ impl Validator<'_> {
             .run
             .iter()
             .chain(more.catch.iter().filter_map(|h| h.get_ref().run.as_ref()))
+            .filter(|_| !bad_command)
             .filter_map(|run| run.get_ref().first())
             .chain(more.compensate.as_ref().and_then(|c| match c.get_ref() {
                 RawCommand::Run(argv) => argv.first(),
@@ -1234,6 +1243,9 @@ impl Validator<'_> {
         };
         let catch = more.catch.iter().filter_map(|h| self.handler(h, classes)).collect();
         let compensate = more.compensate.as_ref().and_then(|c| self.command(c));
+        if bad_command {
+            return None;
+        }
         Some(Step {
             // Moved out of `raw` once `needs` has read every step's name.
             name: String::new(),
