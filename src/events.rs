@@ -255,7 +255,7 @@ pub(crate) enum Event {
         max_attempts: u32,
         /// `None` when the program could not be started.
         pid: Option<u32>,
-        /// Run again after its runner died or was stopped.
+        /// Run again after its runner died (an attempt cancelled by a signal runs again unmarked).
         redelivered: bool,
         /// The step's `timeout`: the attempt is stopped this long after it started.
         #[serde(rename = "timeout_ms", serialize_with = "opt_millis")]

@@ -89,6 +89,10 @@ fn a_signal_during_an_attempt_cancels_it_and_the_run_resumes() {
         let said = resume_finishes(&env, 1, &format!("SIG{signal}"));
         assert_eq!(env.read("mid.att"), "1\n1\n", "SIG{signal}: attempt 1 ran again, once: {said}");
         assert!(said.contains("first: already succeeded"), "{said}");
+        // A cancelled attempt runs again under its number, and is not a redelivery (README): its
+        // runner did not die, it recorded the cancel.
+        assert!(said.contains("mid: attempt 1/3 started (pid "), "{said}");
+        assert!(!said.contains("redelivered"), "SIG{signal}: {said}");
     }
 }
 

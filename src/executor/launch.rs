@@ -25,7 +25,7 @@ pub(crate) struct Attempt {
     pub(crate) step: StepRef,
     pub(crate) attempt: u32,
     pub(crate) max_attempts: u32,
-    /// Run again after its runner died or was stopped.
+    /// Run again after its runner died (an attempt cancelled by a signal runs again unmarked).
     pub(crate) redelivered: bool,
     /// The attempt's row in the store: its output and its end are tagged with it.
     pub(crate) row: i64,
