@@ -81,6 +81,8 @@ pub(crate) enum AbandonReason {
 pub(crate) enum SkipReason {
     /// An earlier runner of the same run already finished it.
     AlreadySucceeded,
+    /// An earlier runner of the same run already caught its error (the steps that need it run).
+    AlreadyCaught,
     /// A step failed for good, so no new step started.
     RunFailed,
     /// The workflow's deadline passed before it could run (or run again).

@@ -145,3 +145,33 @@ impl SignalNumber for std::process::ExitStatus {
         std::os::unix::process::ExitStatusExt::signal(self)
     }
 }
+
+/// A step whose error was caught is done, like a succeeded one: a runner killed after it resumes
+/// saying so (`steps_done`, a `step.skipped` line, the summary), rather than leaving it out.
+#[test]
+fn a_resumed_run_counts_and_names_a_step_caught_by_the_runner_before() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "[[step]]\nname = 'a'\nshell = 'exit 3'\ncatch = [{ shell = 'true' }]\n\
+         [[step]]\nname = 'b'\nshell = 'if [ -e release ]; then exit 0; fi; echo $$ > ready; exec sleep 60'\n\
+         [[step]]\nname = 'c'\nshell = 'true'\n",
+    );
+    let mut runner = env.spawn(&["run", "--quiet", "flow.toml"]);
+    env.wait_for_lines("ready", 1);
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+    env.write("release", "");
+    let out = env.cmd(&["run", "--json", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said: Vec<Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let resumed = said.iter().find(|e| e["event"] == "run.resumed").expect("run.resumed");
+    assert_eq!((resumed["steps_total"].as_u64(), resumed["steps_done"].as_u64()), (Some(3), Some(1)));
+    let skipped: Vec<(&str, &str)> = said
+        .iter()
+        .filter(|e| e["event"] == "step.skipped")
+        .map(|e| (e["step"].as_str().unwrap(), e["reason"].as_str().unwrap()))
+        .collect();
+    assert_eq!(skipped, [("a", "already_caught")]);
+    assert_eq!(states(&env), ["caught", "succeeded", "succeeded"]);
+}

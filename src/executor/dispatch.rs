@@ -408,7 +408,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         let (outputs, secrets) = (RunOutputs::recorded(&spec.steps), Arc::clone(&spec.env.secrets));
         let flow = spec.flow;
         let steps_total = flow.steps.len();
-        let steps_done = spec.steps.iter().filter(|s| s.state == StepState::Succeeded).count();
+        let done = |s: &&StepRecord| matches!(s.state, StepState::Succeeded | StepState::Caught);
+        let steps_done = spec.steps.iter().filter(done).count();
         emitter.emit(match spec.resumed {
             true => Event::RunResumed { flow: flow.name.clone(), steps_total, steps_done },
             false => Event::RunStarted { flow: flow.name.clone(), steps_total },
@@ -423,7 +424,10 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 }
                 StepState::Failed => Slot::Failed,
                 StepState::Skipped => Slot::Skipped,
-                StepState::Caught => Slot::Caught,
+                StepState::Caught => {
+                    emitter.emit(Event::StepSkipped { step: step.name.clone(), reason: SkipReason::AlreadyCaught });
+                    Slot::Caught
+                }
                 StepState::Catching { attempt, .. } => {
                     if let Some(message) = parts.launcher.kill_leftovers(rec)? {
                         emitter.warning(Some(&step.name), message);

@@ -226,6 +226,9 @@ pub(super) fn describe(envelope: &Envelope, clock: &LocalTime, max_attempts: Opt
         Event::StepSkipped { step, reason: SkipReason::AlreadySucceeded } => {
             format!("waymark: {step}: already succeeded, skipped")
         }
+        Event::StepSkipped { step, reason: SkipReason::AlreadyCaught } => {
+            format!("waymark: {step}: error already caught, skipped")
+        }
         Event::StepSkipped { step, reason: SkipReason::RunFailed } => {
             format!("waymark: {step}: not run: the run failed first")
         }
