@@ -26,6 +26,23 @@ fn wal_commits(wal: &std::path::Path) -> usize {
     commits
 }
 
+/// An attempt's row as the tests compare it: step, attempt, outcome, redelivered, pid recorded.
+type Row = (String, u32, String, bool, bool);
+
+fn row(step: &str, attempt: u32, outcome: &str, redelivered: bool, pid: bool) -> Row {
+    (step.to_owned(), attempt, outcome.to_owned(), redelivered, pid)
+}
+
+/// The attempts recorded in the state database, in the order they were.
+fn attempts(db: &rusqlite::Connection) -> Vec<Row> {
+    let mut stmt =
+        db.prepare("SELECT step, attempt, outcome, redelivered, pid IS NOT NULL FROM attempts ORDER BY row").unwrap();
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
 /// The commits a run of `flow` makes, in a state directory of its own, and its exit code.
 fn commits_of_a_run(flow: &str) -> (usize, Option<i32>) {
     let env = Env::new();
@@ -83,13 +100,8 @@ fn a_runner_killed_right_after_committing_an_outcome_with_its_retry_s_start_resu
     assert_eq!(out.status.signal(), Some(9), "{}", stderr(&out));
     assert_eq!(env.read("a.log"), "1\n", "attempt 2 was not spawned");
     let db = rusqlite::Connection::open(env.state().join("waymark.db")).unwrap();
-    let rows = |db: &rusqlite::Connection| -> Vec<(u32, String, bool, bool)> {
-        let mut stmt =
-            db.prepare("SELECT attempt, outcome, redelivered, pid IS NOT NULL FROM attempts ORDER BY row").unwrap();
-        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).unwrap().map(Result::unwrap).collect()
-    };
     // Both halves are there: attempt 1's outcome, and attempt 2 in flight without a pid.
-    assert_eq!(rows(&db), [(1, "failed".into(), false, true), (2, "running".into(), false, false)]);
+    assert_eq!(attempts(&db), [row("a", 1, "failed", false, true), row("a", 2, "running", false, false)]);
     let (state, used): (String, u32) = db
         .query_row("SELECT state, attempts_used FROM steps WHERE name = 'a'", [], |r| Ok((r.get(0)?, r.get(1)?)))
         .unwrap();
@@ -104,12 +116,12 @@ fn a_runner_killed_right_after_committing_an_outcome_with_its_retry_s_start_resu
     // Attempt 1 ran once, attempt 2 once (under the second runner), b once.
     assert_eq!((env.read("a.log").as_str(), env.count("b.log")), ("1\n2\n", 1));
     assert_eq!(
-        rows(&db),
+        attempts(&db),
         [
-            (1, "failed".into(), false, true),
-            (2, "runner_lost".into(), false, false),
-            (2, "succeeded".into(), true, true),
-            (1, "succeeded".into(), false, true),
+            row("a", 1, "failed", false, true),
+            row("a", 2, "runner_lost", false, false),
+            row("a", 2, "succeeded", true, true),
+            row("b", 1, "succeeded", false, true),
         ]
     );
 }
@@ -133,20 +145,8 @@ fn a_runner_killed_right_after_committing_a_success_with_the_next_step_s_start_r
     assert_eq!(out.status.signal(), Some(9), "{}", stderr(&out));
     assert_eq!((env.count("a.log"), env.count("b.log")), (1, 0), "b was not spawned");
     let db = rusqlite::Connection::open(env.state().join("waymark.db")).unwrap();
-    let rows = |db: &rusqlite::Connection| -> Vec<(String, u32, String, bool, bool)> {
-        let mut stmt = db
-            .prepare("SELECT step, attempt, outcome, redelivered, pid IS NOT NULL FROM attempts ORDER BY row")
-            .unwrap();
-        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect()
-    };
     // Both halves are there: a's success, and b's attempt in flight without a pid.
-    assert_eq!(
-        rows(&db),
-        [("a".into(), 1, "succeeded".into(), false, true), ("b".into(), 1, "running".into(), false, false)]
-    );
+    assert_eq!(attempts(&db), [row("a", 1, "succeeded", false, true), row("b", 1, "running", false, false)]);
 
     let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
     let said = stderr(&out);
@@ -155,11 +155,11 @@ fn a_runner_killed_right_after_committing_a_success_with_the_next_step_s_start_r
     // a ran once and is not run again; b once, under the second runner.
     assert_eq!((env.count("a.log"), env.count("b.log")), (1, 1));
     assert_eq!(
-        rows(&db),
+        attempts(&db),
         [
-            ("a".into(), 1, "succeeded".into(), false, true),
-            ("b".into(), 1, "runner_lost".into(), false, false),
-            ("b".into(), 1, "succeeded".into(), true, true),
+            row("a", 1, "succeeded", false, true),
+            row("b", 1, "runner_lost", false, false),
+            row("b", 1, "succeeded", true, true),
         ]
     );
 }
