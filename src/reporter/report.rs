@@ -237,8 +237,12 @@ impl History {
                 );
             }
         }
-        for row in &rows {
-            let _ = writeln!(out, "    {}", describe(row));
+        for run in same_failures(&rows) {
+            let _ = match run {
+                [row] => writeln!(out, "    {}", describe(row)),
+                [first, .., last] => writeln!(out, "    {}", describe_many(first, last, run)),
+                [] => Ok(()),
+            };
         }
         // The error the step failed with, unless its last attempt's line said it.
         let said = rows.last().and_then(|r| r.end.as_ref()).and_then(|e| e.error.as_ref());
@@ -359,14 +363,84 @@ fn survived(errors: &[&ErrorValue]) -> Vec<String> {
 }
 
 /// An attempt's line in the report.
-fn describe(row: &Row) -> String {
-    let again = match (row.redelivered, row.earlier) {
+/// How many attempts in a row that failed the same way the report gives one line: fewer are
+/// listed one by one.
+const SAME_IN_A_ROW: usize = 3;
+
+/// `rows` cut into runs: `SAME_IN_A_ROW` or more attempts in a row that ended with the same error
+/// the same way (started in this runner, neither redelivered nor killed after the grace period
+/// differently) make one run; every other attempt is a run of its own.
+fn same_failures<'a, 'r>(rows: &'a [&'r Row]) -> Vec<&'a [&'r Row]> {
+    let key = |r: &Row| match &r.end {
+        Some(RowEnd { outcome: AttemptEnd::Failed, error: Some(e), killed_after_grace, .. }) if r.started.is_some() => {
+            Some((e.clone(), *killed_after_grace, r.redelivered, r.earlier))
+        }
+        _ => None,
+    };
+    let mut runs = Vec::new();
+    let mut from = 0;
+    while from < rows.len() {
+        let first = key(rows[from]);
+        let mut to = from + 1;
+        while first.is_some() && to < rows.len() && key(rows[to]) == first {
+            to += 1;
+        }
+        if to - from >= SAME_IN_A_ROW {
+            runs.push(&rows[from..to]);
+        } else {
+            runs.extend((from..to).map(|i| &rows[i..=i]));
+        }
+        from = to;
+    }
+    runs
+}
+
+/// The line of a run of attempts that failed the same way (see [`same_failures`]): from `first`
+/// to `last`, when they started, how long each took, and their error.
+fn describe_many(first: &Row, last: &Row, run: &[&Row]) -> String {
+    let took: Vec<Duration> = run.iter().filter_map(|r| r.end.as_ref().map(|e| e.duration)).collect();
+    let (least, most) =
+        (took.iter().min().copied().unwrap_or_default(), took.iter().max().copied().unwrap_or_default());
+    let took = if human(least) == human(most) {
+        format!("each took {}", human(least))
+    } else {
+        format!("each took {} to {}", human(least), human(most))
+    };
+    let when = |r: &Row| r.started.map(humantime::format_rfc3339_seconds).map(|t| t.to_string()).unwrap_or_default();
+    let ending = last.end.as_ref().map(ending).unwrap_or_default();
+    let started = match (when(first), when(last)) {
+        (from, to) if from == to => from,
+        (from, to) => format!("{from} to {to}"),
+    };
+    format!("attempts {} to {}{}: started {started}, {took}: {ending}", first.attempt, last.attempt, again(first))
+}
+
+/// What is said of an attempt made again, or by an earlier runner.
+fn again(row: &Row) -> &'static str {
+    match (row.redelivered, row.earlier) {
         (true, true) => " (redelivered, by an earlier runner)",
         (false, true) => " (by an earlier runner)",
         (true, false) => " (redelivered)",
         (false, false) => "",
+    }
+}
+
+/// How an attempt ended: its error and where the class came from, and whether it needed SIGKILL.
+fn ending(end: &RowEnd) -> String {
+    let mut text = match (&end.outcome, &end.error) {
+        (AttemptEnd::Failed, Some(e)) => format!("{e} [{}]", e.source.describe()),
+        (AttemptEnd::Failed, None) => "failed".to_owned(),
+        (AttemptEnd::Succeeded, _) => "succeeded".to_owned(),
+        (AttemptEnd::Cancelled, _) => "cancelled".to_owned(),
     };
-    let mut text = format!("attempt {}{again}:", row.attempt);
+    if end.killed_after_grace {
+        text.push_str("; still running after the grace period, so killed with SIGKILL");
+    }
+    text
+}
+
+fn describe(row: &Row) -> String {
+    let mut text = format!("attempt {}{}:", row.attempt, again(row));
     if let Some(at) = row.started {
         let _ = write!(text, " started {},", humantime::format_rfc3339_seconds(at));
     }
@@ -374,18 +448,7 @@ fn describe(row: &Row) -> String {
         text.push_str(if row.earlier { " its runner died before it ended" } else { " did not end in this runner" });
         return text;
     };
-    let _ = write!(text, " took {}: ", human(end.duration));
-    match (&end.outcome, &end.error) {
-        (AttemptEnd::Failed, Some(e)) => {
-            let _ = write!(text, "{e} [{}]", e.source.describe());
-        }
-        (AttemptEnd::Failed, None) => text.push_str("failed"),
-        (AttemptEnd::Succeeded, _) => text.push_str("succeeded"),
-        (AttemptEnd::Cancelled, _) => text.push_str("cancelled"),
-    }
-    if end.killed_after_grace {
-        text.push_str("; still running after the grace period, so killed with SIGKILL");
-    }
+    let _ = write!(text, " took {}: {}", human(end.duration), ending(end));
     text
 }
 
@@ -489,6 +552,61 @@ mod tests {
              /s/logs/r1/fetch/attempt-2.stderr\n  \
              run id: r1 (`waymark status r1` shows it; `waymark resume r1` runs its failed steps again with a \
              fresh budget)\n"
+        );
+    }
+
+    /// Three or more attempts in a row that failed the same way share a line; two, or a different
+    /// error or ending between them, are listed one by one.
+    #[test]
+    fn attempts_that_failed_the_same_way_in_a_row_share_a_line() {
+        let mut history = History::default();
+        let status = error("CalledProcessError", "exit status 1", ErrorSource::ExitStatus);
+        let other = error("CalledProcessError", "exit status 7", ErrorSource::ExitStatus);
+        let timeout = error("ActionTimeout", "timed out after 1s", ErrorSource::Timeout);
+        // 1-4 exit 1; 5 exit 7; 6-7 exit 1 (two); 8-10 time out, 10 needing SIGKILL (another ending).
+        let ends = [
+            (&status, false),
+            (&status, false),
+            (&status, false),
+            (&status, false),
+            (&other, false),
+            (&status, false),
+            (&status, false),
+            (&timeout, false),
+            (&timeout, false),
+            (&timeout, true),
+        ];
+        for (i, (e, killed)) in ends.into_iter().enumerate() {
+            let (attempt, ms) = (i as u32 + 1, i as u64 * 1000);
+            history.record(&envelope(ms, started("x", attempt, false)));
+            history.record(&envelope(ms + 5 + i as u64, finished("x", attempt, e.clone(), 5 + i as u64, killed)));
+        }
+        let stopped = RetryStop {
+            reason: StopReason::Exhausted,
+            exception_types: vec!["Exception".into()],
+            attempts: 10,
+            attempts_allowed: 10,
+        };
+        let report = history.report("r1", &[failure("x", timeout, stopped, 10)]);
+        let body: Vec<&str> = report.lines().skip(2).take(7).collect();
+        assert_eq!(
+            body,
+            [
+                "    attempts 1 to 4: started 2026-01-02T03:04:05Z to 2026-01-02T03:04:08Z, each took 5ms to 8ms: \
+                 CalledProcessError(SubprocessError, Exception, BaseException): exit status 1 [exit status]",
+                "    attempt 5: started 2026-01-02T03:04:09Z, took 9ms: CalledProcessError(SubprocessError, Exception, \
+                 BaseException): exit status 7 [exit status]",
+                "    attempt 6: started 2026-01-02T03:04:10Z, took 10ms: CalledProcessError(SubprocessError, Exception, \
+                 BaseException): exit status 1 [exit status]",
+                "    attempt 7: started 2026-01-02T03:04:11Z, took 11ms: CalledProcessError(SubprocessError, Exception, \
+                 BaseException): exit status 1 [exit status]",
+                "    attempt 8: started 2026-01-02T03:04:12Z, took 12ms: ActionTimeout(BaseException): timed out after \
+                 1s [timeout]",
+                "    attempt 9: started 2026-01-02T03:04:13Z, took 13ms: ActionTimeout(BaseException): timed out after \
+                 1s [timeout]",
+                "    attempt 10: started 2026-01-02T03:04:14Z, took 14ms: ActionTimeout(BaseException): timed out after \
+                 1s [timeout]; still running after the grace period, so killed with SIGKILL",
+            ]
         );
     }
 
