@@ -403,3 +403,22 @@ fn json_says_a_timeout_needed_no_sigkill_when_the_step_obeyed_its_kill_signal() 
     );
     assert!(finished["duration_ms"].as_u64().unwrap() < 30_000, "SIGTERM stopped it, not SIGKILL: {finished}");
 }
+
+/// A step retried 30 times, failing the same way each time, takes one line of the report, not 30.
+#[test]
+fn attempts_that_failed_the_same_way_share_a_line_of_the_report() {
+    let env = Env::new();
+    env.write("flow.toml", "[[step]]\nname = 'x'\nrun = ['false']\nretry = { attempts = 30 }\n");
+    let o = env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap();
+    let (code, _, stderr) = out(&o);
+    assert_eq!(code, Some(1), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 9, "{stderr}");
+    assert!(lines[2].starts_with("    attempts 1 to 30: started "), "{stderr}");
+    assert!(
+        lines[2]
+            .ends_with(": CalledProcessError(SubprocessError, Exception, BaseException): exit status 1 [exit status]"),
+        "{stderr}"
+    );
+    assert_eq!(lines[3], "    budget spent: 30 of 30 attempts");
+}
