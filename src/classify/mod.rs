@@ -88,6 +88,9 @@ pub(crate) enum Ending {
     Signaled(Signal),
     /// Its timeout passed (whatever happened next).
     TimedOut(std::time::Duration),
+    /// Its timeout passed before its program was started: it waited that long for a free slot
+    /// (or for its start to be recorded), and no child was spawned.
+    TimedOutBeforeStart(std::time::Duration),
     /// The workflow's deadline (its top-level `timeout`) passed while it ran.
     WorkflowTimeout(std::time::Duration),
     /// Could not be started; the reason.
@@ -119,6 +122,14 @@ pub(crate) fn classify(ending: &Ending, ev: Evidence<'_>) -> (ErrorValue, Vec<St
     match ending {
         Ending::TimedOut(after) => {
             let message = format!("timed out after {}", humantime::format_duration(*after));
+            return (builtin(ACTION_TIMEOUT, message, ErrorSource::Timeout), warnings);
+        }
+        Ending::TimedOutBeforeStart(after) => {
+            let message = format!(
+                "timed out after {} before its program was started (the time an attempt waits for a free slot \
+                 counts against its timeout)",
+                humantime::format_duration(*after)
+            );
             return (builtin(ACTION_TIMEOUT, message, ErrorSource::Timeout), warnings);
         }
         Ending::WorkflowTimeout(limit) => {

@@ -739,7 +739,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 killed_after_grace: false,
                 stderr_tail: None,
             };
-            return self.failed(index, ended, Ending::TimedOut(timeout), None).await;
+            return self.failed(index, ended, Ending::TimedOutBeforeStart(timeout), None).await;
         }
         let launched = self.spawn_recorded(spec, control_rx).await?;
         let pid = match &launched {

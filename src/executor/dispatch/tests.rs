@@ -788,6 +788,18 @@ timeout = 3
     assert_eq!(ran.outcome(), RunOutcome::Failed);
     assert_eq!(ran.took, secs(5));
     assert_eq!(ran.attempt_finished()[1].2.as_deref(), Some("ActionTimeout"));
+    // The error says that no program was started, and why the time counted.
+    let message = ran.events.iter().rev().find_map(|e| match &e.event {
+        Event::AttemptFinished { step, error: Some(error), .. } if step == "quick" => Some(error.message.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        message.as_deref(),
+        Some(
+            "timed out after 3s before its program was started (the time an attempt waits for a free slot counts \
+             against its timeout)"
+        )
+    );
     assert_eq!(
         ran.writes[2..4],
         [
