@@ -371,12 +371,16 @@ const SAME_IN_A_ROW: usize = 3;
 /// the same way (started in this runner, neither redelivered nor killed after the grace period
 /// differently) make one run; every other attempt is a run of its own.
 fn same_failures<'a, 'r>(rows: &'a [&'r Row]) -> Vec<&'a [&'r Row]> {
-    let key = |r: &Row| match &r.end {
-        Some(RowEnd { outcome: AttemptEnd::Failed, error: Some(e), killed_after_grace, .. }) if r.started.is_some() => {
-            Some((e.clone(), *killed_after_grace, r.redelivered, r.earlier))
+    fn key(r: &Row) -> Option<(&ErrorValue, bool, bool, bool)> {
+        match &r.end {
+            Some(RowEnd { outcome: AttemptEnd::Failed, error: Some(e), killed_after_grace, .. })
+                if r.started.is_some() =>
+            {
+                Some((e, *killed_after_grace, r.redelivered, r.earlier))
+            }
+            _ => None,
         }
-        _ => None,
-    };
+    }
     let mut runs = Vec::new();
     let mut from = 0;
     while from < rows.len() {
