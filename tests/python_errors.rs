@@ -119,7 +119,8 @@ impl Ran {
     }
 
     /// The final failure report names this error and source on the line of the last attempt,
-    /// attempt `attempts`.
+    /// attempt `attempts` (its own line, or the last of a run of attempts that failed the same
+    /// way, which share one).
     fn reported(&self, error: &str, source: &str, attempts: usize) -> &Ran {
         let report = self
             .stderr
@@ -129,12 +130,13 @@ impl Ran {
             .unwrap_or_else(|| panic!("no failure report for step s in:\n{}", self.stderr));
         let last = report
             .lines()
-            .take_while(|l| l.starts_with("    attempt "))
+            .take_while(|l| l.starts_with("    attempt"))
             .last()
             .unwrap_or_else(|| panic!("the report has no attempt:\n{report}"));
-        let (head, said) = last.split_once(", took ").unwrap_or_else(|| panic!("{last:?}"));
-        assert!(head.starts_with(&format!("    attempt {attempts}: started ")), "last attempt {attempts}: {last:?}");
-        assert!(said.ends_with(&format!(": {error} [{source}]")), "{error} [{source}] in {last:?}");
+        let one = last.starts_with(&format!("    attempt {attempts}: started "));
+        let run = last.starts_with("    attempts ") && last.contains(&format!(" to {attempts}: started "));
+        assert!(one || run, "last attempt {attempts}: {last:?}");
+        assert!(last.ends_with(&format!(": {error} [{source}]")), "{error} [{source}] in {last:?}");
         self
     }
 

@@ -249,7 +249,10 @@ fn the_wait_for_a_slot_counts_against_the_timeout() {
     assert_eq!(states(&env, &id), expect(&[("long", "succeeded", 1), ("quick", "failed", 1)]));
     assert_eq!(last_error(&env, &id, "quick"), "ActionTimeout");
     assert!(
-        stderr(&out).contains(": ActionTimeout(BaseException): timed out after 1s [timeout]\n"),
+        stderr(&out).contains(
+            ": ActionTimeout(BaseException): timed out after 1s before its program was started (the time an attempt \
+             waits for a free slot counts against its timeout) [timeout]\n"
+        ),
         "{}",
         stderr(&out)
     );
