@@ -374,6 +374,15 @@ pub(crate) struct Failure {
     pub(crate) log_dir: PathBuf,
 }
 
+/// What earlier runners did of the run this runner resumes, as the store has it.
+#[derive(Debug, Default)]
+pub(crate) struct Earlier {
+    /// Their attempts, oldest first.
+    pub(crate) attempts: Vec<EarlierAttempt>,
+    /// A compensation ran: the run cannot be resumed with `waymark resume` once it failed.
+    pub(crate) compensated: bool,
+}
+
 /// An attempt that an earlier runner of a resumed run made, as the store recorded it: not an
 /// event (it happened before this runner), but what the failure report lists before this
 /// runner's attempts.
@@ -392,9 +401,9 @@ pub(crate) struct EarlierAttempt {
 pub(crate) trait Reporter {
     fn report(&mut self, event: &Envelope);
 
-    /// The attempts earlier runners made of the run this runner resumes, oldest first, handed
-    /// over before its first event about an attempt. Most reporters need only the events.
-    fn earlier_attempts(&mut self, _attempts: &[EarlierAttempt]) {}
+    /// What earlier runners did of the run this runner resumes (their attempts, oldest first),
+    /// handed over before its first event about an attempt. Most reporters need only the events.
+    fn earlier_attempts(&mut self, _earlier: &Earlier) {}
 
     /// Whether it shows what children write ([`Event::Output`]). When no reporter does, the
     /// readers of the children's output only write it to the logs, and send the runner no lines.
@@ -461,10 +470,10 @@ impl Emitter {
         }
     }
 
-    /// Hand every reporter the attempts earlier runners made of the run being resumed.
-    pub(crate) fn earlier_attempts(&mut self, attempts: &[EarlierAttempt]) {
+    /// Hand every reporter what earlier runners did of the run being resumed.
+    pub(crate) fn earlier_attempts(&mut self, earlier: &Earlier) {
         for reporter in &mut self.reporters {
-            reporter.earlier_attempts(attempts);
+            reporter.earlier_attempts(earlier);
         }
     }
 

@@ -179,3 +179,25 @@ compensate = ["undo-missing", "a"]
     let out = env.cmd(&["check", "--strict", "flow.toml"]).env("PATH", "/usr/bin:/bin").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// A step whose command is wrong (here both `run` and `shell`) still has its catch handlers'
+/// programs searched: the warning comes with the error, not after it is fixed.
+#[test]
+fn a_step_with_a_bad_command_still_has_its_catch_handlers_programs_searched() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "[[step]]\nname = \"a\"\nrun = [\"true\"]\nshell = \"true\"\ncatch = [{ run = [\"catch-missing\"] }]\n",
+    );
+    let out = env.cmd(&["check", "flow.toml"]).env("NO_COLOR", "1").env("PATH", "/usr/bin:/bin").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let said = common::stderr(&out);
+    assert!(said.contains("error: `step[0].run`: a step takes exactly one of `run` and `shell`, not both\n"), "{said}");
+    assert!(
+        said.contains(
+            "warning: `step[0].catch[0].run`: program `catch-missing` is not on the PATH a run would search: \
+             /usr/bin:/bin (waymark's environment)\n"
+        ),
+        "{said}"
+    );
+}

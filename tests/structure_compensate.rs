@@ -209,3 +209,34 @@ fn the_report_of_a_compensated_run_points_at_a_fresh_run_not_at_resume() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(env.read("done"), "a\nb\nc\na\nb\nc\n");
 }
+
+/// The same when the compensations ran under an earlier runner: a runner killed during its
+/// `on_failure` hook, after compensating, is resumed by one that does not compensate again, and
+/// its report still points at a fresh run.
+#[test]
+fn the_report_of_a_run_compensated_by_an_earlier_runner_points_at_a_fresh_run() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "[hooks]\non_failure = 'if [ -e second ]; then exit 0; fi; echo x > hook-started; exec sleep 60'\n\
+         [[step]]\nname = 'a'\nrun = ['true']\ncompensate = ['sh', '-c', 'echo undo >> undone']\n\
+         [[step]]\nname = 'b'\nrun = ['false']\n",
+    );
+    let mut runner = env.spawn(&["run", "--quiet", "flow.toml"]);
+    env.wait_for_lines("hook-started", 1);
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+    env.write("second", "");
+    let out = env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(env.read("undone"), "undo\n", "compensated once, by the first runner");
+    let id = run_id(&env);
+    let said = common::stderr(&out);
+    assert_eq!(
+        said.lines().last().unwrap_or_default(),
+        format!(
+            "  run id: {id} (`waymark status {id}` shows it; its compensations undid what its steps did, so \
+             `waymark run --fresh FLOW` starts the flow anew)"
+        )
+    );
+}

@@ -11,7 +11,7 @@
 //! run is created or claimed, by every runner: its contents are never recorded.
 
 use super::{CliError, EXIT_FAILED, EXIT_OK, FlowGuard, open_store, print_warnings};
-use crate::events::{AbandonReason, AttemptEnd, EarlierAttempt, Emitter, Event, NoticeKind, RunOutcome};
+use crate::events::{AbandonReason, AttemptEnd, Earlier, EarlierAttempt, Emitter, Event, NoticeKind, RunOutcome};
 use crate::executor::environment::RunEnv;
 use crate::executor::{ExecError, RunSpec, RunnerSignals, kill_leftovers};
 use crate::flow::params::ParamError;
@@ -487,7 +487,7 @@ fn execute(
     };
     if resumed {
         // The failure report lists the attempts of earlier runners too, as the store has them.
-        events.earlier_attempts(&earlier_attempts(store.as_ref(), &record.id)?);
+        events.earlier_attempts(&earlier(store.as_ref(), &record.id)?);
     }
     let log_dir = state.run_logs(&record.id);
     create_private_dir(&log_dir).with_context(|| format!("cannot create the log directory {}", log_dir.display()))?;
@@ -550,9 +550,11 @@ fn execute(
 
 /// The attempts recorded for run `run_id` (those of earlier runners, when it is resumed), oldest
 /// first. An attempt left running is ended by the claim (`runner_lost`): it has no outcome.
-fn earlier_attempts(store: &dyn Store, run_id: &str) -> Result<Vec<EarlierAttempt>, CliError> {
-    let attempts = store.attempts(run_id, None)?;
-    Ok(attempts
+/// What earlier runners did of run `run_id`: its attempts, and whether a compensation ran.
+fn earlier(store: &dyn Store, run_id: &str) -> Result<Earlier, CliError> {
+    let compensated = store.aux_runs(run_id)?.iter().any(|a| a.kind == AuxKind::Compensate);
+    let attempts = store
+        .attempts(run_id, None)?
         .into_iter()
         .map(|a| {
             let outcome = match a.outcome {
@@ -570,7 +572,8 @@ fn earlier_attempts(store: &dyn Store, run_id: &str) -> Result<Vec<EarlierAttemp
                 error: a.error,
             }
         })
-        .collect())
+        .collect();
+    Ok(Earlier { attempts, compensated })
 }
 
 /// The loaded flow, with the parameter values a new run would get, if it records as exactly the

@@ -1174,7 +1174,12 @@ impl Validator<'_> {
                 self.no_nul(shell, "a shell command");
                 Command::Shell(shell.get_ref().clone())
             }
-            (Some(run), Some(_)) => {
+            (Some(run), Some(shell)) => {
+                // Each is checked as it would be alone: what else is wrong in them is said now.
+                for arg in run.get_ref() {
+                    self.no_nul(arg, "a program or argument");
+                }
+                self.no_nul(shell, "a shell command");
                 let d = self.error(run.span(), "a step takes exactly one of `run` and `shell`, not both");
                 d.label = "remove this or `shell`".into();
                 d.help = Some("`run` starts the program directly; `shell` runs a command line with /bin/sh -c".into());
@@ -1219,8 +1224,8 @@ impl Validator<'_> {
         let programs = raw
             .run
             .iter()
-            .chain(more.catch.iter().filter_map(|h| h.get_ref().run.as_ref()))
             .filter(|_| !bad_command)
+            .chain(more.catch.iter().filter_map(|h| h.get_ref().run.as_ref()))
             .filter_map(|run| run.get_ref().first())
             .chain(more.compensate.as_ref().and_then(|c| match c.get_ref() {
                 RawCommand::Run(argv) => argv.first(),

@@ -242,8 +242,8 @@ impl Drop for LiveReporter {
 }
 
 impl Reporter for LiveReporter {
-    fn earlier_attempts(&mut self, attempts: &[crate::events::EarlierAttempt]) {
-        self.history.prefill(attempts);
+    fn earlier_attempts(&mut self, earlier: &crate::events::Earlier) {
+        self.history.prefill(earlier);
     }
 
     fn shows_output(&self) -> bool {

@@ -152,8 +152,8 @@ impl Drop for PlainReporter {
 }
 
 impl Reporter for PlainReporter {
-    fn earlier_attempts(&mut self, attempts: &[crate::events::EarlierAttempt]) {
-        self.history.prefill(attempts);
+    fn earlier_attempts(&mut self, earlier: &crate::events::Earlier) {
+        self.history.prefill(earlier);
     }
 
     fn shows_output(&self) -> bool {

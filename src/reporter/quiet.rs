@@ -26,8 +26,8 @@ impl QuietReporter {
 }
 
 impl Reporter for QuietReporter {
-    fn earlier_attempts(&mut self, attempts: &[crate::events::EarlierAttempt]) {
-        self.history.prefill(attempts);
+    fn earlier_attempts(&mut self, earlier: &crate::events::Earlier) {
+        self.history.prefill(earlier);
     }
 
     /// The failure report reads the logs, never the lines as they pass.

@@ -10,7 +10,7 @@
 //! the errors it survived ([`History::summary_table`]).
 
 use crate::classify::ErrorValue;
-use crate::events::{AttemptEnd, EarlierAttempt, Envelope, Event, Failure, SkipReason, StepOutcome};
+use crate::events::{AttemptEnd, Earlier, Envelope, Event, Failure, SkipReason, StepOutcome};
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::time::{Duration, SystemTime};
@@ -154,8 +154,9 @@ impl History {
 
     /// Keep the attempts earlier runners made of the run, as recorded, so that the report lists
     /// them like this runner's (called before this runner's first attempt).
-    pub(crate) fn prefill(&mut self, attempts: &[EarlierAttempt]) {
-        for a in attempts {
+    pub(crate) fn prefill(&mut self, earlier: &Earlier) {
+        self.compensated |= earlier.compensated;
+        for a in &earlier.attempts {
             let end = a.end.map(|(ended, outcome)| RowEnd {
                 duration: ended.duration_since(a.started).unwrap_or_default(),
                 outcome,
