@@ -336,10 +336,11 @@ impl Validator<'_> {
                 written_at.push(i);
             }
         }
-        // After every step's own diagnostics: at the same place (its name), they come first.
-        let mut seen = HashSet::with_capacity_and_hasher(steps.len(), FastHash::default());
-        for &i in &written_at {
-            let Some(name) = &raw.step[i].get_ref().name else { continue };
+        // After every step's own diagnostics: at the same place (its name), they come first. Every
+        // step counts, built or not (a step whose command is wrong still takes its name).
+        let mut seen = HashSet::with_capacity_and_hasher(raw.step.len(), FastHash::default());
+        for raw_step in &raw.step {
+            let Some(name) = &raw_step.get_ref().name else { continue };
             if !seen.insert(name.get_ref().as_str()) {
                 let d = self.error(name.span(), &format!("a step named `{}` is already defined", name.get_ref()));
                 d.label = "duplicate step name".into();
