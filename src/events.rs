@@ -403,7 +403,7 @@ pub(crate) trait Reporter {
 
     /// What earlier runners did of the run this runner resumes (their attempts, oldest first),
     /// handed over before its first event about an attempt. Most reporters need only the events.
-    fn earlier_attempts(&mut self, _earlier: &Earlier) {}
+    fn earlier(&mut self, _earlier: &Earlier) {}
 
     /// Whether it shows what children write ([`Event::Output`]). When no reporter does, the
     /// readers of the children's output only write it to the logs, and send the runner no lines.
@@ -471,9 +471,9 @@ impl Emitter {
     }
 
     /// Hand every reporter what earlier runners did of the run being resumed.
-    pub(crate) fn earlier_attempts(&mut self, earlier: &Earlier) {
+    pub(crate) fn earlier(&mut self, earlier: &Earlier) {
         for reporter in &mut self.reporters {
-            reporter.earlier_attempts(earlier);
+            reporter.earlier(earlier);
         }
     }
 

@@ -389,7 +389,7 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, mode: Mode) -> 
             )));
         }
         // Its compensations undid what its succeeded steps did: resuming it would skip them.
-        RunStatus::Failed if store.aux_runs(run_id)?.iter().any(|a| a.kind == AuxKind::Compensate) => {
+        RunStatus::Failed if compensated(store.as_ref(), run_id)? => {
             return Err(CliError::Usage(format!(
                 "run {run_id} failed and its compensations ran, undoing what its steps did, so it cannot be \
                  resumed; `waymark run --fresh FLOW` starts the flow anew"
@@ -487,7 +487,7 @@ fn execute(
     };
     if resumed {
         // The failure report lists the attempts of earlier runners too, as the store has them.
-        events.earlier_attempts(&earlier(store.as_ref(), &record.id)?);
+        events.earlier(&earlier(store.as_ref(), &record.id)?);
     }
     let log_dir = state.run_logs(&record.id);
     create_private_dir(&log_dir).with_context(|| format!("cannot create the log directory {}", log_dir.display()))?;
@@ -548,11 +548,16 @@ fn execute(
     }
 }
 
-/// The attempts recorded for run `run_id` (those of earlier runners, when it is resumed), oldest
-/// first. An attempt left running is ended by the claim (`runner_lost`): it has no outcome.
-/// What earlier runners did of run `run_id`: its attempts, and whether a compensation ran.
+/// Whether a compensation of run `run_id` ran: its steps' work was undone, so it cannot be resumed.
+fn compensated(store: &dyn Store, run_id: &str) -> Result<bool, CliError> {
+    Ok(store.aux_runs(run_id)?.iter().any(|a| a.kind == AuxKind::Compensate))
+}
+
+/// What earlier runners did of run `run_id` (it is resumed): whether a compensation ran, and the
+/// attempts recorded, oldest first. An attempt left running is ended by the claim
+/// (`runner_lost`): it has no outcome.
 fn earlier(store: &dyn Store, run_id: &str) -> Result<Earlier, CliError> {
-    let compensated = store.aux_runs(run_id)?.iter().any(|a| a.kind == AuxKind::Compensate);
+    let compensated = compensated(store, run_id)?;
     let attempts = store
         .attempts(run_id, None)?
         .into_iter()

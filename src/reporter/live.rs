@@ -242,7 +242,7 @@ impl Drop for LiveReporter {
 }
 
 impl Reporter for LiveReporter {
-    fn earlier_attempts(&mut self, earlier: &crate::events::Earlier) {
+    fn earlier(&mut self, earlier: &crate::events::Earlier) {
         self.history.prefill(earlier);
     }
 

@@ -152,7 +152,7 @@ impl Drop for PlainReporter {
 }
 
 impl Reporter for PlainReporter {
-    fn earlier_attempts(&mut self, earlier: &crate::events::Earlier) {
+    fn earlier(&mut self, earlier: &crate::events::Earlier) {
         self.history.prefill(earlier);
     }
 

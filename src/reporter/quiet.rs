@@ -26,7 +26,7 @@ impl QuietReporter {
 }
 
 impl Reporter for QuietReporter {
-    fn earlier_attempts(&mut self, earlier: &crate::events::Earlier) {
+    fn earlier(&mut self, earlier: &crate::events::Earlier) {
         self.history.prefill(earlier);
     }
 
