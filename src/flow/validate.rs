@@ -1155,9 +1155,8 @@ impl Validator<'_> {
                  choose a name of at most {MAX_STEP_NAME} bytes"
             ));
         }
-        // A step whose command is wrong is still checked field by field, so that every error in the
-        // file is reported at once; it is left out of the flow at the end.
-        let mut bad_command = false;
+        // A step whose command is wrong (`None`) is still checked field by field, so that every
+        // error in the file is reported at once; it is left out of the flow at the end.
         let mut command = match (&raw.run, &raw.shell) {
             (Some(run), None) => {
                 if run.get_ref().first().is_none_or(|p| p.get_ref().is_empty()) {
@@ -1169,11 +1168,11 @@ impl Validator<'_> {
                     self.shell_variable(arg);
                 }
                 // The arguments, moved out of `raw.run` once its program has been searched.
-                Command::Run(Vec::new())
+                Some(Command::Run(Vec::new()))
             }
             (None, Some(shell)) => {
                 self.no_nul(shell, "a shell command");
-                Command::Shell(shell.get_ref().clone())
+                Some(Command::Shell(shell.get_ref().clone()))
             }
             (Some(run), Some(shell)) => {
                 // Each is checked as it would be alone: what else is wrong in them is said now.
@@ -1184,21 +1183,17 @@ impl Validator<'_> {
                 let d = self.error(run.span(), "a step takes exactly one of `run` and `shell`, not both");
                 d.label = "remove this or `shell`".into();
                 d.help = Some("`run` starts the program directly; `shell` runs a command line with /bin/sh -c".into());
-                bad_command = true;
-                Command::Shell(String::new())
+                None
             }
-            (None, None) if raw.bad.iter().any(|k| ["run", "shell"].contains(k)) => {
-                bad_command = true;
-                Command::Shell(String::new())
-            }
+            // What is wrong with them was said where their keys were read.
+            (None, None) if raw.bad.iter().any(|k| ["run", "shell"].contains(k)) => None,
             (None, None) => {
                 let step = self.key(span.start);
                 let d = Diagnostic::error(name.span(), format!("{step}step `{}` has nothing to run", name.get_ref()))
                     .label("neither `run` nor `shell`")
                     .help(Some("add `run = [\"program\", \"arg\"]` or `shell = \"command\"`".into()));
                 self.diags.push(d);
-                bad_command = true;
-                Command::Shell(String::new())
+                None
             }
         };
         // The field alone: `raw.run` is moved from below.
@@ -1225,7 +1220,7 @@ impl Validator<'_> {
         let programs = raw
             .run
             .iter()
-            .filter(|_| !bad_command)
+            .filter(|_| command.is_some())
             .chain(more.catch.iter().filter_map(|h| h.get_ref().run.as_ref()))
             .filter_map(|run| run.get_ref().first())
             .chain(more.compensate.as_ref().and_then(|c| match c.get_ref() {
@@ -1235,7 +1230,7 @@ impl Validator<'_> {
         for program in programs {
             self.search_program(program, env.get("PATH"), &workdir, "step's");
         }
-        if let (Command::Run(argv), Some(run)) = (&mut command, &mut raw.run) {
+        if let (Some(Command::Run(argv)), Some(run)) = (&mut command, &mut raw.run) {
             *argv = run.get_mut().iter_mut().map(|a| std::mem::take(a.get_mut())).collect();
         }
         let kill_signal = more.kill_signal.as_ref().and_then(|s| self.signal(s)).unwrap_or(defaults.kill_signal);
@@ -1249,9 +1244,7 @@ impl Validator<'_> {
         };
         let catch = more.catch.iter().filter_map(|h| self.handler(h, classes)).collect();
         let compensate = more.compensate.as_ref().and_then(|c| self.command(c));
-        if bad_command {
-            return None;
-        }
+        let command = command?;
         Some(Step {
             // Moved out of `raw` once `needs` has read every step's name.
             name: String::new(),
