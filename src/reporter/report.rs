@@ -239,11 +239,11 @@ impl History {
             }
         }
         for run in same_failures(&rows) {
-            let _ = match run {
-                [row] => writeln!(out, "    {}", describe(row)),
-                [first, .., last] => writeln!(out, "    {}", describe_many(first, last, run)),
-                [] => Ok(()),
+            let line = match run {
+                [row] => describe(row),
+                run => describe_many(run),
             };
+            let _ = writeln!(out, "    {line}");
         }
         // The error the step failed with, unless its last attempt's line said it.
         let said = rows.last().and_then(|r| r.end.as_ref()).and_then(|e| e.error.as_ref());
@@ -363,14 +363,14 @@ fn survived(errors: &[&ErrorValue]) -> Vec<String> {
     counts.into_iter().map(|(class, n)| if n > 1 { format!("{class} x{n}") } else { class.to_owned() }).collect()
 }
 
-/// An attempt's line in the report.
 /// How many attempts in a row that failed the same way the report gives one line: fewer are
 /// listed one by one.
 const SAME_IN_A_ROW: usize = 3;
 
-/// `rows` cut into runs: `SAME_IN_A_ROW` or more attempts in a row that ended with the same error
-/// the same way (started in this runner, neither redelivered nor killed after the grace period
-/// differently) make one run; every other attempt is a run of its own.
+/// `rows` cut into runs: `SAME_IN_A_ROW` or more attempts in a row that failed with the same error
+/// the same way (each with a start time, the same redelivered and earlier-runner marks, and
+/// SIGKILL after the grace period for all or none) make one run; every other attempt is a run of
+/// its own.
 fn same_failures<'a, 'r>(rows: &'a [&'r Row]) -> Vec<&'a [&'r Row]> {
     fn key(r: &Row) -> Option<(&ErrorValue, bool, bool, bool)> {
         match &r.end {
@@ -400,12 +400,12 @@ fn same_failures<'a, 'r>(rows: &'a [&'r Row]) -> Vec<&'a [&'r Row]> {
     runs
 }
 
-/// The line of a run of attempts that failed the same way (see [`same_failures`]): from `first`
-/// to `last`, when they started, how long each took, and their error.
-fn describe_many(first: &Row, last: &Row, run: &[&Row]) -> String {
-    let took: Vec<Duration> = run.iter().filter_map(|r| r.end.as_ref().map(|e| e.duration)).collect();
-    let (least, most) =
-        (took.iter().min().copied().unwrap_or_default(), took.iter().max().copied().unwrap_or_default());
+/// The line of a run of attempts that failed the same way (see [`same_failures`]): from the first
+/// to the last, when they started, how long each took, and their error.
+fn describe_many(run: &[&Row]) -> String {
+    let (Some(first), Some(last)) = (run.first(), run.last()) else { return String::new() };
+    let took = || run.iter().filter_map(|r| r.end.as_ref().map(|e| e.duration));
+    let (least, most) = (took().min().unwrap_or_default(), took().max().unwrap_or_default());
     let took = if human(least) == human(most) {
         format!("each took {}", human(least))
     } else {
@@ -444,6 +444,7 @@ fn ending(end: &RowEnd) -> String {
     text
 }
 
+/// An attempt's line in the report.
 fn describe(row: &Row) -> String {
     let mut text = format!("attempt {}{}:", row.attempt, again(row));
     if let Some(at) = row.started {
