@@ -157,10 +157,7 @@ fn a_resumed_run_counts_and_names_a_step_caught_by_the_runner_before() {
          [[step]]\nname = 'b'\nshell = 'if [ -e release ]; then exit 0; fi; echo $$ > ready; exec sleep 60'\n\
          [[step]]\nname = 'c'\nshell = 'true'\n",
     );
-    let mut runner = env.spawn(&["run", "--quiet", "flow.toml"]);
-    env.wait_for_lines("ready", 1);
-    runner.kill().unwrap();
-    runner.wait().unwrap();
+    let _ = env.run_until("ready", "KILL");
     env.write("release", "");
     let out = env.cmd(&["run", "--json", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

@@ -194,16 +194,7 @@ fn the_report_of_a_compensated_run_points_at_a_fresh_run_not_at_resume() {
     env.write("flow.toml", FLOW);
     let out = env.cmd(&["run", "--quiet", "flow.toml"]).env("FAIL", "1").output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    let id = run_id(&env);
-    let said = common::stderr(&out);
-    let last = said.lines().last().unwrap_or_default().to_owned();
-    assert_eq!(
-        last,
-        format!(
-            "  run id: {id} (`waymark status {id}` shows it; its compensations undid what its steps did, so \
-             `waymark run --fresh FLOW` starts the flow anew)"
-        )
-    );
+    assert_points_at_a_fresh_run(&env, &out);
     // What it says works: the flow runs anew, and succeeds without FAIL.
     let out = env.cmd(&["run", "--quiet", "--fresh", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -222,16 +213,19 @@ fn the_report_of_a_run_compensated_by_an_earlier_runner_points_at_a_fresh_run() 
          [[step]]\nname = 'a'\nrun = ['true']\ncompensate = ['sh', '-c', 'echo undo >> undone']\n\
          [[step]]\nname = 'b'\nrun = ['false']\n",
     );
-    let mut runner = env.spawn(&["run", "--quiet", "flow.toml"]);
-    env.wait_for_lines("hook-started", 1);
-    runner.kill().unwrap();
-    runner.wait().unwrap();
+    let _ = env.run_until("hook-started", "KILL");
     env.write("second", "");
     let out = env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert_eq!(env.read("undone"), "undo\n", "compensated once, by the first runner");
-    let id = run_id(&env);
-    let said = common::stderr(&out);
+    assert_points_at_a_fresh_run(&env, &out);
+}
+
+/// The last line of a compensated run's failure report: it points at a fresh run, not at
+/// `waymark resume`.
+fn assert_points_at_a_fresh_run(env: &Env, out: &std::process::Output) {
+    let id = run_id(env);
+    let said = common::stderr(out);
     assert_eq!(
         said.lines().last().unwrap_or_default(),
         format!(
