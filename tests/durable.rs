@@ -415,13 +415,15 @@ fn fresh_kills_the_abandoned_runs_attempt() {
 fn a_redelivered_attempt_is_judged_by_its_own_output_only() {
     let env = Env::new();
     // The first execution prints a traceback and is lost with its runner; the redelivered one
-    // exits 1 silently, which must not be taken for the old ValueError.
+    // exits 1 silently, which must not be taken for the old ValueError. The first says it is
+    // ready (`pid`) only once its traceback is in its log: a runner killed before it read the pipe
+    // would lose it, and a loaded machine may take a while to read it.
     env.write(
         "flow.toml",
         r#"name = 'redeliver'
 [[step]]
 name = 's'
-shell = 'if [ ! -e once ]; then touch once; printf "Traceback (most recent call last):\n  File \"x\", line 1, in <module>\nValueError: old\n" >&2; echo $$ > pid; exec sleep 300; fi; exit 1'
+shell = 'if [ ! -e once ]; then touch once; printf "Traceback (most recent call last):\n  File \"x\", line 1, in <module>\nValueError: old\n" >&2; log="${WAYMARK_ERROR_FILE%.error.json}.stderr"; n=0; until grep -qs "ValueError: old" "$log" || [ $n -ge 600 ]; do sleep 0.05; n=$((n+1)); done; echo $$ > pid; exec sleep 300; fi; exit 1'
 retry = { attempts = 2, exception_types = ["SubprocessError"] }
 "#,
     );
