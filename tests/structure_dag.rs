@@ -430,6 +430,8 @@ fn the_workflow_deadline_stops_running_attempts_skips_the_rest_and_resume_counts
     let text = stdout(&env.cmd(&["status", &id]).output().unwrap());
     assert!(text.contains("last error: WorkflowTimeout(BaseException): the workflow's timeout of 4s passed"), "{text}");
     assert!(text.contains(&format!("\n  {:<20} skipped    attempts 0/1\n", "other")), "{text}");
+    // A step that failed of the deadline says so in its last error, not in a line of its own.
+    assert!(!text.contains("the run failed on it"), "{text}");
 
     // `waymark resume` of the failed run: the deadline counts anew from now. The old one has
     // passed, yet `hang` runs again, and the new one stops it.
@@ -476,6 +478,24 @@ fn a_run_killed_and_resumed_after_its_deadline_fails_at_once_and_waymark_resume_
     let status = json_of(&env, &["status", &id, "--json"]);
     assert_eq!((status["status"].as_str(), status["failed_step"].as_str()), (Some("failed"), Some("hang")));
     assert_eq!(status["steps"][1]["state"], "skipped");
+    // The dead runner's attempt was not run again: `hang` is skipped, yet the run failed on it,
+    // of the deadline, and `status` says so under it, as the failure report does.
+    assert_eq!(
+        (status["steps"][0]["state"].as_str(), status["steps"][0]["attempts_used"].as_u64()),
+        (Some("skipped"), Some(0))
+    );
+    let text = stdout(&env.cmd(&["status", &id]).output().unwrap());
+    let lines: Vec<&str> = text.lines().collect();
+    let hang = lines.iter().position(|l| l.starts_with("  hang ")).expect("a line for hang");
+    assert_eq!(
+        lines.get(hang + 1).copied(),
+        Some(format!(
+            "  {:<20} the run failed on it: WorkflowTimeout(BaseException): the workflow's timeout of 4s passed [timeout]",
+            ""
+        ))
+        .as_deref(),
+        "{text}"
+    );
 
     // `waymark resume` gives the failed run a new deadline: the skipped step runs.
     env.write("go", "");

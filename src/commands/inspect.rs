@@ -330,6 +330,17 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool) -> Resu
         if let Some(e) = &s.last_error {
             out.push_str(&format!("  {:<20} last error: {e} [{}]\n", "", e.source.describe()));
         }
+        // The step a failed run failed on is skipped only when the workflow's deadline passed
+        // while it did not run (a retry waiting out its backoff, an attempt of a dead runner not
+        // run again): the deadline is what it failed of, as the failure report says.
+        if run.status == RunStatus::Failed
+            && run.failed_step.as_deref() == Some(s.name.as_str())
+            && s.state == StepState::Skipped
+            && let Some(flow) = &flow
+        {
+            let e = crate::executor::workflow_timeout(flow);
+            out.push_str(&format!("  {:<20} the run failed on it: {e} [{}]\n", "", e.source.describe()));
+        }
     }
     super::output::print(out)?;
     Ok(EXIT_OK)

@@ -37,6 +37,7 @@ pub(crate) use crate::os::signals::{RunnerSignals, restore_default_signals};
 pub(crate) use output::{Chunk, OutputGate};
 
 pub(crate) use dispatch::RunSpec;
+pub(crate) use evidence::workflow_timeout;
 pub(crate) use launch::kill_leftovers;
 
 /// A step as the dispatcher and the tasks that run its attempts hold it: one of the run's
