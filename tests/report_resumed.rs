@@ -52,3 +52,24 @@ fn a_resumed_runs_report_lists_earlier_runners_attempts_in_full() {
     assert_eq!(third.stdout, b"");
     golden("report/quiet-resumed.stderr", &normalise(&env, &common::stderr(&third)));
 }
+
+/// A runner killed in its `on_failure` hook leaves a step failed for good in a run not yet
+/// finished: the runner that resumes it says so, in its lines and its summary table, where the
+/// step was left out.
+#[test]
+fn a_step_failed_under_an_earlier_runner_is_in_the_resumed_runs_lines_and_summary() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'hooked'\n[hooks]\non_failure = 'if [ -e second ]; then exit 0; fi; echo x > hook-started; exec sleep 60'\n\
+         [[step]]\nname = 'a'\nrun = ['true']\n\
+         [[step]]\nname = 'b'\nrun = ['false']\nneeds = ['a']\n\
+         [[step]]\nname = 'c'\nrun = ['true']\nneeds = ['b']\n",
+    );
+    let first = env.run_until("hook-started", "KILL");
+    assert_eq!(first.status.code(), None, "the first runner was killed in its hook");
+    env.write("second", "");
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    golden("report/resumed-failed-step.stderr", &common::normalise_plain(&normalise(&env, &common::stderr(&out))));
+}

@@ -422,7 +422,10 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                     emitter.emit(Event::StepSkipped { step: step.name.clone(), reason: SkipReason::AlreadySucceeded });
                     Slot::Succeeded
                 }
-                StepState::Failed => Slot::Failed,
+                StepState::Failed => {
+                    emitter.emit(Event::StepSkipped { step: step.name.clone(), reason: SkipReason::AlreadyFailed });
+                    Slot::Failed
+                }
                 StepState::Skipped => Slot::Skipped,
                 StepState::Caught => {
                     emitter.emit(Event::StepSkipped { step: step.name.clone(), reason: SkipReason::AlreadyCaught });

@@ -229,6 +229,9 @@ pub(super) fn describe(envelope: &Envelope, clock: &LocalTime, max_attempts: Opt
         Event::StepSkipped { step, reason: SkipReason::AlreadyCaught } => {
             format!("waymark: {step}: error already caught, skipped")
         }
+        Event::StepSkipped { step, reason: SkipReason::AlreadyFailed } => {
+            format!("waymark: {step}: already failed, not run again")
+        }
         Event::StepSkipped { step, reason: SkipReason::RunFailed } => {
             format!("waymark: {step}: not run: the run failed first")
         }
@@ -477,6 +480,10 @@ mod tests {
             (
                 Event::StepFinished { step: step(), outcome: StepOutcome::Failed, attempts: 1 },
                 "waymark: fetch: failed (1 attempt)",
+            ),
+            (
+                Event::StepSkipped { step: step(), reason: SkipReason::AlreadyFailed },
+                "waymark: fetch: already failed, not run again",
             ),
             (
                 Event::StepSkipped { step: step(), reason: SkipReason::RunFailed },

@@ -338,6 +338,7 @@ fn summary_row(s: &StepSeen, run_ended: SystemTime) -> [String; 5] {
         }
         (None, Some(SkipReason::AlreadySucceeded)) => ("ok", "succeeded in an earlier runner".to_owned()),
         (None, Some(SkipReason::AlreadyCaught)) => ("caught", "caught in an earlier runner".to_owned()),
+        (None, Some(SkipReason::AlreadyFailed)) => ("failed", "failed in an earlier runner".to_owned()),
         (None, Some(SkipReason::RunFailed)) => ("not run", "the run failed first".to_owned()),
         (None, Some(SkipReason::DeadlinePassed)) => ("not run", "the workflow's deadline passed".to_owned()),
         (None, None) => match last.map(|r| r.end.as_ref().map(|e| e.outcome)) {
