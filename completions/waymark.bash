@@ -628,7 +628,7 @@ _waymark() {
             return 0
             ;;
         waymark__subcmd__status)
-            opts="-h --json --state-dir --store --color --help"
+            opts="-h --json --attempts --state-dir --store --color --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -98,6 +98,7 @@ set edit:completion:arg-completer[waymark] = {|@words|
             cand --store 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]'
             cand --color 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`'
             cand --json 'Print JSON'
+            cand --attempts 'List every attempt of each step (when it started, how long it took, how it ended), with --json too'
             cand -h 'Print help'
             cand --help 'Print help'
         }

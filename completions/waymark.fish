@@ -106,6 +106,7 @@ complete -c waymark -n "__fish_waymark_using_subcommand status" -l color -d 'Col
 always\t''
 never\t''"
 complete -c waymark -n "__fish_waymark_using_subcommand status" -l json -d 'Print JSON'
+complete -c waymark -n "__fish_waymark_using_subcommand status" -l attempts -d 'List every attempt of each step (when it started, how long it took, how it ended), with --json too'
 complete -c waymark -n "__fish_waymark_using_subcommand status" -s h -l help -d 'Print help'
 complete -c waymark -n "__fish_waymark_using_subcommand logs" -l attempt -d 'Which attempt [default: the last one]' -r
 complete -c waymark -n "__fish_waymark_using_subcommand logs" -l stream -d 'Only this stream [default: both]' -r -f -a "stdout\t''

@@ -141,7 +141,7 @@ pub(crate) enum Command {
     },
     /// Show a run step by step: state, attempts, last error, next retry
     #[command(
-        after_help = "Examples:\n  waymark status                the newest run\n  waymark status nightly        the newest run of flow `nightly`\n  waymark status app1/nightly.toml\n  waymark status 4k2m9xq1 --json"
+        after_help = "Examples:\n  waymark status                the newest run\n  waymark status nightly        the newest run of flow `nightly`\n  waymark status app1/nightly.toml\n  waymark status 4k2m9xq1 --json\n  waymark status 4k2m9xq1 --attempts   every attempt of every step"
     )]
     Status {
         /// A run id, or a flow file's path or a flow name for the flow's newest run [default: the
@@ -151,6 +151,10 @@ pub(crate) enum Command {
         /// Print JSON
         #[arg(long)]
         json: bool,
+        /// List every attempt of each step (when it started, how long it took, how it ended), with
+        /// --json too
+        #[arg(long)]
+        attempts: bool,
         #[command(flatten)]
         state: StateDirArg,
         #[command(flatten)]

@@ -388,16 +388,38 @@ pub(crate) struct Earlier {
 
 /// An attempt that an earlier runner of a resumed run made, as the store recorded it: not an
 /// event (it happened before this runner), but what the failure report lists before this
-/// runner's attempts.
+/// runner's attempts (and `waymark status --attempts` lists).
 #[derive(Debug, Clone)]
 pub(crate) struct EarlierAttempt {
     pub(crate) step: String,
     pub(crate) attempt: u32,
     pub(crate) redelivered: bool,
     pub(crate) started: SystemTime,
-    /// When and how it ended; `None` when its runner died while it ran.
+    /// When and how it ended; `None` while it runs, or when its runner died while it ran.
     pub(crate) end: Option<(SystemTime, AttemptEnd)>,
     pub(crate) error: Option<ErrorValue>,
+}
+
+impl EarlierAttempt {
+    /// The attempt `a` as recorded. One left running, or ended by a claim (`runner_lost`), has
+    /// no outcome.
+    pub(crate) fn of(a: &crate::store::AttemptRecord) -> EarlierAttempt {
+        use crate::store::AttemptState;
+        let outcome = match a.outcome {
+            AttemptState::Succeeded => Some(AttemptEnd::Succeeded),
+            AttemptState::Failed => Some(AttemptEnd::Failed),
+            AttemptState::Cancelled => Some(AttemptEnd::Cancelled),
+            AttemptState::Running | AttemptState::RunnerLost => None,
+        };
+        EarlierAttempt {
+            step: a.step.clone(),
+            attempt: a.attempt,
+            redelivered: a.redelivered,
+            started: a.started_at,
+            end: a.ended_at.zip(outcome),
+            error: a.error.clone(),
+        }
+    }
 }
 
 /// Consumes events. Reporters own what they write to and never reach back into the run.

@@ -41,6 +41,14 @@ shell = "echo x >> c.log"
     assert!(alive(orphan), "the dead runner's attempt is still running");
     env.cmd(&["status", "durable"]).assert().success().stdout(predicate::str::contains("its runner is gone"));
     assert_eq!(json(&env, &["status", "durable", "--json"])["runner_alive"], false);
+    let listed = stdout_of(&env, &["status", "durable", "--attempts"]);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.trim_start().starts_with("attempt 1: started ")
+                && l.ends_with(", its runner died before it ended")),
+        "{listed}"
+    );
 
     env.cmd(&["run", "flow.toml"]).assert().success().stderr(
         predicate::str::contains("resuming run")
@@ -53,6 +61,28 @@ shell = "echo x >> c.log"
     let status = json(&env, &["status", "durable", "--json"]);
     assert_eq!(status["status"], "succeeded");
     assert_eq!(status["steps"][1]["attempts_used"], 1, "a redelivered attempt uses no new attempt");
+}
+
+fn stdout_of(env: &Env, args: &[&str]) -> String {
+    let out = env.cmd(args).output().unwrap();
+    assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `status --attempts` of a run whose runner lives: its attempt is running.
+#[test]
+fn status_lists_a_running_attempt_as_running() {
+    let env = Env::new();
+    env.write("flow.toml", "name = 'live'\n[[step]]\nname = 'a'\nshell = 'touch ready; exec sleep 300'\n");
+    let runner = env.spawn(&["run", "flow.toml"]);
+    wait_until("the attempt to be recorded as started", || env.path("ready").exists());
+    let listed = stdout_of(&env, &["status", "live", "--attempts"]);
+    let lines: Vec<&str> = listed.lines().map(str::trim_start).collect();
+    assert!(lines.iter().any(|l| l.starts_with("attempt 1: started ") && l.ends_with(", running")), "{listed}");
+    let attempts = &json(&env, &["status", "live", "--attempts", "--json"])["steps"][0]["attempts"];
+    assert_eq!((attempts[0]["outcome"].as_str(), attempts[0]["ended_at"].is_null()), (Some("running"), true));
+    kill(runner.id(), "TERM");
+    let _ = finish(runner);
 }
 
 #[test]

@@ -51,6 +51,44 @@ fn a_resumed_runs_report_lists_earlier_runners_attempts_in_full() {
     assert_eq!(third.status.code(), Some(1));
     assert_eq!(third.stdout, b"");
     golden("report/quiet-resumed.stderr", &normalise(&env, &common::stderr(&third)));
+
+    // `status --attempts` lists each of them, whichever runner made it, one line each.
+    let status = env.cmd(&["status", "--attempts"]).output().unwrap();
+    assert_eq!(status.status.code(), Some(0), "{}", common::stderr(&status));
+    let text = String::from_utf8(status.stdout).unwrap();
+    let flow = env.path("flow.toml").canonicalize().unwrap().display().to_string();
+    golden("report/status-attempts.stdout", &normalise(&env, &text.replace(&flow, "FLOW")));
+    let json = env.cmd(&["status", "--attempts", "--json"]).output().unwrap();
+    let json: Value = serde_json::from_slice(&json.stdout).unwrap();
+    let attempts: Vec<(u64, &str, bool, Option<&str>)> = json["steps"][0]["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["attempt"].as_u64().unwrap(),
+                a["outcome"].as_str().unwrap(),
+                a["redelivered"] == true,
+                a["error"]["class"].as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        attempts,
+        [
+            (1, "failed", false, Some("CalledProcessError")),
+            (2, "runner_lost", false, None),
+            (2, "failed", true, Some("CalledProcessError")),
+            (3, "failed", false, Some("CalledProcessError")),
+        ]
+    );
+    let last = &json["steps"][0]["attempts"][3];
+    assert!(last["stderr"].as_str().unwrap().ends_with("/flaky/attempt-3.stderr"), "{last}");
+    assert_eq!(std::fs::read_to_string(last["stderr"].as_str().unwrap()).unwrap(), "attempt 3\n");
+    // Without the flag, neither lists them.
+    let plain = env.cmd(&["status", "--json"]).output().unwrap();
+    let plain: Value = serde_json::from_slice(&plain.stdout).unwrap();
+    assert_eq!(plain["steps"][0].get("attempts"), None);
 }
 
 /// A runner killed in its `on_failure` hook leaves a step failed for good in a run not yet

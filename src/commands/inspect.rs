@@ -1,7 +1,9 @@
 //! Reading runs back: `history`, `status`, `logs`, and `gc`.
 
 use super::{CliError, EXIT_OK, open_store, read_store};
+use crate::classify::ErrorValue;
 use crate::cli::StreamArg;
+use crate::events::EarlierAttempt;
 use crate::flow::Flow;
 use crate::store::lock::FlowLock;
 use crate::store::{
@@ -14,6 +16,28 @@ use std::time::{Duration, SystemTime};
 
 fn time(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// An error as `status --json` gives it.
+fn error_json(e: &ErrorValue) -> Value {
+    json!({ "class": e.class, "bases": e.bases, "message": e.message, "source": e.source, "text": e.to_string() })
+}
+
+/// An attempt as `status --json --attempts` gives it.
+fn attempt_json(a: &AttemptRecord) -> Value {
+    let took = a.ended_at.map(|end| end.duration_since(a.started_at).unwrap_or_default());
+    json!({
+        "attempt": a.attempt,
+        "outcome": a.outcome.as_str(),
+        "redelivered": a.redelivered,
+        "started_at": time(a.started_at),
+        "ended_at": opt_time(a.ended_at),
+        "duration_ms": took.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        "error": a.error.as_ref().map(error_json),
+        "host": a.host,
+        "stdout": a.log_stem.with_extension("stdout"),
+        "stderr": a.log_stem.with_extension("stderr"),
+    })
 }
 
 fn opt_time(t: Option<SystemTime>) -> Value {
@@ -238,7 +262,7 @@ fn active_time(
     (!attempts.is_empty()).then_some(total)
 }
 
-pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool) -> Result<i32, CliError> {
+pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_attempts: bool) -> Result<i32, CliError> {
     let store = read_store(state)?;
     let run = find_run(store.as_ref(), target)?;
     // The attempts allowed are shown as `?` when the definition cannot be read (a newer record):
@@ -271,22 +295,23 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool) -> Resu
                 StepState::Waiting { wake_at, .. } => Some(*wake_at),
                 _ => None,
             };
-            json!({
+            let mut row = json!({
                 "step": s.name,
                 "state": state,
                 "attempts_used": used,
                 "attempts_allowed": allowed(&s.name).map(|a| a.saturating_add(s.budget_base)),
-                "last_error": s.last_error.as_ref().map(|e| json!({
-                    "class": e.class, "bases": e.bases, "message": e.message, "source": e.source,
-                    "text": e.to_string(),
-                })),
+                "last_error": s.last_error.as_ref().map(error_json),
                 "started_at": opt_time(s.started_at),
                 "ended_at": opt_time(s.ended_at),
                 "duration_seconds": active_time(policy(&s.name).map(|r| &r.backoff), s, &mine, &run, runner_alive, now).map(|d| d.as_secs()),
                 "next_retry_at": opt_time(next),
                 "host": host(&s.name),
                 "outputs": s.outputs,
-            })
+            });
+            if list_attempts {
+                row["attempts"] = mine.iter().map(|a| attempt_json(a)).collect();
+            }
+            row
         })
         .collect();
     if json {
@@ -340,6 +365,16 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool) -> Resu
         {
             let e = crate::executor::workflow_timeout(flow);
             out.push_str(&format!("  {:<20} the run failed on it: {e} [{}]\n", "", e.source.describe()));
+        }
+        if list_attempts {
+            for a in attempts.iter().filter(|a| a.step == s.name) {
+                let unended = match a.outcome {
+                    AttemptState::Running if runner_alive => "running",
+                    _ => "its runner died before it ended",
+                };
+                let line = crate::reporter::attempt_line(&EarlierAttempt::of(a), unended);
+                out.push_str(&format!("  {:<20} {line}\n", ""));
+            }
         }
     }
     super::output::print(out)?;

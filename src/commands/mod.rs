@@ -268,8 +268,8 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
         Command::History { flow, limit, json, state, .. } => {
             inspect::history(&find_state_dir(state.or(flag))?, flow.as_deref(), limit, json)
         }
-        Command::Status { target, json, state, .. } => {
-            inspect::status(&find_state_dir(state.or(flag))?, target.as_deref(), json)
+        Command::Status { target, json, attempts, state, .. } => {
+            inspect::status(&find_state_dir(state.or(flag))?, target.as_deref(), json, attempts)
         }
         Command::Logs { target, step, attempt, stream, state, .. } => {
             inspect::logs(&find_state_dir(state.or(flag))?, &target, &step, attempt, stream)

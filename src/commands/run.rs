@@ -11,7 +11,7 @@
 //! run is created or claimed, by every runner: its contents are never recorded.
 
 use super::{CliError, EXIT_FAILED, EXIT_OK, FlowGuard, open_store, print_warnings};
-use crate::events::{AbandonReason, AttemptEnd, Earlier, EarlierAttempt, Emitter, Event, NoticeKind, RunOutcome};
+use crate::events::{AbandonReason, Earlier, EarlierAttempt, Emitter, Event, NoticeKind, RunOutcome};
 use crate::executor::environment::RunEnv;
 use crate::executor::{ExecError, RunSpec, RunnerSignals, kill_leftovers};
 use crate::flow::params::ParamError;
@@ -20,8 +20,8 @@ use crate::reporter::Mode;
 use crate::store::lease::host_id;
 use crate::store::record::RunDefinition;
 use crate::store::{
-    AttemptState, AuxKind, FlowKey, Lease, RunRecord, RunStatus, StateDir, StepRecord, Store, StoreError,
-    ThreadJournal, create_private_dir,
+    AuxKind, FlowKey, Lease, RunRecord, RunStatus, StateDir, StepRecord, Store, StoreError, ThreadJournal,
+    create_private_dir,
 };
 use anyhow::Context;
 use std::path::Path;
@@ -558,26 +558,7 @@ fn compensated(store: &dyn Store, run_id: &str) -> Result<bool, CliError> {
 /// (`runner_lost`): it has no outcome.
 fn earlier(store: &dyn Store, run_id: &str) -> Result<Earlier, CliError> {
     let compensated = compensated(store, run_id)?;
-    let attempts = store
-        .attempts(run_id, None)?
-        .into_iter()
-        .map(|a| {
-            let outcome = match a.outcome {
-                AttemptState::Succeeded => Some(AttemptEnd::Succeeded),
-                AttemptState::Failed => Some(AttemptEnd::Failed),
-                AttemptState::Cancelled => Some(AttemptEnd::Cancelled),
-                AttemptState::Running | AttemptState::RunnerLost => None,
-            };
-            EarlierAttempt {
-                step: a.step,
-                attempt: a.attempt,
-                redelivered: a.redelivered,
-                started: a.started_at,
-                end: a.ended_at.zip(outcome),
-                error: a.error,
-            }
-        })
-        .collect();
+    let attempts = store.attempts(run_id, None)?.iter().map(EarlierAttempt::of).collect();
     Ok(Earlier { attempts, compensated })
 }
 

@@ -10,7 +10,7 @@
 //! the errors it survived ([`History::summary_table`]).
 
 use crate::classify::ErrorValue;
-use crate::events::{AttemptEnd, Earlier, Envelope, Event, Failure, SkipReason, StepOutcome};
+use crate::events::{AttemptEnd, Earlier, EarlierAttempt, Envelope, Event, Failure, SkipReason, StepOutcome};
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::time::{Duration, SystemTime};
@@ -31,6 +31,25 @@ struct Row {
     end: Option<RowEnd>,
     /// Made by an earlier runner of the run (it was resumed).
     earlier: bool,
+}
+
+impl Row {
+    /// An attempt as the store recorded it; `earlier` when an earlier runner made it.
+    fn recorded(a: &EarlierAttempt, earlier: bool) -> Row {
+        let end = a.end.map(|(ended, outcome)| RowEnd {
+            duration: ended.duration_since(a.started).unwrap_or_default(),
+            outcome,
+            error: a.error.clone(),
+            killed_after_grace: false,
+        });
+        Row { attempt: a.attempt, redelivered: a.redelivered, started: Some(a.started), end, earlier }
+    }
+}
+
+/// A recorded attempt's line as `waymark status --attempts` lists it: as the failure report's,
+/// one per attempt however alike; `unended` says what became of one that has no end.
+pub(crate) fn attempt_line(a: &EarlierAttempt, unended: &str) -> String {
+    describe_as(&Row::recorded(a, false), unended)
 }
 
 struct RowEnd {
@@ -157,15 +176,7 @@ impl History {
     pub(crate) fn prefill(&mut self, earlier: &Earlier) {
         self.compensated |= earlier.compensated;
         for a in &earlier.attempts {
-            let end = a.end.map(|(ended, outcome)| RowEnd {
-                duration: ended.duration_since(a.started).unwrap_or_default(),
-                outcome,
-                error: a.error.clone(),
-                killed_after_grace: false,
-            });
-            let row =
-                Row { attempt: a.attempt, redelivered: a.redelivered, started: Some(a.started), end, earlier: true };
-            self.earlier.entry(a.step.clone()).or_default().push(row);
+            self.earlier.entry(a.step.clone()).or_default().push(Row::recorded(a, true));
         }
     }
 
@@ -447,12 +458,17 @@ fn ending(end: &RowEnd) -> String {
 
 /// An attempt's line in the report.
 fn describe(row: &Row) -> String {
+    describe_as(row, if row.earlier { "its runner died before it ended" } else { "did not end in this runner" })
+}
+
+/// An attempt's line, `unended` saying what became of it when it has no end.
+fn describe_as(row: &Row, unended: &str) -> String {
     let mut text = format!("attempt {}{}:", row.attempt, again(row));
     if let Some(at) = row.started {
         let _ = write!(text, " started {},", humantime::format_rfc3339_seconds(at));
     }
     let Some(end) = &row.end else {
-        text.push_str(if row.earlier { " its runner died before it ended" } else { " did not end in this runner" });
+        let _ = write!(text, " {unended}");
         return text;
     };
     let _ = write!(text, " took {}: {}", human(end.duration), ending(end));
