@@ -49,6 +49,9 @@ shell = "echo x >> c.log"
                 && l.ends_with(", its runner died before it ended")),
         "{listed}"
     );
+    // Its JSON says the same: lost, its end unknown, before a new runner has claimed the run.
+    let attempt = &json(&env, &["status", "durable", "--attempts", "--json"])["steps"][1]["attempts"][0];
+    assert_eq!((attempt["outcome"].as_str(), attempt["ended_at"].is_null()), (Some("runner_lost"), true), "{attempt}");
 
     env.cmd(&["run", "flow.toml"]).assert().success().stderr(
         predicate::str::contains("resuming run")
@@ -83,6 +86,37 @@ fn status_lists_a_running_attempt_as_running() {
     assert_eq!((attempts[0]["outcome"].as_str(), attempts[0]["ended_at"].is_null()), (Some("running"), true));
     kill(runner.id(), "TERM");
     let _ = finish(runner);
+}
+
+/// A run whose runner died is not made alive by a runner of another run of the same flow
+/// holding the flow's lock (`waymark resume` of an older run).
+#[test]
+fn status_of_an_orphaned_run_says_its_runner_is_gone_while_another_run_of_its_flow_runs() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'two'\n[[step]]\nname = 'a'\nshell = '''\n\
+         if [ -e phase3 ]; then echo $$ > p3; exec sleep 300; fi\n\
+         if [ -e phase2 ]; then echo $$ > p2; exec sleep 300; fi\n\
+         exit 1\n'''\n",
+    );
+    env.cmd(&["run", "-q", "flow.toml"]).assert().code(1);
+    let first = json(&env, &["status", "--json"])["id"].as_str().unwrap().to_owned();
+    env.write("phase2", "");
+    let _ = env.run_until("p2", "KILL");
+    let orphaned = json(&env, &["status", "--json"])["id"].as_str().unwrap().to_owned();
+    let leftover = read_pid(&env.path("p2"));
+    env.write("phase3", "");
+    let resumed = env.spawn(&["resume", &first]);
+    env.wait_for_lines("p3", 1);
+    let status = json(&env, &["status", &orphaned, "--json"]);
+    assert_eq!((status["status"].as_str(), status["runner_alive"].as_bool()), (Some("running"), Some(false)));
+    env.cmd(&["status", &orphaned]).assert().success().stdout(predicate::str::contains("its runner is gone"));
+    // The run resumed has its runner.
+    assert_eq!(json(&env, &["status", &first, "--json"])["runner_alive"], true);
+    kill(resumed.id(), "TERM");
+    let _ = finish(resumed);
+    kill(leftover, "KILL");
 }
 
 #[test]

@@ -23,15 +23,22 @@ fn error_json(e: &ErrorValue) -> Value {
     json!({ "class": e.class, "bases": e.bases, "message": e.message, "source": e.source, "text": e.to_string() })
 }
 
-/// An attempt as `status --json --attempts` gives it.
-fn attempt_json(a: &AttemptRecord) -> Value {
-    let took = a.ended_at.map(|end| end.duration_since(a.started_at).unwrap_or_default());
+/// An attempt as `status --json --attempts` gives it. One whose runner died is `runner_lost`
+/// whether a new runner has claimed the run yet or not, and its end is unknown: the claim's time,
+/// which the store keeps, is not when it ended.
+fn attempt_json(a: &AttemptRecord, runner_alive: bool) -> Value {
+    let outcome = match a.outcome {
+        AttemptState::Running if !runner_alive => AttemptState::RunnerLost,
+        outcome => outcome,
+    };
+    let ended = a.ended_at.filter(|_| outcome != AttemptState::RunnerLost);
+    let took = ended.map(|end| end.duration_since(a.started_at).unwrap_or_default());
     json!({
         "attempt": a.attempt,
-        "outcome": a.outcome.as_str(),
+        "outcome": outcome.as_str(),
         "redelivered": a.redelivered,
         "started_at": time(a.started_at),
-        "ended_at": opt_time(a.ended_at),
+        "ended_at": opt_time(ended),
         "duration_ms": took.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         "error": a.error.as_ref().map(error_json),
         "host": a.host,
@@ -277,7 +284,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
     // (On a shared store: nobody's lease on its flow is live.)
     let held = match store.lease_holder(&run.id) {
         Some(holder) => holder?.is_some(),
-        None => FlowLock::is_held(state, &run.key),
+        None => FlowLock::is_held_for(state, &run.key, &run.id),
     };
     let orphaned = run.status == RunStatus::Running && !held;
     let policy = |name: &str| flow.as_ref().and_then(|f| f.steps.iter().find(|s| s.name == name)).map(|s| &s.retry);
@@ -309,7 +316,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
                 "outputs": s.outputs,
             });
             if list_attempts {
-                row["attempts"] = mine.iter().map(|a| attempt_json(a)).collect();
+                row["attempts"] = mine.iter().map(|a| attempt_json(a, runner_alive)).collect();
             }
             row
         })

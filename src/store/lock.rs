@@ -136,12 +136,18 @@ impl FlowLock {
         Ok(Some(lock))
     }
 
-    /// Whether a live runner holds the lock of flow `key` (checked without creating or following
-    /// anything).
-    pub(crate) fn is_held(state_dir: &StateDir, key: &FlowKey) -> bool {
-        match open_lock_file(state_dir, key, false) {
-            Ok(Some(file)) => matches!(file.try_lock_shared(), Err(TryLockError::WouldBlock)),
-            _ => false,
+    /// Whether a live runner holds the lock of flow `key` for run `run_id` (checked without
+    /// creating or following anything). A runner of another run of the flow (`waymark resume` of
+    /// an older one) holds it for its own run; one that has not said which run yet counts.
+    pub(crate) fn is_held_for(state_dir: &StateDir, key: &FlowKey, run_id: &str) -> bool {
+        let Ok(Some(mut file)) = open_lock_file(state_dir, key, false) else { return false };
+        if !matches!(file.try_lock_shared(), Err(TryLockError::WouldBlock)) {
+            return false;
+        }
+        let text = holder(&mut file);
+        match text.strip_prefix("run ").and_then(|rest| rest.split(',').next()) {
+            Some(holder) => holder == run_id,
+            None => true,
         }
     }
 
