@@ -291,5 +291,10 @@ fn logs_take_a_run_id_or_a_flow_for_its_newest_run() {
         .assert()
         .code(2)
         .stdout("")
-        .stderr(format!("error: step `grete` of run {} has no attempts; its steps are: greet\n", newest_run(&env)));
+        .stderr(format!("error: run {} has no step `grete`; its steps are: greet\n", newest_run(&env)));
+    cmd(&env, &["logs", "flow", "greet", "--attempt", "2"])
+        .assert()
+        .code(2)
+        .stdout("")
+        .stderr(format!("error: step `greet` of run {} has no attempt 2; it has attempts 1\n", newest_run(&env)));
 }

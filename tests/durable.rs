@@ -64,6 +64,12 @@ shell = "echo x >> c.log"
     let status = json(&env, &["status", "durable", "--json"]);
     assert_eq!(status["status"], "succeeded");
     assert_eq!(status["steps"][1]["attempts_used"], 1, "a redelivered attempt uses no new attempt");
+    // The number run again is listed once among those there are.
+    let id = status["id"].as_str().unwrap();
+    env.cmd(&["logs", id, "b", "--attempt", "2"])
+        .assert()
+        .code(2)
+        .stderr(format!("error: step `b` of run {id} has no attempt 2; it has attempts 1\n"));
 }
 
 fn stdout_of(env: &Env, args: &[&str]) -> String {

@@ -73,7 +73,8 @@ fn a_failed_run_compensates_in_reverse_order_and_runs_its_hooks_once() {
         stderr(&out),
         format!(
             "error: run {id} failed and its compensations ran, undoing what its steps did, so it cannot be resumed; \
-             `waymark run --fresh FLOW` starts the flow anew\n"
+             `waymark run --fresh {}` starts the flow anew\n",
+            env.path("flow.toml").canonicalize().unwrap().display()
         )
     );
     assert_eq!(env.read("done"), "a\nb\nc\n", "nothing ran again");

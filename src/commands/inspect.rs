@@ -403,14 +403,19 @@ pub(crate) fn logs(
     let attempts = store.attempts(run_id, Some(step))?;
     if attempts.is_empty() {
         let names: Vec<String> = store.steps(run_id)?.into_iter().map(|s| s.name).collect();
-        return Err(CliError::Usage(format!(
-            "step `{step}` of run {run_id} has no attempts; its steps are: {}",
-            names.join(", ")
-        )));
+        let what = if names.iter().any(|n| n == step) {
+            format!("step `{step}` of run {run_id} has no attempts yet")
+        } else {
+            format!("run {run_id} has no step `{step}`")
+        };
+        return Err(CliError::Usage(format!("{what}; its steps are: {}", names.join(", "))));
     }
     let chosen = match attempt {
         Some(n) => attempts.iter().rev().find(|a| a.attempt == n).ok_or_else(|| {
-            let have: Vec<String> = attempts.iter().map(|a| a.attempt.to_string()).collect();
+            // A number run again (redelivered, or after a cancel) is listed once.
+            let mut have: Vec<u32> = attempts.iter().map(|a| a.attempt).collect();
+            have.dedup();
+            let have: Vec<String> = have.iter().map(u32::to_string).collect();
             CliError::Usage(format!(
                 "step `{step}` of run {run_id} has no attempt {n}; it has attempts {}",
                 have.join(", ")

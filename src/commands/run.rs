@@ -392,7 +392,8 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, mode: Mode) -> 
         RunStatus::Failed if compensated(store.as_ref(), run_id)? => {
             return Err(CliError::Usage(format!(
                 "run {run_id} failed and its compensations ran, undoing what its steps did, so it cannot be \
-                 resumed; `waymark run --fresh FLOW` starts the flow anew"
+                 resumed; `waymark run --fresh {}` starts the flow anew",
+                record.flow_path.display()
             )));
         }
         RunStatus::Failed | RunStatus::Running | RunStatus::Interrupted => {}
