@@ -20,10 +20,11 @@ use crate::reporter::Mode;
 use crate::store::lease::host_id;
 use crate::store::record::RunDefinition;
 use crate::store::{
-    AuxKind, FlowKey, Lease, RunRecord, RunStatus, StateDir, StepRecord, Store, StoreError, ThreadJournal,
-    create_private_dir,
+    AttemptState, AuxKind, FlowKey, Lease, RunRecord, RunStatus, StateDir, StepRecord, StepState, Store, StoreError,
+    ThreadJournal, create_private_dir,
 };
 use anyhow::Context;
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -496,6 +497,7 @@ fn execute(
     let since = if schedule.reopened { std::time::SystemTime::now() } else { record.started_at };
     let deadline = flow.timeout.map(|t| since + t);
     let max_parallel = usize::try_from(max_parallel).unwrap_or(usize::MAX);
+    let interrupted = interrupted(store.as_ref(), &record.id, &steps)?;
     let spec = RunSpec {
         flow: Arc::new(flow),
         run_id: record.id.clone(),
@@ -505,6 +507,7 @@ fn execute(
         deadline,
         env: Arc::new(env),
         aux: store.aux_runs(&record.id)?,
+        interrupted,
         // The runner the run is taken over from (its record was read before the claim).
         elsewhere: (resumed && record.host != host_id()).then(|| record.host.clone()),
     };
@@ -547,6 +550,22 @@ fn execute(
             Err(CliError::Internal(exec_error(e).context(context)))
         }
     }
+}
+
+/// The steps (by index) whose last attempt a signal to the runner cancelled (`interrupted` in
+/// `status`): they were under way. Only a pending step that started can be one, so only those
+/// steps' attempts are read.
+fn interrupted(store: &dyn Store, run_id: &str, steps: &[StepRecord]) -> Result<BTreeSet<usize>, CliError> {
+    let mut found = BTreeSet::new();
+    for (index, s) in steps.iter().enumerate() {
+        if s.state == StepState::Pending
+            && s.started_at.is_some()
+            && store.attempts(run_id, Some(&s.name))?.last().is_some_and(|a| a.outcome == AttemptState::Cancelled)
+        {
+            found.insert(index);
+        }
+    }
+    Ok(found)
 }
 
 /// Whether a compensation of run `run_id` ran: its steps' work was undone, so it cannot be resumed.

@@ -81,6 +81,9 @@ pub(crate) struct RunSpec {
     pub(crate) deadline: Option<SystemTime>,
     /// The compensations and hooks recorded for the run by earlier runners.
     pub(crate) aux: Vec<AuxRun>,
+    /// The steps (by index) whose last attempt a signal to an earlier runner cancelled: they were
+    /// under way, and go on as the steps under way do (`interrupted` in `status`).
+    pub(crate) interrupted: BTreeSet<usize>,
     /// What this runner adds to the definition: the env file's variables and the secrets.
     pub(crate) env: Arc<RunEnv>,
     /// The host the run's previous runner ran on, if it was another host (a shared store): the
@@ -214,8 +217,9 @@ struct StepSlot {
     /// Whether this runner has said the step is ready, and that it started.
     said_ready: bool,
     said_started: bool,
-    /// Recorded `running` by a runner that died, and not run again by this one yet.
-    orphaned: bool,
+    /// Left under way by an earlier runner (its attempt was in flight when the runner died, or a
+    /// signal to the runner cancelled it), and not run again by this one yet.
+    left_under_way: bool,
 }
 
 impl StepSlot {
@@ -243,10 +247,10 @@ struct Agenda {
     /// list per step: a 10,000-step flow made 10,000 of them).
     dependents: Vec<usize>,
     first_dependent: Vec<usize>,
-    /// `Ready` steps whose needs are all done: first attempts, and attempts redelivered after a
-    /// runner died.
+    /// `Ready` steps whose needs are all done: those yet to start, and those under way again
+    /// (an attempt redelivered after a runner died, or run again after a signal cancelled it).
     fresh: BTreeSet<usize>,
-    redelivered: BTreeSet<usize>,
+    under_way: BTreeSet<usize>,
     /// `Queued` and `Catching` steps, in file order.
     pending: BTreeSet<usize>,
     /// `Waiting` steps, by wake-up time then file order.
@@ -282,7 +286,7 @@ impl Agenda {
             dependents,
             first_dependent,
             fresh: BTreeSet::new(),
-            redelivered: BTreeSet::new(),
+            under_way: BTreeSet::new(),
             pending: BTreeSet::new(),
             waits: BTreeSet::new(),
             done: 0,
@@ -297,11 +301,9 @@ impl Agenda {
     /// Step `index` left `slot`.
     fn leave(&mut self, index: usize, slot: &Slot) {
         match *slot {
-            Slot::Ready { redelivered: false, .. } => {
+            Slot::Ready { .. } => {
                 self.fresh.remove(&index);
-            }
-            Slot::Ready { redelivered: true, .. } => {
-                self.redelivered.remove(&index);
+                self.under_way.remove(&index);
             }
             Slot::Queued { retry, .. } => {
                 self.pending.remove(&index);
@@ -326,7 +328,7 @@ impl Agenda {
     /// Step `index` entered the slot it has now in `steps`.
     fn enter(&mut self, index: usize, steps: &[StepSlot]) {
         match steps[index].slot {
-            Slot::Ready { redelivered, .. } => self.ready_if_needs_done(index, redelivered),
+            Slot::Ready { redelivered, .. } => self.ready_if_needs_done(index, redelivered || steps[index].left_under_way),
             Slot::Queued { retry, .. } => {
                 self.pending.insert(index);
                 self.retrying += usize::from(retry);
@@ -345,7 +347,7 @@ impl Agenda {
                     let dependent = self.dependents[i];
                     self.unmet[dependent] -= 1;
                     if let Slot::Ready { redelivered, .. } = steps[dependent].slot {
-                        self.ready_if_needs_done(dependent, redelivered);
+                        self.ready_if_needs_done(dependent, redelivered || steps[dependent].left_under_way);
                     }
                 }
             }
@@ -353,10 +355,10 @@ impl Agenda {
         }
     }
 
-    fn ready_if_needs_done(&mut self, index: usize, redelivered: bool) {
+    fn ready_if_needs_done(&mut self, index: usize, under_way: bool) {
         if self.unmet[index] == 0 {
-            match redelivered {
-                true => self.redelivered.insert(index),
+            match under_way {
+                true => self.under_way.insert(index),
                 false => self.fresh.insert(index),
             };
         }
@@ -460,7 +462,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 last_error: rec.last_error.clone(),
                 said_ready: false,
                 said_started: false,
-                orphaned: matches!(rec.state, StepState::InFlight { .. }),
+                left_under_way: matches!(rec.state, StepState::InFlight { .. }) || spec.interrupted.contains(&index),
             });
         }
         // A step already failed for good (its runner died before the run was finished): nothing
@@ -562,8 +564,9 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
 
     /// Issue what may run now, in file order: a step whose needs have all succeeded (unless a
     /// step failed for good: then no new step starts), and a retry whose backoff is over (unless
-    /// `fail_fast` stopped retrying). An attempt redelivered after a failure for good was running
-    /// when its runner died: like the other running steps it finishes, unless `fail_fast`.
+    /// `fail_fast` stopped retrying). A step an earlier runner left under way (its attempt was
+    /// running when the runner died, or a signal cancelled it) after a failure for good: like the
+    /// other steps under way it finishes, unless `fail_fast`.
     fn make_ready(&mut self, now: Instant) {
         let retries_go_on = self.under_way_goes_on();
         let agenda = &self.agenda;
@@ -572,7 +575,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             due.extend(&agenda.fresh);
         }
         if retries_go_on {
-            due.extend(&agenda.redelivered);
+            due.extend(&agenda.under_way);
             // A retry is issued once its backoff ends, or `RECORD_AHEAD` before, for when it ends.
             let deadline = self.deadline;
             due.extend(
@@ -629,12 +632,17 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         if self.expired {
             return Some(RunOutcome::Failed);
         }
+        // A signal interrupts the run even after a step failed for good: the steps it stopped under
+        // way (cut short, or waiting for a retry) go on when the run is resumed, which then fails.
+        if let Some(sig) = self.cancelled {
+            return Some(RunOutcome::Interrupted { signal: sig.number() });
+        }
         if self.stopping.is_some() {
             // Without fail_fast the steps already under way finish with their retries.
-            let waits = !self.flow.fail_fast && self.cancelled.is_none() && self.agenda.retrying > 0;
+            let waits = !self.flow.fail_fast && self.agenda.retrying > 0;
             return (!waits).then_some(RunOutcome::Failed);
         }
-        self.cancelled.map(|sig| RunOutcome::Interrupted { signal: sig.number() })
+        None
     }
 
     /// Whether the steps under way go on with their retries and catch handlers: not once a step
@@ -686,7 +694,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             }
             None => self.parts.journal.attempt_starting(&step.name, attempt, redelivered, &stem).await?,
         };
-        self.steps[index].orphaned = false;
+        self.steps[index].left_under_way = false;
         // A retry recorded ahead of the end of its backoff: its child starts when the backoff
         // ends, unless a signal comes first.
         if issued > Instant::now() {
@@ -1482,10 +1490,10 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         if outcome == RunOutcome::Failed {
             for i in 0..self.steps.len() {
                 let s = &self.steps[i];
-                // A step a dead runner left running that did not run again (the deadline had passed,
-                // or fail_fast) is skipped too, rather than left `running` in a finished run.
+                // A step an earlier runner left under way that did not run again (the deadline had
+                // passed, or fail_fast) is skipped too, rather than left `running` in a finished run.
                 let skip = match s.slot {
-                    Slot::Ready { redelivered, .. } | Slot::Queued { redelivered, .. } => !redelivered || s.orphaned,
+                    Slot::Ready { redelivered, .. } | Slot::Queued { redelivered, .. } => !redelivered || s.left_under_way,
                     // A step whose catch handler did not run (fail_fast, the deadline): it runs again,
                     // with a fresh budget, when the run is resumed.
                     Slot::Waiting { .. } | Slot::Catching { .. } => true,

@@ -379,6 +379,7 @@ struct Test {
     deadline: Option<Duration>,
     /// Compensations and hooks recorded by an earlier runner.
     aux: Vec<AuxRun>,
+    interrupted: std::collections::BTreeSet<usize>,
     /// See [`FakeJournal`].
     start_takes: Duration,
     finish_takes: Duration,
@@ -406,6 +407,7 @@ impl Test {
             max_parallel,
             deadline,
             aux: Vec::new(),
+            interrupted: Default::default(),
             start_takes: Duration::ZERO,
             finish_takes: Duration::ZERO,
             spawned_fails: false,
@@ -457,6 +459,7 @@ impl Test {
             max_parallel: self.max_parallel,
             deadline: self.deadline.map(|d| BASE + d),
             aux: self.aux,
+            interrupted: self.interrupted,
             env: Default::default(),
             elsewhere: None,
         };
@@ -764,6 +767,41 @@ async fn ready_steps_start_in_file_order_at_most_max_parallel_at_once() {
     test.max_parallel = 4;
     let ran = test.run(|step, _| exit(durations(step), 0)).await;
     assert_eq!(ran.schedule(), [("a", 1, 0.0), ("b", 1, 0.0), ("c", 1, 0.0), ("d", 1, 5.0)]);
+}
+
+/// A signal after a step failed for good, while another is under way, interrupts the run (as any
+/// signal does) rather than failing it: the step it cut short runs again when the run resumes.
+#[tokio::test(start_paused = true)]
+async fn a_signal_after_a_failure_for_good_interrupts_the_run() {
+    let mut test = Test::new(FAN);
+    test.max_parallel = 4;
+    test.signals = vec![(secs(2), Signal(nix::sys::signal::Signal::SIGTERM))];
+    let ran = test.run(|step, _| if step == "a" { exit(1, 3) } else { Script::Hang }).await;
+    assert_eq!(ran.outcome(), RunOutcome::Interrupted { signal: 15 });
+    assert_eq!(ran.writes.last().map(String::as_str), Some("run Interrupted None"));
+}
+
+/// Resuming that run: `a` failed for good, so nothing new starts (`c` never started), but `b`,
+/// cut short by the signal, was under way and runs again; then the run fails.
+#[tokio::test(start_paused = true)]
+async fn resume_runs_again_a_step_a_signal_cut_short_after_a_failure_for_good() {
+    let resumed = |interrupted: &[usize]| {
+        let mut test = Test::new(FAN);
+        test.max_parallel = 4;
+        test.resumed = true;
+        test.records[0].state = StepState::Failed;
+        test.records[0].attempts_used = 1;
+        test.interrupted = interrupted.iter().copied().collect();
+        test
+    };
+    let ran = resumed(&[1]).run(|step, _| exit(durations(step), 0)).await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    assert_eq!(ran.schedule(), [("b", 1, 0.0)]);
+    assert_eq!(ran.kinds()[..3], ["run_resumed", "step_skipped a", "step_ready b"]);
+    // A step that had not started is not under way: nothing starts.
+    let ran = resumed(&[]).run(|step, _| exit(durations(step), 0)).await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    assert_eq!(ran.schedule(), []);
 }
 
 #[tokio::test(start_paused = true)]
