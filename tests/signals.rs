@@ -96,6 +96,59 @@ fn a_signal_during_an_attempt_cancels_it_and_the_run_resumes() {
     }
 }
 
+/// A signal after a step failed for good, while another step (started beside it) is under way:
+/// the run is interrupted, with or without hooks (which run when it ends), and the next
+/// `waymark run` runs the step it cut short again (not the one that had not started), then fails.
+#[test]
+fn a_signal_after_a_failure_for_good_interrupts_the_run_and_resume_finishes_the_step_under_way() {
+    for (signal, code) in rounds() {
+        for hooks in ["", "[hooks]\non_exit = 'echo $WAYMARK_RUN_STATUS >> hook.fx'\n"] {
+            let env = Env::new();
+            let _sweeper = Sweeper(env.mark());
+            env.write(
+                "flow.toml",
+                &format!(
+                    "name = 'sig'\nmax_parallel = 2\n{}{hooks}\
+                     [[step]]\nname = 'bad'\nneeds = []\nshell = 'exit 3'\n\
+                     [[step]]\nname = 'slow'\nneeds = []\n\
+                     shell = 'echo $$ >> pids; echo x >> slow.fx; if [ -e release ]; then exit 0; fi; echo x > ready; exec sleep 60'\n\
+                     [[step]]\nname = 'later'\nneeds = []\nshell = 'echo x >> later.fx'\n\
+                     [[step]]\nname = 'last'\nneeds = ['bad', 'slow']\nshell = 'echo x >> last.fx'\n",
+                    env.mark_env()
+                ),
+            );
+            // `bad` fails at once; `slow` waits for the signal, sent once `bad` is recorded failed.
+            let runner = env.spawn(&["run", "flow.toml"]);
+            env.wait_for_lines("ready", 1);
+            wait_until("bad to fail", || status(&env).is_some_and(|st| st["steps"][0]["state"] == "failed"));
+            kill(runner.id(), signal);
+            let out = finish(runner);
+            let context = format!("SIG{signal}, hooks {hooks:?}");
+            assert_eq!(out.status.code(), Some(code), "{context}: {}", stderr(&out));
+            assert_no_survivors(&env.mark(), &pids(&env), &context);
+            assert_eq!(status(&env).expect("status")["status"], "interrupted", "{context}");
+            assert!(!env.path("hook.fx").exists(), "{context}: hooks run when the run ends, on resume");
+
+            env.write("release", "");
+            let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+            let said = stderr(&out);
+            assert_eq!(out.status.code(), Some(1), "{context}: {said}");
+            assert!(said.contains("bad: already failed, not run again"), "{context}: {said}");
+            assert_eq!(env.count("slow.fx"), 2, "{context}: the step cut short ran again: {said}");
+            assert!(!env.path("later.fx").exists() && !env.path("last.fx").exists(), "{context}: {said}");
+            let st = status(&env).expect("status");
+            let states: Vec<&str> = (0..4).map(|i| st["steps"][i]["state"].as_str().unwrap()).collect();
+            assert_eq!(
+                (st["status"].as_str(), states),
+                (Some("failed"), vec!["failed", "succeeded", "skipped", "skipped"])
+            );
+            if !hooks.is_empty() {
+                assert_eq!(env.read("hook.fx"), "failed\n", "{context}");
+            }
+        }
+    }
+}
+
 #[test]
 fn a_signal_during_a_backoff_stops_the_wait_and_the_run_resumes() {
     for (signal, code) in rounds() {

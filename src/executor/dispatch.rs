@@ -328,7 +328,9 @@ impl Agenda {
     /// Step `index` entered the slot it has now in `steps`.
     fn enter(&mut self, index: usize, steps: &[StepSlot]) {
         match steps[index].slot {
-            Slot::Ready { redelivered, .. } => self.ready_if_needs_done(index, redelivered || steps[index].left_under_way),
+            Slot::Ready { redelivered, .. } => {
+                self.ready_if_needs_done(index, redelivered || steps[index].left_under_way)
+            }
             Slot::Queued { retry, .. } => {
                 self.pending.insert(index);
                 self.retrying += usize::from(retry);
@@ -1493,7 +1495,9 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 // A step an earlier runner left under way that did not run again (the deadline had
                 // passed, or fail_fast) is skipped too, rather than left `running` in a finished run.
                 let skip = match s.slot {
-                    Slot::Ready { redelivered, .. } | Slot::Queued { redelivered, .. } => !redelivered || s.left_under_way,
+                    Slot::Ready { redelivered, .. } | Slot::Queued { redelivered, .. } => {
+                        !redelivered || s.left_under_way
+                    }
                     // A step whose catch handler did not run (fail_fast, the deadline): it runs again,
                     // with a fresh budget, when the run is resumed.
                     Slot::Waiting { .. } | Slot::Catching { .. } => true,
