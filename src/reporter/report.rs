@@ -352,6 +352,8 @@ fn summary_row(s: &StepSeen, run_ended: SystemTime) -> [String; 5] {
         (None, Some(SkipReason::AlreadyFailed)) => ("failed", "failed in an earlier runner".to_owned()),
         (None, Some(SkipReason::RunFailed)) => ("not run", "the run failed first".to_owned()),
         (None, Some(SkipReason::DeadlinePassed)) => ("not run", "the workflow's deadline passed".to_owned()),
+        // Its catch handler was stopped (a signal): it runs again on resume, not a retry.
+        (None, None) if s.handled.is_some() => ("interrupted", "its catch handler runs again on resume".to_owned()),
         (None, None) => match last.map(|r| r.end.as_ref().map(|e| e.outcome)) {
             Some(Some(AttemptEnd::Cancelled)) | Some(None) => ("interrupted", "runs again on resume".to_owned()),
             Some(Some(AttemptEnd::Failed)) => ("interrupted", "was to be retried; resumes with its retry".to_owned()),
@@ -733,5 +735,19 @@ mod tests {
         let table = history.summary_table(at(61_500));
         assert_eq!(table.lines().nth(1), Some("  slow  interrupted       2/3       1m 1s  runs again on resume"));
         assert_eq!(History::default().summary_table(at(0)), "", "no steps, no table");
+        // A step whose catch handler a signal stopped is not waiting for a retry: its handler
+        // runs again.
+        let mut history = History::default();
+        let value = error("ValueError", "bad row", ErrorSource::Traceback);
+        history.record(&envelope(0, Event::StepStarted { step: "load".into() }));
+        history.record(&envelope(0, started("load", 1, false)));
+        history.record(&envelope(10, finished("load", 1, value, 10, false)));
+        let handler = Event::HandlerStarted { step: "load".into(), attempt: 1, error: "ValueError".into(), pid: None };
+        history.record(&envelope(10, handler));
+        let table = history.summary_table(at(500));
+        assert_eq!(
+            table.lines().nth(1),
+            Some("  load  interrupted       1/3       500ms  its catch handler runs again on resume")
+        );
     }
 }
