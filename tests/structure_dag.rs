@@ -484,6 +484,8 @@ fn a_run_killed_and_resumed_after_its_deadline_fails_at_once_and_waymark_resume_
         (status["steps"][0]["state"].as_str(), status["steps"][0]["attempts_used"].as_u64()),
         (Some("skipped"), Some(0))
     );
+    assert_eq!(status["steps"][0]["run_failed_with"]["class"], "WorkflowTimeout");
+    assert_eq!(status["steps"][1]["run_failed_with"], Value::Null);
     let text = stdout(&env.cmd(&["status", &id]).output().unwrap());
     let lines: Vec<&str> = text.lines().collect();
     let hang = lines.iter().position(|l| l.starts_with("  hang ")).expect("a line for hang");

@@ -291,6 +291,15 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
     let allowed = |name: &str| policy(name).map(|r| r.attempts);
     let runner_alive = run.status == RunStatus::Running && !orphaned;
     let now = SystemTime::now();
+    // The step a failed run failed on is skipped only when the workflow's deadline passed while
+    // it did not run (a retry waiting out its backoff, an attempt of a dead runner not run again):
+    // the deadline is what the run failed of there, as the failure report says.
+    let run_failed_with = |s: &StepRecord| {
+        let on_it = run.status == RunStatus::Failed
+            && run.failed_step.as_deref() == Some(s.name.as_str())
+            && s.state == StepState::Skipped;
+        flow.as_ref().filter(|_| on_it).map(crate::executor::workflow_timeout)
+    };
     let rows: Vec<Value> = steps
         .iter()
         .map(|s| {
@@ -314,6 +323,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
                 "next_retry_at": opt_time(next),
                 "host": host(&s.name),
                 "outputs": s.outputs,
+                "run_failed_with": run_failed_with(s).as_ref().map(error_json),
             });
             if list_attempts {
                 row["attempts"] = mine.iter().map(|a| attempt_json(a, runner_alive)).collect();
@@ -362,15 +372,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         if let Some(e) = &s.last_error {
             out.push_str(&format!("  {:<20} last error: {e} [{}]\n", "", e.source.describe()));
         }
-        // The step a failed run failed on is skipped only when the workflow's deadline passed
-        // while it did not run (a retry waiting out its backoff, an attempt of a dead runner not
-        // run again): the deadline is what it failed of, as the failure report says.
-        if run.status == RunStatus::Failed
-            && run.failed_step.as_deref() == Some(s.name.as_str())
-            && s.state == StepState::Skipped
-            && let Some(flow) = &flow
-        {
-            let e = crate::executor::workflow_timeout(flow);
+        if let Some(e) = run_failed_with(s) {
             out.push_str(&format!("  {:<20} the run failed on it: {e} [{}]\n", "", e.source.describe()));
         }
         if list_attempts {

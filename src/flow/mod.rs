@@ -683,7 +683,10 @@ mod tests {
             help(&format!("hooks = ['x']\n{a}")),
             "write a `[hooks]` table with keys such as `on_failure = [\"notify\", \"failed\"]`"
         );
-        assert!(help(&format!("[hooks]\non_fail = ['x']\n{a}")).starts_with("valid keys here: `on_success`"));
+        assert!(
+            help(&format!("[hooks]\non_fail = ['x']\n{a}"))
+                .starts_with("did you mean `on_failure`? valid keys here: `on_success`")
+        );
         assert!(
             help(&format!("{a}catch = [{{ exception_type = ['X'] }}]\n"))
                 .starts_with("did you mean `exception_types`?")

@@ -302,7 +302,7 @@ impl Reader<'_> {
         let help = if policy_hint && POLICY_KEYS.contains(&name.as_ref()) {
             format!("`{name}` belongs in a retry policy: write `retry = {{ {name} = ... }}`")
         } else {
-            match crate::suggest::closest(name, valid.iter().copied()) {
+            match crate::suggest::closest_key(name, valid) {
                 Some(s) => format!("did you mean `{s}`? valid keys here: {valid_list}"),
                 None => format!("valid keys here: {valid_list}"),
             }
