@@ -459,7 +459,13 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 step: StepRef::InFlow(Arc::clone(&flow), index),
                 slot,
                 budget_base: rec.budget_base,
-                last_attempt: rec.attempts_used,
+                // A step left under way: the attempt cut short, whose logs explain it if it does
+                // not run again (the deadline passed).
+                last_attempt: match rec.state {
+                    StepState::InFlight { attempt, .. } => attempt,
+                    _ if spec.interrupted.contains(&index) => rec.attempts_used + 1,
+                    _ => rec.attempts_used,
+                },
                 last_stderr_from: 0,
                 last_error: rec.last_error.clone(),
                 said_ready: false,
