@@ -172,3 +172,25 @@ fn a_resumed_run_counts_and_names_a_step_caught_by_the_runner_before() {
     assert_eq!(skipped, [("a", "already_caught")]);
     assert_eq!(states(&env), ["caught", "succeeded", "succeeded"]);
 }
+
+/// A runner killed while a catch handler runs: the next runner kills the handler's processes
+/// first, and says they were the handler's, then runs it again.
+#[test]
+fn a_catch_handler_left_running_by_a_dead_runner_is_named_when_its_processes_are_killed() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "[[step]]\nname = 'a'\nshell = 'exit 3'\n\
+         catch = [{ shell = 'if [ -e release ]; then exit 0; fi; echo $$ > ready; exec sleep 60' }]\n",
+    );
+    let _ = env.run_until("ready", "KILL");
+    env.write("release", "");
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said = common::untimed(&stderr(&out));
+    assert!(
+        said.lines().any(|l| l == "waymark: warning: a: killed 1 leftover process(es) of the catch handler of attempt 1 from the previous runner"),
+        "{said}"
+    );
+    assert_eq!(states(&env), ["caught"]);
+}

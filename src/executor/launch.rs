@@ -430,9 +430,13 @@ fn attempt_id(run_id: &str, row: i64) -> String {
 /// Returns a message for the user when something had to be killed.
 /// An error when some would not die: the attempt must not run twice at once.
 pub(crate) fn kill_leftovers(run_id: &str, step: &StepRecord) -> Result<Option<String>, ExecError> {
-    let (attempt, row, pid, proc_start) = match &step.state {
-        StepState::InFlight { attempt, row, pid, proc_start } => (attempt, row, pid, proc_start),
-        StepState::Catching { attempt, in_flight: Some((row, pid, proc_start)) } => (attempt, row, pid, proc_start),
+    let (attempt, row, pid, proc_start, what) = match &step.state {
+        StepState::InFlight { attempt, row, pid, proc_start } => {
+            (attempt, row, pid, proc_start, format!("attempt {attempt}"))
+        }
+        StepState::Catching { attempt, in_flight: Some((row, pid, proc_start)) } => {
+            (attempt, row, pid, proc_start, format!("the catch handler of attempt {attempt}"))
+        }
         _ => return Ok(None),
     };
     let (killed, survivors) =
@@ -440,6 +444,5 @@ pub(crate) fn kill_leftovers(run_id: &str, step: &StepRecord) -> Result<Option<S
     if !survivors.is_empty() {
         return Err(ExecError::Leftovers { step: step.name.clone(), attempt: *attempt, pids: survivors });
     }
-    Ok((killed > 0)
-        .then(|| format!("killed {killed} leftover process(es) of attempt {attempt} from the previous runner")))
+    Ok((killed > 0).then(|| format!("killed {killed} leftover process(es) of {what} from the previous runner")))
 }
