@@ -241,6 +241,10 @@ pub(crate) enum Event {
     StepWaiting {
         step: String,
         next_attempt: u32,
+        /// The attempts the step's budget allows: a resumed run's retry says `K/N` before any
+        /// attempt of this runner said N. For the displays; the wire form (v2) is as it was.
+        #[serde(skip)]
+        max_attempts: u32,
         #[serde(flatten)]
         retry: RetryPlan,
     },
@@ -738,7 +742,7 @@ pub(crate) mod tests {
                 signal: None,
                 killed_after_grace: false,
             },
-            Event::StepWaiting { step: step(), next_attempt: 2, retry },
+            Event::StepWaiting { step: step(), next_attempt: 2, max_attempts: 4, retry },
             Event::AttemptStarted {
                 step: step(),
                 attempt: 2,

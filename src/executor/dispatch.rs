@@ -445,8 +445,10 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                     // A resumed run serves the rest of a recorded backoff.
                     let left = wake_at.duration_since(parts.clock.now()).unwrap_or(Duration::ZERO);
                     let retry = RetryPlan { delay: left, wake_at: *wake_at };
-                    emitter.emit(Event::StepWaiting { step: step.name.clone(), next_attempt: *next_attempt, retry });
-                    Slot::Waiting { attempt: *next_attempt, wake: Instant::now() + left }
+                    let max_attempts = rec.budget_base.saturating_add(step.retry.attempts);
+                    let next_attempt = *next_attempt;
+                    emitter.emit(Event::StepWaiting { step: step.name.clone(), next_attempt, max_attempts, retry });
+                    Slot::Waiting { attempt: next_attempt, wake: Instant::now() + left }
                 }
                 StepState::InFlight { attempt, .. } => {
                     if let Some(message) = parts.launcher.kill_leftovers(rec)? {
@@ -1023,7 +1025,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         match (retry, &update) {
             (Some(retry), _) => {
                 let next_attempt = ended.attempt + 1;
-                said.push(Event::StepWaiting { step: step.name.clone(), next_attempt, retry });
+                said.push(Event::StepWaiting { step: step.name.clone(), next_attempt, max_attempts, retry });
             }
             (None, StepUpdate::Caught) => {
                 said.push(Event::StepFinished { step: step.name.clone(), outcome: StepOutcome::Caught, attempts: k });

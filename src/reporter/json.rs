@@ -241,7 +241,7 @@ pub(crate) fn wire(envelope: &Envelope) -> Option<Line<'_>> {
         Event::StepFinished { step, outcome, attempts } => {
             ("step.finished", Fields::StepFinished { step, status: *outcome, attempts: *attempts })
         }
-        Event::StepWaiting { step, next_attempt, retry } => (
+        Event::StepWaiting { step, next_attempt, retry, .. } => (
             "retry.scheduled",
             Fields::RetryScheduled {
                 step,

@@ -198,11 +198,11 @@ impl LiveReporter {
                     bar.error = error.as_ref().map(|e| e.class.clone());
                 }
             }
-            Event::StepWaiting { step, next_attempt, retry } => {
+            Event::StepWaiting { step, next_attempt, max_attempts, retry } => {
                 if let Some(bar) = self.bar(step) {
                     let look = Look::Waiting {
                         attempt: *next_attempt,
-                        max_attempts: bar.max_attempts,
+                        max_attempts: *max_attempts,
                         wake_at: retry.wake_at,
                         after: bar.error.clone(),
                     };
@@ -277,11 +277,7 @@ impl Reporter for LiveReporter {
             }
             _ => {}
         }
-        let max_attempts = match &envelope.event {
-            Event::StepWaiting { step, .. } => self.bars.get(step).map(|b| b.max_attempts),
-            _ => None,
-        };
-        if let Some(text) = describe(envelope, &self.clock, max_attempts) {
+        if let Some(text) = describe(envelope, &self.clock) {
             self.say(text);
         }
     }

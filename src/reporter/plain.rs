@@ -22,7 +22,6 @@ use crate::events::{
     AbandonReason, AttemptEnd, Envelope, Event, NoticeKind, Reporter, RunOutcome, SkipReason, StepOutcome, Stream,
 };
 use crate::executor::Chunk;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -42,8 +41,6 @@ pub(crate) struct PlainReporter {
     filter: OutputFilter,
     /// The local time of the lines.
     clock: LocalTime,
-    /// Each step's attempts allowed, from its latest attempt, for its retry line.
-    max_attempts: HashMap<String, u32>,
 }
 
 impl PlainReporter {
@@ -59,7 +56,6 @@ impl PlainReporter {
             history: History::default(),
             filter: OutputFilter::new(output),
             clock,
-            max_attempts: HashMap::new(),
         }
     }
 
@@ -175,9 +171,6 @@ impl Reporter for PlainReporter {
         self.show(at, passed);
         match &envelope.event {
             Event::Output { .. } => return,
-            Event::AttemptStarted { step, max_attempts, .. } => {
-                self.max_attempts.insert(step.clone(), *max_attempts);
-            }
             Event::AttemptFinished { step, outcome: AttemptEnd::Succeeded | AttemptEnd::Failed, .. } => {
                 self.report_drops(at, Some(step));
             }
@@ -187,11 +180,7 @@ impl Reporter for PlainReporter {
             }
             _ => {}
         }
-        let max_attempts = match &envelope.event {
-            Event::StepWaiting { step, .. } => self.max_attempts.get(step).copied(),
-            _ => None,
-        };
-        if let Some(text) = describe(envelope, &self.clock, max_attempts) {
+        if let Some(text) = describe(envelope, &self.clock) {
             self.line(at, &text);
         }
     }
@@ -204,9 +193,8 @@ fn readable(age: Duration) -> Duration {
 
 /// Waymark's own line for an event, newline-terminated, without its time; `None` for the events
 /// that have no line (a step's turn, which its start follows; hooks, which say something only
-/// when they fail; the run's end, which [`PlainReporter::finish`] says). `max_attempts` is the
-/// budget of a waiting step, for its retry line.
-pub(super) fn describe(envelope: &Envelope, clock: &LocalTime, max_attempts: Option<u32>) -> Option<String> {
+/// when they fail; the run's end, which [`PlainReporter::finish`] says).
+pub(super) fn describe(envelope: &Envelope, clock: &LocalTime) -> Option<String> {
     let run_id = envelope.run_id.as_deref().unwrap_or_default();
     let text = match &envelope.event {
         Event::RunStarted { flow, steps_total } => format!("waymark: run {run_id} of {flow}: {steps_total} step(s)"),
@@ -245,13 +233,12 @@ pub(super) fn describe(envelope: &Envelope, clock: &LocalTime, max_attempts: Opt
         | Event::Output { .. }
         | Event::RunFinished { .. } => return None,
         Event::StepStarted { step } => format!("waymark: {step}: started"),
-        Event::StepWaiting { step, next_attempt, retry } => {
-            let of = max_attempts.map(|max| format!("/{max}")).unwrap_or_default();
+        Event::StepWaiting { step, next_attempt, max_attempts, retry } => {
             if retry.delay.is_zero() {
-                format!("waymark: {step}: retry now: attempt {next_attempt}{of}")
+                format!("waymark: {step}: retry now: attempt {next_attempt}/{max_attempts}")
             } else {
                 format!(
-                    "waymark: {step}: retry at {} (in {}): attempt {next_attempt}{of}",
+                    "waymark: {step}: retry at {} (in {}): attempt {next_attempt}/{max_attempts}",
                     clock.later(retry.wake_at, envelope.at),
                     human(retry.delay)
                 )
@@ -332,7 +319,7 @@ mod tests {
 
     fn line(run_id: Option<&str>, event: Event) -> Option<String> {
         let envelope = Envelope { seq: 1, at: SystemTime::UNIX_EPOCH, run_id: run_id.map(str::to_owned), event };
-        describe(&envelope, &LocalTime::new(jiff::tz::TimeZone::UTC), Some(4))
+        describe(&envelope, &LocalTime::new(jiff::tz::TimeZone::UTC))
     }
 
     #[test]
@@ -458,15 +445,15 @@ mod tests {
             (attempt_finished(AttemptEnd::Succeeded, None), "waymark: fetch: attempt 1/4 succeeded"),
             (cancelled, "waymark: fetch: attempt 1/4 cancelled by SIGINT; it runs again on resume"),
             (
-                Event::StepWaiting { step: step(), next_attempt: 2, retry: wake(200) },
+                Event::StepWaiting { step: step(), next_attempt: 2, max_attempts: 4, retry: wake(200) },
                 "waymark: fetch: retry at 00:00:00.200 (in 200ms): attempt 2/4",
             ),
             (
-                Event::StepWaiting { step: step(), next_attempt: 2, retry: wake(0) },
+                Event::StepWaiting { step: step(), next_attempt: 2, max_attempts: 4, retry: wake(0) },
                 "waymark: fetch: retry now: attempt 2/4",
             ),
             (
-                Event::StepWaiting { step: step(), next_attempt: 3, retry: wake(90_000_000) },
+                Event::StepWaiting { step: step(), next_attempt: 3, max_attempts: 4, retry: wake(90_000_000) },
                 "waymark: fetch: retry at 1970-01-02 01:00:00.000 (in 1day 1h): attempt 3/4",
             ),
             (
