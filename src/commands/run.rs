@@ -488,8 +488,9 @@ fn execute(
     // The compensation and hooks of the run recorded so far, read once: the report of a resumed
     // run needs whether a compensation ran, and the dispatcher needs them all.
     let aux = store.aux_runs(&record.id)?;
-    if resumed {
-        // The failure report lists the attempts of earlier runners too, as the store has them.
+    if resumed && events.wants_earlier() {
+        // The failure report lists the attempts of earlier runners too, as the store has them
+        // (read only for a reporter that reports them: `--json` does not).
         let compensated = aux.iter().any(|a| a.kind == AuxKind::Compensate);
         events.earlier(&earlier(store.as_ref(), &record.id, compensated)?);
     }
