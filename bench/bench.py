@@ -79,14 +79,15 @@ def timed(cmd, env=None, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL):
     return t, p.returncode, usage.ru_maxrss
 
 
-def first_spawn(cmd, env):
-    """Seconds from starting `waymark run --json` to its first `attempt.started` line; then the run
-    is interrupted (SIGTERM) and waited for."""
+def first_spawn(cmd, env, step=None):
+    """Seconds from starting `waymark run --json` to its first `attempt.started` line (of `step`, if
+    given); then the run is interrupted (SIGTERM) and waited for."""
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     t = None
     for line in p.stdout:
-        if json.loads(line).get("event") == "attempt.started":
+        event = json.loads(line)
+        if event.get("event") == "attempt.started" and step in (None, event.get("step")):
             t = time.perf_counter() - t0
             break
     p.send_signal(signal.SIGTERM)
@@ -227,7 +228,8 @@ def bench_scale(t, waymark, work, rounds):
         if binary:
             shutil.rmtree(state, ignore_errors=True)
             log("  (running 5,000 steps to get a half-done run ...)")
-            first_spawn([binary, "run", "--json", half], state_env(state))
+            # Until s5000 starts: stopped at the first spawn, the run would have no step done.
+            first_spawn([binary, "run", "--json", half], state_env(state), step="s5000")
     small_state = work / "state-small"
     shutil.rmtree(small_state, ignore_errors=True)
     first_spawn([waymark, "run", "--json", small], state_env(small_state))

@@ -434,6 +434,12 @@ pub(crate) trait Reporter {
     /// handed over before its first event about an attempt. Most reporters need only the events.
     fn earlier(&mut self, _earlier: &Earlier) {}
 
+    /// Whether it reads what [`Reporter::earlier`] hands over. When no reporter does, a resumed
+    /// run's earlier attempts (thousands, for a large run half done) are not read at all.
+    fn wants_earlier(&self) -> bool {
+        true
+    }
+
     /// Whether it shows what children write ([`Event::Output`]). When no reporter does, the
     /// readers of the children's output only write it to the logs, and send the runner no lines.
     fn shows_output(&self) -> bool {
@@ -462,6 +468,11 @@ pub(crate) struct Emitter {
 impl Emitter {
     pub(crate) fn new(reporters: Vec<Box<dyn Reporter>>) -> Emitter {
         Emitter { seq: 0, run_id: None, reporters, now: SystemTime::now, secrets: Arc::default() }
+    }
+
+    /// Whether a reporter reads what earlier runners did ([`Reporter::wants_earlier`]).
+    pub(crate) fn wants_earlier(&self) -> bool {
+        self.reporters.iter().any(|r| r.wants_earlier())
     }
 
     /// Whether a reporter shows what children write ([`Reporter::shows_output`]).

@@ -487,9 +487,14 @@ fn execute(
             ))
         })?,
     };
-    if resumed {
-        // The failure report lists the attempts of earlier runners too, as the store has them.
-        events.earlier(&earlier(store.as_ref(), &record.id)?);
+    // The compensation and hooks of the run recorded so far, read once: the report of a resumed
+    // run needs whether a compensation ran, and the dispatcher needs them all.
+    let aux = store.aux_runs(&record.id)?;
+    if resumed && events.wants_earlier() {
+        // The failure report lists the attempts of earlier runners too, as the store has them
+        // (read only for a reporter that reports them: `--json` does not).
+        let compensated = aux.iter().any(|a| a.kind == AuxKind::Compensate);
+        events.earlier(&earlier(store.as_ref(), &record.id, compensated)?);
     }
     let log_dir = state.run_logs(&record.id);
     create_private_dir(&log_dir).with_context(|| format!("cannot create the log directory {}", log_dir.display()))?;
@@ -506,7 +511,7 @@ fn execute(
         max_parallel,
         deadline,
         env: Arc::new(env),
-        aux: store.aux_runs(&record.id)?,
+        aux,
         interrupted,
         // The runner the run is taken over from (its record was read before the claim).
         elsewhere: (resumed && record.host != host_id()).then(|| record.host.clone()),
@@ -573,11 +578,10 @@ fn compensated(store: &dyn Store, run_id: &str) -> Result<bool, CliError> {
     Ok(store.aux_runs(run_id)?.iter().any(|a| a.kind == AuxKind::Compensate))
 }
 
-/// What earlier runners did of run `run_id` (it is resumed): whether a compensation ran, and the
-/// attempts recorded, oldest first. An attempt left running is ended by the claim
-/// (`runner_lost`): it has no outcome.
-fn earlier(store: &dyn Store, run_id: &str) -> Result<Earlier, CliError> {
-    let compensated = compensated(store, run_id)?;
+/// What earlier runners did of run `run_id` (it is resumed): whether a compensation ran (as the
+/// caller read it), and the attempts recorded, oldest first. An attempt left running is ended by
+/// the claim (`runner_lost`): it has no outcome.
+fn earlier(store: &dyn Store, run_id: &str, compensated: bool) -> Result<Earlier, CliError> {
     let attempts = store.attempts(run_id, None)?.iter().map(EarlierAttempt::of).collect();
     Ok(Earlier { attempts, compensated })
 }
@@ -596,7 +600,7 @@ fn as_recorded(
         return None;
     }
     flow.param_values = values.as_ref().ok()?.clone();
-    (RunDefinition::json_of(&flow).ok()? == old.definition).then_some(flow)
+    RunDefinition::records_as(&flow, &old.definition).then_some(flow)
 }
 
 /// The flow a run recorded when it started, through its versioned record.

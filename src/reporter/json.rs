@@ -33,6 +33,11 @@ impl Reporter for JsonReporter {
         false
     }
 
+    /// The stream has no failure report: what earlier runners did is in their runs' events.
+    fn wants_earlier(&self) -> bool {
+        false
+    }
+
     fn report(&mut self, envelope: &Envelope) {
         if let Some(run_id) = &envelope.run_id {
             self.run_id.clone_from(run_id);

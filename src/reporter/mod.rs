@@ -92,4 +92,21 @@ mod tests {
             assert_eq!(Emitter::new(vec![mode.reporter()]).shows_output(), shows, "{mode:?}");
         }
     }
+
+    /// A resumed run's earlier attempts are read for every display with a failure report (they
+    /// are in it); only the `--json` stream, which has none, goes without.
+    #[test]
+    fn earlier_attempts_are_read_for_every_display_with_a_failure_report() {
+        let cases = [
+            (Mode::Plain(OutputMode::All), true),
+            (Mode::Plain(OutputMode::None), true),
+            (Mode::Live(OutputMode::All), true),
+            (Mode::Live(OutputMode::None), true),
+            (Mode::Quiet, true),
+            (Mode::Json, false),
+        ];
+        for (mode, wants) in cases {
+            assert_eq!(Emitter::new(vec![mode.reporter()]).wants_earlier(), wants, "{mode:?}");
+        }
+    }
 }

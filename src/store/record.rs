@@ -391,6 +391,35 @@ impl RunDefinition {
         serde_json::to_string(&RunDefinition::of(flow, |step| LazyStep { flow, flow_dir, step }))
     }
 
+    /// Whether `flow` records as exactly `recorded` (the text [`RunDefinition::json_of`] gives),
+    /// compared while it is written: no copy of the text (megabytes for 10,000 steps) is made,
+    /// and the first difference ends the comparison. `false` where `json_of` fails.
+    pub(crate) fn records_as(flow: &Flow, recorded: &str) -> bool {
+        /// A writer that takes only the bytes `rest` starts with, and leaves the rest.
+        struct Same<'a> {
+            rest: &'a [u8],
+        }
+        impl std::io::Write for Same<'_> {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                match self.rest.strip_prefix(buf) {
+                    Some(rest) => {
+                        self.rest = rest;
+                        Ok(buf.len())
+                    }
+                    None => Err(std::io::Error::other("the definition differs")),
+                }
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let flow_dir = flow.path.parent();
+        let mut same = Same { rest: recorded.as_bytes() };
+        let written =
+            serde_json::to_writer(&mut same, &RunDefinition::of(flow, |step| LazyStep { flow, flow_dir, step }));
+        written.is_ok() && same.rest.is_empty()
+    }
+
     /// [`RunDefinition::json_of`] for a store at `location` creating a run.
     pub(crate) fn recorded(flow: &Flow, location: &str) -> Result<String, super::StoreError> {
         RunDefinition::json_of(flow).map_err(|e| {
@@ -1020,6 +1049,25 @@ mod tests {
             let read = RunDefinition::parse(&json).unwrap().into_flow().unwrap();
             assert_eq!(read, without_spans(flow.clone()));
         }
+    }
+
+    /// `waymark run` resumes with the loaded flow only if it records as exactly the run's text:
+    /// the same text is the same, and any other (a byte changed, more, less) is not.
+    #[test]
+    fn a_flow_records_as_exactly_its_own_text_and_no_other() {
+        let flow = fixture_flow(VERSION);
+        let json = RunDefinition::json_of(&flow).unwrap();
+        assert!(RunDefinition::records_as(&flow, &json));
+        assert!(!RunDefinition::records_as(&flow, &json[..json.len() - 1]));
+        assert!(!RunDefinition::records_as(&flow, &format!("{json} ")));
+        assert!(!RunDefinition::records_as(&flow, ""));
+        let changed = json.replacen(&flow.steps[0].name, &format!("{}x", flow.steps[0].name), 1);
+        assert_ne!(changed, json);
+        assert!(!RunDefinition::records_as(&flow, &changed));
+        let mut other = flow.clone();
+        other.steps[0].retry.attempts += 1;
+        assert!(!RunDefinition::records_as(&other, &json));
+        assert!(RunDefinition::records_as(&other, &RunDefinition::json_of(&other).unwrap()));
     }
 
     #[test]
