@@ -475,9 +475,12 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 left_under_way: matches!(rec.state, StepState::InFlight { .. }) || spec.interrupted.contains(&index),
             });
         }
-        // A step already failed for good (its runner died before the run was finished): nothing
-        // new starts, as if it had just failed.
-        let stopping = steps.iter().position(|s| matches!(s.slot, Slot::Failed));
+        // A step already failed for good (its runner was stopped, or died, before the run was
+        // finished): nothing new starts, as if it had just failed. The run failed on the first to
+        // fail, by when it ended, whatever the order of the file.
+        let stopping = (0..steps.len())
+            .filter(|&i| matches!(steps[i].slot, Slot::Failed))
+            .min_by_key(|&i| (spec.steps[i].ended_at, i));
         let deadline =
             spec.deadline.map(|at| Instant::now() + at.duration_since(parts.clock.now()).unwrap_or(Duration::ZERO));
         let max_parallel = spec.max_parallel.max(1);
@@ -642,17 +645,22 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         if self.expired {
             return Some(RunOutcome::Failed);
         }
-        // A signal interrupts the run even after a step failed for good: the steps it stopped under
-        // way (cut short, or waiting for a retry) go on when the run is resumed, which then fails.
-        if let Some(sig) = self.cancelled {
-            return Some(RunOutcome::Interrupted { signal: sig.number() });
-        }
+        let interrupted = self.cancelled.map(|sig| RunOutcome::Interrupted { signal: sig.number() });
         if self.stopping.is_some() {
-            // Without fail_fast the steps already under way finish with their retries.
-            let waits = !self.flow.fail_fast && self.agenda.retrying > 0;
-            return (!waits).then_some(RunOutcome::Failed);
+            // Without fail_fast the steps already under way finish with their retries, and a
+            // signal leaves them (cut short, waiting for a retry, or for their catch handler) to go
+            // on when the run resumes: it is interrupted. With nothing left under way, or with
+            // fail_fast, a run that can only fail fails.
+            let goes_on = !self.flow.fail_fast;
+            return match interrupted {
+                None if goes_on && self.agenda.retrying > 0 => None,
+                Some(interrupted) if goes_on && (self.agenda.retrying > 0 || !self.agenda.under_way.is_empty()) => {
+                    Some(interrupted)
+                }
+                _ => Some(RunOutcome::Failed),
+            };
         }
-        None
+        interrupted
     }
 
     /// Whether the steps under way go on with their retries and catch handlers: not once a step

@@ -779,6 +779,38 @@ async fn a_signal_after_a_failure_for_good_interrupts_the_run() {
     let ran = test.run(|step, _| if step == "a" { exit(1, 3) } else { Script::Hang }).await;
     assert_eq!(ran.outcome(), RunOutcome::Interrupted { signal: 15 });
     assert_eq!(ran.writes.last().map(String::as_str), Some("run Interrupted None"));
+    // b and c were cut short: they are pending again, to run on resume.
+    assert_eq!(ran.attempt_finished().iter().filter(|a| a.1 == AttemptEnd::Cancelled).count(), 2);
+    assert!(ran.writes.iter().filter(|w| w.ends_with("Cancelled -> Pending")).count() == 2, "{:?}", ran.writes);
+}
+
+/// With fail_fast the steps under way are cancelled and do not go on at resume: a signal during
+/// their grace period leaves a run that can only fail, and it fails, rather than being
+/// interrupted with nothing to resume.
+#[tokio::test(start_paused = true)]
+async fn a_signal_while_fail_fast_stops_the_steps_under_way_leaves_the_run_failed() {
+    let mut test = Test::new(&format!("fail_fast = true\n{FAN}"));
+    test.max_parallel = 4;
+    test.signals = vec![(secs(2), Signal(nix::sys::signal::Signal::SIGTERM))];
+    let ran = test.run(|step, _| if step == "a" { exit(1, 3) } else { Script::Linger(secs(3)) }).await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    assert_eq!(ran.writes.last().map(String::as_str), Some("run Failed Some(\"a\") skipped [\"d\"]"));
+}
+
+/// A resumed run whose steps failed for good under earlier runners failed on the first to fail,
+/// by when it ended, not on the first in the file.
+#[tokio::test(start_paused = true)]
+async fn a_resumed_run_failed_on_the_step_that_failed_first() {
+    let mut test = Test::new(FAN);
+    test.resumed = true;
+    for (i, ended) in [(0, 2), (1, 1)] {
+        test.records[i].state = StepState::Failed;
+        test.records[i].attempts_used = 1;
+        test.records[i].ended_at = Some(BASE + secs(ended));
+    }
+    let ran = test.run(|step, _| exit(durations(step), 0)).await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    assert_eq!(ran.writes.last().map(String::as_str), Some("run Failed Some(\"b\") skipped [\"c\", \"d\"]"));
 }
 
 /// Resuming that run: `a` failed for good, so nothing new starts (`c` never started), but `b`,
