@@ -221,8 +221,7 @@ pub(super) fn find_run(store: &dyn Store, target: Option<&str>) -> Result<RunRec
 /// attempt was cancelled by a signal to the runner is `interrupted` (in a run that failed, a step
 /// cancelled by `fail_fast` or the deadline stays `pending`).
 fn shown_state(step: &StepRecord, attempts: &[&AttemptRecord], run: &RunRecord) -> &'static str {
-    let cancelled = attempts.last().is_some_and(|a| a.outcome == AttemptState::Cancelled);
-    if matches!(step.state, StepState::Pending) && cancelled && run.status != RunStatus::Failed {
+    if step.cut_short(attempts.last().copied()) && run.status != RunStatus::Failed {
         return "interrupted";
     }
     step.state.status().as_str()

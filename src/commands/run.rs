@@ -20,8 +20,8 @@ use crate::reporter::Mode;
 use crate::store::lease::host_id;
 use crate::store::record::RunDefinition;
 use crate::store::{
-    AttemptState, AuxKind, FlowKey, Lease, RunRecord, RunStatus, StateDir, StepRecord, StepState, Store, StoreError,
-    ThreadJournal, create_private_dir,
+    AuxKind, FlowKey, Lease, RunRecord, RunStatus, StateDir, StepRecord, StepState, Store, StoreError, ThreadJournal,
+    create_private_dir,
 };
 use anyhow::Context;
 use std::collections::BTreeSet;
@@ -490,11 +490,20 @@ fn execute(
     // The compensation and hooks of the run recorded so far, read once: the report of a resumed
     // run needs whether a compensation ran, and the dispatcher needs them all.
     let aux = store.aux_runs(&record.id)?;
+    // The attempts of earlier runners, read once, when something needs them: the failure report
+    // lists them (`--json` has none), and a step a signal cut short, which only a pending step
+    // that started can be, goes on as a step under way. A failed run reopened by `waymark
+    // resume` has none: its steps that `fail_fast` cancelled start anew.
+    let cut_short_may_be =
+        !schedule.reopened && steps.iter().any(|s| s.state == StepState::Pending && s.started_at.is_some());
+    let attempts = match resumed && (events.wants_earlier() || cut_short_may_be) {
+        true => store.attempts(&record.id, None)?,
+        false => Vec::new(),
+    };
     if resumed && events.wants_earlier() {
-        // The failure report lists the attempts of earlier runners too, as the store has them
-        // (read only for a reporter that reports them: `--json` does not).
         let compensated = aux.iter().any(|a| a.kind == AuxKind::Compensate);
-        events.earlier(&earlier(store.as_ref(), &record.id, compensated)?);
+        let attempts = attempts.iter().map(EarlierAttempt::of).collect();
+        events.earlier(&Earlier { attempts, compensated });
     }
     let log_dir = state.run_logs(&record.id);
     create_private_dir(&log_dir).with_context(|| format!("cannot create the log directory {}", log_dir.display()))?;
@@ -502,7 +511,7 @@ fn execute(
     let since = if schedule.reopened { std::time::SystemTime::now() } else { record.started_at };
     let deadline = flow.timeout.map(|t| since + t);
     let max_parallel = usize::try_from(max_parallel).unwrap_or(usize::MAX);
-    let interrupted = interrupted(store.as_ref(), &record.id, &steps)?;
+    let interrupted = if cut_short_may_be { cut_short(&steps, &attempts) } else { BTreeSet::new() };
     let spec = RunSpec {
         flow: Arc::new(flow),
         run_id: record.id.clone(),
@@ -557,33 +566,19 @@ fn execute(
     }
 }
 
-/// The steps (by index) whose last attempt a signal to the runner cancelled (`interrupted` in
-/// `status`): they were under way. Only a pending step that started can be one, so only those
-/// steps' attempts are read.
-fn interrupted(store: &dyn Store, run_id: &str, steps: &[StepRecord]) -> Result<BTreeSet<usize>, CliError> {
-    let mut found = BTreeSet::new();
-    for (index, s) in steps.iter().enumerate() {
-        if s.state == StepState::Pending
-            && s.started_at.is_some()
-            && store.attempts(run_id, Some(&s.name))?.last().is_some_and(|a| a.outcome == AttemptState::Cancelled)
-        {
-            found.insert(index);
-        }
+/// The steps (by index) that a signal to the runner cut short ([`StepRecord::cut_short`]), from
+/// the run's `attempts`, oldest first: they were under way.
+fn cut_short(steps: &[StepRecord], attempts: &[crate::store::AttemptRecord]) -> BTreeSet<usize> {
+    let mut last = std::collections::HashMap::new();
+    for a in attempts {
+        last.insert(a.step.as_str(), a);
     }
-    Ok(found)
+    steps.iter().enumerate().filter(|(_, s)| s.cut_short(last.get(s.name.as_str()).copied())).map(|(i, _)| i).collect()
 }
 
 /// Whether a compensation of run `run_id` ran: its steps' work was undone, so it cannot be resumed.
 fn compensated(store: &dyn Store, run_id: &str) -> Result<bool, CliError> {
     Ok(store.aux_runs(run_id)?.iter().any(|a| a.kind == AuxKind::Compensate))
-}
-
-/// What earlier runners did of run `run_id` (it is resumed): whether a compensation ran (as the
-/// caller read it), and the attempts recorded, oldest first. An attempt left running is ended by
-/// the claim (`runner_lost`): it has no outcome.
-fn earlier(store: &dyn Store, run_id: &str, compensated: bool) -> Result<Earlier, CliError> {
-    let attempts = store.attempts(run_id, None)?.iter().map(EarlierAttempt::of).collect();
-    Ok(Earlier { attempts, compensated })
 }
 
 /// The loaded flow, with the parameter values a new run would get, if it records as exactly the

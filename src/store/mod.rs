@@ -285,6 +285,13 @@ pub struct StepRecord {
 }
 
 impl StepRecord {
+    /// Whether a signal to its runner cut the step short: it is pending again, and its last
+    /// attempt (`last`, the last of its attempts) was cancelled. (`status` shows it `interrupted`
+    /// unless its run failed: there a step `fail_fast` cancelled stays `pending`.)
+    pub(crate) fn cut_short(&self, last: Option<&AttemptRecord>) -> bool {
+        self.state == StepState::Pending && last.is_some_and(|a| a.outcome == AttemptState::Cancelled)
+    }
+
     /// A step as [`Store::create_run`] records it: pending, no attempt used.
     pub(crate) fn pending(name: &str) -> StepRecord {
         StepRecord {
