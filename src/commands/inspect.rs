@@ -278,7 +278,13 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
     let steps = store.steps(&run.id)?;
     let attempts = store.attempts(&run.id, None)?;
     // The host a step's last attempt ran on (none before any attempt, or before hosts were recorded).
-    let host = |name: &str| attempts.iter().rev().find(|a| a.step == name).and_then(|a| a.host.clone());
+    // Each step's attempts, oldest first, grouped once (a run of 10,000 steps has as many).
+    let mut by_step: std::collections::HashMap<&str, Vec<&AttemptRecord>> = std::collections::HashMap::new();
+    for a in &attempts {
+        by_step.entry(a.step.as_str()).or_default().push(a);
+    }
+    let of_step = |name: &str| by_step.get(name).map_or(&[][..], Vec::as_slice);
+    let host = |name: &str| of_step(name).last().and_then(|a| a.host.clone());
     // A run recorded as running whose runner is gone (killed, or the machine rebooted).
     // (On a shared store: nobody's lease on its flow is live.)
     let held = match store.lease_holder(&run.id) {
@@ -302,8 +308,8 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
     let rows: Vec<Value> = steps
         .iter()
         .map(|s| {
-            let mine: Vec<&AttemptRecord> = attempts.iter().filter(|a| a.step == s.name).collect();
-            let state = shown_state(s, &mine, &run);
+            let mine = of_step(&s.name);
+            let state = shown_state(s, mine, &run);
             // An attempt counts as used from its start (the store counts it when it ends).
             let used = s.attempts_used + u32::from(matches!(s.state, StepState::InFlight { .. }));
             let next = match &s.state {
@@ -318,7 +324,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
                 "last_error": s.last_error.as_ref().map(error_json),
                 "started_at": opt_time(s.started_at),
                 "ended_at": opt_time(s.ended_at),
-                "duration_seconds": active_time(policy(&s.name).map(|r| &r.backoff), s, &mine, &run, runner_alive, now).map(|d| d.as_secs()),
+                "duration_seconds": active_time(policy(&s.name).map(|r| &r.backoff), s, mine, &run, runner_alive, now).map(|d| d.as_secs()),
                 "next_retry_at": opt_time(next),
                 "host": host(&s.name),
                 "outputs": s.outputs,
@@ -375,7 +381,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
             out.push_str(&format!("  {:<20} the run failed on it: {e} [{}]\n", "", e.source.describe()));
         }
         if list_attempts {
-            for a in attempts.iter().filter(|a| a.step == s.name) {
+            for a in of_step(&s.name) {
                 let unended = match a.outcome {
                     AttemptState::Running if runner_alive => "running",
                     _ => "its runner died before it ended",

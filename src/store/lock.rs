@@ -57,7 +57,7 @@ fn open_lock_file(state_dir: &StateDir, key: &FlowKey, create: bool) -> Result<O
             Err(e) => return Err(io(e.into())),
         }
     };
-    // Only looking (`is_held`) opens it read-only, which works on a read-only state directory too.
+    // Only looking (`is_held_for`) opens it read-only, which works on a read-only state directory too.
     let flags = OFlag::O_NOFOLLOW
         | OFlag::O_CLOEXEC
         | if create { OFlag::O_RDWR | OFlag::O_CREAT } else { OFlag::O_RDONLY | OFlag::O_NONBLOCK };
@@ -138,7 +138,8 @@ impl FlowLock {
 
     /// Whether a live runner holds the lock of flow `key` for run `run_id` (checked without
     /// creating or following anything). A runner of another run of the flow (`waymark resume` of
-    /// an older one) holds it for its own run; one that has not said which run yet counts.
+    /// an older one) holds it for its own run, and `waymark gc` for none; a runner that has not
+    /// said which run yet counts.
     pub(crate) fn is_held_for(state_dir: &StateDir, key: &FlowKey, run_id: &str) -> bool {
         let Ok(Some(mut file)) = open_lock_file(state_dir, key, false) else { return false };
         if !matches!(file.try_lock_shared(), Err(TryLockError::WouldBlock)) {
@@ -147,7 +148,7 @@ impl FlowLock {
         let text = holder(&mut file);
         match text.strip_prefix("run ").and_then(|rest| rest.split(',').next()) {
             Some(holder) => holder == run_id,
-            None => true,
+            None => !text.starts_with(GC_HOLDER),
         }
     }
 
@@ -174,5 +175,28 @@ fn holder(file: &mut File) -> String {
     match text.trim() {
         "" => "another waymark holds its lock".to_owned(),
         t => t.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flow_lock_is_held_for_the_run_its_holder_names_and_never_for_gc() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::create(dir.path()).unwrap();
+        let key = FlowKey::named("f");
+        assert!(!FlowLock::is_held_for(&state, &key, "r1"), "no lock file yet");
+        let mut lock = FlowLock::acquire(&state, &key, "f", false, |_| {}).unwrap();
+        assert!(FlowLock::is_held_for(&state, &key, "r1"), "held before the holder names its run");
+        lock.describe_holder("r1");
+        assert!(FlowLock::is_held_for(&state, &key, "r1"));
+        assert!(!FlowLock::is_held_for(&state, &key, "r2"), "held for another run of the flow");
+        drop(lock);
+        assert!(!FlowLock::is_held_for(&state, &key, "r1"), "released");
+        let gc = FlowLock::try_acquire_for_gc(&state, &key).unwrap().expect("free");
+        assert!(!FlowLock::is_held_for(&state, &key, "r1"), "gc runs no run");
+        drop(gc);
     }
 }
