@@ -74,6 +74,9 @@ struct StepSeen {
     final_error: Option<ErrorValue>,
     /// The error class its catch handler ran for.
     handled: Option<String>,
+    /// A retry was scheduled after its last attempt: a failed last attempt without one is the
+    /// step's failure for good, for its catch handler.
+    retry_scheduled: bool,
 }
 
 /// The steps and their attempts as this runner saw them, kept from the events for the failure
@@ -104,6 +107,7 @@ impl History {
                     skipped: None,
                     final_error: None,
                     handled: None,
+                    retry_scheduled: false,
                 });
                 self.index.insert(step.to_owned(), self.steps.len() - 1);
                 self.steps.len() - 1
@@ -134,7 +138,9 @@ impl History {
                 let seen = self.seen(step);
                 seen.max_attempts = Some(*max_attempts);
                 seen.rows.push(row);
+                seen.retry_scheduled = false;
             }
+            Event::StepWaiting { step, .. } => self.seen(step).retry_scheduled = true,
             Event::AttemptFinished {
                 step,
                 attempt,
@@ -352,8 +358,15 @@ fn summary_row(s: &StepSeen, run_ended: SystemTime) -> [String; 5] {
         (None, Some(SkipReason::AlreadyFailed)) => ("failed", "failed in an earlier runner".to_owned()),
         (None, Some(SkipReason::RunFailed)) => ("not run", "the run failed first".to_owned()),
         (None, Some(SkipReason::DeadlinePassed)) => ("not run", "the workflow's deadline passed".to_owned()),
-        // Its catch handler was stopped (a signal): it runs again on resume, not a retry.
-        (None, None) if s.handled.is_some() => ("interrupted", "its catch handler runs again on resume".to_owned()),
+        // Stopped (a signal) in or before its catch handler, which runs again on resume: its last
+        // attempt failed and no retry followed.
+        (None, None)
+            if s.handled.is_some()
+                || (last.and_then(|r| r.end.as_ref()).is_some_and(|e| e.outcome == AttemptEnd::Failed)
+                    && !s.retry_scheduled) =>
+        {
+            ("interrupted", "its catch handler runs again on resume".to_owned())
+        }
         (None, None) => match last.map(|r| r.end.as_ref().map(|e| e.outcome)) {
             Some(Some(AttemptEnd::Cancelled)) | Some(None) => ("interrupted", "runs again on resume".to_owned()),
             Some(Some(AttemptEnd::Failed)) => ("interrupted", "was to be retried; resumes with its retry".to_owned()),
@@ -749,5 +762,26 @@ mod tests {
             table.lines().nth(1),
             Some("  load  interrupted       1/3       500ms  its catch handler runs again on resume")
         );
+        // The same before its handler started: no retry followed the failed attempt. With a
+        // retry scheduled, it waited for the retry.
+        for (retry, detail) in
+            [(false, "its catch handler runs again on resume"), (true, "was to be retried; resumes with its retry")]
+        {
+            let mut history = History::default();
+            let value = error("ValueError", "bad row", ErrorSource::Traceback);
+            history.record(&envelope(0, Event::StepStarted { step: "load".into() }));
+            history.record(&envelope(0, started("load", 1, false)));
+            history.record(&envelope(10, finished("load", 1, value, 10, false)));
+            if retry {
+                let plan = crate::events::RetryPlan { delay: Duration::from_secs(60), wake_at: at(60_010) };
+                let waiting = Event::StepWaiting { step: "load".into(), next_attempt: 2, max_attempts: 3, retry: plan };
+                history.record(&envelope(10, waiting));
+            }
+            let table = history.summary_table(at(500));
+            assert_eq!(
+                table.lines().nth(1),
+                Some(format!("  load  interrupted       1/3       500ms  {detail}").as_str())
+            );
+        }
     }
 }
