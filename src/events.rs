@@ -83,8 +83,8 @@ pub(crate) enum SkipReason {
     AlreadySucceeded,
     /// An earlier runner of the same run already caught its error (the steps that need it run).
     AlreadyCaught,
-    /// An earlier runner of the same run already failed it for good (and died before the run
-    /// was finished: in its hooks, say); it is not run again.
+    /// An earlier runner of the same run already failed it for good (and was stopped by a
+    /// signal, or died, before the run was finished); it is not run again.
     AlreadyFailed,
     /// A step failed for good, so no new step started.
     RunFailed,
