@@ -784,6 +784,51 @@ async fn a_signal_after_a_failure_for_good_interrupts_the_run() {
     assert!(ran.writes.iter().filter(|w| w.ends_with("Cancelled -> Pending")).count() == 2, "{:?}", ran.writes);
 }
 
+/// A signal after a failure for good while one step waits for its retry and another runs: the
+/// run is interrupted, and the resume serves the recorded wait and runs the step cut short, then
+/// fails (nothing new starts: `d`).
+#[tokio::test(start_paused = true)]
+async fn after_a_signal_a_resumed_run_serves_the_waiting_retry_and_the_step_cut_short() {
+    let flow = r#"
+[[step]]
+name = "a"
+run = ["a"]
+needs = []
+[[step]]
+name = "b"
+run = ["b"]
+needs = []
+retry = { attempts = 2, backoff_seconds = 600 }
+[[step]]
+name = "c"
+run = ["c"]
+needs = []
+[[step]]
+name = "d"
+run = ["d"]
+needs = ["a", "b", "c"]
+"#;
+    let mut test = Test::new(flow);
+    test.max_parallel = 4;
+    test.signals = vec![(secs(2), Signal(nix::sys::signal::Signal::SIGTERM))];
+    let ran = test.run(|step, _| if step == "c" { Script::Hang } else { exit(1, 3) }).await;
+    assert_eq!(ran.outcome(), RunOutcome::Interrupted { signal: 15 });
+    assert_eq!(ran.writes.last().map(String::as_str), Some("run Interrupted None"));
+
+    let mut test = Test::new(flow);
+    test.max_parallel = 4;
+    test.resumed = true;
+    test.records[0].state = StepState::Failed;
+    test.records[0].attempts_used = 1;
+    test.records[1].attempts_used = 1;
+    test.records[1].state = StepState::Waiting { next_attempt: 2, wake_at: BASE + secs(600) };
+    test.interrupted = [2].into_iter().collect();
+    let ran = test.run(|_, _| exit(1, 0)).await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    assert_eq!(ran.schedule(), [("c", 1, 0.0), ("b", 2, 600.0)]);
+    assert_eq!(ran.writes.last().map(String::as_str), Some("run Failed Some(\"a\") skipped [\"d\"]"));
+}
+
 /// With fail_fast the steps under way are cancelled and do not go on at resume: a signal during
 /// their grace period leaves a run that can only fail, and it fails, rather than being
 /// interrupted with nothing to resume.
