@@ -42,6 +42,8 @@ pub(crate) struct Start<'a> {
 
 pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start: Start<'_>) -> Result<i32, CliError> {
     let Start { fresh, wait, strict, max_parallel, params } = start;
+    // Before any thread is started (see `RunnerSignals::install`); heard once the lock is held.
+    let signals = install_signal_handlers()?;
     // The flow file first: an invalid one is reported as such whatever the state directory.
     let loaded = super::load_flow(flow_path, strict)?;
     // A run records its flow's paths as text, to resume it and for `status`.
@@ -88,7 +90,7 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
     // Who this runner is, in the lease of the run it creates or claims.
     let owner = Lease::new_owner();
     let lock = take_lock(&mut events, state, &key, &name, &owner, wait)?;
-    let signals = listen_for_signals()?;
+    signals.listen();
     let mut store = open_store(state)?;
     let hash = source_hash(&loaded.source);
     let mut found = store.find_resumable(&key)?;
@@ -351,6 +353,8 @@ fn too_old(run: &RunRecord, limit: Option<std::time::Duration>) -> Option<(std::
 }
 
 pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, mode: Mode) -> Result<i32, CliError> {
+    // Before any thread is started (see `RunnerSignals::install`); heard once the lock is held.
+    let signals = install_signal_handlers()?;
     let mut events = emitter(mode);
     events.set_run(run_id);
     let mut store = open_store(state)?;
@@ -368,7 +372,7 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, mode: Mode) -> 
     }
     let owner = Lease::new_owner();
     let lock = take_lock(&mut events, state, &run.key, &run.flow, &owner, wait)?;
-    let signals = listen_for_signals()?;
+    signals.listen();
     // Decide only under the lock, on one snapshot of the run and its steps: a runner we waited
     // for may have changed it, and `waymark gc` may have deleted it before we held the lock (gc
     // takes the lock too, so it cannot delete it from now on).
@@ -418,10 +422,11 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, mode: Mode) -> 
     )
 }
 
-/// Listen for the runner's signals from the moment it holds the lock (waiting for the lock stays
+/// The runner's signal handlers, installed before it starts any thread and heard
+/// ([`RunnerSignals::listen`]) from the moment it holds the lock (waiting for the lock stays
 /// interruptible by Ctrl-C), before the run is created or claimed: a signal from then on is
 /// handled by the run, which ends `interrupted`, however early it comes.
-fn listen_for_signals() -> Result<RunnerSignals, CliError> {
+fn install_signal_handlers() -> Result<RunnerSignals, CliError> {
     RunnerSignals::install().context("cannot install the runner's signal handlers").map_err(CliError::Internal)
 }
 

@@ -2,6 +2,8 @@
 //! at start (`nohup`), and the default actions put back once the run is over.
 
 use nix::sys::signal::Signal as NixSignal;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Whether signal `sig` was ignored when this process started (the `SigIgn` mask of
 /// `/proc/self/status`, read before any handler of ours is installed). False where there is
@@ -33,21 +35,27 @@ pub(crate) fn restore_default_signals() {
 
 /// The runner's own SIGINT, SIGTERM and SIGHUP, each delivery counted: the handler (from
 /// signal-hook's registry) writes one byte per delivery to a socket pair, and every byte read is
-/// one signal. Installed before the run is created or claimed, so a signal that arrives before
-/// the event loop listens waits for it instead of killing the runner with the run left
-/// `running`; and two signals delivered before the loop looked are two, so the second one still
-/// kills (tokio's signal streams coalesce them). A signal that was ignored when waymark started
-/// (`nohup`) is not listened for and stays ignored.
+/// one signal. Installed before the runner starts any thread, and heard from [`RunnerSignals::listen`]
+/// on, called before the run is created or claimed: until then a signal ends the process as its
+/// default action would (waiting for a flow's lock stays interruptible), from then on it waits for
+/// the event loop instead of killing the runner with the run left `running`; and two signals
+/// delivered before the loop looked are two, so the second one still kills (tokio's signal
+/// streams coalesce them). A signal that was ignored when waymark started (`nohup`) is not
+/// listened for and stays ignored.
 pub(crate) struct RunnerSignals<S = std::os::unix::net::UnixStream> {
     sources: Vec<(NixSignal, S, Registration)>,
+    /// True until the runner listens: a signal then ends the process as by default.
+    unheard: Arc<AtomicBool>,
 }
 
-/// Removes the handler's action when the signal is no longer listened for.
-struct Registration(signal_hook::SigId);
+/// Removes the handler's actions when the signal is no longer listened for.
+struct Registration([signal_hook::SigId; 2]);
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        signal_hook::low_level::unregister(self.0);
+        for id in self.0 {
+            signal_hook::low_level::unregister(id);
+        }
     }
 }
 
@@ -55,18 +63,39 @@ impl Drop for Registration {
 pub(crate) type AsyncSignals = RunnerSignals<tokio::net::UnixStream>;
 
 impl RunnerSignals {
+    /// Install the handlers, not heard yet ([`RunnerSignals::listen`]). To be called before the
+    /// runner starts a thread: the signals are blocked in the calling thread while the handlers
+    /// are installed, because signal-hook's registry drops a signal that comes between the
+    /// installation of its handler and the publication of the handler's actions (it runs no
+    /// default action then); blocked, it waits, and comes once they are in place.
     pub(crate) fn install() -> std::io::Result<RunnerSignals> {
-        let mut sources = Vec::new();
-        for sig in [NixSignal::SIGINT, NixSignal::SIGTERM, NixSignal::SIGHUP] {
-            if ignored_at_start(sig as i32) {
-                continue;
-            }
+        use nix::sys::signal::{SigSet, SigmaskHow, pthread_sigmask};
+        let signals: Vec<NixSignal> = [NixSignal::SIGINT, NixSignal::SIGTERM, NixSignal::SIGHUP]
+            .into_iter()
+            .filter(|sig| !ignored_at_start(*sig as i32))
+            .collect();
+        let unheard = Arc::new(AtomicBool::new(true));
+        let mut blocked = SigSet::empty();
+        signals.iter().for_each(|sig| blocked.add(*sig));
+        let mut before = SigSet::empty();
+        pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&blocked), Some(&mut before))?;
+        let register = |sig: NixSignal| -> std::io::Result<_> {
             let (read, write) = std::os::unix::net::UnixStream::pair()?;
             read.set_nonblocking(true)?;
-            let id = signal_hook::low_level::pipe::register(sig as i32, write)?;
-            sources.push((sig, read, Registration(id)));
-        }
-        Ok(RunnerSignals { sources })
+            // The byte first, then (while unheard) the default action: a process that goes on
+            // has the byte to read.
+            let piped = signal_hook::low_level::pipe::register(sig as i32, write)?;
+            let by_default = signal_hook::flag::register_conditional_default(sig as i32, Arc::clone(&unheard))?;
+            Ok((sig, read, Registration([piped, by_default])))
+        };
+        let sources = signals.iter().map(|sig| register(*sig)).collect::<std::io::Result<Vec<_>>>();
+        pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&before), None)?;
+        Ok(RunnerSignals { sources: sources?, unheard })
+    }
+
+    /// Hear the signals from now on: each waits for the event loop rather than ending the process.
+    pub(crate) fn listen(&self) {
+        self.unheard.store(false, Ordering::SeqCst);
     }
 
     /// The same signals, read by the event loop's runtime (which must be running).
@@ -76,7 +105,7 @@ impl RunnerSignals {
             .into_iter()
             .map(|(sig, read, id)| Ok((sig, tokio::net::UnixStream::from_std(read)?, id)))
             .collect::<std::io::Result<_>>()?;
-        Ok(RunnerSignals { sources })
+        Ok(RunnerSignals { sources, unheard: self.unheard })
     }
 }
 
