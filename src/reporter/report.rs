@@ -358,18 +358,14 @@ fn summary_row(s: &StepSeen, run_ended: SystemTime) -> [String; 5] {
         (None, Some(SkipReason::AlreadyFailed)) => ("failed", "failed in an earlier runner".to_owned()),
         (None, Some(SkipReason::RunFailed)) => ("not run", "the run failed first".to_owned()),
         (None, Some(SkipReason::DeadlinePassed)) => ("not run", "the workflow's deadline passed".to_owned()),
-        // Stopped (a signal) in or before its catch handler, which runs again on resume: its last
-        // attempt failed and no retry followed.
-        (None, None)
-            if s.handled.is_some()
-                || (last.and_then(|r| r.end.as_ref()).is_some_and(|e| e.outcome == AttemptEnd::Failed)
-                    && !s.retry_scheduled) =>
-        {
-            ("interrupted", "its catch handler runs again on resume".to_owned())
-        }
         (None, None) => match last.map(|r| r.end.as_ref().map(|e| e.outcome)) {
             Some(Some(AttemptEnd::Cancelled)) | Some(None) => ("interrupted", "runs again on resume".to_owned()),
-            Some(Some(AttemptEnd::Failed)) => ("interrupted", "was to be retried; resumes with its retry".to_owned()),
+            Some(Some(AttemptEnd::Failed)) if s.retry_scheduled => {
+                ("interrupted", "was to be retried; resumes with its retry".to_owned())
+            }
+            // No retry followed its failed attempt: a signal stopped it in or before its catch
+            // handler, which runs again on resume.
+            Some(Some(AttemptEnd::Failed)) => ("interrupted", "its catch handler runs again on resume".to_owned()),
             Some(Some(AttemptEnd::Succeeded)) => ("ok", String::new()),
             None => ("not run", String::new()),
         },
@@ -748,34 +744,24 @@ mod tests {
         let table = history.summary_table(at(61_500));
         assert_eq!(table.lines().nth(1), Some("  slow  interrupted       2/3       1m 1s  runs again on resume"));
         assert_eq!(History::default().summary_table(at(0)), "", "no steps, no table");
-        // A step whose catch handler a signal stopped is not waiting for a retry: its handler
-        // runs again.
-        let mut history = History::default();
-        let value = error("ValueError", "bad row", ErrorSource::Traceback);
-        history.record(&envelope(0, Event::StepStarted { step: "load".into() }));
-        history.record(&envelope(0, started("load", 1, false)));
-        history.record(&envelope(10, finished("load", 1, value, 10, false)));
+        // A step whose catch handler a signal stopped, or which it stopped before its handler
+        // started (no retry followed the failed attempt), is not waiting for a retry: its handler
+        // runs again. With a retry scheduled, it waited for the retry.
         let handler = Event::HandlerStarted { step: "load".into(), attempt: 1, error: "ValueError".into(), pid: None };
-        history.record(&envelope(10, handler));
-        let table = history.summary_table(at(500));
-        assert_eq!(
-            table.lines().nth(1),
-            Some("  load  interrupted       1/3       500ms  its catch handler runs again on resume")
-        );
-        // The same before its handler started: no retry followed the failed attempt. With a
-        // retry scheduled, it waited for the retry.
-        for (retry, detail) in
-            [(false, "its catch handler runs again on resume"), (true, "was to be retried; resumes with its retry")]
-        {
+        let plan = crate::events::RetryPlan { delay: Duration::from_secs(60), wake_at: at(60_010) };
+        let waiting = Event::StepWaiting { step: "load".into(), next_attempt: 2, max_attempts: 3, retry: plan };
+        for (then, detail) in [
+            (Some(handler), "its catch handler runs again on resume"),
+            (None, "its catch handler runs again on resume"),
+            (Some(waiting), "was to be retried; resumes with its retry"),
+        ] {
             let mut history = History::default();
             let value = error("ValueError", "bad row", ErrorSource::Traceback);
             history.record(&envelope(0, Event::StepStarted { step: "load".into() }));
             history.record(&envelope(0, started("load", 1, false)));
             history.record(&envelope(10, finished("load", 1, value, 10, false)));
-            if retry {
-                let plan = crate::events::RetryPlan { delay: Duration::from_secs(60), wake_at: at(60_010) };
-                let waiting = Event::StepWaiting { step: "load".into(), next_attempt: 2, max_attempts: 3, retry: plan };
-                history.record(&envelope(10, waiting));
+            if let Some(then) = then {
+                history.record(&envelope(10, then));
             }
             let table = history.summary_table(at(500));
             assert_eq!(
