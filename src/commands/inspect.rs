@@ -23,14 +23,19 @@ fn error_json(e: &ErrorValue) -> Value {
     json!({ "class": e.class, "bases": e.bases, "message": e.message, "source": e.source, "text": e.to_string() })
 }
 
-/// An attempt as `status --json --attempts` gives it. One whose runner died is `runner_lost`
-/// whether a new runner has claimed the run yet or not, and its end is unknown: the claim's time,
-/// which the store keeps, is not when it ended.
-fn attempt_json(a: &AttemptRecord, runner_alive: bool) -> Value {
-    let outcome = match a.outcome {
+/// How attempt `a` stands as `status --attempts` shows it: one whose runner died is
+/// `runner_lost` whether a new runner has claimed the run yet or not.
+fn attempt_state(a: &AttemptRecord, runner_alive: bool) -> AttemptState {
+    match a.outcome {
         AttemptState::Running if !runner_alive => AttemptState::RunnerLost,
         outcome => outcome,
-    };
+    }
+}
+
+/// An attempt as `status --json --attempts` gives it ([`attempt_state`]). A lost one's end is
+/// unknown: the claim's time, which the store keeps, is not when it ended.
+fn attempt_json(a: &AttemptRecord, runner_alive: bool) -> Value {
+    let outcome = attempt_state(a, runner_alive);
     let ended = a.ended_at.filter(|_| outcome != AttemptState::RunnerLost);
     let took = ended.map(|end| end.duration_since(a.started_at).unwrap_or_default());
     json!({
@@ -382,8 +387,8 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         }
         if list_attempts {
             for a in of_step(&s.name) {
-                let unended = match a.outcome {
-                    AttemptState::Running if runner_alive => "running",
+                let unended = match attempt_state(a, runner_alive) {
+                    AttemptState::Running => "running",
                     _ => "its runner died before it ended",
                 };
                 let line = crate::reporter::attempt_line(&EarlierAttempt::of(a), unended);

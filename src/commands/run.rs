@@ -394,7 +394,7 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, mode: Mode) -> 
             )));
         }
         // Its compensations undid what its succeeded steps did: resuming it would skip them.
-        RunStatus::Failed if compensated(store.as_ref(), run_id)? => {
+        RunStatus::Failed if compensated(&store.aux_runs(run_id)?) => {
             return Err(CliError::Usage(format!(
                 "run {run_id} failed and its compensations ran, undoing what its steps did, so it cannot be \
                  resumed; `waymark run --fresh {}` starts the flow anew",
@@ -501,14 +501,14 @@ fn execute(
     // resume` has none: its steps that `fail_fast` cancelled start anew.
     let cut_short_may_be =
         !schedule.reopened && steps.iter().any(|s| s.state == StepState::Pending && s.started_at.is_some());
-    let attempts = match resumed && (events.wants_earlier() || cut_short_may_be) {
+    let reported = resumed && events.wants_earlier();
+    let attempts = match reported || (resumed && cut_short_may_be) {
         true => store.attempts(&record.id, None)?,
         false => Vec::new(),
     };
-    if resumed && events.wants_earlier() {
-        let compensated = aux.iter().any(|a| a.kind == AuxKind::Compensate);
+    if reported {
         let attempts = attempts.iter().map(EarlierAttempt::of).collect();
-        events.earlier(&Earlier { attempts, compensated });
+        events.earlier(&Earlier { attempts, compensated: compensated(&aux) });
     }
     let log_dir = state.run_logs(&record.id);
     create_private_dir(&log_dir).with_context(|| format!("cannot create the log directory {}", log_dir.display()))?;
@@ -581,9 +581,10 @@ fn cut_short(steps: &[StepRecord], attempts: &[crate::store::AttemptRecord]) -> 
     steps.iter().enumerate().filter(|(_, s)| s.cut_short(last.get(s.name.as_str()).copied())).map(|(i, _)| i).collect()
 }
 
-/// Whether a compensation of run `run_id` ran: its steps' work was undone, so it cannot be resumed.
-fn compensated(store: &dyn Store, run_id: &str) -> Result<bool, CliError> {
-    Ok(store.aux_runs(run_id)?.iter().any(|a| a.kind == AuxKind::Compensate))
+/// Whether a compensation ran, of a run whose compensations and hooks are `aux`: its steps' work
+/// was undone, so it cannot be resumed.
+fn compensated(aux: &[crate::store::AuxRun]) -> bool {
+    aux.iter().any(|a| a.kind == AuxKind::Compensate)
 }
 
 /// The loaded flow, with the parameter values a new run would get, if it records as exactly the

@@ -420,6 +420,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         });
         let mut steps = Vec::with_capacity(spec.steps.len());
         for (index, (step, rec)) in flow.steps.iter().zip(&spec.steps).enumerate() {
+            let cut_short = spec.interrupted.contains(&index);
             let slot = match &rec.state {
                 StepState::Pending => Slot::Ready { attempt: rec.attempts_used + 1, redelivered: false },
                 StepState::Succeeded => {
@@ -465,14 +466,14 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 // not run again (the deadline passed).
                 last_attempt: match rec.state {
                     StepState::InFlight { attempt, .. } => attempt,
-                    _ if spec.interrupted.contains(&index) => rec.attempts_used + 1,
+                    _ if cut_short => rec.attempts_used + 1,
                     _ => rec.attempts_used,
                 },
                 last_stderr_from: 0,
                 last_error: rec.last_error.clone(),
                 said_ready: false,
                 said_started: false,
-                left_under_way: matches!(rec.state, StepState::InFlight { .. }) || spec.interrupted.contains(&index),
+                left_under_way: matches!(rec.state, StepState::InFlight { .. }) || cut_short,
             });
         }
         // A step already failed for good (its runner was stopped, or died, before the run was
