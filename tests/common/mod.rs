@@ -313,6 +313,13 @@ pub fn normalise_times(text: &str) -> String {
     took.replace_all(&text, "took DURATION:").into_owned()
 }
 
+/// `status` text with each step's duration (whole seconds, which a loaded machine can change)
+/// replaced by `Ns`.
+pub fn normalise_status_durations(text: &str) -> String {
+    let durations = regex::Regex::new(r"(attempts \d+/\d+)  \d+s\n").unwrap();
+    durations.replace_all(text, "$1  Ns\n").into_owned()
+}
+
 /// Plain-mode output as before its lines had times: the time of day that starts each of
 /// waymark's lines taken off, and the `date` line left out (the golden files of
 /// `tests/reporting.rs` pin both), for tests about what the lines say.
