@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Env, finish, kill, stderr, wait_until};
+use common::{DEFINITIONS_BACK_IN_RUNS, Env, SCHEMA, finish, kill, stderr, wait_until};
 use serde_json::Value;
 
 fn json(env: &Env, args: &[&str]) -> Value {
@@ -53,7 +53,7 @@ fn every_attempt_records_the_host_it_ran_on() {
     let status = json(&env, &["status", "--json"]);
     assert_eq!(status["steps"][0]["host"], host.as_str());
     assert_eq!(status["steps"][1]["host"], host.as_str());
-    assert_eq!(user_version(&env), 8);
+    assert_eq!(user_version(&env), SCHEMA);
 }
 
 #[test]
@@ -70,13 +70,13 @@ fn a_schema_2_database_is_read_as_it_is_and_migrated_by_the_next_runner() {
     kill(runner.id(), "KILL");
     finish(runner);
     // Back to schema 2, as the binary before attempt hosts wrote it (nor leases, from schema 4, nor
-    // step outputs, from schema 5, nor the lease index, from schema 8).
+    // step outputs, from schema 5, nor the lease index, from schema 8, nor the definitions table, from schema 9).
     db(&env)
-        .execute_batch(
-            "DROP INDEX runs_lease; ALTER TABLE attempts DROP COLUMN kind; ALTER TABLE steps DROP COLUMN outputs; \
+        .execute_batch(&format!(
+            "{DEFINITIONS_BACK_IN_RUNS} DROP INDEX runs_lease; ALTER TABLE attempts DROP COLUMN kind; ALTER TABLE steps DROP COLUMN outputs; \
              ALTER TABLE runs DROP COLUMN lease_owner; ALTER TABLE runs DROP COLUMN lease_token; \
              ALTER TABLE attempts DROP COLUMN host; PRAGMA user_version = 2;",
-        )
+        ))
         .unwrap();
 
     // Looking does not migrate (it writes nothing): the attempts have no host.
@@ -89,7 +89,7 @@ fn a_schema_2_database_is_read_as_it_is_and_migrated_by_the_next_runner() {
     let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stderr(&out).contains("resuming run"), "{}", stderr(&out));
-    assert_eq!(user_version(&env), 8);
+    assert_eq!(user_version(&env), SCHEMA);
     let host = this_host();
     assert_eq!(
         attempt_hosts(&env),

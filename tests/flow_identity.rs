@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Env, finish, kill, wait_until};
+use common::{DEFINITIONS_BACK_IN_RUNS, Env, SCHEMA, finish, kill, wait_until};
 use serde_json::Value;
 
 /// A flow whose step `a` records that it ran and whose step `b` writes `NAME.ready` and then
@@ -300,14 +300,14 @@ fn waymark_resume_ignores_resume_within() {
 /// Turn the state database back into schema 1, as the binary before flow identity wrote it: no
 /// `flow_key` column (nor an attempt's `host`, from schema 3, nor a run's lease, from schema 4, nor
 /// a step's outputs, from schema 5, nor the index of unfinished runs, from schema 7, nor the lease
-/// index, from schema 8), `user_version` 1.
+/// index, from schema 8, nor the definitions table, from schema 9), `user_version` 1.
 fn downgrade_to_schema_1(env: &Env) {
     let db = rusqlite::Connection::open(env.state().join("waymark.db")).unwrap();
-    db.execute_batch(
-        "DROP INDEX runs_lease; DROP INDEX runs_unfinished; ALTER TABLE attempts DROP COLUMN kind; ALTER TABLE steps DROP COLUMN outputs; ALTER TABLE runs DROP COLUMN lease_owner; ALTER TABLE runs DROP COLUMN lease_token; \
+    db.execute_batch(&format!(
+        "{DEFINITIONS_BACK_IN_RUNS} DROP INDEX runs_lease; DROP INDEX runs_unfinished; ALTER TABLE attempts DROP COLUMN kind; ALTER TABLE steps DROP COLUMN outputs; ALTER TABLE runs DROP COLUMN lease_owner; ALTER TABLE runs DROP COLUMN lease_token; \
          ALTER TABLE attempts DROP COLUMN host; DROP INDEX runs_by_key; ALTER TABLE runs DROP COLUMN flow_key; \
          PRAGMA user_version = 1;",
-    )
+    ))
     .unwrap();
 }
 
@@ -355,7 +355,7 @@ fn runs_recorded_by_schema_1_are_read_and_resumed() {
             Some(format!("waymark: resuming run {id} of {name}: 1 of 2 steps done").as_str())
         );
     }
-    assert_eq!(version(&env), 8, "migrated to the current schema");
+    assert_eq!(version(&env), SCHEMA, "migrated to the current schema");
     assert_eq!((env.count("a.log"), env.count("b.log")), (2, 4));
     let statuses: Vec<String> = json(&env, &["history", "--json"])
         .as_array()

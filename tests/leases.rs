@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Env, finish, kill, stderr, wait_until};
+use common::{DEFINITIONS_BACK_IN_RUNS, Env, SCHEMA, finish, kill, stderr, wait_until};
 use serde_json::Value;
 
 fn json(env: &Env, args: &[&str]) -> Value {
@@ -105,13 +105,13 @@ fn a_schema_3_database_is_read_as_it_is_and_its_runs_resume_under_a_lease() {
     wait_until("step a to start", || env.path("ready").exists());
     kill(runner.id(), "KILL");
     finish(runner);
-    // Back to schema 3, as the binary before leases (and step outputs, from schema 5, and the lease index, from schema 8) wrote it.
+    // Back to schema 3, as the binary before leases (and step outputs, from schema 5, the lease index, from schema 8, and the definitions table, from schema 9) wrote it.
     db(&env)
-        .execute_batch(
-            "DROP INDEX runs_lease; ALTER TABLE attempts DROP COLUMN kind; ALTER TABLE steps DROP COLUMN outputs; \
+        .execute_batch(&format!(
+            "{DEFINITIONS_BACK_IN_RUNS} DROP INDEX runs_lease; ALTER TABLE attempts DROP COLUMN kind; ALTER TABLE steps DROP COLUMN outputs; \
              ALTER TABLE runs DROP COLUMN lease_owner; ALTER TABLE runs DROP COLUMN lease_token; \
              PRAGMA user_version = 3;",
-        )
+        ))
         .unwrap();
 
     // Looking does not migrate (it writes nothing).
@@ -125,7 +125,7 @@ fn a_schema_3_database_is_read_as_it_is_and_its_runs_resume_under_a_lease() {
     let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stderr(&out).contains(&format!("resuming run {run_id}")), "{}", stderr(&out));
-    assert_eq!(user_version(&env), 8);
+    assert_eq!(user_version(&env), SCHEMA);
     let (owner, token) = lease(&env, &run_id);
     assert_eq!(token, 1);
     assert!(owner.unwrap().starts_with(&format!("{}:", this_host())));

@@ -40,7 +40,7 @@ fn fixture_v1(env: &Env) -> serde_json::Value {
 
 fn record_definition(env: &Env, id: &str, definition: &serde_json::Value) {
     let changed = db(env)
-        .execute("UPDATE runs SET definition = ?1 WHERE id = ?2", [definition.to_string(), id.to_owned()])
+        .execute("UPDATE definitions SET definition = ?1 WHERE run_id = ?2", [definition.to_string(), id.to_owned()])
         .unwrap();
     assert_eq!(changed, 1);
 }

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::Env;
+use common::{DEFINITIONS_BACK_IN_RUNS, Env, SCHEMA};
 
 /// What waymark wrote on stderr: its lines without their times (nor the date line), with pids and
 /// durations normalised.
@@ -464,10 +464,11 @@ fn a_schema_4_database_is_read_as_it_is_and_migrated_by_the_next_runner() {
     assert_eq!(out.status.signal(), Some(9), "{}", stderr(&out));
     let db = || rusqlite::Connection::open(env.state().join("waymark.db")).unwrap();
     let version = || -> i64 { db().query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap() };
-    assert_eq!(version(), 8);
-    db().execute_batch(
-        "ALTER TABLE attempts DROP COLUMN kind; ALTER TABLE steps DROP COLUMN outputs; PRAGMA user_version = 4;",
-    )
+    assert_eq!(version(), SCHEMA);
+    db().execute_batch(&format!(
+        "{DEFINITIONS_BACK_IN_RUNS} ALTER TABLE attempts DROP COLUMN kind; ALTER TABLE steps DROP COLUMN outputs; \
+         PRAGMA user_version = 4;",
+    ))
     .unwrap();
 
     // Looking does not migrate (it writes nothing).
@@ -478,6 +479,6 @@ fn a_schema_4_database_is_read_as_it_is_and_migrated_by_the_next_runner() {
     // A runner migrates and resumes; `fetch-a` recorded no outputs under schema 4.
     let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_eq!(version(), 8);
+    assert_eq!(version(), SCHEMA);
     assert_eq!(env.read("load.log"), "  2026-01-31\n");
 }

@@ -17,7 +17,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-const SCHEMA_VERSION: i64 = 8;
+const SCHEMA_VERSION: i64 = 9;
 
 /// Prepared statements kept per connection: more than the runner's writes use.
 const STATEMENT_CACHE: usize = 64;
@@ -70,6 +70,22 @@ CREATE INDEX IF NOT EXISTS runs_unfinished ON runs (seq) WHERE status IN ('runni
 const MIGRATE_TO_8: &str = "
 CREATE INDEX IF NOT EXISTS runs_lease ON runs (id, lease_owner, lease_token, status);
 ";
+
+/// Schema 9: a run's definition has a table of its own. In the run's row (hundreds of pages for a
+/// flow of 10,000 steps) every change of the row rewrote it: claiming a run, ending it, abandoning
+/// it.
+const MIGRATE_TO_9: &str = "
+CREATE TABLE definitions (
+    run_id     TEXT PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
+    definition TEXT NOT NULL
+);
+INSERT INTO definitions (run_id, definition) SELECT id, definition FROM runs;
+ALTER TABLE runs DROP COLUMN definition;
+";
+
+/// A run's definition, as a column of [`select_runs`] (an empty text, which no reader takes for a
+/// definition, where a row of `definitions` is missing).
+const DEFINITION: &str = "COALESCE((SELECT d.definition FROM definitions d WHERE d.run_id = runs.id), '')";
 
 /// The condition [`MIGRATE_TO_7`]'s index covers, as a query must write it for the index to serve.
 const UNFINISHED: &str = "status IN ('running', 'interrupted')";
@@ -146,6 +162,9 @@ pub struct SqliteStore {
     step_outputs_sql: &'static str,
     /// What a row of `attempts` is (rows recorded before schema 6 are all attempts).
     attempt_kind_sql: &'static str,
+    /// The SQL for a run's definition: [`DEFINITION`], or the `definition` column of the run's row
+    /// in a database older than schema 9 that a read-only command cannot migrate.
+    definition_sql: &'static str,
 }
 
 /// A database whose schema is newer than this binary's.
@@ -159,22 +178,23 @@ fn newer_schema(path: &Path, found: i64) -> StoreError {
 
 /// `SELECT` of a run's columns in the order [`SqliteStore::run_from_row`] reads them by
 /// position, its key last.
-fn select_runs(key_sql: &str) -> String {
+fn select_runs(store: &SqliteStore) -> String {
+    let (definition, key) = (store.definition_sql, store.key_sql);
     format!(
-        "SELECT id, flow, flow_path, definition, source_hash, status, started_at, ended_at, pid, host, failed_step, \
-         {key_sql} FROM runs"
+        "SELECT id, flow, flow_path, {definition}, source_hash, status, started_at, ended_at, pid, host, failed_step, \
+         {key} FROM runs"
     )
 }
 
 /// The newest unfinished run of key `?1`. (`+`, SQLite's no-op operator, keeps the key's own index,
 /// which holds the finished runs too, from being chosen: the unfinished runs' index is read.)
-fn resumable_sql(key_sql: &str) -> String {
-    format!("{} WHERE +{key_sql} = ?1 AND {UNFINISHED} ORDER BY seq DESC LIMIT 1", select_runs(key_sql))
+fn resumable_sql(store: &SqliteStore) -> String {
+    format!("{} WHERE +{} = ?1 AND {UNFINISHED} ORDER BY seq DESC LIMIT 1", select_runs(store), store.key_sql)
 }
 
 /// Unfinished runs that `cond` selects, newest first, at most `?2` (`+` as in [`resumable_sql`]).
-fn unfinished_sql(key_sql: &str, cond: &str) -> String {
-    format!("{} WHERE {UNFINISHED} AND +{cond} ORDER BY seq DESC LIMIT ?2", select_runs(key_sql))
+fn unfinished_sql(store: &SqliteStore, cond: &str) -> String {
+    format!("{} WHERE {UNFINISHED} AND +{cond} ORDER BY seq DESC LIMIT ?2", select_runs(store))
 }
 
 fn now_ms() -> i64 {
@@ -402,14 +422,9 @@ fn new_run_id() -> String {
 }
 
 impl SqliteStore {
-    fn with(
-        conn: Connection,
-        path: PathBuf,
-        key_sql: &'static str,
-        attempt_host_sql: &'static str,
-        step_outputs_sql: &'static str,
-        attempt_kind_sql: &'static str,
-    ) -> SqliteStore {
+    /// A store over `conn`, reading the database as schema `schema` laid it out: a read-only
+    /// command reads an older database as it is (a runner migrates it first).
+    fn with(conn: Connection, path: PathBuf, schema: i64) -> SqliteStore {
         let location = path.display().to_string();
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         SqliteStore {
@@ -417,10 +432,16 @@ impl SqliteStore {
             synced: None,
             path,
             location,
-            key_sql,
-            attempt_host_sql,
-            step_outputs_sql,
-            attempt_kind_sql,
+            // A schema-1 database is migrated by the next runner; until then its keys are computed.
+            key_sql: if schema < 2 { LEGACY_KEY } else { "flow_key" },
+            // Attempts recorded before schema 3 have no host.
+            attempt_host_sql: if schema < 3 { "NULL" } else { "host" },
+            // Steps recorded before schema 5 have no outputs.
+            step_outputs_sql: if schema < 5 { "NULL" } else { "s.outputs" },
+            // Attempts recorded before schema 6 are attempts (catch handlers came with it).
+            attempt_kind_sql: if schema < 6 { "'attempt'" } else { "kind" },
+            // Before schema 9 a run's definition was a column of its row.
+            definition_sql: if schema < 9 { "definition" } else { DEFINITION },
         }
     }
 
@@ -436,7 +457,7 @@ impl SqliteStore {
         let conn = Connection::open_with_flags(&path, flags).map_err(sql)?;
         // The database holds commands and errors: keep it private like the logs.
         let _ = std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600));
-        let mut store = SqliteStore::with(conn, path, "flow_key", "host", "outputs", "kind");
+        let mut store = SqliteStore::with(conn, path, SCHEMA_VERSION);
         store.init().map_err(|e| failure(&store.path, e))?;
         // No checkpoint when the connection closes: it would cost two more flushes at the end of
         // every run, and the WAL it deletes would be created anew by the next run (a flush of the
@@ -460,7 +481,7 @@ impl SqliteStore {
         let path = state_dir.db();
         let empty = || -> Result<SqliteStore, StoreError> {
             let conn = Connection::open_in_memory().map_err(|e| failure(&path, e))?;
-            let mut store = SqliteStore::with(conn, path.clone(), "flow_key", "host", "outputs", "kind");
+            let mut store = SqliteStore::with(conn, path.clone(), SCHEMA_VERSION);
             store.init().map_err(|e| failure(&path, e))?;
             Ok(store)
         };
@@ -498,15 +519,7 @@ impl SqliteStore {
             // A database without waymark's schema (created, never written): no runs yet.
             return empty();
         }
-        // A schema-1 database is migrated by the next runner; until then its keys are computed.
-        let key_sql = if found < 2 { LEGACY_KEY } else { "flow_key" };
-        // Attempts recorded before schema 3 have no host.
-        let attempt_host_sql = if found < 3 { "NULL" } else { "host" };
-        // Steps recorded before schema 5 have no outputs.
-        let step_outputs_sql = if found < 5 { "NULL" } else { "s.outputs" };
-        // Attempts recorded before schema 6 are attempts (catch handlers came with it).
-        let attempt_kind_sql = if found < 6 { "'attempt'" } else { "kind" };
-        Ok(SqliteStore::with(conn, path, key_sql, attempt_host_sql, step_outputs_sql, attempt_kind_sql))
+        Ok(SqliteStore::with(conn, path, found))
     }
 
     /// A run and its steps, read in one transaction: a consistent snapshot.
@@ -554,6 +567,9 @@ impl SqliteStore {
         }
         if version < 8 {
             tx.execute_batch(MIGRATE_TO_8)?;
+        }
+        if version < 9 {
+            tx.execute_batch(MIGRATE_TO_9)?;
         }
         if version < SCHEMA_VERSION {
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
@@ -695,15 +711,14 @@ impl Store for SqliteStore {
                 id = new_run_id();
             }
             tx.execute(
-                "INSERT INTO runs (id, seq, flow, flow_key, flow_path, definition, source_hash, status, started_at, pid, host,
+                "INSERT INTO runs (id, seq, flow, flow_key, flow_path, source_hash, status, started_at, pid, host,
                                    lease_owner, lease_token)
-                 VALUES (?1, ?2, ?3, ?10, ?4, ?5, ?6, 'running', ?7, ?8, ?9, ?11, ?12)",
+                 VALUES (?1, ?2, ?3, ?9, ?4, ?5, 'running', ?6, ?7, ?8, ?10, ?11)",
                 params![
                     id,
                     seq,
                     flow.name,
                     flow.path.display().to_string(),
-                    definition,
                     source_hash,
                     started,
                     pid,
@@ -713,6 +728,7 @@ impl Store for SqliteStore {
                     lease.token
                 ],
             )?;
+            tx.execute("INSERT INTO definitions (run_id, definition) VALUES (?1, ?2)", params![id, definition])?;
             // Every step by one statement, whatever their number (see `INSERT_STEPS`).
             tx.prepare_cached(INSERT_STEPS)?.execute(params![id, names])?;
             Ok(id)
@@ -726,7 +742,7 @@ impl Store for SqliteStore {
 
     fn run(&self, id: &str) -> Result<RunRecord, StoreError> {
         self.conn
-            .prepare_cached(&format!("{} WHERE id = ?1", select_runs(self.key_sql)))
+            .prepare_cached(&format!("{} WHERE id = ?1", select_runs(self)))
             .and_then(|mut stmt| stmt.query_row([id], Self::run_from_row))
             .optional()
             .map_err(|e| self.sql(e))?
@@ -739,7 +755,7 @@ impl Store for SqliteStore {
 
     fn find_resumable(&self, key: &FlowKey) -> Result<Option<RunRecord>, StoreError> {
         self.conn
-            .query_row(&resumable_sql(self.key_sql), [key.as_str()], Self::run_from_row)
+            .query_row(&resumable_sql(self), [key.as_str()], Self::run_from_row)
             .optional()
             .map_err(|e| self.sql(e))
     }
@@ -747,7 +763,7 @@ impl Store for SqliteStore {
     fn list_runs(&self, filter: RunFilter<'_>, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let (cond, value) = self.filter_sql(filter);
-        let sql = format!("{} WHERE {cond} ORDER BY seq DESC LIMIT ?2", select_runs(self.key_sql));
+        let sql = format!("{} WHERE {cond} ORDER BY seq DESC LIMIT ?2", select_runs(self));
         let mut stmt = self.conn.prepare(&sql).map_err(|e| self.sql(e))?;
         let rows = stmt.query_map(params![value, limit], Self::run_from_row).map_err(|e| self.sql(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
@@ -756,7 +772,7 @@ impl Store for SqliteStore {
     fn unfinished_runs(&self, filter: RunFilter<'_>, limit: usize) -> Result<Vec<RunRecord>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let (cond, value) = self.filter_sql(filter);
-        let mut stmt = self.conn.prepare(&unfinished_sql(self.key_sql, &cond)).map_err(|e| self.sql(e))?;
+        let mut stmt = self.conn.prepare(&unfinished_sql(self, &cond)).map_err(|e| self.sql(e))?;
         let rows = stmt.query_map(params![value, limit], Self::run_from_row).map_err(|e| self.sql(e))?;
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }
@@ -1006,7 +1022,7 @@ impl Store for SqliteStore {
             .prepare(&format!(
                 "{} WHERE status IN ('succeeded', 'failed', 'abandoned') AND ended_at IS NOT NULL
                  AND ended_at < ?1 ORDER BY seq",
-                select_runs(self.key_sql)
+                select_runs(self)
             ))
             .map_err(|e| self.sql(e))?;
         let rows = stmt.query_map([to_millis(cutoff)], Self::run_from_row).map_err(|e| self.sql(e))?;
@@ -1029,6 +1045,7 @@ impl Store for SqliteStore {
             if finished {
                 tx.execute("DELETE FROM attempts WHERE run_id = ?1", [id])?;
                 tx.execute("DELETE FROM steps WHERE run_id = ?1", [id])?;
+                tx.execute("DELETE FROM definitions WHERE run_id = ?1", [id])?;
                 tx.execute("DELETE FROM runs WHERE id = ?1", [id])?;
             }
             Ok(finished)
@@ -1327,8 +1344,8 @@ mod tests {
         );
         assert!(busy.hint().unwrap().starts_with(&format!("another process holds {} locked", path.display())));
         assert_eq!(failure(&path, err(rusqlite::ffi::SQLITE_NOTADB)).hint(), None, "the message says what to do");
-        assert_eq!(newer_schema(&path, 9).kind(), Some(StoreErrorKind::NewerSchema));
-        assert!(newer_schema(&path, 9).to_string().contains("(schema 9, this one knows 8)"));
+        assert_eq!(newer_schema(&path, 10).kind(), Some(StoreErrorKind::NewerSchema));
+        assert!(newer_schema(&path, 10).to_string().contains("(schema 10, this one knows 9)"));
     }
 
     fn result(outcome: AttemptOutcome) -> AttemptResult {
@@ -1356,8 +1373,11 @@ mod tests {
         let (run, _) = store.create_run(&flow, "hash", "test:1:a").unwrap();
         assert_eq!(on(&store), 1);
         store.conn.execute("DELETE FROM runs WHERE id = ?1", [&run.id]).unwrap();
-        let left: i64 = store.conn.query_row("SELECT COUNT(*) FROM steps", [], |r| r.get(0)).unwrap();
-        assert_eq!(left, 0, "the run's steps went with it");
+        let left: i64 = store
+            .conn
+            .query_row("SELECT (SELECT COUNT(*) FROM steps) + (SELECT COUNT(*) FROM definitions)", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(left, 0, "the run's steps and definition went with it");
         // A creation that fails inside its transaction (no table for the steps).
         store.conn.execute_batch("DROP TABLE steps").unwrap();
         assert!(store.create_run(&flow, "hash", "test:1:a").is_err());
@@ -1452,12 +1472,42 @@ mod tests {
     }
 
     /// A flow of `n` steps named `s0`, `s1`, ...
+    /// Run definitions back in the runs' rows, as schemas 1 to 8 kept them.
+    const DEFINITIONS_BACK_IN_RUNS: &str = "ALTER TABLE runs ADD COLUMN definition TEXT NOT NULL DEFAULT '';
+        UPDATE runs SET definition = (SELECT d.definition FROM definitions d WHERE d.run_id = runs.id);
+        DROP TABLE definitions;";
+
     fn flow_of(n: usize, dir: &Path) -> Flow {
         let mut source = String::from("name = 'f'\n");
         for i in 0..n {
             source.push_str(&format!("[[step]]\nname = 's{i}'\nrun = ['true']\n"));
         }
         crate::flow::parse(&source, &dir.join("f.toml")).unwrap().0
+    }
+
+    /// Claiming a run and ending it write its row and the indexes that hold it: a few pages, not
+    /// its definition (22 pages for 2,000 steps), which schemas 1 to 8 wrote again with every
+    /// change of the run's row.
+    #[test]
+    fn claiming_and_ending_a_run_leave_its_definition_unwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::create(dir.path()).unwrap();
+        let mut store = SqliteStore::open(&state).unwrap();
+        let (run, _) = store.create_run(&flow_of(2000, dir.path()), "hash", "test:1:a").unwrap();
+        let definition_pages = run.definition.len() / 4096;
+        assert!(definition_pages >= 20, "{definition_pages}");
+        // Frames appended to the write-ahead log (each a page and its header): the pages written.
+        let wal = || std::fs::metadata(state.db().with_extension("db-wal")).unwrap().len() / (4096 + 24);
+        let before = wal();
+        let lease = store.claim(&run.id, "test:1:b").unwrap();
+        store.run_finished(&lease, &run.id, RunStatus::Succeeded, None, &[]).unwrap();
+        let written = wal() - before;
+        assert!(written < 10, "{written} pages written; the definition spans {definition_pages}");
+        assert_eq!(store.run(&run.id).unwrap().definition, run.definition);
+        // `waymark gc` deletes the definition with the run.
+        assert!(store.delete_finished(&run.id, SystemTime::now() + std::time::Duration::from_secs(60)).unwrap());
+        let left: i64 = store.conn.query_row("SELECT COUNT(*) FROM definitions", [], |r| r.get(0)).unwrap();
+        assert_eq!(left, 0);
     }
 
     /// Attempts come back oldest first (in the order of their rows), not in the order of the
@@ -1511,7 +1561,10 @@ mod tests {
         let mut store = SqliteStore::open(&state).unwrap();
         store.create_run(&flow_of(1, dir.path()), "hash", "test:1:a").unwrap();
         // As schema 7 left it: the migration adds the index.
-        store.conn.execute_batch("DROP INDEX runs_lease; PRAGMA user_version = 7;").unwrap();
+        store
+            .conn
+            .execute_batch(&format!("{DEFINITIONS_BACK_IN_RUNS} DROP INDEX runs_lease; PRAGMA user_version = 7;"))
+            .unwrap();
         drop(store);
         let store = SqliteStore::open(&state).unwrap();
         let covered = "SEARCH runs USING COVERING INDEX runs_lease (id=?)";
@@ -1533,7 +1586,10 @@ mod tests {
         store.run_finished(&lease, &done.id, RunStatus::Succeeded, None, &[]).unwrap();
         let (unfinished, _) = store.create_run(&flow, "hash", "test:1:b").unwrap();
         // As schema 6 left it.
-        store.conn.execute_batch("DROP INDEX runs_unfinished; PRAGMA user_version = 6;").unwrap();
+        store
+            .conn
+            .execute_batch(&format!("{DEFINITIONS_BACK_IN_RUNS} DROP INDEX runs_unfinished; PRAGMA user_version = 6;"))
+            .unwrap();
         drop(store);
 
         let store = SqliteStore::open(&state).unwrap();
@@ -1546,11 +1602,14 @@ mod tests {
         assert_eq!(ids(RunFilter::File(&file)), vec![unfinished.id.clone()]);
         assert_eq!(ids(RunFilter::Key(&FlowKey::named("f"))), vec![unfinished.id.clone()]);
         // However many finished runs a flow has, finding its unfinished one reads only the index
-        // of unfinished runs (the plans of `find_resumable` and `unfinished_runs`).
-        assert_eq!(plan(&store, &resumable_sql(store.key_sql)), "SCAN runs USING INDEX runs_unfinished");
+        // of unfinished runs (the plans of `find_resumable` and `unfinished_runs`), and their
+        // definitions by key.
+        let unfinished_only = "SCAN runs USING INDEX runs_unfinished\nCORRELATED SCALAR SUBQUERY 1\n\
+                               SEARCH d USING INDEX sqlite_autoindex_definitions_1 (run_id=?)";
+        assert_eq!(plan(&store, &resumable_sql(&store)), unfinished_only);
         for filter in [RunFilter::Name("f"), RunFilter::File(Path::new("x")), RunFilter::Key(&FlowKey::named("f"))] {
             let (cond, _) = store.filter_sql(filter);
-            assert_eq!(plan(&store, &unfinished_sql(store.key_sql, &cond)), "SCAN runs USING INDEX runs_unfinished");
+            assert_eq!(plan(&store, &unfinished_sql(&store, &cond)), unfinished_only);
         }
     }
 

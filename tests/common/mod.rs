@@ -8,6 +8,15 @@ use std::time::{Duration, Instant};
 /// Long enough for a loaded 2-core machine; tests wait on events, never on fixed sleeps.
 pub const PATIENCE: Duration = Duration::from_secs(60);
 
+/// The schema of the state database that a runner of this build leaves.
+pub const SCHEMA: i64 = 9;
+
+/// SQL that puts a schema-9 state database's run definitions back in the runs' rows, where schemas 1
+/// to 8 kept them: the first step of turning it into an older schema.
+pub const DEFINITIONS_BACK_IN_RUNS: &str = "ALTER TABLE runs ADD COLUMN definition TEXT NOT NULL DEFAULT ''; \
+     UPDATE runs SET definition = (SELECT d.definition FROM definitions d WHERE d.run_id = runs.id); \
+     DROP TABLE definitions;";
+
 pub struct Env {
     pub dir: tempfile::TempDir,
 }
