@@ -415,9 +415,12 @@ impl RunDefinition {
         }
         let flow_dir = flow.path.parent();
         let mut same = Same { rest: recorded.as_bytes() };
+        // The serialiser writes a token at a time: compared in pieces, a comparison per token
+        // cost as much as the writing.
+        let mut buffered = std::io::BufWriter::with_capacity(16 * 1024, &mut same);
         let written =
-            serde_json::to_writer(&mut same, &RunDefinition::of(flow, |step| LazyStep { flow, flow_dir, step }));
-        written.is_ok() && same.rest.is_empty()
+            serde_json::to_writer(&mut buffered, &RunDefinition::of(flow, |step| LazyStep { flow, flow_dir, step }));
+        written.is_ok() && buffered.into_inner().is_ok() && same.rest.is_empty()
     }
 
     /// [`RunDefinition::json_of`] for a store at `location` creating a run.
