@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{DEFINITIONS_BACK_IN_RUNS, Env, SCHEMA, finish, kill, wait_until};
+use common::{Env, SCHEMA, UNDO_SCHEMA_9, finish, kill, wait_until};
 use serde_json::Value;
 
 /// A flow whose step `a` records that it ran and whose step `b` writes `NAME.ready` and then
@@ -304,7 +304,7 @@ fn waymark_resume_ignores_resume_within() {
 fn downgrade_to_schema_1(env: &Env) {
     let db = rusqlite::Connection::open(env.state().join("waymark.db")).unwrap();
     db.execute_batch(&format!(
-        "{DEFINITIONS_BACK_IN_RUNS} DROP INDEX runs_lease; DROP INDEX runs_unfinished; ALTER TABLE attempts DROP COLUMN kind; ALTER TABLE steps DROP COLUMN outputs; ALTER TABLE runs DROP COLUMN lease_owner; ALTER TABLE runs DROP COLUMN lease_token; \
+        "{UNDO_SCHEMA_9} DROP INDEX runs_lease; DROP INDEX runs_unfinished; ALTER TABLE attempts DROP COLUMN kind; ALTER TABLE steps DROP COLUMN outputs; ALTER TABLE runs DROP COLUMN lease_owner; ALTER TABLE runs DROP COLUMN lease_token; \
          ALTER TABLE attempts DROP COLUMN host; DROP INDEX runs_by_key; ALTER TABLE runs DROP COLUMN flow_key; \
          PRAGMA user_version = 1;",
     ))

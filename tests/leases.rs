@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{DEFINITIONS_BACK_IN_RUNS, Env, SCHEMA, finish, kill, stderr, wait_until};
+use common::{Env, SCHEMA, UNDO_SCHEMA_9, finish, kill, stderr, wait_until};
 use serde_json::Value;
 
 fn json(env: &Env, args: &[&str]) -> Value {
@@ -108,7 +108,7 @@ fn a_schema_3_database_is_read_as_it_is_and_its_runs_resume_under_a_lease() {
     // Back to schema 3, as the binary before leases (and step outputs, from schema 5, the lease index, from schema 8, and the definitions table, from schema 9) wrote it.
     db(&env)
         .execute_batch(&format!(
-            "{DEFINITIONS_BACK_IN_RUNS} DROP INDEX runs_lease; ALTER TABLE attempts DROP COLUMN kind; ALTER TABLE steps DROP COLUMN outputs; \
+            "{UNDO_SCHEMA_9} DROP INDEX runs_lease; ALTER TABLE attempts DROP COLUMN kind; ALTER TABLE steps DROP COLUMN outputs; \
              ALTER TABLE runs DROP COLUMN lease_owner; ALTER TABLE runs DROP COLUMN lease_token; \
              PRAGMA user_version = 3;",
         ))

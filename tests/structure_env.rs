@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{DEFINITIONS_BACK_IN_RUNS, Env, SCHEMA};
+use common::{Env, SCHEMA, UNDO_SCHEMA_9};
 
 /// What waymark wrote on stderr: its lines without their times (nor the date line), with pids and
 /// durations normalised.
@@ -466,7 +466,7 @@ fn a_schema_4_database_is_read_as_it_is_and_migrated_by_the_next_runner() {
     let version = || -> i64 { db().query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap() };
     assert_eq!(version(), SCHEMA);
     db().execute_batch(&format!(
-        "{DEFINITIONS_BACK_IN_RUNS} ALTER TABLE attempts DROP COLUMN kind; ALTER TABLE steps DROP COLUMN outputs; \
+        "{UNDO_SCHEMA_9} ALTER TABLE attempts DROP COLUMN kind; ALTER TABLE steps DROP COLUMN outputs; \
          PRAGMA user_version = 4;",
     ))
     .unwrap();

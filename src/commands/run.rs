@@ -497,12 +497,15 @@ fn execute(
     let aux = store.aux_runs(&record.id)?;
     // The attempts of earlier runners, read once, when something needs them: the failure report
     // lists them (`--json` has none), and a step a signal cut short, which only a pending step
-    // that started can be, goes on as a step under way. A failed run reopened by `waymark
-    // resume` has none: its steps that `fail_fast` cancelled start anew.
-    let cut_short_may_be =
-        !schedule.reopened && steps.iter().any(|s| s.state == StepState::Pending && s.started_at.is_some());
+    // that started can be, goes on as a step under way (only its attempts are read if nothing
+    // else needs them). A failed run reopened by `waymark resume` has none: its steps that
+    // `fail_fast` cancelled start anew.
+    let started_pending: Vec<&StepRecord> = match resumed && !schedule.reopened {
+        true => steps.iter().filter(|s| s.state == StepState::Pending && s.started_at.is_some()).collect(),
+        false => Vec::new(),
+    };
     let reported = resumed && events.wants_earlier();
-    let attempts = match reported || (resumed && cut_short_may_be) {
+    let attempts = match reported {
         true => store.attempts(&record.id, None)?,
         false => Vec::new(),
     };
@@ -516,7 +519,7 @@ fn execute(
     let since = if schedule.reopened { std::time::SystemTime::now() } else { record.started_at };
     let deadline = flow.timeout.map(|t| since + t);
     let max_parallel = usize::try_from(max_parallel).unwrap_or(usize::MAX);
-    let interrupted = if cut_short_may_be { cut_short(&steps, &attempts) } else { BTreeSet::new() };
+    let interrupted = cut_short(store.as_ref(), &record.id, &steps, &started_pending, reported.then_some(&attempts))?;
     let spec = RunSpec {
         flow: Arc::new(flow),
         run_id: record.id.clone(),
@@ -571,14 +574,35 @@ fn execute(
     }
 }
 
-/// The steps (by index) that a signal to the runner cut short ([`StepRecord::cut_short`]), from
-/// the run's `attempts`, oldest first: they were under way.
-fn cut_short(steps: &[StepRecord], attempts: &[crate::store::AttemptRecord]) -> BTreeSet<usize> {
+/// The steps (by index) that a signal to the runner cut short ([`StepRecord::cut_short`]): they
+/// were under way. Only a pending step that started can be one (`candidates`); their attempts are
+/// read from `all`, the run's attempts oldest first, when it was read for a report, else step by
+/// step (they are few: a run's other steps, done or not started, cost nothing).
+fn cut_short(
+    store: &dyn Store,
+    run_id: &str,
+    steps: &[StepRecord],
+    candidates: &[&StepRecord],
+    all: Option<&[crate::store::AttemptRecord]>,
+) -> Result<BTreeSet<usize>, CliError> {
+    if candidates.is_empty() {
+        return Ok(BTreeSet::new());
+    }
+    let own;
+    let attempts = match all {
+        Some(all) => all,
+        None => {
+            let each = candidates.iter().map(|s| store.attempts(run_id, Some(&s.name)));
+            own = each.collect::<Result<Vec<_>, _>>()?.concat();
+            &own
+        }
+    };
     let mut last = std::collections::HashMap::new();
     for a in attempts {
         last.insert(a.step.as_str(), a);
     }
-    steps.iter().enumerate().filter(|(_, s)| s.cut_short(last.get(s.name.as_str()).copied())).map(|(i, _)| i).collect()
+    let cut = steps.iter().enumerate().filter(|(_, s)| s.cut_short(last.get(s.name.as_str()).copied()));
+    Ok(cut.map(|(i, _)| i).collect())
 }
 
 /// Whether a compensation ran, of a run whose compensations and hooks are `aux`: its steps' work

@@ -73,7 +73,8 @@ CREATE INDEX IF NOT EXISTS runs_lease ON runs (id, lease_owner, lease_token, sta
 
 /// Schema 9: a run's definition has a table of its own. In the run's row (hundreds of pages for a
 /// flow of 10,000 steps) every change of the row rewrote it: claiming a run, ending it, abandoning
-/// it.
+/// it. And a run's compensations and hooks have an index of their own: a resumed run read every
+/// attempt of the run to find them.
 const MIGRATE_TO_9: &str = "
 CREATE TABLE definitions (
     run_id     TEXT PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
@@ -81,6 +82,7 @@ CREATE TABLE definitions (
 );
 INSERT INTO definitions (run_id, definition) SELECT id, definition FROM runs;
 ALTER TABLE runs DROP COLUMN definition;
+CREATE INDEX attempts_aux ON attempts (run_id) WHERE kind IN ('compensate', 'hook');
 ";
 
 /// A run's definition, as a column of [`select_runs`] (an empty text, which no reader takes for a
@@ -666,6 +668,33 @@ impl SqliteStore {
 }
 
 impl SqliteStore {
+    /// The attempts of run `?1`, or of its step `?2` if `one_step`, for [`Store::attempts`].
+    fn attempts_sql(&self, one_step: bool) -> String {
+        // One step's are found in the index by its name too (`?2 IS NULL OR step = ?2` read every
+        // attempt of the run to find them).
+        let which = if one_step { "step = ?2" } else { "?2 IS NULL" };
+        // Read by position: 0 row, 1 step, 2 attempt, 3 outcome, 4 log_stem, 5 host, 6 started_at,
+        // 7 ended_at, 8 redelivered, 9 error (by name, each column's name was looked up among all
+        // of them for every row). In the index's order, sorted by row by the caller: an `ORDER BY
+        // row` sorted every row (all columns) in SQLite, more than half of reading a run's 5,000
+        // attempts.
+        format!(
+            "SELECT row, step, attempt, outcome, log_stem, {}, started_at, ended_at, redelivered, error
+             FROM attempts WHERE run_id = ?1 AND {which} AND {} = 'attempt'",
+            self.attempt_host_sql, self.attempt_kind_sql
+        )
+    }
+
+    /// The compensations and hooks of run `?1`, for [`Store::aux_runs`].
+    fn aux_sql(&self) -> String {
+        let kind = self.attempt_kind_sql;
+        // The condition of [`MIGRATE_TO_9`]'s index, written as there, for the index to serve.
+        format!(
+            "SELECT {kind} AS k, step, outcome, row, pid, proc_start FROM attempts
+             WHERE run_id = ?1 AND {kind} IN ('compensate', 'hook') ORDER BY row"
+        )
+    }
+
     /// The `WHERE` condition of a filter, with its value as `?1`.
     fn filter_sql(&self, filter: RunFilter<'_>) -> (String, Option<String>) {
         match filter {
@@ -890,19 +919,7 @@ impl Store for SqliteStore {
     }
 
     fn attempts(&self, run_id: &str, step: Option<&str>) -> Result<Vec<AttemptRecord>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare(&format!(
-                // Read by position below: 0 row, 1 step, 2 attempt, 3 outcome, 4 log_stem, 5 host,
-                // 6 started_at, 7 ended_at, 8 redelivered, 9 error (by name, each column's name was
-                // looked up among all of them for every row). In the index's order and sorted by
-                // row below: an `ORDER BY row` sorted every row (all columns) in SQLite, more than
-                // half of reading a run's 5,000 attempts.
-                "SELECT row, step, attempt, outcome, log_stem, {}, started_at, ended_at, redelivered, error
-                 FROM attempts WHERE run_id = ?1 AND (?2 IS NULL OR step = ?2) AND {} = 'attempt'",
-                self.attempt_host_sql, self.attempt_kind_sql
-            ))
-            .map_err(|e| self.sql(e))?;
+        let mut stmt = self.conn.prepare_cached(&self.attempts_sql(step.is_some())).map_err(|e| self.sql(e))?;
         let rows = stmt
             .query_map(params![run_id, step], |r| {
                 let step: String = r.get(1)?;
@@ -975,12 +992,7 @@ impl Store for SqliteStore {
     }
 
     fn aux_runs(&self, run_id: &str) -> Result<Vec<AuxRun>, StoreError> {
-        let sql = format!(
-            "SELECT {0} AS k, step, outcome, row, pid, proc_start FROM attempts
-             WHERE run_id = ?1 AND {0} IN ('compensate', 'hook') ORDER BY row",
-            self.attempt_kind_sql
-        );
-        let mut stmt = self.conn.prepare(&sql).map_err(|e| self.sql(e))?;
+        let mut stmt = self.conn.prepare_cached(&self.aux_sql()).map_err(|e| self.sql(e))?;
         let rows = stmt
             .query_map([run_id], |r| {
                 let kind = match r.get::<_, String>("k")?.as_str() {
@@ -1472,10 +1484,11 @@ mod tests {
     }
 
     /// A flow of `n` steps named `s0`, `s1`, ...
-    /// Run definitions back in the runs' rows, as schemas 1 to 8 kept them.
-    const DEFINITIONS_BACK_IN_RUNS: &str = "ALTER TABLE runs ADD COLUMN definition TEXT NOT NULL DEFAULT '';
+    /// Schema 9 undone: run definitions back in the runs' rows, as schemas 1 to 8 kept them, and
+    /// no index of compensations and hooks.
+    const UNDO_SCHEMA_9: &str = "ALTER TABLE runs ADD COLUMN definition TEXT NOT NULL DEFAULT '';
         UPDATE runs SET definition = (SELECT d.definition FROM definitions d WHERE d.run_id = runs.id);
-        DROP TABLE definitions;";
+        DROP TABLE definitions; DROP INDEX attempts_aux;";
 
     fn flow_of(n: usize, dir: &Path) -> Flow {
         let mut source = String::from("name = 'f'\n");
@@ -1561,10 +1574,7 @@ mod tests {
         let mut store = SqliteStore::open(&state).unwrap();
         store.create_run(&flow_of(1, dir.path()), "hash", "test:1:a").unwrap();
         // As schema 7 left it: the migration adds the index.
-        store
-            .conn
-            .execute_batch(&format!("{DEFINITIONS_BACK_IN_RUNS} DROP INDEX runs_lease; PRAGMA user_version = 7;"))
-            .unwrap();
+        store.conn.execute_batch(&format!("{UNDO_SCHEMA_9} DROP INDEX runs_lease; PRAGMA user_version = 7;")).unwrap();
         drop(store);
         let store = SqliteStore::open(&state).unwrap();
         let covered = "SEARCH runs USING COVERING INDEX runs_lease (id=?)";
@@ -1574,6 +1584,19 @@ mod tests {
             covered
         );
         assert_eq!(plan(&store, "SELECT status FROM runs INDEXED BY runs_lease WHERE id = ?1"), covered);
+    }
+
+    /// A run's compensations and hooks, and one step's attempts, are found through an index
+    /// (what a resumed run reads), not among all of the run's attempts.
+    #[test]
+    fn a_run_s_compensations_and_hooks_and_one_step_s_attempts_are_read_through_an_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&StateDir::create(dir.path()).unwrap()).unwrap();
+        assert_eq!(plan(&store, &store.aux_sql()), "SEARCH attempts USING INDEX attempts_aux (run_id=?)");
+        assert_eq!(
+            plan(&store, &store.attempts_sql(true)),
+            "SEARCH attempts USING INDEX attempts_by_step (run_id=? AND step=?)"
+        );
     }
 
     #[test]
@@ -1588,7 +1611,7 @@ mod tests {
         // As schema 6 left it.
         store
             .conn
-            .execute_batch(&format!("{DEFINITIONS_BACK_IN_RUNS} DROP INDEX runs_unfinished; PRAGMA user_version = 6;"))
+            .execute_batch(&format!("{UNDO_SCHEMA_9} DROP INDEX runs_unfinished; PRAGMA user_version = 6;"))
             .unwrap();
         drop(store);
 

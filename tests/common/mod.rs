@@ -11,11 +11,12 @@ pub const PATIENCE: Duration = Duration::from_secs(60);
 /// The schema of the state database that a runner of this build leaves.
 pub const SCHEMA: i64 = 9;
 
-/// SQL that puts a schema-9 state database's run definitions back in the runs' rows, where schemas 1
-/// to 8 kept them: the first step of turning it into an older schema.
-pub const DEFINITIONS_BACK_IN_RUNS: &str = "ALTER TABLE runs ADD COLUMN definition TEXT NOT NULL DEFAULT ''; \
+/// SQL that undoes schema 9 in a state database: its run definitions back in the runs' rows, where
+/// schemas 1 to 8 kept them, and no index of compensations and hooks. The first step of turning it
+/// into an older schema.
+pub const UNDO_SCHEMA_9: &str = "ALTER TABLE runs ADD COLUMN definition TEXT NOT NULL DEFAULT ''; \
      UPDATE runs SET definition = (SELECT d.definition FROM definitions d WHERE d.run_id = runs.id); \
-     DROP TABLE definitions;";
+     DROP TABLE definitions; DROP INDEX attempts_aux;";
 
 pub struct Env {
     pub dir: tempfile::TempDir,
