@@ -80,12 +80,22 @@ impl Sink {
         let write = move || {
             let _done = done_tx;
             let mut file = file;
-            for item in rx {
-                let n = item.text.len();
-                let text = match item.text {
-                    Text::Bytes(bytes) => bytes,
-                    Text::Behind { step, chunk } => behind(&step, &chunk),
-                };
+            while let Ok(first) = rx.recv() {
+                // What is queued already goes in the same write, up to a piece: 5,000 events
+                // queued at once (the steps a resumed run skips) are a few writes, not 5,000.
+                let (mut text, mut n, mut child_bytes) = (Vec::new(), 0, 0);
+                let mut next = Some(first);
+                while let Some(item) = next {
+                    n += item.text.len();
+                    child_bytes += item.child_bytes;
+                    match item.text {
+                        Text::Bytes(bytes) if text.is_empty() => text = bytes,
+                        Text::Bytes(bytes) => text.extend_from_slice(&bytes),
+                        Text::Behind { step, chunk } if text.is_empty() => text = behind(&step, &chunk),
+                        Text::Behind { step, chunk } => text.extend_from_slice(&behind(&step, &chunk)),
+                    }
+                    next = if text.len() < PIECE { rx.try_recv().ok() } else { None };
+                }
                 if let Some(f) = &mut file
                     && let Err(e) = write_item(f, &text, &state.written)
                 {
@@ -96,10 +106,10 @@ impl Sink {
                     }
                     file = None;
                 }
-                state.queued.fetch_sub(item.child_bytes, Ordering::Relaxed);
+                state.queued.fetch_sub(child_bytes, Ordering::Relaxed);
                 state.backlog.fetch_sub(n, Ordering::Relaxed);
                 if let Some(gate) = &opens {
-                    gate.written(item.child_bytes);
+                    gate.written(child_bytes);
                 }
             }
         };
