@@ -45,8 +45,10 @@ impl Reporter for JsonReporter {
         let Some(mut line) = wire(envelope) else { return };
         self.written += 1;
         line.seq = self.written;
-        // Serialising these types cannot fail (string keys, no maps of other keys).
-        if let Ok(mut text) = serde_json::to_vec(&line) {
+        // Serialising these types cannot fail (string keys, no maps of other keys). Most lines
+        // fit the first allocation.
+        let mut text = Vec::with_capacity(256);
+        if serde_json::to_writer(&mut text, &line).is_ok() {
             text.push(b'\n');
             self.terminal.sink(crate::events::Stream::Stdout).line(text);
         }
@@ -67,7 +69,8 @@ impl Drop for JsonReporter {
 #[derive(Serialize)]
 pub(crate) struct Line<'a> {
     event: &'static str,
-    ts: String,
+    #[serde(serialize_with = "crate::events::rfc3339")]
+    ts: std::time::SystemTime,
     seq: u64,
     run_id: Option<&'a str>,
     #[serde(flatten)]
@@ -321,7 +324,7 @@ pub(crate) fn wire(envelope: &Envelope) -> Option<Line<'_>> {
     };
     Some(Line {
         event,
-        ts: humantime::format_rfc3339_millis(envelope.at).to_string(),
+        ts: envelope.at,
         seq: envelope.seq,
         run_id: envelope.run_id.as_deref(),
         fields,
