@@ -699,7 +699,8 @@ fn status_counts_a_running_attempt_and_shows_an_interrupted_step_without_the_tim
     let env = Env::new();
     env.write(
         "flow.toml",
-        "name = 'st'\n[[step]]\nname = 'slow'\nshell = '[ -e go ] && exit 0; echo started >> started; sleep 300'\n",
+        "name = 'st'\n[[step]]\nname = 'slow'\nshell = '[ -e go ] && exit 0; echo started >> started; sleep 300'\n\
+         [[step]]\nname = 'next'\nrun = ['true']\nneeds = ['slow']\n",
     );
     let began = std::time::Instant::now();
     let runner = env.spawn(&["run", "flow.toml"]);
@@ -707,7 +708,9 @@ fn status_counts_a_running_attempt_and_shows_an_interrupted_step_without_the_tim
     let (text, st) = status_text(&env, "st");
     assert_eq!(
         text,
-        "run RUN of st (PATH): running, started TIME\n  slow                 running    attempts 1/1  Ns\n"
+        "run RUN of st (PATH): running, started TIME\n  \
+         slow                 running    attempts 1/1  Ns\n  \
+         next                 pending    attempts 0/1\n"
     );
     assert_eq!(
         (st["steps"][0]["state"].as_str(), st["steps"][0]["attempts_used"].as_u64()),
@@ -719,7 +722,10 @@ fn status_counts_a_running_attempt_and_shows_an_interrupted_step_without_the_tim
     let (text, st) = status_text(&env, "st");
     assert_eq!(
         text,
-        "run RUN of st (PATH): interrupted, started TIME, ended TIME\n  slow                 interrupted attempts 0/1  Ns\n"
+        "run RUN of st (PATH): interrupted, started TIME, ended TIME\n  \
+         slow                 interrupted  attempts 0/1  Ns\n  \
+         next                 pending      attempts 0/1\n",
+        "the state column fits `interrupted`"
     );
     assert_eq!(st["steps"][0]["state"], "interrupted");
     assert_eq!(st["steps"][0]["attempts_used"], 0, "a cancelled attempt uses no attempt");
@@ -730,7 +736,9 @@ fn status_counts_a_running_attempt_and_shows_an_interrupted_step_without_the_tim
     let (text, st) = status_text(&env, "st");
     assert_eq!(
         text,
-        "run RUN of st (PATH): succeeded, started TIME, ended TIME\n  slow                 succeeded  attempts 1/1  Ns\n"
+        "run RUN of st (PATH): succeeded, started TIME, ended TIME\n  \
+         slow                 succeeded  attempts 1/1  Ns\n  \
+         next                 succeeded  attempts 1/1  Ns\n"
     );
     // Whole seconds, rounded down: were the 3 s counted, the step would have taken as long as
     // the whole test so far; however slow this machine, at least 2 s of it are left out.

@@ -363,10 +363,12 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         time(run.started_at),
         run.ended_at.map(|e| format!(", ended {}", time(e))).unwrap_or_default()
     );
+    // The state column fits the longest state shown (`interrupted`) with two spaces after it.
+    let state_width = rows.iter().map(|r| r["state"].as_str().map_or(1, str::len) + 1).max().unwrap_or(0).max(10);
     for (s, row) in steps.iter().zip(&rows) {
         let allowed = row["attempts_allowed"].as_u64().map_or("?".to_owned(), |a| a.to_string());
         out.push_str(&format!(
-            "  {:<20} {:<10} attempts {}/{}",
+            "  {:<20} {:<state_width$} attempts {}/{}",
             s.name,
             row["state"].as_str().unwrap_or("?"),
             row["attempts_used"],
