@@ -747,6 +747,51 @@ fn status_counts_a_running_attempt_and_shows_an_interrupted_step_without_the_tim
     assert!(took + 2 <= elapsed, "the 3 s the run sat interrupted were counted: {took} s of {elapsed} s");
 }
 
+/// A retry waiting for its backoff is made by the run's runner: once the run is interrupted,
+/// `status` says the retry waits for the run to be resumed, not that it comes at its time.
+#[test]
+fn status_of_an_interrupted_run_says_its_waiting_retry_is_held_until_resume() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'held'\n[[step]]\nname = 'w'\nshell = 'echo x >> runs; exit 1'\nretry = { attempts = 2, backoff_seconds = 600 }\n",
+    );
+    let runner = env.spawn(&["run", "flow.toml"]);
+    env.wait_for_lines("runs", 1);
+    wait_until("the step to wait for its retry", || {
+        json(&env, &["status", "held", "--json"])["steps"][0]["state"] == "waiting"
+    });
+    let error = "CalledProcessError(SubprocessError, Exception, BaseException): exit status 1 [exit status]";
+    let (text, st) = status_text(&env, "held");
+    assert_eq!(
+        text,
+        format!(
+            "run RUN of held (PATH): running, started TIME\n  \
+             w                    waiting    attempts 1/2  Ns  next retry at TIME\n  {:20} last error: {error}\n",
+            ""
+        )
+    );
+    let wake = st["steps"][0]["next_retry_at"].clone();
+    assert!(wake.is_string(), "{st}");
+    assert_eq!(st["steps"][0]["next_retry_held"], false, "its runner waits for it");
+    kill(runner.id(), "TERM");
+    assert_eq!(finish(runner).status.code(), Some(143));
+
+    let (text, st) = status_text(&env, "held");
+    assert_eq!(
+        text,
+        format!(
+            "run RUN of held (PATH): interrupted, started TIME, ended TIME\n  \
+             w                    waiting    attempts 1/2  Ns  retry due at TIME, held until the run is resumed\n  \
+             {:20} last error: {error}\n",
+            ""
+        )
+    );
+    assert_eq!(st["steps"][0]["next_retry_at"], wake, "the recorded time is kept");
+    assert_eq!(st["steps"][0]["next_retry_held"], true);
+    assert_eq!(env.count("runs"), 1, "nothing retried it");
+}
+
 #[test]
 fn status_duration_counts_a_backoff_but_not_a_runner_stopped_during_it() {
     let env = Env::new();

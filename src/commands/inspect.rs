@@ -331,6 +331,9 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
                 "ended_at": opt_time(s.ended_at),
                 "duration_seconds": active_time(policy(&s.name).map(|r| &r.backoff), s, mine, &run, runner_alive, now).map(|d| d.as_secs()),
                 "next_retry_at": opt_time(next),
+                // No runner holds the run (interrupted, its runner gone, or abandoned): nothing
+                // retries the step until the run is resumed.
+                "next_retry_held": next.is_some() && !runner_alive,
                 "host": host(&s.name),
                 "outputs": s.outputs,
                 "run_failed_with": run_failed_with(s).as_ref().map(error_json),
@@ -378,7 +381,12 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
             out.push_str(&format!("  {}", humantime::format_duration(Duration::from_secs(secs))));
         }
         if let StepState::Waiting { wake_at, .. } = s.state {
-            out.push_str(&format!("  next retry at {}", time(wake_at)));
+            let when = time(wake_at);
+            out.push_str(&match (runner_alive, run.status) {
+                (true, _) => format!("  next retry at {when}"),
+                (false, RunStatus::Abandoned) => format!("  no retry (it was due at {when}): the run was abandoned"),
+                (false, _) => format!("  retry due at {when}, held until the run is resumed"),
+            });
         }
         out.push('\n');
         if let Some(e) = &s.last_error {
