@@ -248,8 +248,37 @@ fn resume_of_a_failed_run_gives_the_failed_step_a_fresh_budget() {
     assert_eq!(status["status"], "succeeded");
     assert_eq!(status["steps"][1]["attempts_used"], 3);
     assert_eq!(status["steps"][1]["attempts_allowed"], 4);
+    assert_eq!(status["steps"][1]["attempts_before_budget"], 2);
     env.cmd(&["resume", &id]).assert().success().stderr(predicate::str::contains("already succeeded"));
     env.cmd(&["resume", "nosuchid"]).assert().code(2).stderr(predicate::str::contains("no run with id `nosuchid`"));
+}
+
+/// After `waymark resume` of a failed run, `status` counts the attempts of the step's fresh
+/// budget as the failure report does, and says how many came before it.
+#[test]
+fn status_counts_a_resumed_steps_attempts_of_its_fresh_budget_as_the_report_does() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'again'\n[[step]]\nname = 'gate'\nshell = 'echo x >> gate.log; exit 1'\nretry = { attempts = 2 }\n",
+    );
+    env.cmd(&["run", "--quiet", "flow.toml"]).assert().code(1);
+    let id = json(&env, &["history", "--json"])[0]["id"].as_str().unwrap().to_owned();
+    let out = env.cmd(&["resume", "--quiet", &id]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).lines().any(|l| l == "    budget spent: 2 of 2 attempts"), "{}", stderr(&out));
+    assert_eq!(env.count("gate.log"), 4);
+    let (text, _) = status_text(&env, "again");
+    assert_eq!(
+        text,
+        format!(
+            "run RUN of again (PATH): failed, started TIME, ended TIME\n  \
+             gate                 failed     attempts 2/2 (+2 before resume)  Ns\n  \
+             {:20} last error: CalledProcessError(SubprocessError, Exception, BaseException): exit status 1 [exit \
+             status]\n",
+            ""
+        )
+    );
 }
 
 #[test]

@@ -326,6 +326,9 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
                 "state": state,
                 "attempts_used": used,
                 "attempts_allowed": allowed(&s.name).map(|a| a.saturating_add(s.budget_base)),
+                // Used before the current budget began (`waymark resume` of a failed run): the
+                // failure report counts the budget without them.
+                "attempts_before_budget": s.budget_base,
                 "last_error": s.last_error.as_ref().map(error_json),
                 "started_at": opt_time(s.started_at),
                 "ended_at": opt_time(s.ended_at),
@@ -369,13 +372,16 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
     // The state column fits the longest state shown (`interrupted`) with two spaces after it.
     let state_width = rows.iter().map(|r| r["state"].as_str().map_or(1, str::len) + 1).max().unwrap_or(0).max(10);
     for (s, row) in steps.iter().zip(&rows) {
-        let allowed = row["attempts_allowed"].as_u64().map_or("?".to_owned(), |a| a.to_string());
+        // Of the current budget, as the failure report counts (`budget spent: 3 of 3 attempts`),
+        // with the attempts of the budgets before it after them.
+        let base = u64::from(s.budget_base);
+        let used = row["attempts_used"].as_u64().unwrap_or(0).saturating_sub(base);
+        let allowed = row["attempts_allowed"].as_u64().map_or("?".to_owned(), |a| a.saturating_sub(base).to_string());
+        let before = if base > 0 { format!(" (+{base} before resume)") } else { String::new() };
         out.push_str(&format!(
-            "  {:<20} {:<state_width$} attempts {}/{}",
+            "  {:<20} {:<state_width$} attempts {used}/{allowed}{before}",
             s.name,
             row["state"].as_str().unwrap_or("?"),
-            row["attempts_used"],
-            allowed
         ));
         if let Some(secs) = row["duration_seconds"].as_u64() {
             out.push_str(&format!("  {}", humantime::format_duration(Duration::from_secs(secs))));
