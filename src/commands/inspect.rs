@@ -47,9 +47,21 @@ fn attempt_json(a: &AttemptRecord, runner_alive: bool) -> Value {
         "duration_ms": took.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         "error": a.error.as_ref().map(error_json),
         "host": a.host,
-        "stdout": a.log_stem.with_extension("stdout"),
-        "stderr": a.log_stem.with_extension("stderr"),
+        "stdout": log_file(a, "stdout"),
+        "stderr": log_file(a, "stderr"),
     })
+}
+
+/// Attempt `a`'s log of `stream` as `status --json --attempts` gives it: its path, or `null` when
+/// there is no such file because the attempt wrote nothing to it (a log is created on its first
+/// byte). An attempt that ran on another host keeps its path: its logs are there.
+fn log_file(a: &AttemptRecord, stream: &str) -> Value {
+    let path = a.log_stem.with_extension(stream);
+    let elsewhere = a.host.as_deref().is_some_and(|h| h != crate::store::lease::host_id());
+    match elsewhere || std::fs::symlink_metadata(&path).is_ok() {
+        true => json!(path),
+        false => Value::Null,
+    }
 }
 
 fn opt_time(t: Option<SystemTime>) -> Value {
