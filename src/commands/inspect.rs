@@ -539,6 +539,32 @@ pub(crate) fn gc(state: &StateDir, older_than: Duration) -> Result<i32, CliError
         }
         drop(lock);
     }
-    note!("waymark: deleted {deleted} finished run(s) older than {}", humantime::format_duration(older_than));
+    note!("waymark: deleted {deleted} finished run(s) older than {}", age(older_than));
     Ok(EXIT_OK)
+}
+
+/// An age as `gc` says it: whole years or months in words when it is a whole number of them (as
+/// `1y` and `1M` read: 365.25 and 30.44 days), else days in words and the rest as humantime writes
+/// it (`365 days`, `2 days 12h`, `1h 30m`, `0s`), never a year that is not one (humantime writes
+/// `365d` as `11months 30days 3h 50m 24s`).
+fn age(d: Duration) -> String {
+    const DAY: u64 = 86_400;
+    const MONTH: u64 = 2_630_016;
+    const YEAR: u64 = 31_557_600;
+    let words = |n: u64, unit: &str| format!("{n} {unit}{}", if n == 1 { "" } else { "s" });
+    let secs = d.as_secs();
+    if secs > 0 && d.subsec_nanos() == 0 {
+        if secs.is_multiple_of(YEAR) {
+            return words(secs / YEAR, "year");
+        }
+        if secs.is_multiple_of(MONTH) {
+            return words(secs / MONTH, "month");
+        }
+    }
+    let rest = Duration::new(secs % DAY, d.subsec_nanos());
+    match secs / DAY {
+        0 => humantime::format_duration(rest).to_string(),
+        days if rest.is_zero() => words(days, "day"),
+        days => format!("{} {}", words(days, "day"), humantime::format_duration(rest)),
+    }
 }
