@@ -603,8 +603,9 @@ fn resume_of_a_run_with_no_steps_is_an_error_not_a_success() {
         stderr(&out),
         format!(
             "error: run {id} in {} has no steps recorded, so it cannot be resumed (its steps were deleted behind \
-             waymark's back); nothing ran: `waymark run --fresh FLOW` starts the flow anew\n",
-            env.state().join("waymark.db").display()
+             waymark's back); nothing ran: `waymark run --fresh {}` starts the flow anew\n",
+            env.state().join("waymark.db").display(),
+            env.path("flow.toml").canonicalize().unwrap().display()
         )
     );
     assert_eq!(env.count("s.log"), 1, "nothing ran");
