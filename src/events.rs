@@ -13,7 +13,7 @@ use crate::classify::ErrorValue;
 use crate::executor::Chunk;
 use crate::secrets::Secrets;
 use serde::{Serialize, Serializer};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -434,6 +434,10 @@ pub(crate) trait Reporter {
     /// handed over before its first event about an attempt. Most reporters need only the events.
     fn earlier(&mut self, _earlier: &Earlier) {}
 
+    /// The file of the flow whose run it reports (absolute), handed over before the run's first
+    /// event: what a message names for running the flow anew.
+    fn flow_file(&mut self, _path: &Path) {}
+
     /// Whether it reads what [`Reporter::earlier`] hands over. When no reporter does, a resumed
     /// run's earlier attempts (thousands, for a large run half done) are not read at all.
     fn wants_earlier(&self) -> bool {
@@ -514,6 +518,13 @@ impl Emitter {
     pub(crate) fn earlier(&mut self, earlier: &Earlier) {
         for reporter in &mut self.reporters {
             reporter.earlier(earlier);
+        }
+    }
+
+    /// Hand every reporter the file of the flow whose run the events are about.
+    pub(crate) fn flow_file(&mut self, path: &Path) {
+        for reporter in &mut self.reporters {
+            reporter.flow_file(path);
         }
     }
 

@@ -80,6 +80,27 @@ shell = 'printf "{\"type\": \"ConnectionResetError\"}" > "$WAYMARK_ERROR_FILE"; 
     assert_eq!(mode & 0o777, 0o600, "a log created on its first byte is private");
     let mode = std::fs::metadata(logs.join("quiet")).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o700, "a step's log directory is private");
+    // `status --json --attempts` gives the path of a log that exists, and null for one that
+    // does not: the attempt wrote nothing there.
+    let out = env.cmd(&["status", "--json", "--attempts", &id]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let files: Vec<(&str, Value, Value)> = status["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["step"].as_str().unwrap(), s["attempts"][0]["stdout"].clone(), s["attempts"][0]["stderr"].clone()))
+        .collect();
+    let talks = logs.join("talks/attempt-1.stdout").display().to_string();
+    assert_eq!(
+        files,
+        [
+            ("quiet", Value::Null, Value::Null),
+            ("talks", Value::from(talks), Value::Null),
+            ("outputs", Value::Null, Value::Null),
+            ("reports", Value::Null, Value::Null),
+        ]
+    );
 }
 
 #[test]

@@ -122,7 +122,20 @@ fn gc_older_than_reads_durations_as_flow_files_do() {
     let env = Env::new();
     env.write("flow.toml", FLOW);
     cmd(&env, &["run", "flow.toml"]).assert().success();
-    for (arg, shown) in [("30", "30s"), ("1.5", "1s 500ms"), ("30d", "30days"), ("2m 30s", "2m 30s")] {
+    // Said naturally: a year is one only when given as one, and a number and its word are apart.
+    for (arg, shown) in [
+        ("30", "30s"),
+        ("1.5", "1s 500ms"),
+        ("2m 30s", "2m 30s"),
+        ("1d", "1 day"),
+        ("30d", "30 days"),
+        ("2.5d", "2 days 12h"),
+        ("2w 3d", "17 days"),
+        ("365d", "365 days"),
+        ("1M", "1 month"),
+        ("1y", "1 year"),
+        ("100y", "100 years"),
+    ] {
         cmd(&env, &["gc", "--older-than", arg])
             .assert()
             .success()

@@ -248,8 +248,37 @@ fn resume_of_a_failed_run_gives_the_failed_step_a_fresh_budget() {
     assert_eq!(status["status"], "succeeded");
     assert_eq!(status["steps"][1]["attempts_used"], 3);
     assert_eq!(status["steps"][1]["attempts_allowed"], 4);
+    assert_eq!(status["steps"][1]["attempts_before_budget"], 2);
     env.cmd(&["resume", &id]).assert().success().stderr(predicate::str::contains("already succeeded"));
     env.cmd(&["resume", "nosuchid"]).assert().code(2).stderr(predicate::str::contains("no run with id `nosuchid`"));
+}
+
+/// After `waymark resume` of a failed run, `status` counts the attempts of the step's fresh
+/// budget as the failure report does, and says how many came before it.
+#[test]
+fn status_counts_a_resumed_steps_attempts_of_its_fresh_budget_as_the_report_does() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'again'\n[[step]]\nname = 'gate'\nshell = 'echo x >> gate.log; exit 1'\nretry = { attempts = 2 }\n",
+    );
+    env.cmd(&["run", "--quiet", "flow.toml"]).assert().code(1);
+    let id = json(&env, &["history", "--json"])[0]["id"].as_str().unwrap().to_owned();
+    let out = env.cmd(&["resume", "--quiet", &id]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).lines().any(|l| l == "    budget spent: 2 of 2 attempts"), "{}", stderr(&out));
+    assert_eq!(env.count("gate.log"), 4);
+    let (text, _) = status_text(&env, "again");
+    assert_eq!(
+        text,
+        format!(
+            "run RUN of again (PATH): failed, started TIME, ended TIME\n  \
+             gate                 failed     attempts 2/2 (+2 before resume)  Ns\n  \
+             {:20} last error: CalledProcessError(SubprocessError, Exception, BaseException): exit status 1 [exit \
+             status]\n",
+            ""
+        )
+    );
 }
 
 #[test]
@@ -574,8 +603,9 @@ fn resume_of_a_run_with_no_steps_is_an_error_not_a_success() {
         stderr(&out),
         format!(
             "error: run {id} in {} has no steps recorded, so it cannot be resumed (its steps were deleted behind \
-             waymark's back); nothing ran: `waymark run --fresh FLOW` starts the flow anew\n",
-            env.state().join("waymark.db").display()
+             waymark's back); nothing ran: `waymark run --fresh {}` starts the flow anew\n",
+            env.state().join("waymark.db").display(),
+            env.path("flow.toml").canonicalize().unwrap().display()
         )
     );
     assert_eq!(env.count("s.log"), 1, "nothing ran");
@@ -699,7 +729,8 @@ fn status_counts_a_running_attempt_and_shows_an_interrupted_step_without_the_tim
     let env = Env::new();
     env.write(
         "flow.toml",
-        "name = 'st'\n[[step]]\nname = 'slow'\nshell = '[ -e go ] && exit 0; echo started >> started; sleep 300'\n",
+        "name = 'st'\n[[step]]\nname = 'slow'\nshell = '[ -e go ] && exit 0; echo started >> started; sleep 300'\n\
+         [[step]]\nname = 'next'\nrun = ['true']\nneeds = ['slow']\n",
     );
     let began = std::time::Instant::now();
     let runner = env.spawn(&["run", "flow.toml"]);
@@ -707,7 +738,9 @@ fn status_counts_a_running_attempt_and_shows_an_interrupted_step_without_the_tim
     let (text, st) = status_text(&env, "st");
     assert_eq!(
         text,
-        "run RUN of st (PATH): running, started TIME\n  slow                 running    attempts 1/1  Ns\n"
+        "run RUN of st (PATH): running, started TIME\n  \
+         slow                 running    attempts 1/1  Ns\n  \
+         next                 pending    attempts 0/1\n"
     );
     assert_eq!(
         (st["steps"][0]["state"].as_str(), st["steps"][0]["attempts_used"].as_u64()),
@@ -719,7 +752,10 @@ fn status_counts_a_running_attempt_and_shows_an_interrupted_step_without_the_tim
     let (text, st) = status_text(&env, "st");
     assert_eq!(
         text,
-        "run RUN of st (PATH): interrupted, started TIME, ended TIME\n  slow                 interrupted attempts 0/1  Ns\n"
+        "run RUN of st (PATH): interrupted, started TIME, ended TIME\n  \
+         slow                 interrupted  attempts 0/1  Ns\n  \
+         next                 pending      attempts 0/1\n",
+        "the state column fits `interrupted`"
     );
     assert_eq!(st["steps"][0]["state"], "interrupted");
     assert_eq!(st["steps"][0]["attempts_used"], 0, "a cancelled attempt uses no attempt");
@@ -730,13 +766,60 @@ fn status_counts_a_running_attempt_and_shows_an_interrupted_step_without_the_tim
     let (text, st) = status_text(&env, "st");
     assert_eq!(
         text,
-        "run RUN of st (PATH): succeeded, started TIME, ended TIME\n  slow                 succeeded  attempts 1/1  Ns\n"
+        "run RUN of st (PATH): succeeded, started TIME, ended TIME\n  \
+         slow                 succeeded  attempts 1/1  Ns\n  \
+         next                 succeeded  attempts 1/1  Ns\n"
     );
     // Whole seconds, rounded down: were the 3 s counted, the step would have taken as long as
     // the whole test so far; however slow this machine, at least 2 s of it are left out.
     let took = st["steps"][0]["duration_seconds"].as_u64().unwrap();
     let elapsed = began.elapsed().as_secs();
     assert!(took + 2 <= elapsed, "the 3 s the run sat interrupted were counted: {took} s of {elapsed} s");
+}
+
+/// A retry waiting for its backoff is made by the run's runner: once the run is interrupted,
+/// `status` says the retry waits for the run to be resumed, not that it comes at its time.
+#[test]
+fn status_of_an_interrupted_run_says_its_waiting_retry_is_held_until_resume() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'held'\n[[step]]\nname = 'w'\nshell = 'echo x >> runs; exit 1'\nretry = { attempts = 2, backoff_seconds = 600 }\n",
+    );
+    let runner = env.spawn(&["run", "flow.toml"]);
+    env.wait_for_lines("runs", 1);
+    wait_until("the step to wait for its retry", || {
+        json(&env, &["status", "held", "--json"])["steps"][0]["state"] == "waiting"
+    });
+    let error = "CalledProcessError(SubprocessError, Exception, BaseException): exit status 1 [exit status]";
+    let (text, st) = status_text(&env, "held");
+    assert_eq!(
+        text,
+        format!(
+            "run RUN of held (PATH): running, started TIME\n  \
+             w                    waiting    attempts 1/2  Ns  next retry at TIME\n  {:20} last error: {error}\n",
+            ""
+        )
+    );
+    let wake = st["steps"][0]["next_retry_at"].clone();
+    assert!(wake.is_string(), "{st}");
+    assert_eq!(st["steps"][0]["next_retry_held"], false, "its runner waits for it");
+    kill(runner.id(), "TERM");
+    assert_eq!(finish(runner).status.code(), Some(143));
+
+    let (text, st) = status_text(&env, "held");
+    assert_eq!(
+        text,
+        format!(
+            "run RUN of held (PATH): interrupted, started TIME, ended TIME\n  \
+             w                    waiting    attempts 1/2  Ns  retry due at TIME, held until the run is resumed\n  \
+             {:20} last error: {error}\n",
+            ""
+        )
+    );
+    assert_eq!(st["steps"][0]["next_retry_at"], wake, "the recorded time is kept");
+    assert_eq!(st["steps"][0]["next_retry_held"], true);
+    assert_eq!(env.count("runs"), 1, "nothing retried it");
 }
 
 #[test]

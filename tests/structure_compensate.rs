@@ -222,8 +222,8 @@ fn the_report_of_a_run_compensated_by_an_earlier_runner_points_at_a_fresh_run() 
     assert_points_at_a_fresh_run(&env, &out);
 }
 
-/// The last line of a compensated run's failure report: it points at a fresh run, not at
-/// `waymark resume`.
+/// The last line of a compensated run's failure report: it points at a fresh run of its flow
+/// file, not at `waymark resume`.
 fn assert_points_at_a_fresh_run(env: &Env, out: &std::process::Output) {
     let id = run_id(env);
     let said = common::stderr(out);
@@ -231,7 +231,8 @@ fn assert_points_at_a_fresh_run(env: &Env, out: &std::process::Output) {
         said.lines().last().unwrap_or_default(),
         format!(
             "  run id: {id} (`waymark status {id}` shows it; its compensations undid what its steps did, so \
-             `waymark run --fresh FLOW` starts the flow anew)"
+             `waymark run --fresh {}` starts the flow anew)",
+            env.path("flow.toml").canonicalize().unwrap().display()
         )
     );
 }

@@ -47,9 +47,21 @@ fn attempt_json(a: &AttemptRecord, runner_alive: bool) -> Value {
         "duration_ms": took.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         "error": a.error.as_ref().map(error_json),
         "host": a.host,
-        "stdout": a.log_stem.with_extension("stdout"),
-        "stderr": a.log_stem.with_extension("stderr"),
+        "stdout": log_file(a, "stdout"),
+        "stderr": log_file(a, "stderr"),
     })
+}
+
+/// Attempt `a`'s log of `stream` as `status --json --attempts` gives it: its path, or `null` when
+/// there is no such file because the attempt wrote nothing to it (a log is created on its first
+/// byte). An attempt that ran on another host keeps its path: its logs are there.
+fn log_file(a: &AttemptRecord, stream: &str) -> Value {
+    let path = a.log_stem.with_extension(stream);
+    let elsewhere = a.host.as_deref().is_some_and(|h| h != crate::store::lease::host_id());
+    match elsewhere || std::fs::symlink_metadata(&path).is_ok() {
+        true => json!(path),
+        false => Value::Null,
+    }
 }
 
 fn opt_time(t: Option<SystemTime>) -> Value {
@@ -326,11 +338,17 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
                 "state": state,
                 "attempts_used": used,
                 "attempts_allowed": allowed(&s.name).map(|a| a.saturating_add(s.budget_base)),
+                // Used before the current budget began (`waymark resume` of a failed run): the
+                // failure report counts the budget without them.
+                "attempts_before_budget": s.budget_base,
                 "last_error": s.last_error.as_ref().map(error_json),
                 "started_at": opt_time(s.started_at),
                 "ended_at": opt_time(s.ended_at),
                 "duration_seconds": active_time(policy(&s.name).map(|r| &r.backoff), s, mine, &run, runner_alive, now).map(|d| d.as_secs()),
                 "next_retry_at": opt_time(next),
+                // No runner holds the run (interrupted, its runner gone, or abandoned): nothing
+                // retries the step until the run is resumed.
+                "next_retry_held": next.is_some() && !runner_alive,
                 "host": host(&s.name),
                 "outputs": s.outputs,
                 "run_failed_with": run_failed_with(s).as_ref().map(error_json),
@@ -363,20 +381,30 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         time(run.started_at),
         run.ended_at.map(|e| format!(", ended {}", time(e))).unwrap_or_default()
     );
+    // The state column fits the longest state shown (`interrupted`) with two spaces after it.
+    let state_width = rows.iter().map(|r| r["state"].as_str().map_or(1, str::len) + 1).max().unwrap_or(0).max(10);
     for (s, row) in steps.iter().zip(&rows) {
-        let allowed = row["attempts_allowed"].as_u64().map_or("?".to_owned(), |a| a.to_string());
+        // Of the current budget, as the failure report counts (`budget spent: 3 of 3 attempts`),
+        // with the attempts of the budgets before it after them.
+        let base = u64::from(s.budget_base);
+        let used = row["attempts_used"].as_u64().unwrap_or(0).saturating_sub(base);
+        let allowed = row["attempts_allowed"].as_u64().map_or("?".to_owned(), |a| a.saturating_sub(base).to_string());
+        let before = if base > 0 { format!(" (+{base} before resume)") } else { String::new() };
         out.push_str(&format!(
-            "  {:<20} {:<10} attempts {}/{}",
+            "  {:<20} {:<state_width$} attempts {used}/{allowed}{before}",
             s.name,
             row["state"].as_str().unwrap_or("?"),
-            row["attempts_used"],
-            allowed
         ));
         if let Some(secs) = row["duration_seconds"].as_u64() {
             out.push_str(&format!("  {}", humantime::format_duration(Duration::from_secs(secs))));
         }
         if let StepState::Waiting { wake_at, .. } = s.state {
-            out.push_str(&format!("  next retry at {}", time(wake_at)));
+            let when = time(wake_at);
+            out.push_str(&match (runner_alive, run.status) {
+                (true, _) => format!("  next retry at {when}"),
+                (false, RunStatus::Abandoned) => format!("  no retry (it was due at {when}): the run was abandoned"),
+                (false, _) => format!("  retry due at {when}, held until the run is resumed"),
+            });
         }
         out.push('\n');
         if let Some(e) = &s.last_error {
@@ -511,6 +539,32 @@ pub(crate) fn gc(state: &StateDir, older_than: Duration) -> Result<i32, CliError
         }
         drop(lock);
     }
-    note!("waymark: deleted {deleted} finished run(s) older than {}", humantime::format_duration(older_than));
+    note!("waymark: deleted {deleted} finished run(s) older than {}", age(older_than));
     Ok(EXIT_OK)
+}
+
+/// An age as `gc` says it: whole years or months in words when it is a whole number of them (as
+/// `1y` and `1M` read: 365.25 and 30.44 days), else days in words and the rest as humantime writes
+/// it (`365 days`, `2 days 12h`, `1h 30m`, `0s`), never a year that is not one (humantime writes
+/// `365d` as `11months 30days 3h 50m 24s`).
+fn age(d: Duration) -> String {
+    const DAY: u64 = 86_400;
+    const MONTH: u64 = 2_630_016;
+    const YEAR: u64 = 31_557_600;
+    let words = |n: u64, unit: &str| format!("{n} {unit}{}", if n == 1 { "" } else { "s" });
+    let secs = d.as_secs();
+    if secs > 0 && d.subsec_nanos() == 0 {
+        if secs.is_multiple_of(YEAR) {
+            return words(secs / YEAR, "year");
+        }
+        if secs.is_multiple_of(MONTH) {
+            return words(secs / MONTH, "month");
+        }
+    }
+    let rest = Duration::new(secs % DAY, d.subsec_nanos());
+    match secs / DAY {
+        0 => humantime::format_duration(rest).to_string(),
+        days if rest.is_zero() => words(days, "day"),
+        days => format!("{} {}", words(days, "day"), humantime::format_duration(rest)),
+    }
 }

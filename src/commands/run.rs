@@ -677,9 +677,10 @@ fn no_steps_is_an_error(record: &RunRecord, steps: &[StepRecord], store: &dyn St
     if steps.is_empty() {
         return Err(CliError::Internal(anyhow::anyhow!(
             "run {} in {} has no steps recorded, so it cannot be resumed (its steps were deleted behind \
-             waymark's back); nothing ran: `waymark run --fresh FLOW` starts the flow anew",
+             waymark's back); nothing ran: `waymark run --fresh {}` starts the flow anew",
             record.id,
-            store.location()
+            store.location(),
+            crate::flow::model::shell_word(&record.flow_path.to_string_lossy())
         )));
     }
     Ok(())

@@ -173,6 +173,14 @@ impl Command {
     }
 }
 
+/// `s` as a shell word, for a command a message tells the user to run: as is when it needs no
+/// quotes, else in single quotes.
+pub(crate) fn shell_word(s: &str) -> String {
+    let mut out = String::new();
+    shell_quote(s, &mut out);
+    out
+}
+
 /// `s` as a shell word, appended to `out`: as is when it needs no quotes, else in single quotes.
 fn shell_quote(s: &str, out: &mut String) {
     if !s.is_empty() && s.bytes().all(|c| c.is_ascii_alphanumeric() || b"-_./=:,@%+".contains(&c)) {

@@ -152,6 +152,10 @@ impl Reporter for PlainReporter {
         self.history.prefill(earlier);
     }
 
+    fn flow_file(&mut self, path: &std::path::Path) {
+        self.history.set_flow_file(path);
+    }
+
     fn shows_output(&self) -> bool {
         self.filter.shows_any()
     }

@@ -30,6 +30,10 @@ impl Reporter for QuietReporter {
         self.history.prefill(earlier);
     }
 
+    fn flow_file(&mut self, path: &std::path::Path) {
+        self.history.set_flow_file(path);
+    }
+
     /// The failure report reads the logs, never the lines as they pass.
     fn shows_output(&self) -> bool {
         false

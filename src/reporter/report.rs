@@ -13,6 +13,7 @@ use crate::classify::ErrorValue;
 use crate::events::{AttemptEnd, Earlier, EarlierAttempt, Envelope, Event, Failure, SkipReason, StepOutcome};
 use std::collections::HashMap;
 use std::fmt::Write;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 /// Lines of the last attempt's stdout and stderr repeated in the report.
@@ -91,6 +92,8 @@ pub(crate) struct History {
     earlier: HashMap<String, Vec<Row>>,
     /// A compensation started: the run's succeeded steps were undone, and it cannot be resumed.
     compensated: bool,
+    /// The flow's file, which `waymark run --fresh` runs anew ([`History::set_flow_file`]).
+    flow_file: Option<PathBuf>,
 }
 
 impl History {
@@ -177,6 +180,11 @@ impl History {
         }
     }
 
+    /// The flow's file (absolute), named in the report of a run that cannot be resumed.
+    pub(crate) fn set_flow_file(&mut self, path: &Path) {
+        self.flow_file = Some(path.to_owned());
+    }
+
     /// Keep the attempts earlier runners made of the run, as recorded, so that the report lists
     /// them like this runner's (called before this runner's first attempt).
     pub(crate) fn prefill(&mut self, earlier: &Earlier) {
@@ -222,8 +230,13 @@ impl History {
             self.step(&mut out, run_id, f);
         }
         let next = if self.compensated {
-            // `waymark resume` refuses such a run: say what does work.
-            "its compensations undid what its steps did, so `waymark run --fresh FLOW` starts the flow anew".to_owned()
+            // `waymark resume` refuses such a run: say what does work, with the flow's file as the
+            // shell needs it written (every reporter that shows the report is handed it).
+            let file = self
+                .flow_file
+                .as_deref()
+                .map_or_else(|| "FLOW".to_owned(), |p| crate::flow::model::shell_word(&p.to_string_lossy()));
+            format!("its compensations undid what its steps did, so `waymark run --fresh {file}` starts the flow anew")
         } else {
             format!("`waymark resume {run_id}` runs its failed steps again with a fresh budget")
         };
@@ -668,6 +681,37 @@ mod tests {
                 "    not retried: the workflow's timeout passed, and no policy retries WorkflowTimeout",
             ]
         );
+    }
+
+    /// `waymark resume` refuses a run whose compensations ran: its report names the flow's own
+    /// file for `waymark run --fresh`, written as the shell needs it.
+    #[test]
+    fn the_report_of_a_compensated_run_names_its_flow_file_for_a_fresh_run() {
+        let value = error("ValueError", "bad", ErrorSource::Traceback);
+        let stopped =
+            RetryStop { reason: StopReason::NotRetryable, exception_types: vec![], attempts: 1, attempts_allowed: 1 };
+        let undo = Event::AuxStarted { kind: crate::store::AuxKind::Compensate, name: "a".into(), pid: None };
+        for (file, shown) in [
+            ("/srv/etl/nightly.toml", "/srv/etl/nightly.toml"),
+            ("/srv/my flows/it's.toml", r"'/srv/my flows/it'\''s.toml'"),
+        ] {
+            let mut history = History::default();
+            history.set_flow_file(Path::new(file));
+            history.record(&envelope(0, started("load", 1, false)));
+            history.record(&envelope(5, finished("load", 1, value.clone(), 5, false)));
+            history.record(&envelope(6, undo.clone()));
+            let report = history.report("r1", &[failure("load", value.clone(), stopped.clone(), 1)]);
+            assert_eq!(
+                report.lines().last(),
+                Some(
+                    format!(
+                        "  run id: r1 (`waymark status r1` shows it; its compensations undid what its steps did, so \
+                         `waymark run --fresh {shown}` starts the flow anew)"
+                    )
+                    .as_str()
+                )
+            );
+        }
     }
 
     fn ok(step: &str, attempt: u32, ms: u64) -> Event {

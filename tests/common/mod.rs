@@ -326,8 +326,8 @@ pub fn normalise_times(text: &str) -> String {
 /// `status` text with each step's duration (whole seconds, which a loaded machine can change)
 /// replaced by `Ns`.
 pub fn normalise_status_durations(text: &str) -> String {
-    let durations = regex::Regex::new(r"(attempts \d+/\d+)  \d+s\n").unwrap();
-    durations.replace_all(text, "$1  Ns\n").into_owned()
+    let durations = regex::Regex::new(r"(attempts \d+/\d+(?: \(\+\d+ before resume\))?)  \d+s(\n|  )").unwrap();
+    durations.replace_all(text, "$1  Ns$2").into_owned()
 }
 
 /// Plain-mode output as before its lines had times: the time of day that starts each of
