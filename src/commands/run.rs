@@ -14,6 +14,7 @@ use super::{CliError, EXIT_FAILED, EXIT_OK, FlowGuard, open_store, print_warning
 use crate::events::{AbandonReason, Earlier, EarlierAttempt, Emitter, Event, NoticeKind, RunOutcome};
 use crate::executor::environment::RunEnv;
 use crate::executor::{ExecError, RunSpec, RunnerSignals, kill_leftovers};
+use crate::flow::model::shell_word;
 use crate::flow::params::ParamError;
 use crate::flow::{self, Flow};
 use crate::reporter::Mode;
@@ -230,15 +231,6 @@ fn params_differ(
     )))
 }
 
-/// A value as the shell would need it written, for a message.
-fn shell_word(value: &str) -> String {
-    if !value.is_empty() && value.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c)) {
-        value.to_owned()
-    } else {
-        format!("'{}'", value.replace('\'', r"'\''"))
-    }
-}
-
 /// The run's emitter, with the reporter of `mode`.
 fn emitter(mode: Mode) -> Emitter {
     Emitter::new(vec![mode.reporter()])
@@ -398,7 +390,7 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, mode: Mode) -> 
             return Err(CliError::Usage(format!(
                 "run {run_id} failed and its compensations ran, undoing what its steps did, so it cannot be \
                  resumed; `waymark run --fresh {}` starts the flow anew",
-                record.flow_path.display()
+                shell_word(&record.flow_path.to_string_lossy())
             )));
         }
         RunStatus::Failed | RunStatus::Running | RunStatus::Interrupted => {}
@@ -680,7 +672,7 @@ fn no_steps_is_an_error(record: &RunRecord, steps: &[StepRecord], store: &dyn St
              waymark's back); nothing ran: `waymark run --fresh {}` starts the flow anew",
             record.id,
             store.location(),
-            crate::flow::model::shell_word(&record.flow_path.to_string_lossy())
+            shell_word(&record.flow_path.to_string_lossy())
         )));
     }
     Ok(())

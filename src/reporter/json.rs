@@ -322,13 +322,7 @@ pub(crate) fn wire(envelope: &Envelope) -> Option<Line<'_>> {
             ("hook.finished", Fields::HookFinished { hook: name, outcome: *outcome, duration_ms: millis(*duration) })
         }
     };
-    Some(Line {
-        event,
-        ts: envelope.at,
-        seq: envelope.seq,
-        run_id: envelope.run_id.as_deref(),
-        fields,
-    })
+    Some(Line { event, ts: envelope.at, seq: envelope.seq, run_id: envelope.run_id.as_deref(), fields })
 }
 
 #[cfg(test)]
