@@ -40,6 +40,7 @@ fn main() {
         signal: None,
         error: (outcome == AttemptOutcome::Failed).then(|| error.clone()),
         ended_at: SystemTime::now(),
+        killed_after_grace: false,
         outputs: Default::default(),
     };
     let stem = dir.path().join("attempt");

@@ -402,6 +402,8 @@ pub(crate) struct EarlierAttempt {
     /// When and how it ended; `None` while it runs, or when its runner died while it ran.
     pub(crate) end: Option<(SystemTime, AttemptEnd)>,
     pub(crate) error: Option<ErrorValue>,
+    /// Its process group was killed with SIGKILL after the kill grace.
+    pub(crate) killed_after_grace: bool,
 }
 
 impl EarlierAttempt {
@@ -422,6 +424,7 @@ impl EarlierAttempt {
             started: a.started_at,
             end: a.ended_at.zip(outcome),
             error: a.error.clone(),
+            killed_after_grace: a.killed_after_grace,
         }
     }
 }

@@ -115,3 +115,43 @@ fn a_step_failed_under_an_earlier_runner_is_in_the_resumed_runs_lines_and_summar
     assert_eq!(out.status.code(), Some(1));
     golden("report/resumed-failed-step.stderr", &common::normalise_plain(&normalise(&env, &common::stderr(&out))));
 }
+
+/// Whether an attempt's process group needed SIGKILL after its grace is recorded with it: `status
+/// --attempts` says so (text and JSON), and so does the report of the run resumed by `waymark
+/// resume`, of the attempt its earlier runner made.
+#[test]
+fn a_kill_after_the_grace_is_recorded_and_said_of_an_earlier_runner_s_attempt() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = \"stuck\"\n[[step]]\nname = \"stuck\"\nshell = '''trap '' TERM; sleep 30'''\ntimeout = '300ms'\nkill_grace = '200ms'\n",
+    );
+    let first = env.cmd(&["run", "-q", "flow.toml"]).output().unwrap();
+    assert_eq!(first.status.code(), Some(1), "{}", common::stderr(&first));
+    let killed = "ActionTimeout(BaseException): timed out after 300ms [timeout]; still running after the grace \
+                  period, so killed with SIGKILL";
+    let status = env.cmd(&["status", "--attempts"]).output().unwrap();
+    let text = common::normalise_status_durations(&normalise(&env, &String::from_utf8(status.stdout).unwrap()));
+    assert_eq!(
+        text.lines().last(),
+        Some(format!("                       attempt 1: started TIME, took DURATION: {killed}").as_str()),
+        "{text}"
+    );
+    let json = env.cmd(&["status", "--attempts", "--json"]).output().unwrap();
+    let json: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(json["steps"][0]["attempts"][0]["killed_after_grace"], true);
+
+    let run = json["id"].as_str().unwrap().to_owned();
+    let resumed = env.cmd(&["resume", "-q", &run]).output().unwrap();
+    assert_eq!(resumed.status.code(), Some(1));
+    let report = normalise(&env, &common::stderr(&resumed));
+    let lines: Vec<&str> = report.lines().filter(|l| l.trim_start().starts_with("attempt")).collect();
+    assert_eq!(
+        lines,
+        [
+            format!("    attempt 1 (by an earlier runner): started TIME, took DURATION: {killed}"),
+            format!("    attempt 2: started TIME, took DURATION: {killed}"),
+        ],
+        "{report}"
+    );
+}

@@ -46,6 +46,7 @@ fn attempt_json(a: &AttemptRecord, runner_alive: bool) -> Value {
         "ended_at": opt_time(ended),
         "duration_ms": took.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         "error": a.error.as_ref().map(error_json),
+        "killed_after_grace": a.killed_after_grace,
         "host": a.host,
         "stdout": log_file(a, "stdout"),
         "stderr": log_file(a, "stderr"),

@@ -863,7 +863,16 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
 
     fn result(&self, outcome: AttemptOutcome, exit_code: Option<i32>, signal: Option<String>) -> AttemptResult {
         let ended_at = self.parts.clock.now();
-        AttemptResult { outcome, exit_code, signal, error: None, ended_at, outputs: Default::default() }
+        let killed_after_grace = false;
+        AttemptResult {
+            outcome,
+            exit_code,
+            signal,
+            error: None,
+            ended_at,
+            killed_after_grace,
+            outputs: Default::default(),
+        }
     }
 
     async fn succeeded(&mut self, index: usize, ended: Ended) -> Result<(), ExecError> {
@@ -915,7 +924,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     /// An attempt stopped by the runner's signal: it does not count, and runs again on resume.
     async fn cancelled(&mut self, index: usize, ended: Ended) -> Result<(), ExecError> {
         let signal = self.cancelled.map(|s| s.name().to_owned());
-        let result = self.result(AttemptOutcome::Cancelled, None, signal);
+        let killed_after_grace = ended.killed_after_grace;
+        let result = AttemptResult { killed_after_grace, ..self.result(AttemptOutcome::Cancelled, None, signal) };
         self.parts.journal.attempt_finished(ended.row, &result, &StepUpdate::Pending).await?;
         let signal = result.signal;
         self.set_slot(index, Slot::Ready { attempt: ended.attempt, redelivered: true });
@@ -991,8 +1001,11 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             Ending::Signaled(s) => Some(s.name().to_owned()),
             _ => None,
         };
-        let result =
-            AttemptResult { error: Some(error.clone()), ..self.result(AttemptOutcome::Failed, exit_code, signal) };
+        let result = AttemptResult {
+            error: Some(error.clone()),
+            killed_after_grace: ended.killed_after_grace,
+            ..self.result(AttemptOutcome::Failed, exit_code, signal)
+        };
         // A retry due at once is started in this turn of the loop: the outcome is committed with
         // its start (see `Held`), unless the crash hook is to stop the runner right after it.
         let hold = retry.is_some_and(|plan| plan.delay.is_zero())

@@ -41,7 +41,7 @@ impl Row {
             duration: ended.duration_since(a.started).unwrap_or_default(),
             outcome,
             error: a.error.clone(),
-            killed_after_grace: false,
+            killed_after_grace: a.killed_after_grace,
         });
         Row { attempt: a.attempt, redelivered: a.redelivered, started: Some(a.started), end, earlier }
     }

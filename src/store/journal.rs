@@ -310,6 +310,7 @@ mod tests {
             signal: None,
             error: None,
             ended_at: SystemTime::now(),
+            killed_after_grace: false,
             outputs: Default::default(),
         }
     }

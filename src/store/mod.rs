@@ -375,6 +375,9 @@ pub struct AttemptRecord {
     pub(crate) redelivered: bool,
     /// The error it failed with, as recorded (secrets already hidden).
     pub(crate) error: Option<ErrorValue>,
+    /// Its process group was killed with SIGKILL after the kill grace (false for attempts
+    /// recorded before schema 9 of the SQLite store, 2 of PostgreSQL's).
+    pub(crate) killed_after_grace: bool,
 }
 
 /// How a finished attempt ended, for the record.
@@ -385,6 +388,8 @@ pub struct AttemptResult {
     pub signal: Option<String>,
     pub error: Option<ErrorValue>,
     pub ended_at: SystemTime,
+    /// Its process group was killed with SIGKILL after the kill grace.
+    pub killed_after_grace: bool,
     /// A succeeded attempt's outputs, recorded with the success in the same transaction (only
     /// with [`StepUpdate::Succeeded`]; empty otherwise).
     pub outputs: BTreeMap<String, String>,

@@ -45,7 +45,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The schema this binary writes: the number of [`MIGRATIONS`].
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 /// The key of the advisory lock migrations are made under ("waymark" in ASCII).
 const MIGRATION_LOCK: i64 = 0x0077_6179_6d61_726b;
@@ -54,7 +54,8 @@ const MIGRATION_LOCK: i64 = 0x0077_6179_6d61_726b;
 pub(crate) const TAIL_BYTES: u64 = 64 * 1024;
 
 /// Migration `i` brings the schema from version `i` to `i + 1`.
-const MIGRATIONS: [&str; 1] = ["
+const MIGRATIONS: [&str; 2] = [
+    "
 CREATE TABLE waymark_runs (
     id          TEXT PRIMARY KEY,
     seq         BIGSERIAL UNIQUE,
@@ -120,7 +121,12 @@ CREATE TABLE waymark_leases (
     token      BIGINT NOT NULL,
     expires_at TIMESTAMPTZ NOT NULL
 );
-"];
+",
+    "
+-- Whether an attempt's process group was killed with SIGKILL after its kill grace.
+ALTER TABLE waymark_attempts ADD COLUMN killed BOOLEAN NOT NULL DEFAULT false;
+",
+];
 
 /// The lease key of flow `key` on `host`: the key itself for a named flow, shared by all hosts;
 /// with the host for a flow that is its file, which no other host takes over.
@@ -890,7 +896,7 @@ impl Store for PgStore {
     fn attempts(&self, run_id: &str, step: Option<&str>) -> Result<Vec<AttemptRecord>, StoreError> {
         self.read(|tx| {
             let rows = tx.query(
-                "SELECT step, attempt, log_stem, host, outcome, started_at, ended_at, redelivered, error
+                "SELECT step, attempt, log_stem, host, outcome, started_at, ended_at, redelivered, error, killed
                  FROM waymark_attempts
                  WHERE run_id = $1 AND ($2::text IS NULL OR step = $2) AND kind = 'attempt' ORDER BY row_id",
                 &[&run_id, &step],
@@ -912,6 +918,7 @@ impl Store for PgStore {
                         ended_at: r.get::<_, Option<i64>>(6).map(from_millis),
                         redelivered: r.get(7),
                         error: r.get::<_, Option<String>>(8).and_then(|e| serde_json::from_str(&e).ok()),
+                        killed_after_grace: r.get(9),
                     })
                 })
                 .collect()
@@ -1189,7 +1196,8 @@ fn finish_attempt(
     }
     move_step(tx, run_id, &step, update.status())?;
     tx.execute(
-        "UPDATE waymark_attempts SET outcome = $2, ended_at = $3, exit_code = $4, signal = $5, error = $6
+        "UPDATE waymark_attempts SET outcome = $2, ended_at = $3, exit_code = $4, signal = $5, error = $6,
+                killed = $7
          WHERE row_id = $1",
         &[
             &row,
@@ -1198,6 +1206,7 @@ fn finish_attempt(
             &result.exit_code,
             &result.signal,
             &result.error.as_ref().map(error_json),
+            &result.killed_after_grace,
         ],
     )?;
     record_tails(tx, row)?;

@@ -73,8 +73,9 @@ CREATE INDEX IF NOT EXISTS runs_lease ON runs (id, lease_owner, lease_token, sta
 
 /// Schema 9: a run's definition has a table of its own. In the run's row (hundreds of pages for a
 /// flow of 10,000 steps) every change of the row rewrote it: claiming a run, ending it, abandoning
-/// it. And a run's compensations and hooks have an index of their own: a resumed run read every
-/// attempt of the run to find them.
+/// it. A run's compensations and hooks have an index of their own: a resumed run read every
+/// attempt of the run to find them. And an attempt records whether its process group was killed
+/// with SIGKILL after its kill grace (`killed`; 0 for the attempts recorded before).
 const MIGRATE_TO_9: &str = "
 CREATE TABLE definitions (
     run_id     TEXT PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
@@ -83,6 +84,7 @@ CREATE TABLE definitions (
 INSERT INTO definitions (run_id, definition) SELECT id, definition FROM runs;
 ALTER TABLE runs DROP COLUMN definition;
 CREATE INDEX attempts_aux ON attempts (run_id) WHERE kind IN ('compensate', 'hook');
+ALTER TABLE attempts ADD COLUMN killed INTEGER NOT NULL DEFAULT 0;
 ";
 
 /// A run's definition, as a column of [`select_runs`] (an empty text, which no reader takes for a
@@ -164,6 +166,9 @@ pub struct SqliteStore {
     step_outputs_sql: &'static str,
     /// What a row of `attempts` is (rows recorded before schema 6 are all attempts).
     attempt_kind_sql: &'static str,
+    /// Whether an attempt was killed after its grace: the `killed` column, or `0` in a database
+    /// older than schema 9 that a read-only command cannot migrate.
+    attempt_killed_sql: &'static str,
     /// The SQL for a run's definition: [`DEFINITION`], or the `definition` column of the run's row
     /// in a database older than schema 9 that a read-only command cannot migrate.
     definition_sql: &'static str,
@@ -442,6 +447,8 @@ impl SqliteStore {
             step_outputs_sql: if schema < 5 { "NULL" } else { "s.outputs" },
             // Attempts recorded before schema 6 are attempts (catch handlers came with it).
             attempt_kind_sql: if schema < 6 { "'attempt'" } else { "kind" },
+            // Attempts recorded before schema 9 say nothing of a kill after the grace.
+            attempt_killed_sql: if schema < 9 { "0" } else { "killed" },
             // Before schema 9 a run's definition was a column of its row.
             definition_sql: if schema < 9 { "definition" } else { DEFINITION },
         }
@@ -674,14 +681,14 @@ impl SqliteStore {
         // attempt of the run to find them).
         let which = if one_step { "step = ?2" } else { "?2 IS NULL" };
         // Read by position: 0 row, 1 step, 2 attempt, 3 outcome, 4 log_stem, 5 host, 6 started_at,
-        // 7 ended_at, 8 redelivered, 9 error (by name, each column's name was looked up among all
-        // of them for every row). In the index's order, sorted by row by the caller: an `ORDER BY
+        // 7 ended_at, 8 redelivered, 9 error, 10 killed (by name, each column's name was looked up
+        // among all of them for every row). In the index's order, sorted by row by the caller: an `ORDER BY
         // row` sorted every row (all columns) in SQLite, more than half of reading a run's 5,000
         // attempts.
         format!(
-            "SELECT row, step, attempt, outcome, log_stem, {}, started_at, ended_at, redelivered, error
+            "SELECT row, step, attempt, outcome, log_stem, {}, started_at, ended_at, redelivered, error, {}
              FROM attempts WHERE run_id = ?1 AND {which} AND {} = 'attempt'",
-            self.attempt_host_sql, self.attempt_kind_sql
+            self.attempt_host_sql, self.attempt_killed_sql, self.attempt_kind_sql
         )
     }
 
@@ -943,6 +950,7 @@ impl Store for SqliteStore {
                         ended_at: r.get::<_, Option<i64>>(7)?.map(from_millis),
                         redelivered: r.get::<_, i64>(8)? != 0,
                         error: parse_error(r.get(9)?),
+                        killed_after_grace: r.get::<_, i64>(10)? != 0,
                     },
                 ))
             })
@@ -1114,14 +1122,16 @@ fn finish_attempt(
     move_step(tx, run_id, &step, update.status())?;
     exec(
         tx,
-        "UPDATE attempts SET outcome = ?2, ended_at = ?3, exit_code = ?4, signal = ?5, error = ?6 WHERE row = ?1",
+        "UPDATE attempts SET outcome = ?2, ended_at = ?3, exit_code = ?4, signal = ?5, error = ?6, killed = ?7
+         WHERE row = ?1",
         params![
             row,
             result.outcome.as_str(),
             ended,
             result.exit_code,
             result.signal,
-            result.error.as_ref().map(error_json)
+            result.error.as_ref().map(error_json),
+            result.killed_after_grace
         ],
     )?;
     // A catch handler's run uses no attempt of the budget.
@@ -1367,6 +1377,7 @@ mod tests {
             signal: None,
             error: None,
             ended_at: SystemTime::now(),
+            killed_after_grace: false,
             outputs: BTreeMap::new(),
         }
     }
@@ -1483,13 +1494,13 @@ mod tests {
         );
     }
 
-    /// A flow of `n` steps named `s0`, `s1`, ...
-    /// Schema 9 undone: run definitions back in the runs' rows, as schemas 1 to 8 kept them, and
-    /// no index of compensations and hooks.
+    /// Schema 9 undone: run definitions back in the runs' rows, as schemas 1 to 8 kept them, no
+    /// index of compensations and hooks, no record of a kill after the grace.
     const UNDO_SCHEMA_9: &str = "ALTER TABLE runs ADD COLUMN definition TEXT NOT NULL DEFAULT '';
         UPDATE runs SET definition = (SELECT d.definition FROM definitions d WHERE d.run_id = runs.id);
-        DROP TABLE definitions; DROP INDEX attempts_aux;";
+        DROP TABLE definitions; DROP INDEX attempts_aux; ALTER TABLE attempts DROP COLUMN killed;";
 
+    /// A flow of `n` steps named `s0`, `s1`, ...
     fn flow_of(n: usize, dir: &Path) -> Flow {
         let mut source = String::from("name = 'f'\n");
         for i in 0..n {

@@ -103,6 +103,7 @@ fn result(outcome: AttemptOutcome) -> AttemptResult {
         signal: None,
         error: None,
         ended_at: SystemTime::now(),
+        killed_after_grace: false,
         outputs: BTreeMap::new(),
     }
 }
@@ -135,7 +136,9 @@ fn steps_go_through_their_states_alike_on_both_backends() {
         let row = store.attempt_starting(&lease, &run.id, "b", 1, false, &stem).unwrap();
         let wake_at = from_millis(to_millis(SystemTime::now()) + 60_000);
         let waiting = StepUpdate::Waiting { next_attempt: 2, wake_at };
-        store.attempt_finished(&lease, row, &result(AttemptOutcome::Failed), &waiting).unwrap();
+        // Its process group needed SIGKILL after the grace: recorded with the outcome.
+        let killed = AttemptResult { killed_after_grace: true, ..result(AttemptOutcome::Failed) };
+        store.attempt_finished(&lease, row, &killed, &waiting).unwrap();
         let steps = b.second().steps(&run.id).unwrap();
         assert_eq!(steps[0].state, StepState::Succeeded, "{}", b.name);
         assert_eq!(steps[0].outputs, outputs, "{}", b.name);
@@ -162,19 +165,22 @@ fn steps_go_through_their_states_alike_on_both_backends() {
         store.reopen_failed(&run.id).unwrap();
         let s = &store.steps(&run.id).unwrap()[1];
         assert_eq!((s.state.clone(), s.attempts_used, s.budget_base), (StepState::Pending, 2, 2), "{}", b.name);
-        let attempts: Vec<(String, u32, AttemptState)> =
-            store.attempts(&run.id, None).unwrap().into_iter().map(|a| (a.step, a.attempt, a.outcome)).collect();
+        let attempts = |step| -> Vec<(String, u32, AttemptState, bool)> {
+            let all = store.attempts(&run.id, step).unwrap().into_iter();
+            all.map(|a| (a.step, a.attempt, a.outcome, a.killed_after_grace)).collect()
+        };
+        let of_b = [
+            ("b".into(), 1, AttemptState::Failed, true),
+            ("b".into(), 2, AttemptState::Cancelled, false),
+            ("b".into(), 2, AttemptState::Failed, false),
+        ];
         assert_eq!(
-            attempts,
-            [
-                ("a".into(), 1, AttemptState::Succeeded),
-                ("b".into(), 1, AttemptState::Failed),
-                ("b".into(), 2, AttemptState::Cancelled),
-                ("b".into(), 2, AttemptState::Failed),
-            ],
+            attempts(None),
+            [&[("a".into(), 1, AttemptState::Succeeded, false)][..], &of_b].concat(),
             "{}",
             b.name
         );
+        assert_eq!(attempts(Some("b")), of_b, "{}", b.name);
         let listed = store.list_runs(RunFilter::Key(&key), 10).unwrap();
         assert_eq!(listed.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), [run.id.as_str()], "{}", b.name);
         assert_eq!(listed[0].status, RunStatus::Failed, "{}", b.name);
@@ -291,7 +297,16 @@ fn a_live_lease_keeps_a_second_runner_out_and_a_newer_schema_is_refused() {
     admin.execute("UPDATE waymark_schema SET version = 99", &[]).unwrap();
     let err = PgStore::open(config, location).err().expect("refused");
     assert_eq!(err.kind(), Some(StoreErrorKind::NewerSchema));
-    assert!(err.to_string().contains("(schema 99, this one knows 1)"), "{err}");
+    assert!(err.to_string().contains("(schema 99, this one knows 2)"), "{err}");
+
+    // A schema-1 database (attempts without `killed`) is brought up to date by the next open.
+    admin
+        .batch_execute("UPDATE waymark_schema SET version = 1; ALTER TABLE waymark_attempts DROP COLUMN killed")
+        .unwrap();
+    PgStore::open(config, location).unwrap();
+    let version: i64 = admin.query_one("SELECT version FROM waymark_schema", &[]).unwrap().get(0);
+    assert_eq!(version, 2);
+    admin.query_one("SELECT count(*) FROM waymark_attempts WHERE killed", &[]).unwrap();
 }
 
 #[test]

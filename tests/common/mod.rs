@@ -12,11 +12,11 @@ pub const PATIENCE: Duration = Duration::from_secs(60);
 pub const SCHEMA: i64 = 9;
 
 /// SQL that undoes schema 9 in a state database: its run definitions back in the runs' rows, where
-/// schemas 1 to 8 kept them, and no index of compensations and hooks. The first step of turning it
-/// into an older schema.
+/// schemas 1 to 8 kept them, no index of compensations and hooks, no record of a kill after the
+/// grace. The first step of turning it into an older schema.
 pub const UNDO_SCHEMA_9: &str = "ALTER TABLE runs ADD COLUMN definition TEXT NOT NULL DEFAULT ''; \
      UPDATE runs SET definition = (SELECT d.definition FROM definitions d WHERE d.run_id = runs.id); \
-     DROP TABLE definitions; DROP INDEX attempts_aux;";
+     DROP TABLE definitions; DROP INDEX attempts_aux; ALTER TABLE attempts DROP COLUMN killed;";
 
 pub struct Env {
     pub dir: tempfile::TempDir,
