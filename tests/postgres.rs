@@ -374,7 +374,11 @@ fn eight_processes_on_a_fresh_database_migrate_it_once_and_all_succeed() {
         assert!(text.is_empty() || text == "no runs yet\n", "no process reports an error: {text}");
     }
     let schema = query(&url, "SELECT version FROM waymark_schema");
-    assert_eq!(schema.iter().map(|r| r.get::<_, i64>(0)).collect::<Vec<_>>(), [1], "one row: migrated once");
+    assert_eq!(
+        schema.iter().map(|r| r.get::<_, i64>(0)).collect::<Vec<_>>(),
+        [2],
+        "one row: migrated once, to the current schema"
+    );
     let tables = query(
         &url,
         "SELECT tablename::text FROM pg_tables WHERE schemaname = 'public' AND tablename LIKE 'waymark_%' ORDER BY 1",
