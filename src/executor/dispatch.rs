@@ -150,6 +150,10 @@ struct Ended {
     stem: PathBuf,
     stderr_from: u64,
     issued: Instant,
+    /// When it ended (its leader exited), or was found never to start: its duration is from
+    /// `issued` to then, whatever the runner did after (a final outcome's commit waits for the
+    /// disk).
+    ended: Instant,
     /// Stopping it took SIGKILL after the grace period.
     killed_after_grace: bool,
     /// The end of its stderr as it passed (`None`: read from its log).
@@ -767,6 +771,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 stem,
                 stderr_from: u64::MAX,
                 issued,
+                ended: Instant::now(),
                 killed_after_grace: false,
                 stderr_tail: None,
             };
@@ -792,8 +797,16 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 Ok(())
             }
             Launched::NotStarted { why, stderr_from } => {
-                let ended =
-                    Ended { attempt, row, stem, stderr_from, issued, killed_after_grace: false, stderr_tail: None };
+                let ended = Ended {
+                    attempt,
+                    row,
+                    stem,
+                    stderr_from,
+                    issued,
+                    ended: Instant::now(),
+                    killed_after_grace: false,
+                    stderr_tail: None,
+                };
                 self.failed(index, ended, Ending::NotStarted(why), None).await
             }
         }
@@ -814,7 +827,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 }
                 Err(ExecError::Files { path, source: error })
             }
-            Msg::Done { step: index, row, end, killed_after_grace, notes, stderr_tail } => {
+            Msg::Done { step: index, row, end, exited, killed_after_grace, notes, stderr_tail } => {
                 if !self.is_current(index, row) {
                     return Ok(()); // the end of an attempt that is over already: nothing to do
                 }
@@ -824,7 +837,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 if let Slot::Handling(_) = self.steps[index].slot {
                     return self.handler_ended(index, end).await;
                 }
-                let ended = Ended { killed_after_grace, stderr_tail, ..self.take_running(index) };
+                let ended = Ended { ended: exited, killed_after_grace, stderr_tail, ..self.take_running(index) };
                 match end {
                     End::Exited(ExitKind::Code(0)) => self.succeeded(index, ended).await,
                     End::Exited(ExitKind::Code(code)) => {
@@ -855,7 +868,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         match self.set_slot(index, Slot::Failed) {
             Slot::Running(Live { attempt, row, stem, stderr_from, issued, .. }) => {
                 self.running -= 1;
-                Ended { attempt, row, stem, stderr_from, issued, killed_after_grace: false, stderr_tail: None }
+                let ended = Instant::now();
+                Ended { attempt, row, stem, stderr_from, issued, ended, killed_after_grace: false, stderr_tail: None }
             }
             _ => unreachable!("an attempt ends only once, and only while its step runs"),
         }
@@ -904,7 +918,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             max_attempts,
             outcome: AttemptEnd::Succeeded,
             error: None,
-            duration: ended.issued.elapsed(),
+            duration: ended.ended.saturating_duration_since(ended.issued),
             retry: None,
             stopped: None,
             exit_code: Some(0),
@@ -938,7 +952,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             max_attempts,
             outcome: AttemptEnd::Cancelled,
             error: None,
-            duration: ended.issued.elapsed(),
+            duration: ended.ended.saturating_duration_since(ended.issued),
             retry: None,
             stopped: None,
             exit_code: None,
@@ -1033,7 +1047,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             max_attempts,
             outcome: AttemptEnd::Failed,
             error: Some(error.clone()),
-            duration: ended.issued.elapsed(),
+            duration: ended.ended.saturating_duration_since(ended.issued),
             retry,
             stopped,
             exit_code: result.exit_code,

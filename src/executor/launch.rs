@@ -311,8 +311,9 @@ impl Launcher for ProcessLauncher {
         let (tx, index, row, deadline) = (events.clone(), a.step_index, a.row, a.deadline);
         tokio::spawn(async move {
             let f = supervisor.supervise(step, deadline, control).await;
-            let (end, killed_after_grace, notes, stderr_tail) = (f.end, f.killed_after_grace, f.notes, f.stderr_tail);
-            let _ = tx.send(Msg::Done { step: index, row, end, killed_after_grace, notes, stderr_tail }).await;
+            let (end, exited, killed_after_grace) = (f.end, f.exited, f.killed_after_grace);
+            let (notes, stderr_tail) = (f.notes, f.stderr_tail);
+            let _ = tx.send(Msg::Done { step: index, row, end, exited, killed_after_grace, notes, stderr_tail }).await;
         });
         Ok(Launched::Running { pid, proc_start, stderr_from })
     }

@@ -77,12 +77,13 @@ pub(crate) enum Msg {
     /// same step may still send some; the row tells it apart).
     Output { step: usize, row: i64, stream: Stream, chunk: Arc<Chunk> },
     /// The attempt recorded as `row` of `step` ended (after SIGKILL followed the grace period
-    /// when `killed_after_grace`); `notes` are for the user; `stderr_tail` is the end of its
-    /// stderr as it passed (`None`: read it from the log).
+    /// when `killed_after_grace`), its leader at `exited`; `notes` are for the user; `stderr_tail`
+    /// is the end of its stderr as it passed (`None`: read it from the log).
     Done {
         step: usize,
         row: i64,
         end: End,
+        exited: tokio::time::Instant,
         killed_after_grace: bool,
         notes: Vec<String>,
         stderr_tail: Option<output::StderrTail>,

@@ -57,6 +57,8 @@ pub(crate) enum End {
 #[derive(Debug)]
 pub(crate) struct Finished {
     pub(crate) end: End,
+    /// When its leader exited: the attempt's end (its output is drained after).
+    pub(crate) exited: Instant,
     /// Stopping it took SIGKILL after the grace period (it outlived the first signal).
     pub(crate) killed_after_grace: bool,
     /// For the user.
@@ -411,6 +413,7 @@ impl Supervisor {
                 }
             }
         };
+        let exited = Instant::now();
         // The leader is gone; whatever else is left in its group goes with it.
         unix::kill_group(pgid);
         let mut notes = Vec::new();
@@ -450,7 +453,7 @@ impl Supervisor {
             }
         };
         let stderr_tail = if self.readers_left == 0 { self.stderr_tail.take() } else { None };
-        Finished { end, killed_after_grace, notes, stderr_tail }
+        Finished { end, exited, killed_after_grace, notes, stderr_tail }
     }
 }
 

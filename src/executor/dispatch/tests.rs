@@ -120,6 +120,7 @@ impl Launcher for FakeLauncher {
                         step,
                         row,
                         end: End::Cancelled,
+                        exited: Instant::now(),
                         killed_after_grace: true,
                         notes: Vec::new(),
                         stderr_tail: None,
@@ -138,7 +139,15 @@ impl Launcher for FakeLauncher {
                 },
             };
             let _ = tx
-                .send(Msg::Done { step, row, end, killed_after_grace: false, notes: Vec::new(), stderr_tail: None })
+                .send(Msg::Done {
+                    step,
+                    row,
+                    end,
+                    exited: Instant::now(),
+                    killed_after_grace: false,
+                    notes: Vec::new(),
+                    stderr_tail: None,
+                })
                 .await;
         });
         Ok(Launched::Running { pid: self.next_pid, proc_start: None, stderr_from: 0 })
@@ -633,6 +642,27 @@ retry = { attempts = 4, exception_types = ["Exception"] }
         ran.attempt_finished(),
         [(1, AttemptEnd::Failed, Some("ActionTimeout".to_owned()), Some(StopReason::NotRetryable))]
     );
+}
+
+/// An attempt lasts from its issue to its process's end: committing its outcome (synced to the
+/// disk for a final one, which takes 2 s here) is not part of it.
+#[tokio::test(start_paused = true)]
+async fn an_attempt_s_duration_ends_with_its_process_not_with_its_outcome_s_commit() {
+    let flow = "[[step]]\nname = 'a'\nrun = ['slow']\ntimeout = 3\n[[step]]\nname = 'b'\nrun = ['quick']\n";
+    let mut test = Test::new(flow);
+    test.finish_takes = secs(2);
+    let ran = test.run(|step, _| if step == "a" { Script::Hang } else { exit(1, 0) }).await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    let durations: Vec<Duration> = ran
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::AttemptFinished { duration, .. } => Some(*duration),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(durations, [secs(3)]);
+    assert_eq!(ran.took, secs(5), "the run waited for the commit");
 }
 
 #[tokio::test(start_paused = true)]
