@@ -155,3 +155,24 @@ fn a_kill_after_the_grace_is_recorded_and_said_of_an_earlier_runner_s_attempt() 
         "{report}"
     );
 }
+
+/// `waymark resume` of a failed run gives its failed step a fresh budget: the summary table counts
+/// the step's attempts of that budget, as the failure report below it does (`budget spent: 2 of 2
+/// attempts`) and `waymark status` does, with those before it after; the progress lines number
+/// the attempts from the run's first.
+#[test]
+fn the_summary_of_a_resumed_failed_run_counts_the_fresh_budget_as_the_report_does() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'again'\n\
+         [[step]]\nname = 'setup'\nrun = ['true']\n\
+         [[step]]\nname = 'gate'\nneeds = ['setup']\nrun = ['false']\nretry = { attempts = 2 }\n\
+         [[step]]\nname = 'publish'\nneeds = ['gate']\nrun = ['true']\n",
+    );
+    assert_eq!(env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap().status.code(), Some(1));
+    let runs: Value = serde_json::from_slice(&env.cmd(&["history", "--json"]).output().unwrap().stdout).unwrap();
+    let out = env.cmd(&["resume", runs[0]["id"].as_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    golden("report/resumed-fresh-budget.stderr", &common::normalise_plain(&normalise(&env, &common::stderr(&out))));
+}

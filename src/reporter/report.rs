@@ -64,8 +64,12 @@ struct RowEnd {
 struct StepSeen {
     name: String,
     rows: Vec<Row>,
-    /// The attempts its budget allows, from its latest attempt.
+    /// The attempts its budget allows, from its latest attempt (counted from the run's first
+    /// attempt, as attempt numbers are).
     max_attempts: Option<u32>,
+    /// The attempts used before its current budget began (`waymark resume` of a failed run gave
+    /// it a fresh one), known once it ended: its attempt number less the attempts of the budget.
+    budget_base: u32,
     /// When its first attempt in this runner started.
     started: Option<SystemTime>,
     /// How it ended, and when.
@@ -105,6 +109,7 @@ impl History {
                     name: step.to_owned(),
                     rows: Vec::new(),
                     max_attempts: None,
+                    budget_base: 0,
                     started: None,
                     ended: None,
                     skipped: None,
@@ -175,7 +180,12 @@ impl History {
             }
             Event::RetryStopped { step, error, .. } => self.seen(step).final_error = Some(error.clone()),
             Event::HandlerStarted { step, error, .. } => self.seen(step).handled = Some(error.clone()),
-            Event::StepFinished { step, outcome, .. } => self.seen(step).ended = Some((*outcome, at)),
+            Event::StepFinished { step, outcome, attempts } => {
+                let seen = self.seen(step);
+                seen.ended = Some((*outcome, at));
+                // `attempts` counts the current budget's, as the failure report does.
+                seen.budget_base = seen.rows.last().map_or(0, |r| r.attempt.saturating_sub(*attempts));
+            }
             _ => {}
         }
     }
@@ -204,11 +214,27 @@ impl History {
     ///
     /// The duration is the step's time in this runner, from its first attempt's start to its end
     /// (backoffs included), or until the run ended when it did not end.
+    ///
+    /// The attempts of a step that `waymark resume` of a failed run gave a fresh budget are those
+    /// of that budget, as the failure report (`budget spent: 3 of 3 attempts`) and `waymark
+    /// status` count them, with those before it after (`3/3 (+3 before resume)`); the counts of
+    /// all rows line up.
     pub(crate) fn summary_table(&self, run_ended: SystemTime) -> String {
-        let rows: Vec<[String; 5]> = self.steps.iter().map(|s| summary_row(s, run_ended)).collect();
-        if rows.is_empty() {
+        let cells: Vec<([String; 5], String)> = self.steps.iter().map(|s| summary_row(s, run_ended)).collect();
+        if cells.is_empty() {
             return String::new();
         }
+        // The attempts column: each count right-aligned to the widest, then what came before
+        // the budget, left-aligned.
+        let count_width = cells.iter().map(|(r, _)| r[2].chars().count()).max().unwrap_or(0);
+        let before_width = cells.iter().map(|(_, b)| b.chars().count()).max().unwrap_or(0);
+        let rows: Vec<[String; 5]> = cells
+            .into_iter()
+            .map(|(mut row, before)| {
+                row[2] = format!("{:>count_width$}{before:<before_width$}", row[2]);
+                row
+            })
+            .collect();
         let header = ["STEP", "STATUS", "ATTEMPTS", "DURATION", "DETAIL"].map(str::to_owned);
         let width = |col: usize, min: usize| {
             std::iter::once(&header).chain(&rows).map(|r| r[col].chars().count()).max().unwrap_or(0).max(min)
@@ -322,12 +348,17 @@ pub(crate) fn short(d: Duration) -> String {
     humantime::format_duration(rounded).to_string()
 }
 
-/// A step's row in the summary table: step, status, attempts, duration, detail.
-fn summary_row(s: &StepSeen, run_ended: SystemTime) -> [String; 5] {
+/// A step's row in the summary table: step, status, attempts (of its current budget), duration,
+/// detail; and what its attempts before that budget were (` (+3 before resume)`, or nothing).
+fn summary_row(s: &StepSeen, run_ended: SystemTime) -> ([String; 5], String) {
     let last = s.rows.last();
-    let attempts = match (last, s.max_attempts) {
-        (Some(row), Some(max)) => format!("{}/{max}", row.attempt),
-        _ => "-".to_owned(),
+    let base = s.budget_base;
+    let (attempts, before) = match (last, s.max_attempts) {
+        (Some(row), Some(max)) => (
+            format!("{}/{}", row.attempt.saturating_sub(base), max.saturating_sub(base)),
+            if base > 0 { format!(" (+{base} before resume)") } else { String::new() },
+        ),
+        _ => ("-".to_owned(), String::new()),
     };
     let duration = match s.started {
         Some(from) => {
@@ -383,7 +414,7 @@ fn summary_row(s: &StepSeen, run_ended: SystemTime) -> [String; 5] {
             None => ("not run", String::new()),
         },
     };
-    [s.name.clone(), status.to_owned(), attempts, duration, detail]
+    ([s.name.clone(), status.to_owned(), attempts, duration, detail], before)
 }
 
 /// `ConnectionResetError x2, TimeoutError`: the classes of `errors`, in the order first seen,
@@ -776,6 +807,68 @@ mod tests {
   quick   ok            1/3        17ms
   load    failed        1/3        20ms  ValueError: bad row 7 …
   report  not run         -           -  the run failed first
+"
+        );
+    }
+
+    /// After `waymark resume` of a failed run, a step's attempts are those of its fresh budget
+    /// (as the failure report's `budget spent: 2 of 2 attempts` counts them), those before it
+    /// after; every row's count lines up, and a table without such a step is as it was.
+    #[test]
+    fn the_summary_table_counts_a_resumed_steps_attempts_of_its_fresh_budget() {
+        let mut history = History::default();
+        let value = error("ValueError", "bad", ErrorSource::Traceback);
+        let stop =
+            RetryStop { reason: StopReason::Exhausted, exception_types: vec![], attempts: 2, attempts_allowed: 2 };
+        let with_max = |e: Event, max: u32| match e {
+            Event::AttemptStarted { step, attempt, pid, redelivered, timeout, .. } => {
+                Event::AttemptStarted { step, attempt, max_attempts: max, pid, redelivered, timeout }
+            }
+            Event::AttemptFinished { step, attempt, outcome, error, duration, killed_after_grace, .. } => {
+                Event::AttemptFinished {
+                    step,
+                    attempt,
+                    max_attempts: max,
+                    outcome,
+                    error,
+                    duration,
+                    retry: None,
+                    stopped: None,
+                    exit_code: None,
+                    signal: None,
+                    killed_after_grace,
+                }
+            }
+            e => e,
+        };
+        let events = [
+            envelope(0, Event::StepStarted { step: "load".into() }),
+            envelope(0, with_max(started("load", 13, false), 14)),
+            envelope(10, with_max(finished("load", 13, value.clone(), 10, false), 14)),
+            envelope(10, with_max(started("load", 14, false), 14)),
+            envelope(20, with_max(finished("load", 14, value.clone(), 10, false), 14)),
+            envelope(20, Event::RetryStopped { step: "load".into(), attempt: 14, error: value, stop }),
+            envelope(20, step_event("load", StepOutcome::Failed, 2)),
+            envelope(20, Event::StepStarted { step: "fetch".into() }),
+            envelope(20, with_max(started("fetch", 4, false), 5)),
+            envelope(25, with_max(ok("fetch", 4, 5), 5)),
+            envelope(25, step_event("fetch", StepOutcome::Succeeded, 1)),
+            envelope(25, Event::StepStarted { step: "quick".into() }),
+            envelope(25, started("quick", 1, false)),
+            envelope(30, ok("quick", 1, 5)),
+            envelope(30, step_event("quick", StepOutcome::Succeeded, 1)),
+            envelope(30, Event::StepSkipped { step: "report".into(), reason: SkipReason::RunFailed }),
+        ];
+        for e in &events {
+            history.record(e);
+        }
+        assert_eq!(
+            history.summary_table(at(30)),
+            "  STEP    STATUS                  ATTEMPTS    DURATION  DETAIL
+  load    failed   2/2 (+12 before resume)        20ms  ValueError: bad
+  fetch   flaky    1/2 (+3 before resume)          5ms  ok on attempt 4 after attempts before this runner
+  quick   ok       1/3                             5ms
+  report  not run    -                               -  the run failed first
 "
         );
     }

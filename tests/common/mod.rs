@@ -358,7 +358,8 @@ pub fn normalise_plain(text: &str) -> String {
     let text = re(r"retry at (\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d\.\d{3}").replace_all(&text, "retry at HH:MM:SS.mmm");
     let text = re(r"\(pid \d+").replace_all(&text, "(pid PID");
     let text = re(&format!(r"(\(in |waymark: run \S+ succeeded in ){DURATION}")).replace_all(&text, "${1}DURATION");
-    let cell = re(&format!(r"^(  \S+ +\S+(?: run)? +(?:\d+/\d+|-))( +{DURATION})(  |\n|$)"));
+    let cell =
+        re(&format!(r"^(  \S+ +\S+(?: run)? +(?:\d+/\d+(?: \(\+\d+ before resume\))?|-))( +{DURATION})(  |\n|$)"));
     let mut out = String::with_capacity(text.len());
     let mut in_table = false;
     for line in text.split_inclusive('\n') {
