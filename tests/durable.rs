@@ -724,6 +724,49 @@ fn status_text(env: &Env, flow: &str) -> (String, Value) {
     (common::normalise_status_durations(&common::normalise_times(&text)), st)
 }
 
+/// `status`'s step column and `history`'s flow column fit the longest name shown (20 wide at
+/// least, so short names look as they did): a long name does not push the rest of its row out
+/// of line with the others, nor the lines under it.
+#[test]
+fn status_and_history_columns_fit_a_long_step_or_flow_name() {
+    let env = Env::new();
+    env.write("short.toml", "name = 'short'\n[[step]]\nname = 'one'\nrun = ['true']\n");
+    env.write(
+        "long.toml",
+        "name = 'nightly-warehouse-refresh-eu'\n[[step]]\nname = 'extract'\nrun = ['true']\n\
+         [[step]]\nname = 'load-customers-into-warehouse'\nrun = ['false']\nneeds = ['extract']\n",
+    );
+    env.cmd(&["run", "--quiet", "short.toml"]).assert().success();
+    env.cmd(&["run", "--quiet", "long.toml"]).assert().code(1);
+    let (text, _) = status_text(&env, "nightly-warehouse-refresh-eu");
+    assert_eq!(
+        text,
+        "run RUN of nightly-warehouse-refresh-eu (PATH): failed, started TIME, ended TIME\n  \
+         extract                        succeeded  attempts 1/1  Ns\n  \
+         load-customers-into-warehouse  failed     attempts 1/1  Ns\n  \
+         \x20                              last error: CalledProcessError(SubprocessError, Exception, BaseException): \
+         exit status 1 [exit status]\n"
+    );
+    let (text, _) = status_text(&env, "short");
+    assert_eq!(
+        text,
+        "run RUN of short (PATH): succeeded, started TIME, ended TIME\n  one                  succeeded  attempts 1/1  Ns\n"
+    );
+    let out = env.cmd(&["history"]).output().unwrap();
+    let mut text = String::from_utf8(out.stdout).unwrap();
+    for run in json(&env, &["history", "--json"]).as_array().unwrap() {
+        text = text.replace(run["id"].as_str().unwrap(), "RUNIDXYZ");
+    }
+    let text =
+        regex::Regex::new(r"  +\d+s  ").unwrap().replace_all(&common::normalise_times(&text), "  Ns  ").into_owned();
+    assert_eq!(
+        text,
+        "RUN        FLOW                          STATUS       STARTED                 DURATION  FAILED STEP\n\
+         RUNIDXYZ   nightly-warehouse-refresh-eu  failed       TIME  Ns  load-customers-into-warehouse\n\
+         RUNIDXYZ   short                         succeeded    TIME  Ns  -\n"
+    );
+}
+
 #[test]
 fn status_counts_a_running_attempt_and_shows_an_interrupted_step_without_the_time_it_sat() {
     let env = Env::new();

@@ -184,13 +184,15 @@ pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: 
         note!("no runs yet{}", flow.map(|f| format!(" of flow `{f}`")).unwrap_or_default());
         return Ok(EXIT_OK);
     }
+    // The flow column fits the longest name shown with two spaces after it (20 at least).
+    let flow_width = runs.iter().map(|r| r.flow.chars().count() + 1).max().unwrap_or(0).max(20);
     let mut out = format!(
-        "{:<10} {:<20} {:<12} {:<21} {:>10}  {}\n",
+        "{:<10} {:<flow_width$} {:<12} {:<21} {:>10}  {}\n",
         "RUN", "FLOW", "STATUS", "STARTED", "DURATION", "FAILED STEP"
     );
     for r in &runs {
         out.push_str(&format!(
-            "{:<10} {:<20} {:<12} {:<21} {:>10}  {}\n",
+            "{:<10} {:<flow_width$} {:<12} {:<21} {:>10}  {}\n",
             r.id,
             r.flow,
             r.status.as_str(),
@@ -384,6 +386,8 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
     );
     // The state column fits the longest state shown (`interrupted`) with two spaces after it.
     let state_width = rows.iter().map(|r| r["state"].as_str().map_or(1, str::len) + 1).max().unwrap_or(0).max(10);
+    // So does the step column (20 at least), and the lines under a step's line start below its state.
+    let name_width = steps.iter().map(|s| s.name.chars().count() + 1).max().unwrap_or(0).max(20);
     for (s, row) in steps.iter().zip(&rows) {
         // Of the current budget, as the failure report counts (`budget spent: 3 of 3 attempts`),
         // with the attempts of the budgets before it after them.
@@ -392,7 +396,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         let allowed = row["attempts_allowed"].as_u64().map_or("?".to_owned(), |a| a.saturating_sub(base).to_string());
         let before = if base > 0 { format!(" (+{base} before resume)") } else { String::new() };
         out.push_str(&format!(
-            "  {:<20} {:<state_width$} attempts {used}/{allowed}{before}",
+            "  {:<name_width$} {:<state_width$} attempts {used}/{allowed}{before}",
             s.name,
             row["state"].as_str().unwrap_or("?"),
         ));
@@ -409,10 +413,10 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         }
         out.push('\n');
         if let Some(e) = &s.last_error {
-            out.push_str(&format!("  {:<20} last error: {e} [{}]\n", "", e.source.describe()));
+            out.push_str(&format!("  {:<name_width$} last error: {e} [{}]\n", "", e.source.describe()));
         }
         if let Some(e) = run_failed_with(s) {
-            out.push_str(&format!("  {:<20} the run failed on it: {e} [{}]\n", "", e.source.describe()));
+            out.push_str(&format!("  {:<name_width$} the run failed on it: {e} [{}]\n", "", e.source.describe()));
         }
         if list_attempts {
             for a in of_step(&s.name) {
@@ -421,7 +425,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
                     _ => "its runner died before it ended",
                 };
                 let line = crate::reporter::attempt_line(&EarlierAttempt::of(a), unended);
-                out.push_str(&format!("  {:<20} {line}\n", ""));
+                out.push_str(&format!("  {:<name_width$} {line}\n", ""));
             }
         }
     }
