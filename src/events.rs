@@ -404,6 +404,10 @@ pub(crate) struct EarlierAttempt {
     pub(crate) error: Option<ErrorValue>,
     /// Its process group was killed with SIGKILL after the kill grace.
     pub(crate) killed_after_grace: bool,
+    /// Where its logs are (on its host): the stem of `attempt-N.stdout` and `attempt-N.stderr`.
+    pub(crate) log_stem: PathBuf,
+    /// The host it ran on (`None` for attempts recorded before hosts were).
+    pub(crate) host: Option<String>,
 }
 
 impl EarlierAttempt {
@@ -425,6 +429,8 @@ impl EarlierAttempt {
             end: a.ended_at.zip(outcome),
             error: a.error.clone(),
             killed_after_grace: a.killed_after_grace,
+            log_stem: a.log_stem.clone(),
+            host: a.host.clone(),
         }
     }
 }

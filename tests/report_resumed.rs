@@ -176,3 +176,47 @@ fn the_summary_of_a_resumed_failed_run_counts_the_fresh_budget_as_the_report_doe
     assert_eq!(out.status.code(), Some(1));
     golden("report/resumed-fresh-budget.stderr", &common::normalise_plain(&normalise(&env, &common::stderr(&out))));
 }
+
+/// The failure report names only the log files the step's last attempt created; one made on
+/// another host (a shared store) keeps its recorded paths, with the host they are on, as
+/// nothing here says whether they exist there.
+#[test]
+fn the_report_names_an_attempts_logs_on_the_host_it_ran_on() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'hooked'\n[hooks]\non_failure = 'if [ -e second ]; then exit 0; fi; echo $$ > hook-started; exec sleep 60'\n\
+         [[step]]\nname = 'b'\nshell = 'echo err >&2; exit 1'\n",
+    );
+    let first = env.spawn(&["--host-id", "far-away", "run", "flow.toml"]);
+    env.wait_for_lines("hook-started", 1);
+    kill(first.id(), "KILL");
+    assert_eq!(finish(first).status.code(), None, "the first runner was killed in its hook");
+    // No runner kills by a pid recorded on another host: the hook is this test's to stop.
+    kill(common::read_pid(&env.path("hook-started")), "KILL");
+    env.write("second", "");
+    let out = env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let report = normalise(&env, &common::stderr(&out));
+    let logs: Vec<&str> =
+        report.lines().filter(|l| l.trim_start().starts_with("logs") || l.starts_with("         ")).collect();
+    assert_eq!(
+        logs,
+        [
+            "    logs (on host `far-away`): STATE/logs/RUN/b/attempt-1.stdout",
+            "                               STATE/logs/RUN/b/attempt-1.stderr"
+        ],
+        "{report}"
+    );
+    // Run here, the same step names its one log file.
+    let out = env.cmd(&["run", "--quiet", "--fresh", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let report = normalise(&env, &common::stderr(&out));
+    let logs: Vec<&str> =
+        report.lines().filter(|l| l.trim_start().starts_with("logs") || l.starts_with("         ")).collect();
+    assert_eq!(
+        logs,
+        ["    logs: STATE/logs/RUN/b/attempt-1.stderr (no stdout log: attempt 1 wrote nothing to stdout)"],
+        "{report}"
+    );
+}

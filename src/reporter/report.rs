@@ -32,6 +32,9 @@ struct Row {
     end: Option<RowEnd>,
     /// Made by an earlier runner of the run (it was resumed).
     earlier: bool,
+    /// Made on another host (a shared store), whose logs are there: that host, and the stem of
+    /// its log files as recorded.
+    elsewhere: Option<(String, PathBuf)>,
 }
 
 impl Row {
@@ -43,7 +46,12 @@ impl Row {
             error: a.error.clone(),
             killed_after_grace: a.killed_after_grace,
         });
-        Row { attempt: a.attempt, redelivered: a.redelivered, started: Some(a.started), end, earlier }
+        let elsewhere = a
+            .host
+            .as_ref()
+            .filter(|h| h.as_str() != crate::store::lease::host_id())
+            .map(|h| (h.clone(), a.log_stem.clone()));
+        Row { attempt: a.attempt, redelivered: a.redelivered, started: Some(a.started), end, earlier, elsewhere }
     }
 }
 
@@ -141,8 +149,14 @@ impl History {
             Event::StepSkipped { step, reason } => self.seen(step).skipped = Some(*reason),
             Event::AuxStarted { kind: crate::store::AuxKind::Compensate, .. } => self.compensated = true,
             Event::AttemptStarted { step, attempt, max_attempts, redelivered, .. } => {
-                let row =
-                    Row { attempt: *attempt, redelivered: *redelivered, started: Some(at), end: None, earlier: false };
+                let row = Row {
+                    attempt: *attempt,
+                    redelivered: *redelivered,
+                    started: Some(at),
+                    end: None,
+                    earlier: false,
+                    elsewhere: None,
+                };
                 let seen = self.seen(step);
                 seen.max_attempts = Some(*max_attempts);
                 seen.rows.push(row);
@@ -175,6 +189,7 @@ impl History {
                         started: None,
                         end: Some(end),
                         earlier: false,
+                        elsewhere: None,
                     }),
                 }
             }
@@ -321,8 +336,33 @@ impl History {
                 let _ = writeln!(out, "      {line}");
             }
         }
-        let _ = writeln!(out, "    logs: {}", f.stdout_log.display());
-        let _ = writeln!(out, "          {}", f.stderr_log.display());
+        // The latest run of the last attempt: one made on another host has its logs there.
+        let last = rows.iter().rev().find(|r| r.attempt == f.last_attempt);
+        if let Some((host, stem)) = last.and_then(|r| r.elsewhere.as_ref()) {
+            let label = format!("logs (on host `{host}`): ");
+            let _ = writeln!(out, "    {label}{}", stem.with_extension("stdout").display());
+            let _ =
+                writeln!(out, "    {:w$}{}", "", stem.with_extension("stderr").display(), w = label.chars().count());
+            return;
+        }
+        // A log file is created on the first byte the attempt writes to its stream: name only
+        // those that exist.
+        let n = f.last_attempt;
+        let exists = |p: &Path| std::fs::symlink_metadata(p).is_ok();
+        let _ = match (exists(&f.stdout_log), exists(&f.stderr_log)) {
+            (true, true) => writeln!(out, "    logs: {}\n          {}", f.stdout_log.display(), f.stderr_log.display()),
+            (true, false) => writeln!(
+                out,
+                "    logs: {} (no stderr log: attempt {n} wrote nothing to stderr)",
+                f.stdout_log.display()
+            ),
+            (false, true) => writeln!(
+                out,
+                "    logs: {} (no stdout log: attempt {n} wrote nothing to stdout)",
+                f.stderr_log.display()
+            ),
+            (false, false) => writeln!(out, "    logs: none (attempt {n} wrote nothing to stdout or stderr)"),
+        };
     }
 }
 
@@ -611,7 +651,12 @@ mod tests {
             attempts: 2,
             attempts_allowed: 3,
         };
-        let report = history.report("r1", &[failure("fetch", timeout, stopped, 2)]);
+        // Attempt 2 wrote to stdout only: its stdout log exists, its stderr log does not.
+        let logs = tempfile::tempdir().unwrap();
+        let mut f = failure("fetch", timeout, stopped, 2);
+        (f.stdout_log, f.stderr_log) = (logs.path().join("attempt-2.stdout"), logs.path().join("attempt-2.stderr"));
+        std::fs::write(&f.stdout_log, "row 12\n").unwrap();
+        let report = history.report("r1", &[f]).replace(&logs.path().display().to_string(), "/s/logs/r1/fetch");
         assert_eq!(
             report,
             "waymark: run r1 failed\n  \
@@ -626,8 +671,7 @@ mod tests {
              row 3\n      row 4\n      row 5\n      row 6\n      row 7\n      row 8\n      row 9\n      row 10\n      \
              row 11\n      row 12\n    \
              stderr of attempt 2: nothing\n    \
-             logs: /s/logs/r1/fetch/attempt-2.stdout\n          \
-             /s/logs/r1/fetch/attempt-2.stderr\n  \
+             logs: /s/logs/r1/fetch/attempt-2.stdout (no stderr log: attempt 2 wrote nothing to stderr)\n  \
              run id: r1 (`waymark status r1` shows it; `waymark resume r1` runs its failed steps again with a \
              fresh budget)\n"
         );
@@ -710,6 +754,71 @@ mod tests {
                  BaseException): bad [traceback]",
                 "    error: WorkflowTimeout(BaseException): the workflow's timeout of 10s passed [timeout]",
                 "    not retried: the workflow's timeout passed, and no policy retries WorkflowTimeout",
+            ]
+        );
+    }
+
+    /// The report names only the log files the last attempt created (a log is created on the
+    /// first byte written to its stream); one made on another host keeps its recorded paths,
+    /// with the host they are on.
+    #[test]
+    fn the_report_names_the_log_files_that_exist_or_the_host_they_are_on() {
+        let value = error("ValueError", "bad", ErrorSource::Traceback);
+        let stopped =
+            RetryStop { reason: StopReason::NotRetryable, exception_types: vec![], attempts: 1, attempts_allowed: 1 };
+        let logs = tempfile::tempdir().unwrap();
+        let dir = logs.path().display().to_string();
+        let lines = |history: &History, wrote: &[&str]| {
+            let mut f = failure("load", value.clone(), stopped.clone(), 1);
+            (f.stdout_log, f.stderr_log) = (logs.path().join("attempt-1.stdout"), logs.path().join("attempt-1.stderr"));
+            for stream in ["stdout", "stderr"] {
+                let path = logs.path().join(format!("attempt-1.{stream}"));
+                match wrote.contains(&stream) {
+                    true => std::fs::write(&path, "x\n").unwrap(),
+                    false => drop(std::fs::remove_file(&path)),
+                }
+            }
+            let report = history.report("r1", &[f]).replace(&dir, "DIR");
+            let from_logs = report.lines().skip_while(|l| !l.starts_with("    logs"));
+            from_logs.take_while(|l| !l.starts_with("  run id")).map(str::to_owned).collect::<Vec<_>>()
+        };
+        let mut here = History::default();
+        here.record(&envelope(0, started("load", 1, false)));
+        here.record(&envelope(5, finished("load", 1, value.clone(), 5, false)));
+        assert_eq!(
+            lines(&here, &["stdout", "stderr"]),
+            ["    logs: DIR/attempt-1.stdout", "          DIR/attempt-1.stderr"]
+        );
+        assert_eq!(
+            lines(&here, &["stdout"]),
+            ["    logs: DIR/attempt-1.stdout (no stderr log: attempt 1 wrote nothing to stderr)"]
+        );
+        assert_eq!(
+            lines(&here, &["stderr"]),
+            ["    logs: DIR/attempt-1.stderr (no stdout log: attempt 1 wrote nothing to stdout)"]
+        );
+        assert_eq!(lines(&here, &[]), ["    logs: none (attempt 1 wrote nothing to stdout or stderr)"]);
+        // Made by an earlier runner on another host: its logs are there, whatever is here.
+        let mut elsewhere = History::default();
+        elsewhere.prefill(&Earlier {
+            attempts: vec![EarlierAttempt {
+                step: "load".into(),
+                attempt: 1,
+                redelivered: false,
+                started: at(0),
+                end: Some((at(5), AttemptEnd::Failed)),
+                error: Some(value.clone()),
+                killed_after_grace: false,
+                log_stem: "/far/logs/r1/load/attempt-1".into(),
+                host: Some("far-away".into()),
+            }],
+            compensated: false,
+        });
+        assert_eq!(
+            lines(&elsewhere, &[]),
+            [
+                "    logs (on host `far-away`): /far/logs/r1/load/attempt-1.stdout",
+                "                               /far/logs/r1/load/attempt-1.stderr"
             ]
         );
     }
