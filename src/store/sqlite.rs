@@ -963,7 +963,11 @@ impl Store for SqliteStore {
 
     fn claim(&mut self, run_id: &str, owner: &str) -> Result<Lease, StoreError> {
         let host = host_name();
-        self.write(true, |tx| {
+        // `synchronous=NORMAL`, like a run's creation: a claim lost to a power loss is made again
+        // by the next runner, and the first of this runner's commits that reaches the disk takes
+        // it there (the log is written in order). A synced commit here cost the resume two
+        // flushes (the log and, on a connection's first, its directory) before its first child.
+        self.write(false, |tx| {
             move_run(tx, run_id, RunStatus::Running)?;
             // A new token: every earlier owner's writes are refused from this commit on.
             tx.execute(
@@ -1511,7 +1515,7 @@ mod tests {
 
     /// Claiming a run and ending it write its row and the indexes that hold it: a few pages, not
     /// its definition (22 pages for 2,000 steps), which schemas 1 to 8 wrote again with every
-    /// change of the run's row.
+    /// change of the run's row. The claim is not flushed (the run's end is).
     #[test]
     fn claiming_and_ending_a_run_leave_its_definition_unwritten() {
         let dir = tempfile::tempdir().unwrap();
@@ -1524,7 +1528,11 @@ mod tests {
         let wal = || std::fs::metadata(state.db().with_extension("db-wal")).unwrap().len() / (4096 + 24);
         let before = wal();
         let lease = store.claim(&run.id, "test:1:b").unwrap();
+        // Nor is the claim flushed: the synced connection, opened for the first flushed commit,
+        // is not yet open; the run's end is flushed.
+        assert!(store.synced.is_none(), "the claim was flushed");
         store.run_finished(&lease, &run.id, RunStatus::Succeeded, None, &[]).unwrap();
+        assert!(store.synced.is_some(), "the run's end was not flushed");
         let written = wal() - before;
         assert!(written < 10, "{written} pages written; the definition spans {definition_pages}");
         assert_eq!(store.run(&run.id).unwrap().definition, run.definition);
