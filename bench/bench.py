@@ -86,6 +86,10 @@ def first_spawn(cmd, env, step=None):
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     t = None
     for line in p.stdout:
+        # Only the candidates are parsed: a resumed run's 5,000 `step.skipped` lines parsed one by
+        # one made the reader, not waymark, what this row timed.
+        if b'"attempt.started"' not in line:
+            continue
         event = json.loads(line)
         if event.get("event") == "attempt.started" and step in (None, event.get("step")):
             t = time.perf_counter() - t0
