@@ -91,8 +91,7 @@ impl Sink {
                     match item.text {
                         Text::Bytes(bytes) if text.is_empty() => text = bytes,
                         Text::Bytes(bytes) => text.extend_from_slice(&bytes),
-                        Text::Behind { step, chunk } if text.is_empty() => text = behind(&step, &chunk),
-                        Text::Behind { step, chunk } => text.extend_from_slice(&behind(&step, &chunk)),
+                        Text::Behind { step, chunk } => text = behind_into(std::mem::take(&mut text), &step, &chunk),
                     }
                     next = if text.len() < PIECE { rx.try_recv().ok() } else { None };
                 }
@@ -358,10 +357,15 @@ impl Dropped {
 /// newline) behind its step's name, `step | line`. The plain and the live display both show
 /// output so.
 pub(crate) fn behind(step: &str, chunk: &[u8]) -> Vec<u8> {
+    behind_into(Vec::new(), step, chunk)
+}
+
+/// [`behind`], appended to `text` (a write of several chunks copies none of them twice).
+fn behind_into(mut text: Vec<u8>, step: &str, chunk: &[u8]) -> Vec<u8> {
     let prefix = [step.as_bytes(), b" | "].concat();
     if prefix.len() > PREFIX {
         // A long step name: one line at a time, as plainly as it can be written.
-        let mut text = Vec::with_capacity(chunk.len() + prefix.len());
+        text.reserve(chunk.len() + prefix.len());
         for line in chunk.split_inclusive(|b| *b == b'\n') {
             text.extend_from_slice(&prefix);
             text.extend_from_slice(line);
@@ -373,14 +377,13 @@ pub(crate) fn behind(step: &str, chunk: &[u8]) -> Vec<u8> {
     let newlines = count_newlines(chunk);
     // The last line may have no newline.
     let lines = newlines + usize::from(!chunk.is_empty() && !chunk.ends_with(b"\n"));
-    let mut out = Behind {
-        chunk,
-        wide,
-        prefix_len: prefix.len(),
-        text: vec![0; chunk.len() + lines * prefix.len() + PREFIX],
-        at: 0,
-        from: 0,
-    };
+    // Room for every line behind its prefix, and the slack of the last fixed-size copy.
+    let (start, room) = (text.len(), chunk.len() + lines * prefix.len() + PREFIX);
+    match start {
+        0 => text = vec![0; room],
+        _ => text.resize(start + room, 0),
+    }
+    let mut out = Behind { chunk, wide, prefix_len: prefix.len(), text, at: start, from: 0 };
     // Eight bytes at a time, a mask of their newlines read bit by bit: as fast as `memchr`
     // through long lines, and many times faster through short ones, where `memchr` is a call
     // per line.
@@ -479,7 +482,7 @@ pub(crate) fn close_for_run(terminal: &mut Terminal, run: &str) {
 
 #[cfg(test)]
 mod tests {
-    use super::{BUDGET, Sink, behind};
+    use super::{BUDGET, Sink, behind, behind_into};
     use crate::executor::{Chunk, OutputGate};
     use std::sync::mpsc::{Receiver, channel};
     use std::sync::{Arc, Mutex};
@@ -605,6 +608,12 @@ mod tests {
                     "{step}: {:?}",
                     String::from_utf8_lossy(&chunk)
                 );
+                // Behind what a write already holds (the writer puts what is queued in one):
+                // the same lines after it, it unchanged.
+                let held = rng.usize(1..40);
+                let before: Vec<u8> = (0..held).map(|_| rng.alphanumeric() as u8).collect();
+                let appended = behind_into(before.clone(), step, &chunk);
+                assert_eq!(appended, [before, plainly(step, &chunk)].concat(), "{step}");
             }
         }
     }
