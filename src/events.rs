@@ -404,16 +404,18 @@ pub(crate) struct EarlierAttempt {
     pub(crate) error: Option<ErrorValue>,
     /// Its process group was killed with SIGKILL after the kill grace.
     pub(crate) killed_after_grace: bool,
-    /// Where its logs are (on its host): the stem of `attempt-N.stdout` and `attempt-N.stderr`.
+    /// Where its logs are: the stem of `attempt-N.stdout` and `attempt-N.stderr`.
     pub(crate) log_stem: PathBuf,
-    /// The host it ran on (`None` for attempts recorded before hosts were).
-    pub(crate) host: Option<String>,
+    /// The other host whose disk holds its logs: the host it ran on, when that is not this one
+    /// and the store is shared by hosts. `None`: its logs are here (a store of this host's keeps
+    /// them here, whatever host id a runner went by).
+    pub(crate) logs_on: Option<String>,
 }
 
 impl EarlierAttempt {
-    /// The attempt `a` as recorded. One left running, or ended by a claim (`runner_lost`), has
-    /// no outcome.
-    pub(crate) fn of(a: &crate::store::AttemptRecord) -> EarlierAttempt {
+    /// The attempt `a` as recorded in a store `shared` by hosts or not. One left running, or
+    /// ended by a claim (`runner_lost`), has no outcome.
+    pub(crate) fn of(a: &crate::store::AttemptRecord, shared: bool) -> EarlierAttempt {
         use crate::store::AttemptState;
         let outcome = match a.outcome {
             AttemptState::Succeeded => Some(AttemptEnd::Succeeded),
@@ -430,7 +432,7 @@ impl EarlierAttempt {
             error: a.error.clone(),
             killed_after_grace: a.killed_after_grace,
             log_stem: a.log_stem.clone(),
-            host: a.host.clone(),
+            logs_on: a.logs_on(shared).map(str::to_owned),
         }
     }
 }

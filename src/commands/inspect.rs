@@ -55,11 +55,11 @@ fn attempt_json(a: &AttemptRecord, runner_alive: bool) -> Value {
 
 /// Attempt `a`'s log of `stream` as `status --json --attempts` gives it: its path, or `null` when
 /// there is no such file because the attempt wrote nothing to it (a log is created on its first
-/// byte). An attempt that ran on another host keeps its path: its logs are there.
+/// byte). An attempt that ran on another host of a shared store keeps its path: its logs are
+/// there.
 fn log_file(a: &AttemptRecord, stream: &str) -> Value {
     let path = a.log_stem.with_extension(stream);
-    let elsewhere = a.host.as_deref().is_some_and(|h| h != crate::store::lease::host_id());
-    match elsewhere || std::fs::symlink_metadata(&path).is_ok() {
+    match a.logs_on(super::shared_store()).is_some() || std::fs::symlink_metadata(&path).is_ok() {
         true => json!(path),
         false => Value::Null,
     }
@@ -424,7 +424,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
                     AttemptState::Running => "running",
                     _ => "its runner died before it ended",
                 };
-                let line = crate::reporter::attempt_line(&EarlierAttempt::of(a), unended);
+                let line = crate::reporter::attempt_line(&EarlierAttempt::of(a, super::shared_store()), unended);
                 out.push_str(&format!("  {:<name_width$} {line}\n", ""));
             }
         }

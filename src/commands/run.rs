@@ -502,7 +502,8 @@ fn execute(
         false => Vec::new(),
     };
     if reported {
-        let attempts = attempts.iter().map(EarlierAttempt::of).collect();
+        let shared = super::shared_store();
+        let attempts = attempts.iter().map(|a| EarlierAttempt::of(a, shared)).collect();
         events.earlier(&Earlier { attempts, compensated: compensated(&aux) });
     }
     let log_dir = state.run_logs(&record.id);

@@ -46,11 +46,7 @@ impl Row {
             error: a.error.clone(),
             killed_after_grace: a.killed_after_grace,
         });
-        let elsewhere = a
-            .host
-            .as_ref()
-            .filter(|h| h.as_str() != crate::store::lease::host_id())
-            .map(|h| (h.clone(), a.log_stem.clone()));
+        let elsewhere = a.logs_on.as_ref().map(|h| (h.clone(), a.log_stem.clone()));
         Row { attempt: a.attempt, redelivered: a.redelivered, started: Some(a.started), end, earlier, elsewhere }
     }
 }
@@ -810,7 +806,7 @@ mod tests {
                 error: Some(value.clone()),
                 killed_after_grace: false,
                 log_stem: "/far/logs/r1/load/attempt-1".into(),
-                host: Some("far-away".into()),
+                logs_on: Some("far-away".into()),
             }],
             compensated: false,
         });

@@ -380,6 +380,15 @@ pub struct AttemptRecord {
     pub(crate) killed_after_grace: bool,
 }
 
+impl AttemptRecord {
+    /// The other host whose disk holds its logs, in a store `shared` by hosts: the host it ran
+    /// on, if not this one. A store of this host's (SQLite) keeps every log here, whatever host
+    /// id its runners went by (a container restarted on the same volume, `--host-id`).
+    pub(crate) fn logs_on(&self, shared: bool) -> Option<&str> {
+        self.host.as_deref().filter(|h| shared && *h != lease::host_id())
+    }
+}
+
 /// How a finished attempt ended, for the record.
 #[derive(Debug, Clone)]
 pub struct AttemptResult {
@@ -747,8 +756,31 @@ fn create_dir_following(dir: &std::path::Path) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::FlowKey;
+    use super::{AttemptRecord, AttemptState, FlowKey};
     use std::path::Path;
+
+    /// An attempt's logs are on another host only in a store shared by hosts, and only when it
+    /// ran on another host: a store of this host's keeps them here whatever host id it recorded.
+    #[test]
+    fn an_attempt_s_logs_are_elsewhere_only_in_a_shared_store_and_from_another_host() {
+        let on = |host: Option<&str>| AttemptRecord {
+            step: "s".into(),
+            attempt: 1,
+            log_stem: "/x/attempt-1".into(),
+            host: host.map(str::to_owned),
+            outcome: AttemptState::Failed,
+            started_at: std::time::SystemTime::UNIX_EPOCH,
+            ended_at: None,
+            redelivered: false,
+            error: None,
+            killed_after_grace: false,
+        };
+        let here = super::lease::host_id();
+        assert_eq!(on(Some("far-away")).logs_on(true), Some("far-away"));
+        assert_eq!(on(Some("far-away")).logs_on(false), None);
+        assert_eq!(on(Some(here)).logs_on(true), None);
+        assert_eq!(on(None).logs_on(true), None);
+    }
 
     #[test]
     fn lock_file_names_stay_within_name_max_and_never_meet() {
