@@ -156,7 +156,7 @@ fn open_store(dir: &StateDir) -> Result<Box<dyn Store>, CliError> {
 fn read_store(dir: &StateDir) -> Result<Box<dyn Store>, CliError> {
     match backend() {
         Backend::Sqlite => Ok(Box::new(SqliteStore::open_for_reading(dir)?)),
-        Backend::Postgres { config, shown, .. } => Ok(Box::new(PgStore::open(config, shown)?)),
+        Backend::Postgres { config, shown, .. } => Ok(Box::new(PgStore::open_for_reading(config, shown)?)),
     }
 }
 

@@ -406,14 +406,6 @@ impl rustls::client::danger::ServerCertVerifier for ChainOnly {
 /// hosts starting at once exactly one migrates and the others find it done.
 fn migrate(client: &mut Client, location: &str) -> Result<(), StoreError> {
     let fail = |e: ::postgres::Error| StoreError::failed(kind_of(&e), location, detail(&e));
-    // Most of the time the schema is there already: a read, no lock, no write.
-    let current = |c: &mut Client| -> Result<Option<i64>, ::postgres::Error> {
-        let exists: bool = c.query_one("SELECT to_regclass('waymark_schema') IS NOT NULL", &[])?.get(0);
-        if !exists {
-            return Ok(None);
-        }
-        Ok(c.query_opt("SELECT version FROM waymark_schema", &[])?.map(|r| r.get(0)))
-    };
     let newer = |found: i64| {
         StoreError::failed(
             StoreErrorKind::NewerSchema,
@@ -421,7 +413,8 @@ fn migrate(client: &mut Client, location: &str) -> Result<(), StoreError> {
             format!("schema {found}, this one knows {SCHEMA_VERSION}"),
         )
     };
-    match current(client).map_err(fail)? {
+    // Most of the time the schema is there already: a read, no lock, no write.
+    match installed(client).map_err(fail)? {
         Some(v) if v == SCHEMA_VERSION => return Ok(()),
         Some(v) if v > SCHEMA_VERSION => return Err(newer(v)),
         _ => {}
@@ -447,6 +440,15 @@ fn migrate(client: &mut Client, location: &str) -> Result<(), StoreError> {
     tx.commit().map_err(fail)
 }
 
+/// The schema the database has, if any: a read, no lock, no write.
+fn installed(client: &mut Client) -> Result<Option<i64>, ::postgres::Error> {
+    let exists: bool = client.query_one("SELECT to_regclass('waymark_schema') IS NOT NULL", &[])?.get(0);
+    if !exists {
+        return Ok(None);
+    }
+    Ok(client.query_opt("SELECT version FROM waymark_schema", &[])?.map(|r| r.get(0)))
+}
+
 /// The shared store. See the module documentation.
 pub(crate) struct PgStore {
     client: std::cell::RefCell<Client>,
@@ -455,6 +457,9 @@ pub(crate) struct PgStore {
     /// While a run goes on: its runner's lease clock. Writes that fail for want of a connection
     /// are retried until the runner is fenced off, and none is made after.
     clock: Option<Arc<LeaseClock>>,
+    /// The SQL for whether an attempt was killed after its grace: the `killed` column, or
+    /// `false` in a schema-1 database that a looking command reads as it is.
+    killed_sql: &'static str,
 }
 
 impl PgStore {
@@ -462,12 +467,34 @@ impl PgStore {
     pub(crate) fn open(config: &PgConfig, location: &str) -> Result<PgStore, StoreError> {
         let mut client = connect(config, location)?;
         migrate(&mut client, location)?;
-        Ok(PgStore {
+        Ok(PgStore::with(client, config, location, SCHEMA_VERSION))
+    }
+
+    /// Connect for a command that only looks: a database of an older schema is read as it is,
+    /// so that looking never locks the older waymarks of other hosts out of it (the next runner
+    /// migrates it). One without a schema gets it, as on any first use.
+    pub(crate) fn open_for_reading(config: &PgConfig, location: &str) -> Result<PgStore, StoreError> {
+        let mut client = connect(config, location)?;
+        let found = installed(&mut client).map_err(|e| StoreError::failed(kind_of(&e), location, detail(&e)))?;
+        let schema = match found {
+            Some(older) if older < SCHEMA_VERSION => older,
+            _ => {
+                migrate(&mut client, location)?;
+                SCHEMA_VERSION
+            }
+        };
+        Ok(PgStore::with(client, config, location, schema))
+    }
+
+    fn with(client: Client, config: &PgConfig, location: &str, schema: i64) -> PgStore {
+        PgStore {
             client: std::cell::RefCell::new(client),
             config: config.clone(),
             location: location.to_owned(),
             clock: None,
-        })
+            // Attempts recorded before schema 2 say nothing of a kill after the grace.
+            killed_sql: if schema < 2 { "false" } else { "killed" },
+        }
     }
 
     fn pg(&self, e: &::postgres::Error) -> StoreError {
@@ -895,12 +922,13 @@ impl Store for PgStore {
 
     fn attempts(&self, run_id: &str, step: Option<&str>) -> Result<Vec<AttemptRecord>, StoreError> {
         self.read(|tx| {
-            let rows = tx.query(
-                "SELECT step, attempt, log_stem, host, outcome, started_at, ended_at, redelivered, error, killed
+            let sql = format!(
+                "SELECT step, attempt, log_stem, host, outcome, started_at, ended_at, redelivered, error, {}
                  FROM waymark_attempts
                  WHERE run_id = $1 AND ($2::text IS NULL OR step = $2) AND kind = 'attempt' ORDER BY row_id",
-                &[&run_id, &step],
-            )?;
+                self.killed_sql
+            );
+            let rows = tx.query(&sql, &[&run_id, &step])?;
             rows.iter()
                 .map(|r| {
                     let step: String = r.get(0);

@@ -298,14 +298,23 @@ fn a_live_lease_keeps_a_second_runner_out_and_a_newer_schema_is_refused() {
     let err = PgStore::open(config, location).err().expect("refused");
     assert_eq!(err.kind(), Some(StoreErrorKind::NewerSchema));
     assert!(err.to_string().contains("(schema 99, this one knows 2)"), "{err}");
+    let err = PgStore::open_for_reading(config, location).err().expect("refused to a looking command too");
+    assert_eq!(err.kind(), Some(StoreErrorKind::NewerSchema));
 
-    // A schema-1 database (attempts without `killed`) is brought up to date by the next open.
+    // A schema-1 database (attempts without `killed`) is read as it is by a looking command, which
+    // leaves it so (older waymarks of other hosts go on using it), and brought up to date by the
+    // next runner's open.
     admin
         .batch_execute("UPDATE waymark_schema SET version = 1; ALTER TABLE waymark_attempts DROP COLUMN killed")
         .unwrap();
+    let version = |admin: &mut ::postgres::Client| -> i64 {
+        admin.query_one("SELECT version FROM waymark_schema", &[]).unwrap().get(0)
+    };
+    let looking = PgStore::open_for_reading(config, location).unwrap();
+    assert!(looking.attempts("nosuch", None).unwrap().is_empty());
+    assert_eq!(version(&mut admin), 1);
     PgStore::open(config, location).unwrap();
-    let version: i64 = admin.query_one("SELECT version FROM waymark_schema", &[]).unwrap().get(0);
-    assert_eq!(version, 2);
+    assert_eq!(version(&mut admin), 2);
     admin.query_one("SELECT count(*) FROM waymark_attempts WHERE killed", &[]).unwrap();
 }
 
