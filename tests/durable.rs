@@ -863,6 +863,22 @@ fn status_of_an_interrupted_run_says_its_waiting_retry_is_held_until_resume() {
     assert_eq!(st["steps"][0]["next_retry_at"], wake, "the recorded time is kept");
     assert_eq!(st["steps"][0]["next_retry_held"], true);
     assert_eq!(env.count("runs"), 1, "nothing retried it");
+
+    // Abandoned for a new run (`--fresh`), it is never resumed: no retry is held for it.
+    let old = st["id"].as_str().unwrap().to_owned();
+    env.write("flow.toml", "name = 'held'\n[[step]]\nname = 'w'\nshell = 'true'\n");
+    env.cmd(&["run", "--fresh", "flow.toml"]).assert().success();
+    let (text, st) = status_text(&env, &old);
+    assert_eq!(
+        text,
+        format!(
+            "run RUN of held (PATH): abandoned, started TIME, ended TIME\n  \
+             w                    waiting    attempts 1/2  Ns  no retry (it was due at TIME): the run was abandoned\n  \
+             {:20} last error: {error}\n",
+            ""
+        )
+    );
+    assert_eq!(st["steps"][0]["next_retry_held"], false, "an abandoned run is never resumed");
 }
 
 #[test]

@@ -349,9 +349,9 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
                 "ended_at": opt_time(s.ended_at),
                 "duration_seconds": active_time(policy(&s.name).map(|r| &r.backoff), s, mine, &run, runner_alive, now).map(|d| d.as_secs()),
                 "next_retry_at": opt_time(next),
-                // No runner holds the run (interrupted, its runner gone, or abandoned): nothing
-                // retries the step until the run is resumed.
-                "next_retry_held": next.is_some() && !runner_alive,
+                // No runner holds the run (interrupted, or its runner gone): nothing retries the
+                // step until the run is resumed. An abandoned run never is: no retry is held.
+                "next_retry_held": next.is_some() && !runner_alive && run.status != RunStatus::Abandoned,
                 "host": host(&s.name),
                 "outputs": s.outputs,
                 "run_failed_with": run_failed_with(s).as_ref().map(error_json),
