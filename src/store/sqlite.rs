@@ -987,7 +987,10 @@ impl Store for SqliteStore {
     }
 
     fn reopen_failed(&mut self, run_id: &str) -> Result<(), StoreError> {
-        self.write(true, |tx| {
+        // Not flushed, like the claim that follows it: a power loss before this runner's first
+        // flushed commit loses both and leaves the run failed as it was, rather than failed with
+        // its steps reopened (the log is written in order: that flush takes both to the disk).
+        self.write(false, |tx| {
             tx.execute(
                 "UPDATE steps SET state = 'pending', budget_base = attempts_used, ended_at = NULL
                  WHERE run_id = ?1 AND state IN ('failed', 'skipped')",
@@ -1540,6 +1543,24 @@ mod tests {
         assert!(store.delete_finished(&run.id, SystemTime::now() + std::time::Duration::from_secs(60)).unwrap());
         let left: i64 = store.conn.query_row("SELECT COUNT(*) FROM definitions", [], |r| r.get(0)).unwrap();
         assert_eq!(left, 0);
+    }
+
+    /// `waymark resume` of a failed run reopens it and claims it without a flush (the synced
+    /// connection, opened for the first flushed commit, stays closed): a power loss before the
+    /// runner's first flushed commit loses both together.
+    #[test]
+    fn reopening_a_failed_run_and_claiming_it_are_not_flushed() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::create(dir.path()).unwrap();
+        let mut store = SqliteStore::open(&state).unwrap();
+        let (run, lease) = store.create_run(&flow_of(1, dir.path()), "hash", "test:1:a").unwrap();
+        store.run_finished(&lease, &run.id, RunStatus::Failed, Some("s0"), &[]).unwrap();
+        drop(store);
+        let mut store = SqliteStore::open(&state).unwrap();
+        store.reopen_failed(&run.id).unwrap();
+        store.claim(&run.id, "test:1:b").unwrap();
+        assert!(store.synced.is_none(), "flushed");
+        assert_eq!(store.run(&run.id).unwrap().status, RunStatus::Running);
     }
 
     /// Attempts come back oldest first (in the order of their rows), not in the order of the
