@@ -835,7 +835,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                     self.emitter.warning(Some(&self.steps[index].step.name), message);
                 }
                 if let Slot::Handling(_) = self.steps[index].slot {
-                    return self.handler_ended(index, end).await;
+                    return self.handler_ended(index, end, exited).await;
                 }
                 let ended = Ended { ended: exited, killed_after_grace, stderr_tail, ..self.take_running(index) };
                 match end {
@@ -1158,14 +1158,14 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 let name = step.name.clone();
                 self.emitter.emit(Event::HandlerStarted { step: name, attempt, error: error_class, pid: None });
                 self.emitter.warning(Some(&step.name), format!("its catch handler could not start: {why}"));
-                self.handler_done(index, row, AttemptOutcome::Failed, None, issued).await
+                self.handler_done(index, row, AttemptOutcome::Failed, None, issued.elapsed()).await
             }
         }
     }
 
     /// The catch handler of step `index` ended: the step is caught if it succeeded, catching
     /// again (to run on resume) if it was cancelled, and fails with its error otherwise.
-    async fn handler_ended(&mut self, index: usize, end: End) -> Result<(), ExecError> {
+    async fn handler_ended(&mut self, index: usize, end: End, exited: Instant) -> Result<(), ExecError> {
         let Slot::Handling(live) = self.set_slot(index, Slot::Failed) else {
             return Ok(()); // the caller checked: only a running handler ends
         };
@@ -1186,17 +1186,18 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             let message = format!("its catch handler failed ({why}); the step fails with its error");
             self.emitter.warning(Some(&self.steps[index].step.name), message);
         }
-        self.handler_done(index, live.row, outcome, exit_code, live.issued).await
+        // To its process's exit, as an attempt's (its outcome's commit is not part of it).
+        self.handler_done(index, live.row, outcome, exit_code, exited.saturating_duration_since(live.issued)).await
     }
 
-    /// Commit how a catch handler ended and what it does to its step, then say it.
+    /// Commit how a catch handler ended (after `duration`) and what it does to its step, then say it.
     async fn handler_done(
         &mut self,
         index: usize,
         row: i64,
         outcome: AttemptOutcome,
         exit_code: Option<i32>,
-        issued: Instant,
+        duration: Duration,
     ) -> Result<(), ExecError> {
         let (update, slot) = match outcome {
             AttemptOutcome::Succeeded => (StepUpdate::Caught, Slot::Caught),
@@ -1215,7 +1216,6 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             AttemptOutcome::Failed => AttemptEnd::Failed,
             AttemptOutcome::Cancelled => AttemptEnd::Cancelled,
         };
-        let duration = issued.elapsed();
         self.emitter.emit(Event::HandlerFinished { step: step.clone(), attempt, outcome: end, duration });
         match outcome {
             AttemptOutcome::Succeeded => {
@@ -1341,11 +1341,15 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             outputs: self.outputs.env().collect(),
             aux: Some(Aux { what: what.clone(), command, env }),
         };
+        // When it ended: its process's exit, or now if it never started.
+        let mut ended = Instant::now();
         let (end, pid) = match self.spawn_recorded(spec, control_rx).await? {
             Launched::NotStarted { why, .. } => (Err(why), None),
             Launched::Running { pid, .. } => {
                 self.emitter.emit(Event::AuxStarted { kind, name: name.to_owned(), pid: Some(pid) });
-                (Ok(self.await_aux(row, name, &control).await?), Some(pid))
+                let (end, exited) = self.await_aux(row, name, &control).await?;
+                ended = exited;
+                (Ok(end), Some(pid))
             }
         };
         let (outcome, exit_code, why) = match &end {
@@ -1372,7 +1376,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             AttemptOutcome::Failed => AttemptEnd::Failed,
             AttemptOutcome::Cancelled => AttemptEnd::Cancelled,
         };
-        let duration = issued.elapsed();
+        // To its process's exit, as an attempt's (its outcome's commit is not part of it).
+        let duration = ended.saturating_duration_since(issued);
         self.emitter.emit(Event::AuxFinished { kind, name: name.to_owned(), outcome: end, duration });
         if let Some(why) = why {
             let message = match kind {
@@ -1391,18 +1396,23 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
 
     /// Wait for the compensation or hook recorded as `row` to end, showing its output and passing
     /// the runner's signals on to it.
-    async fn await_aux(&mut self, row: i64, name: &str, control: &watch::Sender<Control>) -> Result<End, ExecError> {
+    async fn await_aux(
+        &mut self,
+        row: i64,
+        name: &str,
+        control: &watch::Sender<Control>,
+    ) -> Result<(End, Instant), ExecError> {
         loop {
             tokio::select! {
                 Some(msg) = self.rx.recv() => match msg {
                     Msg::Output { row: r, stream, chunk, .. } if r == row => {
                         self.emitter.emit(Event::Output { step: name.to_owned(), stream, chunk });
                     }
-                    Msg::Done { row: r, end, notes, .. } if r == row => {
+                    Msg::Done { row: r, end, exited, notes, .. } if r == row => {
                         for message in notes {
                             self.emitter.warning(None, message);
                         }
-                        return Ok(end);
+                        return Ok((end, exited));
                     }
                     Msg::LogFailed { row: r, path, error } if r == row => {
                         return Err(ExecError::Files { path, source: error });

@@ -1416,6 +1416,33 @@ async fn a_handler_that_succeeds_catches_the_error_before_the_dependents_run() {
     );
 }
 
+/// A catch handler lasts, as an attempt does, until its process ends: its outcome's commit (1 s
+/// here) is not part of it.
+#[tokio::test(start_paused = true)]
+async fn a_handler_s_duration_ends_with_its_process_not_with_its_outcome_s_commit() {
+    let flow = catching(r#"{ exception_types = ["ActionTimeout"], run = ["fallback"] }"#);
+    let mut test = Test::new(&flow);
+    test.finish_takes = secs(1);
+    let ran = test
+        .run(|step, _| match step {
+            "a" => Script::Hang,
+            "a:catch" => exit(2, 0),
+            _ => exit(1, 0),
+        })
+        .await;
+    assert_eq!(ran.outcome(), RunOutcome::Succeeded);
+    let durations: Vec<(&str, Duration)> = ran
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::AttemptFinished { step, duration, .. } => Some((step.as_str(), *duration)),
+            Event::HandlerFinished { duration, .. } => Some(("a:catch", *duration)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(durations, [("a", secs(5)), ("a:catch", secs(2)), ("b", secs(1))]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_failing_handler_or_an_error_no_handler_matches_fails_the_step() {
     let flow = catching(r#"{ exception_types = ["BadInput"], shell = "exit 3" }"#);
