@@ -430,7 +430,7 @@ impl EarlierAttempt {
             started: a.started_at,
             end: a.ended_at.zip(outcome),
             error: a.error.clone(),
-            killed_after_grace: a.killed_after_grace,
+            killed_after_grace: a.killed_after_grace.unwrap_or(false),
             log_stem: a.log_stem.clone(),
             logs_on: a.logs_on(shared).map(str::to_owned),
         }

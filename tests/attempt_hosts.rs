@@ -99,4 +99,9 @@ fn a_schema_2_database_is_read_as_it_is_and_migrated_by_the_next_runner() {
     assert_eq!(status["status"], "succeeded");
     assert_eq!((status["steps"][0]["host"].clone(), status["steps"][1]["host"].as_str()), (Value::Null, Some(&*host)));
     assert_eq!((env.count("a.log"), env.count("b.log")), (1, 2));
+    // Whether an attempt needed SIGKILL after its grace is not known of those recorded before
+    // schema 9 (null), and known (false) of the one made since.
+    let status = json(&env, &["status", "--attempts", "--json"]);
+    let killed = |step: usize, i: usize| status["steps"][step]["attempts"][i]["killed_after_grace"].clone();
+    assert_eq!((killed(0, 0), killed(1, 0), killed(1, 1)), (Value::Null, Value::Null, Value::Bool(false)));
 }

@@ -375,9 +375,9 @@ pub struct AttemptRecord {
     pub(crate) redelivered: bool,
     /// The error it failed with, as recorded (secrets already hidden).
     pub(crate) error: Option<ErrorValue>,
-    /// Its process group was killed with SIGKILL after the kill grace (false for attempts
-    /// recorded before schema 9 of the SQLite store, 2 of PostgreSQL's).
-    pub(crate) killed_after_grace: bool,
+    /// Its process group was killed with SIGKILL after the kill grace; `None` (not known) for
+    /// attempts recorded before schema 9 of the SQLite store, 2 of PostgreSQL's.
+    pub(crate) killed_after_grace: Option<bool>,
 }
 
 impl AttemptRecord {
@@ -773,7 +773,7 @@ mod tests {
             ended_at: None,
             redelivered: false,
             error: None,
-            killed_after_grace: false,
+            killed_after_grace: Some(false),
         };
         let here = super::lease::host_id();
         assert_eq!(on(Some("far-away")).logs_on(true), Some("far-away"));

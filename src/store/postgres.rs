@@ -124,7 +124,8 @@ CREATE TABLE waymark_leases (
 ",
     "
 -- Whether an attempt's process group was killed with SIGKILL after its kill grace.
-ALTER TABLE waymark_attempts ADD COLUMN killed BOOLEAN NOT NULL DEFAULT false;
+-- NULL, not known, for the attempts recorded before.
+ALTER TABLE waymark_attempts ADD COLUMN killed BOOLEAN;
 ",
 ];
 
@@ -458,7 +459,7 @@ pub(crate) struct PgStore {
     /// are retried until the runner is fenced off, and none is made after.
     clock: Option<Arc<LeaseClock>>,
     /// The SQL for whether an attempt was killed after its grace: the `killed` column, or
-    /// `false` in a schema-1 database that a looking command reads as it is.
+    /// `NULL` (not known) in a schema-1 database that a looking command reads as it is.
     killed_sql: &'static str,
 }
 
@@ -493,7 +494,7 @@ impl PgStore {
             location: location.to_owned(),
             clock: None,
             // Attempts recorded before schema 2 say nothing of a kill after the grace.
-            killed_sql: if schema < 2 { "false" } else { "killed" },
+            killed_sql: if schema < 2 { "NULL::boolean" } else { "killed" },
         }
     }
 

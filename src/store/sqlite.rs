@@ -75,7 +75,8 @@ CREATE INDEX IF NOT EXISTS runs_lease ON runs (id, lease_owner, lease_token, sta
 /// flow of 10,000 steps) every change of the row rewrote it: claiming a run, ending it, abandoning
 /// it. A run's compensations and hooks have an index of their own: a resumed run read every
 /// attempt of the run to find them. And an attempt records whether its process group was killed
-/// with SIGKILL after its kill grace (`killed`; 0 for the attempts recorded before).
+/// with SIGKILL after its kill grace (`killed`; `NULL`, not known, for the attempts recorded
+/// before).
 const MIGRATE_TO_9: &str = "
 CREATE TABLE definitions (
     run_id     TEXT PRIMARY KEY REFERENCES runs (id) ON DELETE CASCADE,
@@ -84,7 +85,7 @@ CREATE TABLE definitions (
 INSERT INTO definitions (run_id, definition) SELECT id, definition FROM runs;
 ALTER TABLE runs DROP COLUMN definition;
 CREATE INDEX attempts_aux ON attempts (run_id) WHERE kind IN ('compensate', 'hook');
-ALTER TABLE attempts ADD COLUMN killed INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE attempts ADD COLUMN killed INTEGER;
 ";
 
 /// A run's definition, as a column of [`select_runs`] (an empty text, which no reader takes for a
@@ -166,8 +167,8 @@ pub struct SqliteStore {
     step_outputs_sql: &'static str,
     /// What a row of `attempts` is (rows recorded before schema 6 are all attempts).
     attempt_kind_sql: &'static str,
-    /// Whether an attempt was killed after its grace: the `killed` column, or `0` in a database
-    /// older than schema 9 that a read-only command cannot migrate.
+    /// Whether an attempt was killed after its grace: the `killed` column, or `NULL` (not known)
+    /// in a database older than schema 9 that a read-only command cannot migrate.
     attempt_killed_sql: &'static str,
     /// The SQL for a run's definition: [`DEFINITION`], or the `definition` column of the run's row
     /// in a database older than schema 9 that a read-only command cannot migrate.
@@ -448,7 +449,7 @@ impl SqliteStore {
             // Attempts recorded before schema 6 are attempts (catch handlers came with it).
             attempt_kind_sql: if schema < 6 { "'attempt'" } else { "kind" },
             // Attempts recorded before schema 9 say nothing of a kill after the grace.
-            attempt_killed_sql: if schema < 9 { "0" } else { "killed" },
+            attempt_killed_sql: if schema < 9 { "NULL" } else { "killed" },
             // Before schema 9 a run's definition was a column of its row.
             definition_sql: if schema < 9 { "definition" } else { DEFINITION },
         }
@@ -957,7 +958,7 @@ impl Store for SqliteStore {
                         ended_at: r.get::<_, Option<i64>>(7)?.map(from_millis),
                         redelivered: r.get::<_, i64>(8)? != 0,
                         error: parse_error(r.get(9)?),
-                        killed_after_grace: r.get::<_, i64>(10)? != 0,
+                        killed_after_grace: r.get::<_, Option<i64>>(10)?.map(|k| k != 0),
                     },
                 ))
             })

@@ -165,18 +165,18 @@ fn steps_go_through_their_states_alike_on_both_backends() {
         store.reopen_failed(&run.id).unwrap();
         let s = &store.steps(&run.id).unwrap()[1];
         assert_eq!((s.state.clone(), s.attempts_used, s.budget_base), (StepState::Pending, 2, 2), "{}", b.name);
-        let attempts = |step| -> Vec<(String, u32, AttemptState, bool)> {
+        let attempts = |step| -> Vec<(String, u32, AttemptState, Option<bool>)> {
             let all = store.attempts(&run.id, step).unwrap().into_iter();
             all.map(|a| (a.step, a.attempt, a.outcome, a.killed_after_grace)).collect()
         };
         let of_b = [
-            ("b".into(), 1, AttemptState::Failed, true),
-            ("b".into(), 2, AttemptState::Cancelled, false),
-            ("b".into(), 2, AttemptState::Failed, false),
+            ("b".into(), 1, AttemptState::Failed, Some(true)),
+            ("b".into(), 2, AttemptState::Cancelled, Some(false)),
+            ("b".into(), 2, AttemptState::Failed, Some(false)),
         ];
         assert_eq!(
             attempts(None),
-            [&[("a".into(), 1, AttemptState::Succeeded, false)][..], &of_b].concat(),
+            [&[("a".into(), 1, AttemptState::Succeeded, Some(false))][..], &of_b].concat(),
             "{}",
             b.name
         );
