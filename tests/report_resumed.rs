@@ -18,6 +18,11 @@ fn normalise(env: &Env, text: &str) -> String {
     normalise_times(&text)
 }
 
+/// The plain lines and report `out` printed, normalised, against the golden file `name`.
+fn golden_plain(env: &Env, name: &str, out: &std::process::Output) {
+    golden(name, &common::normalise_plain(&normalise(env, &common::stderr(out))));
+}
+
 /// Attempt 1 fails under a first runner (killed right after recording it), attempt 2 is running
 /// when a second runner is killed, and a third runner redelivers attempt 2 and makes attempt 3.
 const FLOW: &str = r#"name = "resumed"
@@ -113,7 +118,7 @@ fn a_step_failed_under_an_earlier_runner_is_in_the_resumed_runs_lines_and_summar
     env.write("second", "");
     let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
-    golden("report/resumed-failed-step.stderr", &common::normalise_plain(&normalise(&env, &common::stderr(&out))));
+    golden_plain(&env, "report/resumed-failed-step.stderr", &out);
 }
 
 /// Whether an attempt's process group needed SIGKILL after its grace is recorded with it: `status
@@ -174,7 +179,7 @@ fn the_summary_of_a_resumed_failed_run_counts_the_fresh_budget_as_the_report_doe
     let runs: Value = serde_json::from_slice(&env.cmd(&["history", "--json"]).output().unwrap().stdout).unwrap();
     let out = env.cmd(&["resume", runs[0]["id"].as_str().unwrap()]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
-    golden("report/resumed-fresh-budget.stderr", &common::normalise_plain(&normalise(&env, &common::stderr(&out))));
+    golden_plain(&env, "report/resumed-fresh-budget.stderr", &out);
 }
 
 /// The failure report names only the log files the step's last attempt created, here, whatever

@@ -335,6 +335,16 @@ struct Ran {
 }
 
 impl Ran {
+    /// How long each attempt and catch handler took, by their events (a handler as `STEP:catch`).
+    fn durations(&self) -> Vec<(String, Duration)> {
+        let each = self.events.iter().filter_map(|e| match &e.event {
+            Event::AttemptFinished { step, duration, .. } => Some((step.clone(), *duration)),
+            Event::HandlerFinished { step, duration, .. } => Some((format!("{step}:catch"), *duration)),
+            _ => None,
+        });
+        each.collect()
+    }
+
     fn outcome(&self) -> RunOutcome {
         match &self.result {
             Ok(outcome) => *outcome,
@@ -653,15 +663,7 @@ async fn an_attempt_s_duration_ends_with_its_process_not_with_its_outcome_s_comm
     test.finish_takes = secs(2);
     let ran = test.run(|step, _| if step == "a" { Script::Hang } else { exit(1, 0) }).await;
     assert_eq!(ran.outcome(), RunOutcome::Failed);
-    let durations: Vec<Duration> = ran
-        .events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Event::AttemptFinished { duration, .. } => Some(*duration),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(durations, [secs(3)]);
+    assert_eq!(ran.durations(), [("a".to_owned(), secs(3))]);
     assert_eq!(ran.took, secs(5), "the run waited for the commit");
 }
 
@@ -1431,16 +1433,8 @@ async fn a_handler_s_duration_ends_with_its_process_not_with_its_outcome_s_commi
         })
         .await;
     assert_eq!(ran.outcome(), RunOutcome::Succeeded);
-    let durations: Vec<(&str, Duration)> = ran
-        .events
-        .iter()
-        .filter_map(|e| match &e.event {
-            Event::AttemptFinished { step, duration, .. } => Some((step.as_str(), *duration)),
-            Event::HandlerFinished { duration, .. } => Some(("a:catch", *duration)),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(durations, [("a", secs(5)), ("a:catch", secs(2)), ("b", secs(1))]);
+    let expected = [("a", secs(5)), ("a:catch", secs(2)), ("b", secs(1))].map(|(s, d)| (s.to_owned(), d));
+    assert_eq!(ran.durations(), expected);
 }
 
 #[tokio::test(start_paused = true)]
