@@ -1392,16 +1392,23 @@ async fn a_handler_without_a_command_swallows_the_error_and_the_dependents_run()
     assert!(ran.kinds().contains(&"step_finished a".to_owned()));
 }
 
+/// `a` times out at 5 s; its handler, which matches the timeout, runs 2 s and succeeds; `b`
+/// runs 1 s. Each attempt's outcome takes `commit` to commit.
+async fn caught_by_a_handler(commit: Duration) -> Ran {
+    let flow = catching(r#"{ exception_types = ["ActionTimeout"], run = ["fallback"] }"#);
+    let mut test = Test::new(&flow);
+    test.finish_takes = commit;
+    test.run(|step, _| match step {
+        "a" => Script::Hang,
+        "a:catch" => exit(2, 0),
+        _ => exit(1, 0),
+    })
+    .await
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_handler_that_succeeds_catches_the_error_before_the_dependents_run() {
-    let flow = catching(r#"{ exception_types = ["ActionTimeout"], run = ["fallback"] }"#);
-    let ran = Test::new(&flow)
-        .run(|step, _| match step {
-            "a" => Script::Hang,
-            "a:catch" => exit(2, 0),
-            _ => exit(1, 0),
-        })
-        .await;
+    let ran = caught_by_a_handler(Duration::ZERO).await;
     assert_eq!(ran.outcome(), RunOutcome::Succeeded);
     // a times out at 5 s; its handler runs 2 s; then b.
     assert_eq!(ran.schedule(), [("a", 1, 0.0), ("a:catch", 1, 5.0), ("b", 1, 7.0)]);
@@ -1422,16 +1429,7 @@ async fn a_handler_that_succeeds_catches_the_error_before_the_dependents_run() {
 /// here) is not part of it.
 #[tokio::test(start_paused = true)]
 async fn a_handler_s_duration_ends_with_its_process_not_with_its_outcome_s_commit() {
-    let flow = catching(r#"{ exception_types = ["ActionTimeout"], run = ["fallback"] }"#);
-    let mut test = Test::new(&flow);
-    test.finish_takes = secs(1);
-    let ran = test
-        .run(|step, _| match step {
-            "a" => Script::Hang,
-            "a:catch" => exit(2, 0),
-            _ => exit(1, 0),
-        })
-        .await;
+    let ran = caught_by_a_handler(secs(1)).await;
     assert_eq!(ran.outcome(), RunOutcome::Succeeded);
     let expected = [("a", secs(5)), ("a:catch", secs(2)), ("b", secs(1))].map(|(s, d)| (s.to_owned(), d));
     assert_eq!(ran.durations(), expected);
