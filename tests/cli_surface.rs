@@ -284,6 +284,13 @@ fn history_and_status_take_a_flow_file_or_a_flow_name() {
     env.write("other.toml", FLOW);
     cmd(&env, &["history", "other.toml"]).assert().success().stdout("").stderr("no runs yet of flow `other.toml`\n");
     cmd(&env, &["history", "nightly"]).assert().success().stdout("").stderr("no runs yet of flow `nightly`\n");
+    // The command it suggests is written as the shell needs it.
+    env.write("my flow's.toml", FLOW);
+    cmd(&env, &["status", "my flow's.toml"]).assert().code(2).stdout("").stderr(format!(
+        "error: no runs of the flow file {}; `waymark run 'my flow'\\''s.toml'` starts one, `waymark history` lists \
+         the runs\n",
+        here.join("my flow's.toml").display()
+    ));
 }
 
 #[test]

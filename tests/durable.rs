@@ -193,11 +193,15 @@ fn one_runner_per_flow_exit_3_or_wait() {
     let first = env.spawn(&["run", "flow.toml"]);
     env.wait_for_lines("started", 1);
     let pid = first.id().to_string();
+    let hint = "hint: give the same command `--wait` to wait for it, or see `waymark status`\n";
     env.cmd(&["run", "flow.toml"]).assert().code(3).stderr(
         predicate::str::contains("flow `gated` is already running: run ")
             .and(predicate::str::contains(format!("pid {pid}, started ")))
-            .and(predicate::str::contains("--wait")),
+            .and(predicate::str::ends_with(hint)),
     );
+    // `waymark resume` of the run says the same: it waits with `--wait` too.
+    let run_id = json(&env, &["status", "gated", "--json"])["id"].as_str().unwrap().to_owned();
+    env.cmd(&["resume", &run_id]).assert().code(3).stderr(predicate::str::ends_with(hint));
     let (waiter, said) = env.spawn_watched(&["run", "--wait", "flow.toml"]);
     wait_until("the second runner to wait for the lock", || said.lock().unwrap().contains("waiting for it to finish"));
     assert_eq!(env.count("started"), 1, "the waiting runner has not started anything");

@@ -218,8 +218,9 @@ pub(super) fn find_run(store: &dyn Store, target: Option<&str>) -> Result<RunRec
                     }
                     CliError::Usage(match chosen {
                         Chosen::File(path) => format!(
-                            "no runs of the flow file {}; `waymark run {t}` starts one, `waymark history` lists the runs",
-                            path.display()
+                            "no runs of the flow file {}; `waymark run {}` starts one, `waymark history` lists the runs",
+                            path.display(),
+                            crate::flow::model::shell_word(t)
                         ),
                         _ => format!(
                             "no run with id `{t}` and no runs of a flow named `{t}`; `waymark history` lists the runs"
@@ -372,7 +373,8 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         return Ok(EXIT_OK);
     }
     let status = if orphaned {
-        format!("running, but its runner is gone (`waymark run {}` resumes it)", run.flow_path.display())
+        let flow = crate::flow::model::shell_word(&run.flow_path.to_string_lossy());
+        format!("running, but its runner is gone (`waymark run {flow}` resumes it)")
     } else {
         run.status.as_str().to_owned()
     };

@@ -58,7 +58,8 @@ impl CliError {
             CliError::StdoutClosed => String::new(),
             CliError::Flow(e) => e.render(stderr_color()),
             CliError::Locked(e @ LockError::Held { .. }) => {
-                format!("error: {e}\nhint: wait for it with `waymark run --wait`, or see `waymark status`\n")
+                // Said by `run` and `resume` alike: both wait with `--wait`.
+                format!("error: {e}\nhint: give the same command `--wait` to wait for it, or see `waymark status`\n")
             }
             CliError::Internal(e) => {
                 let mut text = format!("error: {e:#}\n");
