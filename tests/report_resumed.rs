@@ -201,25 +201,19 @@ fn the_report_names_the_logs_an_attempt_created_whatever_host_id_its_runner_had(
     // No runner kills by a pid recorded on another host: the hook is this test's to stop.
     kill(common::read_pid(&env.path("hook-started")), "KILL");
     env.write("second", "");
-    let out = env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let report = normalise(&env, &common::stderr(&out));
-    let logs: Vec<&str> =
-        report.lines().filter(|l| l.trim_start().starts_with("logs") || l.starts_with("         ")).collect();
-    assert_eq!(
-        logs,
-        ["    logs: STATE/logs/RUN/b/attempt-1.stderr (no stdout log: attempt 1 wrote nothing to stdout)"],
-        "{report}"
-    );
+    // The report of a run of `b` names its one log file.
+    let names_the_stderr_log = |out: std::process::Output| {
+        assert_eq!(out.status.code(), Some(1));
+        let report = normalise(&env, &common::stderr(&out));
+        let logs: Vec<&str> =
+            report.lines().filter(|l| l.trim_start().starts_with("logs") || l.starts_with("         ")).collect();
+        assert_eq!(
+            logs,
+            ["    logs: STATE/logs/RUN/b/attempt-1.stderr (no stdout log: attempt 1 wrote nothing to stdout)"],
+            "{report}"
+        );
+    };
+    names_the_stderr_log(env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap());
     // Run by this host's id, the same.
-    let out = env.cmd(&["run", "--quiet", "--fresh", "flow.toml"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let report = normalise(&env, &common::stderr(&out));
-    let logs: Vec<&str> =
-        report.lines().filter(|l| l.trim_start().starts_with("logs") || l.starts_with("         ")).collect();
-    assert_eq!(
-        logs,
-        ["    logs: STATE/logs/RUN/b/attempt-1.stderr (no stdout log: attempt 1 wrote nothing to stdout)"],
-        "{report}"
-    );
+    names_the_stderr_log(env.cmd(&["run", "--quiet", "--fresh", "flow.toml"]).output().unwrap());
 }
