@@ -5,6 +5,7 @@ use crate::classify::ErrorValue;
 use crate::cli::StreamArg;
 use crate::events::EarlierAttempt;
 use crate::flow::Flow;
+use crate::flow::model::shell_word;
 use crate::store::lock::FlowLock;
 use crate::store::{
     AttemptRecord, AttemptState, FlowKey, RunFilter, RunRecord, RunStatus, StateDir, StepRecord, StepState, Store,
@@ -220,7 +221,7 @@ pub(super) fn find_run(store: &dyn Store, target: Option<&str>) -> Result<RunRec
                         Chosen::File(path) => format!(
                             "no runs of the flow file {}; `waymark run {}` starts one, `waymark history` lists the runs",
                             path.display(),
-                            crate::flow::model::shell_word(t)
+                            shell_word(t)
                         ),
                         _ => format!(
                             "no run with id `{t}` and no runs of a flow named `{t}`; `waymark history` lists the runs"
@@ -373,7 +374,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         return Ok(EXIT_OK);
     }
     let status = if orphaned {
-        let flow = crate::flow::model::shell_word(&run.flow_path.to_string_lossy());
+        let flow = shell_word(&run.flow_path.to_string_lossy());
         format!("running, but its runner is gone (`waymark run {flow}` resumes it)")
     } else {
         run.status.as_str().to_owned()
@@ -396,7 +397,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         let base = u64::from(s.budget_base);
         let used = row["attempts_used"].as_u64().unwrap_or(0).saturating_sub(base);
         let allowed = row["attempts_allowed"].as_u64().map_or("?".to_owned(), |a| a.saturating_sub(base).to_string());
-        let before = if base > 0 { format!(" (+{base} before resume)") } else { String::new() };
+        let before = crate::reporter::before_budget(s.budget_base);
         out.push_str(&format!(
             "  {:<name_width$} {:<state_width$} attempts {used}/{allowed}{before}",
             s.name,

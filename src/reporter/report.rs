@@ -386,14 +386,19 @@ pub(crate) fn short(d: Duration) -> String {
 
 /// A step's row in the summary table: step, status, attempts (of its current budget), duration,
 /// detail; and what its attempts before that budget were (` (+3 before resume)`, or nothing).
+/// What a step used before its current budget (`waymark resume` of a failed run gave it a fresh
+/// one), said after its count of that budget: ` (+3 before resume)`, or nothing.
+pub(crate) fn before_budget(base: u32) -> String {
+    if base > 0 { format!(" (+{base} before resume)") } else { String::new() }
+}
+
 fn summary_row(s: &StepSeen, run_ended: SystemTime) -> ([String; 5], String) {
     let last = s.rows.last();
     let base = s.budget_base;
     let (attempts, before) = match (last, s.max_attempts) {
-        (Some(row), Some(max)) => (
-            format!("{}/{}", row.attempt.saturating_sub(base), max.saturating_sub(base)),
-            if base > 0 { format!(" (+{base} before resume)") } else { String::new() },
-        ),
+        (Some(row), Some(max)) => {
+            (format!("{}/{}", row.attempt.saturating_sub(base), max.saturating_sub(base)), before_budget(base))
+        }
         _ => ("-".to_owned(), String::new()),
     };
     let duration = match s.started {
