@@ -690,9 +690,9 @@ impl SqliteStore {
         let which = if one_step { "step = ?2" } else { "?2 IS NULL" };
         // Read by position: 0 row, 1 step, 2 attempt, 3 outcome, 4 log_stem, 5 host, 6 started_at,
         // 7 ended_at, 8 redelivered, 9 error, 10 killed (by name, each column's name was looked up
-        // among all of them for every row). In the index's order, sorted by row by the caller: an `ORDER BY
-        // row` sorted every row (all columns) in SQLite, more than half of reading a run's 5,000
-        // attempts.
+        // among all of them for every row). In the index's order, sorted by row by the caller: an
+        // `ORDER BY row` sorted every row (all columns) in SQLite, more than half of reading a
+        // run's 5,000 attempts.
         format!(
             "SELECT row, step, attempt, outcome, log_stem, {}, started_at, ended_at, redelivered, error, {}
              FROM attempts WHERE run_id = ?1 AND {which} AND {} = 'attempt'",
