@@ -837,7 +837,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 if let Slot::Handling(_) = self.steps[index].slot {
                     return self.handler_ended(index, end, exited).await;
                 }
-                let ended = Ended { ended: exited, killed_after_grace, stderr_tail, ..self.take_running(index) };
+                let ended = self.take_running(index, exited, killed_after_grace, stderr_tail);
                 match end {
                     End::Exited(ExitKind::Code(0)) => self.succeeded(index, ended).await,
                     End::Exited(ExitKind::Code(code)) => {
@@ -863,13 +863,18 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         self.steps.get(index).and_then(|s| s.slot.live()).is_some_and(|live| live.row == row)
     }
 
-    /// Take the running attempt of a step that just ended.
-    fn take_running(&mut self, index: usize) -> Ended {
+    /// Take the running attempt of a step that just ended (at `ended`, as [`Msg::Done`] says).
+    fn take_running(
+        &mut self,
+        index: usize,
+        ended: Instant,
+        killed_after_grace: bool,
+        stderr_tail: Option<super::output::StderrTail>,
+    ) -> Ended {
         match self.set_slot(index, Slot::Failed) {
             Slot::Running(Live { attempt, row, stem, stderr_from, issued, .. }) => {
                 self.running -= 1;
-                let ended = Instant::now();
-                Ended { attempt, row, stem, stderr_from, issued, ended, killed_after_grace: false, stderr_tail: None }
+                Ended { attempt, row, stem, stderr_from, issued, ended, killed_after_grace, stderr_tail }
             }
             _ => unreachable!("an attempt ends only once, and only while its step runs"),
         }
