@@ -2,10 +2,28 @@
 //! (`12:03:04.512`), with the date and the UTC offset said once, and again whenever they change
 //! (midnight, a daylight-saving switch). The time zone is the system's (`TZ`, else
 //! `/etc/localtime`), read once when the reporter starts; UTC when it cannot be read.
+//!
+//! Without `TZ`, `/etc/localtime` is read as the TZif file it is: jiff would take the zone's
+//! name from the link's target and look it up in its database, whose first use walks the whole
+//! of `/usr/share/zoneinfo` (600 files: about a millisecond of every run's start-up). Only the
+//! offsets are ever shown, so the name is not needed.
 
 use jiff::tz::TimeZone;
 use jiff::{Timestamp, ZonedDateTime};
+use std::path::Path;
 use std::time::SystemTime;
+
+/// The zone of `localtime` (a TZif file) when `TZ` is not set; jiff's own lookup otherwise (a
+/// name, a POSIX rule, a path), and when `localtime` is not a TZif file. UTC when it is missing.
+fn system_zone(tz_set: bool, localtime: &Path) -> TimeZone {
+    if tz_set {
+        return TimeZone::system();
+    }
+    match std::fs::read(localtime) {
+        Ok(data) => TimeZone::tzif("localtime", &data).unwrap_or_else(|_| TimeZone::system()),
+        Err(_) => TimeZone::UTC,
+    }
+}
 
 /// The local time zone, and the day (date and offset) last said.
 pub(crate) struct LocalTime {
@@ -16,7 +34,7 @@ pub(crate) struct LocalTime {
 impl LocalTime {
     /// The system's time zone.
     pub(crate) fn system() -> LocalTime {
-        LocalTime::new(TimeZone::system())
+        LocalTime::new(system_zone(std::env::var_os("TZ").is_some(), Path::new("/etc/localtime")))
     }
 
     pub(crate) fn new(tz: TimeZone) -> LocalTime {
@@ -71,6 +89,21 @@ mod tests {
 
     fn paris() -> LocalTime {
         LocalTime::new(TimeZone::posix("CET-1CEST,M3.5.0,M10.5.0/3").unwrap())
+    }
+
+    /// A TZif file of Europe/Paris (from the public-domain tz database), as `/etc/localtime`.
+    fn paris_file() -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tz/Europe-Paris.tzif")
+    }
+
+    #[test]
+    fn without_tz_the_zone_is_read_from_the_localtime_file_and_is_utc_without_one() {
+        let t = LocalTime::new(system_zone(false, &paris_file()));
+        assert_eq!(t.time_of_day(before_switch()), "01:59:59.250");
+        assert_eq!(t.day(before_switch() + Duration::from_secs(1)), "2026-03-29 (UTC+02:00)");
+        let t = LocalTime::new(system_zone(false, Path::new("/nonexistent/localtime")));
+        assert_eq!(t.day(before_switch()), "2026-03-29 (UTC+00:00)");
+        assert_eq!(t.time_of_day(before_switch()), "00:59:59.250");
     }
 
     #[test]
