@@ -35,9 +35,31 @@ pub(crate) fn open_dir_nofollow(path: &Path, create: bool) -> io::Result<OwnedFd
     // The common case in one syscall: the kernel resolves the whole path and refuses any symlink
     // on the way (Linux 5.6+). Anything else (a missing component to create, a link to name in
     // the error, an older kernel) takes the walk below, one component at a time.
-    let how = nix::fcntl::OpenHow::new().flags(flags).resolve(nix::fcntl::ResolveFlag::RESOLVE_NO_SYMLINKS);
-    if let Ok(fd) = nix::fcntl::openat2(AT_FDCWD, path, how) {
-        return Ok(fd);
+    let how = || nix::fcntl::OpenHow::new().flags(flags).resolve(nix::fcntl::ResolveFlag::RESOLVE_NO_SYMLINKS);
+    match nix::fcntl::openat2(AT_FDCWD, path, how()) {
+        Ok(fd) => return Ok(fd),
+        // A new directory in one that exists (a step's log directory, made by its first
+        // attempt): made from its parent's descriptor, where the walk would open every component.
+        Err(Errno::ENOENT) if create => {
+            if let (Some(parent), Some(Component::Normal(name))) = (path.parent(), path.components().next_back())
+                && !parent.as_os_str().is_empty()
+                && let Ok(parent) = nix::fcntl::openat2(AT_FDCWD, parent, how())
+            {
+                match nix::sys::stat::mkdirat(&parent, name, Mode::S_IRWXU) {
+                    Ok(()) | Err(Errno::EEXIST) => {}
+                    Err(e) => return Err(io::Error::new(io::Error::from(e).kind(), format!("{}: {e}", path.display()))),
+                }
+                match nix::fcntl::openat(&parent, name, flags, Mode::empty()) {
+                    Ok(fd) => return Ok(fd),
+                    Err(Errno::ELOOP | Errno::ENOTDIR) if is_symlink_at(&parent, name) => {
+                        return Err(symlink_refused(path));
+                    }
+                    // Anything else: the walk below says what and where.
+                    Err(_) => {}
+                }
+            }
+        }
+        Err(_) => {}
     }
     let mut dir: Option<OwnedFd> = None;
     let mut walked = std::path::PathBuf::new();
@@ -227,6 +249,34 @@ mod tests {
         open_append_private(&planted).unwrap();
         assert!(planted.is_file());
         assert!(victim.exists());
+    }
+
+    #[test]
+    fn directories_are_created_private_and_a_planted_link_on_the_way_is_refused_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777;
+        // In a directory that exists (from its descriptor), then several levels at once (the walk).
+        let step = dir.path().join("step");
+        open_dir_nofollow(&step, true).unwrap();
+        assert_eq!(mode(&step), 0o700);
+        open_dir_nofollow(&step, true).unwrap(); // already there: opened
+        let deep = dir.path().join("a/b/c");
+        open_dir_nofollow(&deep, true).unwrap();
+        assert_eq!((mode(&dir.path().join("a")), mode(&deep)), (0o700, 0o700));
+        // A link planted at the new directory's name, or at a directory on the way, to a
+        // directory elsewhere: refused, and nothing is made in its target.
+        let elsewhere = tempfile::tempdir().unwrap();
+        let link = dir.path().join("planted");
+        std::os::unix::fs::symlink(elsewhere.path(), &link).unwrap();
+        let e = open_dir_nofollow(&link, true).unwrap_err();
+        assert!(e.to_string().starts_with(&format!("{} is a symbolic link", link.display())), "{e}");
+        let e = open_dir_nofollow(&link.join("step"), true).unwrap_err();
+        assert!(e.to_string().starts_with(&format!("{} is a symbolic link", link.display())), "{e}");
+        assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
+        // A file where the directory should be.
+        std::fs::write(dir.path().join("file"), "").unwrap();
+        let e = open_dir_nofollow(&dir.path().join("file"), true).unwrap_err();
+        assert_eq!(e.to_string(), format!("{}/file: ENOTDIR: Not a directory", dir.path().display()));
     }
 
     #[test]
