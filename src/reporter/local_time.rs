@@ -28,7 +28,7 @@ fn system_zone(tz_set: bool, localtime: &Path) -> TimeZone {
 /// The local time zone, and the day (date and offset) last said.
 pub(crate) struct LocalTime {
     tz: TimeZone,
-    day: Option<String>,
+    day: Option<(jiff::civil::Date, jiff::tz::Offset)>,
 }
 
 impl LocalTime {
@@ -48,21 +48,24 @@ impl LocalTime {
 
     /// `12:03:04.512`.
     pub(crate) fn time_of_day(&self, at: SystemTime) -> String {
-        self.zoned(at).strftime("%H:%M:%S%.3f").to_string()
+        time_of_day(&self.zoned(at))
     }
 
     /// `2026-12-01 (UTC+01:00)`: the date and the offset from UTC at `at`.
     pub(crate) fn day(&self, at: SystemTime) -> String {
-        self.zoned(at).strftime("%Y-%m-%d (UTC%:z)").to_string()
+        day(&self.zoned(at))
     }
 
     /// The time of day at `at`, and the day when it differs from the one last returned here
-    /// (`None` when it is the same; always `Some` the first time).
+    /// (`None` when it is the same; always `Some` the first time). One conversion per line, the
+    /// day compared as values and written only when it changed: a line's stamp is most of what
+    /// the plain reporter spends on it.
     pub(crate) fn stamp(&mut self, at: SystemTime) -> (String, Option<String>) {
-        let day = self.day(at);
-        let new = (self.day.as_ref() != Some(&day)).then(|| day.clone());
-        self.day = Some(day);
-        (self.time_of_day(at), new)
+        let zoned = self.zoned(at);
+        let this = (zoned.date(), zoned.offset());
+        let new = (self.day != Some(this)).then(|| day(&zoned));
+        self.day = Some(this);
+        (time_of_day(&zoned), new)
     }
 
     /// A time later than `now` (a retry's wake-up): the time of day, with the date in front
@@ -75,6 +78,14 @@ impl LocalTime {
             then.strftime("%Y-%m-%d %H:%M:%S%.3f").to_string()
         }
     }
+}
+
+fn time_of_day(z: &ZonedDateTime) -> String {
+    format!("{:02}:{:02}:{:02}.{:03}", z.hour(), z.minute(), z.second(), z.millisecond())
+}
+
+fn day(z: &ZonedDateTime) -> String {
+    z.strftime("%Y-%m-%d (UTC%:z)").to_string()
 }
 
 #[cfg(test)]
