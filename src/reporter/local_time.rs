@@ -51,11 +51,6 @@ impl LocalTime {
         time_of_day(&self.zoned(at))
     }
 
-    /// `2026-12-01 (UTC+01:00)`: the date and the offset from UTC at `at`.
-    pub(crate) fn day(&self, at: SystemTime) -> String {
-        day(&self.zoned(at))
-    }
-
     /// The time of day at `at`, and the day when it differs from the one last returned here
     /// (`None` when it is the same; always `Some` the first time). One conversion per line, the
     /// day compared as values and written only when it changed: a line's stamp is most of what
@@ -80,10 +75,12 @@ impl LocalTime {
     }
 }
 
+/// `12:03:04.512`.
 fn time_of_day(z: &ZonedDateTime) -> String {
     format!("{:02}:{:02}:{:02}.{:03}", z.hour(), z.minute(), z.second(), z.millisecond())
 }
 
+/// `2026-12-01 (UTC+01:00)`: the date and the offset from UTC.
 fn day(z: &ZonedDateTime) -> String {
     z.strftime("%Y-%m-%d (UTC%:z)").to_string()
 }
@@ -109,12 +106,13 @@ mod tests {
 
     #[test]
     fn without_tz_the_zone_is_read_from_the_localtime_file_and_is_utc_without_one() {
-        let t = LocalTime::new(system_zone(false, &paris_file()));
+        let mut t = LocalTime::new(system_zone(false, &paris_file()));
         assert_eq!(t.time_of_day(before_switch()), "01:59:59.250");
-        assert_eq!(t.day(before_switch() + Duration::from_secs(1)), "2026-03-29 (UTC+02:00)");
-        let t = LocalTime::new(system_zone(false, Path::new("/nonexistent/localtime")));
-        assert_eq!(t.day(before_switch()), "2026-03-29 (UTC+00:00)");
-        assert_eq!(t.time_of_day(before_switch()), "00:59:59.250");
+        let (time, day) = t.stamp(before_switch() + Duration::from_secs(1));
+        assert_eq!((time.as_str(), day.as_deref()), ("03:00:00.250", Some("2026-03-29 (UTC+02:00)")));
+        let mut t = LocalTime::new(system_zone(false, Path::new("/nonexistent/localtime")));
+        let (time, day) = t.stamp(before_switch());
+        assert_eq!((time.as_str(), day.as_deref()), ("00:59:59.250", Some("2026-03-29 (UTC+00:00)")));
     }
 
     #[test]
