@@ -113,6 +113,10 @@ pub(crate) struct ProcessLauncher {
     pub(crate) elsewhere: Option<String>,
     /// Where the steps' programs were found on their PATH.
     programs: Programs,
+    /// The environment the children inherit (the runner's, without `foreign`), made once.
+    base_env: crate::os::spawn::BaseEnv,
+    /// The children's stdin, opened by the first spawn.
+    devnull: Option<std::fs::File>,
     /// Whether the readers send the children's lines to the runner (a reporter shows them), or
     /// only write them to the logs.
     pub(crate) lines: bool,
@@ -161,19 +165,22 @@ impl Programs {
 
 impl ProcessLauncher {
     pub(crate) fn new(flow: Arc<Flow>, run_id: String, env: Arc<RunEnv>, state: StateDir) -> ProcessLauncher {
-        let foreign = std::env::vars_os()
+        let foreign: Vec<std::ffi::OsString> = std::env::vars_os()
             .map(|(name, _)| name)
             .filter(|name| {
                 let name = name.as_encoded_bytes();
                 name.starts_with(b"WAYMARK_PARAM_") || name.starts_with(b"WAYMARK_OUTPUT")
             })
             .collect();
+        let base_env = crate::os::spawn::BaseEnv::capture(|name| foreign.iter().any(|f| f == name));
         ProcessLauncher {
             flow,
             run_id,
             env,
             state,
             log_dirs: HashSet::new(),
+            base_env,
+            devnull: None,
             foreign,
             elsewhere: None,
             programs: Programs::default(),
@@ -263,32 +270,50 @@ impl Launcher for ProcessLauncher {
         let found = self.programs.find(&argv[0], &path);
         // Spawned by the path found earlier, else (or if that fails: the program moved since)
         // by its name, looked up on PATH as ever.
+        if self.devnull.is_none() {
+            let null = Path::new("/dev/null");
+            self.devnull = Some(std::fs::File::open(null).map_err(|e| files_err(null, e))?);
+        }
+        let devnull = self.devnull.as_ref().expect("opened above");
         let mut by_name = found.is_none();
         let (child, out_r, err_r) = loop {
             let (out_r, out_w) = std::io::pipe().map_err(pipe_err)?;
             let (err_r, err_w) = std::io::pipe().map_err(pipe_err)?;
-            let mut cmd = match (&found, by_name) {
-                (Some(program), false) => {
-                    let mut cmd = tokio::process::Command::new(program);
-                    cmd.arg0(&argv[0]);
-                    cmd
+            let spawned = match (&found, by_name) {
+                // The common case: the program's path is known, and the environment is the
+                // runner's (made once) with the attempt's variables over it.
+                (Some(program), false) => self.base_env.with(&env).and_then(|env| {
+                    crate::os::spawn::spawn(&crate::os::spawn::Spawn {
+                        program,
+                        argv: &argv,
+                        env: &env,
+                        workdir: &step.workdir,
+                        stdin: std::os::fd::AsFd::as_fd(devnull),
+                        stdout: std::os::fd::AsFd::as_fd(&out_w),
+                        stderr: std::os::fd::AsFd::as_fd(&err_w),
+                    })
+                    .map(crate::os::spawn::Child::new)
+                }),
+                // Looked up on the PATH by the spawn itself, as `execvp` does.
+                _ => {
+                    use std::os::unix::process::CommandExt;
+                    let mut cmd = std::process::Command::new(&argv[0]);
+                    for name in &self.foreign {
+                        cmd.env_remove(name);
+                    }
+                    cmd.args(&argv[1..])
+                        .envs(env.iter().map(|(k, v)| (k, v)))
+                        .current_dir(&step.workdir)
+                        .stdin(std::process::Stdio::null())
+                        .stdout(out_w.try_clone().map_err(pipe_err)?)
+                        .stderr(err_w.try_clone().map_err(pipe_err)?)
+                        .process_group(0);
+                    crate::os::spawn::Child::spawned(&mut cmd)
                 }
-                _ => tokio::process::Command::new(&argv[0]),
             };
-            for name in &self.foreign {
-                cmd.env_remove(name);
-            }
-            cmd.args(&argv[1..])
-                .envs(env.iter().map(|(k, v)| (k, v)))
-                .current_dir(&step.workdir)
-                .stdin(std::process::Stdio::null())
-                .stdout(out_w)
-                .stderr(err_w)
-                .process_group(0)
-                .kill_on_drop(false);
-            match cmd.spawn() {
-                // `cmd` still holds the write ends; it is dropped here, so the readers see EOF
-                // when the child exits.
+            // The write ends are closed here, so the readers see EOF when the child exits.
+            drop((out_w, err_w));
+            match spawned {
                 Ok(child) => break (child, out_r, err_r),
                 Err(_) if !by_name => {
                     self.programs.forget(&argv[0], &path);

@@ -70,7 +70,7 @@ pub(crate) struct Finished {
 
 /// A spawned attempt under supervision.
 pub(crate) struct Supervisor {
-    child: tokio::process::Child,
+    child: crate::os::spawn::Child,
     pid: u32,
     attempt_id: String,
     /// Each output reader sends one message here when it has reached end-of-file: the stderr
@@ -128,7 +128,7 @@ impl Supervisor {
     /// Start copying the child's output (a reader task per stream on the runner's event loop,
     /// tagged with the attempt's step and row, hiding `secrets`) and take charge of it.
     pub(crate) fn watch(
-        child: tokio::process::Child,
+        child: crate::os::spawn::Child,
         attempt_id: String,
         step: usize,
         row: i64,
@@ -136,7 +136,7 @@ impl Supervisor {
         secrets: Arc<Secrets>,
         events: &mpsc::Sender<Msg>,
     ) -> Supervisor {
-        let pid = child.id().unwrap_or(0);
+        let pid = child.id();
         let abandoned = Arc::new(AtomicBool::new(false));
         let gated = Arc::new(AtomicUsize::new(0));
         let gate = stdout.gate.clone();
@@ -489,13 +489,15 @@ mod tests {
         let (err_r, err_w) = std::io::pipe().unwrap();
         // A pipe that takes all of it: the child exits with the megabyte still to be read.
         nix::fcntl::fcntl(&out_w, nix::fcntl::FcntlArg::F_SETPIPE_SZ(1024 * 1024)).unwrap();
-        let child = tokio::process::Command::new("sh")
-            .args(["-c", "yes | head -c 1048576"])
-            .stdout(out_w)
-            .stderr(err_w)
-            .process_group(0)
-            .spawn()
-            .unwrap();
+        use std::os::unix::process::CommandExt;
+        let child = crate::os::spawn::Child::spawned(
+            std::process::Command::new("sh")
+                .args(["-c", "yes | head -c 1048576"])
+                .stdout(out_w)
+                .stderr(err_w)
+                .process_group(0),
+        )
+        .unwrap();
         let output = |pipe, name: &str| {
             let log_path = dir.path().join(name);
             let log = Log::Open(std::fs::File::create(&log_path).unwrap());
