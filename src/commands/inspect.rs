@@ -476,13 +476,18 @@ pub(crate) fn logs(
         Some(StreamArg::Stderr) => &["stderr"],
         None => &["stdout", "stderr"],
     };
+    // A log file is created on its stream's first byte: a stream that has none gets no header,
+    // and one line on stderr says that the attempt wrote nothing to it.
+    let header = |path: &Path| match streams.len() > 1 {
+        true => super::output::print(format!("==> {} <==\n", path.display())),
+        false => Ok(()),
+    };
+    let mut silent: Vec<&str> = Vec::new();
     for name in streams {
         let path = chosen.log_stem.with_extension(name);
-        if streams.len() > 1 {
-            super::output::print(format!("==> {} <==\n", path.display()))?;
-        }
         match crate::os::fs::open_read_nofollow(&path) {
             Ok(mut file) => {
+                header(&path)?;
                 // Streamed: a log may be far larger than memory.
                 if let Err(e) = super::output::copy(&mut file)? {
                     return Err(CliError::Internal(anyhow::anyhow!("cannot read {}: {e}", path.display())));
@@ -492,10 +497,8 @@ pub(crate) fn logs(
                 // Ran on another host: the end of its output is in the shared store.
                 // A stream that stayed empty left no file, here or there.
                 match store.attempt_tail(run_id, &chosen.log_stem, name)? {
-                    Some(tail) if tail.is_empty() => {
-                        note!("waymark: attempt {} of step `{step}` wrote nothing to {name}", chosen.attempt);
-                    }
-                    Some(tail) => {
+                    Some(tail) if !tail.is_empty() => {
+                        header(&path)?;
                         let host = chosen.host.as_deref().unwrap_or("another host");
                         note!(
                             "waymark: the full log is on host {host} at {}; here are its last {} KiB, as recorded",
@@ -504,10 +507,28 @@ pub(crate) fn logs(
                         );
                         super::output::print(String::from_utf8_lossy(&tail).into_owned())?;
                     }
-                    None => {}
+                    None if chosen.logs_on(super::shared_store()).is_some() => {
+                        let host = chosen.host.as_deref().unwrap_or("another host");
+                        note!(
+                            "waymark: the {name} log of attempt {} of step `{step}` is on host {host} at {}; its end \
+                             is recorded here when the attempt ends",
+                            chosen.attempt,
+                            path.display()
+                        );
+                    }
+                    _ => silent.push(name),
                 }
             }
             Err(e) => return Err(CliError::Internal(anyhow::anyhow!("cannot read {}: {e}", path.display()))),
+        }
+    }
+    if !silent.is_empty() {
+        let (n, streams) = (chosen.attempt, silent.join(" or "));
+        match chosen.outcome {
+            AttemptState::Running => {
+                note!("waymark: attempt {n} of step `{step}` has written nothing to {streams} so far")
+            }
+            _ => note!("waymark: attempt {n} of step `{step}` wrote nothing to {streams}"),
         }
     }
     Ok(EXIT_OK)
