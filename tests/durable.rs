@@ -120,6 +120,34 @@ fn status_of_an_orphaned_run_says_its_runner_is_gone_while_another_run_of_its_fl
     env.cmd(&["status", &orphaned]).assert().success().stdout(predicate::str::contains("its runner is gone"));
     // The run resumed has its runner.
     assert_eq!(json(&env, &["status", &first, "--json"])["runner_alive"], true);
+    // `history` says of each what `status` says: newest first, the orphaned run's runner is gone
+    // (and stderr says how to resume it), the resumed run is running.
+    let out = env.cmd(&["history", "two"]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let shown = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<&str> = shown.lines().skip(1).map(|l| &l[..44]).collect();
+    assert_eq!(
+        rows,
+        [
+            format!("{orphaned:<10} {:<20} {:<12}", "two", "runner gone"),
+            format!("{first:<10} {:<20} {:<12}", "two", "running")
+        ],
+        "{shown}"
+    );
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "waymark: run {orphaned} is running, but its runner is gone (`waymark resume {orphaned}` resumes it)\n"
+        )
+    );
+    let listed = json(&env, &["history", "two", "--json"]);
+    let alive: Vec<(&str, &str, bool)> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["id"].as_str().unwrap(), r["status"].as_str().unwrap(), r["runner_alive"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(alive, [(orphaned.as_str(), "running", false), (first.as_str(), "running", true)]);
     kill(resumed.id(), "TERM");
     let _ = finish(resumed);
     kill(leftover, "KILL");

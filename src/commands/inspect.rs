@@ -149,6 +149,20 @@ fn choose_flow(store: &dyn Store, arg: &str) -> Result<Chosen, CliError> {
     }
 }
 
+/// Whether `run` is recorded as running but its runner is gone (killed, or the machine rebooted):
+/// no runner holds its flow's lock for it (on a shared store: nobody's lease on its flow is live).
+/// `status` and `history` say so alike.
+fn runner_gone(store: &dyn Store, state: &StateDir, run: &RunRecord) -> Result<bool, CliError> {
+    if run.status != RunStatus::Running {
+        return Ok(false);
+    }
+    let held = match store.lease_holder(&run.id) {
+        Some(holder) => holder?.is_some(),
+        None => FlowLock::is_held_for(state, &run.key, &run.id),
+    };
+    Ok(!held)
+}
+
 pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: bool) -> Result<i32, CliError> {
     if limit == 0 {
         return Err(CliError::Usage(
@@ -167,6 +181,13 @@ pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: 
             runs
         }
     };
+    // The runs recorded as running whose runner is gone, as `status` tells them.
+    let mut gone = std::collections::HashSet::new();
+    for r in &runs {
+        if runner_gone(store.as_ref(), state, r)? {
+            gone.insert(r.id.as_str());
+        }
+    }
     if json {
         let rows: Vec<Value> = runs
             .iter()
@@ -175,6 +196,7 @@ pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: 
                     "id": r.id, "flow": r.flow, "path": r.flow_path, "status": r.status.as_str(),
                     "started_at": time(r.started_at), "ended_at": opt_time(r.ended_at),
                     "failed_step": r.failed_step, "pid": r.pid, "host": r.host,
+                    "runner_alive": r.status == RunStatus::Running && !gone.contains(r.id.as_str()),
                 })
             })
             .collect();
@@ -196,13 +218,16 @@ pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: 
             "{:<10} {:<flow_width$} {:<12} {:<21} {:>10}  {}\n",
             r.id,
             r.flow,
-            r.status.as_str(),
+            if gone.contains(r.id.as_str()) { "runner gone" } else { r.status.as_str() },
             time(r.started_at),
             humantime::format_duration(took(r.started_at, r.ended_at)).to_string(),
             r.failed_step.as_deref().unwrap_or("-")
         ));
     }
     super::output::print(out)?;
+    for r in runs.iter().filter(|r| gone.contains(r.id.as_str())) {
+        note!("waymark: run {id} is running, but its runner is gone (`waymark resume {id}` resumes it)", id = r.id);
+    }
     Ok(EXIT_OK)
 }
 
@@ -307,13 +332,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
     }
     let of_step = |name: &str| by_step.get(name).map_or(&[][..], Vec::as_slice);
     let host = |name: &str| of_step(name).last().and_then(|a| a.host.clone());
-    // A run recorded as running whose runner is gone (killed, or the machine rebooted).
-    // (On a shared store: nobody's lease on its flow is live.)
-    let held = match store.lease_holder(&run.id) {
-        Some(holder) => holder?.is_some(),
-        None => FlowLock::is_held_for(state, &run.key, &run.id),
-    };
-    let orphaned = run.status == RunStatus::Running && !held;
+    let orphaned = runner_gone(store.as_ref(), state, &run)?;
     let policy = |name: &str| flow.as_ref().and_then(|f| f.steps.iter().find(|s| s.name == name)).map(|s| &s.retry);
     let allowed = |name: &str| policy(name).map(|r| r.attempts);
     let runner_alive = run.status == RunStatus::Running && !orphaned;
