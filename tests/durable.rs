@@ -282,7 +282,21 @@ fn resume_of_a_failed_run_gives_the_failed_step_a_fresh_budget() {
     assert_eq!(status["steps"][1]["attempts_allowed"], 4);
     assert_eq!(status["steps"][1]["attempts_before_budget"], 2);
     env.cmd(&["resume", &id]).assert().success().stderr(predicate::str::contains("already succeeded"));
-    env.cmd(&["resume", "nosuchid"]).assert().code(2).stderr(predicate::str::contains("no run with id `nosuchid`"));
+    // An unknown id: where it was looked for, and how to list what is there.
+    let dir = std::fs::canonicalize(env.state()).unwrap();
+    env.cmd(&["resume", "nosuchid"]).assert().code(2).stdout("").stderr(format!(
+        "error: no run with id `nosuchid` in the state directory {}; `waymark history` lists the runs kept there, \
+         `--state-dir DIR` looks in another\n",
+        dir.display()
+    ));
+    // A directory given by an option is named in the command that lists its runs.
+    let other = env.path("other");
+    std::fs::create_dir(&other).unwrap();
+    let other = std::fs::canonicalize(other).unwrap().display().to_string();
+    env.cmd(&["resume", "--state-dir", &other, "nosuchid"]).assert().code(2).stdout("").stderr(format!(
+        "error: no run with id `nosuchid` in the state directory {other}; `waymark history --state-dir {other}` \
+         lists the runs kept there\n"
+    ));
 }
 
 /// After `waymark resume` of a failed run, `status` counts the attempts of the step's fresh
@@ -699,9 +713,12 @@ fn gc_racing_resume_never_turns_a_failed_run_into_a_success() {
             // Deleted first: nothing ran, and resume says why.
             Some(2) => {
                 let e = stderr(&resume);
+                let dir = std::fs::canonicalize(env.state()).unwrap();
                 assert!(
                     e == format!(
-                        "error: no run with id `{id}` in the state directory; `waymark history` lists the runs\n"
+                        "error: no run with id `{id}` in the state directory {}; `waymark history` lists the runs \
+                         kept there, `--state-dir DIR` looks in another\n",
+                        dir.display()
                     ) || e
                         == format!(
                             "error: run {id} is gone: it was deleted (by `waymark gc`?) before it could be resumed; nothing ran\n"
