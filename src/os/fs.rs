@@ -47,7 +47,9 @@ pub(crate) fn open_dir_nofollow(path: &Path, create: bool) -> io::Result<OwnedFd
             {
                 match nix::sys::stat::mkdirat(&parent, name, Mode::S_IRWXU) {
                     Ok(()) | Err(Errno::EEXIST) => {}
-                    Err(e) => return Err(io::Error::new(io::Error::from(e).kind(), format!("{}: {e}", path.display()))),
+                    Err(e) => {
+                        return Err(io::Error::new(io::Error::from(e).kind(), format!("{}: {e}", path.display())));
+                    }
                 }
                 match nix::fcntl::openat(&parent, name, flags, Mode::empty()) {
                     Ok(fd) => return Ok(fd),
