@@ -189,7 +189,9 @@ pub(crate) enum Command {
     Gc {
         /// Delete the runs that ended longer ago than this: seconds (`3600`, `0.5`) or a duration
         /// such as `30d`, `12h`, `1h 30m`, as in flow files
-        #[arg(long, value_parser = age, value_name = "DURATION")]
+        // A negative number (`-1`) is taken as its value, to be refused as a negative age, not as
+        // an unknown option; any other value that starts with `-` is an option, as everywhere.
+        #[arg(long, value_parser = age, value_name = "DURATION", allow_negative_numbers = true)]
         older_than: std::time::Duration,
         #[command(flatten)]
         state: StateDirArg,

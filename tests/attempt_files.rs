@@ -104,21 +104,36 @@ shell = 'printf "{\"type\": \"ConnectionResetError\"}" > "$WAYMARK_ERROR_FILE"; 
 }
 
 #[test]
-fn logs_of_an_attempt_that_wrote_nothing_print_nothing_and_gc_deletes_all() {
+fn logs_of_an_attempt_that_wrote_nothing_say_so_and_gc_deletes_all() {
     let env = Env::new();
-    env.write("flow.toml", "name = 'silent'\n[[step]]\nname = 'quiet'\nshell = 'true'\n");
+    env.write(
+        "flow.toml",
+        "name = 'silent'\n[[step]]\nname = 'quiet'\nshell = 'true'\n[[step]]\nname = 'talks'\nshell = 'echo hello'\n",
+    );
     env.cmd(&["run", "flow.toml"]).assert().success();
     let id = last_run_id(&env);
     let stem = env.state().join(format!("logs/{id}/quiet/attempt-1"));
     assert!(!stem.with_extension("stdout").exists() && !stem.with_extension("stderr").exists());
-    env.cmd(&["logs", &id, "quiet"]).assert().success().stderr("").stdout(format!(
-        "==> {o} <==\n==> {e} <==\n",
-        o = stem.with_extension("stdout").display(),
-        e = stem.with_extension("stderr").display()
-    ));
+    // No header for a log file that does not exist: one line on stderr says there is nothing.
+    env.cmd(&["logs", &id, "quiet"])
+        .assert()
+        .success()
+        .stdout("")
+        .stderr("waymark: attempt 1 of step `quiet` wrote nothing to stdout or stderr\n");
     for stream in ["stdout", "stderr"] {
-        env.cmd(&["logs", &id, "quiet", "--attempt", "1", "--stream", stream]).assert().success().stdout("").stderr("");
+        env.cmd(&["logs", &id, "quiet", "--attempt", "1", "--stream", stream])
+            .assert()
+            .success()
+            .stdout("")
+            .stderr(format!("waymark: attempt 1 of step `quiet` wrote nothing to {stream}\n"));
     }
+    // A step that wrote to stdout only: its log under its header, and a line for stderr.
+    let talks = env.state().join(format!("logs/{id}/talks/attempt-1.stdout"));
+    env.cmd(&["logs", &id, "talks"])
+        .assert()
+        .success()
+        .stdout(format!("==> {} <==\nhello\n", talks.display()))
+        .stderr("waymark: attempt 1 of step `talks` wrote nothing to stderr\n");
     env.cmd(&["gc", "--older-than", "0s"]).assert().success();
     assert_eq!(tree(&env.state().join("logs")), Vec::<String>::new());
 }

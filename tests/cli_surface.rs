@@ -157,6 +157,9 @@ fn gc_older_than_refuses_what_flow_files_refuse_and_says_what_works() {
         ("0.0001", "a duration must be 0 or at least 1 ms, got 0.0001 s; waymark counts time in milliseconds; write at least `0.001` or \"1ms\"".to_owned()),
         ("200 years", format!("a duration must be at most 100 years; {forms}")),
         ("inf", format!("a duration must be a finite number of seconds; {forms}")),
+        // A negative age is refused the same way, not taken for an option.
+        ("-1", format!("a duration cannot be negative, got -1; {forms}")),
+        ("-0.5", format!("a duration cannot be negative, got -0.5; {forms}")),
     ] {
         cmd(&env, &["gc", "--older-than", arg]).assert().code(2).stdout("").stderr(format!(
             "error: invalid value '{arg}' for '--older-than <DURATION>': {why}\n\nFor more information, try '--help'.\n"

@@ -120,6 +120,34 @@ fn status_of_an_orphaned_run_says_its_runner_is_gone_while_another_run_of_its_fl
     env.cmd(&["status", &orphaned]).assert().success().stdout(predicate::str::contains("its runner is gone"));
     // The run resumed has its runner.
     assert_eq!(json(&env, &["status", &first, "--json"])["runner_alive"], true);
+    // `history` says of each what `status` says: newest first, the orphaned run's runner is gone
+    // (and stderr says how to resume it), the resumed run is running.
+    let out = env.cmd(&["history", "two"]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let shown = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<&str> = shown.lines().skip(1).map(|l| &l[..44]).collect();
+    assert_eq!(
+        rows,
+        [
+            format!("{orphaned:<10} {:<20} {:<12}", "two", "runner gone"),
+            format!("{first:<10} {:<20} {:<12}", "two", "running")
+        ],
+        "{shown}"
+    );
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "waymark: run {orphaned} is running, but its runner is gone (`waymark resume {orphaned}` resumes it)\n"
+        )
+    );
+    let listed = json(&env, &["history", "two", "--json"]);
+    let alive: Vec<(&str, &str, bool)> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["id"].as_str().unwrap(), r["status"].as_str().unwrap(), r["runner_alive"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(alive, [(orphaned.as_str(), "running", false), (first.as_str(), "running", true)]);
     kill(resumed.id(), "TERM");
     let _ = finish(resumed);
     kill(leftover, "KILL");
@@ -254,7 +282,21 @@ fn resume_of_a_failed_run_gives_the_failed_step_a_fresh_budget() {
     assert_eq!(status["steps"][1]["attempts_allowed"], 4);
     assert_eq!(status["steps"][1]["attempts_before_budget"], 2);
     env.cmd(&["resume", &id]).assert().success().stderr(predicate::str::contains("already succeeded"));
-    env.cmd(&["resume", "nosuchid"]).assert().code(2).stderr(predicate::str::contains("no run with id `nosuchid`"));
+    // An unknown id: where it was looked for, and how to list what is there.
+    let dir = std::fs::canonicalize(env.state()).unwrap();
+    env.cmd(&["resume", "nosuchid"]).assert().code(2).stdout("").stderr(format!(
+        "error: no run with id `nosuchid` in the state directory {}; `waymark history` lists the runs kept there, \
+         `--state-dir DIR` looks in another\n",
+        dir.display()
+    ));
+    // A directory given by an option is named in the command that lists its runs.
+    let other = env.path("other");
+    std::fs::create_dir(&other).unwrap();
+    let other = std::fs::canonicalize(other).unwrap().display().to_string();
+    env.cmd(&["resume", "--state-dir", &other, "nosuchid"]).assert().code(2).stdout("").stderr(format!(
+        "error: no run with id `nosuchid` in the state directory {other}; `waymark history --state-dir {other}` \
+         lists the runs kept there\n"
+    ));
 }
 
 /// After `waymark resume` of a failed run, `status` counts the attempts of the step's fresh
@@ -671,9 +713,12 @@ fn gc_racing_resume_never_turns_a_failed_run_into_a_success() {
             // Deleted first: nothing ran, and resume says why.
             Some(2) => {
                 let e = stderr(&resume);
+                let dir = std::fs::canonicalize(env.state()).unwrap();
                 assert!(
                     e == format!(
-                        "error: no run with id `{id}` in the state directory; `waymark history` lists the runs\n"
+                        "error: no run with id `{id}` in the state directory {}; `waymark history` lists the runs \
+                         kept there, `--state-dir DIR` looks in another\n",
+                        dir.display()
                     ) || e
                         == format!(
                             "error: run {id} is gone: it was deleted (by `waymark gc`?) before it could be resumed; nothing ran\n"

@@ -149,6 +149,20 @@ fn choose_flow(store: &dyn Store, arg: &str) -> Result<Chosen, CliError> {
     }
 }
 
+/// Whether `run` is recorded as running but its runner is gone (killed, or the machine rebooted):
+/// no runner holds its flow's lock for it (on a shared store: nobody's lease on its flow is live).
+/// `status` and `history` say so alike.
+fn runner_gone(store: &dyn Store, state: &StateDir, run: &RunRecord) -> Result<bool, CliError> {
+    if run.status != RunStatus::Running {
+        return Ok(false);
+    }
+    let held = match store.lease_holder(&run.id) {
+        Some(holder) => holder?.is_some(),
+        None => FlowLock::is_held_for(state, &run.key, &run.id),
+    };
+    Ok(!held)
+}
+
 pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: bool) -> Result<i32, CliError> {
     if limit == 0 {
         return Err(CliError::Usage(
@@ -167,6 +181,13 @@ pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: 
             runs
         }
     };
+    // The runs recorded as running whose runner is gone, as `status` tells them.
+    let mut gone = std::collections::HashSet::new();
+    for r in &runs {
+        if runner_gone(store.as_ref(), state, r)? {
+            gone.insert(r.id.as_str());
+        }
+    }
     if json {
         let rows: Vec<Value> = runs
             .iter()
@@ -175,6 +196,7 @@ pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: 
                     "id": r.id, "flow": r.flow, "path": r.flow_path, "status": r.status.as_str(),
                     "started_at": time(r.started_at), "ended_at": opt_time(r.ended_at),
                     "failed_step": r.failed_step, "pid": r.pid, "host": r.host,
+                    "runner_alive": r.status == RunStatus::Running && !gone.contains(r.id.as_str()),
                 })
             })
             .collect();
@@ -196,13 +218,16 @@ pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: 
             "{:<10} {:<flow_width$} {:<12} {:<21} {:>10}  {}\n",
             r.id,
             r.flow,
-            r.status.as_str(),
+            if gone.contains(r.id.as_str()) { "runner gone" } else { r.status.as_str() },
             time(r.started_at),
             humantime::format_duration(took(r.started_at, r.ended_at)).to_string(),
             r.failed_step.as_deref().unwrap_or("-")
         ));
     }
     super::output::print(out)?;
+    for r in runs.iter().filter(|r| gone.contains(r.id.as_str())) {
+        note!("waymark: run {id} is running, but its runner is gone (`waymark resume {id}` resumes it)", id = r.id);
+    }
     Ok(EXIT_OK)
 }
 
@@ -307,13 +332,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
     }
     let of_step = |name: &str| by_step.get(name).map_or(&[][..], Vec::as_slice);
     let host = |name: &str| of_step(name).last().and_then(|a| a.host.clone());
-    // A run recorded as running whose runner is gone (killed, or the machine rebooted).
-    // (On a shared store: nobody's lease on its flow is live.)
-    let held = match store.lease_holder(&run.id) {
-        Some(holder) => holder?.is_some(),
-        None => FlowLock::is_held_for(state, &run.key, &run.id),
-    };
-    let orphaned = run.status == RunStatus::Running && !held;
+    let orphaned = runner_gone(store.as_ref(), state, &run)?;
     let policy = |name: &str| flow.as_ref().and_then(|f| f.steps.iter().find(|s| s.name == name)).map(|s| &s.retry);
     let allowed = |name: &str| policy(name).map(|r| r.attempts);
     let runner_alive = run.status == RunStatus::Running && !orphaned;
@@ -476,13 +495,18 @@ pub(crate) fn logs(
         Some(StreamArg::Stderr) => &["stderr"],
         None => &["stdout", "stderr"],
     };
+    // A log file is created on its stream's first byte: a stream that has none gets no header,
+    // and one line on stderr says that the attempt wrote nothing to it.
+    let header = |path: &Path| match streams.len() > 1 {
+        true => super::output::print(format!("==> {} <==\n", path.display())),
+        false => Ok(()),
+    };
+    let mut silent: Vec<&str> = Vec::new();
     for name in streams {
         let path = chosen.log_stem.with_extension(name);
-        if streams.len() > 1 {
-            super::output::print(format!("==> {} <==\n", path.display()))?;
-        }
         match crate::os::fs::open_read_nofollow(&path) {
             Ok(mut file) => {
+                header(&path)?;
                 // Streamed: a log may be far larger than memory.
                 if let Err(e) = super::output::copy(&mut file)? {
                     return Err(CliError::Internal(anyhow::anyhow!("cannot read {}: {e}", path.display())));
@@ -492,10 +516,8 @@ pub(crate) fn logs(
                 // Ran on another host: the end of its output is in the shared store.
                 // A stream that stayed empty left no file, here or there.
                 match store.attempt_tail(run_id, &chosen.log_stem, name)? {
-                    Some(tail) if tail.is_empty() => {
-                        note!("waymark: attempt {} of step `{step}` wrote nothing to {name}", chosen.attempt);
-                    }
-                    Some(tail) => {
+                    Some(tail) if !tail.is_empty() => {
+                        header(&path)?;
                         let host = chosen.host.as_deref().unwrap_or("another host");
                         note!(
                             "waymark: the full log is on host {host} at {}; here are its last {} KiB, as recorded",
@@ -504,10 +526,28 @@ pub(crate) fn logs(
                         );
                         super::output::print(String::from_utf8_lossy(&tail).into_owned())?;
                     }
-                    None => {}
+                    None if chosen.logs_on(super::shared_store()).is_some() => {
+                        let host = chosen.host.as_deref().unwrap_or("another host");
+                        note!(
+                            "waymark: the {name} log of attempt {} of step `{step}` is on host {host} at {}; its end \
+                             is recorded here when the attempt ends",
+                            chosen.attempt,
+                            path.display()
+                        );
+                    }
+                    _ => silent.push(name),
                 }
             }
             Err(e) => return Err(CliError::Internal(anyhow::anyhow!("cannot read {}: {e}", path.display()))),
+        }
+    }
+    if !silent.is_empty() {
+        let (n, streams) = (chosen.attempt, silent.join(" or "));
+        match chosen.outcome {
+            AttemptState::Running => {
+                note!("waymark: attempt {n} of step `{step}` has written nothing to {streams} so far")
+            }
+            _ => note!("waymark: attempt {n} of step `{step}` wrote nothing to {streams}"),
         }
     }
     Ok(EXIT_OK)

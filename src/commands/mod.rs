@@ -92,6 +92,32 @@ impl From<StoreError> for CliError {
     }
 }
 
+/// That run `run_id` is not in the store: where it was looked for (the state directory, or the
+/// shared store), and the command that lists the runs there.
+fn no_such_run(run_id: &str, state: &StateDir) -> CliError {
+    let (place, listing) = match backend() {
+        Backend::Sqlite => {
+            let dir = state.root();
+            // `waymark history` alone reads the directory that the environment names (or the
+            // default one); a directory given by an option needs it again.
+            let by_default =
+                configured_state_dir(None).ok().and_then(|d| std::fs::canonicalize(d).ok()).is_some_and(|d| d == dir);
+            let listing = match by_default {
+                true => "`waymark history` lists the runs kept there, `--state-dir DIR` looks in another".to_owned(),
+                false => format!(
+                    "`waymark history --state-dir {}` lists the runs kept there",
+                    crate::flow::model::shell_word(&dir.to_string_lossy())
+                ),
+            };
+            (format!("the state directory {}", dir.display()), listing)
+        }
+        Backend::Postgres { shown, .. } => {
+            (format!("the store {shown}"), "`waymark history` lists the runs kept there".to_owned())
+        }
+    };
+    CliError::Usage(format!("no run with id `{run_id}` in {place}; {listing}"))
+}
+
 /// The state directory, absolute (children get paths inside it), as configured.
 fn configured_state_dir(cli_flag: Option<&std::path::Path>) -> Result<PathBuf, CliError> {
     let dir = crate::store::state_dir(cli_flag).ok_or_else(|| {

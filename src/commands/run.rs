@@ -351,7 +351,10 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, mode: Mode) -> 
     events.set_run(run_id);
     let mut store = open_store(state)?;
     // The run's own key, whichever file started it; `resume_within` does not apply here.
-    let run = store.run(run_id)?;
+    let run = store.run(run_id).map_err(|e| match e {
+        StoreError::NoSuchRun(_) => super::no_such_run(run_id, state),
+        e => e.into(),
+    })?;
     // A flow without a `name` is its file on its host: never taken over from another host.
     if super::shared_store() && run.key.file().is_some() && run.host != host_id() {
         return Err(CliError::Usage(format!(

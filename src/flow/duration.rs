@@ -66,11 +66,19 @@ pub(crate) fn resolve(raw: &RawDuration, allow_zero: bool) -> Result<Duration, I
 /// wrong and which forms work.
 pub(crate) fn from_arg(arg: &str, allow_zero: bool) -> Result<Duration, String> {
     let trimmed = arg.trim();
-    let raw = match trimmed.parse::<f64>() {
+    let raw = |text: &str| match text.parse::<f64>() {
         Ok(secs) => RawDuration::Seconds(secs),
-        Err(_) => RawDuration::Text(trimmed.to_owned()),
+        Err(_) => RawDuration::Text(text.to_owned()),
     };
-    resolve(&raw, allow_zero).map_err(|e| {
+    // A duration with a minus sign (`-1`, `-7d`): said as such, not as a malformed one.
+    let negative = trimmed.strip_prefix('-').is_some_and(|rest| resolve(&raw(rest), false).is_ok());
+    let resolved = match negative {
+        true => {
+            Err(Invalid { message: format!("a duration cannot be negative, got {trimmed}"), label: None, help: None })
+        }
+        false => resolve(&raw(trimmed), allow_zero),
+    };
+    resolved.map_err(|e| {
         // The forms in the words of a command line; a more precise help (a value below 1 ms) stays.
         let help = match e.help {
             Some(help) if help != FORMS => help,
@@ -103,9 +111,11 @@ mod tests {
         );
         assert_eq!(
             from_arg("-5", true).unwrap_err(),
-            "a duration must be 0 or at least 1 ms, got -5 s; write seconds as a number (`90`, `0.5`) or a \
-             duration such as `30d`, `12h`, `2m 30s`"
+            "a duration cannot be negative, got -5; write seconds as a number (`90`, `0.5`) or a duration such \
+             as `30d`, `12h`, `2m 30s`"
         );
+        assert!(from_arg("-7d", true).unwrap_err().starts_with("a duration cannot be negative, got -7d; "));
+        assert_eq!(from_arg("-0", true), Ok(Duration::ZERO));
         assert_eq!(
             from_arg("1e-6", true).unwrap_err(),
             "a duration must be 0 or at least 1 ms, got 1e-6 s; waymark counts time in milliseconds; write at \

@@ -86,7 +86,7 @@ impl FlowLock {
         let path = state_dir.lock_file(key);
         let io = |source| LockError::Io { path: path.clone(), source };
         let Some(mut file) = open_lock_file(state_dir, key, true)? else { unreachable!("created") };
-        // `waymark status` probes the lock with a momentary shared lock; try a few times before
+        // `waymark status` and `history` probe the lock with a momentary shared lock; try a few times before
         // concluding that a runner holds it.
         let mut result = file.try_lock();
         for _ in 0..5 {
