@@ -229,24 +229,29 @@ impl History {
     /// The attempts of a step that `waymark resume` of a failed run gave a fresh budget are those
     /// of that budget, as the failure report (`budget spent: 3 of 3 attempts`) and `waymark
     /// status` count them, with those before it after (`3/3 (+3 before resume)`); the counts of
-    /// all rows line up.
+    /// all rows, and the `-` of a step without one, line up under `ATTEMPTS`.
     pub(crate) fn summary_table(&self, run_ended: SystemTime) -> String {
         let cells: Vec<([String; 5], String)> = self.steps.iter().map(|s| summary_row(s, run_ended)).collect();
         if cells.is_empty() {
             return String::new();
         }
-        // The attempts column: each count right-aligned to the widest, then what came before
-        // the budget, left-aligned.
-        let count_width = cells.iter().map(|(r, _)| r[2].chars().count()).max().unwrap_or(0);
+        // The attempts column: each count, and its header, right-aligned to the widest of them,
+        // then what came before the budget, left-aligned: a count (or a `-`) stands under
+        // `ATTEMPTS` whether any row says what came before or not, and every cell of the column,
+        // the header's too, is as wide as the widest.
+        const ATTEMPTS: &str = "ATTEMPTS";
+        let count_width =
+            cells.iter().map(|(r, _)| r[2].chars().count()).chain([ATTEMPTS.len()]).max().unwrap_or(0);
         let before_width = cells.iter().map(|(_, b)| b.chars().count()).max().unwrap_or(0);
+        let attempts_cell = |count: &str, before: &str| format!("{count:>count_width$}{before:<before_width$}");
         let rows: Vec<[String; 5]> = cells
             .into_iter()
             .map(|(mut row, before)| {
-                row[2] = format!("{:>count_width$}{before:<before_width$}", row[2]);
+                row[2] = attempts_cell(&row[2], &before);
                 row
             })
             .collect();
-        let header = ["STEP", "STATUS", "ATTEMPTS", "DURATION", "DETAIL"].map(str::to_owned);
+        let header = ["STEP", "STATUS", &attempts_cell(ATTEMPTS, ""), "DURATION", "DETAIL"].map(str::to_owned);
         let width = |col: usize, min: usize| {
             std::iter::once(&header).chain(&rows).map(|r| r[col].chars().count()).max().unwrap_or(0).max(min)
         };
@@ -923,7 +928,8 @@ mod tests {
 
     /// After `waymark resume` of a failed run, a step's attempts are those of its fresh budget
     /// (as the failure report's `budget spent: 2 of 2 attempts` counts them), those before it
-    /// after; every row's count lines up, and a table without such a step is as it was.
+    /// after; every row's count (or `-`) lines up under `ATTEMPTS`, and a table without such a
+    /// step is as it was.
     #[test]
     fn the_summary_table_counts_a_resumed_steps_attempts_of_its_fresh_budget() {
         let mut history = History::default();
@@ -974,11 +980,11 @@ mod tests {
         }
         assert_eq!(
             history.summary_table(at(30)),
-            "  STEP    STATUS                  ATTEMPTS    DURATION  DETAIL
-  load    failed   2/2 (+12 before resume)        20ms  ValueError: bad
-  fetch   flaky    1/2 (+3 before resume)          5ms  ok on attempt 4 after attempts before this runner
-  quick   ok       1/3                             5ms
-  report  not run    -                               -  the run failed first
+            "  STEP    STATUS   ATTEMPTS                        DURATION  DETAIL
+  load    failed        2/2 (+12 before resume)        20ms  ValueError: bad
+  fetch   flaky         1/2 (+3 before resume)          5ms  ok on attempt 4 after attempts before this runner
+  quick   ok            1/3                             5ms
+  report  not run         -                               -  the run failed first
 "
         );
     }
