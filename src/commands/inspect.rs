@@ -241,12 +241,31 @@ pub(super) fn find_run(store: &dyn Store, target: Option<&str>) -> Result<RunRec
 
 /// What `status` shows as a step's state: its stored state, except that a pending step whose last
 /// attempt was cancelled by a signal to the runner is `interrupted` (in a run that failed, a step
-/// cancelled by `fail_fast` or the deadline stays `pending`).
-fn shown_state(step: &StepRecord, attempts: &[&AttemptRecord], run: &RunRecord) -> &'static str {
+/// cancelled by `fail_fast` or the deadline stays `pending`), and so is a step `catching` in a run
+/// that no runner holds ([`handler_stopped`]): its handler is not running, whatever the store says.
+fn shown_state(step: &StepRecord, attempts: &[&AttemptRecord], run: &RunRecord, runner_alive: bool) -> &'static str {
     if step.cut_short(attempts.last().copied()) && run.status != RunStatus::Failed {
         return "interrupted";
     }
+    if handler_stopped(step, run, runner_alive).is_some() {
+        return "interrupted";
+    }
     step.state.status().as_str()
+}
+
+/// What became of the catch handler of a step left `catching` in a run that no runner holds (its
+/// runner was stopped by a signal, or killed, while the handler ran or was to run): it runs again
+/// when the run is resumed, or, in an abandoned run, never. `None` for any other step.
+fn handler_stopped(step: &StepRecord, run: &RunRecord, runner_alive: bool) -> Option<&'static str> {
+    if runner_alive || !matches!(step.state, StepState::Catching { .. }) {
+        return None;
+    }
+    match run.status {
+        RunStatus::Abandoned => Some("did not finish: the run was abandoned, so it never runs"),
+        RunStatus::Running => Some("did not finish: its runner died; it runs again on resume"),
+        RunStatus::Interrupted => Some("did not finish: the run was interrupted; it runs again on resume"),
+        RunStatus::Succeeded | RunStatus::Failed => None,
+    }
 }
 
 /// The time a step's attempts and backoffs took, `None` before its first attempt. Summed: each
@@ -331,7 +350,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         .iter()
         .map(|s| {
             let mine = of_step(&s.name);
-            let state = shown_state(s, mine, &run);
+            let state = shown_state(s, mine, &run, runner_alive);
             // An attempt counts as used from its start (the store counts it when it ends).
             let used = s.attempts_used + u32::from(matches!(s.state, StepState::InFlight { .. }));
             let next = match &s.state {
@@ -417,6 +436,10 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         out.push('\n');
         if let Some(e) = &s.last_error {
             out.push_str(&format!("  {:<name_width$} last error: {e} [{}]\n", "", e.source.describe()));
+        }
+        if let Some(what) = handler_stopped(s, &run, runner_alive) {
+            let class = s.last_error.as_ref().map(|e| format!(" for {}", e.class)).unwrap_or_default();
+            out.push_str(&format!("  {:<name_width$} its catch handler{class} {what}\n", ""));
         }
         if let Some(e) = run_failed_with(s) {
             out.push_str(&format!("  {:<name_width$} the run failed on it: {e} [{}]\n", "", e.source.describe()));
