@@ -72,7 +72,8 @@ struct StepSeen {
     /// attempt, as attempt numbers are).
     max_attempts: Option<u32>,
     /// The attempts used before its current budget began (`waymark resume` of a failed run gave
-    /// it a fresh one), known once it ended: its attempt number less the attempts of the budget.
+    /// it a fresh one): as recorded when the run was resumed ([`History::prefill`]), and once it
+    /// ended, its attempt number less the attempts of the budget.
     budget_base: u32,
     /// When its first attempt in this runner started.
     started: Option<SystemTime>,
@@ -98,6 +99,9 @@ pub(crate) struct History {
     /// The attempts earlier runners of a resumed run made, per step ([`History::prefill`]); only
     /// the failure report lists them, the summary table is this runner's.
     earlier: HashMap<String, Vec<Row>>,
+    /// The attempts used before their current budget by the steps of a resumed run that had
+    /// some, as recorded ([`History::prefill`]).
+    budget_bases: HashMap<String, u32>,
     /// A compensation started: the run's succeeded steps were undone, and it cannot be resumed.
     compensated: bool,
     /// The flow's file, which `waymark run --fresh` runs anew ([`History::set_flow_file`]).
@@ -109,11 +113,12 @@ impl History {
         let i = match self.index.get(step) {
             Some(i) => *i,
             None => {
+                let budget_base = self.budget_bases.get(step).copied().unwrap_or(0);
                 self.steps.push(StepSeen {
                     name: step.to_owned(),
                     rows: Vec::new(),
                     max_attempts: None,
-                    budget_base: 0,
+                    budget_base,
                     started: None,
                     ended: None,
                     skipped: None,
@@ -210,6 +215,7 @@ impl History {
     /// them like this runner's (called before this runner's first attempt).
     pub(crate) fn prefill(&mut self, earlier: &Earlier) {
         self.compensated |= earlier.compensated;
+        self.budget_bases.extend(earlier.budget_bases.iter().cloned());
         for a in &earlier.attempts {
             self.earlier.entry(a.step.clone()).or_default().push(Row::recorded(a, true));
         }
@@ -402,7 +408,7 @@ fn summary_row(s: &StepSeen, run_ended: SystemTime) -> ([String; 5], String) {
     let base = s.budget_base;
     let (attempts, before) = match (last, s.max_attempts) {
         (Some(row), Some(max)) => {
-            (format!("{}/{}", row.attempt.saturating_sub(base), max.saturating_sub(base)), before_budget(base))
+            (format!("{}/{}", used(row).saturating_sub(base), max.saturating_sub(base)), before_budget(base))
         }
         _ => ("-".to_owned(), String::new()),
     };
@@ -461,6 +467,17 @@ fn summary_row(s: &StepSeen, run_ended: SystemTime) -> ([String; 5], String) {
         },
     };
     ([s.name.clone(), status.to_owned(), attempts, duration, detail], before)
+}
+
+/// The attempts a step whose last attempt is `last` used, counted from the run's first as
+/// attempt numbers are: `last`'s number, less one when a signal cancelled it, since a cancelled
+/// attempt is not counted against the budget (it runs again under its number on resume), as
+/// `waymark status` counts it.
+fn used(last: &Row) -> u32 {
+    match &last.end {
+        Some(RowEnd { outcome: AttemptEnd::Cancelled, .. }) => last.attempt.saturating_sub(1),
+        _ => last.attempt,
+    }
 }
 
 /// `ConnectionResetError x2, TimeoutError`: the classes of `errors`, in the order first seen,
@@ -819,6 +836,7 @@ mod tests {
                 logs_on: Some("far-away".into()),
             }],
             compensated: false,
+            budget_bases: Vec::new(),
         });
         assert_eq!(
             lines(&elsewhere, &[]),
@@ -997,6 +1015,24 @@ mod tests {
         let table = history.summary_table(at(61_500));
         assert_eq!(table.lines().nth(1), Some("  slow  interrupted       2/3       1m 1s  runs again on resume"));
         assert_eq!(History::default().summary_table(at(0)), "", "no steps, no table");
+        // An attempt a signal cancelled is not counted against the budget (it runs again under
+        // its number on resume): attempt 2 cancelled is 1 attempt used, as `status` counts it.
+        let cancelled = Event::AttemptFinished {
+            step: "slow".into(),
+            attempt: 2,
+            max_attempts: 3,
+            outcome: AttemptEnd::Cancelled,
+            error: None,
+            duration: Duration::from_millis(61_500),
+            retry: None,
+            stopped: None,
+            exit_code: None,
+            signal: None,
+            killed_after_grace: false,
+        };
+        history.record(&envelope(61_500, cancelled));
+        let table = history.summary_table(at(61_500));
+        assert_eq!(table.lines().nth(1), Some("  slow  interrupted       1/3       1m 1s  runs again on resume"));
         // A step whose catch handler a signal stopped, or which it stopped before its handler
         // started (no retry followed the failed attempt), is not waiting for a retry: its handler
         // runs again. With a retry scheduled, it waited for the retry.
