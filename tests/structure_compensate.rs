@@ -299,7 +299,12 @@ fn status_says_which_compensations_ran_and_how_they_ended() {
 
     // Stopped while compensating, by SIGKILL or a signal: it runs again on resume.
     for (signal, run_status, why, outcome) in [
-        ("KILL", "running, but its runner is gone (`waymark run PATH` resumes it)", "its runner died before it ended", "runner_lost"),
+        (
+            "KILL",
+            "running, but its runner is gone (`waymark run PATH` resumes it)",
+            "its runner died before it ended",
+            "runner_lost",
+        ),
         ("TERM", "interrupted", "a signal stopped it", "cancelled"),
     ] {
         let env = Env::new();

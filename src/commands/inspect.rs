@@ -526,7 +526,8 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         }
     }
     if !compensations.is_empty() {
-        let (verb, tense) = if run.status == RunStatus::Failed { ("compensated", "ran") } else { ("compensating", "run") };
+        let (verb, tense) =
+            if run.status == RunStatus::Failed { ("compensated", "ran") } else { ("compensating", "run") };
         out.push_str(&format!(
             "{verb}: the run failed, so the compensations of its succeeded steps {tense}, latest step first:\n"
         ));

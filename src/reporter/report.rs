@@ -246,8 +246,7 @@ impl History {
         // `ATTEMPTS` whether any row says what came before or not, and every cell of the column,
         // the header's too, is as wide as the widest.
         const ATTEMPTS: &str = "ATTEMPTS";
-        let count_width =
-            cells.iter().map(|(r, _)| r[2].chars().count()).chain([ATTEMPTS.len()]).max().unwrap_or(0);
+        let count_width = cells.iter().map(|(r, _)| r[2].chars().count()).chain([ATTEMPTS.len()]).max().unwrap_or(0);
         let before_width = cells.iter().map(|(_, b)| b.chars().count()).max().unwrap_or(0);
         let attempts_cell = |count: &str, before: &str| format!("{count:>count_width$}{before:<before_width$}");
         let rows: Vec<[String; 5]> = cells
