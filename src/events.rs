@@ -388,6 +388,10 @@ pub(crate) struct Earlier {
     pub(crate) attempts: Vec<EarlierAttempt>,
     /// A compensation ran: the run cannot be resumed with `waymark resume` once it failed.
     pub(crate) compensated: bool,
+    /// The attempts each step used before its current budget (`waymark resume` of a failed run
+    /// gave it a fresh one), where there were any: what the summary table says of a step that
+    /// does not end in this runner.
+    pub(crate) budget_bases: Vec<(String, u32)>,
 }
 
 /// An attempt that an earlier runner of a resumed run made, as the store recorded it: not an

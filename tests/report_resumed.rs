@@ -217,3 +217,75 @@ fn the_report_names_the_logs_an_attempt_created_whatever_host_id_its_runner_had(
     // Run by this host's id, the same.
     names_the_stderr_log(env.cmd(&["run", "--quiet", "--fresh", "flow.toml"]).output().unwrap());
 }
+
+/// The summary table's row of `step` in `out`'s stderr, from its status on, spaces squeezed and
+/// the duration left out (`interrupted 2/5 runs again on resume`), and `status`'s line of it from
+/// its state on, likewise (`interrupted attempts 2/5`).
+fn table_and_status_rows(env: &Env, step: &str, out: &std::process::Output) -> (String, String) {
+    let squeeze = |text: &str| {
+        let words = text.lines().map(|l| l.split_whitespace().collect::<Vec<_>>()).find(|w| w.first() == Some(&step));
+        let words = words.unwrap_or_else(|| panic!("no line of {step} in {text}"));
+        words[1..].iter().filter(|w| !["DURATION", "Ns"].contains(w)).copied().collect::<Vec<_>>().join(" ")
+    };
+    let status = env.cmd(&["status"]).output().unwrap();
+    let status = common::normalise_status_durations(&String::from_utf8(status.stdout).unwrap());
+    (squeeze(&common::normalise_plain(&common::stderr(out))), squeeze(&status))
+}
+
+/// A run interrupted, resumed and interrupted again: a cancelled attempt is not counted against
+/// the budget (it runs again under its number), so the summary table counts the attempts the
+/// step used, as `status` does, not the number of the attempt the signal cancelled; and after
+/// `waymark resume` of a failed run, a step interrupted in its fresh budget is counted of that
+/// budget in both.
+#[test]
+fn an_interrupted_step_counts_the_same_attempts_in_the_summary_table_and_in_status() {
+    let env = Env::new();
+    // Odd runs of the command fail, even ones wait for the signal.
+    env.write(
+        "flow.toml",
+        "name = 'twice'\n[[step]]\nname = 'work'\nretry = { attempts = 5 }\n\
+         shell = 'echo x >> runs; if [ $(($(wc -l < runs) % 2)) = 1 ]; then exit 3; fi; echo $$ >> ready; exec sleep 60'\n",
+    );
+    let out = env.run_until("ready", "TERM");
+    assert_eq!(
+        table_and_status_rows(&env, "work", &out),
+        ("interrupted 1/5 runs again on resume".to_owned(), "interrupted attempts 1/5".to_owned())
+    );
+    // Resumed: attempt 2 runs again and fails, attempt 3 is cancelled.
+    let runner = env.spawn(&["run", "flow.toml"]);
+    env.wait_for_lines("ready", 2);
+    kill(runner.id(), "TERM");
+    let out = finish(runner);
+    assert_eq!(out.status.code(), Some(143));
+    assert_eq!(
+        table_and_status_rows(&env, "work", &out),
+        ("interrupted 2/5 runs again on resume".to_owned(), "interrupted attempts 2/5".to_owned())
+    );
+
+    // A failed run given a fresh budget by `waymark resume`, interrupted in it, resumed and
+    // interrupted again.
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'fresh'\n[[step]]\nname = 'work'\nretry = { attempts = 2 }\n\
+         shell = 'echo x >> runs; if [ $(wc -l < runs) -le 2 ]; then exit 3; fi; echo $$ >> ready; exec sleep 60'\n",
+    );
+    assert_eq!(env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap().status.code(), Some(1));
+    let runs: Value = serde_json::from_slice(&env.cmd(&["history", "--json"]).output().unwrap().stdout).unwrap();
+    let id = runs[0]["id"].as_str().unwrap().to_owned();
+    for (args, ready) in [(vec!["resume", id.as_str()], 1), (vec!["run", "flow.toml"], 2)] {
+        let runner = env.spawn(&args);
+        env.wait_for_lines("ready", ready);
+        kill(runner.id(), "TERM");
+        let out = finish(runner);
+        assert_eq!(out.status.code(), Some(143));
+        assert_eq!(
+            table_and_status_rows(&env, "work", &out),
+            (
+                "interrupted 0/2 (+2 before resume) runs again on resume".to_owned(),
+                "interrupted attempts 0/2 (+2 before resume)".to_owned()
+            ),
+            "{args:?}"
+        );
+    }
+}

@@ -128,7 +128,7 @@ fn a_handler_left_to_run_by_a_killed_runner_runs_once_on_resume() {
     // The runner is SIGKILLed right after fetch's final error is committed, before its handler.
     let out = env.cmd(&["run", "flow.toml"]).env("WAYMARK_TEST_CRASH_AFTER", "fetch").output().unwrap();
     assert_eq!(out.status.signal_number(), Some(9), "{}", stderr(&out));
-    assert_eq!(states(&env), ["catching", "pending"]);
+    assert_eq!(states(&env), ["interrupted", "pending"]);
     assert!(!env.path("handled").exists());
     let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -193,4 +193,55 @@ fn a_catch_handler_left_running_by_a_dead_runner_is_named_when_its_processes_are
         "{said}"
     );
     assert_eq!(states(&env), ["caught"]);
+}
+
+/// `status` text with the run id, the flow's path, times and durations replaced.
+fn status_text(env: &Env) -> String {
+    let st = status(env);
+    let out = env.cmd(&["status"]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let text = text.replace(st["id"].as_str().unwrap(), "RUN").replace(st["path"].as_str().unwrap(), "PATH");
+    common::normalise_status_durations(&common::normalise_times(&text))
+}
+
+/// A runner stopped while a catch handler runs, by a signal or by SIGKILL: no handler is running,
+/// so `status` shows the step `interrupted` (not `catching`), as it shows a step whose attempt a
+/// signal cut short, and says that its handler runs again on resume; the resume runs it.
+#[test]
+fn a_catch_handler_stopped_with_its_runner_shows_interrupted_and_runs_again_on_resume() {
+    for (signal, run_status, why) in [
+        ("TERM", "interrupted", "the run was interrupted"),
+        ("KILL", "running, but its runner is gone (`waymark run PATH` resumes it)", "its runner died"),
+    ] {
+        let env = Env::new();
+        env.write(
+            "flow.toml",
+            "[[step]]\nname = 'a'\nshell = 'exit 3'\n\
+             catch = [{ shell = 'echo x >> handled; if [ -e release ]; then exit 0; fi; echo $$ > ready; exec sleep 60' }]\n\
+             [[step]]\nname = 'b'\nshell = 'true'\n",
+        );
+        let _ = env.run_until("ready", signal);
+        assert_eq!(
+            status_text(&env),
+            format!(
+                "run RUN of flow (PATH): {run_status}, started TIME{}\n  \
+                 a                    interrupted  attempts 1/1  Ns\n  \
+                 {:20} last error: CalledProcessError(SubprocessError, Exception, BaseException): exit status 3 \
+                 [exit status]\n  \
+                 {:20} its catch handler for CalledProcessError did not finish: {why}; it runs again on resume\n  \
+                 b                    pending      attempts 0/1\n",
+                if signal == "TERM" { ", ended TIME" } else { "" },
+                "",
+                ""
+            ),
+            "after SIG{signal}"
+        );
+        assert_eq!(states(&env), ["interrupted", "pending"], "after SIG{signal}");
+        env.write("release", "");
+        let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert_eq!(env.count("handled"), 2, "after SIG{signal}");
+        assert_eq!(states(&env), ["caught", "succeeded"], "after SIG{signal}");
+    }
 }

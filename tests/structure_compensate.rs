@@ -236,3 +236,124 @@ fn assert_points_at_a_fresh_run(env: &Env, out: &std::process::Output) {
         )
     );
 }
+
+/// `status` text with the run id, the flow's path, times and durations replaced.
+fn status_text(env: &Env) -> String {
+    let out = env.cmd(&["status", "--json"]).output().unwrap();
+    let st: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = env.cmd(&["status"]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let text = text.replace(st["id"].as_str().unwrap(), "RUN").replace(st["path"].as_str().unwrap(), "PATH");
+    common::normalise_status_durations(&common::normalise_times(&text))
+}
+
+/// `status --json`'s `compensated` and its `compensations` as (step, outcome, exit_code), each
+/// with its times checked: a finished one has an end and a duration, an unfinished one neither.
+fn compensations(env: &Env) -> (bool, Vec<(String, String, Option<i64>)>) {
+    let out = env.cmd(&["status", "--json"]).output().unwrap();
+    let st: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let list = st["compensations"].as_array().unwrap().iter().map(|c| {
+        let finished = ["succeeded", "failed", "cancelled"].contains(&c["outcome"].as_str().unwrap());
+        assert_eq!((c["ended_at"].is_string(), c["duration_ms"].is_u64()), (finished, finished), "{c}");
+        assert!(c["started_at"].is_string(), "{c}");
+        (c["step"].as_str().unwrap().to_owned(), c["outcome"].as_str().unwrap().to_owned(), c["exit_code"].as_i64())
+    });
+    (st["compensated"].as_bool().unwrap(), list.collect())
+}
+
+/// `status` of a run whose failure was compensated says so, lists each compensation with how it
+/// ended (text and `--json`), and says the run cannot be resumed; one stopped with its runner
+/// says it runs again on resume; a run that was not compensated says nothing of it.
+#[test]
+fn status_says_which_compensations_ran_and_how_they_ended() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "[[step]]\nname = 'a'\nshell = 'true'\ncompensate = 'true'\n\
+         [[step]]\nname = 'b'\nshell = 'true'\ncompensate = 'exit 3'\n\
+         [[step]]\nname = 'c'\nshell = 'exit 1'\n",
+    );
+    assert_eq!(env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap().status.code(), Some(1));
+    assert_eq!(
+        status_text(&env),
+        format!(
+            "run RUN of flow (PATH): failed, started TIME, ended TIME\n  \
+             a                    succeeded  attempts 1/1  Ns\n  \
+             b                    succeeded  attempts 1/1  Ns\n  \
+             c                    failed     attempts 1/1  Ns\n  \
+             {:20} last error: CalledProcessError(SubprocessError, Exception, BaseException): exit status 1 \
+             [exit status]\n\
+             compensated: the run failed, so the compensations of its succeeded steps ran, latest step first:\n  \
+             b                    failed     exit status 3\n  \
+             a                    succeeded\n\
+             what its steps did was undone, so the run cannot be resumed; `waymark run --fresh PATH` starts the \
+             flow anew\n",
+            ""
+        )
+    );
+    assert_eq!(
+        compensations(&env),
+        (true, vec![("b".into(), "failed".into(), Some(3)), ("a".into(), "succeeded".into(), Some(0))])
+    );
+
+    // Stopped while compensating, by SIGKILL or a signal: it runs again on resume.
+    for (signal, run_status, why, outcome) in [
+        (
+            "KILL",
+            "running, but its runner is gone (`waymark run PATH` resumes it)",
+            "its runner died before it ended",
+            "runner_lost",
+        ),
+        ("TERM", "interrupted", "a signal stopped it", "cancelled"),
+    ] {
+        let env = Env::new();
+        env.write(
+            "flow.toml",
+            "[[step]]\nname = 'a'\nshell = 'true'\n\
+             compensate = 'if [ -e release ]; then exit 0; fi; echo $$ > ready; exec sleep 60'\n\
+             [[step]]\nname = 'c'\nshell = 'exit 1'\n",
+        );
+        let _ = env.run_until("ready", signal);
+        assert_eq!(
+            status_text(&env),
+            format!(
+                "run RUN of flow (PATH): {run_status}, started TIME{}\n  \
+                 a                    succeeded  attempts 1/1  Ns\n  \
+                 c                    failed     attempts 1/1  Ns\n  \
+                 {:20} last error: CalledProcessError(SubprocessError, Exception, BaseException): exit status 1 \
+                 [exit status]\n\
+                 compensating: the run failed, so the compensations of its succeeded steps run, latest step first:\n  \
+                 a                    interrupted  {why}; it runs again on resume\n",
+                if signal == "TERM" { ", ended TIME" } else { "" },
+                ""
+            ),
+            "after SIG{signal}"
+        );
+        assert_eq!(compensations(&env), (true, vec![("a".into(), outcome.into(), None)]), "after SIG{signal}");
+        env.write("release", "");
+        assert_eq!(env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap().status.code(), Some(1));
+        let (_, list) = compensations(&env);
+        assert_eq!(list.last(), Some(&("a".into(), "succeeded".into(), Some(0))), "after SIG{signal}");
+        let text = status_text(&env);
+        let said: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("compensated:")).collect();
+        assert_eq!(
+            said,
+            [
+                "compensated: the run failed, so the compensations of its succeeded steps ran, latest step first:",
+                &format!("  a                    interrupted  {}; it ran again", why),
+                "  a                    succeeded",
+                "what its steps did was undone, so the run cannot be resumed; `waymark run --fresh PATH` starts the \
+                 flow anew",
+            ],
+            "after SIG{signal}"
+        );
+    }
+
+    // Not compensated: nothing said.
+    let env = Env::new();
+    env.write("flow.toml", "[[step]]\nname = 'a'\nshell = 'exit 1'\n");
+    assert_eq!(env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap().status.code(), Some(1));
+    assert!(!status_text(&env).contains("compensat"), "{}", status_text(&env));
+    assert_eq!(compensations(&env), (false, vec![]));
+}

@@ -8,8 +8,8 @@ use crate::flow::Flow;
 use crate::flow::model::shell_word;
 use crate::store::lock::FlowLock;
 use crate::store::{
-    AttemptRecord, AttemptState, FlowKey, RunFilter, RunRecord, RunStatus, StateDir, StepRecord, StepState, Store,
-    StoreError,
+    AttemptRecord, AttemptState, AuxKind, AuxRun, FlowKey, RunFilter, RunRecord, RunStatus, StateDir, StepRecord,
+    StepState, Store, StoreError,
 };
 use serde_json::{Value, json};
 use std::path::Path;
@@ -266,12 +266,31 @@ pub(super) fn find_run(store: &dyn Store, target: Option<&str>) -> Result<RunRec
 
 /// What `status` shows as a step's state: its stored state, except that a pending step whose last
 /// attempt was cancelled by a signal to the runner is `interrupted` (in a run that failed, a step
-/// cancelled by `fail_fast` or the deadline stays `pending`).
-fn shown_state(step: &StepRecord, attempts: &[&AttemptRecord], run: &RunRecord) -> &'static str {
+/// cancelled by `fail_fast` or the deadline stays `pending`), and so is a step `catching` in a run
+/// that no runner holds ([`handler_stopped`]): its handler is not running, whatever the store says.
+fn shown_state(step: &StepRecord, attempts: &[&AttemptRecord], run: &RunRecord, runner_alive: bool) -> &'static str {
     if step.cut_short(attempts.last().copied()) && run.status != RunStatus::Failed {
         return "interrupted";
     }
+    if handler_stopped(step, run, runner_alive).is_some() {
+        return "interrupted";
+    }
     step.state.status().as_str()
+}
+
+/// What became of the catch handler of a step left `catching` in a run that no runner holds (its
+/// runner was stopped by a signal, or killed, while the handler ran or was to run): it runs again
+/// when the run is resumed, or, in an abandoned run, never. `None` for any other step.
+fn handler_stopped(step: &StepRecord, run: &RunRecord, runner_alive: bool) -> Option<&'static str> {
+    if runner_alive || !matches!(step.state, StepState::Catching { .. }) {
+        return None;
+    }
+    match run.status {
+        RunStatus::Abandoned => Some("did not finish: the run was abandoned, so it never runs"),
+        RunStatus::Running => Some("did not finish: its runner died; it runs again on resume"),
+        RunStatus::Interrupted => Some("did not finish: the run was interrupted; it runs again on resume"),
+        RunStatus::Succeeded | RunStatus::Failed => None,
+    }
 }
 
 /// The time a step's attempts and backoffs took, `None` before its first attempt. Summed: each
@@ -315,6 +334,72 @@ fn active_time(
     (!attempts.is_empty()).then_some(total)
 }
 
+/// A compensation of run `run` as `status` shows it: how it ended ([`attempt_state`]: one whose
+/// runner died is `runner_lost`), and, when it did not finish, whether it ran again (`again`: a
+/// later run of the same step's compensation is recorded) or runs again on resume.
+struct Compensation<'a> {
+    aux: &'a AuxRun,
+    outcome: AttemptState,
+    again: bool,
+}
+
+impl Compensation<'_> {
+    /// Its state word and what follows it on its line: `succeeded`, `failed  exit status 3`,
+    /// `interrupted  a signal stopped it; it runs again on resume`.
+    fn text(&self, run: &RunRecord, runner_alive: bool) -> (&'static str, String) {
+        let unfinished = |why: &str| {
+            let next = match (self.again, run.status) {
+                (true, _) => "; it ran again",
+                (false, RunStatus::Interrupted | RunStatus::Running) if !runner_alive => "; it runs again on resume",
+                (false, _) => "",
+            };
+            format!("{why}{next}")
+        };
+        match self.outcome {
+            AttemptState::Succeeded => ("succeeded", String::new()),
+            AttemptState::Failed => (
+                "failed",
+                self.aux.exit_code.map_or_else(
+                    || "killed, timed out or not started (its compensate.stderr says more)".to_owned(),
+                    |code| format!("exit status {code}"),
+                ),
+            ),
+            AttemptState::Running => ("running", String::new()),
+            AttemptState::Cancelled => ("interrupted", unfinished("a signal stopped it")),
+            AttemptState::RunnerLost => ("interrupted", unfinished("its runner died before it ended")),
+        }
+    }
+
+    fn json(&self) -> Value {
+        let ended = self.aux.ended_at.filter(|_| self.outcome != AttemptState::RunnerLost);
+        let took = ended.map(|end| end.duration_since(self.aux.started_at).unwrap_or_default());
+        json!({
+            "step": self.aux.name,
+            "outcome": self.outcome.as_str(),
+            "started_at": time(self.aux.started_at),
+            "ended_at": opt_time(ended),
+            "duration_ms": took.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            "exit_code": self.aux.exit_code,
+        })
+    }
+}
+
+/// The compensations recorded of a run, in the order they started ([`Compensation`]).
+fn compensations(aux: &[AuxRun], runner_alive: bool) -> Vec<Compensation<'_>> {
+    let mine: Vec<&AuxRun> = aux.iter().filter(|a| a.kind == AuxKind::Compensate).collect();
+    mine.iter()
+        .enumerate()
+        .map(|(i, a)| Compensation {
+            aux: a,
+            outcome: match a.outcome {
+                AttemptState::Running if !runner_alive => AttemptState::RunnerLost,
+                outcome => outcome,
+            },
+            again: mine[i + 1..].iter().any(|b| b.name == a.name),
+        })
+        .collect()
+}
+
 pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_attempts: bool) -> Result<i32, CliError> {
     let store = read_store(state)?;
     let run = find_run(store.as_ref(), target)?;
@@ -350,7 +435,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         .iter()
         .map(|s| {
             let mine = of_step(&s.name);
-            let state = shown_state(s, mine, &run);
+            let state = shown_state(s, mine, &run, runner_alive);
             // An attempt counts as used from its start (the store counts it when it ends).
             let used = s.attempts_used + u32::from(matches!(s.state, StepState::InFlight { .. }));
             let next = match &s.state {
@@ -383,12 +468,16 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
             row
         })
         .collect();
+    let aux = store.aux_runs(&run.id)?;
+    let compensations = compensations(&aux, runner_alive);
     if json {
         print_json(&json!({
             "id": run.id, "flow": run.flow, "path": run.flow_path, "status": run.status.as_str(),
             "started_at": time(run.started_at), "ended_at": opt_time(run.ended_at),
             "failed_step": run.failed_step, "pid": run.pid, "host": run.host,
             "runner_alive": runner_alive, "steps": rows,
+            "compensated": !compensations.is_empty(),
+            "compensations": compensations.iter().map(Compensation::json).collect::<Vec<_>>(),
         }))?;
         return Ok(EXIT_OK);
     }
@@ -437,6 +526,10 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         if let Some(e) = &s.last_error {
             out.push_str(&format!("  {:<name_width$} last error: {e} [{}]\n", "", e.source.describe()));
         }
+        if let Some(what) = handler_stopped(s, &run, runner_alive) {
+            let class = s.last_error.as_ref().map(|e| format!(" for {}", e.class)).unwrap_or_default();
+            out.push_str(&format!("  {:<name_width$} its catch handler{class} {what}\n", ""));
+        }
         if let Some(e) = run_failed_with(s) {
             out.push_str(&format!("  {:<name_width$} the run failed on it: {e} [{}]\n", "", e.source.describe()));
         }
@@ -449,6 +542,28 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
                 let line = crate::reporter::attempt_line(&EarlierAttempt::of(a, super::shared_store()), unended);
                 out.push_str(&format!("  {:<name_width$} {line}\n", ""));
             }
+        }
+    }
+    if !compensations.is_empty() {
+        let (verb, tense) =
+            if run.status == RunStatus::Failed { ("compensated", "ran") } else { ("compensating", "run") };
+        out.push_str(&format!(
+            "{verb}: the run failed, so the compensations of its succeeded steps {tense}, latest step first:\n"
+        ));
+        let widths = compensations.iter().map(|c| c.text(&run, runner_alive).0.len() + 1);
+        let state_width = widths.max().unwrap_or(0).max(10);
+        for c in &compensations {
+            let (word, detail) = c.text(&run, runner_alive);
+            let line = format!("  {:<name_width$} {word:<state_width$} {detail}", c.aux.name);
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+        if run.status == RunStatus::Failed {
+            out.push_str(&format!(
+                "what its steps did was undone, so the run cannot be resumed; `waymark run --fresh {}` starts the \
+                 flow anew\n",
+                shell_word(&run.flow_path.to_string_lossy())
+            ));
         }
     }
     super::output::print(out)?;

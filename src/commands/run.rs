@@ -507,7 +507,9 @@ fn execute(
     if reported {
         let shared = super::shared_store();
         let attempts = attempts.iter().map(|a| EarlierAttempt::of(a, shared)).collect();
-        events.earlier(&Earlier { attempts, compensated: compensated(&aux) });
+        let budget_bases =
+            steps.iter().filter(|s| s.budget_base > 0).map(|s| (s.name.clone(), s.budget_base)).collect();
+        events.earlier(&Earlier { attempts, compensated: compensated(&aux), budget_bases });
     }
     let log_dir = state.run_logs(&record.id);
     create_private_dir(&log_dir).with_context(|| format!("cannot create the log directory {}", log_dir.display()))?;

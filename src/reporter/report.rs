@@ -72,7 +72,8 @@ struct StepSeen {
     /// attempt, as attempt numbers are).
     max_attempts: Option<u32>,
     /// The attempts used before its current budget began (`waymark resume` of a failed run gave
-    /// it a fresh one), known once it ended: its attempt number less the attempts of the budget.
+    /// it a fresh one): as recorded when the run was resumed ([`History::prefill`]), and once it
+    /// ended, its attempt number less the attempts of the budget.
     budget_base: u32,
     /// When its first attempt in this runner started.
     started: Option<SystemTime>,
@@ -98,6 +99,9 @@ pub(crate) struct History {
     /// The attempts earlier runners of a resumed run made, per step ([`History::prefill`]); only
     /// the failure report lists them, the summary table is this runner's.
     earlier: HashMap<String, Vec<Row>>,
+    /// The attempts used before their current budget by the steps of a resumed run that had
+    /// some, as recorded ([`History::prefill`]).
+    budget_bases: HashMap<String, u32>,
     /// A compensation started: the run's succeeded steps were undone, and it cannot be resumed.
     compensated: bool,
     /// The flow's file, which `waymark run --fresh` runs anew ([`History::set_flow_file`]).
@@ -109,11 +113,12 @@ impl History {
         let i = match self.index.get(step) {
             Some(i) => *i,
             None => {
+                let budget_base = self.budget_bases.get(step).copied().unwrap_or(0);
                 self.steps.push(StepSeen {
                     name: step.to_owned(),
                     rows: Vec::new(),
                     max_attempts: None,
-                    budget_base: 0,
+                    budget_base,
                     started: None,
                     ended: None,
                     skipped: None,
@@ -210,6 +215,7 @@ impl History {
     /// them like this runner's (called before this runner's first attempt).
     pub(crate) fn prefill(&mut self, earlier: &Earlier) {
         self.compensated |= earlier.compensated;
+        self.budget_bases.extend(earlier.budget_bases.iter().cloned());
         for a in &earlier.attempts {
             self.earlier.entry(a.step.clone()).or_default().push(Row::recorded(a, true));
         }
@@ -229,24 +235,28 @@ impl History {
     /// The attempts of a step that `waymark resume` of a failed run gave a fresh budget are those
     /// of that budget, as the failure report (`budget spent: 3 of 3 attempts`) and `waymark
     /// status` count them, with those before it after (`3/3 (+3 before resume)`); the counts of
-    /// all rows line up.
+    /// all rows, and the `-` of a step without one, line up under `ATTEMPTS`.
     pub(crate) fn summary_table(&self, run_ended: SystemTime) -> String {
         let cells: Vec<([String; 5], String)> = self.steps.iter().map(|s| summary_row(s, run_ended)).collect();
         if cells.is_empty() {
             return String::new();
         }
-        // The attempts column: each count right-aligned to the widest, then what came before
-        // the budget, left-aligned.
-        let count_width = cells.iter().map(|(r, _)| r[2].chars().count()).max().unwrap_or(0);
+        // The attempts column: each count, and its header, right-aligned to the widest of them,
+        // then what came before the budget, left-aligned: a count (or a `-`) stands under
+        // `ATTEMPTS` whether any row says what came before or not, and every cell of the column,
+        // the header's too, is as wide as the widest.
+        const ATTEMPTS: &str = "ATTEMPTS";
+        let count_width = cells.iter().map(|(r, _)| r[2].chars().count()).chain([ATTEMPTS.len()]).max().unwrap_or(0);
         let before_width = cells.iter().map(|(_, b)| b.chars().count()).max().unwrap_or(0);
+        let attempts_cell = |count: &str, before: &str| format!("{count:>count_width$}{before:<before_width$}");
         let rows: Vec<[String; 5]> = cells
             .into_iter()
             .map(|(mut row, before)| {
-                row[2] = format!("{:>count_width$}{before:<before_width$}", row[2]);
+                row[2] = attempts_cell(&row[2], &before);
                 row
             })
             .collect();
-        let header = ["STEP", "STATUS", "ATTEMPTS", "DURATION", "DETAIL"].map(str::to_owned);
+        let header = ["STEP", "STATUS", &attempts_cell(ATTEMPTS, ""), "DURATION", "DETAIL"].map(str::to_owned);
         let width = |col: usize, min: usize| {
             std::iter::once(&header).chain(&rows).map(|r| r[col].chars().count()).max().unwrap_or(0).max(min)
         };
@@ -397,7 +407,7 @@ fn summary_row(s: &StepSeen, run_ended: SystemTime) -> ([String; 5], String) {
     let base = s.budget_base;
     let (attempts, before) = match (last, s.max_attempts) {
         (Some(row), Some(max)) => {
-            (format!("{}/{}", row.attempt.saturating_sub(base), max.saturating_sub(base)), before_budget(base))
+            (format!("{}/{}", used(row).saturating_sub(base), max.saturating_sub(base)), before_budget(base))
         }
         _ => ("-".to_owned(), String::new()),
     };
@@ -456,6 +466,17 @@ fn summary_row(s: &StepSeen, run_ended: SystemTime) -> ([String; 5], String) {
         },
     };
     ([s.name.clone(), status.to_owned(), attempts, duration, detail], before)
+}
+
+/// The attempts a step whose last attempt is `last` used, counted from the run's first as
+/// attempt numbers are: `last`'s number, less one when a signal cancelled it, since a cancelled
+/// attempt is not counted against the budget (it runs again under its number on resume), as
+/// `waymark status` counts it.
+fn used(last: &Row) -> u32 {
+    match &last.end {
+        Some(RowEnd { outcome: AttemptEnd::Cancelled, .. }) => last.attempt.saturating_sub(1),
+        _ => last.attempt,
+    }
 }
 
 /// `ConnectionResetError x2, TimeoutError`: the classes of `errors`, in the order first seen,
@@ -814,6 +835,7 @@ mod tests {
                 logs_on: Some("far-away".into()),
             }],
             compensated: false,
+            budget_bases: Vec::new(),
         });
         assert_eq!(
             lines(&elsewhere, &[]),
@@ -923,7 +945,8 @@ mod tests {
 
     /// After `waymark resume` of a failed run, a step's attempts are those of its fresh budget
     /// (as the failure report's `budget spent: 2 of 2 attempts` counts them), those before it
-    /// after; every row's count lines up, and a table without such a step is as it was.
+    /// after; every row's count (or `-`) lines up under `ATTEMPTS`, and a table without such a
+    /// step is as it was.
     #[test]
     fn the_summary_table_counts_a_resumed_steps_attempts_of_its_fresh_budget() {
         let mut history = History::default();
@@ -974,11 +997,11 @@ mod tests {
         }
         assert_eq!(
             history.summary_table(at(30)),
-            "  STEP    STATUS                  ATTEMPTS    DURATION  DETAIL
-  load    failed   2/2 (+12 before resume)        20ms  ValueError: bad
-  fetch   flaky    1/2 (+3 before resume)          5ms  ok on attempt 4 after attempts before this runner
-  quick   ok       1/3                             5ms
-  report  not run    -                               -  the run failed first
+            "  STEP    STATUS   ATTEMPTS                        DURATION  DETAIL
+  load    failed        2/2 (+12 before resume)        20ms  ValueError: bad
+  fetch   flaky         1/2 (+3 before resume)          5ms  ok on attempt 4 after attempts before this runner
+  quick   ok            1/3                             5ms
+  report  not run         -                               -  the run failed first
 "
         );
     }
@@ -991,6 +1014,24 @@ mod tests {
         let table = history.summary_table(at(61_500));
         assert_eq!(table.lines().nth(1), Some("  slow  interrupted       2/3       1m 1s  runs again on resume"));
         assert_eq!(History::default().summary_table(at(0)), "", "no steps, no table");
+        // An attempt a signal cancelled is not counted against the budget (it runs again under
+        // its number on resume): attempt 2 cancelled is 1 attempt used, as `status` counts it.
+        let cancelled = Event::AttemptFinished {
+            step: "slow".into(),
+            attempt: 2,
+            max_attempts: 3,
+            outcome: AttemptEnd::Cancelled,
+            error: None,
+            duration: Duration::from_millis(61_500),
+            retry: None,
+            stopped: None,
+            exit_code: None,
+            signal: None,
+            killed_after_grace: false,
+        };
+        history.record(&envelope(61_500, cancelled));
+        let table = history.summary_table(at(61_500));
+        assert_eq!(table.lines().nth(1), Some("  slow  interrupted       1/3       1m 1s  runs again on resume"));
         // A step whose catch handler a signal stopped, or which it stopped before its handler
         // started (no retry followed the failed attempt), is not waiting for a retry: its handler
         // runs again. With a retry scheduled, it waited for the retry.

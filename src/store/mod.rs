@@ -583,6 +583,13 @@ pub struct AuxRun {
     pub(crate) row: i64,
     pub(crate) pid: Option<u32>,
     pub(crate) proc_start: Option<u64>,
+    /// How it ended, as recorded (`running` while it runs, or when its runner died before a new
+    /// one claimed the run), with when it started and ended and its exit status: what `waymark
+    /// status` says of it.
+    pub(crate) outcome: AttemptState,
+    pub(crate) started_at: SystemTime,
+    pub(crate) ended_at: Option<SystemTime>,
+    pub(crate) exit_code: Option<i32>,
 }
 
 /// The runner's writes to the run it owns, as futures, so that a store whose writes block (SQLite's

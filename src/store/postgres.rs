@@ -995,7 +995,7 @@ impl Store for PgStore {
     fn aux_runs(&self, run_id: &str) -> Result<Vec<AuxRun>, StoreError> {
         self.read(|tx| {
             let rows = tx.query(
-                "SELECT kind, step, outcome, row_id, pid, proc_start FROM waymark_attempts
+                "SELECT kind, step, outcome, row_id, pid, proc_start, started_at, ended_at, exit_code FROM waymark_attempts
                  WHERE run_id = $1 AND kind IN ('compensate', 'hook') ORDER BY row_id",
                 &[&run_id],
             )?;
@@ -1014,6 +1014,10 @@ impl Store for PgStore {
                         row: r.get(3),
                         pid: r.get::<_, Option<i64>>(4).and_then(|p| u32::try_from(p).ok()),
                         proc_start: r.get::<_, Option<i64>>(5).map(|v| v as u64),
+                        outcome: state,
+                        started_at: from_millis(r.get(6)),
+                        ended_at: r.get::<_, Option<i64>>(7).map(from_millis),
+                        exit_code: r.get(8),
                     })
                 })
                 .collect()

@@ -705,7 +705,7 @@ impl SqliteStore {
         let kind = self.attempt_kind_sql;
         // The condition of [`MIGRATE_TO_9`]'s index, written as there, for the index to serve.
         format!(
-            "SELECT {kind} AS k, step, outcome, row, pid, proc_start FROM attempts
+            "SELECT {kind} AS k, step, outcome, row, pid, proc_start, started_at, ended_at, exit_code FROM attempts
              WHERE run_id = ?1 AND {kind} IN ('compensate', 'hook') ORDER BY row"
         )
     }
@@ -1032,6 +1032,10 @@ impl Store for SqliteStore {
                     row: r.get("row")?,
                     pid: r.get("pid")?,
                     proc_start: r.get::<_, Option<i64>>("proc_start")?.map(|v| v as u64),
+                    outcome: state,
+                    started_at: from_millis(r.get("started_at")?),
+                    ended_at: r.get::<_, Option<i64>>("ended_at")?.map(from_millis),
+                    exit_code: r.get("exit_code")?,
                 })
             })
             .map_err(|e| self.sql(e))?;

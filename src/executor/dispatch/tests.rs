@@ -1562,6 +1562,10 @@ async fn a_resumed_run_does_not_repeat_finished_compensations_and_kills_one_left
         row: 7,
         pid: Some(4242),
         proc_start: None,
+        outcome: if finished { crate::store::AttemptState::Succeeded } else { crate::store::AttemptState::Running },
+        started_at: BASE,
+        ended_at: finished.then_some(BASE),
+        exit_code: finished.then_some(0),
     };
     test.aux = vec![aux("b", true), aux("a", false)];
     let ran = test.run(|_, _| exit(1, 0)).await;
