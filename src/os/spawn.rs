@@ -328,6 +328,27 @@ mod tests {
         }
     }
 
+    /// `Supervisor::supervise` polls `wait()` inside a `select!`: a timeout, a signal forwarded
+    /// or any control message drops the `wait()` future and polls a new one. A child waited for
+    /// by a thread (pidfd_open failing: kernels before 5.10 reject PIDFD_NONBLOCK, seccomp
+    /// profiles that deny pidfd_open) must still be waited for then, not reported as reaped by
+    /// someone else (ECHILD): that made supervise SIGKILL the group at once, skipping
+    /// `kill_grace`, and leave the child a zombie.
+    #[tokio::test]
+    async fn a_child_is_still_waited_for_after_a_wait_was_cut_short() {
+        for by_thread in [false, true] {
+            let mut child =
+                Child::spawned(std::process::Command::new("sh").args(["-c", "sleep 0.5; exit 7"])).unwrap();
+            if by_thread {
+                child = Child::with_thread(child.id());
+            }
+            let cut_short = tokio::time::timeout(std::time::Duration::from_millis(100), child.wait()).await;
+            assert!(cut_short.is_err(), "still running after 100ms");
+            let status = child.wait().await;
+            assert_eq!(status.unwrap().code(), Some(7), "by_thread: {by_thread}");
+        }
+    }
+
     #[test]
     fn a_nul_byte_or_a_missing_program_is_an_error_not_a_child() {
         let base = BaseEnv::capture(|_| false);
