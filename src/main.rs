@@ -4,6 +4,8 @@ use std::io::Write;
 fn main() {
     // Before anything else is opened: descriptors leaked to waymark must not reach the steps.
     waymark::executor::close_inherited_fds_on_exec();
+    // And before any thread is started: a blocked signal inherited from the parent is unblocked.
+    waymark::executor::unblock_inherited_signals();
     // The shell asking for completions (`WAYMARK_COMPLETE=bash waymark ...`) is answered, and waymark exits.
     waymark::commands::complete::complete_if_asked();
     // `--color` is read first so that clap's own help and errors follow it too.

@@ -304,3 +304,44 @@ fn a_runner_sigkilled_during_a_cancels_grace_period_leaves_a_resumable_run() {
         assert_eq!(env.read("mid.att"), "1\n1\n", "{context}: attempt 1 ran again: {said}");
     }
 }
+
+/// A signal mask waymark inherits from its parent (here SIGUSR1 and SIGTERM blocked, by a
+/// python3 that then execs waymark) reaches no step, whether its program is found on PATH or is
+/// a `shell` step's /bin/sh, and does not keep the runner from hearing SIGTERM.
+#[test]
+fn a_signal_mask_the_runner_inherited_reaches_no_step_and_does_not_deafen_it() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'mask'\n[[step]]\nname = 'bare'\nrun = ['grep', '^SigBlk', '/proc/self/status']\n\
+         [[step]]\nname = 'shell'\nshell = 'grep ^SigBlk /proc/self/status'\n\
+         [[step]]\nname = 'wait'\nshell = 'touch started; sleep 30'\n",
+    );
+    let block = "import os, signal, sys\n\
+                 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGTERM})\n\
+                 os.execv(sys.argv[1], sys.argv[1:])\n";
+    let runner = std::process::Command::new("python3")
+        .args(["-c", block])
+        .arg(assert_cmd::cargo::cargo_bin("waymark"))
+        .args(["run", "--quiet", "flow.toml"])
+        .current_dir(env.dir.path())
+        .env("WAYMARK_STATE_DIR", env.state())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the last step started", || env.path("started").exists());
+    kill(runner.id(), "TERM");
+    let out = finish(runner);
+    assert_eq!(out.status.code(), Some(143), "SIGTERM heard: {}", stderr(&out));
+    let logs = |step: &str| env.read(&format!("state/logs/{}/{step}/attempt-1.stdout", run_id(&env)));
+    let none = "SigBlk:\t0000000000000000\n";
+    assert_eq!((logs("bare").as_str(), logs("shell").as_str()), (none, none));
+}
+
+/// The id of the one run in `env`'s state directory.
+fn run_id(env: &Env) -> String {
+    let history = env.cmd(&["history", "mask", "--json"]).output().unwrap();
+    let history: Value = serde_json::from_slice(&history.stdout).unwrap();
+    history[0]["id"].as_str().unwrap().to_owned()
+}

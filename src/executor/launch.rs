@@ -267,12 +267,22 @@ impl Launcher for ProcessLauncher {
         // The PATH the program is looked up on: the step's environment's, else waymark's own.
         let path = env.iter().rev().find(|(k, _)| k == "PATH").map(|(_, v)| v.clone());
         let path = path.or_else(|| std::env::var("PATH").ok()).unwrap_or_else(|| "/bin:/usr/bin".to_owned());
-        let found = self.programs.find(&argv[0], &path);
+        // A program named by a path (a `shell` step's /bin/sh) is spawned by it, from the step's
+        // working directory as `execvp` would; a bare name is looked up on PATH once per runner.
+        let found = match argv[0].contains('/') {
+            true => Some(PathBuf::from(&argv[0])),
+            false => self.programs.find(&argv[0], &path),
+        };
         // Spawned by the path found earlier, else (or if that fails: the program moved since)
         // by its name, looked up on PATH as ever.
         if self.devnull.is_none() {
-            let null = Path::new("/dev/null");
-            self.devnull = Some(std::fs::File::open(null).map_err(|e| files_err(null, e))?);
+            match std::fs::File::open("/dev/null") {
+                Ok(null) => self.devnull = Some(null),
+                Err(e) => {
+                    let why = format!("cannot open /dev/null for its stdin: {e}");
+                    return Ok(Launched::NotStarted { why, stderr_from });
+                }
+            }
         }
         let devnull = self.devnull.as_ref().expect("opened above");
         let mut by_name = found.is_none();

@@ -33,6 +33,7 @@ mod outputs;
 mod supervise;
 
 pub use crate::os::process::close_inherited_fds_on_exec;
+pub use crate::os::signals::unblock_inherited_signals;
 pub(crate) use crate::os::signals::{RunnerSignals, restore_default_signals};
 pub(crate) use output::{Chunk, OutputGate};
 

@@ -18,6 +18,14 @@ pub(crate) fn ignored_at_start(sig: i32) -> bool {
     (1..=64).contains(&sig) && mask & (1 << (sig - 1)) != 0
 }
 
+/// Unblock every signal in the calling thread, before any other thread exists (they inherit its
+/// mask). A mask inherited from waymark's parent would keep the runner from hearing SIGTERM, and
+/// reach every step: a step that blocks SIGTERM sits out its timeout's signal until the SIGKILL.
+/// Ignored signals are another matter, and stay ignored (`nohup`).
+pub fn unblock_inherited_signals() {
+    let _ = nix::sys::signal::SigSet::empty().thread_set_mask();
+}
+
 /// Put the runner's own signals back to their default action, once the run is over and
 /// nothing listens for them any more, so that a signal during the last writes still ends the
 /// process.

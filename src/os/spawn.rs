@@ -7,8 +7,9 @@
 //! the inherited variables become `NAME=value` C strings once per runner ([`BaseEnv`]); a spawn
 //! makes C strings of its attempt's own variables only.
 //!
-//! The child is started as std starts one: in a process group of its own, with an empty signal
-//! mask and SIGPIPE back to its default (the Rust runtime ignores it in the runner).
+//! The child is started in a process group of its own, with SIGPIPE back to its default (the Rust
+//! runtime ignores it in the runner), as std's `Command` starts one, and with no signal blocked
+//! (the runner unblocks them all when it starts, so that a program std spawns gets the same).
 
 use nix::errno::Errno;
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus};
@@ -27,19 +28,26 @@ pub(crate) struct BaseEnv {
 }
 
 impl BaseEnv {
-    /// The runner's environment, without the variables `skip` names.
+    /// The runner's environment, without the variables `skip` names. A name the runner got twice
+    /// is passed on once, with its last value (as std's `Command` did, and `getenv` differs).
     pub(crate) fn capture(skip: impl Fn(&OsStr) -> bool) -> BaseEnv {
-        let vars = std::env::vars_os()
-            .filter(|(name, _)| !skip(name))
-            .filter_map(|(name, value)| {
-                let mut entry = Vec::with_capacity(name.len() + 1 + value.len() + 1);
-                entry.extend_from_slice(name.as_bytes());
-                entry.push(b'=');
-                entry.extend_from_slice(value.as_bytes());
-                // A variable the runner inherited cannot hold a NUL byte; none is left out.
-                Some((name, CString::new(entry).ok()?))
-            })
-            .collect();
+        BaseEnv::of(std::env::vars_os().filter(|(name, _)| !skip(name)))
+    }
+
+    fn of(inherited: impl Iterator<Item = (OsString, OsString)>) -> BaseEnv {
+        let mut vars: Vec<(OsString, CString)> = Vec::new();
+        for (name, value) in inherited {
+            let mut entry = Vec::with_capacity(name.len() + 1 + value.len() + 1);
+            entry.extend_from_slice(name.as_bytes());
+            entry.push(b'=');
+            entry.extend_from_slice(value.as_bytes());
+            // A variable the runner inherited cannot hold a NUL byte; none is left out.
+            let Ok(entry) = CString::new(entry) else { continue };
+            match vars.iter_mut().find(|(seen, _)| *seen == name) {
+                Some(var) => var.1 = entry,
+                None => vars.push((name, entry)),
+            }
+        }
         BaseEnv { vars }
     }
 
@@ -98,22 +106,41 @@ fn c_string(bytes: &[u8]) -> io::Result<CString> {
     CString::new(bytes).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "nul byte found in provided data"))
 }
 
-/// `posix_spawn` attributes, destroyed when dropped.
+/// `posix_spawn` attributes, made only once initialised, destroyed when dropped.
 struct Attr(libc::posix_spawnattr_t);
+
+impl Attr {
+    fn new() -> io::Result<Attr> {
+        let mut attr = std::mem::MaybeUninit::uninit();
+        // SAFETY: posix_spawnattr_init initialises the storage it is given; it is read only on
+        // success.
+        check(unsafe { libc::posix_spawnattr_init(attr.as_mut_ptr()) })?;
+        Ok(Attr(unsafe { attr.assume_init() }))
+    }
+}
 
 impl Drop for Attr {
     fn drop(&mut self) {
-        // SAFETY: initialised by posix_spawnattr_init in `spawn`, destroyed once, here.
+        // SAFETY: initialised by posix_spawnattr_init (`Attr::new`), destroyed once, here.
         unsafe { libc::posix_spawnattr_destroy(&mut self.0) };
     }
 }
 
-/// `posix_spawn` file actions, destroyed when dropped.
+/// `posix_spawn` file actions, made only once initialised, destroyed when dropped.
 struct Actions(libc::posix_spawn_file_actions_t);
+
+impl Actions {
+    fn new() -> io::Result<Actions> {
+        let mut actions = std::mem::MaybeUninit::uninit();
+        // SAFETY: as for `Attr::new`.
+        check(unsafe { libc::posix_spawn_file_actions_init(actions.as_mut_ptr()) })?;
+        Ok(Actions(unsafe { actions.assume_init() }))
+    }
+}
 
 impl Drop for Actions {
     fn drop(&mut self) {
-        // SAFETY: initialised by posix_spawn_file_actions_init in `spawn`, destroyed once, here.
+        // SAFETY: initialised by posix_spawn_file_actions_init (`Actions::new`), destroyed once.
         unsafe { libc::posix_spawn_file_actions_destroy(&mut self.0) };
     }
 }
@@ -134,19 +161,16 @@ pub(crate) fn spawn(s: &Spawn) -> io::Result<u32> {
     let none = nix::sys::signal::SigSet::empty();
     let mut pipe = nix::sys::signal::SigSet::empty();
     pipe.add(nix::sys::signal::Signal::SIGPIPE);
-    // SAFETY (each block below): the posix_spawn functions of libc, given a pointer to storage
-    // they initialise (an `Attr` or `Actions`, destroyed on drop) or initialised before, and
-    // C strings and arrays that live until `posix_spawn` returns. They are not wrapped by nix with
+    // SAFETY (each block below): the posix_spawn functions of libc, given an initialised `Attr`
+    // or `Actions` and C strings and arrays that live until `posix_spawn` returns. They are not wrapped by nix with
     // `posix_spawn_file_actions_addchdir_np`, which a step's working directory needs.
-    let mut attr = Attr(unsafe { std::mem::zeroed() });
-    check(unsafe { libc::posix_spawnattr_init(&mut attr.0) })?;
+    let mut attr = Attr::new()?;
     let flags = libc::POSIX_SPAWN_SETPGROUP | libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF;
     check(unsafe { libc::posix_spawnattr_setflags(&mut attr.0, flags as libc::c_short) })?;
     check(unsafe { libc::posix_spawnattr_setpgroup(&mut attr.0, 0) })?;
     check(unsafe { libc::posix_spawnattr_setsigmask(&mut attr.0, none.as_ref()) })?;
     check(unsafe { libc::posix_spawnattr_setsigdefault(&mut attr.0, pipe.as_ref()) })?;
-    let mut actions = Actions(unsafe { std::mem::zeroed() });
-    check(unsafe { libc::posix_spawn_file_actions_init(&mut actions.0) })?;
+    let mut actions = Actions::new()?;
     for (fd, to) in [(s.stdin, 0), (s.stdout, 1), (s.stderr, 2)] {
         check(unsafe { libc::posix_spawn_file_actions_adddup2(&mut actions.0, fd.as_raw_fd(), to) })?;
     }
@@ -159,7 +183,8 @@ pub(crate) fn spawn(s: &Spawn) -> io::Result<u32> {
 }
 
 /// A child of the runner, waited for on the event loop: through a pidfd that becomes readable
-/// when it exits, or (a kernel older than 5.3) a thread that waits for it without reaping it.
+/// when it exits, or (a kernel older than 5.3, or a sandbox that refuses `pidfd_open`) a blocking
+/// thread of the runtime that waits for it without reaping it.
 pub(crate) struct Child {
     pid: u32,
     exit: Exit,
@@ -176,7 +201,8 @@ impl Child {
     pub(crate) fn new(pid: u32) -> Child {
         // SAFETY: pidfd_open(2) takes a pid and flags and returns a new descriptor or -1 (nix
         // has no wrapper); the descriptor is owned by the OwnedFd made from it, only on success.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, libc::PIDFD_NONBLOCK) };
+        // No PIDFD_NONBLOCK (Linux 5.10): the descriptor is only polled, never read or waited on.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
         let pidfd = (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) });
         // SAFETY: the pidfd is owned by the AsyncFd, neither replaced nor closed while registered.
         let registered = pidfd
@@ -229,8 +255,14 @@ impl Child {
             }
             match &mut self.exit {
                 Exit::Pidfd(fd) => fd.readable().await?.clear_ready(),
-                Exit::Thread(waiter) => match waiter.take() {
-                    Some(waiter) => waiter.await.map_err(io::Error::other)?,
+                // Awaited in place: a wait cut short (a timeout, a signal in a `select!`) leaves
+                // the thread's handle for the next one.
+                Exit::Thread(waiter) => match waiter {
+                    Some(handle) => {
+                        let joined = handle.await;
+                        *waiter = None;
+                        joined.map_err(io::Error::other)?;
+                    }
                     // The thread saw it exit, yet it is not waitable: someone else reaped it.
                     None => return Err(io::Error::from(Errno::ECHILD)),
                 },
@@ -337,8 +369,7 @@ mod tests {
     #[tokio::test]
     async fn a_child_is_still_waited_for_after_a_wait_was_cut_short() {
         for by_thread in [false, true] {
-            let mut child =
-                Child::spawned(std::process::Command::new("sh").args(["-c", "sleep 0.5; exit 7"])).unwrap();
+            let mut child = Child::spawned(std::process::Command::new("sh").args(["-c", "sleep 0.5; exit 7"])).unwrap();
             if by_thread {
                 child = Child::with_thread(child.id());
             }
@@ -347,6 +378,19 @@ mod tests {
             let status = child.wait().await;
             assert_eq!(status.unwrap().code(), Some(7), "by_thread: {by_thread}");
         }
+    }
+
+    #[test]
+    fn a_variable_inherited_twice_is_passed_on_once_with_its_last_value() {
+        let pair = |k: &str, v: &str| (OsString::from(k), OsString::from(v));
+        let base = BaseEnv::of([pair("DUP", "first"), pair("A", "a"), pair("DUP", "second")].into_iter());
+        let env = base.with(&own(&[("B", "b")])).unwrap();
+        let vars: Vec<String> = env.envp[..env.envp.len() - 1]
+            .iter()
+            // SAFETY: each pointer is to a C string that `base` or `env` holds.
+            .map(|p| unsafe { std::ffi::CStr::from_ptr(*p) }.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(vars, ["DUP=second", "A=a", "B=b"]);
     }
 
     #[test]
