@@ -94,6 +94,43 @@ fn status_lists_a_running_attempt_as_running() {
     let _ = finish(runner);
 }
 
+/// A step whose attempt was running when its runner was killed is not running: `status` shows it
+/// `interrupted` (text and JSON), with a line saying that its attempt did not finish and runs
+/// again on resume, as it says of a catch handler stopped with its runner.
+#[test]
+fn status_shows_a_step_whose_runner_died_mid_attempt_interrupted() {
+    let env = Env::new();
+    env.write("flow.toml", "name = 'dead'\n[[step]]\nname = 'a'\nshell = 'echo $$ > ready; exec sleep 300'\n");
+    let _ = env.run_until("ready", "KILL");
+    let leftover = read_pid(&env.path("ready"));
+    kill(leftover, "KILL");
+    let (text, _) = status_text(&env, "dead");
+    let listed = common::normalise_times(&stdout_of(&env, &["status", "dead", "--attempts"]));
+    assert_eq!(
+        listed.lines().last(),
+        Some(format!("{:22} attempt 1: started TIME, its runner died before it ended", "").as_str())
+    );
+    assert_eq!(
+        text,
+        format!(
+            "run RUN of dead (PATH): running, but its runner is gone (`waymark run PATH` resumes it), started TIME\n  \
+             a                    interrupted  attempts 1/1  Ns\n  \
+             {:20} attempt 1 did not finish: its runner died; it runs again on resume\n",
+            ""
+        )
+    );
+    let step = &json(&env, &["status", "--json"])["steps"][0];
+    assert_eq!((step["state"].as_str(), step["attempts_used"].as_u64()), (Some("interrupted"), Some(1)), "{step}");
+    // Resumed, it runs again, and so is running while its new runner lives.
+    let runner = env.spawn(&["run", "flow.toml"]);
+    wait_until("the attempt to run again", || {
+        std::fs::read_to_string(env.path("ready")).is_ok_and(|p| p.trim().parse().is_ok_and(|p: u32| p != leftover))
+    });
+    assert_eq!(json(&env, &["status", "--json"])["steps"][0]["state"], "running");
+    kill(runner.id(), "TERM");
+    let _ = finish(runner);
+}
+
 /// A run whose runner died is not made alive by a runner of another run of the same flow
 /// holding the flow's lock (`waymark resume` of an older run).
 #[test]
@@ -620,7 +657,12 @@ sys.stdout.buffer.write(bytes(4000000))
     assert_eq!(env.read("first.code").trim(), "4", "{}", env.read("first.err"));
     assert!(env.read("first.err").contains("cannot write attempt files at"), "{}", env.read("first.err"));
     let status: Value = serde_json::from_str(&env.read("status.json")).unwrap();
-    assert_eq!(status["steps"][0]["state"], "running", "the attempt stays in flight, to be redelivered");
+    // The attempt stays in flight, to be redelivered: its runner is gone, so it shows interrupted.
+    assert_eq!(
+        (status["steps"][0]["state"].as_str(), status["runner_alive"].as_bool()),
+        (Some("interrupted"), Some(false)),
+        "{status}"
+    );
 }
 
 /// A flow whose one step fails (attempts 1) unless `gate` exists, in which case it waits for

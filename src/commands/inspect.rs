@@ -266,31 +266,41 @@ pub(super) fn find_run(store: &dyn Store, target: Option<&str>) -> Result<RunRec
 
 /// What `status` shows as a step's state: its stored state, except that a pending step whose last
 /// attempt was cancelled by a signal to the runner is `interrupted` (in a run that failed, a step
-/// cancelled by `fail_fast` or the deadline stays `pending`), and so is a step `catching` in a run
-/// that no runner holds ([`handler_stopped`]): its handler is not running, whatever the store says.
+/// cancelled by `fail_fast` or the deadline stays `pending`), and so is a step whose attempt or
+/// catch handler was running in a run that no runner holds ([`stopped_with_runner`]): nothing of
+/// it is running, whatever the store says.
 fn shown_state(step: &StepRecord, attempts: &[&AttemptRecord], run: &RunRecord, runner_alive: bool) -> &'static str {
     if step.cut_short(attempts.last().copied()) && run.status != RunStatus::Failed {
         return "interrupted";
     }
-    if handler_stopped(step, run, runner_alive).is_some() {
+    if stopped_with_runner(step, run, runner_alive).is_some() {
         return "interrupted";
     }
     step.state.status().as_str()
 }
 
-/// What became of the catch handler of a step left `catching` in a run that no runner holds (its
-/// runner was stopped by a signal, or killed, while the handler ran or was to run): it runs again
-/// when the run is resumed, or, in an abandoned run, never. `None` for any other step.
-fn handler_stopped(step: &StepRecord, run: &RunRecord, runner_alive: bool) -> Option<&'static str> {
-    if runner_alive || !matches!(step.state, StepState::Catching { .. }) {
-        return None;
-    }
-    match run.status {
-        RunStatus::Abandoned => Some("did not finish: the run was abandoned, so it never runs"),
-        RunStatus::Running => Some("did not finish: its runner died; it runs again on resume"),
-        RunStatus::Interrupted => Some("did not finish: the run was interrupted; it runs again on resume"),
-        RunStatus::Succeeded | RunStatus::Failed => None,
-    }
+/// What became of a step left running in a run that no runner holds (its runner was stopped by a
+/// signal, or killed, while an attempt of the step ran, or while its catch handler ran or was to
+/// run), as the line under its line in `status` says it: `attempt 2 did not finish: its runner
+/// died; it runs again on resume`, `its catch handler for CLASS did not finish: ...`. It runs
+/// again when the run is resumed, or, in an abandoned run, never. `None` for any other step.
+fn stopped_with_runner(step: &StepRecord, run: &RunRecord, runner_alive: bool) -> Option<String> {
+    let (what, again) = match &step.state {
+        _ if runner_alive => return None,
+        StepState::InFlight { attempt, .. } => (format!("attempt {attempt}"), " again"),
+        StepState::Catching { .. } => {
+            let class = step.last_error.as_ref().map(|e| format!(" for {}", e.class)).unwrap_or_default();
+            (format!("its catch handler{class}"), "")
+        }
+        _ => return None,
+    };
+    let why = match run.status {
+        RunStatus::Abandoned => format!("the run was abandoned, so it never runs{again}"),
+        RunStatus::Running => "its runner died; it runs again on resume".to_owned(),
+        RunStatus::Interrupted => "the run was interrupted; it runs again on resume".to_owned(),
+        RunStatus::Succeeded | RunStatus::Failed => return None,
+    };
+    Some(format!("{what} did not finish: {why}"))
 }
 
 /// The time a step's attempts and backoffs took, `None` before its first attempt. Summed: each
@@ -526,9 +536,8 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         if let Some(e) = &s.last_error {
             out.push_str(&format!("  {:<name_width$} last error: {e} [{}]\n", "", e.source.describe()));
         }
-        if let Some(what) = handler_stopped(s, &run, runner_alive) {
-            let class = s.last_error.as_ref().map(|e| format!(" for {}", e.class)).unwrap_or_default();
-            out.push_str(&format!("  {:<name_width$} its catch handler{class} {what}\n", ""));
+        if let Some(what) = stopped_with_runner(s, &run, runner_alive) {
+            out.push_str(&format!("  {:<name_width$} {what}\n", ""));
         }
         if let Some(e) = run_failed_with(s) {
             out.push_str(&format!("  {:<name_width$} the run failed on it: {e} [{}]\n", "", e.source.describe()));
