@@ -131,6 +131,58 @@ fn status_shows_a_step_whose_runner_died_mid_attempt_interrupted() {
     let _ = finish(runner);
 }
 
+/// The times recorded in `status --attempts --json` of a run (its start, and the starts and ends
+/// of its steps and attempts).
+fn recorded_times(v: &Value, into: &mut Vec<std::time::SystemTime>) {
+    match v {
+        Value::Object(map) => {
+            for (key, value) in map {
+                match value.as_str() {
+                    Some(t) if key == "started_at" || key == "ended_at" => {
+                        into.push(humantime::parse_rfc3339(t).unwrap())
+                    }
+                    _ => recorded_times(value, into),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| recorded_times(v, into)),
+        _ => {}
+    }
+}
+
+/// `history`'s duration of a run whose runner died does not grow while it sits without one: it
+/// counts up to the last thing the run recorded (here the start of the attempt its runner died
+/// in), however long ago that is.
+#[test]
+fn history_counts_a_run_whose_runner_died_up_to_the_last_thing_it_recorded() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'dead'\n[[step]]\nname = 'a'\nshell = 'sleep 1'\n\
+         [[step]]\nname = 'b'\nshell = 'echo $$ > ready; exec sleep 300'\n",
+    );
+    let _ = env.run_until("ready", "KILL");
+    kill(read_pid(&env.path("ready")), "KILL");
+    let st = json(&env, &["status", "--attempts", "--json"]);
+    let mut times = Vec::new();
+    recorded_times(&st, &mut times);
+    let start = humantime::parse_rfc3339(st["started_at"].as_str().unwrap()).unwrap();
+    let last = times.into_iter().max().unwrap();
+    // Long enough after the last record that a duration counted to now would be a second more.
+    let later = last + std::time::Duration::from_millis(1500);
+    wait_until("1.5s past the last record", || std::time::SystemTime::now() > later);
+    let out = env.cmd(&["history"]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let took =
+        humantime::format_duration(std::time::Duration::from_secs(last.duration_since(start).unwrap().as_secs()))
+            .to_string();
+    let (id, started) = (st["id"].as_str().unwrap(), st["started_at"].as_str().unwrap());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().nth(1),
+        Some(format!("{id:<10} {:<20} {:<12} {started:<21} {took:>10}  -", "dead", "runner gone").as_str())
+    );
+}
+
 /// A run whose runner died is not made alive by a runner of another run of the same flow
 /// holding the flow's lock (`waymark resume` of an older run).
 #[test]

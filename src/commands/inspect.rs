@@ -163,6 +163,23 @@ fn runner_gone(store: &dyn Store, state: &StateDir, run: &RunRecord) -> Result<b
     Ok(!held)
 }
 
+/// The last time run `run` recorded anything: its start, or the latest start or end of one of
+/// its steps, attempts or compensations. A run whose runner is gone ran until then at least, and
+/// nothing says how much longer, so `history` counts its duration up to then rather than to now.
+fn last_recorded(store: &dyn Store, run: &RunRecord) -> Result<SystemTime, CliError> {
+    let mut times = vec![run.started_at];
+    for s in store.steps(&run.id)? {
+        times.extend(s.started_at.into_iter().chain(s.ended_at));
+    }
+    for a in store.attempts(&run.id, None)? {
+        times.extend(std::iter::once(a.started_at).chain(a.ended_at));
+    }
+    for a in store.aux_runs(&run.id)? {
+        times.extend(std::iter::once(a.started_at).chain(a.ended_at));
+    }
+    Ok(times.into_iter().max().unwrap_or(run.started_at))
+}
+
 pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: bool) -> Result<i32, CliError> {
     if limit == 0 {
         return Err(CliError::Usage(
@@ -181,11 +198,12 @@ pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: 
             runs
         }
     };
-    // The runs recorded as running whose runner is gone, as `status` tells them.
-    let mut gone = std::collections::HashSet::new();
+    // The runs recorded as running whose runner is gone, as `status` tells them, with the last
+    // time each recorded anything: its duration ends there.
+    let mut gone = std::collections::HashMap::new();
     for r in &runs {
         if runner_gone(store.as_ref(), state, r)? {
-            gone.insert(r.id.as_str());
+            gone.insert(r.id.as_str(), last_recorded(store.as_ref(), r)?);
         }
     }
     if json {
@@ -196,7 +214,7 @@ pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: 
                     "id": r.id, "flow": r.flow, "path": r.flow_path, "status": r.status.as_str(),
                     "started_at": time(r.started_at), "ended_at": opt_time(r.ended_at),
                     "failed_step": r.failed_step, "pid": r.pid, "host": r.host,
-                    "runner_alive": r.status == RunStatus::Running && !gone.contains(r.id.as_str()),
+                    "runner_alive": r.status == RunStatus::Running && !gone.contains_key(r.id.as_str()),
                 })
             })
             .collect();
@@ -218,14 +236,14 @@ pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: 
             "{:<10} {:<flow_width$} {:<12} {:<21} {:>10}  {}\n",
             r.id,
             r.flow,
-            if gone.contains(r.id.as_str()) { "runner gone" } else { r.status.as_str() },
+            if gone.contains_key(r.id.as_str()) { "runner gone" } else { r.status.as_str() },
             time(r.started_at),
-            humantime::format_duration(took(r.started_at, r.ended_at)).to_string(),
+            humantime::format_duration(took(r.started_at, r.ended_at.or(gone.get(r.id.as_str()).copied()))).to_string(),
             r.failed_step.as_deref().unwrap_or("-")
         ));
     }
     super::output::print(out)?;
-    for r in runs.iter().filter(|r| gone.contains(r.id.as_str())) {
+    for r in runs.iter().filter(|r| gone.contains_key(r.id.as_str())) {
         note!("waymark: run {id} is running, but its runner is gone (`waymark resume {id}` resumes it)", id = r.id);
     }
     Ok(EXIT_OK)
