@@ -605,13 +605,29 @@ fn a_database_locked_for_too_long_exits_4() {
     assert_eq!(env.count("ran"), 2);
 }
 
+/// Only `run` creates the state directory: the commands that find nothing in one that does not
+/// exist (`resume` and `gc` too, which write) create nothing, and say that it does not exist.
 #[test]
 fn looking_creates_no_state() {
     let env = Env::new();
     env.cmd(&["history"]).assert().success().stderr(predicate::str::contains("no runs yet"));
     env.cmd(&["history", "--json"]).assert().success().stdout("[]\n");
     env.cmd(&["status"]).assert().code(2).stderr(predicate::str::contains("no runs yet"));
-    env.cmd(&["logs", "abc", "s"]).assert().code(2).stderr(predicate::str::contains("no run with id `abc`"));
+    let missing = |what: &str| {
+        format!(
+            "error: {what}: the state directory {} does not exist, so no run was ever recorded there; `--state-dir \
+             DIR` (or WAYMARK_STATE_DIR) looks in another\n",
+            env.state().display()
+        )
+    };
+    let unknown = missing("no run with id `abc` and no runs of a flow named `abc`");
+    env.cmd(&["logs", "abc", "s"]).assert().code(2).stdout("").stderr(unknown.clone());
+    env.cmd(&["status", "abc"]).assert().code(2).stdout("").stderr(unknown);
+    env.cmd(&["resume", "abc"]).assert().code(2).stdout("").stderr(missing("no run with id `abc`"));
+    env.cmd(&["gc", "--older-than", "0s"]).assert().success().stdout("").stderr(format!(
+        "waymark: deleted no runs: the state directory {} does not exist, so no run was ever recorded there\n",
+        env.state().display()
+    ));
     assert!(!env.state().exists());
 }
 

@@ -250,7 +250,7 @@ pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: 
 }
 
 /// A run by id, or the newest run of a flow (by file path or name), or the newest run of all.
-pub(super) fn find_run(store: &dyn Store, target: Option<&str>) -> Result<RunRecord, CliError> {
+pub(super) fn find_run(store: &dyn Store, state: &StateDir, target: Option<&str>) -> Result<RunRecord, CliError> {
     match target {
         Some(t) => match store.run(t) {
             Ok(r) => Ok(r),
@@ -266,9 +266,7 @@ pub(super) fn find_run(store: &dyn Store, target: Option<&str>) -> Result<RunRec
                             path.display(),
                             shell_word(t)
                         ),
-                        _ => format!(
-                            "no run with id `{t}` and no runs of a flow named `{t}`; `waymark history` lists the runs"
-                        ),
+                        _ => return super::not_found(&format!("no run with id `{t}` and no runs of a flow named `{t}`"), state),
                     })
                 })
             }
@@ -430,7 +428,7 @@ fn compensations(aux: &[AuxRun], runner_alive: bool) -> Vec<Compensation<'_>> {
 
 pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_attempts: bool) -> Result<i32, CliError> {
     let store = read_store(state)?;
-    let run = find_run(store.as_ref(), target)?;
+    let run = find_run(store.as_ref(), state, target)?;
     // The attempts allowed are shown as `?` when the definition cannot be read (a newer record):
     // `status` still shows what it can.
     let flow: Option<Flow> =
@@ -607,7 +605,7 @@ pub(crate) fn logs(
     stream: Option<StreamArg>,
 ) -> Result<i32, CliError> {
     let store = read_store(state)?;
-    let run = find_run(store.as_ref(), Some(target))?;
+    let run = find_run(store.as_ref(), state, Some(target))?;
     let run_id = run.id.as_str();
     let attempts = store.attempts(run_id, Some(step))?;
     if attempts.is_empty() {
@@ -699,6 +697,14 @@ pub(crate) fn logs(
 /// holding its flow's lock, in a transaction that checks again that it is finished: a run that a
 /// runner holds (`waymark resume` of a failed run) or is about to hold is kept.
 pub(crate) fn gc(state: &StateDir, older_than: Duration) -> Result<i32, CliError> {
+    // A state directory that does not exist holds no run to delete, and is not created for that.
+    if !super::shared_store() && !state.exists() {
+        note!(
+            "waymark: deleted no runs: the state directory {} does not exist, so no run was ever recorded there",
+            state.root().display()
+        );
+        return Ok(EXIT_OK);
+    }
     let mut store = open_store(state)?;
     let cutoff = SystemTime::now().checked_sub(older_than).unwrap_or(SystemTime::UNIX_EPOCH);
     let candidates = store.finished_before(cutoff)?;
