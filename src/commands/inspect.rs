@@ -260,14 +260,15 @@ pub(super) fn find_run(store: &dyn Store, state: &StateDir, target: Option<&str>
                     if let Some(mistake) = chosen.missing_file(t) {
                         return CliError::Usage(format!("no run has the id `{t}`; {mistake}"));
                     }
-                    CliError::Usage(match chosen {
-                        Chosen::File(path) => format!(
+                    match chosen {
+                        Chosen::File(path) => CliError::Usage(format!(
                             "no runs of the flow file {}; `waymark run {}` starts one, `waymark history` lists the runs",
                             path.display(),
                             shell_word(t)
-                        ),
-                        _ => return super::not_found(&format!("no run with id `{t}` and no runs of a flow named `{t}`"), state),
-                    })
+                        )),
+                        // Where it was looked for, as `resume` says of a run id.
+                        _ => super::not_found(&format!("no run with id `{t}` and no runs of a flow named `{t}`"), state),
+                    }
                 })
             }
             Err(e) => Err(e.into()),
