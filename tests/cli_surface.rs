@@ -307,9 +307,16 @@ fn logs_take_a_run_id_or_a_flow_for_its_newest_run() {
         cmd(&env, &["logs", target, "greet", "--stream", "stdout"]).assert().success().stdout("hello 2\n");
     }
     cmd(&env, &["logs", &first, "greet", "--stream", "stdout"]).assert().success().stdout("hello 1\n");
-    cmd(&env, &["logs", "nightly", "greet"]).assert().code(2).stdout("").stderr(
-        "error: no run with id `nightly` and no runs of a flow named `nightly`; `waymark history` lists the runs\n",
+    // Neither a run id nor a flow's name: where it was looked for, and how to list what is
+    // there, as `resume` says of an unknown id.
+    let dir = std::fs::canonicalize(env.state()).unwrap();
+    let unknown = format!(
+        "error: no run with id `nightly` and no runs of a flow named `nightly` in the state directory {}; \
+         `waymark history` lists the runs kept there, `--state-dir DIR` looks in another\n",
+        dir.display()
     );
+    cmd(&env, &["logs", "nightly", "greet"]).assert().code(2).stdout("").stderr(unknown.clone());
+    cmd(&env, &["status", "nightly"]).assert().code(2).stdout("").stderr(unknown);
     cmd(&env, &["logs", "flow", "grete"])
         .assert()
         .code(2)

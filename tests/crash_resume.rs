@@ -253,7 +253,8 @@ fn one_iteration(seed: u64, tally: &mut Tally) {
             break;
         }
         killed += 1;
-        // The step whose attempt was in flight when the runner died (its state is `running`).
+        // The step whose attempt was in flight when the runner died: `status` shows it
+        // `interrupted` (these flows have no catch handler, and SIGKILL cancels no attempt).
         if let Some(status) = json(&env, &["status", "crash", "--json"]) {
             // Killed after it recorded the end of the run: nothing is left to resume (a new
             // `run` would start a new run), and the exit status is the one it was about to give.
@@ -266,7 +267,7 @@ fn one_iteration(seed: u64, tally: &mut Tally) {
                 break;
             }
             for step in status["steps"].as_array().unwrap() {
-                if step["state"] == "running" {
+                if step["state"] == "interrupted" {
                     *in_flight_kills.entry(step["step"].as_str().unwrap().to_owned()).or_default() += 1;
                 }
             }

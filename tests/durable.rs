@@ -94,6 +94,95 @@ fn status_lists_a_running_attempt_as_running() {
     let _ = finish(runner);
 }
 
+/// A step whose attempt was running when its runner was killed is not running: `status` shows it
+/// `interrupted` (text and JSON), with a line saying that its attempt did not finish and runs
+/// again on resume, as it says of a catch handler stopped with its runner.
+#[test]
+fn status_shows_a_step_whose_runner_died_mid_attempt_interrupted() {
+    let env = Env::new();
+    env.write("flow.toml", "name = 'dead'\n[[step]]\nname = 'a'\nshell = 'echo $$ > ready; exec sleep 300'\n");
+    let _ = env.run_until("ready", "KILL");
+    let leftover = read_pid(&env.path("ready"));
+    kill(leftover, "KILL");
+    let (text, _) = status_text(&env, "dead");
+    let listed = common::normalise_times(&stdout_of(&env, &["status", "dead", "--attempts"]));
+    assert_eq!(
+        listed.lines().last(),
+        Some(format!("{:22} attempt 1: started TIME, its runner died before it ended", "").as_str())
+    );
+    assert_eq!(
+        text,
+        format!(
+            "run RUN of dead (PATH): running, but its runner is gone (`waymark run PATH` resumes it), started TIME\n  \
+             a                    interrupted  attempts 1/1  Ns\n  \
+             {:20} attempt 1 did not finish: its runner died; it runs again on resume\n",
+            ""
+        )
+    );
+    let step = &json(&env, &["status", "--json"])["steps"][0];
+    assert_eq!((step["state"].as_str(), step["attempts_used"].as_u64()), (Some("interrupted"), Some(1)), "{step}");
+    // Resumed, it runs again, and so is running while its new runner lives.
+    let runner = env.spawn(&["run", "flow.toml"]);
+    wait_until("the attempt to run again", || {
+        std::fs::read_to_string(env.path("ready")).is_ok_and(|p| p.trim().parse().is_ok_and(|p: u32| p != leftover))
+    });
+    assert_eq!(json(&env, &["status", "--json"])["steps"][0]["state"], "running");
+    kill(runner.id(), "TERM");
+    let _ = finish(runner);
+}
+
+/// The times recorded in `status --attempts --json` of a run (its start, and the starts and ends
+/// of its steps and attempts).
+fn recorded_times(v: &Value, into: &mut Vec<std::time::SystemTime>) {
+    match v {
+        Value::Object(map) => {
+            for (key, value) in map {
+                match value.as_str() {
+                    Some(t) if key == "started_at" || key == "ended_at" => {
+                        into.push(humantime::parse_rfc3339(t).unwrap())
+                    }
+                    _ => recorded_times(value, into),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| recorded_times(v, into)),
+        _ => {}
+    }
+}
+
+/// `history`'s duration of a run whose runner died does not grow while it sits without one: it
+/// counts up to the last thing the run recorded (here the start of the attempt its runner died
+/// in), however long ago that is.
+#[test]
+fn history_counts_a_run_whose_runner_died_up_to_the_last_thing_it_recorded() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'dead'\n[[step]]\nname = 'a'\nshell = 'sleep 1'\n\
+         [[step]]\nname = 'b'\nshell = 'echo $$ > ready; exec sleep 300'\n",
+    );
+    let _ = env.run_until("ready", "KILL");
+    kill(read_pid(&env.path("ready")), "KILL");
+    let st = json(&env, &["status", "--attempts", "--json"]);
+    let mut times = Vec::new();
+    recorded_times(&st, &mut times);
+    let start = humantime::parse_rfc3339(st["started_at"].as_str().unwrap()).unwrap();
+    let last = times.into_iter().max().unwrap();
+    // Long enough after the last record that a duration counted to now would be a second more.
+    let later = last + std::time::Duration::from_millis(1500);
+    wait_until("1.5s past the last record", || std::time::SystemTime::now() > later);
+    let out = env.cmd(&["history"]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let took =
+        humantime::format_duration(std::time::Duration::from_secs(last.duration_since(start).unwrap().as_secs()))
+            .to_string();
+    let (id, started) = (st["id"].as_str().unwrap(), st["started_at"].as_str().unwrap());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().nth(1),
+        Some(format!("{id:<10} {:<20} {:<12} {started:<21} {took:>10}  -", "dead", "runner gone").as_str())
+    );
+}
+
 /// A run whose runner died is not made alive by a runner of another run of the same flow
 /// holding the flow's lock (`waymark resume` of an older run).
 #[test]
@@ -516,13 +605,29 @@ fn a_database_locked_for_too_long_exits_4() {
     assert_eq!(env.count("ran"), 2);
 }
 
+/// Only `run` creates the state directory: the commands that find nothing in one that does not
+/// exist (`resume` and `gc` too, which write) create nothing, and say that it does not exist.
 #[test]
 fn looking_creates_no_state() {
     let env = Env::new();
     env.cmd(&["history"]).assert().success().stderr(predicate::str::contains("no runs yet"));
     env.cmd(&["history", "--json"]).assert().success().stdout("[]\n");
     env.cmd(&["status"]).assert().code(2).stderr(predicate::str::contains("no runs yet"));
-    env.cmd(&["logs", "abc", "s"]).assert().code(2).stderr(predicate::str::contains("no run with id `abc`"));
+    let missing = |what: &str| {
+        format!(
+            "error: {what}: the state directory {} does not exist, so no run was ever recorded there; `--state-dir \
+             DIR` (or WAYMARK_STATE_DIR) looks in another\n",
+            env.state().display()
+        )
+    };
+    let unknown = missing("no run with id `abc` and no runs of a flow named `abc`");
+    env.cmd(&["logs", "abc", "s"]).assert().code(2).stdout("").stderr(unknown.clone());
+    env.cmd(&["status", "abc"]).assert().code(2).stdout("").stderr(unknown);
+    env.cmd(&["resume", "abc"]).assert().code(2).stdout("").stderr(missing("no run with id `abc`"));
+    env.cmd(&["gc", "--older-than", "0s"]).assert().success().stdout("").stderr(format!(
+        "waymark: deleted no runs: the state directory {} does not exist, so no run was ever recorded there\n",
+        env.state().display()
+    ));
     assert!(!env.state().exists());
 }
 
@@ -620,7 +725,12 @@ sys.stdout.buffer.write(bytes(4000000))
     assert_eq!(env.read("first.code").trim(), "4", "{}", env.read("first.err"));
     assert!(env.read("first.err").contains("cannot write attempt files at"), "{}", env.read("first.err"));
     let status: Value = serde_json::from_str(&env.read("status.json")).unwrap();
-    assert_eq!(status["steps"][0]["state"], "running", "the attempt stays in flight, to be redelivered");
+    // The attempt stays in flight, to be redelivered: its runner is gone, so it shows interrupted.
+    assert_eq!(
+        (status["steps"][0]["state"].as_str(), status["runner_alive"].as_bool()),
+        (Some("interrupted"), Some(false)),
+        "{status}"
+    );
 }
 
 /// A flow whose one step fails (attempts 1) unless `gate` exists, in which case it waits for

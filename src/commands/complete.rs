@@ -4,7 +4,7 @@
 //! directory, read-only; anything that goes wrong offers nothing rather than printing an error.
 
 use super::{find_state_dir, inspect, read_store};
-use crate::store::{RunFilter, Store};
+use crate::store::{RunFilter, StateDir, Store};
 use clap_complete::engine::{CompletionCandidate, PathCompleter, ValueCompleter};
 use std::ffi::OsStr;
 use std::path::PathBuf;
@@ -49,8 +49,14 @@ fn state_flag(words: &[String]) -> Option<PathBuf> {
 
 /// The store of the state directory the command line would use, opened for reading.
 fn store(words: &[String]) -> Option<Box<dyn Store>> {
-    let flag = state_flag(words);
-    read_store(&find_state_dir(flag.as_deref()).ok()?).ok()
+    store_in(words).map(|(_, store)| store)
+}
+
+/// The state directory the command line would use, and its store opened for reading.
+fn store_in(words: &[String]) -> Option<(StateDir, Box<dyn Store>)> {
+    let state = find_state_dir(state_flag(words).as_deref()).ok()?;
+    let store = read_store(&state).ok()?;
+    Some((state, store))
 }
 
 /// The ids of the runs (of every flow), newest first, that start with `current`; each with its
@@ -95,8 +101,8 @@ pub(crate) fn steps(current: &OsStr) -> Vec<CompletionCandidate> {
             break;
         }
     }
-    let (Some(target), Some(store)) = (target, store(&words)) else { return Vec::new() };
-    let Ok(run) = inspect::find_run(store.as_ref(), Some(&target)) else { return Vec::new() };
+    let (Some(target), Some((state, store))) = (target, store_in(&words)) else { return Vec::new() };
+    let Ok(run) = inspect::find_run(store.as_ref(), &state, Some(&target)) else { return Vec::new() };
     let Ok(steps) = store.steps(&run.id) else { return Vec::new() };
     let current = current.to_string_lossy();
     steps

@@ -163,6 +163,23 @@ fn runner_gone(store: &dyn Store, state: &StateDir, run: &RunRecord) -> Result<b
     Ok(!held)
 }
 
+/// The last time run `run` recorded anything: its start, or the latest start or end of one of
+/// its steps, attempts or compensations. A run whose runner is gone ran until then at least, and
+/// nothing says how much longer, so `history` counts its duration up to then rather than to now.
+fn last_recorded(store: &dyn Store, run: &RunRecord) -> Result<SystemTime, CliError> {
+    let mut times = vec![run.started_at];
+    for s in store.steps(&run.id)? {
+        times.extend(s.started_at.into_iter().chain(s.ended_at));
+    }
+    for a in store.attempts(&run.id, None)? {
+        times.extend(std::iter::once(a.started_at).chain(a.ended_at));
+    }
+    for a in store.aux_runs(&run.id)? {
+        times.extend(std::iter::once(a.started_at).chain(a.ended_at));
+    }
+    Ok(times.into_iter().max().unwrap_or(run.started_at))
+}
+
 pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: bool) -> Result<i32, CliError> {
     if limit == 0 {
         return Err(CliError::Usage(
@@ -181,11 +198,12 @@ pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: 
             runs
         }
     };
-    // The runs recorded as running whose runner is gone, as `status` tells them.
-    let mut gone = std::collections::HashSet::new();
+    // The runs recorded as running whose runner is gone, as `status` tells them, with the last
+    // time each recorded anything: its duration ends there.
+    let mut gone = std::collections::HashMap::new();
     for r in &runs {
         if runner_gone(store.as_ref(), state, r)? {
-            gone.insert(r.id.as_str());
+            gone.insert(r.id.as_str(), last_recorded(store.as_ref(), r)?);
         }
     }
     if json {
@@ -196,7 +214,7 @@ pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: 
                     "id": r.id, "flow": r.flow, "path": r.flow_path, "status": r.status.as_str(),
                     "started_at": time(r.started_at), "ended_at": opt_time(r.ended_at),
                     "failed_step": r.failed_step, "pid": r.pid, "host": r.host,
-                    "runner_alive": r.status == RunStatus::Running && !gone.contains(r.id.as_str()),
+                    "runner_alive": r.status == RunStatus::Running && !gone.contains_key(r.id.as_str()),
                 })
             })
             .collect();
@@ -218,21 +236,21 @@ pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: 
             "{:<10} {:<flow_width$} {:<12} {:<21} {:>10}  {}\n",
             r.id,
             r.flow,
-            if gone.contains(r.id.as_str()) { "runner gone" } else { r.status.as_str() },
+            if gone.contains_key(r.id.as_str()) { "runner gone" } else { r.status.as_str() },
             time(r.started_at),
-            humantime::format_duration(took(r.started_at, r.ended_at)).to_string(),
+            humantime::format_duration(took(r.started_at, r.ended_at.or(gone.get(r.id.as_str()).copied()))).to_string(),
             r.failed_step.as_deref().unwrap_or("-")
         ));
     }
     super::output::print(out)?;
-    for r in runs.iter().filter(|r| gone.contains(r.id.as_str())) {
+    for r in runs.iter().filter(|r| gone.contains_key(r.id.as_str())) {
         note!("waymark: run {id} is running, but its runner is gone (`waymark resume {id}` resumes it)", id = r.id);
     }
     Ok(EXIT_OK)
 }
 
 /// A run by id, or the newest run of a flow (by file path or name), or the newest run of all.
-pub(super) fn find_run(store: &dyn Store, target: Option<&str>) -> Result<RunRecord, CliError> {
+pub(super) fn find_run(store: &dyn Store, state: &StateDir, target: Option<&str>) -> Result<RunRecord, CliError> {
     match target {
         Some(t) => match store.run(t) {
             Ok(r) => Ok(r),
@@ -242,16 +260,15 @@ pub(super) fn find_run(store: &dyn Store, target: Option<&str>) -> Result<RunRec
                     if let Some(mistake) = chosen.missing_file(t) {
                         return CliError::Usage(format!("no run has the id `{t}`; {mistake}"));
                     }
-                    CliError::Usage(match chosen {
-                        Chosen::File(path) => format!(
+                    match chosen {
+                        Chosen::File(path) => CliError::Usage(format!(
                             "no runs of the flow file {}; `waymark run {}` starts one, `waymark history` lists the runs",
                             path.display(),
                             shell_word(t)
-                        ),
-                        _ => format!(
-                            "no run with id `{t}` and no runs of a flow named `{t}`; `waymark history` lists the runs"
-                        ),
-                    })
+                        )),
+                        // Where it was looked for, as `resume` says of a run id.
+                        _ => super::not_found(&format!("no run with id `{t}` and no runs of a flow named `{t}`"), state),
+                    }
                 })
             }
             Err(e) => Err(e.into()),
@@ -266,31 +283,41 @@ pub(super) fn find_run(store: &dyn Store, target: Option<&str>) -> Result<RunRec
 
 /// What `status` shows as a step's state: its stored state, except that a pending step whose last
 /// attempt was cancelled by a signal to the runner is `interrupted` (in a run that failed, a step
-/// cancelled by `fail_fast` or the deadline stays `pending`), and so is a step `catching` in a run
-/// that no runner holds ([`handler_stopped`]): its handler is not running, whatever the store says.
+/// cancelled by `fail_fast` or the deadline stays `pending`), and so is a step whose attempt or
+/// catch handler was running in a run that no runner holds ([`stopped_with_runner`]): nothing of
+/// it is running, whatever the store says.
 fn shown_state(step: &StepRecord, attempts: &[&AttemptRecord], run: &RunRecord, runner_alive: bool) -> &'static str {
     if step.cut_short(attempts.last().copied()) && run.status != RunStatus::Failed {
         return "interrupted";
     }
-    if handler_stopped(step, run, runner_alive).is_some() {
+    if stopped_with_runner(step, run, runner_alive).is_some() {
         return "interrupted";
     }
     step.state.status().as_str()
 }
 
-/// What became of the catch handler of a step left `catching` in a run that no runner holds (its
-/// runner was stopped by a signal, or killed, while the handler ran or was to run): it runs again
-/// when the run is resumed, or, in an abandoned run, never. `None` for any other step.
-fn handler_stopped(step: &StepRecord, run: &RunRecord, runner_alive: bool) -> Option<&'static str> {
-    if runner_alive || !matches!(step.state, StepState::Catching { .. }) {
-        return None;
-    }
-    match run.status {
-        RunStatus::Abandoned => Some("did not finish: the run was abandoned, so it never runs"),
-        RunStatus::Running => Some("did not finish: its runner died; it runs again on resume"),
-        RunStatus::Interrupted => Some("did not finish: the run was interrupted; it runs again on resume"),
-        RunStatus::Succeeded | RunStatus::Failed => None,
-    }
+/// What became of a step left running in a run that no runner holds (its runner was stopped by a
+/// signal, or killed, while an attempt of the step ran, or while its catch handler ran or was to
+/// run), as the line under its line in `status` says it: `attempt 2 did not finish: its runner
+/// died; it runs again on resume`, `its catch handler for CLASS did not finish: ...`. It runs
+/// again when the run is resumed, or, in an abandoned run, never. `None` for any other step.
+fn stopped_with_runner(step: &StepRecord, run: &RunRecord, runner_alive: bool) -> Option<String> {
+    let (what, again) = match &step.state {
+        _ if runner_alive => return None,
+        StepState::InFlight { attempt, .. } => (format!("attempt {attempt}"), " again"),
+        StepState::Catching { .. } => {
+            let class = step.last_error.as_ref().map(|e| format!(" for {}", e.class)).unwrap_or_default();
+            (format!("its catch handler{class}"), "")
+        }
+        _ => return None,
+    };
+    let why = match run.status {
+        RunStatus::Abandoned => format!("the run was abandoned, so it never runs{again}"),
+        RunStatus::Running => "its runner died; it runs again on resume".to_owned(),
+        RunStatus::Interrupted => "the run was interrupted; it runs again on resume".to_owned(),
+        RunStatus::Succeeded | RunStatus::Failed => return None,
+    };
+    Some(format!("{what} did not finish: {why}"))
 }
 
 /// The time a step's attempts and backoffs took, `None` before its first attempt. Summed: each
@@ -402,7 +429,7 @@ fn compensations(aux: &[AuxRun], runner_alive: bool) -> Vec<Compensation<'_>> {
 
 pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_attempts: bool) -> Result<i32, CliError> {
     let store = read_store(state)?;
-    let run = find_run(store.as_ref(), target)?;
+    let run = find_run(store.as_ref(), state, target)?;
     // The attempts allowed are shown as `?` when the definition cannot be read (a newer record):
     // `status` still shows what it can.
     let flow: Option<Flow> =
@@ -526,9 +553,8 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         if let Some(e) = &s.last_error {
             out.push_str(&format!("  {:<name_width$} last error: {e} [{}]\n", "", e.source.describe()));
         }
-        if let Some(what) = handler_stopped(s, &run, runner_alive) {
-            let class = s.last_error.as_ref().map(|e| format!(" for {}", e.class)).unwrap_or_default();
-            out.push_str(&format!("  {:<name_width$} its catch handler{class} {what}\n", ""));
+        if let Some(what) = stopped_with_runner(s, &run, runner_alive) {
+            out.push_str(&format!("  {:<name_width$} {what}\n", ""));
         }
         if let Some(e) = run_failed_with(s) {
             out.push_str(&format!("  {:<name_width$} the run failed on it: {e} [{}]\n", "", e.source.describe()));
@@ -580,7 +606,7 @@ pub(crate) fn logs(
     stream: Option<StreamArg>,
 ) -> Result<i32, CliError> {
     let store = read_store(state)?;
-    let run = find_run(store.as_ref(), Some(target))?;
+    let run = find_run(store.as_ref(), state, Some(target))?;
     let run_id = run.id.as_str();
     let attempts = store.attempts(run_id, Some(step))?;
     if attempts.is_empty() {
@@ -672,6 +698,14 @@ pub(crate) fn logs(
 /// holding its flow's lock, in a transaction that checks again that it is finished: a run that a
 /// runner holds (`waymark resume` of a failed run) or is about to hold is kept.
 pub(crate) fn gc(state: &StateDir, older_than: Duration) -> Result<i32, CliError> {
+    // A state directory that does not exist holds no run to delete, and is not created for that.
+    if !super::shared_store() && !state.exists() {
+        note!(
+            "waymark: deleted no runs: the state directory {} does not exist, so no run was ever recorded there",
+            state.root().display()
+        );
+        return Ok(EXIT_OK);
+    }
     let mut store = open_store(state)?;
     let cutoff = SystemTime::now().checked_sub(older_than).unwrap_or(SystemTime::UNIX_EPOCH);
     let candidates = store.finished_before(cutoff)?;

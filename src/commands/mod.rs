@@ -95,7 +95,21 @@ impl From<StoreError> for CliError {
 /// That run `run_id` is not in the store: where it was looked for (the state directory, or the
 /// shared store), and the command that lists the runs there.
 fn no_such_run(run_id: &str, state: &StateDir) -> CliError {
+    not_found(&format!("no run with id `{run_id}`"), state)
+}
+
+/// That `what` (`no run with id `X``) is not in the store: `what` with where it was looked for
+/// (the state directory, or the shared store), and the command that lists the runs there, or that
+/// the state directory does not exist (so nothing was ever recorded there).
+fn not_found(what: &str, state: &StateDir) -> CliError {
     let (place, listing) = match backend() {
+        Backend::Sqlite if !state.exists() => {
+            let dir = state.root().display();
+            return CliError::Usage(format!(
+                "{what}: the state directory {dir} does not exist, so no run was ever recorded there; `--state-dir \
+                 DIR` (or WAYMARK_STATE_DIR) looks in another"
+            ));
+        }
         Backend::Sqlite => {
             let dir = state.root();
             // `waymark history` alone reads the directory that the environment names (or the
@@ -115,7 +129,7 @@ fn no_such_run(run_id: &str, state: &StateDir) -> CliError {
             (format!("the store {shown}"), "`waymark history` lists the runs kept there".to_owned())
         }
     };
-    CliError::Usage(format!("no run with id `{run_id}` in {place}; {listing}"))
+    CliError::Usage(format!("{what} in {place}; {listing}"))
 }
 
 /// The state directory, absolute (children get paths inside it), as configured.
@@ -137,8 +151,13 @@ fn find_state_dir(cli_flag: Option<&std::path::Path>) -> Result<StateDir, CliErr
 /// The state directory, created with mode 0700 if missing, checked, and resolved: no component of
 /// the returned path is a symlink.
 fn state_dir(cli_flag: Option<&std::path::Path>) -> Result<StateDir, CliError> {
-    let dir = configured_state_dir(cli_flag)?;
-    match statedir::prepare(&dir, true) {
+    create_state_dir(&configured_state_dir(cli_flag)?)
+}
+
+/// The state directory `dir` (absolute), created with mode 0700 if missing, checked, and
+/// resolved ([`state_dir`]).
+fn create_state_dir(dir: &std::path::Path) -> Result<StateDir, CliError> {
+    match statedir::prepare(dir, true) {
         Ok(Some(resolved)) => Ok(resolved),
         Ok(None) => Err(CliError::Internal(anyhow::anyhow!(
             "the state directory {} vanished as it was created; run again, or choose another with --state-dir",
@@ -287,8 +306,10 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
             let start = run::Start { fresh, wait, strict, max_parallel, params: &params };
             run::run(state.or(flag), &flow, show.mode(), start)
         }
+        // The state directory is created only once the run is found (a shared store keeps the
+        // logs of this host's attempts in it); `run` alone creates it before.
         Command::Resume { run_id, wait, show, state, .. } => {
-            run::resume(&state_dir(state.or(flag))?, &run_id, wait, show.mode())
+            run::resume(&find_state_dir(state.or(flag))?, &run_id, wait, show.mode())
         }
         Command::Check { flow, strict, explain } => check::check(&flow, strict, explain),
         Command::Graph { flow, format } => graph::graph(&flow, format),
@@ -301,7 +322,7 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
         Command::Logs { target, step, attempt, stream, state, .. } => {
             inspect::logs(&find_state_dir(state.or(flag))?, &target, &step, attempt, stream)
         }
-        Command::Gc { older_than, state, .. } => inspect::gc(&state_dir(state.or(flag))?, older_than),
+        Command::Gc { older_than, state, .. } => inspect::gc(&find_state_dir(state.or(flag))?, older_than),
         Command::Errors { flow } => errors::errors(flow.as_deref()),
         Command::Completions { shell } => docs::completions(shell),
         Command::Man { command } => docs::man(command.as_deref()),

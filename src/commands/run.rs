@@ -349,12 +349,18 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, mode: Mode) -> 
     let signals = install_signal_handlers()?;
     let mut events = emitter(mode);
     events.set_run(run_id);
+    // A state directory that does not exist holds no run, and is not created to find none.
+    if !super::shared_store() && !state.exists() {
+        return Err(super::no_such_run(run_id, state));
+    }
     let mut store = open_store(state)?;
     // The run's own key, whichever file started it; `resume_within` does not apply here.
     let run = store.run(run_id).map_err(|e| match e {
         StoreError::NoSuchRun(_) => super::no_such_run(run_id, state),
         e => e.into(),
     })?;
+    // Found: its runner keeps the logs of its attempts on this host there.
+    let state = &super::create_state_dir(state.root())?;
     // A flow without a `name` is its file on its host: never taken over from another host.
     if super::shared_store() && run.key.file().is_some() && run.host != host_id() {
         return Err(CliError::Usage(format!(

@@ -214,6 +214,12 @@ impl StateDir {
         Ok(prepare(dir, false)?.unwrap_or_else(|| StateDir { root: dir.to_owned() }))
     }
 
+    /// Whether the state directory exists (one that [`StateDir::find`] did not find does not:
+    /// nothing was ever recorded there).
+    pub(crate) fn exists(&self) -> bool {
+        std::fs::symlink_metadata(&self.root).is_ok()
+    }
+
     /// The state directory itself.
     pub(crate) fn root(&self) -> &Path {
         &self.root
