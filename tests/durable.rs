@@ -1074,3 +1074,23 @@ fn status_duration_counts_a_backoff_but_not_a_runner_stopped_during_it() {
     assert!(took >= 1, "the 1 s backoff was not counted: {took} s");
     assert!(took < elapsed, "the time the runner was stopped was counted: {took} s of {elapsed} s");
 }
+
+/// `logs` of an attempt whose runner died says what `status` says of it: it is not running (status:
+/// `interrupted`, `attempt 1 did not finish: its runner died`), so its silent streams are not
+/// `written nothing ... so far`, as of an attempt still running (review2: fails on e568fa3, which
+/// says `attempt 1 of step `a` has written nothing to stdout or stderr so far`).
+#[test]
+fn logs_of_an_attempt_whose_runner_died_do_not_call_it_running() {
+    let env = Env::new();
+    env.write("flow.toml", "name = 'dead'\n[[step]]\nname = 'a'\nshell = 'echo $$ > ready; exec sleep 300'\n");
+    let _ = env.run_until("ready", "KILL");
+    kill(read_pid(&env.path("ready")), "KILL");
+    let step = &json(&env, &["status", "--json"])["steps"][0];
+    assert_eq!(step["state"], "interrupted", "{step}");
+    let out = env.cmd(&["logs", "dead", "a"]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "waymark: attempt 1 of step `a` wrote nothing to stdout or stderr (it did not finish: its runner died)\n"
+    );
+}

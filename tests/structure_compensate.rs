@@ -230,8 +230,8 @@ fn assert_points_at_a_fresh_run(env: &Env, out: &std::process::Output) {
     assert_eq!(
         said.lines().last().unwrap_or_default(),
         format!(
-            "  run id: {id} (`waymark status {id}` shows it; its compensations undid what its steps did, so \
-             `waymark run --fresh {}` starts the flow anew)",
+            "  run id: {id} (`waymark status {id}` shows it and how each of its compensations ended; a \
+             compensated run cannot be resumed: `waymark run --fresh {}` starts the flow anew)",
             env.path("flow.toml").canonicalize().unwrap().display()
         )
     );
@@ -287,9 +287,10 @@ fn status_says_which_compensations_ran_and_how_they_ended() {
              compensated: the run failed, so the compensations of its succeeded steps ran, latest step first:\n  \
              b                    failed     exit status 3\n  \
              a                    succeeded\n\
-             what its steps did was undone, so the run cannot be resumed; `waymark run --fresh PATH` starts the \
-             flow anew\n",
-            ""
+             the compensation of `b` did not succeed, so what it did may not be undone ({}/logs/RUN/b/compensate.stderr \
+             says why); the run cannot be resumed; `waymark run --fresh PATH` starts the flow anew\n",
+            "",
+            env.state().display()
         )
     );
     assert_eq!(

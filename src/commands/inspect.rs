@@ -585,9 +585,37 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
             out.push('\n');
         }
         if run.status == RunStatus::Failed {
+            // Only what a compensation that succeeded undid is undone.
+            let undone: Vec<&str> = compensations
+                .iter()
+                .filter(|c| c.outcome != AttemptState::Succeeded && !c.again)
+                .map(|c| c.aux.name.as_str())
+                .collect();
+            let what = match undone.as_slice() {
+                [] => "what its steps did was undone, so the run cannot be resumed".to_owned(),
+                names => {
+                    let stderr = |n: &&str| {
+                        state.aux_stem(&run.id, AuxKind::Compensate, n).with_extension("stderr").display().to_string()
+                    };
+                    let quoted: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+                    let paths: Vec<String> = names.iter().map(stderr).collect();
+                    match names.len() {
+                        1 => format!(
+                            "the compensation of {} did not succeed, so what it did may not be undone ({} says \
+                             why); the run cannot be resumed",
+                            quoted[0], paths[0]
+                        ),
+                        _ => format!(
+                            "the compensations of {} did not succeed, so what they did may not be undone (their \
+                             compensate.stderr says why: {}); the run cannot be resumed",
+                            quoted.join(", "),
+                            paths.join(", ")
+                        ),
+                    }
+                }
+            };
             out.push_str(&format!(
-                "what its steps did was undone, so the run cannot be resumed; `waymark run --fresh {}` starts the \
-                 flow anew\n",
+                "{what}; `waymark run --fresh {}` starts the flow anew\n",
                 shell_word(&run.flow_path.to_string_lossy())
             ));
         }
@@ -685,9 +713,13 @@ pub(crate) fn logs(
     if !silent.is_empty() {
         let (n, streams) = (chosen.attempt, silent.join(" or "));
         match chosen.outcome {
-            AttemptState::Running => {
+            // Running for as long as its runner is: one that died ended it, as `status` says.
+            AttemptState::Running if !runner_gone(store.as_ref(), state, &run)? => {
                 note!("waymark: attempt {n} of step `{step}` has written nothing to {streams} so far")
             }
+            AttemptState::Running => note!(
+                "waymark: attempt {n} of step `{step}` wrote nothing to {streams} (it did not finish: its runner died)"
+            ),
             _ => note!("waymark: attempt {n} of step `{step}` wrote nothing to {streams}"),
         }
     }

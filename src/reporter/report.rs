@@ -283,11 +283,18 @@ impl History {
                 .flow_file
                 .as_deref()
                 .map_or_else(|| "FLOW".to_owned(), |p| crate::flow::model::shell_word(&p.to_string_lossy()));
-            format!("its compensations undid what its steps did, so `waymark run --fresh {file}` starts the flow anew")
+            // Whether they undid everything is theirs to say (one may have failed): `status` says.
+            format!(
+                "`waymark status {run_id}` shows it and how each of its compensations ended; a compensated run \
+                 cannot be resumed: `waymark run --fresh {file}` starts the flow anew"
+            )
         } else {
-            format!("`waymark resume {run_id}` runs its failed steps again with a fresh budget")
+            format!(
+                "`waymark status {run_id}` shows it; `waymark resume {run_id}` runs its failed steps again with a \
+                 fresh budget"
+            )
         };
-        let _ = writeln!(out, "  run id: {run_id} (`waymark status {run_id}` shows it; {next})");
+        let _ = writeln!(out, "  run id: {run_id} ({next})");
         out
     }
 
@@ -868,8 +875,8 @@ mod tests {
                 report.lines().last(),
                 Some(
                     format!(
-                        "  run id: r1 (`waymark status r1` shows it; its compensations undid what its steps did, so \
-                         `waymark run --fresh {shown}` starts the flow anew)"
+                        "  run id: r1 (`waymark status r1` shows it and how each of its compensations ended; a \
+                         compensated run cannot be resumed: `waymark run --fresh {shown}` starts the flow anew)"
                     )
                     .as_str()
                 )
