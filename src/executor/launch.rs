@@ -267,14 +267,6 @@ impl Launcher for ProcessLauncher {
         // The PATH the program is looked up on: the step's environment's, else waymark's own.
         let path = env.iter().rev().find(|(k, _)| k == "PATH").map(|(_, v)| v.clone());
         let path = path.or_else(|| std::env::var("PATH").ok()).unwrap_or_else(|| "/bin:/usr/bin".to_owned());
-        // A program named by a path (a `shell` step's /bin/sh) is spawned by it, from the step's
-        // working directory as `execvp` would; a bare name is looked up on PATH once per runner.
-        let found = match argv[0].contains('/') {
-            true => Some(PathBuf::from(&argv[0])),
-            false => self.programs.find(&argv[0], &path),
-        };
-        // Spawned by the path found earlier, else (or if that fails: the program moved since)
-        // by its name, looked up on PATH as ever.
         if self.devnull.is_none() {
             match std::fs::File::open("/dev/null") {
                 Ok(null) => self.devnull = Some(null),
@@ -285,6 +277,14 @@ impl Launcher for ProcessLauncher {
             }
         }
         let devnull = self.devnull.as_ref().expect("opened above");
+        // A program named by a path (a `shell` step's /bin/sh) is spawned by it, from the step's
+        // working directory as `execvp` would; a bare name is looked up on PATH once per runner.
+        let found = match argv[0].contains('/') {
+            true => Some(PathBuf::from(&argv[0])),
+            false => self.programs.find(&argv[0], &path),
+        };
+        // Spawned by the path found earlier, else (or if that fails: the program moved since)
+        // by its name, looked up on PATH as ever.
         let mut by_name = found.is_none();
         let (child, out_r, err_r) = loop {
             let (out_r, out_w) = std::io::pipe().map_err(pipe_err)?;

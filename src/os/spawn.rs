@@ -29,7 +29,7 @@ pub(crate) struct BaseEnv {
 
 impl BaseEnv {
     /// The runner's environment, without the variables `skip` names. A name the runner got twice
-    /// is passed on once, with its last value (as std's `Command` did, and `getenv` differs).
+    /// is passed on once, with its last value (as std's `Command` passed it on).
     pub(crate) fn capture(skip: impl Fn(&OsStr) -> bool) -> BaseEnv {
         BaseEnv::of(std::env::vars_os().filter(|(name, _)| !skip(name)))
     }
@@ -62,13 +62,8 @@ impl BaseEnv {
                 None => last.push(var),
             }
         }
-        let own = last
-            .iter()
-            .map(|(name, value)| {
-                CString::new(format!("{name}={value}"))
-                    .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "nul byte found in provided data"))
-            })
-            .collect::<io::Result<Vec<CString>>>()?;
+        let own = last.iter().map(|(name, value)| c_string(format!("{name}={value}").as_bytes()));
+        let own = own.collect::<io::Result<Vec<CString>>>()?;
         let inherited = self
             .vars
             .iter()
