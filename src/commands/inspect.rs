@@ -24,10 +24,15 @@ fn error_json(e: &ErrorValue) -> Value {
     json!({ "class": e.class, "bases": e.bases, "message": e.message, "source": e.source, "text": e.to_string() })
 }
 
-/// How attempt `a` stands as `status --attempts` shows it: one whose runner died is
-/// `runner_lost` whether a new runner has claimed the run yet or not.
+/// How attempt `a` stands as `status --attempts` shows it ([`seen`]).
 fn attempt_state(a: &AttemptRecord, runner_alive: bool) -> AttemptState {
-    match a.outcome {
+    seen(a.outcome, runner_alive)
+}
+
+/// A recorded outcome as `status` shows it: an attempt (or a compensation) whose runner died is
+/// `runner_lost` whether a new runner has claimed the run yet or not.
+fn seen(outcome: AttemptState, runner_alive: bool) -> AttemptState {
+    match outcome {
         AttemptState::Running if !runner_alive => AttemptState::RunnerLost,
         outcome => outcome,
     }
@@ -418,10 +423,7 @@ fn compensations(aux: &[AuxRun], runner_alive: bool) -> Vec<Compensation<'_>> {
         .enumerate()
         .map(|(i, a)| Compensation {
             aux: a,
-            outcome: match a.outcome {
-                AttemptState::Running if !runner_alive => AttemptState::RunnerLost,
-                outcome => outcome,
-            },
+            outcome: seen(a.outcome, runner_alive),
             again: mine[i + 1..].iter().any(|b| b.name == a.name),
         })
         .collect()
