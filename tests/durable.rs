@@ -113,7 +113,7 @@ fn status_shows_a_step_whose_runner_died_mid_attempt_interrupted() {
     assert_eq!(
         text,
         format!(
-            "run RUN of dead (PATH): running, but its runner is gone (`waymark run PATH` resumes it), started TIME\n  \
+            "run RUN of dead (PATH): running, but its runner is gone (`waymark resume RUN` resumes it), started TIME\n  \
              a                    interrupted  attempts 1/1  Ns\n  \
              {:20} attempt 1 did not finish: its runner died; it runs again on resume\n",
             ""

@@ -212,7 +212,7 @@ fn status_text(env: &Env) -> String {
 fn a_catch_handler_stopped_with_its_runner_shows_interrupted_and_runs_again_on_resume() {
     for (signal, run_status, why) in [
         ("TERM", "interrupted", "the run was interrupted"),
-        ("KILL", "running, but its runner is gone (`waymark run PATH` resumes it)", "its runner died"),
+        ("KILL", "running, but its runner is gone (`waymark resume RUN` resumes it)", "its runner died"),
     ] {
         let env = Env::new();
         env.write(

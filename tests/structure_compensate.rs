@@ -302,7 +302,7 @@ fn status_says_which_compensations_ran_and_how_they_ended() {
     for (signal, run_status, why, outcome) in [
         (
             "KILL",
-            "running, but its runner is gone (`waymark run PATH` resumes it)",
+            "running, but its runner is gone (`waymark resume RUN` resumes it)",
             "its runner died before it ended",
             "runner_lost",
         ),

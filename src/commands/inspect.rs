@@ -511,8 +511,8 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         return Ok(EXIT_OK);
     }
     let status = if orphaned {
-        let flow = shell_word(&run.flow_path.to_string_lossy());
-        format!("running, but its runner is gone (`waymark run {flow}` resumes it)")
+        // This run exactly, as `history` says it (`waymark run FLOW` resumes the flow's newest).
+        format!("running, but its runner is gone (`waymark resume {}` resumes it)", run.id)
     } else {
         run.status.as_str().to_owned()
     };
