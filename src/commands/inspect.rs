@@ -38,19 +38,30 @@ fn seen(outcome: AttemptState, runner_alive: bool) -> AttemptState {
     }
 }
 
-/// An attempt as `status --json --attempts` gives it ([`attempt_state`]). A lost one's end is
-/// unknown: the claim's time, which the store keeps, is not when it ended.
+/// The end and the duration in milliseconds that `--json` gives of an attempt or a compensation
+/// with `outcome`: none for one whose runner died (the claim's time, which the store keeps as its
+/// end, is not when it ended).
+fn end_and_ms(
+    outcome: AttemptState,
+    started: SystemTime,
+    ended: Option<SystemTime>,
+) -> (Option<SystemTime>, Option<u64>) {
+    let ended = ended.filter(|_| outcome != AttemptState::RunnerLost);
+    let took = ended.map(|end| end.duration_since(started).unwrap_or_default());
+    (ended, took.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)))
+}
+
+/// An attempt as `status --json --attempts` gives it ([`attempt_state`], [`end_and_ms`]).
 fn attempt_json(a: &AttemptRecord, runner_alive: bool) -> Value {
     let outcome = attempt_state(a, runner_alive);
-    let ended = a.ended_at.filter(|_| outcome != AttemptState::RunnerLost);
-    let took = ended.map(|end| end.duration_since(a.started_at).unwrap_or_default());
+    let (ended, took) = end_and_ms(outcome, a.started_at, a.ended_at);
     json!({
         "attempt": a.attempt,
         "outcome": outcome.as_str(),
         "redelivered": a.redelivered,
         "started_at": time(a.started_at),
         "ended_at": opt_time(ended),
-        "duration_ms": took.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        "duration_ms": took,
         "error": a.error.as_ref().map(error_json),
         "killed_after_grace": a.killed_after_grace,
         "host": a.host,
@@ -292,13 +303,11 @@ pub(super) fn find_run(store: &dyn Store, state: &StateDir, target: Option<&str>
 /// catch handler was running in a run that no runner holds ([`stopped_with_runner`]): nothing of
 /// it is running, whatever the store says.
 fn shown_state(step: &StepRecord, attempts: &[&AttemptRecord], run: &RunRecord, runner_alive: bool) -> &'static str {
-    if step.cut_short(attempts.last().copied()) && run.status != RunStatus::Failed {
-        return "interrupted";
+    let cut_short = step.cut_short(attempts.last().copied()) && run.status != RunStatus::Failed;
+    match cut_short || stopped_with_runner(step, run, runner_alive).is_some() {
+        true => "interrupted",
+        false => step.state.status().as_str(),
     }
-    if stopped_with_runner(step, run, runner_alive).is_some() {
-        return "interrupted";
-    }
-    step.state.status().as_str()
 }
 
 /// What became of a step left running in a run that no runner holds (its runner was stopped by a
@@ -403,14 +412,13 @@ impl Compensation<'_> {
     }
 
     fn json(&self) -> Value {
-        let ended = self.aux.ended_at.filter(|_| self.outcome != AttemptState::RunnerLost);
-        let took = ended.map(|end| end.duration_since(self.aux.started_at).unwrap_or_default());
+        let (ended, took) = end_and_ms(self.outcome, self.aux.started_at, self.aux.ended_at);
         json!({
             "step": self.aux.name,
             "outcome": self.outcome.as_str(),
             "started_at": time(self.aux.started_at),
             "ended_at": opt_time(ended),
-            "duration_ms": took.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            "duration_ms": took,
             "exit_code": self.aux.exit_code,
         })
     }
@@ -578,10 +586,9 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         out.push_str(&format!(
             "{verb}: the run failed, so the compensations of its succeeded steps {tense}, latest step first:\n"
         ));
-        let widths = compensations.iter().map(|c| c.text(&run, runner_alive).0.len() + 1);
-        let state_width = widths.max().unwrap_or(0).max(10);
-        for c in &compensations {
-            let (word, detail) = c.text(&run, runner_alive);
+        let texts: Vec<_> = compensations.iter().map(|c| c.text(&run, runner_alive)).collect();
+        let state_width = texts.iter().map(|(word, _)| word.len() + 1).max().unwrap_or(0).max(10);
+        for (c, (word, detail)) in compensations.iter().zip(&texts) {
             let line = format!("  {:<name_width$} {word:<state_width$} {detail}", c.aux.name);
             out.push_str(line.trim_end());
             out.push('\n');
