@@ -2,9 +2,9 @@
 //!
 //! Durability: commits use `synchronous=NORMAL` (they survive a crash of waymark or of a child,
 //! not a power loss; creating a run is one of them), except the commits that finish a step or a
-//! run, which go through a second connection with `synchronous=FULL` and so reach the disk before
-//! waymark goes on: a succeeded step is never run again, even after a power loss; an attempt's
-//! start or a retry's wake-up time may be lost by one, and is then redone.
+//! run, which are made with `synchronous=FULL` and so reach the disk before waymark goes on: a
+//! succeeded step is never run again, even after a power loss; an attempt's start or a retry's
+//! wake-up time may be lost by one, and is then redone.
 //!
 //! Leases: a run records its owner and fencing token (`lease_owner`, `lease_token`); every write of
 //! the runner checks them first, in its own transaction (see [`check_lease`]). The per-flow file
@@ -149,10 +149,8 @@ CREATE INDEX attempts_by_step ON attempts (run_id, step, attempt);
 
 pub struct SqliteStore {
     conn: Connection,
-    /// A second connection to the same database with `synchronous=FULL`, for the commits that
-    /// must reach the disk (opened on the first): switching `conn` back and forth cost two more
-    /// statements around every such commit.
-    synced: Option<Connection>,
+    /// How many commits were made with `synchronous=FULL` (see [`Self::write`]).
+    flushed: u64,
     path: PathBuf,
     /// `path` as shown in messages (see [`Store::location`]).
     location: String,
@@ -327,13 +325,13 @@ fn in_position_order(chunks: Vec<Vec<(i64, StepRecord)>>) -> Vec<StepRecord> {
 
 /// Run `sql` through the connection's statement cache: the runner's writes repeat the same few
 /// statements for every attempt, and parsing them again each time cost more than running them.
-fn exec(tx: &rusqlite::Transaction, sql: &str, params: impl rusqlite::Params) -> rusqlite::Result<usize> {
+fn exec(tx: &Connection, sql: &str, params: impl rusqlite::Params) -> rusqlite::Result<usize> {
     tx.prepare_cached(sql)?.execute(params)
 }
 
 /// [`rusqlite::Connection::query_row`] through the statement cache (see [`exec`]).
 fn query_row<T>(
-    tx: &rusqlite::Transaction,
+    tx: &Connection,
     sql: &str,
     params: impl rusqlite::Params,
     f: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
@@ -342,7 +340,7 @@ fn query_row<T>(
 }
 
 /// The recorded status of a run, checked to be one this binary knows.
-fn run_status(tx: &rusqlite::Transaction, run_id: &str) -> rusqlite::Result<RunStatus> {
+fn run_status(tx: &Connection, run_id: &str) -> rusqlite::Result<RunStatus> {
     let status: Option<String> =
         query_row(tx, "SELECT status FROM runs INDEXED BY runs_lease WHERE id = ?1", [run_id], |r| r.get(0))
             .optional()?;
@@ -351,7 +349,7 @@ fn run_status(tx: &rusqlite::Transaction, run_id: &str) -> rusqlite::Result<RunS
 }
 
 /// Check that run `run_id` may move to `to` (see [`RunStatus::can_move_to`]).
-fn move_run(tx: &rusqlite::Transaction, run_id: &str, to: RunStatus) -> rusqlite::Result<()> {
+fn move_run(tx: &Connection, run_id: &str, to: RunStatus) -> rusqlite::Result<()> {
     let from = run_status(tx, run_id)?;
     if !from.can_move_to(to) {
         return Err(bad_row("runs", run_id, format!("the run cannot go from {} to {}", from.as_str(), to.as_str())));
@@ -360,7 +358,7 @@ fn move_run(tx: &rusqlite::Transaction, run_id: &str, to: RunStatus) -> rusqlite
 }
 
 /// Check that step `step` of run `run_id` may move to `to` (see [`StepStatus::can_move_to`]).
-fn move_step(tx: &rusqlite::Transaction, run_id: &str, step: &str, to: StepStatus) -> rusqlite::Result<()> {
+fn move_step(tx: &Connection, run_id: &str, step: &str, to: StepStatus) -> rusqlite::Result<()> {
     let state: Option<String> =
         query_row(tx, "SELECT state FROM steps WHERE run_id = ?1 AND name = ?2", [run_id, step], |r| r.get(0))
             .optional()?;
@@ -388,7 +386,7 @@ struct LostLease {
 
 /// Check, inside the writing transaction, that `lease` is still the lease of run `run_id`: the
 /// first thing every write of the runner does, so a fenced-off write changes nothing.
-fn check_lease(tx: &rusqlite::Transaction, run_id: &str, lease: &Lease) -> rusqlite::Result<()> {
+fn check_lease(tx: &Connection, run_id: &str, lease: &Lease) -> rusqlite::Result<()> {
     let found: Option<(Option<String>, i64)> =
         query_row(tx, "SELECT lease_owner, lease_token FROM runs INDEXED BY runs_lease WHERE id = ?1", [run_id], |r| {
             Ok((r.get(0)?, r.get(1)?))
@@ -407,7 +405,7 @@ fn check_lease(tx: &rusqlite::Transaction, run_id: &str, lease: &Lease) -> rusql
 }
 
 /// The run an attempt belongs to, checking that `lease` is still that run's lease.
-fn check_lease_of_attempt(tx: &rusqlite::Transaction, row: i64, lease: &Lease) -> rusqlite::Result<String> {
+fn check_lease_of_attempt(tx: &Connection, row: i64, lease: &Lease) -> rusqlite::Result<String> {
     let run_id: Option<String> =
         query_row(tx, "SELECT run_id FROM attempts WHERE row = ?1", [row], |r| r.get(0)).optional()?;
     let run_id = run_id.ok_or_else(|| bad_row("attempts", "?", format!("attempt {row} is not recorded")))?;
@@ -437,7 +435,7 @@ impl SqliteStore {
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         SqliteStore {
             conn,
-            synced: None,
+            flushed: 0,
             path,
             location,
             // A schema-1 database is migrated by the next runner; until then its keys are computed.
@@ -617,39 +615,39 @@ impl SqliteStore {
         }
     }
 
-    /// Run `f` in a transaction; `durable` commits with a full sync (through [`Self::synced`]).
-    fn write<T>(
-        &mut self,
-        durable: bool,
-        f: impl FnOnce(&rusqlite::Transaction) -> rusqlite::Result<T>,
-    ) -> Result<T, StoreError> {
+    /// Run `f` in a transaction; `durable` commits with a full sync. One connection makes every
+    /// commit: `synchronous` is switched to `FULL` around a durable one. (A second connection
+    /// kept at `FULL` had to read again, at each of its commits, the pages the first one had
+    /// changed since: 12% of a step's instructions.) BEGIN and COMMIT are prepared once
+    /// (rusqlite's transactions parse them every time); the switches are not, as a `PRAGMA`
+    /// takes effect when it is prepared, not when a prepared one is run again.
+    fn write<T>(&mut self, durable: bool, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T, StoreError> {
+        let conn = &self.conn;
+        let step = |sql: &str| conn.prepare_cached(sql).and_then(|mut s| s.execute([])).map(|_| ());
         let result = (|| {
-            let conn = if durable { self.synced()? } else { &mut self.conn };
+            if durable {
+                conn.execute_batch("PRAGMA synchronous = FULL")?;
+            }
             // IMMEDIATE takes the write lock up front, so a busy database is waited for (busy
             // timeout) instead of failing when a read would have to upgrade to a write.
-            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            let out = f(&tx)?;
-            tx.commit()?;
-            Ok(out)
+            step("BEGIN IMMEDIATE")?;
+            match f(conn).and_then(|out| step("COMMIT").map(|()| out)) {
+                Ok(out) => Ok(out),
+                Err(e) => {
+                    // Nothing of a failed write stays (a failed COMMIT may leave it open).
+                    if !conn.is_autocommit() {
+                        let _ = conn.execute_batch("ROLLBACK");
+                    }
+                    Err(e)
+                }
+            }
         })();
-        result.map_err(|e| self.sql(e))
-    }
-
-    /// The connection whose commits are synced to the disk, opened (no-follow) on first use.
-    fn synced(&mut self) -> rusqlite::Result<&mut Connection> {
-        if self.synced.is_none() {
-            let flags =
-                OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NOFOLLOW | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-            let conn = Connection::open_with_flags(&self.path, flags)?;
-            conn.busy_timeout(std::time::Duration::from_secs(10))?;
-            conn.pragma_update(None, "synchronous", "FULL")?;
-            conn.pragma_update(None, "foreign_keys", "ON")?;
-            conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-            // Closed after the main connection, so its close would checkpoint: see `open`.
-            conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
-            self.synced = Some(conn);
+        if durable {
+            // Set back whatever the outcome; should it fail, later commits are flushed too.
+            let _ = conn.execute_batch("PRAGMA synchronous = NORMAL");
+            self.flushed += u64::from(result.is_ok());
         }
-        Ok(self.synced.as_mut().expect("opened above"))
+        result.map_err(|e| self.sql(e))
     }
 
     /// A row of [`select_runs`], read by column position (a name would be looked up per column).
@@ -1094,7 +1092,7 @@ impl Store for SqliteStore {
 
 /// Record, in `tx`, that attempt `next` of run `run_id` is about to be spawned (its step moves
 /// to `running`); its row id. The caller checked the lease.
-fn start_attempt(tx: &rusqlite::Transaction, run_id: &str, next: &NextAttempt<'_>, now: i64) -> rusqlite::Result<i64> {
+fn start_attempt(tx: &Connection, run_id: &str, next: &NextAttempt<'_>, now: i64) -> rusqlite::Result<i64> {
     let NextAttempt { step, attempt, redelivered, log_stem } = *next;
     move_step(tx, run_id, step, StepStatus::Running)?;
     exec(
@@ -1117,7 +1115,7 @@ fn start_attempt(tx: &rusqlite::Transaction, run_id: &str, next: &NextAttempt<'_
 /// Record, in `tx`, how attempt `row` of run `run_id` ended and what that does to its step. The
 /// caller checked the lease.
 fn finish_attempt(
-    tx: &rusqlite::Transaction,
+    tx: &Connection,
     run_id: &str,
     row: i64,
     result: &AttemptResult,
@@ -1543,11 +1541,10 @@ mod tests {
         let wal = || std::fs::metadata(state.db().with_extension("db-wal")).unwrap().len() / (4096 + 24);
         let before = wal();
         let lease = store.claim(&run.id, "test:1:b").unwrap();
-        // Nor is the claim flushed: the synced connection, opened for the first flushed commit,
-        // is not yet open; the run's end is flushed.
-        assert!(store.synced.is_none(), "the claim was flushed");
+        // Nor is the claim flushed; the run's end is.
+        assert_eq!(store.flushed, 0, "the claim was flushed");
         store.run_finished(&lease, &run.id, RunStatus::Succeeded, None, &[]).unwrap();
-        assert!(store.synced.is_some(), "the run's end was not flushed");
+        assert_eq!(store.flushed, 1, "the run's end was not flushed");
         let written = wal() - before;
         assert!(written < 10, "{written} pages written; the definition spans {definition_pages}");
         assert_eq!(store.run(&run.id).unwrap().definition, run.definition);
@@ -1557,9 +1554,33 @@ mod tests {
         assert_eq!(left, 0);
     }
 
-    /// `waymark resume` of a failed run reopens it and claims it without a flush (the synced
-    /// connection, opened for the first flushed commit, stays closed): a power loss before the
-    /// runner's first flushed commit loses both together.
+    /// A durable write commits with `synchronous=FULL` (the WAL is flushed before the commit
+    /// returns), every other write and every read after it with `NORMAL`, and a write that fails
+    /// changes nothing and leaves the connection as it found it.
+    #[test]
+    fn a_durable_write_alone_commits_with_a_full_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::create(dir.path()).unwrap();
+        let mut store = SqliteStore::open(&state).unwrap();
+        let level = |c: &Connection| c.query_row("PRAGMA synchronous", [], |r| r.get::<_, i64>(0));
+        let (full, normal) = (2, 1);
+        assert_eq!(store.write(true, level).unwrap(), full);
+        assert_eq!(level(&store.conn).unwrap(), normal);
+        assert_eq!(store.write(false, level).unwrap(), normal);
+        assert_eq!(store.write(true, level).unwrap(), full);
+        assert_eq!(store.flushed, 2);
+        let failed = store.write(true, |c| {
+            c.execute("UPDATE runs SET status = 'x'", [])?;
+            c.execute("INSERT INTO no_such_table VALUES (1)", [])
+        });
+        assert!(failed.is_err());
+        assert_eq!(level(&store.conn).unwrap(), normal);
+        assert!(store.conn.is_autocommit(), "the failed write's transaction is still open");
+        assert_eq!(store.flushed, 2);
+    }
+
+    /// `waymark resume` of a failed run reopens it and claims it without a flush: a power loss
+    /// before the runner's first flushed commit loses both together.
     #[test]
     fn reopening_a_failed_run_and_claiming_it_are_not_flushed() {
         let dir = tempfile::tempdir().unwrap();
@@ -1571,7 +1592,7 @@ mod tests {
         let mut store = SqliteStore::open(&state).unwrap();
         store.reopen_failed(&run.id).unwrap();
         store.claim(&run.id, "test:1:b").unwrap();
-        assert!(store.synced.is_none(), "flushed");
+        assert_eq!(store.flushed, 0, "flushed");
         assert_eq!(store.run(&run.id).unwrap().status, RunStatus::Running);
     }
 
