@@ -374,6 +374,17 @@ fn move_step(tx: &Connection, run_id: &str, step: &str, to: StepStatus) -> rusql
     Ok(())
 }
 
+/// Check that an `UPDATE` that moved step `step` of run `run_id` to `to`, its row chosen with
+/// [`StepStatus::sources_of`], changed it (`changed` rows): if not, the step's state forbids the
+/// move, and [`move_step`] says why.
+fn moved(tx: &Connection, changed: usize, run_id: &str, step: &str, to: StepStatus) -> rusqlite::Result<()> {
+    if changed == 1 {
+        return Ok(());
+    }
+    move_step(tx, run_id, step, to)?;
+    Err(bad_row("steps", run_id, format!("step `{step}` was not moved to {}", to.as_str())))
+}
+
 /// A write by an owner whose lease a later claim replaced: carried through rusqlite's error type
 /// like [`BadRow`], then turned into [`StoreError::LeaseLost`] by [`SqliteStore::sql`].
 #[derive(Debug, thiserror::Error)]
@@ -1094,7 +1105,6 @@ impl Store for SqliteStore {
 /// to `running`); its row id. The caller checked the lease.
 fn start_attempt(tx: &Connection, run_id: &str, next: &NextAttempt<'_>, now: i64) -> rusqlite::Result<i64> {
     let NextAttempt { step, attempt, redelivered, log_stem } = *next;
-    move_step(tx, run_id, step, StepStatus::Running)?;
     exec(
         tx,
         "INSERT INTO attempts (run_id, step, attempt, redelivered, outcome, started_at, log_stem, host)
@@ -1102,13 +1112,14 @@ fn start_attempt(tx: &Connection, run_id: &str, next: &NextAttempt<'_>, now: i64
         params![run_id, step, attempt, redelivered, now, log_stem.display().to_string(), host_name()],
     )?;
     let row = tx.last_insert_rowid();
-    exec(
+    let changed = exec(
         tx,
         "UPDATE steps SET state = 'running', current_row = ?3, next_attempt = NULL, wake_at = NULL,
                 started_at = COALESCE(started_at, ?4)
-         WHERE run_id = ?1 AND name = ?2",
-        params![run_id, step, row, now],
+         WHERE run_id = ?1 AND name = ?2 AND instr(?5, ',' || state || ',')",
+        params![run_id, step, row, now, StepStatus::sources_of(StepStatus::Running)],
     )?;
+    moved(tx, changed, run_id, step, StepStatus::Running)?;
     Ok(row)
 }
 
@@ -1136,7 +1147,6 @@ fn finish_attempt(
         let e = format!("cannot go from {} to {}", from.as_str(), to.as_str());
         return Err(bad_row("attempts", run_id, what(&e)));
     }
-    move_step(tx, run_id, &step, update.status())?;
     exec(
         tx,
         "UPDATE attempts SET outcome = ?2, ended_at = ?3, exit_code = ?4, signal = ?5, error = ?6, killed = ?7
@@ -1168,15 +1178,26 @@ fn finish_attempt(
         StepUpdate::Succeeded if !result.outputs.is_empty() => Some(outputs_json(&result.outputs)),
         _ => None,
     };
-    exec(
+    let changed = exec(
         tx,
         "UPDATE steps SET state = ?3, attempts_used = attempts_used + ?4, next_attempt = ?5, wake_at = ?6,
                 current_row = NULL, last_error = COALESCE(?7, last_error), ended_at = ?8,
                 outputs = COALESCE(?9, outputs)
-         WHERE run_id = ?1 AND name = ?2",
-        params![run_id, step, state, used, next, wake, result.error.as_ref().map(error_json), ended_at, outputs],
+         WHERE run_id = ?1 AND name = ?2 AND instr(?10, ',' || state || ',')",
+        params![
+            run_id,
+            step,
+            state,
+            used,
+            next,
+            wake,
+            result.error.as_ref().map(error_json),
+            ended_at,
+            outputs,
+            StepStatus::sources_of(update.status())
+        ],
     )?;
-    Ok(())
+    moved(tx, changed, run_id, &step, update.status())
 }
 
 impl RunLog for SqliteStore {
@@ -1209,7 +1230,6 @@ impl RunLog for SqliteStore {
         let host = host_name();
         self.write(false, |tx| {
             check_lease(tx, run_id, lease)?;
-            move_step(tx, run_id, step, StepStatus::Catching)?;
             exec(
                 tx,
                 "INSERT INTO attempts (run_id, step, attempt, redelivered, outcome, started_at, log_stem, host, kind)
@@ -1217,7 +1237,13 @@ impl RunLog for SqliteStore {
                 params![run_id, step, attempt, now, log_stem.display().to_string(), host],
             )?;
             let row = tx.last_insert_rowid();
-            exec(tx, "UPDATE steps SET current_row = ?3 WHERE run_id = ?1 AND name = ?2", params![run_id, step, row])?;
+            let changed = exec(
+                tx,
+                "UPDATE steps SET current_row = ?3
+                 WHERE run_id = ?1 AND name = ?2 AND instr(?4, ',' || state || ',')",
+                params![run_id, step, row, StepStatus::sources_of(StepStatus::Catching)],
+            )?;
+            moved(tx, changed, run_id, step, StepStatus::Catching)?;
             Ok(row)
         })
     }
@@ -1323,14 +1349,15 @@ impl RunLog for SqliteStore {
         self.write(true, |tx| {
             check_lease(tx, run_id, lease)?;
             move_run(tx, run_id, status)?;
+            let sources = StepStatus::sources_of(StepStatus::Skipped);
             for step in skipped {
-                move_step(tx, run_id, step, StepStatus::Skipped)?;
-                exec(
+                let changed = exec(
                     tx,
                     "UPDATE steps SET state = 'skipped', next_attempt = NULL, wake_at = NULL, current_row = NULL
-                     WHERE run_id = ?1 AND name = ?2",
-                    params![run_id, step],
+                     WHERE run_id = ?1 AND name = ?2 AND instr(?3, ',' || state || ',')",
+                    params![run_id, step, sources],
                 )?;
+                moved(tx, changed, run_id, step, StepStatus::Skipped)?;
             }
             exec(
                 tx,
@@ -1734,6 +1761,35 @@ mod tests {
         assert_eq!(store.run(&run.id).unwrap().status, RunStatus::Succeeded);
         assert_eq!(store.steps(&run.id).unwrap()[0].state, StepState::Succeeded);
         assert_eq!(store.attempts(&run.id, None).unwrap().len(), 1);
+    }
+
+    /// The end of an attempt whose step is in a state it cannot leave that way (here made final
+    /// behind the runner's back) is refused, says why, and records nothing of the attempt's end;
+    /// so is skipping a step that already ended.
+    #[test]
+    fn an_attempt_s_end_its_step_cannot_take_is_refused_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (flow, _) =
+            crate::flow::parse("name = 'f'\n[[step]]\nname = 'a'\nrun = ['true']\n", &dir.path().join("f.toml"))
+                .unwrap();
+        let mut store = SqliteStore::open(&StateDir::create(dir.path()).unwrap()).unwrap();
+        let (run, lease) = store.create_run(&flow, "hash", "test:1:a").unwrap();
+        let row = store.attempt_starting(&lease, &run.id, "a", 1, false, &dir.path().join("x")).unwrap();
+        store.conn.execute("UPDATE steps SET state = 'caught'", []).unwrap();
+        let err =
+            store.attempt_finished(&lease, row, &result(AttemptOutcome::Failed), &StepUpdate::Failed).unwrap_err();
+        assert!(
+            matches!(&err, StoreError::BadState { table: "steps", what, .. } if what == "step `a` cannot go from caught to failed"),
+            "{err}"
+        );
+        assert_eq!(store.attempts(&run.id, None).unwrap()[0].outcome, AttemptState::Running);
+        let err = store.run_finished(&lease, &run.id, RunStatus::Failed, Some("a"), &["a".to_owned()]).unwrap_err();
+        assert!(
+            matches!(&err, StoreError::BadState { table: "steps", what, .. } if what == "step `a` cannot go from caught to skipped"),
+            "{err}"
+        );
+        assert_eq!(store.run(&run.id).unwrap().status, RunStatus::Running);
+        assert_eq!(store.steps(&run.id).unwrap()[0].state, StepState::Caught);
     }
 
     #[test]

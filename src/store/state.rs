@@ -121,6 +121,15 @@ impl StepStatus {
             Succeeded | Caught => false,
         }
     }
+
+    /// The states a step may move to `to` from, as `,name,name,`: an `UPDATE` checks its row's
+    /// state with `instr(list, ',' || state || ',')` instead of reading it first.
+    pub(crate) fn sources_of(to: StepStatus) -> String {
+        Self::ALL
+            .into_iter()
+            .filter(|from| from.can_move_to(to))
+            .fold(",".to_owned(), |list, from| list + from.as_str() + ",")
+    }
 }
 
 /// Where a step stands, as recorded.
