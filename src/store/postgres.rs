@@ -753,6 +753,23 @@ fn move_step(tx: &mut Transaction, run_id: &str, step: &str, to: StepStatus) -> 
     Ok(())
 }
 
+/// The states a step may move to `to` from: an `UPDATE` that moves it checks its state with
+/// `state = ANY(list)` instead of reading it first (a round trip less).
+fn sources(to: StepStatus) -> Vec<&'static str> {
+    StepStatus::sources_of(to).map(StepStatus::as_str).collect()
+}
+
+/// Check that an `UPDATE` that moved step `step` of run `run_id` to `to`, its row chosen with
+/// [`sources`], changed it (`changed` rows): if not, the step's state forbids the move, and
+/// [`move_step`] says why.
+fn moved(tx: &mut Transaction, changed: u64, run_id: &str, step: &str, to: StepStatus) -> Result<(), Fail> {
+    if changed == 1 {
+        return Ok(());
+    }
+    move_step(tx, run_id, step, to)?;
+    Err(bad("steps", run_id, format!("step `{step}` was not moved to {}", to.as_str())))
+}
+
 /// The last [`TAIL_BYTES`] of a log file of this host: empty when there is none (a stream that
 /// stayed empty leaves no file), `None` when it cannot be read.
 fn tail(path: &Path) -> Option<Vec<u8>> {
@@ -1193,15 +1210,15 @@ fn insert_running(
 /// to `running`); its row id. The caller checked the lease.
 fn start_attempt(tx: &mut Transaction, run_id: &str, next: &NextAttempt<'_>, now: i64) -> Result<i64, Fail> {
     let NextAttempt { step, attempt, redelivered, log_stem } = *next;
-    move_step(tx, run_id, step, StepStatus::Running)?;
     let stem = log_stem.display().to_string();
     let row = insert_running(tx, run_id, "attempt", step, attempt, redelivered, now, &stem)?;
-    tx.execute(
+    let changed = tx.execute(
         "UPDATE waymark_steps SET state = 'running', current_row = $3, next_attempt = NULL, wake_at = NULL,
                 started_at = COALESCE(started_at, $4)
-         WHERE run_id = $1 AND name = $2",
-        &[&run_id, &step, &row, &now],
+         WHERE run_id = $1 AND name = $2 AND state = ANY($5)",
+        &[&run_id, &step, &row, &now, &sources(StepStatus::Running)],
     )?;
+    moved(tx, changed, run_id, step, StepStatus::Running)?;
     Ok(row)
 }
 
@@ -1227,7 +1244,6 @@ fn finish_attempt(
         let e = format!("cannot go from {} to {}", from.as_str(), to.as_str());
         return Err(bad("attempts", run_id, what(&e)));
     }
-    move_step(tx, run_id, &step, update.status())?;
     tx.execute(
         "UPDATE waymark_attempts SET outcome = $2, ended_at = $3, exit_code = $4, signal = $5, error = $6,
                 killed = $7
@@ -1255,11 +1271,11 @@ fn finish_attempt(
         }
         _ => None,
     };
-    tx.execute(
+    let changed = tx.execute(
         "UPDATE waymark_steps SET state = $3, attempts_used = attempts_used + $4, next_attempt = $5,
                 wake_at = $6, current_row = NULL, last_error = COALESCE($7, last_error), ended_at = $8,
                 outputs = COALESCE($9, outputs)
-         WHERE run_id = $1 AND name = $2",
+         WHERE run_id = $1 AND name = $2 AND state = ANY($10)",
         &[
             &run_id,
             &step,
@@ -1270,9 +1286,10 @@ fn finish_attempt(
             &result.error.as_ref().map(error_json),
             &ended_at,
             &outputs,
+            &sources(update.status()),
         ],
     )?;
-    Ok(())
+    moved(tx, changed, run_id, &step, update.status())
 }
 
 impl RunLog for PgStore {
@@ -1305,12 +1322,12 @@ impl RunLog for PgStore {
         let stem = log_stem.display().to_string();
         self.write(run_id, &lease.owner, |tx| {
             check_lease(tx, run_id, lease)?;
-            move_step(tx, run_id, step, StepStatus::Catching)?;
             let row = insert_running(tx, run_id, "catch", step, attempt, false, now, &stem)?;
-            tx.execute(
-                "UPDATE waymark_steps SET current_row = $3 WHERE run_id = $1 AND name = $2",
-                &[&run_id, &step, &row],
+            let changed = tx.execute(
+                "UPDATE waymark_steps SET current_row = $3 WHERE run_id = $1 AND name = $2 AND state = ANY($4)",
+                &[&run_id, &step, &row, &sources(StepStatus::Catching)],
             )?;
+            moved(tx, changed, run_id, step, StepStatus::Catching)?;
             Ok(row)
         })
     }
@@ -1402,13 +1419,14 @@ impl RunLog for PgStore {
         self.write(run_id, &lease.owner, |tx| {
             check_lease(tx, run_id, lease)?;
             move_run(tx, run_id, status)?;
+            let sources = sources(StepStatus::Skipped);
             for step in skipped {
-                move_step(tx, run_id, step, StepStatus::Skipped)?;
-                tx.execute(
+                let changed = tx.execute(
                     "UPDATE waymark_steps SET state = 'skipped', next_attempt = NULL, wake_at = NULL, current_row = NULL
-                     WHERE run_id = $1 AND name = $2",
-                    &[&run_id, &step],
+                     WHERE run_id = $1 AND name = $2 AND state = ANY($3)",
+                    &[&run_id, &step, &sources],
                 )?;
+                moved(tx, changed, run_id, step, StepStatus::Skipped)?;
             }
             tx.execute(
                 "UPDATE waymark_runs SET status = $2, ended_at = $3, failed_step = $4 WHERE id = $1",

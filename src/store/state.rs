@@ -122,13 +122,10 @@ impl StepStatus {
         }
     }
 
-    /// The states a step may move to `to` from, as `,name,name,`: an `UPDATE` checks its row's
-    /// state with `instr(list, ',' || state || ',')` instead of reading it first.
-    pub(crate) fn sources_of(to: StepStatus) -> String {
-        Self::ALL
-            .into_iter()
-            .filter(|from| from.can_move_to(to))
-            .fold(",".to_owned(), |list, from| list + from.as_str() + ",")
+    /// The states a step may move to `to` from: the stores' `UPDATE`s check a step's state
+    /// against them instead of reading it first.
+    pub(crate) fn sources_of(to: StepStatus) -> impl Iterator<Item = StepStatus> {
+        Self::ALL.into_iter().filter(move |from| from.can_move_to(to))
     }
 }
 

@@ -197,6 +197,49 @@ fn steps_go_through_their_states_alike_on_both_backends() {
     }
 }
 
+/// The end of an attempt whose step is in a state it cannot leave that way (here made final
+/// behind the runner's back) is refused, says why, and records nothing of the attempt's end; so is
+/// skipping a step that already ended.
+#[test]
+fn a_move_the_step_s_state_forbids_is_refused_and_changes_nothing_on_both_backends() {
+    for mut b in Backend::all("a_move_the_step_s_state_forbids_is_refused_and_changes_nothing_on_both_backends") {
+        let flow = flow(b._dir.path(), "name = 'f'\n[[step]]\nname = 'a'\nrun = ['true']\n");
+        let _held = b.hold(&FlowKey::named("f"), "host:1:a", Duration::from_secs(30), Duration::from_secs(10));
+        let store = b.store.as_mut();
+        let (run, lease) = store.create_run(&flow, "hash", "host:1:a").unwrap();
+        let row = store.attempt_starting(&lease, &run.id, "a", 1, false, &b._dir.path().join("x")).unwrap();
+        let caught = "SET state = 'caught'";
+        match &b.pg {
+            Some(db) => {
+                let mut admin = db.config.connect(::postgres::NoTls).unwrap();
+                admin.execute(&format!("UPDATE waymark_steps {caught}"), &[]).unwrap();
+            }
+            None => {
+                let db = StateDir::create(b._dir.path()).unwrap().db();
+                rusqlite::Connection::open(db).unwrap().execute(&format!("UPDATE steps {caught}"), []).unwrap();
+            }
+        }
+        let refused = |err: StoreError, to: &str| {
+            let want = format!("step `a` cannot go from caught to {to}");
+            assert!(
+                matches!(&err, StoreError::BadState { table: "steps", what, .. } if *what == want),
+                "{}: {err}",
+                b.name
+            );
+        };
+        let store = b.store.as_mut();
+        refused(
+            store.attempt_finished(&lease, row, &result(AttemptOutcome::Failed), &StepUpdate::Failed).unwrap_err(),
+            "failed",
+        );
+        assert_eq!(store.attempts(&run.id, None).unwrap()[0].outcome, AttemptState::Running, "{}", b.name);
+        let skipped = ["a".to_owned()];
+        refused(store.run_finished(&lease, &run.id, RunStatus::Failed, Some("a"), &skipped).unwrap_err(), "skipped");
+        assert_eq!(store.run(&run.id).unwrap().status, RunStatus::Running, "{}", b.name);
+        assert_eq!(store.steps(&run.id).unwrap()[0].state, StepState::Caught, "{}", b.name);
+    }
+}
+
 /// `create_run` returns the run as it recorded it, without reading it back: exactly what `run`
 /// reads, and steps exactly as [`StepRecord::pending`] describes them, in order.
 #[test]
