@@ -38,8 +38,10 @@ use super::url::{CertCheck, PgConfig};
 use super::*;
 use crate::flow::Flow;
 use ::postgres::config::SslMode;
-use ::postgres::{Client, Transaction};
+use ::postgres::{Client, Statement, Transaction};
+use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -452,7 +454,9 @@ fn installed(client: &mut Client) -> Result<Option<i64>, ::postgres::Error> {
 
 /// The shared store. See the module documentation.
 pub(crate) struct PgStore {
-    client: std::cell::RefCell<Client>,
+    client: RefCell<Client>,
+    /// The statements prepared on `client` (see [`Tx`]).
+    prepared: RefCell<HashMap<&'static str, Statement>>,
     config: PgConfig,
     location: String,
     /// While a run goes on: its runner's lease clock. Writes that fail for want of a connection
@@ -489,7 +493,8 @@ impl PgStore {
 
     fn with(client: Client, config: &PgConfig, location: &str, schema: i64) -> PgStore {
         PgStore {
-            client: std::cell::RefCell::new(client),
+            client: RefCell::new(client),
+            prepared: RefCell::default(),
             config: config.clone(),
             location: location.to_owned(),
             clock: None,
@@ -528,6 +533,8 @@ impl PgStore {
     fn reconnect(&self) -> Result<(), StoreError> {
         let client = connect(&self.config, &self.location)?;
         *self.client.borrow_mut() = client;
+        // Statements are the old connection's.
+        self.prepared.borrow_mut().clear();
         Ok(())
     }
 
@@ -538,7 +545,7 @@ impl PgStore {
         &self,
         run_id: &str,
         owner: &str,
-        mut f: impl FnMut(&mut Transaction) -> Result<T, Fail>,
+        mut f: impl FnMut(&mut Tx) -> Result<T, Fail>,
     ) -> Result<T, StoreError> {
         loop {
             if let Some(why) = self.clock.as_ref().and_then(|c| c.fenced()) {
@@ -558,13 +565,16 @@ impl PgStore {
             }
             let mut client = self.client.borrow_mut();
             let attempt = (|| {
-                let mut tx = client.transaction()?;
+                let mut tx = Tx { tx: client.transaction()?, prepared: &self.prepared };
                 let out = f(&mut tx)?;
                 // A failed commit may have committed: never retried.
-                tx.commit().map_err(Fail::Commit)?;
+                tx.tx.commit().map_err(Fail::Commit)?;
                 Ok(out)
             })();
             drop(client);
+            if attempt.is_err() {
+                self.prepared.borrow_mut().clear();
+            }
             match attempt {
                 Ok(out) => return Ok(out),
                 Err(Fail::Pg(e)) if self.clock.is_some() && transient(&e) => {
@@ -584,19 +594,23 @@ impl PgStore {
     }
 
     /// Run `f` in a read-only transaction (one consistent snapshot).
-    fn read<T>(&self, f: impl FnOnce(&mut Transaction) -> Result<T, Fail>) -> Result<T, StoreError> {
+    fn read<T>(&self, f: impl FnOnce(&mut Tx) -> Result<T, Fail>) -> Result<T, StoreError> {
         let mut client = self.client.borrow_mut();
         let result = (|| {
-            let mut tx = client
+            let tx = client
                 .build_transaction()
                 .isolation_level(::postgres::IsolationLevel::RepeatableRead)
                 .read_only(true)
                 .start()?;
+            let mut tx = Tx { tx, prepared: &self.prepared };
             let out = f(&mut tx)?;
-            tx.commit()?;
+            tx.tx.commit()?;
             Ok(out)
         })();
         drop(client);
+        if result.is_err() {
+            self.prepared.borrow_mut().clear();
+        }
         result.map_err(|e| self.fail(e))
     }
 
@@ -675,8 +689,65 @@ fn lost_to(holder: &str) -> String {
 
 /// Check, in the writing transaction, that `lease` is still the lease of run `run_id`; the lease
 /// row stays locked until the commit, so a takeover waits for this write.
-fn check_lease(tx: &mut Transaction, run_id: &str, lease: &Lease) -> Result<(), Fail> {
-    let found = tx.query_opt(
+/// A transaction of [`PgStore`] with its connection's prepared statements. A statement given
+/// as text is parsed by the server each time, a round trip before the one that runs it; the
+/// runner's statements ([`Tx::exec`] and its siblings) are parsed once per connection and then
+/// only run. Any other statement goes through the transaction itself (`Deref`). The statements
+/// are forgotten with the connection, and after any failed transaction.
+pub(crate) struct Tx<'t, 'c> {
+    tx: Transaction<'c>,
+    prepared: &'t RefCell<HashMap<&'static str, Statement>>,
+}
+
+type Params<'p> = &'p [&'p (dyn ::postgres::types::ToSql + Sync)];
+
+impl<'c> std::ops::Deref for Tx<'_, 'c> {
+    type Target = Transaction<'c>;
+    fn deref(&self) -> &Transaction<'c> {
+        &self.tx
+    }
+}
+
+impl<'c> std::ops::DerefMut for Tx<'_, 'c> {
+    fn deref_mut(&mut self) -> &mut Transaction<'c> {
+        &mut self.tx
+    }
+}
+
+impl Tx<'_, '_> {
+    /// `sql`, prepared on this connection (the first time it is asked for).
+    fn statement(&mut self, sql: &'static str) -> Result<Statement, ::postgres::Error> {
+        if let Some(statement) = self.prepared.borrow().get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.tx.prepare(sql)?;
+        self.prepared.borrow_mut().insert(sql, statement.clone());
+        Ok(statement)
+    }
+
+    fn exec(&mut self, sql: &'static str, params: Params<'_>) -> Result<u64, ::postgres::Error> {
+        let statement = self.statement(sql)?;
+        self.tx.execute(&statement, params)
+    }
+
+    fn one(&mut self, sql: &'static str, params: Params<'_>) -> Result<::postgres::Row, ::postgres::Error> {
+        let statement = self.statement(sql)?;
+        self.tx.query_one(&statement, params)
+    }
+
+    fn opt(&mut self, sql: &'static str, params: Params<'_>) -> Result<Option<::postgres::Row>, ::postgres::Error> {
+        let statement = self.statement(sql)?;
+        self.tx.query_opt(&statement, params)
+    }
+
+    fn all(&mut self, sql: &'static str, params: Params<'_>) -> Result<Vec<::postgres::Row>, ::postgres::Error> {
+        let statement = self.statement(sql)?;
+        self.tx.query(&statement, params)
+    }
+}
+
+fn check_lease(tx: &mut Tx, run_id: &str, lease: &Lease) -> Result<(), Fail> {
+    let found = tx.opt(
         "SELECT l.owner, l.token, l.host, l.pid FROM waymark_leases l
          WHERE l.lease_key = (SELECT lease_key FROM waymark_runs WHERE id = $1) FOR SHARE",
         &[&run_id],
@@ -697,20 +768,18 @@ fn check_lease(tx: &mut Transaction, run_id: &str, lease: &Lease) -> Result<(), 
 }
 
 /// The run of attempt `row`, checking that `lease` is still that run's lease.
-fn check_lease_of_attempt(tx: &mut Transaction, row: i64, lease: &Lease) -> Result<String, Fail> {
+fn check_lease_of_attempt(tx: &mut Tx, row: i64, lease: &Lease) -> Result<String, Fail> {
     let run_id: Option<String> =
-        tx.query_opt("SELECT run_id FROM waymark_attempts WHERE row_id = $1", &[&row])?.map(|r| r.get(0));
+        tx.opt("SELECT run_id FROM waymark_attempts WHERE row_id = $1", &[&row])?.map(|r| r.get(0));
     let run_id = run_id.ok_or_else(|| bad("attempts", "?", format!("attempt {row} is not recorded")))?;
     check_lease(tx, &run_id, lease)?;
     Ok(run_id)
 }
 
 /// The lease `owner` holds on the flow of run `run_id` (locked for this transaction).
-fn held_token(tx: &mut Transaction, lease_key: &str, run_id: &str, owner: &str) -> Result<i64, Fail> {
-    let row = tx.query_opt(
-        "SELECT owner, token, host, pid FROM waymark_leases WHERE lease_key = $1 FOR UPDATE",
-        &[&lease_key],
-    )?;
+fn held_token(tx: &mut Tx, lease_key: &str, run_id: &str, owner: &str) -> Result<i64, Fail> {
+    let row =
+        tx.opt("SELECT owner, token, host, pid FROM waymark_leases WHERE lease_key = $1 FOR UPDATE", &[&lease_key])?;
     match row {
         Some(r) if r.get::<_, String>(0) == owner => Ok(r.get(1)),
         Some(r) => Err(Fail::Lost {
@@ -726,14 +795,13 @@ fn held_token(tx: &mut Transaction, lease_key: &str, run_id: &str, owner: &str) 
     }
 }
 
-fn run_status(tx: &mut Transaction, run_id: &str) -> Result<RunStatus, Fail> {
-    let status: Option<String> =
-        tx.query_opt("SELECT status FROM waymark_runs WHERE id = $1", &[&run_id])?.map(|r| r.get(0));
+fn run_status(tx: &mut Tx, run_id: &str) -> Result<RunStatus, Fail> {
+    let status: Option<String> = tx.opt("SELECT status FROM waymark_runs WHERE id = $1", &[&run_id])?.map(|r| r.get(0));
     let status = status.ok_or_else(|| bad("runs", run_id, "the run is not recorded"))?;
     RunStatus::parse(&status).map_err(|e| bad("runs", run_id, e))
 }
 
-fn move_run(tx: &mut Transaction, run_id: &str, to: RunStatus) -> Result<(), Fail> {
+fn move_run(tx: &mut Tx, run_id: &str, to: RunStatus) -> Result<(), Fail> {
     let from = run_status(tx, run_id)?;
     if !from.can_move_to(to) {
         return Err(bad("runs", run_id, format!("the run cannot go from {} to {}", from.as_str(), to.as_str())));
@@ -741,7 +809,7 @@ fn move_run(tx: &mut Transaction, run_id: &str, to: RunStatus) -> Result<(), Fai
     Ok(())
 }
 
-fn move_step(tx: &mut Transaction, run_id: &str, step: &str, to: StepStatus) -> Result<(), Fail> {
+fn move_step(tx: &mut Tx, run_id: &str, step: &str, to: StepStatus) -> Result<(), Fail> {
     let state: Option<String> = tx
         .query_opt("SELECT state FROM waymark_steps WHERE run_id = $1 AND name = $2", &[&run_id, &step])?
         .map(|r| r.get(0));
@@ -762,7 +830,7 @@ fn sources(to: StepStatus) -> Vec<&'static str> {
 /// Check that an `UPDATE` that moved step `step` of run `run_id` to `to`, its row chosen with
 /// [`sources`], changed it (`changed` rows): if not, the step's state forbids the move, and
 /// [`move_step`] says why.
-fn moved(tx: &mut Transaction, changed: u64, run_id: &str, step: &str, to: StepStatus) -> Result<(), Fail> {
+fn moved(tx: &mut Tx, changed: u64, run_id: &str, step: &str, to: StepStatus) -> Result<(), Fail> {
     if changed == 1 {
         return Ok(());
     }
@@ -787,16 +855,13 @@ fn tail(path: &Path) -> Option<Vec<u8>> {
 }
 
 /// Record the ends of an attempt's output streams (read from this host's log files).
-fn record_tails(tx: &mut Transaction, row: i64) -> Result<(), Fail> {
+fn record_tails(tx: &mut Tx, row: i64) -> Result<(), Fail> {
     let stem: Option<String> =
-        tx.query_opt("SELECT log_stem FROM waymark_attempts WHERE row_id = $1", &[&row])?.map(|r| r.get(0));
+        tx.opt("SELECT log_stem FROM waymark_attempts WHERE row_id = $1", &[&row])?.map(|r| r.get(0));
     let Some(stem) = stem else { return Ok(()) };
     let stem = PathBuf::from(stem);
     let (out, err) = (tail(&stem.with_extension("stdout")), tail(&stem.with_extension("stderr")));
-    tx.execute(
-        "UPDATE waymark_attempts SET stdout_tail = $2, stderr_tail = $3 WHERE row_id = $1",
-        &[&row, &out, &err],
-    )?;
+    tx.exec("UPDATE waymark_attempts SET stdout_tail = $2, stderr_tail = $3 WHERE row_id = $1", &[&row, &out, &err])?;
     Ok(())
 }
 
@@ -833,10 +898,10 @@ impl Store for PgStore {
         let (id, token) = self.write("(new)", owner, |tx| {
             let token = held_token(tx, &lkey, "(new)", owner)?;
             let mut id = new_run_id();
-            while tx.query_opt("SELECT 1 FROM waymark_runs WHERE id = $1", &[&id])?.is_some() {
+            while tx.opt("SELECT 1 FROM waymark_runs WHERE id = $1", &[&id])?.is_some() {
                 id = new_run_id();
             }
-            tx.execute(
+            tx.exec(
                 "INSERT INTO waymark_runs (id, flow, flow_key, key_host, lease_key, flow_path, definition, source_hash,
                                            status, started_at, pid, host)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'running', $9, $10, $11)",
@@ -855,12 +920,12 @@ impl Store for PgStore {
                 ],
             )?;
             // Every step by one statement (one round trip), their names as one array.
-            tx.execute(
+            tx.exec(
                 "INSERT INTO waymark_steps (run_id, position, name, state)
                  SELECT $1, (t.ord - 1)::int, t.name, 'pending' FROM unnest($2::text[]) WITH ORDINALITY AS t(name, ord)",
                 &[&id, &names],
             )?;
-            tx.execute("UPDATE waymark_leases SET run_id = $2 WHERE lease_key = $1", &[&lkey, &id])?;
+            tx.exec("UPDATE waymark_leases SET run_id = $2 WHERE lease_key = $1", &[&lkey, &id])?;
             Ok((id.clone(), token))
         })?;
         let record = RunRecord::created(flow, id, definition, source_hash, started, host_id());
@@ -975,18 +1040,18 @@ impl Store for PgStore {
         let pid = i64::from(std::process::id());
         self.write(run_id, owner, |tx| {
             let lkey: Option<String> =
-                tx.query_opt("SELECT lease_key FROM waymark_runs WHERE id = $1", &[&run_id])?.map(|r| r.get(0));
+                tx.opt("SELECT lease_key FROM waymark_runs WHERE id = $1", &[&run_id])?.map(|r| r.get(0));
             let lkey = lkey.ok_or_else(|| bad("runs", run_id, "the run is not recorded"))?;
             let token = held_token(tx, &lkey, run_id, owner)?;
             move_run(tx, run_id, RunStatus::Running)?;
-            tx.execute(
+            tx.exec(
                 "UPDATE waymark_runs SET status = 'running', ended_at = NULL, failed_step = NULL, pid = $2, host = $3
                  WHERE id = $1",
                 &[&run_id, &pid, &host_id()],
             )?;
-            tx.execute("UPDATE waymark_leases SET run_id = $2 WHERE lease_key = $1", &[&lkey, &run_id])?;
+            tx.exec("UPDATE waymark_leases SET run_id = $2 WHERE lease_key = $1", &[&lkey, &run_id])?;
             // Attempts the earlier runner left open ended with it (or with its lease).
-            tx.execute(
+            tx.exec(
                 "UPDATE waymark_attempts SET outcome = 'runner_lost', ended_at = $2 WHERE run_id = $1 AND outcome = 'running'",
                 &[&run_id, &now_ms()],
             )?;
@@ -996,12 +1061,12 @@ impl Store for PgStore {
 
     fn reopen_failed(&mut self, run_id: &str) -> Result<(), StoreError> {
         self.write(run_id, "", |tx| {
-            tx.execute(
+            tx.exec(
                 "UPDATE waymark_steps SET state = 'pending', budget_base = attempts_used, ended_at = NULL
                  WHERE run_id = $1 AND state IN ('failed', 'skipped')",
                 &[&run_id],
             )?;
-            tx.execute(
+            tx.exec(
                 "UPDATE waymark_attempts SET kind = 'hook_before_reopen' WHERE run_id = $1 AND kind = 'hook'",
                 &[&run_id],
             )?;
@@ -1011,7 +1076,7 @@ impl Store for PgStore {
 
     fn aux_runs(&self, run_id: &str) -> Result<Vec<AuxRun>, StoreError> {
         self.read(|tx| {
-            let rows = tx.query(
+            let rows = tx.all(
                 "SELECT kind, step, outcome, row_id, pid, proc_start, started_at, ended_at, exit_code FROM waymark_attempts
                  WHERE run_id = $1 AND kind IN ('compensate', 'hook') ORDER BY row_id",
                 &[&run_id],
@@ -1044,11 +1109,11 @@ impl Store for PgStore {
     fn abandon(&mut self, run_id: &str, owner: &str) -> Result<(), StoreError> {
         self.write(run_id, owner, |tx| {
             let lkey: Option<String> =
-                tx.query_opt("SELECT lease_key FROM waymark_runs WHERE id = $1", &[&run_id])?.map(|r| r.get(0));
+                tx.opt("SELECT lease_key FROM waymark_runs WHERE id = $1", &[&run_id])?.map(|r| r.get(0));
             let lkey = lkey.ok_or_else(|| bad("runs", run_id, "the run is not recorded"))?;
             held_token(tx, &lkey, run_id, owner)?;
             move_run(tx, run_id, RunStatus::Abandoned)?;
-            tx.execute(
+            tx.exec(
                 "UPDATE waymark_runs SET status = 'abandoned', ended_at = $2 WHERE id = $1",
                 &[&run_id, &now_ms()],
             )?;
@@ -1072,7 +1137,7 @@ impl Store for PgStore {
     fn delete_finished(&mut self, id: &str, cutoff: SystemTime) -> Result<bool, StoreError> {
         let cutoff = to_millis(cutoff);
         self.write(id, "", |tx| {
-            let n = tx.execute(
+            let n = tx.exec(
                 "DELETE FROM waymark_runs WHERE id = $1 AND status IN ('succeeded', 'failed', 'abandoned')
                  AND ended_at IS NOT NULL AND ended_at < $2",
                 &[&id, &cutoff],
@@ -1109,7 +1174,7 @@ impl PgStore {
     /// Who holds the lease of run `run_id`'s flow now (`None` if nobody's lease is live).
     pub(crate) fn run_lease_holder(&self, run_id: &str) -> Result<Option<String>, StoreError> {
         self.read(|tx| {
-            let row = tx.query_opt(
+            let row = tx.opt(
                 "SELECT l.host, l.pid, to_char(l.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'),
                         l.run_id
                  FROM waymark_leases l JOIN waymark_runs r ON r.lease_key = l.lease_key
@@ -1122,14 +1187,14 @@ impl PgStore {
 }
 
 /// Run `id`, read in `tx`.
-fn run_in(tx: &mut Transaction, id: &str) -> Result<Option<RunRecord>, Fail> {
+fn run_in(tx: &mut Tx, id: &str) -> Result<Option<RunRecord>, Fail> {
     let row = tx.query_opt(&format!("{SELECT_RUNS} WHERE id = $1"), &[&id])?;
     row.as_ref().map(PgStore::run_from_row).transpose()
 }
 
 /// The steps of run `run_id` in flow order, each with its current attempt's process, read in `tx`.
-fn steps_in(tx: &mut Transaction, run_id: &str) -> Result<Vec<StepRecord>, Fail> {
-    let rows = tx.query(
+fn steps_in(tx: &mut Tx, run_id: &str) -> Result<Vec<StepRecord>, Fail> {
+    let rows = tx.all(
         "SELECT s.*, a.pid AS a_pid, a.proc_start AS a_start, a.attempt AS a_attempt
          FROM waymark_steps s LEFT JOIN waymark_attempts a ON a.row_id = s.current_row
          WHERE s.run_id = $1 ORDER BY s.position",
@@ -1189,7 +1254,7 @@ fn step_from_row(run_id: &str, r: &::postgres::Row) -> Result<StepRecord, Fail> 
 /// now on this host; its row id.
 #[allow(clippy::too_many_arguments, reason = "the columns of one row")]
 fn insert_running(
-    tx: &mut ::postgres::Transaction<'_>,
+    tx: &mut Tx,
     run_id: &str,
     kind: &str,
     step: &str,
@@ -1198,7 +1263,7 @@ fn insert_running(
     now: i64,
     stem: &str,
 ) -> Result<i64, ::postgres::Error> {
-    let row = tx.query_one(
+    let row = tx.one(
         "INSERT INTO waymark_attempts (run_id, kind, step, attempt, redelivered, outcome, started_at, log_stem, host)
          VALUES ($1, $2, $3, $4, $5, 'running', $6, $7, $8) RETURNING row_id",
         &[&run_id, &kind, &step, &i64::from(attempt), &redelivered, &now, &stem, &host_id()],
@@ -1208,11 +1273,11 @@ fn insert_running(
 
 /// Record, in `tx`, that attempt `next` of run `run_id` is about to be spawned (its step moves
 /// to `running`); its row id. The caller checked the lease.
-fn start_attempt(tx: &mut Transaction, run_id: &str, next: &NextAttempt<'_>, now: i64) -> Result<i64, Fail> {
+fn start_attempt(tx: &mut Tx, run_id: &str, next: &NextAttempt<'_>, now: i64) -> Result<i64, Fail> {
     let NextAttempt { step, attempt, redelivered, log_stem } = *next;
     let stem = log_stem.display().to_string();
     let row = insert_running(tx, run_id, "attempt", step, attempt, redelivered, now, &stem)?;
-    let changed = tx.execute(
+    let changed = tx.exec(
         "UPDATE waymark_steps SET state = 'running', current_row = $3, next_attempt = NULL, wake_at = NULL,
                 started_at = COALESCE(started_at, $4)
          WHERE run_id = $1 AND name = $2 AND state = ANY($5)",
@@ -1225,14 +1290,14 @@ fn start_attempt(tx: &mut Transaction, run_id: &str, next: &NextAttempt<'_>, now
 /// Record, in `tx`, how attempt `row` of run `run_id` ended, with the ends of its output, and
 /// what that does to its step. The caller checked the lease.
 fn finish_attempt(
-    tx: &mut Transaction,
+    tx: &mut Tx,
     run_id: &str,
     row: i64,
     result: &AttemptResult,
     update: &StepUpdate,
 ) -> Result<(), Fail> {
     let ended = to_millis(result.ended_at);
-    let r = tx.query_one("SELECT run_id, step, outcome, kind FROM waymark_attempts WHERE row_id = $1", &[&row])?;
+    let r = tx.one("SELECT run_id, step, outcome, kind FROM waymark_attempts WHERE row_id = $1", &[&row])?;
     let (of_run, step, outcome, kind): (String, String, String, String) = (r.get(0), r.get(1), r.get(2), r.get(3));
     let what = |e: &dyn std::fmt::Display| format!("attempt {row} of step `{step}`: {e}");
     if of_run != run_id {
@@ -1244,7 +1309,7 @@ fn finish_attempt(
         let e = format!("cannot go from {} to {}", from.as_str(), to.as_str());
         return Err(bad("attempts", run_id, what(&e)));
     }
-    tx.execute(
+    tx.exec(
         "UPDATE waymark_attempts SET outcome = $2, ended_at = $3, exit_code = $4, signal = $5, error = $6,
                 killed = $7
          WHERE row_id = $1",
@@ -1271,7 +1336,7 @@ fn finish_attempt(
         }
         _ => None,
     };
-    let changed = tx.execute(
+    let changed = tx.exec(
         "UPDATE waymark_steps SET state = $3, attempts_used = attempts_used + $4, next_attempt = $5,
                 wake_at = $6, current_row = NULL, last_error = COALESCE($7, last_error), ended_at = $8,
                 outputs = COALESCE($9, outputs)
@@ -1323,7 +1388,7 @@ impl RunLog for PgStore {
         self.write(run_id, &lease.owner, |tx| {
             check_lease(tx, run_id, lease)?;
             let row = insert_running(tx, run_id, "catch", step, attempt, false, now, &stem)?;
-            let changed = tx.execute(
+            let changed = tx.exec(
                 "UPDATE waymark_steps SET current_row = $3 WHERE run_id = $1 AND name = $2 AND state = ANY($4)",
                 &[&run_id, &step, &row, &sources(StepStatus::Catching)],
             )?;
@@ -1352,7 +1417,7 @@ impl RunLog for PgStore {
     fn aux_finished(&mut self, lease: &Lease, row: i64, result: &AttemptResult) -> Result<(), StoreError> {
         self.write("?", &lease.owner, |tx| {
             check_lease_of_attempt(tx, row, lease)?;
-            tx.execute(
+            tx.exec(
                 "UPDATE waymark_attempts SET outcome = $2, ended_at = $3, exit_code = $4, signal = $5
                  WHERE row_id = $1 AND outcome = 'running'",
                 &[&row, &result.outcome.as_str(), &to_millis(result.ended_at), &result.exit_code, &result.signal],
@@ -1370,7 +1435,7 @@ impl RunLog for PgStore {
     ) -> Result<(), StoreError> {
         self.write("?", &lease.owner, |tx| {
             check_lease_of_attempt(tx, row, lease)?;
-            tx.execute(
+            tx.exec(
                 "UPDATE waymark_attempts SET pid = $2, proc_start = $3 WHERE row_id = $1",
                 &[&row, &i64::from(pid), &proc_start.map(|v| v as i64)],
             )?;
@@ -1421,14 +1486,14 @@ impl RunLog for PgStore {
             move_run(tx, run_id, status)?;
             let sources = sources(StepStatus::Skipped);
             for step in skipped {
-                let changed = tx.execute(
+                let changed = tx.exec(
                     "UPDATE waymark_steps SET state = 'skipped', next_attempt = NULL, wake_at = NULL, current_row = NULL
                      WHERE run_id = $1 AND name = $2 AND state = ANY($3)",
                     &[&run_id, &step, &sources],
                 )?;
                 moved(tx, changed, run_id, step, StepStatus::Skipped)?;
             }
-            tx.execute(
+            tx.exec(
                 "UPDATE waymark_runs SET status = $2, ended_at = $3, failed_step = $4 WHERE id = $1",
                 &[&run_id, &status.as_str(), &now_ms(), &failed_step],
             )?;

@@ -361,6 +361,47 @@ fn a_live_lease_keeps_a_second_runner_out_and_a_newer_schema_is_refused() {
     admin.query_one("SELECT count(*) FROM waymark_attempts WHERE killed", &[]).unwrap();
 }
 
+/// A runner's connection lost between two writes (the server restarted, a proxy cut it): the
+/// next write is made on a new connection, with the runner's statements prepared anew there.
+#[test]
+fn a_write_after_the_connection_was_lost_is_made_on_a_new_one() {
+    let Some(db) = fresh_database("a_write_after_the_connection_was_lost_is_made_on_a_new_one") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let flow =
+        flow(dir.path(), "name = 'cut'\n[[step]]\nname = 'a'\nrun = ['true']\n[[step]]\nname = 'b'\nrun = ['true']\n");
+    let timing = LeaseTiming { ttl: Duration::from_secs(30), renew: Duration::from_secs(10) };
+    let key = lease_key(&FlowKey::named("cut"), host_id());
+    let Leased::Taken(_held) = FlowLease::try_take(&db.config, &db.location, &key, "h:1:a", timing).unwrap() else {
+        panic!("free")
+    };
+    let mut store = PgStore::open(&db.config, &db.location).unwrap();
+    let (run, lease) = store.create_run(&flow, "hash", "h:1:a").unwrap();
+    let stem = dir.path().join("x");
+    let row = store.attempt_starting(&lease, &run.id, "a", 1, false, &stem).unwrap();
+    let mut admin = db.config.connect(::postgres::NoTls).unwrap();
+    let cut = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+               WHERE datname = current_database() AND pid <> pg_backend_pid()";
+    admin.execute(cut, &[]).unwrap();
+    // Without a runner's lease clock the write that finds the connection gone fails (a runner's
+    // journal retries it); the next one reconnects.
+    let succeeded = result(AttemptOutcome::Succeeded);
+    let next = NextAttempt { step: "b", attempt: 1, redelivered: false, log_stem: &stem };
+    let mut write =
+        || store.attempt_finished_then_starting(&lease, &run.id, row, &succeeded, &StepUpdate::Succeeded, &next);
+    let row = match write() {
+        Ok(row) => row,
+        Err(e) => {
+            assert_eq!(e.kind(), Some(StoreErrorKind::Unreachable), "{e}");
+            write().unwrap()
+        }
+    };
+    store.attempt_finished(&lease, row, &succeeded, &StepUpdate::Succeeded).unwrap();
+    let states: Vec<_> = store.steps(&run.id).unwrap().into_iter().map(|s| s.state).collect();
+    assert_eq!(states, [StepState::Succeeded, StepState::Succeeded]);
+}
+
 #[test]
 fn the_ends_of_an_attempts_output_are_recorded_for_other_hosts() {
     let Some(db) = fresh_database("the_ends_of_an_attempts_output_are_recorded_for_other_hosts") else {
