@@ -9,14 +9,16 @@ Builds waymark (release) and the floor helper (bench/floor, its own package), in
 (names for --only): scale (start-up against 1 and 10,000 earlier runs, a 10,000-step flow's first
 spawn, its resume half done, `check` of it and of 5,000 unknown names in one `needs`), step (a
 succeeding durable step, on disk and on tmpfs, against the spawn and flush floors; fsyncs per step
-and per run), dispatch (a step's cost in flows of 100, 1,000 and 10,000 steps), attempt (a failing
+and per run), postgres (the same step with the shared store on the PostgreSQL server at
+`$WAYMARK_TEST_PG`, as `bash .ci/postgres.sh start` prints it, and the messages the runner sends
+it per step; left out without one), dispatch (a step's cost in flows of 100, 1,000 and 10,000 steps), attempt (a failing
 attempt against the retry CLIs), backoff (lateness of a retry after its backoff, read from the
 child's side to the microsecond), timeout (from a step's timeout to its child's death), output
 (throughput and peak RSS against `sh -c 'cmd | cat > file'` with the echo on and
 `sh -c 'cmd > file'` with it off).
 
 `--baseline WAYMARK` puts another waymark binary (one built from an earlier commit, say) into the
-attempt, step, scale, backoff and output rows, interleaved with this one, and adds the ratio of this
+attempt, step, postgres, scale, backoff and output rows, interleaved with this one, and adds the ratio of this
 waymark to it: a before/after figure measured side by side in one run.
 
 Every comparison runs its commands round by round, interleaved (A, B, A, B, ... in each round),
@@ -44,7 +46,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ROWS = ["scale", "step", "dispatch", "attempt", "backoff", "timeout", "output"]
+ROWS = ["scale", "step", "postgres", "dispatch", "attempt", "backoff", "timeout", "output"]
 BASELINE = None  # --baseline: another waymark binary, measured beside this one
 
 
@@ -327,6 +329,40 @@ def bench_step(t, waymark, floor, work, rounds, steps=200):
                   note="strace -f -c, runs of 1 and 50 steps")
 
 
+def bench_postgres(t, waymark, work, rounds, steps=200):
+    """A succeeding step with the state in PostgreSQL (`$WAYMARK_TEST_PG`, a server the tests may
+    use: every run goes into its database). Each statement is a round trip to the server: the
+    messages the runner sends it per step (strace, runs of 1 and 50 steps) count them."""
+    url = os.environ.get("WAYMARK_TEST_PG")
+    if not url:
+        log("postgres: WAYMARK_TEST_PG is not set (eval \"$(bash .ci/postgres.sh start)\"): left out")
+        return
+    with tempfile.TemporaryDirectory(dir=work) as d:
+        d = Path(d)
+        env = dict(state_env(d / "state"), WAYMARK_STORE=url)
+        flow = d / "pg.toml"
+        write_steps(flow, steps, name=f"bench-pg-{os.getpid()}")
+
+        def wm(binary):
+            return lambda: timed([binary, "run", "--quiet", flow], env=env)[0] / steps
+        res = interleave(rounds, {"waymark": wm(waymark), **({"baseline": wm(BASELINE)} if BASELINE else {})})
+        t.add(f"succeeding step, PostgreSQL store ({steps}-step flow)", med_range(res["waymark"]))
+        against_baseline(t, "succeeding step, PostgreSQL store", res)
+        if shutil.which("strace"):
+            for binary, what in ((waymark, ""), (BASELINE, ", baseline waymark")):
+                if not binary:
+                    continue
+                sent = {}
+                for n in (1, 50):
+                    write_steps(d / f"m{n}.toml", n, name=f"bench-pg-m{n}-{os.getpid()}")
+                    out = subprocess.run(["strace", "-f", "-c", "-e", "trace=sendto", "-o", "/dev/stderr", binary,
+                                          "run", "--quiet", d / f"m{n}.toml"], env=env, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.PIPE, text=True).stderr
+                    sent[n] = sum(int(line.split()[3]) for line in out.splitlines() if line.split()[-1:] == ["sendto"])
+                t.add(f"messages to PostgreSQL per step{what}", f"{(sent[50] - sent[1]) / 49:.1f}",
+                      note="strace -f -c -e sendto, runs of 1 and 50 steps")
+
+
 def bench_dispatch(t, waymark, work, rounds):
     """Per-step cost of a flow of 100, 1,000 and (once) 10,000 succeeding steps, state on tmpfs: a
     dispatcher whose work per event grows with the number of steps shows as a growing cost."""
@@ -590,6 +626,9 @@ def main():
     if "step" in only:
         log("step ...")
         bench_step(t, waymark, floor, work, args.rounds)
+    if "postgres" in only:
+        log("postgres ...")
+        bench_postgres(t, waymark, work, args.rounds)
     if "dispatch" in only:
         log("dispatch ...")
         bench_dispatch(t, waymark, work, args.rounds)
