@@ -131,6 +131,72 @@ fn status_shows_a_step_whose_runner_died_mid_attempt_interrupted() {
     let _ = finish(runner);
 }
 
+/// An attempt made by an earlier runner of a run that a new runner has resumed is not running
+/// because the run's runner lives again: until the new runner runs the step again (here it waits
+/// for the one slot `--max-parallel 1` leaves, which the step before it in the file takes),
+/// `status` shows it `interrupted` (text and JSON), with a line saying that the new runner runs it
+/// again; the attempt the new runner started is running.
+#[test]
+fn status_shows_a_step_whose_attempt_died_with_an_earlier_runner_interrupted_while_the_run_is_resumed() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'resumed'\nmax_parallel = 2\n\
+         [[step]]\nname = 'a'\nneeds = []\nshell = 'echo $$ >> a.pids; exec sleep 300'\n\
+         [[step]]\nname = 'b'\nneeds = []\nshell = 'echo $$ >> b.pids; exec sleep 300'\n",
+    );
+    let first = env.spawn(&["run", "flow.toml"]);
+    env.wait_for_lines("a.pids", 1);
+    env.wait_for_lines("b.pids", 1);
+    kill(first.id(), "KILL");
+    let _ = finish(first);
+    // The new runner runs `a` again, the first in the file, and `b` waits for its slot.
+    let runner = env.spawn(&["run", "--max-parallel", "1", "flow.toml"]);
+    env.wait_for_lines("a.pids", 2);
+    let (text, st) = status_text(&env, "resumed");
+    assert_eq!(st["runner_alive"], true, "{st}");
+    assert_eq!(
+        text,
+        format!(
+            "run RUN of resumed (PATH): running, started TIME\n  \
+             a                    running      attempts 1/1  Ns\n  \
+             b                    interrupted  attempts 1/1  Ns\n  \
+             {:20} attempt 1 did not finish: its runner died; the run's new runner runs it again\n",
+            ""
+        )
+    );
+    let states: Vec<&str> = st["steps"].as_array().unwrap().iter().map(|s| s["state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["running", "interrupted"], "{st}");
+    let listed = common::normalise_status_durations(&common::normalise_times(&stdout_of(
+        &env,
+        &["status", "resumed", "--attempts"],
+    )));
+    assert_eq!(
+        listed.lines().skip(1).collect::<Vec<_>>(),
+        [
+            "  a                    running      attempts 1/1  Ns",
+            "                       attempt 1: started TIME, its runner died before it ended",
+            "                       attempt 1 (redelivered): started TIME, running",
+            "  b                    interrupted  attempts 1/1  Ns",
+            "                       attempt 1 did not finish: its runner died; the run's new runner runs it again",
+            "                       attempt 1: started TIME, its runner died before it ended",
+        ],
+        "{listed}"
+    );
+    kill(runner.id(), "TERM");
+    let _ = finish(runner);
+    // Stopped by the signal, the run is interrupted: `b` runs again on resume.
+    let (text, _) = status_text(&env, "resumed");
+    assert_eq!(
+        text.lines().skip(2).collect::<Vec<_>>(),
+        [
+            "  b                    interrupted  attempts 1/1  Ns",
+            &format!("  {:20} attempt 1 did not finish: the run was interrupted; it runs again on resume", ""),
+        ],
+        "{text}"
+    );
+}
+
 /// The times recorded in `status --attempts --json` of a run (its start, and the starts and ends
 /// of its steps and attempts).
 fn recorded_times(v: &Value, into: &mut Vec<std::time::SystemTime>) {

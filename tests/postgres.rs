@@ -169,6 +169,58 @@ fn when_the_owner_is_killed_another_host_takes_the_run_over_and_succeeded_steps_
     assert_eq!(logs.stdout, b"");
 }
 
+/// On a shared store too, a step whose attempt a dead host's runner made is not running because
+/// another host's runner has taken the run over: until that runner runs it again (it waits for the
+/// one slot `--max-parallel 1` leaves), `status` shows it `interrupted`, with a line saying that
+/// the run's new runner runs it again.
+#[test]
+fn status_shows_a_step_whose_attempt_died_with_the_host_that_lost_the_run_interrupted() {
+    let test = "status_shows_a_step_whose_attempt_died_with_the_host_that_lost_the_run_interrupted";
+    let Some(url) = postgres_url(test) else {
+        return;
+    };
+    let database = fresh_database(&url);
+    let url = database.url.clone();
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'taken'\nmax_parallel = 2\n\
+         [[step]]\nname = 'a'\nneeds = []\nshell = 'echo $$ >> a.pids; exec sleep 300'\n\
+         [[step]]\nname = 'b'\nneeds = []\nshell = 'echo $$ >> b.pids; exec sleep 300'\n",
+    );
+    let mut owner = runner(&env, &url, "host-a", &["run", "flow.toml"]).spawn().unwrap();
+    env.wait_for_lines("a.pids", 1);
+    env.wait_for_lines("b.pids", 1);
+    kill(owner.id(), "KILL");
+    owner.wait().unwrap();
+    // host-b waits for host-a's lease to expire, takes the run over and runs `a` again, the
+    // first in the file; `b` waits for the slot.
+    let other = runner(&env, &url, "host-b", &["run", "--wait", "--max-parallel", "1", "flow.toml"]).spawn().unwrap();
+    env.wait_for_lines("a.pids", 2);
+    let status = runner(&env, &url, "host-b", &["status", "taken"]).output().unwrap();
+    kill(other.id(), "TERM");
+    let out = finish(other);
+    // What host-a left running, which host-b cannot kill (another host's processes).
+    for name in ["a.pids", "b.pids"] {
+        for pid in env.read(name).lines() {
+            let _ = Command::new("kill").args(["-KILL", "--", &format!("-{pid}")]).status();
+        }
+    }
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    assert_eq!(status.status.code(), Some(0), "{}", stderr(&status));
+    let text = common::normalise_status_durations(&common::normalise_times(&String::from_utf8_lossy(&status.stdout)));
+    assert_eq!(
+        text.lines().skip(1).collect::<Vec<_>>(),
+        [
+            "  a                    running      attempts 1/1  Ns",
+            "  b                    interrupted  attempts 1/1  Ns",
+            "                       attempt 1 did not finish: its runner died; the run's new runner runs it again",
+        ],
+        "{text}"
+    );
+    assert!(text.starts_with("run ") && text.lines().next().unwrap().ends_with(": running, started TIME"), "{text}");
+}
+
 /// A TCP proxy the test controls: the runner reaches the database through it; `cut` drops every
 /// connection and refuses new ones, as a network partition does.
 struct Proxy {
