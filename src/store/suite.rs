@@ -307,8 +307,19 @@ fn a_later_owner_fences_off_the_earlier_one_on_both_backends() {
         let attempts = second.attempts(&run.id, None).unwrap();
         assert_eq!(attempts.len(), 1, "{}", b.name);
         assert_eq!(attempts[0].outcome, AttemptState::RunnerLost, "{}: the claim closed it", b.name);
+        // The step is still in flight with the earlier owner's attempt until the new owner runs it
+        // again: its attempt being `runner_lost` is how `status` tells that it is not the new
+        // owner's (it shows the step `interrupted` though the run's runner lives).
+        let in_flight = |store: &dyn Store| match store.steps(&run.id).unwrap()[0].state {
+            StepState::InFlight { attempt, row, .. } => Some((attempt, row)),
+            _ => None,
+        };
+        assert_eq!(in_flight(second.as_ref()), Some((1, row)), "{}", b.name);
         // The second owner's writes go through.
         let row = second.attempt_starting(&new, &run.id, "a", 1, true, &stem).unwrap();
+        assert_eq!(in_flight(second.as_ref()), Some((1, row)), "{}: its own attempt now", b.name);
+        let outcomes: Vec<_> = second.attempts(&run.id, None).unwrap().iter().map(|a| a.outcome).collect();
+        assert_eq!(outcomes, [AttemptState::RunnerLost, AttemptState::Running], "{}", b.name);
         second.attempt_finished(&new, row, &result(AttemptOutcome::Succeeded), &StepUpdate::Succeeded).unwrap();
         assert_eq!(b.store.steps(&run.id).unwrap()[0].state, StepState::Succeeded, "{}", b.name);
     }
