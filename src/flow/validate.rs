@@ -137,6 +137,36 @@ pub(crate) fn number(x: f64) -> String {
     if x == 0.0 || !x.is_finite() || (1e-4..1e15).contains(&x.abs()) { format!("{x}") } else { format!("{x:e}") }
 }
 
+/// Where `run` is a shell given a script (`["sh", "-c", "SCRIPT", ...]`, `["bash", "-euc", ...]`,
+/// `["bash", "-o", "pipefail", "-c", ...]`), the script's index: that shell expands the
+/// variables in it. The script is the first argument after the options, one of which holds `c`.
+fn shell_script(run: &[Str]) -> Option<usize> {
+    const SHELLS: [&str; 7] = ["sh", "bash", "dash", "zsh", "ksh", "ash", "mksh"];
+    let program = run.first()?.get_ref();
+    if !SHELLS.contains(&program.rsplit('/').next().unwrap_or(program)) {
+        return None;
+    }
+    let (mut script, mut i) = (false, 1);
+    while let Some(arg) = run.get(i).map(|a| a.get_ref().as_str()) {
+        match arg {
+            "--" => {
+                i += 1;
+                break;
+            }
+            // Options that take the next argument as their value.
+            "-o" | "+o" | "-O" | "+O" => i += 2,
+            // bash's long options (`--norc`).
+            _ if arg.starts_with("--") => i += 1,
+            _ if arg.len() > 1 && (arg.starts_with('-') || arg.starts_with('+')) => {
+                script |= arg.starts_with('-') && arg.contains('c');
+                i += 1;
+            }
+            _ => break,
+        }
+    }
+    (script && i < run.len()).then_some(i)
+}
+
 impl Validator<'_> {
     /// An error about the value at `span`, named by its key path.
     fn error(&mut self, span: std::ops::Range<usize>, what: &str) -> &mut Diagnostic {
@@ -1163,9 +1193,12 @@ impl Validator<'_> {
                     self.error(run.span(), "`run` needs at least a program name").help =
                         Some("write `run = [\"program\", \"arg\"]`".into());
                 }
-                for arg in run.get_ref() {
+                let script = shell_script(run.get_ref());
+                for (i, arg) in run.get_ref().iter().enumerate() {
                     self.no_nul(arg, "a program or argument");
-                    self.shell_variable(arg);
+                    if Some(i) != script {
+                        self.shell_variable(arg);
+                    }
                 }
                 // The arguments, moved out of `raw.run` once its program has been searched.
                 Some(Command::Run(Vec::new()))
