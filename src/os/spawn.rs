@@ -62,12 +62,21 @@ impl BaseEnv {
                 None => last.push(var),
             }
         }
-        let own = last.iter().map(|(name, value)| c_string(format!("{name}={value}").as_bytes()));
+        let own = last.iter().map(|(name, value)| {
+            let mut entry = Vec::with_capacity(name.len() + 1 + value.len() + 1);
+            entry.extend_from_slice(name.as_bytes());
+            entry.push(b'=');
+            entry.extend_from_slice(value.as_bytes());
+            c_string(entry)
+        });
         let own = own.collect::<io::Result<Vec<CString>>>()?;
+        // The names set here, sorted: each inherited name is looked up among them.
+        let mut names: Vec<&[u8]> = last.iter().map(|(name, _)| name.as_bytes()).collect();
+        names.sort_unstable();
         let inherited = self
             .vars
             .iter()
-            .filter(|(name, _)| !last.iter().any(|(own, _)| own.as_bytes() == name.as_bytes()))
+            .filter(|(name, _)| names.binary_search(&name.as_bytes()).is_err())
             .map(|(_, entry)| entry.as_c_str());
         let mut envp: Vec<*mut c_char> = inherited.map(|c| c.as_ptr().cast_mut()).collect();
         envp.extend(own.iter().map(|c| c.as_ptr().cast_mut()));
@@ -97,7 +106,7 @@ pub(crate) struct Spawn<'a> {
 }
 
 /// A C string of `bytes`, or the error std's spawn gives for a NUL byte.
-fn c_string(bytes: &[u8]) -> io::Result<CString> {
+fn c_string(bytes: impl Into<Vec<u8>>) -> io::Result<CString> {
     CString::new(bytes).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "nul byte found in provided data"))
 }
 
