@@ -189,9 +189,10 @@ pub(crate) enum Command {
     Gc {
         /// Delete the runs that ended longer ago than this: seconds (`3600`, `0.5`) or a duration
         /// such as `30d`, `12h`, `1h 30m`, as in flow files
-        // A negative number (`-1`) is taken as its value, to be refused as a negative age, not as
-        // an unknown option; any other value that starts with `-` is an option, as everywhere.
-        #[arg(long, value_parser = age, value_name = "DURATION", allow_negative_numbers = true)]
+        // A negative duration given as its own argument (`-1`, `-7d`) is joined to the option
+        // before clap reads it (`args`), to be refused as a negative age, not as an unknown
+        // option; any other value that starts with `-` is an option, as everywhere.
+        #[arg(long, value_parser = age, value_name = "DURATION")]
         older_than: std::time::Duration,
         #[command(flatten)]
         state: StateDirArg,
@@ -355,6 +356,37 @@ fn age(arg: &str) -> Result<std::time::Duration, String> {
     crate::flow::duration::from_arg(arg, true)
 }
 
+/// The command line as clap is to read it: a negative duration given as `--older-than`'s own
+/// argument (`--older-than -7d`, `--older-than -.5`) is joined to it (`--older-than=-7d`), so that
+/// it reaches `age` and is refused as negative, as `--older-than=-7d` is, instead of being taken
+/// for an unknown option `-7`. Only a `-` followed by a digit or a `.` is a negative duration:
+/// anything else that starts with `-` stays the next option (`--older-than --state-dir DIR` and
+/// `--older-than` alone still say the value is missing), and nothing after `--` is touched.
+pub fn args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut out: Vec<std::ffi::OsString> = Vec::new();
+    let mut args = args.into_iter().peekable();
+    while let Some(arg) = args.next() {
+        let negative = |next: &std::ffi::OsString| {
+            let bytes = next.as_encoded_bytes();
+            bytes.first() == Some(&b'-') && bytes.get(1).is_some_and(|c| c.is_ascii_digit() || *c == b'.')
+        };
+        match arg.to_str() {
+            Some("--") => {
+                out.push(arg);
+                out.extend(args);
+                break;
+            }
+            Some("--older-than") if args.peek().is_some_and(negative) => {
+                let mut joined = std::ffi::OsString::from("--older-than=");
+                joined.extend(args.next());
+                out.push(joined);
+            }
+            _ => out.push(arg),
+        }
+    }
+    out
+}
+
 /// `graph --format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum GraphFormat {
@@ -452,6 +484,32 @@ mod tests {
                 .filter(|o| !matches!(*o, "--help" | "--version"))
                 .collect();
             assert_eq!(options.last(), Some(&"--color"), "`waymark {}` --help:\n{help}", sub.get_name());
+        }
+    }
+
+    #[test]
+    fn a_negative_age_is_joined_to_older_than_and_nothing_else_is() {
+        let read = |args: &[&str]| -> Vec<String> {
+            super::args(args.iter().map(std::ffi::OsString::from))
+                .into_iter()
+                .map(|a| a.into_string().unwrap())
+                .collect()
+        };
+        assert_eq!(read(&["waymark", "gc", "--older-than", "-7d"]), ["waymark", "gc", "--older-than=-7d"]);
+        assert_eq!(
+            read(&["waymark", "gc", "--older-than", "-.5", "--state-dir", "d"]),
+            ["waymark", "gc", "--older-than=-.5", "--state-dir", "d"]
+        );
+        for kept in [
+            &["waymark", "gc", "--older-than", "7d"][..],
+            &["waymark", "gc", "--older-than"],
+            &["waymark", "gc", "--older-than", "--state-dir", "d"],
+            &["waymark", "gc", "--older-than", "-h"],
+            &["waymark", "gc", "--older-than", "-"],
+            &["waymark", "gc", "--older-than=-7d"],
+            &["waymark", "gc", "--", "--older-than", "-7d"],
+        ] {
+            assert_eq!(read(kept), kept, "{kept:?}");
         }
     }
 

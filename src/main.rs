@@ -10,7 +10,8 @@ fn main() {
     waymark::commands::complete::complete_if_asked();
     // `--color` is read first so that clap's own help and errors follow it too.
     let color = waymark::cli::ColorArg::from_args(std::env::args_os());
-    let matches = waymark::cli::Cli::command().color(color.clap()).get_matches();
+    let matches =
+        waymark::cli::Cli::command().color(color.clap()).get_matches_from(waymark::cli::args(std::env::args_os()));
     let cli = waymark::cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let code = match waymark::commands::dispatch(cli) {
         Ok(code) => code,

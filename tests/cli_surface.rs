@@ -160,11 +160,33 @@ fn gc_older_than_refuses_what_flow_files_refuse_and_says_what_works() {
         // A negative age is refused the same way, not taken for an option.
         ("-1", format!("a duration cannot be negative, got -1; {forms}")),
         ("-0.5", format!("a duration cannot be negative, got -0.5; {forms}")),
+        ("-7d", format!("a duration cannot be negative, got -7d; {forms}")),
+        ("-.5", format!("a duration cannot be negative, got -.5; {forms}")),
+        ("-2m 30s", format!("a duration cannot be negative, got -2m 30s; {forms}")),
     ] {
         cmd(&env, &["gc", "--older-than", arg]).assert().code(2).stdout("").stderr(format!(
             "error: invalid value '{arg}' for '--older-than <DURATION>': {why}\n\nFor more information, try '--help'.\n"
         ));
     }
+    assert!(!env.state().exists(), "a refused gc must not create the state directory");
+}
+
+#[test]
+fn gc_older_than_followed_by_an_option_or_nothing_says_its_value_is_missing() {
+    let env = Env::new();
+    let missing = "error: a value is required for '--older-than <DURATION>' but none was supplied\n\nFor more information, try '--help'.\n";
+    for args in [
+        &["gc", "--older-than"][..],
+        &["gc", "--older-than", "--state-dir", "elsewhere"],
+        &["gc", "--older-than", "-h"],
+        &["gc", "--older-than", "--"],
+    ] {
+        cmd(&env, args).assert().code(2).stdout("").stderr(missing);
+    }
+    // After `--` nothing is an option's value, a negative duration neither.
+    cmd(&env, &["gc", "--older-than", "--", "-7d"]).assert().code(2).stdout("").stderr(
+        "error: unexpected argument '-7d' found\n\nUsage: waymark gc [OPTIONS] --older-than <DURATION>\n\nFor more information, try '--help'.\n",
+    );
     assert!(!env.state().exists(), "a refused gc must not create the state directory");
 }
 
