@@ -257,7 +257,7 @@ impl FlowGuard {
                 Ok(FlowLock::try_acquire_for_gc(state, key).map_err(CliError::Locked)?.map(FlowGuard::File))
             }
             Backend::Postgres { config, shown, timing } => {
-                let owner = format!("waymark gc:{}:{}", host_id(), std::process::id());
+                let owner = format!("{}{}:{}", crate::store::postgres::GC_OWNER, host_id(), std::process::id());
                 match FlowLease::try_take(config, shown, &lease_key(key, host), &owner, *timing)? {
                     Leased::Taken(lease) => Ok(Some(FlowGuard::Lease(lease))),
                     Leased::Held(_) => Ok(None),

@@ -131,6 +131,10 @@ ALTER TABLE waymark_attempts ADD COLUMN killed BOOLEAN;
 ",
 ];
 
+/// How the owner of a lease that `waymark gc` takes starts (`waymark gc:HOST:PID`): such a lease
+/// holds no run.
+pub(crate) const GC_OWNER: &str = "waymark gc:";
+
 /// The lease key of flow `key` on `host`: the key itself for a named flow, shared by all hosts;
 /// with the host for a flow that is its file, which no other host takes over.
 pub(crate) fn lease_key(key: &FlowKey, host: &str) -> String {
@@ -1171,15 +1175,19 @@ impl Store for PgStore {
 }
 
 impl PgStore {
-    /// Who holds the lease of run `run_id`'s flow now (`None` if nobody's lease is live).
+    /// Who holds the lease of run `run_id`'s flow now for that run (`None` if nobody's lease is
+    /// live, or the live one is held for another run of the flow, or by `waymark gc`), as the
+    /// embedded store's `FlowLock::is_held_for` tells it: a lease not yet given a run (a runner
+    /// between taking it and claiming its run) counts, unless `gc` holds it.
     pub(crate) fn run_lease_holder(&self, run_id: &str) -> Result<Option<String>, StoreError> {
         self.read(|tx| {
             let row = tx.opt(
                 "SELECT l.host, l.pid, to_char(l.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'),
                         l.run_id
                  FROM waymark_leases l JOIN waymark_runs r ON r.lease_key = l.lease_key
-                 WHERE r.id = $1 AND l.expires_at > clock_timestamp()",
-                &[&run_id],
+                 WHERE r.id = $1 AND l.expires_at > clock_timestamp()
+                   AND (l.run_id = r.id OR (l.run_id IS NULL AND l.owner NOT LIKE $2))",
+                &[&run_id, &format!("{GC_OWNER}%")],
             )?;
             Ok(row.as_ref().map(describe_holder))
         })

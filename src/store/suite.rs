@@ -325,6 +325,46 @@ fn a_later_owner_fences_off_the_earlier_one_on_both_backends() {
     }
 }
 
+/// A live lease on a flow holds the run it was taken for, not every run of the flow: a run left
+/// running by a runner that died is not held by the runner of another run of the same flow, nor
+/// by `waymark gc` (as the embedded store's lock file tells it).
+#[test]
+fn a_lease_holds_its_own_run_and_not_the_other_runs_of_its_flow() {
+    let Some(db) = fresh_database("a_lease_holds_its_own_run_and_not_the_other_runs_of_its_flow") else {
+        return;
+    };
+    let (config, location) = (&db.config, &db.location);
+    let dir = tempfile::tempdir().unwrap();
+    let flow = flow(dir.path(), "name = 'twice'\n[[step]]\nname = 'a'\nrun = ['true']\n");
+    let key = lease_key(&FlowKey::named("twice"), host_id());
+    let timing = LeaseTiming { ttl: Duration::from_secs(30), renew: Duration::from_secs(10) };
+    let take = |owner: &str| match FlowLease::try_take(config, location, &key, owner, timing).unwrap() {
+        Leased::Taken(lease) => lease,
+        Leased::Held(holder) => panic!("the lease is held: {holder}"),
+    };
+    let mut store = PgStore::open(config, location).unwrap();
+    // The first run's runner dies: its run stays recorded as running, and its lease is given up.
+    let first_lease = take("h:1:first");
+    let (first, _) = store.create_run(&flow, "hash", "h:1:first").unwrap();
+    drop(first_lease);
+    assert_eq!(store.run_lease_holder(&first.id).unwrap(), None);
+    // A runner of the same flow takes the lease for a second run: it holds that one only.
+    let second_lease = take("h:2:second");
+    let (second, _) = store.create_run(&flow, "hash", "h:2:second").unwrap();
+    assert_eq!(store.run(&first.id).unwrap().status, RunStatus::Running);
+    let holder = store.run_lease_holder(&second.id).unwrap().expect("the second run is held");
+    assert!(holder.starts_with(&format!("run {} on host {}, pid ", second.id, host_id())), "{holder}");
+    assert_eq!(store.run_lease_holder(&first.id).unwrap(), None, "the first run is not the lease's");
+    drop(second_lease);
+    // A lease taken but not yet given a run (a runner about to claim one) holds every run of the
+    // flow; one that `gc` holds, none.
+    let _runner = take("h:3:third");
+    assert!(store.run_lease_holder(&first.id).unwrap().is_some());
+    drop(_runner);
+    let _gc = take(&format!("{}h:4", super::postgres::GC_OWNER));
+    assert_eq!(store.run_lease_holder(&first.id).unwrap(), None, "gc holds no run");
+}
+
 #[test]
 fn a_live_lease_keeps_a_second_runner_out_and_a_newer_schema_is_refused() {
     let Some(db) = fresh_database("a_live_lease_keeps_a_second_runner_out_and_a_newer_schema_is_refused") else {
