@@ -21,12 +21,30 @@ pub(crate) struct Invalid {
 }
 
 /// The duration `raw` stands for, within waymark's range: at least 1 ms (or exactly 0 where
-/// `allow_zero`), at most 100 years, never rounded to something else than what was written.
+/// `allow_zero`), at most 100 years, never rounded to something else than what was written; a
+/// negative one is refused as negative.
 pub(crate) fn resolve(raw: &RawDuration, allow_zero: bool) -> Result<Duration, Invalid> {
+    // A duration with a minus sign (`-5`, `"-5s"`): said as such, as the command line says it, not
+    // as one below 1 ms or as a malformed string.
+    let negative = |got: String| Invalid {
+        message: format!("a duration cannot be negative, got {got}"),
+        label: Some("negative"),
+        help: Some("remove the `-`"),
+    };
     let secs = match raw {
+        RawDuration::Seconds(s) if *s < 0.0 && s.is_finite() => return Err(negative(format!("{} s", number(*s)))),
         RawDuration::Seconds(s) => *s,
         RawDuration::Text(text) => match humantime::parse_duration(text) {
             Ok(d) => d.as_secs_f64(),
+            Err(_)
+                if text
+                    .trim_start()
+                    .strip_prefix('-')
+                    .and_then(|rest| humantime::parse_duration(rest.trim_start()).ok())
+                    .is_some_and(|d| !d.is_zero()) =>
+            {
+                return Err(negative(format!("{text:?}")));
+            }
             Err(e) => {
                 return Err(Invalid {
                     message: format!("invalid duration {text:?}: {e}"),
@@ -124,5 +142,17 @@ mod tests {
         assert!(from_arg("nan", true).unwrap_err().starts_with("a duration must be a finite number of seconds; "));
         assert!(from_arg("200 years", true).unwrap_err().starts_with("a duration must be at most 100 years; "));
         assert!(from_arg("30 dayz", true).unwrap_err().starts_with("invalid duration \"30 dayz\": "));
+    }
+
+    #[test]
+    fn negative_values_are_refused_as_negative() {
+        let message = |raw: RawDuration| resolve(&raw, true).unwrap_err().message;
+        assert_eq!(message(RawDuration::Seconds(-5.0)), "a duration cannot be negative, got -5 s");
+        assert_eq!(message(RawDuration::Seconds(-0.0001)), "a duration cannot be negative, got -0.0001 s");
+        assert_eq!(message(RawDuration::Text("-5s".into())), "a duration cannot be negative, got \"-5s\"");
+        assert_eq!(message(RawDuration::Text("- 2m 30s".into())), "a duration cannot be negative, got \"- 2m 30s\"");
+        assert_eq!(resolve(&RawDuration::Seconds(-0.0), true).unwrap(), Duration::ZERO);
+        assert!(message(RawDuration::Seconds(f64::NEG_INFINITY)).starts_with("a duration must be a finite number"));
+        assert!(message(RawDuration::Text("-x".into())).starts_with("invalid duration \"-x\": "));
     }
 }
