@@ -332,6 +332,23 @@ pub(crate) struct HostIdArg {
 }
 
 impl Command {
+    /// `--state-dir` as given after the command (`None` where it takes none).
+    pub(crate) fn state_dir_flag(&self) -> Option<&std::path::Path> {
+        match self {
+            Command::Run { state, .. }
+            | Command::Resume { state, .. }
+            | Command::History { state, .. }
+            | Command::Status { state, .. }
+            | Command::Logs { state, .. }
+            | Command::Gc { state, .. } => state.dir.as_deref(),
+            Command::Check { .. }
+            | Command::Graph { .. }
+            | Command::Errors { .. }
+            | Command::Completions { .. }
+            | Command::Man { .. } => None,
+        }
+    }
+
     /// `--store` and `--host-id` as given after the command (`None` each where it takes none);
     /// `None` for the commands that keep and read no runs.
     pub(crate) fn store_flags(&self) -> Option<(Option<&str>, Option<&str>)> {

@@ -250,7 +250,11 @@ fn state_dir_before_the_command_works_for_every_command_and_the_one_after_wins()
     cmd(&env, &["run", "--state-dir", "other", "flow.toml"]).assert().success();
     assert!(env.path("other/waymark.db").exists());
     // Not in the default state directory (WAYMARK_STATE_DIR of the test) ...
-    cmd(&env, &["history"]).assert().success().stdout("").stderr("no runs yet\n");
+    cmd(&env, &["history"]).assert().success().stdout("").stderr(format!(
+        "no runs yet: the state directory {} does not exist, so no run was ever recorded there; `--state-dir DIR` \
+         (or WAYMARK_STATE_DIR) looks in another\n",
+        env.state().display()
+    ));
     // ... but in the one named before or after the command, the one after winning.
     for args in
         [&["--state-dir", "other", "history"][..], &["--state-dir", "elsewhere", "history", "--state-dir", "other"]]
@@ -307,13 +311,21 @@ fn history_and_status_take_a_flow_file_or_a_flow_name() {
     ));
     // A flow file that exists but never ran has no runs yet; so has a name no run has.
     env.write("other.toml", FLOW);
-    cmd(&env, &["history", "other.toml"]).assert().success().stdout("").stderr("no runs yet of flow `other.toml`\n");
-    cmd(&env, &["history", "nightly"]).assert().success().stdout("").stderr("no runs yet of flow `nightly`\n");
+    let dir = std::fs::canonicalize(env.state()).unwrap();
+    let place = format!("in the state directory {}", dir.display());
+    let elsewhere = "`--state-dir DIR` (or WAYMARK_STATE_DIR) looks in another";
+    for flow in ["other.toml", "nightly"] {
+        cmd(&env, &["history", flow])
+            .assert()
+            .success()
+            .stdout("")
+            .stderr(format!("no runs yet of flow `{flow}` {place}; {elsewhere}\n"));
+    }
     // The command it suggests is written as the shell needs it.
     env.write("my flow's.toml", FLOW);
     cmd(&env, &["status", "my flow's.toml"]).assert().code(2).stdout("").stderr(format!(
-        "error: no runs of the flow file {}; `waymark run 'my flow'\\''s.toml'` starts one, `waymark history` lists \
-         the runs\n",
+        "error: no runs of the flow file {} {place}; `waymark run 'my flow'\\''s.toml'` starts one, `waymark \
+         history` lists the runs kept there, `--state-dir DIR` looks in another\n",
         here.join("my flow's.toml").display()
     ));
 }

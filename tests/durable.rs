@@ -676,9 +676,26 @@ fn a_database_locked_for_too_long_exits_4() {
 #[test]
 fn looking_creates_no_state() {
     let env = Env::new();
-    env.cmd(&["history"]).assert().success().stderr(predicate::str::contains("no runs yet"));
+    let nowhere =
+        format!("the state directory {} does not exist, so no run was ever recorded there", env.state().display());
+    let elsewhere = "`--state-dir DIR` (or WAYMARK_STATE_DIR) looks in another";
+    env.cmd(&["history"]).assert().success().stdout("").stderr(format!("no runs yet: {nowhere}; {elsewhere}\n"));
+    env.cmd(&["history", "nightly"])
+        .assert()
+        .success()
+        .stdout("")
+        .stderr(format!("no runs yet of flow `nightly`: {nowhere}; {elsewhere}\n"));
     env.cmd(&["history", "--json"]).assert().success().stdout("[]\n");
-    env.cmd(&["status"]).assert().code(2).stderr(predicate::str::contains("no runs yet"));
+    env.cmd(&["status"])
+        .assert()
+        .code(2)
+        .stdout("")
+        .stderr(format!("error: there are no runs yet: {nowhere}; `waymark run FLOW` starts one, {elsewhere}\n"));
+    let flow = env.write("flow.toml", "[[step]]\nname = 'a'\nrun = ['true']\n");
+    env.cmd(&["status", "flow.toml"]).assert().code(2).stdout("").stderr(format!(
+        "error: no runs of the flow file {}: {nowhere}; `waymark run flow.toml` starts one, {elsewhere}\n",
+        flow.display()
+    ));
     let missing = |what: &str| {
         format!(
             "error: {what}: the state directory {} does not exist, so no run was ever recorded there; `--state-dir \
@@ -695,6 +712,31 @@ fn looking_creates_no_state() {
         env.state().display()
     ));
     assert!(!env.state().exists());
+}
+
+/// A state directory chosen by the store URL (`WAYMARK_STORE=sqlite:DIR`) is named with what
+/// chose it, and WAYMARK_STATE_DIR, which it overrides, is not offered to look elsewhere.
+#[test]
+fn a_state_directory_chosen_by_the_store_url_says_so() {
+    let env = Env::new();
+    let chosen = env.path("chosen");
+    let url = format!("sqlite:{}", chosen.display());
+    env.cmd(&["status"]).env("WAYMARK_STORE", &url).assert().code(2).stdout("").stderr(format!(
+        "error: there are no runs yet: the state directory {} (chosen by WAYMARK_STORE) does not exist, so no run \
+         was ever recorded there; `waymark run FLOW` starts one, `--state-dir DIR` looks in another\n",
+        chosen.display()
+    ));
+    env.cmd(&["history", "--store", &url]).assert().success().stdout("").stderr(format!(
+        "no runs yet: the state directory {} (chosen by --store) does not exist, so no run was ever recorded \
+         there; `--state-dir DIR` looks in another\n",
+        chosen.display()
+    ));
+    // A `--state-dir` wins over the store URL: the message is the usual one.
+    env.cmd(&["history", "--state-dir", "other"]).env("WAYMARK_STORE", &url).assert().success().stderr(format!(
+        "no runs yet: the state directory {} does not exist, so no run was ever recorded there; `--state-dir DIR` \
+         (or WAYMARK_STATE_DIR) looks in another\n",
+        env.path("other").display()
+    ));
 }
 
 #[test]
@@ -928,8 +970,13 @@ fn looking_at_an_empty_database_file_writes_nothing() {
     env.write("state/waymark.db", "");
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(env.state(), std::fs::Permissions::from_mode(0o700)).unwrap();
-    env.cmd(&["status"]).assert().code(2).stderr("error: there are no runs yet; start one with `waymark run FLOW`\n");
-    env.cmd(&["history"]).assert().success().stderr("no runs yet\n");
+    let place = format!("in the state directory {}", std::fs::canonicalize(env.state()).unwrap().display());
+    let elsewhere = "`--state-dir DIR` (or WAYMARK_STATE_DIR) looks in another";
+    env.cmd(&["status"])
+        .assert()
+        .code(2)
+        .stderr(format!("error: there are no runs yet {place}; `waymark run FLOW` starts one, {elsewhere}\n"));
+    env.cmd(&["history"]).assert().success().stderr(format!("no runs yet {place}; {elsewhere}\n"));
     env.cmd(&["history", "--json"]).assert().success().stdout("[]\n");
     assert_eq!(std::fs::metadata(env.state().join("waymark.db")).unwrap().len(), 0, "still 0 bytes");
     let mut entries: Vec<String> =

@@ -423,7 +423,11 @@ fn eight_processes_on_a_fresh_database_migrate_it_once_and_all_succeed() {
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         // `history` may find no run yet; nothing else is said.
         let text = stderr(&out);
-        assert!(text.is_empty() || text == "no runs yet\n", "no process reports an error: {text}");
+        let none = format!(
+            "no runs yet in the store {} (chosen by WAYMARK_STORE); `--store URL` (or WAYMARK_STORE) looks in another\n",
+            without_password(&url)
+        );
+        assert!(text.is_empty() || text == none, "no process reports an error: {text}");
     }
     let schema = query(&url, "SELECT version FROM waymark_schema");
     assert_eq!(
@@ -489,5 +493,61 @@ fn gc_deletes_the_finished_runs_of_every_host_from_the_shared_database() {
     assert_eq!((count("waymark_runs"), count("waymark_attempts")), (0, 0), "the runs and their attempts are gone");
     let history = runner(&env, &url, "host-a", &["history"]).output().unwrap();
     assert_eq!(history.status.code(), Some(0), "{}", stderr(&history));
-    assert_eq!((String::from_utf8_lossy(&history.stdout).as_ref(), stderr(&history).as_str()), ("", "no runs yet\n"));
+    // Where it looked: the store, without its password, and the variable that chose it (not the
+    // state directory, which keeps only this host's logs).
+    let store = without_password(&url);
+    assert_ne!(store, url);
+    let env_chose = format!("in the store {store} (chosen by WAYMARK_STORE)");
+    assert_eq!(
+        (String::from_utf8_lossy(&history.stdout).as_ref(), stderr(&history).as_str()),
+        ("", format!("no runs yet {env_chose}; `--store URL` (or WAYMARK_STORE) looks in another\n").as_str())
+    );
+    let status = runner(&env, &url, "host-a", &["status"]).output().unwrap();
+    assert_eq!(
+        (status.status.code(), stderr(&status)),
+        (
+            Some(2),
+            format!(
+                "error: there are no runs yet {env_chose}; `waymark run FLOW` starts one, `--store URL` (or \
+             WAYMARK_STORE) looks in another\n"
+            )
+        )
+    );
+    let status = runner(&env, &url, "host-a", &["status", "flow.toml"]).output().unwrap();
+    assert_eq!(
+        (status.status.code(), stderr(&status)),
+        (
+            Some(2),
+            format!(
+                "error: no runs of the flow file {} {env_chose}; `waymark run flow.toml` starts one, `waymark history` \
+             lists the runs kept there\n",
+                std::fs::canonicalize(env.path("flow.toml")).unwrap().display()
+            )
+        )
+    );
+    let resume = runner(&env, &url, "host-a", &["resume", "abcdefgh"]).output().unwrap();
+    assert_eq!(
+        (resume.status.code(), stderr(&resume)),
+        (
+            Some(2),
+            format!("error: no run with id `abcdefgh` {env_chose}; `waymark history` lists the runs kept there\n")
+        )
+    );
+    let mut given = runner(&env, "sqlite:", "host-a", &["history", "--store", &url]);
+    let history = given.output().unwrap();
+    assert_eq!(
+        stderr(&history),
+        format!("no runs yet in the store {store} (chosen by --store); `--store URL` looks in another\n")
+    );
+}
+
+/// A store URL as waymark shows it: without its password.
+fn without_password(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let (authority, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let authority = match authority.rsplit_once('@') {
+        Some((user, host)) => format!("{}@{host}", user.split_once(':').map_or(user, |(u, _)| u)),
+        None => authority.to_owned(),
+    };
+    format!("{scheme}://{authority}{tail}")
 }

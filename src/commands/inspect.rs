@@ -238,7 +238,9 @@ pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: 
         return Ok(EXIT_OK);
     }
     if runs.is_empty() {
-        note!("no runs yet{}", flow.map(|f| format!(" of flow `{f}`")).unwrap_or_default());
+        let what = format!("no runs yet{}", flow.map(|f| format!(" of flow `{f}`")).unwrap_or_default());
+        // Where it looked: runs kept elsewhere are the usual reason for none here.
+        note!("{}", super::no_runs(&what, None, false, state));
         return Ok(EXIT_OK);
     }
     // The flow column fits the longest name shown with two spaces after it (20 at least).
@@ -277,23 +279,29 @@ pub(super) fn find_run(store: &dyn Store, state: &StateDir, target: Option<&str>
                         return CliError::Usage(format!("no run has the id `{t}`; {mistake}"));
                     }
                     match chosen {
-                        Chosen::File(path) => CliError::Usage(format!(
-                            "no runs of the flow file {}; `waymark run {}` starts one, `waymark history` lists the runs",
-                            path.display(),
-                            shell_word(t)
+                        Chosen::File(path) => CliError::Usage(super::no_runs(
+                            &format!("no runs of the flow file {}", path.display()),
+                            Some(&format!("`waymark run {}` starts one", shell_word(t))),
+                            true,
+                            state,
                         )),
                         // Where it was looked for, as `resume` says of a run id.
-                        _ => super::not_found(&format!("no run with id `{t}` and no runs of a flow named `{t}`"), state),
+                        _ => {
+                            super::not_found(&format!("no run with id `{t}` and no runs of a flow named `{t}`"), state)
+                        }
                     }
                 })
             }
             Err(e) => Err(e.into()),
         },
-        None => store
-            .list_runs(RunFilter::All, 1)?
-            .into_iter()
-            .next()
-            .ok_or_else(|| CliError::Usage("there are no runs yet; start one with `waymark run FLOW`".into())),
+        None => store.list_runs(RunFilter::All, 1)?.into_iter().next().ok_or_else(|| {
+            CliError::Usage(super::no_runs(
+                "there are no runs yet",
+                Some("`waymark run FLOW` starts one"),
+                false,
+                state,
+            ))
+        }),
     }
 }
 
@@ -759,10 +767,7 @@ pub(crate) fn logs(
 pub(crate) fn gc(state: &StateDir, older_than: Duration) -> Result<i32, CliError> {
     // A state directory that does not exist holds no run to delete, and is not created for that.
     if !super::shared_store() && !state.exists() {
-        note!(
-            "waymark: deleted no runs: the state directory {} does not exist, so no run was ever recorded there",
-            state.root().display()
-        );
+        note!("waymark: deleted no runs{}", super::Looked::at(state).place);
         return Ok(EXIT_OK);
     }
     let mut store = open_store(state)?;

@@ -102,35 +102,98 @@ fn no_such_run(run_id: &str, state: &StateDir) -> CliError {
 /// (the state directory, or the shared store), and the command that lists the runs there, or that
 /// the state directory does not exist (so nothing was ever recorded there).
 fn not_found(what: &str, state: &StateDir) -> CliError {
-    let (place, listing) = match backend() {
-        Backend::Sqlite if !state.exists() => {
-            let dir = state.root().display();
-            return CliError::Usage(format!(
-                "{what}: the state directory {dir} does not exist, so no run was ever recorded there; `--state-dir \
-                 DIR` (or WAYMARK_STATE_DIR) looks in another"
-            ));
-        }
-        Backend::Sqlite => {
-            let dir = state.root();
-            // `waymark history` alone reads the directory that the environment names (or the
-            // default one); a directory given by an option needs it again.
-            let by_default =
-                configured_state_dir(None).ok().and_then(|d| std::fs::canonicalize(d).ok()).is_some_and(|d| d == dir);
-            let listing = match by_default {
-                true => "`waymark history` lists the runs kept there, `--state-dir DIR` looks in another".to_owned(),
-                false => format!(
-                    "`waymark history --state-dir {}` lists the runs kept there",
-                    crate::flow::model::shell_word(&dir.to_string_lossy())
-                ),
-            };
-            (format!("the state directory {}", dir.display()), listing)
-        }
-        Backend::Postgres { shown, .. } => {
-            (format!("the store {shown}"), "`waymark history` lists the runs kept there".to_owned())
-        }
+    let looked = Looked::at(state);
+    let next = match &looked.listing {
+        Some(listing) => listing.clone(),
+        None => looked.elsewhere.clone(),
     };
-    CliError::Usage(format!("{what} in {place}; {listing}"))
+    CliError::Usage(format!("{what}{}; {next}", looked.place))
 }
+
+/// That there are no runs (`what`: `there are no runs yet`, `no runs of the flow file F`) where
+/// the command looked: `what` with the place, then `then` (what starts one, if anything), the
+/// command that lists the runs kept there if `listing` (and there can be some), and how to look
+/// elsewhere.
+fn no_runs(what: &str, then: Option<&str>, listing: bool, state: &StateDir) -> String {
+    let looked = Looked::at(state);
+    let mut next: Vec<String> = then.map(str::to_owned).into_iter().collect();
+    match looked.listing.filter(|_| listing) {
+        // It says how to look elsewhere, or names the directory again.
+        Some(listing) => next.push(listing),
+        None => next.push(looked.elsewhere),
+    }
+    format!("{what}{}; {}", looked.place, next.join(", "))
+}
+
+/// Where a command that reads runs looked for them, as its messages say it.
+struct Looked {
+    /// Appended to what was not found: ` in the state directory D`, ` in the store URL (chosen by
+    /// WAYMARK_STORE)`, or `: the state directory D does not exist, so ...`.
+    place: String,
+    /// The command that lists the runs kept there; `None` where none can be (no directory).
+    listing: Option<String>,
+    /// How to look in another place, naming the option or variable that chose this one.
+    elsewhere: String,
+}
+
+impl Looked {
+    fn at(state: &StateDir) -> Looked {
+        let chosen_by = CHOSEN_BY.get().copied().flatten();
+        let by = chosen_by.map(|v| format!(" (chosen by {v})")).unwrap_or_default();
+        let dir = state.root().display();
+        let elsewhere = match chosen_by {
+            Some(_) => "`--state-dir DIR` looks in another".to_owned(),
+            None => "`--state-dir DIR` (or WAYMARK_STATE_DIR) looks in another".to_owned(),
+        };
+        match backend() {
+            Backend::Postgres { shown, .. } => Looked {
+                place: format!(" in the store {shown}{by}"),
+                listing: Some("`waymark history` lists the runs kept there".into()),
+                elsewhere: match chosen_by {
+                    Some("WAYMARK_STORE") => "`--store URL` (or WAYMARK_STORE) looks in another".to_owned(),
+                    _ => "`--store URL` looks in another".to_owned(),
+                },
+            },
+            Backend::Sqlite if !state.exists() => Looked {
+                place: format!(": the state directory {dir}{by} does not exist, so no run was ever recorded there"),
+                listing: None,
+                elsewhere,
+            },
+            Backend::Sqlite => {
+                let dir = state.root();
+                // `waymark history` alone reads the directory that the environment names (or the
+                // default one); a directory given by an option needs it again.
+                let by_default = match chosen_by {
+                    Some(v) => v == "WAYMARK_STORE",
+                    None => configured_state_dir(None)
+                        .ok()
+                        .and_then(|d| std::fs::canonicalize(d).ok())
+                        .is_some_and(|d| d == dir),
+                };
+                let listing = match by_default {
+                    true => {
+                        "`waymark history` lists the runs kept there, `--state-dir DIR` looks in another".to_owned()
+                    }
+                    false => format!(
+                        "`waymark history --state-dir {}` lists the runs kept there",
+                        crate::flow::model::shell_word(&dir.to_string_lossy())
+                    ),
+                };
+                Looked {
+                    place: format!(" in the state directory {}{by}", dir.display()),
+                    listing: Some(listing),
+                    elsewhere,
+                }
+            }
+        }
+    }
+}
+
+/// Which store URL chose where the commands look, for their messages: `--store` or
+/// `WAYMARK_STORE` when one names a PostgreSQL store, or a SQLite state directory (`sqlite:DIR`)
+/// that no `--state-dir` overrides; `None` when the state directory was chosen as usual. Set once,
+/// by [`dispatch`].
+static CHOSEN_BY: std::sync::OnceLock<Option<&'static str>> = std::sync::OnceLock::new();
 
 /// The state directory, absolute (children get paths inside it), as configured.
 fn configured_state_dir(cli_flag: Option<&std::path::Path>) -> Result<PathBuf, CliError> {
@@ -273,16 +336,22 @@ impl FlowGuard {
 fn configure(cli: &Cli) -> Result<Option<PathBuf>, CliError> {
     let Some((store, host)) = cli.command.store_flags() else { return Ok(None) };
     crate::store::lease::set_host_id(host.or(cli.host_id.as_deref())).map_err(CliError::Usage)?;
-    let url =
-        crate::store::url::configured(store.or(cli.store.as_deref())).map_err(|e| CliError::Usage(e.to_string()))?;
-    let (backend, dir) = match url {
-        StoreUrl::Sqlite(dir) => (Backend::Sqlite, dir),
+    let flag = store.or(cli.store.as_deref());
+    let url = crate::store::url::configured(flag).map_err(|e| CliError::Usage(e.to_string()))?;
+    let by = if flag.is_some() { "--store" } else { "WAYMARK_STORE" };
+    let dir_flag = cli.command.state_dir_flag().or(cli.state_dir.as_deref());
+    let (backend, dir, chosen_by) = match url {
+        StoreUrl::Sqlite(dir) => {
+            let chosen_by = (dir.is_some() && dir_flag.is_none()).then_some(by);
+            (Backend::Sqlite, dir, chosen_by)
+        }
         StoreUrl::Postgres { config, shown } => {
             let timing = LeaseTiming::from_env().map_err(CliError::Usage)?;
-            (Backend::Postgres { config, shown, timing }, None)
+            (Backend::Postgres { config, shown, timing }, None, Some(by))
         }
     };
     let _ = BACKEND.set(backend);
+    let _ = CHOSEN_BY.set(chosen_by);
     Ok(dir)
 }
 
