@@ -444,9 +444,11 @@ fn resume_of_a_failed_run_gives_the_failed_step_a_fresh_budget() {
          `--state-dir DIR` looks in another\n",
         dir.display()
     ));
-    // A directory given by an option is named in the command that lists its runs.
+    // A directory given by an option is named in the command that lists its runs (a state
+    // directory: one that holds a database, here an empty one).
     let other = env.path("other");
     std::fs::create_dir(&other).unwrap();
+    env.write("other/waymark.db", "");
     let other = std::fs::canonicalize(other).unwrap().display().to_string();
     env.cmd(&["resume", "--state-dir", &other, "nosuchid"]).assert().code(2).stdout("").stderr(format!(
         "error: no run with id `nosuchid` in the state directory {other}; `waymark history --state-dir {other}` \
@@ -712,6 +714,47 @@ fn looking_creates_no_state() {
         env.state().display()
     ));
     assert!(!env.state().exists());
+}
+
+/// `resume` and `gc` in a directory that is not a state directory (one without a state database:
+/// empty, or holding other files) say so and create nothing in it; `run` makes it one.
+#[test]
+fn a_directory_that_is_not_a_state_directory_is_left_as_it_was() {
+    let env = Env::new();
+    env.write("state/notes.txt", "mine\n");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(env.state(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let dir = std::fs::canonicalize(env.state()).unwrap();
+    let not_one = format!(
+        "{} is not a state directory (it holds no waymark.db), so no run was ever recorded there",
+        dir.display()
+    );
+    env.cmd(&["resume", "abcdefgh"]).assert().code(2).stdout("").stderr(format!(
+        "error: no run with id `abcdefgh`: {not_one}; `--state-dir DIR` (or WAYMARK_STATE_DIR) looks in another\n"
+    ));
+    env.cmd(&["gc", "--older-than", "0"])
+        .assert()
+        .success()
+        .stdout("")
+        .stderr(format!("waymark: deleted no runs: {not_one}\n"));
+    env.cmd(&["status"]).assert().code(2).stdout("").stderr(format!(
+        "error: there are no runs yet: {not_one}; `waymark run FLOW` starts one, `--state-dir DIR` (or \
+         WAYMARK_STATE_DIR) looks in another\n"
+    ));
+    let entries = || -> Vec<String> {
+        let mut names: Vec<String> =
+            std::fs::read_dir(env.state()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        names.sort();
+        names
+    };
+    assert_eq!(entries(), ["notes.txt"], "nothing created");
+    env.write("flow.toml", "[[step]]\nname = 'a'\nrun = ['true']\n");
+    env.cmd(&["run", "flow.toml"]).assert().success();
+    assert!(entries().contains(&"waymark.db".to_owned()), "run makes it a state directory: {:?}", entries());
+    env.cmd(&["gc", "--older-than", "0"])
+        .assert()
+        .success()
+        .stderr("waymark: deleted 1 finished run(s) older than 0s\n");
 }
 
 /// A state directory chosen by the store URL (`WAYMARK_STORE=sqlite:DIR`) is named with what

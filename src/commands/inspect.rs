@@ -765,8 +765,9 @@ pub(crate) fn logs(
 /// holding its flow's lock, in a transaction that checks again that it is finished: a run that a
 /// runner holds (`waymark resume` of a failed run) or is about to hold is kept.
 pub(crate) fn gc(state: &StateDir, older_than: Duration) -> Result<i32, CliError> {
-    // A state directory that does not exist holds no run to delete, and is not created for that.
-    if !super::shared_store() && !state.exists() {
+    // A state directory that does not exist, or a directory without a state database (not a state
+    // directory), holds no run to delete, and nothing is created in it for that.
+    if !super::shared_store() && !state.has_database() {
         note!("waymark: deleted no runs{}", super::Looked::at(state).place);
         return Ok(EXIT_OK);
     }

@@ -100,7 +100,7 @@ fn no_such_run(run_id: &str, state: &StateDir) -> CliError {
 
 /// That `what` (`no run with id `X``) is not in the store: `what` with where it was looked for
 /// (the state directory, or the shared store), and the command that lists the runs there, or that
-/// the state directory does not exist (so nothing was ever recorded there).
+/// the state directory does not exist or is not one (so nothing was ever recorded there).
 fn not_found(what: &str, state: &StateDir) -> CliError {
     let looked = Looked::at(state);
     let next = match &looked.listing {
@@ -130,7 +130,8 @@ struct Looked {
     /// Appended to what was not found: ` in the state directory D`, ` in the store URL (chosen by
     /// WAYMARK_STORE)`, or `: the state directory D does not exist, so ...`.
     place: String,
-    /// The command that lists the runs kept there; `None` where none can be (no directory).
+    /// The command that lists the runs kept there; `None` where none can be (no directory, or no
+    /// database in it).
     listing: Option<String>,
     /// How to look in another place, naming the option or variable that chose this one.
     elsewhere: String,
@@ -156,6 +157,13 @@ impl Looked {
             },
             Backend::Sqlite if !state.exists() => Looked {
                 place: format!(": the state directory {dir}{by} does not exist, so no run was ever recorded there"),
+                listing: None,
+                elsewhere,
+            },
+            Backend::Sqlite if !state.has_database() => Looked {
+                place: format!(
+                    ": {dir}{by} is not a state directory (it holds no waymark.db), so no run was ever recorded there"
+                ),
                 listing: None,
                 elsewhere,
             },

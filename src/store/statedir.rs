@@ -220,6 +220,12 @@ impl StateDir {
         std::fs::symlink_metadata(&self.root).is_ok()
     }
 
+    /// Whether the directory holds a state database (a directory without one is not a state
+    /// directory, or one that `run` never recorded a run in: either way it holds no runs).
+    pub(crate) fn has_database(&self) -> bool {
+        std::fs::symlink_metadata(self.db()).is_ok()
+    }
+
     /// The state directory itself.
     pub(crate) fn root(&self) -> &Path {
         &self.root
