@@ -375,8 +375,8 @@ fn a_read_only_database_refuses_a_run_before_any_step_and_still_answers_history_
         "error: the state database postgres://waymark@127.0.0.1:PORT/DB takes no writes: cannot execute INSERT in \
          a read-only transaction\n\
          hint: postgres://waymark@127.0.0.1:PORT/DB is a read-only server (a hot standby, or \
-         `default_transaction_read_only` is on): point --store (or WAYMARK_STORE) at the primary, then run again \
-         (nothing is lost: the run resumes); `history`, `status` and `logs` can read from it\n"
+         `default_transaction_read_only` is on): point --store (or WAYMARK_STORE) at the primary, then try again \
+         (nothing is lost: a run resumes where it stopped); `history`, `status` and `logs` can read from it\n"
     );
     assert_eq!(env.count("ran.log"), 1, "no step ran against the read-only database");
     let runs = query(&url, "SELECT status FROM waymark_runs");
@@ -464,8 +464,8 @@ fn a_wrong_password_exits_4_naming_the_url_without_it() {
             "error: the state database postgres://waymark@127.0.0.1:PORT/DB refused this user's credentials: \
              password authentication failed for user \"waymark\"\n\
              hint: check the user and password of the URL (`postgres://USER:PASSWORD@HOST/DATABASE`) and that the \
-             server's pg_hba.conf lets this user in from this host, then run again (nothing is lost: the run \
-             resumes)\n",
+             server's pg_hba.conf lets this user in from this host, then try again (nothing is lost: a run \
+             resumes where it stopped)\n",
             "{command:?}"
         );
     }

@@ -153,7 +153,7 @@ impl StoreError {
         }
         let dir = std::path::Path::new(location).parent().map_or(location.clone(), |d| d.display().to_string());
         let elsewhere = "--state-dir or WAYMARK_STATE_DIR selects another directory";
-        let resumes = "run again (nothing is lost: the run resumes)";
+        let resumes = "try again (nothing is lost: a run resumes where it stopped)";
         match kind {
             StoreErrorKind::Corrupt | StoreErrorKind::NewerSchema => None,
             StoreErrorKind::Busy => Some(format!(
@@ -527,7 +527,7 @@ pub trait RunLog {
 
 /// What to do about a failure of a networked store (`location` its URL without the password).
 fn network_hint(kind: StoreErrorKind, location: &str) -> Option<String> {
-    let resumes = "then run again (nothing is lost: the run resumes)";
+    let resumes = "then try again (nothing is lost: a run resumes where it stopped)";
     let elsewhere = "--store or WAYMARK_STORE selects another store";
     Some(match kind {
         StoreErrorKind::Corrupt | StoreErrorKind::NewerSchema => return None,
