@@ -594,7 +594,19 @@ fn redact(secrets: &Secrets, mut event: Event) -> Event {
 }
 
 pub(crate) fn rfc3339<S: Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(&humantime::format_rfc3339_millis(*t))
+    thread_local! {
+        /// The last millisecond written and its text: events come many to a millisecond (the
+        /// thousands of steps a resumed run skips), each once made into a date.
+        static LAST: std::cell::RefCell<(Option<u128>, String)> = const { std::cell::RefCell::new((None, String::new())) };
+    }
+    let ms = t.duration_since(std::time::UNIX_EPOCH).ok().map(|d| d.as_millis());
+    LAST.with_borrow_mut(|(last, text)| {
+        if ms.is_none() || *last != ms {
+            *text = humantime::format_rfc3339_millis(*t).to_string();
+            *last = ms;
+        }
+        s.serialize_str(text)
+    })
 }
 
 fn millis<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -620,6 +632,21 @@ fn lossy<S: Serializer>(chunk: &Arc<Chunk>, s: S) -> Result<S::Ok, S::Error> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    /// An event's time is written to the millisecond, each time its own: one made into text
+    /// before (the same millisecond) is reused, never another's.
+    #[test]
+    fn event_times_are_written_each_as_its_own_millisecond() {
+        #[derive(Serialize)]
+        struct At(#[serde(serialize_with = "rfc3339")] SystemTime);
+        let at = |ms: u64| serde_json::to_string(&At(std::time::UNIX_EPOCH + Duration::from_millis(ms))).unwrap();
+        let day = 1_796_256_000_000;
+        assert_eq!(at(day), "\"2026-12-03T00:00:00.000Z\"");
+        assert_eq!(at(day), "\"2026-12-03T00:00:00.000Z\"");
+        assert_eq!(at(day + 1), "\"2026-12-03T00:00:00.001Z\"");
+        assert_eq!(at(day + 86_400_000), "\"2026-12-04T00:00:00.000Z\"");
+        assert_eq!(at(day), "\"2026-12-03T00:00:00.000Z\"");
+    }
     use crate::classify::ErrorSource;
     use std::cell::RefCell;
     use std::rc::Rc;
