@@ -197,6 +197,76 @@ fn status_shows_a_step_whose_attempt_died_with_an_earlier_runner_interrupted_whi
     );
 }
 
+/// A run whose runner was SIGKILLed while steps `a`, `b` (it wrote a line to stdout) and `c` (it
+/// wrote nothing) ran, resumed by a new runner with one slot: it runs `a` again, `b` and `c` wait
+/// for the slot. Returns that runner, once `a` runs again.
+fn resumed_with_two_steps_waiting(env: &Env) -> std::process::Child {
+    env.write(
+        "flow.toml",
+        "name = 'resumed'\nmax_parallel = 3\n\
+         [[step]]\nname = 'a'\nneeds = []\nshell = 'echo $$ >> a.pids; exec sleep 300'\n\
+         [[step]]\nname = 'b'\nneeds = []\nshell = 'echo b says hi; echo $$ >> b.pids; exec sleep 300'\n\
+         [[step]]\nname = 'c'\nneeds = []\nshell = 'echo $$ >> c.pids; exec sleep 300'\n",
+    );
+    let first = env.spawn(&["run", "flow.toml"]);
+    for pids in ["a.pids", "b.pids", "c.pids"] {
+        env.wait_for_lines(pids, 1);
+    }
+    kill(first.id(), "KILL");
+    let _ = finish(first);
+    let runner = env.spawn(&["run", "--progress", "plain", "--max-parallel", "1", "flow.toml"]);
+    env.wait_for_lines("a.pids", 2);
+    runner
+}
+
+/// `logs` of an attempt that died with an earlier runner of a resumed run says so, as before the
+/// run was resumed and as `status` does (`its runner died`), whether the new runner still holds
+/// the run or a signal stopped it since: the claim that made the new runner the run's recorded the
+/// attempt `runner_lost`, and `logs` said of it only `wrote nothing to stdout or stderr`, as of an
+/// attempt that ended. Of an attempt that wrote to one stream, the other one's line says it too.
+#[test]
+fn logs_of_an_attempt_that_died_with_an_earlier_runner_of_a_resumed_run_say_its_runner_died() {
+    let env = Env::new();
+    let runner = resumed_with_two_steps_waiting(&env);
+    let run_id = json(&env, &["status", "resumed", "--json"])["id"].as_str().unwrap().to_owned();
+    let logs = |step: &str, stream: Option<&str>| {
+        let mut args = vec!["logs", "resumed", step];
+        args.extend(stream.map(|s| ["--stream", s]).into_iter().flatten());
+        let out = env.cmd(&args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        let stdout = String::from_utf8(out.stdout.clone()).unwrap();
+        let stdout = stdout.replace(&env.state().display().to_string(), "STATE").replace(&run_id, "RUN");
+        (stdout, stderr(&out))
+    };
+    let expected = [
+        (
+            ("c", None),
+            "",
+            "waymark: attempt 1 of step `c` wrote nothing to stdout or stderr (it did not finish: its runner died)\n",
+        ),
+        (
+            ("b", None),
+            "==> STATE/logs/RUN/b/attempt-1.stdout <==\nb says hi\n",
+            "waymark: attempt 1 of step `b` wrote nothing to stderr (it did not finish: its runner died)\n",
+        ),
+        (("b", Some("stdout")), "b says hi\n", ""),
+        (
+            ("b", Some("stderr")),
+            "",
+            "waymark: attempt 1 of step `b` wrote nothing to stderr (it did not finish: its runner died)\n",
+        ),
+    ];
+    let check = |when: &str| {
+        for ((step, stream), out, err) in expected {
+            assert_eq!(logs(step, stream), (out.to_owned(), err.to_owned()), "{when}: logs {step} {stream:?}");
+        }
+    };
+    check("while the new runner holds the run");
+    kill(runner.id(), "TERM");
+    assert_eq!(finish(runner).status.code(), Some(143));
+    check("once a signal stopped the new runner");
+}
+
 /// The times recorded in `status --attempts --json` of a run (its start, and the starts and ends
 /// of its steps and attempts).
 fn recorded_times(v: &Value, into: &mut Vec<std::time::SystemTime>) {

@@ -748,11 +748,13 @@ pub(crate) fn logs(
     if !silent.is_empty() {
         let (n, streams) = (chosen.attempt, silent.join(" or "));
         match chosen.outcome {
-            // Running for as long as its runner is: one that died ended it, as `status` says.
+            // Running for as long as its runner is: one that died ended it, as `status` says,
+            // whether the run has no runner yet or a new runner took it over (which recorded the
+            // attempt `runner_lost`).
             AttemptState::Running if !runner_gone(store.as_ref(), state, &run)? => {
                 note!("waymark: attempt {n} of step `{step}` has written nothing to {streams} so far")
             }
-            AttemptState::Running => note!(
+            AttemptState::Running | AttemptState::RunnerLost => note!(
                 "waymark: attempt {n} of step `{step}` wrote nothing to {streams} (it did not finish: its runner died)"
             ),
             _ => note!("waymark: attempt {n} of step `{step}` wrote nothing to {streams}"),
