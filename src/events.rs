@@ -392,6 +392,11 @@ pub(crate) struct Earlier {
     /// gave it a fresh one), where there were any: what the summary table says of a step that
     /// does not end in this runner.
     pub(crate) budget_bases: Vec<(String, u32)>,
+    /// The steps they left under way (an attempt in flight when their runner died, or cancelled
+    /// by a signal to it; a retry waiting; a catch handler to run), with the number of the last
+    /// attempt their budget allows: what the summary table counts of one that this runner does
+    /// not run again before it stops, as `waymark status` counts it.
+    pub(crate) under_way: Vec<(String, u32)>,
 }
 
 /// An attempt that an earlier runner of a resumed run made, as the store recorded it: not an

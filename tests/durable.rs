@@ -267,6 +267,85 @@ fn logs_of_an_attempt_that_died_with_an_earlier_runner_of_a_resumed_run_say_its_
     check("once a signal stopped the new runner");
 }
 
+/// The summary table that `out`, the plain output of a runner, ended with: its lines from the
+/// header on, normalised as [`common::normalise_plain`] does.
+fn summary_table(out: &std::process::Output) -> Vec<String> {
+    let text = common::normalise_plain(&stderr(out));
+    let table = text.lines().skip_while(|l| !l.contains("waymark: steps of run ")).skip(1);
+    table.take_while(|l| l.starts_with("  ")).map(str::to_owned).collect()
+}
+
+/// A step that an earlier runner of the run left under way and that the resumed runner did not
+/// run again before a signal stopped it (it waited for a slot) is `interrupted` in the runner's
+/// summary table with the attempts it used, as `status` counts them: `1/1` for an attempt that
+/// died with its runner, `0/1` for one that a signal cancelled (it was `not run` with `-`, while
+/// `status` said `interrupted attempts 1/1`).
+#[test]
+fn the_summary_table_counts_a_step_left_under_way_by_an_earlier_runner_as_status_does() {
+    let env = Env::new();
+    let runner = resumed_with_two_steps_waiting(&env);
+    kill(runner.id(), "TERM");
+    let out = finish(runner);
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    assert_eq!(
+        summary_table(&out),
+        [
+            "  STEP  STATUS       ATTEMPTS    DURATION  DETAIL",
+            "  a     interrupted       0/1    DURATION  runs again on resume",
+            "  b     interrupted       1/1           -  runs again on resume",
+            "  c     interrupted       1/1           -  runs again on resume",
+        ]
+    );
+    let (text, _) = status_text(&env, "resumed");
+    assert_eq!(
+        text.lines().skip(1).collect::<Vec<_>>(),
+        [
+            "  a                    interrupted  attempts 0/1  Ns",
+            "  b                    interrupted  attempts 1/1  Ns",
+            "                       attempt 1 did not finish: the run was interrupted; it runs again on resume",
+            "  c                    interrupted  attempts 1/1  Ns",
+            "                       attempt 1 did not finish: the run was interrupted; it runs again on resume",
+        ],
+        "{text}"
+    );
+
+    // Cut short by a signal to the first runner, `b` waits for the slot in the second.
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'cut'\nmax_parallel = 2\n\
+         [[step]]\nname = 'a'\nneeds = []\nshell = 'echo $$ >> a.pids; exec sleep 300'\n\
+         [[step]]\nname = 'b'\nneeds = []\nretry = { attempts = 3 }\nshell = 'echo $$ >> b.pids; exec sleep 300'\n",
+    );
+    let first = env.spawn(&["run", "flow.toml"]);
+    env.wait_for_lines("a.pids", 1);
+    env.wait_for_lines("b.pids", 1);
+    kill(first.id(), "TERM");
+    assert_eq!(finish(first).status.code(), Some(143));
+    let runner = env.spawn(&["run", "--progress", "plain", "--max-parallel", "1", "flow.toml"]);
+    env.wait_for_lines("a.pids", 2);
+    kill(runner.id(), "TERM");
+    let out = finish(runner);
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    assert_eq!(
+        summary_table(&out),
+        [
+            "  STEP  STATUS       ATTEMPTS    DURATION  DETAIL",
+            "  a     interrupted       0/1    DURATION  runs again on resume",
+            "  b     interrupted       0/3           -  runs again on resume",
+        ]
+    );
+    let (text, _) = status_text(&env, "cut");
+    assert_eq!(
+        text.lines().skip(1).collect::<Vec<_>>(),
+        [
+            "  a                    interrupted  attempts 0/1  Ns",
+            "  b                    interrupted  attempts 0/3  Ns"
+        ],
+        "{text}"
+    );
+}
+
 /// The times recorded in `status --attempts --json` of a run (its start, and the starts and ends
 /// of its steps and attempts).
 fn recorded_times(v: &Value, into: &mut Vec<std::time::SystemTime>) {

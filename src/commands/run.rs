@@ -511,12 +511,31 @@ fn execute(
         true => store.attempts(&record.id, None)?,
         false => Vec::new(),
     };
+    let interrupted = cut_short(store.as_ref(), &record.id, &steps, &started_pending, reported.then_some(&attempts))?;
     if reported {
         let shared = super::shared_store();
-        let attempts = attempts.iter().map(|a| EarlierAttempt::of(a, shared)).collect();
+        let earlier_attempts = attempts.iter().map(|a| EarlierAttempt::of(a, shared)).collect();
         let budget_bases =
             steps.iter().filter(|s| s.budget_base > 0).map(|s| (s.name.clone(), s.budget_base)).collect();
-        events.earlier(&Earlier { attempts, compensated: compensated(&aux), budget_bases });
+        // Left under way: in flight (its runner died), waiting for a retry or for its catch
+        // handler, or cut short by a signal.
+        let under_way = flow
+            .steps
+            .iter()
+            .zip(&steps)
+            .enumerate()
+            .filter(|(i, (_, rec))| {
+                matches!(rec.state, StepState::InFlight { .. } | StepState::Waiting { .. } | StepState::Catching { .. })
+                    || interrupted.contains(i)
+            })
+            .map(|(_, (step, rec))| (rec.name.clone(), rec.budget_base.saturating_add(step.retry.attempts)))
+            .collect();
+        events.earlier(&Earlier {
+            attempts: earlier_attempts,
+            compensated: compensated(&aux),
+            budget_bases,
+            under_way,
+        });
     }
     let log_dir = state.run_logs(&record.id);
     create_private_dir(&log_dir).with_context(|| format!("cannot create the log directory {}", log_dir.display()))?;
@@ -524,7 +543,6 @@ fn execute(
     let since = if schedule.reopened { std::time::SystemTime::now() } else { record.started_at };
     let deadline = flow.timeout.map(|t| since + t);
     let max_parallel = usize::try_from(max_parallel).unwrap_or(usize::MAX);
-    let interrupted = cut_short(store.as_ref(), &record.id, &steps, &started_pending, reported.then_some(&attempts))?;
     let spec = RunSpec {
         flow: Arc::new(flow),
         run_id: record.id.clone(),

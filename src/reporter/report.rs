@@ -97,8 +97,14 @@ pub(crate) struct History {
     steps: Vec<StepSeen>,
     index: HashMap<String, usize>,
     /// The attempts earlier runners of a resumed run made, per step ([`History::prefill`]); only
-    /// the failure report lists them, the summary table is this runner's.
+    /// the failure report lists them, the summary table is this runner's (but for the count of a
+    /// step left under way that this runner did not run again, [`History::under_way`]).
     earlier: HashMap<String, Vec<Row>>,
+    /// The steps of a resumed run that earlier runners left under way, with the number of the
+    /// last attempt their budget allows, as recorded ([`History::prefill`]): a step that this
+    /// runner stopped before it ran it again is `interrupted` in the summary table, with the
+    /// attempts it used before, as `waymark status` counts them (it waited for a slot).
+    under_way: HashMap<String, u32>,
     /// The attempts used before their current budget by the steps of a resumed run that had
     /// some, as recorded ([`History::prefill`]).
     budget_bases: HashMap<String, u32>,
@@ -199,8 +205,11 @@ impl History {
             Event::StepFinished { step, outcome, attempts } => {
                 let seen = self.seen(step);
                 seen.ended = Some((*outcome, at));
-                // `attempts` counts the current budget's, as the failure report does.
-                seen.budget_base = seen.rows.last().map_or(0, |r| r.attempt.saturating_sub(*attempts));
+                // `attempts` counts the current budget's, as the failure report does. A step this
+                // runner made no attempt of (a catch handler left to run) keeps what was recorded.
+                if let Some(row) = seen.rows.last() {
+                    seen.budget_base = row.attempt.saturating_sub(*attempts);
+                }
             }
             _ => {}
         }
@@ -216,6 +225,7 @@ impl History {
     pub(crate) fn prefill(&mut self, earlier: &Earlier) {
         self.compensated |= earlier.compensated;
         self.budget_bases.extend(earlier.budget_bases.iter().cloned());
+        self.under_way.extend(earlier.under_way.iter().cloned());
         for a in &earlier.attempts {
             self.earlier.entry(a.step.clone()).or_default().push(Row::recorded(a, true));
         }
@@ -237,7 +247,8 @@ impl History {
     /// status` count them, with those before it after (`3/3 (+3 before resume)`); the counts of
     /// all rows, and the `-` of a step without one, line up under `ATTEMPTS`.
     pub(crate) fn summary_table(&self, run_ended: SystemTime) -> String {
-        let cells: Vec<([String; 5], String)> = self.steps.iter().map(|s| summary_row(s, run_ended)).collect();
+        let cells: Vec<([String; 5], String)> =
+            self.steps.iter().map(|s| summary_row(s, self.left_under_way(s), run_ended)).collect();
         if cells.is_empty() {
             return String::new();
         }
@@ -268,6 +279,16 @@ impl History {
             out.push('\n');
         }
         out
+    }
+
+    /// The last attempt of step `s`, and the number of the last attempt its budget allows, when an
+    /// earlier runner left it under way and this runner made no attempt of it (it stopped first).
+    fn left_under_way(&self, s: &StepSeen) -> Option<(&Row, u32)> {
+        if !s.rows.is_empty() {
+            return None;
+        }
+        let max = *self.under_way.get(&s.name)?;
+        self.earlier.get(&s.name)?.last().map(|row| (row, max))
     }
 
     /// The report of run `run_id`, which failed with `failures`; newline-terminated.
@@ -409,10 +430,12 @@ pub(crate) fn before_budget(base: u32) -> String {
     if base > 0 { format!(" (+{base} before resume)") } else { String::new() }
 }
 
-fn summary_row(s: &StepSeen, run_ended: SystemTime) -> ([String; 5], String) {
-    let last = s.rows.last();
+/// A step left under way by an earlier runner and not run again by this one is counted and said
+/// from its last attempt (`earlier`, with the number of the last attempt its budget allows).
+fn summary_row(s: &StepSeen, earlier: Option<(&Row, u32)>, run_ended: SystemTime) -> ([String; 5], String) {
+    let last = s.rows.last().or(earlier.map(|(row, _)| row));
     let base = s.budget_base;
-    let (attempts, before) = match (last, s.max_attempts) {
+    let (attempts, before) = match (last, s.max_attempts.or(earlier.map(|(_, max)| max))) {
         (Some(row), Some(max)) => {
             (format!("{}/{}", used(row).saturating_sub(base), max.saturating_sub(base)), before_budget(base))
         }
@@ -843,6 +866,7 @@ mod tests {
             }],
             compensated: false,
             budget_bases: Vec::new(),
+            under_way: Vec::new(),
         });
         assert_eq!(
             lines(&elsewhere, &[]),
