@@ -142,7 +142,11 @@ pub(crate) fn number(x: f64) -> String {
 /// variables in it. The script is the first argument after the options, one of which holds `c`.
 fn shell_script(run: &[Str]) -> Option<usize> {
     const SHELLS: [&str; 7] = ["sh", "bash", "dash", "zsh", "ksh", "ash", "mksh"];
-    let program = run.first()?.get_ref();
+    // A shell, an option and its script at the least.
+    if run.len() < 3 {
+        return None;
+    }
+    let program = run[0].get_ref();
     if !SHELLS.contains(&program.rsplit('/').next().unwrap_or(program)) {
         return None;
     }
