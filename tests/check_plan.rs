@@ -259,6 +259,7 @@ run = ["true"]
          \x20    retries:    nothing: the step runs once\n\
          \x20    not:        TimeoutError (Exception), CalledProcessError (Exception), ActionExecutionNotStarted \
          (Exception), ActionTimeout (BaseException), ActionExecutionLost (BaseException)\n\
-         \x20    worst case: unbounded: without a `timeout` an attempt may run forever\n"
+         \x20    worst case: unbounded by the step: without a `timeout` an attempt may run forever; the flow's timeout \
+         ends the run after 1h\n"
     );
 }

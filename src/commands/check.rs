@@ -347,8 +347,18 @@ fn not_retried_line(flow: &Flow, step: &Step) -> String {
 }
 
 fn worst_case_line(flow: &Flow, step: &Step) -> String {
+    let flow_ends = |line: &mut String, total: Option<std::time::Duration>| {
+        if let Some(deadline) = flow.timeout
+            && total.is_none_or(|total| deadline < total)
+        {
+            line.push_str(&format!("; the flow's timeout ends the run after {}", human(deadline)));
+        }
+    };
     let Some(timeout) = step.timeout else {
-        return "unbounded: without a `timeout` an attempt may run forever".into();
+        let by = if flow.timeout.is_some() { " by the step" } else { "" };
+        let mut line = format!("unbounded{by}: without a `timeout` an attempt may run forever");
+        flow_ends(&mut line, None);
+        return line;
     };
     let n = attempts(step);
     let per_attempt = timeout.saturating_add(step.kill_grace);
@@ -364,11 +374,7 @@ fn worst_case_line(flow: &Flow, step: &Step) -> String {
     } else {
         format!("{} ({n} attempts of {each}, and {} of waits)", human(total), human(waits))
     };
-    if let Some(deadline) = flow.timeout
-        && deadline < total
-    {
-        line.push_str(&format!("; the flow's timeout ends the run after {}", human(deadline)));
-    }
+    flow_ends(&mut line, Some(total));
     line
 }
 
