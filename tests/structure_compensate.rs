@@ -271,7 +271,8 @@ fn status_says_which_compensations_ran_and_how_they_ended() {
     env.write(
         "flow.toml",
         "[[step]]\nname = 'a'\nshell = 'true'\ncompensate = 'true'\n\
-         [[step]]\nname = 'b'\nshell = 'true'\ncompensate = 'exit 3'\n\
+         [[step]]\nname = 'b'\nshell = 'true'\ncompensate = 'echo cannot undo b >&2; exit 3'\n\
+         [[step]]\nname = 'd'\nshell = 'true'\ncompensate = 'exit 4'\n\
          [[step]]\nname = 'c'\nshell = 'exit 1'\n",
     );
     assert_eq!(env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap().status.code(), Some(1));
@@ -281,21 +282,31 @@ fn status_says_which_compensations_ran_and_how_they_ended() {
             "run RUN of flow (PATH): failed, started TIME, ended TIME\n  \
              a                    succeeded  attempts 1/1  Ns\n  \
              b                    succeeded  attempts 1/1  Ns\n  \
+             d                    succeeded  attempts 1/1  Ns\n  \
              c                    failed     attempts 1/1  Ns\n  \
              {:20} last error: CalledProcessError(SubprocessError, Exception, BaseException): exit status 1 \
              [exit status]\n\
              compensated: the run failed, so the compensations of its succeeded steps ran, latest step first:\n  \
+             d                    failed     exit status 4\n  \
              b                    failed     exit status 3\n  \
              a                    succeeded\n\
-             the compensation of `b` did not succeed, so what it did may not be undone ({}/logs/RUN/b/compensate.stderr \
-             says why); the run cannot be resumed; `waymark run --fresh PATH` starts the flow anew\n",
+             the compensations of `d`, `b` did not succeed, so what they did may not be undone \
+             ({}/logs/RUN/b/compensate.stderr says why; `d` wrote nothing to stderr: its line above says how it \
+             ended); the run cannot be resumed; `waymark run --fresh PATH` starts the flow anew\n",
             "",
             env.state().display()
         )
     );
     assert_eq!(
         compensations(&env),
-        (true, vec![("b".into(), "failed".into(), Some(3)), ("a".into(), "succeeded".into(), Some(0))])
+        (
+            true,
+            vec![
+                ("d".into(), "failed".into(), Some(4)),
+                ("b".into(), "failed".into(), Some(3)),
+                ("a".into(), "succeeded".into(), Some(0))
+            ]
+        )
     );
 
     // Stopped while compensating, by SIGKILL or a signal: it runs again on resume.
@@ -357,4 +368,40 @@ fn status_says_which_compensations_ran_and_how_they_ended() {
     assert_eq!(env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap().status.code(), Some(1));
     assert!(!status_text(&env).contains("compensat"), "{}", status_text(&env));
     assert_eq!(compensations(&env), (false, vec![]));
+}
+
+/// A compensation that wrote nothing to stderr has no `compensate.stderr` (a log is created on its
+/// first byte): `status` says so, and how it ended, instead of pointing at a file that is not there.
+#[test]
+fn status_names_no_log_for_a_compensation_that_wrote_nothing_to_stderr() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "[[step]]\nname = 'a'\nshell = 'true'\ntimeout = '1s'\nkill_grace = 0\ncompensate = 'exec sleep 60'\n\
+         [[step]]\nname = 'c'\nshell = 'exit 1'\n",
+    );
+    assert_eq!(env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap().status.code(), Some(1));
+    assert!(
+        !env.state().join("logs").read_dir().unwrap().any(|run| run
+            .unwrap()
+            .path()
+            .join("a/compensate.stderr")
+            .exists())
+    );
+    assert_eq!(
+        status_text(&env),
+        format!(
+            "run RUN of flow (PATH): failed, started TIME, ended TIME\n  \
+             a                    succeeded  attempts 1/1  Ns\n  \
+             c                    failed     attempts 1/1  Ns\n  \
+             {:20} last error: CalledProcessError(SubprocessError, Exception, BaseException): exit status 1 \
+             [exit status]\n\
+             compensated: the run failed, so the compensations of its succeeded steps ran, latest step first:\n  \
+             a                    failed     killed, timed out or not started, with nothing on stderr\n\
+             the compensation of `a` did not succeed, so what it did may not be undone (it wrote nothing to stderr: \
+             its line above says how it ended); the run cannot be resumed; `waymark run --fresh PATH` starts the \
+             flow anew\n",
+            ""
+        )
+    );
 }

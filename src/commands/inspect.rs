@@ -12,7 +12,7 @@ use crate::store::{
     StepState, Store, StoreError,
 };
 use serde_json::{Value, json};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 fn time(t: SystemTime) -> String {
@@ -408,6 +408,9 @@ struct Compensation<'a> {
     aux: &'a AuxRun,
     outcome: AttemptState,
     again: bool,
+    /// Its `compensate.stderr` is known not to exist: it wrote nothing to stderr (a SQLite state
+    /// directory keeps every log on this host; a shared store's may be on another).
+    silent: bool,
 }
 
 impl Compensation<'_> {
@@ -426,10 +429,11 @@ impl Compensation<'_> {
             AttemptState::Succeeded => ("succeeded", String::new()),
             AttemptState::Failed => (
                 "failed",
-                self.aux.exit_code.map_or_else(
-                    || "killed, timed out or not started (its compensate.stderr says more)".to_owned(),
-                    |code| format!("exit status {code}"),
-                ),
+                match (self.aux.exit_code, self.silent) {
+                    (Some(code), _) => format!("exit status {code}"),
+                    (None, false) => "killed, timed out or not started (its compensate.stderr says more)".to_owned(),
+                    (None, true) => "killed, timed out or not started, with nothing on stderr".to_owned(),
+                },
             ),
             AttemptState::Running => ("running", String::new()),
             AttemptState::Cancelled => ("interrupted", unfinished("a signal stopped it")),
@@ -451,7 +455,7 @@ impl Compensation<'_> {
 }
 
 /// The compensations recorded of a run, in the order they started ([`Compensation`]).
-fn compensations(aux: &[AuxRun], runner_alive: bool) -> Vec<Compensation<'_>> {
+fn compensations<'a>(aux: &'a [AuxRun], runner_alive: bool, stderr: &dyn Fn(&str) -> PathBuf) -> Vec<Compensation<'a>> {
     let mine: Vec<&AuxRun> = aux.iter().filter(|a| a.kind == AuxKind::Compensate).collect();
     mine.iter()
         .enumerate()
@@ -459,6 +463,7 @@ fn compensations(aux: &[AuxRun], runner_alive: bool) -> Vec<Compensation<'_>> {
             aux: a,
             outcome: seen(a.outcome, runner_alive),
             again: mine[i + 1..].iter().any(|b| b.name == a.name),
+            silent: !super::shared_store() && !stderr(&a.name).exists(),
         })
         .collect()
 }
@@ -532,7 +537,8 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         })
         .collect();
     let aux = store.aux_runs(&run.id)?;
-    let compensations = compensations(&aux, runner_alive);
+    let stderr = |name: &str| state.aux_stem(&run.id, AuxKind::Compensate, name).with_extension("stderr");
+    let compensations = compensations(&aux, runner_alive, &stderr);
     if json {
         print_json(&json!({
             "id": run.id, "flow": run.flow, "path": run.flow_path, "status": run.status.as_str(),
@@ -621,30 +627,44 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         }
         if run.status == RunStatus::Failed {
             // Only what a compensation that succeeded undid is undone.
-            let undone: Vec<&str> = compensations
-                .iter()
-                .filter(|c| c.outcome != AttemptState::Succeeded && !c.again)
-                .map(|c| c.aux.name.as_str())
-                .collect();
+            let undone: Vec<&Compensation> =
+                compensations.iter().filter(|c| c.outcome != AttemptState::Succeeded && !c.again).collect();
             let what = match undone.as_slice() {
                 [] => "what its steps did was undone, so the run cannot be resumed".to_owned(),
-                names => {
-                    let stderr = |n: &&str| {
-                        state.aux_stem(&run.id, AuxKind::Compensate, n).with_extension("stderr").display().to_string()
+                all => {
+                    let quoted = |c: &&Compensation| format!("`{}`", c.aux.name);
+                    // A log is named only if it exists: one that wrote nothing to stderr has none.
+                    let paths: Vec<String> =
+                        all.iter().filter(|c| !c.silent).map(|c| stderr(&c.aux.name).display().to_string()).collect();
+                    let silent: Vec<String> = all.iter().filter(|c| c.silent).map(quoted).collect();
+                    let mut why = match paths.as_slice() {
+                        [] => Vec::new(),
+                        [one] => vec![format!("{one} says why")],
+                        many => vec![format!("their compensate.stderr says why: {}", many.join(", "))],
                     };
-                    let quoted: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
-                    let paths: Vec<String> = names.iter().map(stderr).collect();
-                    match names.len() {
-                        1 => format!(
-                            "the compensation of {} did not succeed, so what it did may not be undone ({} says \
-                             why); the run cannot be resumed",
-                            quoted[0], paths[0]
+                    match silent.as_slice() {
+                        [] => {}
+                        [_] if all.len() == 1 => {
+                            why.push("it wrote nothing to stderr: its line above says how it ended".to_owned());
+                        }
+                        [one] => why.push(format!("{one} wrote nothing to stderr: its line above says how it ended")),
+                        many => why.push(format!(
+                            "{} wrote nothing to stderr: their lines above say how they ended",
+                            many.join(", ")
+                        )),
+                    }
+                    let names: Vec<String> = all.iter().map(quoted).collect();
+                    match names.as_slice() {
+                        [one] => format!(
+                            "the compensation of {one} did not succeed, so what it did may not be undone ({}); the \
+                             run cannot be resumed",
+                            why.join("; ")
                         ),
                         _ => format!(
-                            "the compensations of {} did not succeed, so what they did may not be undone (their \
-                             compensate.stderr says why: {}); the run cannot be resumed",
-                            quoted.join(", "),
-                            paths.join(", ")
+                            "the compensations of {} did not succeed, so what they did may not be undone ({}); the \
+                             run cannot be resumed",
+                            names.join(", "),
+                            why.join("; ")
                         ),
                     }
                 }
