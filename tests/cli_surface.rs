@@ -360,5 +360,23 @@ fn logs_take_a_run_id_or_a_flow_for_its_newest_run() {
         .assert()
         .code(2)
         .stdout("")
-        .stderr(format!("error: step `greet` of run {} has no attempt 2; it has attempts 1\n", newest_run(&env)));
+        .stderr(format!("error: step `greet` of run {} has no attempt 2; it has attempt 1\n", newest_run(&env)));
+}
+
+/// `logs` of a step that never ran, because the run failed before its turn came, says so and
+/// names the steps that have attempts, not every step (itself among them) as if it were unknown.
+#[test]
+fn logs_of_a_step_the_failed_run_skipped_says_it_never_ran() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "[[step]]\nname = 'ok'\nrun = ['true']\n[[step]]\nname = 'bad'\nrun = ['false']\n\
+         [[step]]\nname = 'after'\nrun = ['true']\n",
+    );
+    cmd(&env, &["run", "--quiet", "flow.toml"]).assert().code(1);
+    cmd(&env, &["logs", "flow", "after"]).assert().code(2).stdout("").stderr(format!(
+        "error: step `after` of run {} never ran (the run failed before its turn came), so it has no logs; the steps \
+         with attempts: ok, bad\n",
+        newest_run(&env)
+    ));
 }

@@ -69,7 +69,7 @@ shell = "echo x >> c.log"
     env.cmd(&["logs", id, "b", "--attempt", "2"])
         .assert()
         .code(2)
-        .stderr(format!("error: step `b` of run {id} has no attempt 2; it has attempts 1\n"));
+        .stderr(format!("error: step `b` of run {id} has no attempt 2; it has attempt 1\n"));
 }
 
 fn stdout_of(env: &Env, args: &[&str]) -> String {

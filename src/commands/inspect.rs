@@ -693,13 +693,28 @@ pub(crate) fn logs(
     let run_id = run.id.as_str();
     let attempts = store.attempts(run_id, Some(step))?;
     if attempts.is_empty() {
-        let names: Vec<String> = store.steps(run_id)?.into_iter().map(|s| s.name).collect();
-        let what = if names.iter().any(|n| n == step) {
-            format!("step `{step}` of run {run_id} has no attempts yet")
-        } else {
-            format!("run {run_id} has no step `{step}`")
+        let steps = store.steps(run_id)?;
+        let Some(this) = steps.iter().find(|s| s.name == step) else {
+            let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
+            return Err(CliError::Usage(format!(
+                "run {run_id} has no step `{step}`; its steps are: {}",
+                names.join(", ")
+            )));
         };
-        return Err(CliError::Usage(format!("{what}; its steps are: {}", names.join(", "))));
+        // The steps that have logs, rather than all of them (this one among them).
+        let all = store.attempts(run_id, None)?;
+        let ran: Vec<&str> =
+            steps.iter().filter(|s| all.iter().any(|a| a.step == s.name)).map(|s| s.name.as_str()).collect();
+        let what = if this.state == StepState::Skipped {
+            format!("step `{step}` of run {run_id} never ran (the run failed before its turn came), so it has no logs")
+        } else {
+            format!("step `{step}` of run {run_id} has no attempts yet, so it has no logs")
+        };
+        let others = match ran.as_slice() {
+            [] => "no step of the run has run yet".to_owned(),
+            names => format!("the steps with attempts: {}", names.join(", ")),
+        };
+        return Err(CliError::Usage(format!("{what}; {others}")));
     }
     let chosen = match attempt {
         Some(n) => attempts.iter().rev().find(|a| a.attempt == n).ok_or_else(|| {
@@ -708,7 +723,8 @@ pub(crate) fn logs(
             have.dedup();
             let have: Vec<String> = have.iter().map(u32::to_string).collect();
             CliError::Usage(format!(
-                "step `{step}` of run {run_id} has no attempt {n}; it has attempts {}",
+                "step `{step}` of run {run_id} has no attempt {n}; it has {} {}",
+                if have.len() == 1 { "attempt" } else { "attempts" },
                 have.join(", ")
             ))
         })?,
