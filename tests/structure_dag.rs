@@ -653,3 +653,29 @@ fn a_timeout_fires_on_time_while_the_runner_waits_for_a_locked_database() {
     assert_eq!(last_error(&env, &id, "victim"), "ActionTimeout");
     assert_no_survivors(&env.mark(), &[], &said);
 }
+
+/// A step that was ready but waiting for a slot when a signal stopped the run says, in the summary
+/// table, that it runs on resume (its detail was empty).
+#[test]
+fn a_ready_step_still_waiting_for_a_slot_at_a_signal_says_it_runs_on_resume() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "max_parallel = 1\n[[step]]\nname = 'busy'\nneeds = []\nshell = 'echo $$ > ready; exec sleep 60'\n\
+         [[step]]\nname = 'queued'\nneeds = []\nrun = ['true']\n",
+    );
+    let out = env.run_until("ready", "TERM");
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    let err = stderr(&out);
+    let table: Vec<&str> =
+        err.lines().skip_while(|l| !l.starts_with("waymark: steps of run ")).skip(1).take(3).collect();
+    assert_eq!(
+        table,
+        [
+            "  STEP    STATUS       ATTEMPTS    DURATION  DETAIL",
+            "  busy    interrupted       0/1    DURATION  runs again on resume",
+            "  queued  not run             -           -  the run stopped before it started; runs on resume",
+        ],
+        "{err}"
+    );
+}

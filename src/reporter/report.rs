@@ -492,7 +492,8 @@ fn summary_row(s: &StepSeen, earlier: Option<(&Row, u32)>, run_ended: SystemTime
             // handler, which runs again on resume.
             Some(Some(AttemptEnd::Failed)) => ("interrupted", "its catch handler runs again on resume".to_owned()),
             Some(Some(AttemptEnd::Succeeded)) => ("ok", String::new()),
-            None => ("not run", String::new()),
+            // Ready, but the run stopped (a signal, waymark's own failure) before it got a slot.
+            None => ("not run", "the run stopped before it started; runs on resume".to_owned()),
         },
     };
     ([s.name.clone(), status.to_owned(), attempts, duration, detail], before)
