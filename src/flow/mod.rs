@@ -643,7 +643,7 @@ mod tests {
         let messages: Vec<&str> = warnings.iter().map(|w| w.message.as_str()).collect();
         assert_eq!(
             messages,
-            ["`secret_env`: the value of secret `API_TOKEN` is written in this file (the flow's `env`), and every \
+            ["`env.API_TOKEN`: the value of secret `API_TOKEN` is written in this file (the flow's `env`), and every \
                  run records the flow's definition, its `env` tables included, in the state database"]
         );
     }

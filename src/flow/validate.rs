@@ -4,7 +4,9 @@
 use super::diagnostic::{Diagnostic, KeyIndex};
 use super::graph;
 use super::model::{Catch, Command, DEFAULT_MAX_PARALLEL, ExitCodes, Flow, Hooks, Param, Signal, Step, implicit_needs};
-use super::raw::{RawCatch, RawCommand, RawDefaults, RawDuration, RawFlow, RawPolicy, RawRetry, RawStep, Str, StrMap};
+use super::raw::{
+    RawCatch, RawCommand, RawDefaults, RawDuration, RawFlow, RawPolicy, RawRetry, RawStep, RawStepMore, Str, StrMap,
+};
 use crate::classify::classes::{ClassError, ClassTree, MAX_USER_CLASSES, WORKFLOW_TIMEOUT, is_builtin};
 use crate::retry::{Backoff, DEFAULT_ATTEMPTS, RetryPolicy};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -393,7 +395,14 @@ impl Validator<'_> {
                 step.name = std::mem::take(name.get_mut());
             }
         }
-        self.secrets_written_here(raw.secret_env.as_ref(), &env, &steps);
+        // Each `env` table as written (its keys keep their place in the file), and whose it is.
+        let tables = std::iter::once((None, &raw.env)).chain(
+            steps
+                .iter()
+                .zip(&written_at)
+                .map(|(s, &i)| (Some(s.name.as_str()), &RawStepMore::of(&raw.step[i].get_ref().more).env)),
+        );
+        self.secrets_written_here(raw.secret_env.as_ref(), tables);
         if raw.step.is_empty() && !raw.bad.contains(&"step") {
             // The file as a whole is at fault; point at its first line so the report has a place.
             let first_line = self.source.find('\n').unwrap_or(self.source.len());
@@ -509,24 +518,26 @@ impl Validator<'_> {
 
     /// A warning for each secret whose value the file itself sets in an `env` table: the run
     /// records the flow's definition, `env` included, so the value would be kept in the state
-    /// database (it is still hidden wherever waymark prints it).
-    fn secrets_written_here(
+    /// database (it is still hidden wherever waymark prints it). Shown at the first `env` entry
+    /// that sets it, where the value is written.
+    fn secrets_written_here<'t>(
         &mut self,
         raw: Option<&Spanned<Vec<Str>>>,
-        env: &BTreeMap<String, String>,
-        steps: &[Step],
+        tables: impl Iterator<Item = (Option<&'t str>, &'t StrMap)> + Clone,
     ) {
         for item in raw.map(|list| list.get_ref().as_slice()).unwrap_or_default() {
             let n = item.get_ref();
-            let Some(first) = std::iter::once(("the flow's `env`".to_owned(), env))
-                .chain(steps.iter().map(|s| (format!("step `{}`'s `env`", s.name), &s.env)))
-                .find(|(_, table)| table.contains_key(n))
-                .map(|(what, _)| what)
+            let Some((step, key)) =
+                tables.clone().find_map(|(step, table)| table.keys().find(|k| k.get_ref() == n).map(|k| (step, k)))
             else {
                 continue;
             };
+            let first = match step {
+                None => "the flow's `env`".to_owned(),
+                Some(name) => format!("step `{name}`'s `env`"),
+            };
             let d = self.warn(
-                item.span(),
+                key.span(),
                 &format!(
                     "the value of secret `{n}` is written in this file ({first}), and every run records the flow's \
                      definition, its `env` tables included, in the state database"
