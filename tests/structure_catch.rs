@@ -245,3 +245,25 @@ fn a_catch_handler_stopped_with_its_runner_shows_interrupted_and_runs_again_on_r
         assert_eq!(states(&env), ["caught", "succeeded"], "after SIG{signal}");
     }
 }
+
+/// An attempt that ends without a child, with nothing else running, leaves its step to its catch
+/// handler: the handler runs and the run goes on (the runner used to wait forever, for a child's
+/// exit that could not come). Two such attempts: one whose program cannot be started, and one whose
+/// timeout passed while it waited for the one slot.
+#[test]
+fn a_step_that_ends_without_a_child_is_caught_when_nothing_else_runs() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "max_parallel = 1\n\
+         [[step]]\nname = 'missing'\nrun = ['./no-such-program']\n\
+         catch = [{ exception_types = ['ActionExecutionNotStarted'], shell = 'echo caught $WAYMARK_ERROR_TYPE' }]\n\
+         [[step]]\nname = 'busy'\nshell = 'sleep 0.2'\n\
+         [[step]]\nname = 'queued'\nneeds = ['missing']\nrun = ['true']\ntimeout = '10ms'\n\
+         catch = [{ exception_types = ['ActionTimeout'], shell = 'echo caught $WAYMARK_ERROR_TYPE' }]\n",
+    );
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "missing | caught ActionExecutionNotStarted\nqueued | caught ActionTimeout\n");
+    assert_eq!(states(&env), ["caught", "succeeded", "caught"]);
+}

@@ -632,7 +632,16 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             let Some(&index) = self.agenda.pending.range(from..).next() else { break };
             from = index + 1;
             match self.steps[index].slot {
-                Slot::Queued { .. } => self.start(index).await?,
+                Slot::Queued { .. } => {
+                    self.start(index).await?;
+                    // An attempt that ended without a child (its program could not be started,
+                    // or its timeout passed while it waited for a slot) may leave its step
+                    // catching: its handler is looked at now, as no child's exit will wake the
+                    // loop for it.
+                    if matches!(self.steps[index].slot, Slot::Catching { .. }) {
+                        from = index;
+                    }
+                }
                 Slot::Catching { .. } if self.under_way_goes_on() => {
                     self.commit_held().await?;
                     self.start_handler(index).await?
