@@ -329,6 +329,10 @@ pub(crate) enum Event {
         outcome: AttemptEnd,
         #[serde(rename = "duration_ms", serialize_with = "millis")]
         duration: Duration,
+        /// Why a failed handler did not succeed (`exit status 3`, `its step's timeout passed`), for
+        /// the failure report; not part of the event's wire form.
+        #[serde(skip)]
+        why: Option<String>,
     },
     /// A compensation (`name`: its step) or a hook (`name`: `on_success`, `on_failure`,
     /// `on_exit`) started; `pid` is `None` when it could not be started.
@@ -903,6 +907,7 @@ pub(crate) mod tests {
                 attempt: 3,
                 outcome: AttemptEnd::Succeeded,
                 duration: Duration::from_millis(1500),
+                why: None,
             },
             Event::RunFinished {
                 outcome: RunOutcome::Succeeded,

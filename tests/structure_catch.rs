@@ -267,3 +267,49 @@ fn a_step_that_ends_without_a_child_is_caught_when_nothing_else_runs() {
     assert_eq!(stdout(&out), "missing | caught ActionExecutionNotStarted\nqueued | caught ActionTimeout\n");
     assert_eq!(states(&env), ["caught", "succeeded", "caught"]);
 }
+
+/// The failure report (all that `--quiet` prints, as under cron) says that the step's catch
+/// handler ran and why it did not succeed, with its log when it wrote one: without it, a handler
+/// that failed, or that the workflow's deadline stopped, left no trace in the report.
+#[test]
+fn the_failure_report_says_why_the_catch_handler_did_not_succeed() {
+    for (flow, said) in [
+        (
+            "[[step]]\nname = 'fetch'\nshell = 'exit 7'\n\
+             catch = [{ shell = 'echo no cache either >&2; exit 3' }]\n",
+            "its catch handler for CalledProcessError did not succeed (exit status 3), so the step fails with its \
+             error; its output: LOGS/catch-1.stderr",
+        ),
+        (
+            "timeout = '1s'\n[[step]]\nname = 'fetch'\nshell = 'exit 7'\ncatch = [{ shell = 'exec sleep 60' }]\n",
+            "its catch handler for CalledProcessError did not succeed (the workflow's deadline passed), so the step \
+             fails with its error; it wrote nothing",
+        ),
+    ] {
+        let env = Env::new();
+        env.write("flow.toml", flow);
+        let out = env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        let id = status(&env)["id"].as_str().unwrap().to_owned();
+        let logs = env.state().join("logs").join(&id).join("fetch");
+        let report = common::normalise_times(&common::stderr(&out))
+            .replace(&logs.display().to_string(), "LOGS")
+            .replace(&id, "RUN");
+        assert_eq!(
+            report,
+            format!(
+                "waymark: run RUN failed\n  \
+                 step fetch:\n    \
+                 attempt 1: started TIME, took DURATION: CalledProcessError(SubprocessError, Exception, \
+                 BaseException): exit status 7 [exit status]\n    \
+                 not retried: the step retries no error (it has no `retry`, or an empty `exception_types`)\n    \
+                 {said}\n    \
+                 stdout of attempt 1: nothing\n    \
+                 stderr of attempt 1: nothing\n    \
+                 logs: none (attempt 1 wrote nothing to stdout or stderr)\n  \
+                 run id: RUN (`waymark status RUN` shows it; `waymark resume RUN` runs its failed steps again with a \
+                 fresh budget)\n"
+            )
+        );
+    }
+}

@@ -1172,7 +1172,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 let name = step.name.clone();
                 self.emitter.emit(Event::HandlerStarted { step: name, attempt, error: error_class, pid: None });
                 self.emitter.warning(Some(&step.name), format!("its catch handler could not start: {why}"));
-                self.handler_done(index, row, AttemptOutcome::Failed, None, issued.elapsed()).await
+                let why = Some(format!("it could not start: {why}"));
+                self.handler_done(index, row, AttemptOutcome::Failed, None, issued.elapsed(), why).await
             }
         }
     }
@@ -1190,18 +1191,19 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             End::Exited(ExitKind::Code(code)) => (AttemptOutcome::Failed, Some(code)),
             End::Exited(ExitKind::Signal(_)) | End::TimedOut | End::Expired => (AttemptOutcome::Failed, None),
         };
-        if outcome == AttemptOutcome::Failed {
-            let why = match end {
-                End::Exited(ExitKind::Code(code)) => format!("exit status {code}"),
-                End::Exited(ExitKind::Signal(sig)) => format!("killed by {}", sig.name()),
-                End::TimedOut => "its step's timeout passed".to_owned(),
-                _ => "the workflow's deadline passed".to_owned(),
-            };
+        let why = (outcome == AttemptOutcome::Failed).then(|| match end {
+            End::Exited(ExitKind::Code(code)) => format!("exit status {code}"),
+            End::Exited(ExitKind::Signal(sig)) => format!("killed by {}", sig.name()),
+            End::TimedOut => "its step's timeout passed".to_owned(),
+            _ => "the workflow's deadline passed".to_owned(),
+        });
+        if let Some(why) = &why {
             let message = format!("its catch handler failed ({why}); the step fails with its error");
             self.emitter.warning(Some(&self.steps[index].step.name), message);
         }
         // To its process's exit, as an attempt's (its outcome's commit is not part of it).
-        self.handler_done(index, live.row, outcome, exit_code, exited.saturating_duration_since(live.issued)).await
+        let duration = exited.saturating_duration_since(live.issued);
+        self.handler_done(index, live.row, outcome, exit_code, duration, why).await
     }
 
     /// Commit how a catch handler ended (after `duration`) and what it does to its step, then say it.
@@ -1212,6 +1214,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         outcome: AttemptOutcome,
         exit_code: Option<i32>,
         duration: Duration,
+        why: Option<String>,
     ) -> Result<(), ExecError> {
         let (update, slot) = match outcome {
             AttemptOutcome::Succeeded => (StepUpdate::Caught, Slot::Caught),
@@ -1230,7 +1233,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             AttemptOutcome::Failed => AttemptEnd::Failed,
             AttemptOutcome::Cancelled => AttemptEnd::Cancelled,
         };
-        self.emitter.emit(Event::HandlerFinished { step: step.clone(), attempt, outcome: end, duration });
+        self.emitter.emit(Event::HandlerFinished { step: step.clone(), attempt, outcome: end, duration, why });
         match outcome {
             AttemptOutcome::Succeeded => {
                 self.emitter.emit(Event::StepFinished { step, outcome: StepOutcome::Caught, attempts });

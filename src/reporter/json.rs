@@ -304,7 +304,7 @@ pub(crate) fn wire(envelope: &Envelope) -> Option<Line<'_>> {
         Event::HandlerStarted { step, attempt, error, pid } => {
             ("catch.started", Fields::HandlerStarted { step, attempt: *attempt, error, pid: *pid })
         }
-        Event::HandlerFinished { step, attempt, outcome, duration } => (
+        Event::HandlerFinished { step, attempt, outcome, duration, .. } => (
             "catch.finished",
             Fields::HandlerFinished { step, attempt: *attempt, outcome: *outcome, duration_ms: millis(*duration) },
         ),

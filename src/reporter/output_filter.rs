@@ -313,6 +313,7 @@ mod tests {
                 attempt: 1,
                 outcome: AttemptEnd::Failed,
                 duration: Duration::ZERO,
+                why: None,
             },
             Event::AuxStarted { kind: crate::store::AuxKind::Compensate, name: "b".into(), pid: Some(3) },
             output("b", Stream::Stdout, "undoing\n"),

@@ -84,6 +84,8 @@ struct StepSeen {
     final_error: Option<ErrorValue>,
     /// The error class its catch handler ran for.
     handled: Option<String>,
+    /// Its catch handler failed: for the error of which attempt, and why.
+    handler_failed: Option<(u32, String)>,
     /// A retry was scheduled after its last attempt: a failed last attempt without one is the
     /// step's failure for good, for its catch handler.
     retry_scheduled: bool,
@@ -130,6 +132,7 @@ impl History {
                     skipped: None,
                     final_error: None,
                     handled: None,
+                    handler_failed: None,
                     retry_scheduled: false,
                 });
                 self.index.insert(step.to_owned(), self.steps.len() - 1);
@@ -202,6 +205,10 @@ impl History {
             }
             Event::RetryStopped { step, error, .. } => self.seen(step).final_error = Some(error.clone()),
             Event::HandlerStarted { step, error, .. } => self.seen(step).handled = Some(error.clone()),
+            Event::HandlerFinished { step, attempt, outcome, why, .. } => {
+                self.seen(step).handler_failed =
+                    (*outcome == AttemptEnd::Failed).then(|| (*attempt, why.clone().unwrap_or_default()));
+            }
             Event::StepFinished { step, outcome, attempts } => {
                 let seen = self.seen(step);
                 seen.ended = Some((*outcome, at));
@@ -356,6 +363,27 @@ impl History {
             let _ = writeln!(out, "    error: {} [{}]", f.error, f.error.source.describe());
         }
         let _ = writeln!(out, "    {}", f.stopped.explain(&f.error));
+        let exists = |p: &Path| std::fs::symlink_metadata(p).is_ok();
+        let seen = self.index.get(&f.step).map(|i| &self.steps[*i]);
+        if let Some((class, (attempt, why))) = seen.and_then(|s| s.handled.as_ref().zip(s.handler_failed.as_ref())) {
+            // Its output, in the logs that exist (a log is created on its first byte).
+            let stem = f.log_dir.join(format!("catch-{attempt}"));
+            let logs: Vec<String> = ["stdout", "stderr"]
+                .into_iter()
+                .map(|stream| stem.with_extension(stream))
+                .filter(|p| exists(p))
+                .map(|p| p.display().to_string())
+                .collect();
+            let output = if logs.is_empty() {
+                "it wrote nothing".to_owned()
+            } else {
+                format!("its output: {}", logs.join(", "))
+            };
+            let _ = writeln!(
+                out,
+                "    its catch handler for {class} did not succeed ({why}), so the step fails with its error; {output}"
+            );
+        }
         if f.last_attempt == 0 {
             return;
         }
@@ -382,7 +410,6 @@ impl History {
         // A log file is created on the first byte the attempt writes to its stream: name only
         // those that exist.
         let n = f.last_attempt;
-        let exists = |p: &Path| std::fs::symlink_metadata(p).is_ok();
         let _ = match (exists(&f.stdout_log), exists(&f.stderr_log)) {
             (true, true) => writeln!(out, "    logs: {}\n          {}", f.stdout_log.display(), f.stderr_log.display()),
             (true, false) => writeln!(
