@@ -535,3 +535,30 @@ fn an_outcome_and_its_retry_s_start_commit_together_or_not_at_all_on_both_backen
         assert!(new.token > lease.token, "{}", b.name);
     }
 }
+
+/// Review (784ef95): a column added to `waymark_steps` by another host's newer waymark (its
+/// migration) while this store's connection is open must not break this store's next read of
+/// the steps: `steps_in`'s `SELECT s.*` is now prepared once per connection, and PostgreSQL
+/// refuses to run a prepared statement whose result type changed ("cached plan must not change
+/// result type"). Before 784ef95 the text was prepared anew for every read, and the extra column
+/// was ignored.
+#[test]
+fn review_a_column_added_by_another_host_does_not_break_reading_the_steps() {
+    let Some(db) = fresh_database("review_a_column_added_by_another_host_does_not_break_reading_the_steps") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let flow = flow(dir.path(), "name = 'mig'\n[[step]]\nname = 'a'\nrun = ['true']\n");
+    let timing = LeaseTiming { ttl: Duration::from_secs(30), renew: Duration::from_secs(10) };
+    let key = lease_key(&FlowKey::named("mig"), host_id());
+    let Leased::Taken(_held) = FlowLease::try_take(&db.config, &db.location, &key, "h:1:a", timing).unwrap() else {
+        panic!("free")
+    };
+    let mut store = PgStore::open(&db.config, &db.location).unwrap();
+    let (run, _lease) = store.create_run(&flow, "hash", "h:1:a").unwrap();
+    assert_eq!(store.steps(&run.id).unwrap().len(), 1);
+    let mut admin = db.config.connect(::postgres::NoTls).unwrap();
+    admin.batch_execute("ALTER TABLE waymark_steps ADD COLUMN added_by_a_newer_waymark TEXT").unwrap();
+    let steps = store.steps(&run.id);
+    assert!(steps.is_ok(), "{}", steps.unwrap_err());
+}
