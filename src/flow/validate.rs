@@ -1354,3 +1354,23 @@ impl Defaults {
         d
     }
 }
+
+#[cfg(test)]
+mod review_shell_script {
+    use super::*;
+
+    fn run(args: &[&str]) -> Vec<Str> {
+        args.iter().map(|a| Str::new(0..0, (*a).to_owned())).collect()
+    }
+
+    /// Review (0a48cea): the script's index as sh, dash and bash take it. `-` ends the options
+    /// like `--` (`sh -c - 'echo $X'` runs `echo $X`), and bash's `--rcfile FILE` / `--init-file
+    /// FILE` take the next argument: in both cases `$X` is the script, which the shell expands,
+    /// yet it is warned about.
+    #[test]
+    fn review_the_script_after_a_lone_dash_or_a_long_option_s_value_is_found() {
+        assert_eq!(shell_script(&run(&["sh", "-c", "--", "$X"])), Some(3));
+        assert_eq!(shell_script(&run(&["sh", "-c", "-", "$X"])), Some(3));
+        assert_eq!(shell_script(&run(&["bash", "--rcfile", "/dev/null", "-c", "$X"])), Some(4));
+    }
+}
