@@ -10,8 +10,8 @@ Builds waymark (release) and the floor helper (bench/floor, its own package), in
 spawn, its resume half done, `check` of it and of 5,000 unknown names in one `needs`), step (a
 succeeding durable step, on disk and on tmpfs, against the spawn and flush floors; fsyncs per step
 and per run), postgres (the same step with the shared store on the PostgreSQL server at
-`$WAYMARK_TEST_PG`, as `bash .ci/postgres.sh start` prints it, and the messages the runner sends
-it per step; left out without one), dispatch (a step's cost in flows of 100, 1,000 and 10,000 steps), attempt (a failing
+`$WAYMARK_TEST_PG`, as `bash .ci/postgres.sh start` prints it, and the writes the runner makes
+to its socket per step; left out without one), dispatch (a step's cost in flows of 100, 1,000 and 10,000 steps), attempt (a failing
 attempt against the retry CLIs), backoff (lateness of a retry after its backoff, read from the
 child's side to the microsecond), timeout (from a step's timeout to its child's death), output
 (throughput and peak RSS against `sh -c 'cmd | cat > file'` with the echo on and
@@ -332,7 +332,7 @@ def bench_step(t, waymark, floor, work, rounds, steps=200):
 def bench_postgres(t, waymark, work, rounds, steps=200):
     """A succeeding step with the state in PostgreSQL (`$WAYMARK_TEST_PG`, a server the tests may
     use: every run goes into its database). Each statement is a round trip to the server: the
-    messages the runner sends it per step (strace, runs of 1 and 50 steps) count them."""
+    writes to its socket per step (sendto calls, strace, runs of 1 and 50 steps) count them."""
     url = os.environ.get("WAYMARK_TEST_PG")
     if not url:
         log("postgres: WAYMARK_TEST_PG is not set (eval \"$(bash .ci/postgres.sh start)\"): left out")
@@ -344,7 +344,13 @@ def bench_postgres(t, waymark, work, rounds, steps=200):
         write_steps(flow, steps, name=f"bench-pg-{os.getpid()}")
 
         def wm(binary):
-            return lambda: timed([binary, "run", "--quiet", flow], env=env)[0] / steps
+            def go():
+                sec, code, _ = timed([binary, "run", "--quiet", flow], env=env)
+                # A run that failed (the server refused it, a newer schema) timed nothing worth a row.
+                if code != 0:
+                    sys.exit(f"postgres: `{binary} run {flow}` exited {code} (run it by hand to see why)")
+                return sec / steps
+            return go
         res = interleave(rounds, {"waymark": wm(waymark), **({"baseline": wm(BASELINE)} if BASELINE else {})})
         t.add(f"succeeding step, PostgreSQL store ({steps}-step flow)", med_range(res["waymark"]))
         against_baseline(t, "succeeding step, PostgreSQL store", res)
@@ -355,12 +361,15 @@ def bench_postgres(t, waymark, work, rounds, steps=200):
                 sent = {}
                 for n in (1, 50):
                     write_steps(d / f"m{n}.toml", n, name=f"bench-pg-m{n}-{os.getpid()}")
-                    out = subprocess.run(["strace", "-f", "-c", "-e", "trace=sendto", "-o", "/dev/stderr", binary,
-                                          "run", "--quiet", d / f"m{n}.toml"], env=env, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.PIPE, text=True).stderr
+                    done = subprocess.run(["strace", "-f", "-c", "-e", "trace=sendto", "-o", "/dev/stderr", binary,
+                                           "run", "--quiet", d / f"m{n}.toml"], env=env, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.PIPE, text=True)
+                    if done.returncode != 0:
+                        sys.exit(f"postgres: `{binary} run` under strace exited {done.returncode}")
+                    out = done.stderr
                     sent[n] = sum(int(line.split()[3]) for line in out.splitlines() if line.split()[-1:] == ["sendto"])
-                t.add(f"messages to PostgreSQL per step{what}", f"{(sent[50] - sent[1]) / 49:.1f}",
-                      note="strace -f -c -e sendto, runs of 1 and 50 steps")
+                t.add(f"writes to PostgreSQL's socket per step{what}", f"{(sent[50] - sent[1]) / 49:.1f}",
+                      note="sendto calls (strace -f -c), runs of 1 and 50 steps")
 
 
 def bench_dispatch(t, waymark, work, rounds):

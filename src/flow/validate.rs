@@ -155,12 +155,13 @@ fn shell_script(run: &[Str]) -> Option<usize> {
     let (mut script, mut i) = (false, 1);
     while let Some(arg) = run.get(i).map(|a| a.get_ref().as_str()) {
         match arg {
-            "--" => {
+            // The end of the options (a lone `-` too, for sh and bash).
+            "--" | "-" => {
                 i += 1;
                 break;
             }
             // Options that take the next argument as their value.
-            "-o" | "+o" | "-O" | "+O" => i += 2,
+            "-o" | "+o" | "-O" | "+O" | "--rcfile" | "--init-file" => i += 2,
             // bash's long options (`--norc`).
             _ if arg.starts_with("--") => i += 1,
             _ if arg.len() > 1 && (arg.starts_with('-') || arg.starts_with('+')) => {
@@ -1356,21 +1357,25 @@ impl Defaults {
 }
 
 #[cfg(test)]
-mod review_shell_script {
+mod shell_script_tests {
     use super::*;
 
     fn run(args: &[&str]) -> Vec<Str> {
         args.iter().map(|a| Str::new(0..0, (*a).to_owned())).collect()
     }
 
-    /// Review (0a48cea): the script's index as sh, dash and bash take it. `-` ends the options
-    /// like `--` (`sh -c - 'echo $X'` runs `echo $X`), and bash's `--rcfile FILE` / `--init-file
-    /// FILE` take the next argument: in both cases `$X` is the script, which the shell expands,
-    /// yet it is warned about.
+    /// The script's index as sh, dash and bash take it: after the options, which `--` or a lone
+    /// `-` end (`sh -c - 'echo $X'` runs `echo $X`), and whose `-o NAME`, `--rcfile FILE` and
+    /// `--init-file FILE` take the next argument; none without `c` among them.
     #[test]
-    fn review_the_script_after_a_lone_dash_or_a_long_option_s_value_is_found() {
+    fn the_script_is_found_after_the_options_and_their_values() {
         assert_eq!(shell_script(&run(&["sh", "-c", "--", "$X"])), Some(3));
         assert_eq!(shell_script(&run(&["sh", "-c", "-", "$X"])), Some(3));
         assert_eq!(shell_script(&run(&["bash", "--rcfile", "/dev/null", "-c", "$X"])), Some(4));
+        assert_eq!(shell_script(&run(&["bash", "-o", "pipefail", "-ec", "$X", "$0"])), Some(4));
+        assert_eq!(shell_script(&run(&["sh", "-e", "$X"])), None);
+        assert_eq!(shell_script(&run(&["sh", "--", "-c", "$X"])), None);
+        assert_eq!(shell_script(&run(&["sh", "-c"])), None);
+        assert_eq!(shell_script(&run(&["env", "sh", "-c", "$X"])), None);
     }
 }

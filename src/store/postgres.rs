@@ -696,7 +696,7 @@ fn lost_to(holder: &str) -> String {
 /// A transaction of [`PgStore`] with its connection's prepared statements. A statement given
 /// as text is parsed by the server each time, a round trip before the one that runs it; the
 /// runner's statements ([`Tx::exec`] and its siblings) are parsed once per connection and then
-/// only run. Any other statement goes through the transaction itself (`Deref`). The statements
+/// only run. They name the columns they read: a prepared `*` fails once a column is added. Any other statement goes through the transaction itself (`Deref`). The statements
 /// are forgotten with the connection, and after any failed transaction.
 pub(crate) struct Tx<'t, 'c> {
     tx: Transaction<'c>,
@@ -1203,7 +1203,11 @@ fn run_in(tx: &mut Tx, id: &str) -> Result<Option<RunRecord>, Fail> {
 /// The steps of run `run_id` in flow order, each with its current attempt's process, read in `tx`.
 fn steps_in(tx: &mut Tx, run_id: &str) -> Result<Vec<StepRecord>, Fail> {
     let rows = tx.all(
-        "SELECT s.*, a.pid AS a_pid, a.proc_start AS a_start, a.attempt AS a_attempt
+        // Its columns named: a prepared `s.*` would fail once another host's newer waymark added
+        // a column ("cached plan must not change result type").
+        "SELECT s.name, s.state, s.attempts_used, s.budget_base, s.next_attempt, s.wake_at, s.current_row,
+                s.last_error, s.started_at, s.ended_at, s.outputs,
+                a.pid AS a_pid, a.proc_start AS a_start, a.attempt AS a_attempt
          FROM waymark_steps s LEFT JOIN waymark_attempts a ON a.row_id = s.current_row
          WHERE s.run_id = $1 ORDER BY s.position",
         &[&run_id],

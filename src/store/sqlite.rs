@@ -149,7 +149,8 @@ CREATE INDEX attempts_by_step ON attempts (run_id, step, attempt);
 
 pub struct SqliteStore {
     conn: Connection,
-    /// How many commits were made with `synchronous=FULL` (see [`Self::write`]).
+    /// How many durable writes were committed, each with `synchronous=FULL` (see [`Self::write`];
+    /// one that changed nothing has nothing to flush).
     flushed: u64,
     path: PathBuf,
     /// `path` as shown in messages (see [`Store::location`]).

@@ -536,15 +536,12 @@ fn an_outcome_and_its_retry_s_start_commit_together_or_not_at_all_on_both_backen
     }
 }
 
-/// Review (784ef95): a column added to `waymark_steps` by another host's newer waymark (its
-/// migration) while this store's connection is open must not break this store's next read of
-/// the steps: `steps_in`'s `SELECT s.*` is now prepared once per connection, and PostgreSQL
-/// refuses to run a prepared statement whose result type changed ("cached plan must not change
-/// result type"). Before 784ef95 the text was prepared anew for every read, and the extra column
-/// was ignored.
+/// A column that another host's newer waymark adds to `waymark_steps` (its migration) while this
+/// store's connection is open does not break this store's next read of the steps: a prepared
+/// `SELECT s.*` would ("cached plan must not change result type").
 #[test]
-fn review_a_column_added_by_another_host_does_not_break_reading_the_steps() {
-    let Some(db) = fresh_database("review_a_column_added_by_another_host_does_not_break_reading_the_steps") else {
+fn a_column_another_host_adds_does_not_break_reading_the_steps() {
+    let Some(db) = fresh_database("a_column_another_host_adds_does_not_break_reading_the_steps") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
