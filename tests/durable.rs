@@ -187,16 +187,34 @@ fn status_shows_a_step_whose_attempt_died_with_an_earlier_runner_interrupted_whi
     let _ = finish(runner);
     // Stopped by the signal, the run is interrupted: `b` runs again on resume. Its attempt, which
     // died with its runner, still counts, as README says; the signal cancelled `a`'s redelivered
-    // attempt, which does not (it runs again under its number).
+    // attempt, which does not (it runs again under its number). The line under `b` says what ended
+    // its attempt, its runner's death, as `status --attempts` and `logs` do, not the interruption
+    // of the runner after it (it said `the run was interrupted`).
     let (text, _) = status_text(&env, "resumed");
     assert_eq!(
         text.lines().skip(1).collect::<Vec<_>>(),
         [
             "  a                    interrupted  attempts 0/1  Ns",
             "  b                    interrupted  attempts 1/1  Ns",
-            &format!("  {:20} attempt 1 did not finish: the run was interrupted; it runs again on resume", ""),
+            &format!("  {:20} attempt 1 did not finish: its runner died; it runs again on resume", ""),
         ],
         "{text}"
+    );
+    let listed = common::normalise_status_durations(&common::normalise_times(&stdout_of(
+        &env,
+        &["status", "resumed", "--attempts"],
+    )));
+    assert_eq!(
+        listed.lines().skip(1).collect::<Vec<_>>(),
+        [
+            "  a                    interrupted  attempts 0/1  Ns",
+            "                       attempt 1: started TIME, its runner died before it ended",
+            "                       attempt 1 (redelivered): started TIME, took DURATION: cancelled",
+            "  b                    interrupted  attempts 1/1  Ns",
+            "                       attempt 1 did not finish: its runner died; it runs again on resume",
+            "                       attempt 1: started TIME, its runner died before it ended",
+        ],
+        "{listed}"
     );
 }
 
@@ -305,9 +323,9 @@ fn the_summary_table_counts_a_step_left_under_way_by_an_earlier_runner_as_status
         [
             "  a                    interrupted  attempts 0/1  Ns",
             "  b                    interrupted  attempts 1/1  Ns",
-            "                       attempt 1 did not finish: the run was interrupted; it runs again on resume",
+            "                       attempt 1 did not finish: its runner died; it runs again on resume",
             "  c                    interrupted  attempts 1/1  Ns",
-            "                       attempt 1 did not finish: the run was interrupted; it runs again on resume",
+            "                       attempt 1 did not finish: its runner died; it runs again on resume",
         ],
         "{text}"
     );

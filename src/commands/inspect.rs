@@ -328,17 +328,19 @@ fn shown_state(step: &StepRecord, attempts: &[&AttemptRecord], run: &RunRecord, 
 /// the run made and the new one has not run again yet (it waits for a slot): the claim that made
 /// the new runner the run's recorded every attempt left running as `runner_lost`, in the same
 /// transaction, so the step's attempt in flight is the new runner's only while it is `running`
-/// (`attempt 2 did not finish: its runner died; the run's new runner runs it again`). `None` for
-/// any other step.
+/// (`attempt 2 did not finish: its runner died; the run's new runner runs it again`). If a signal
+/// stops that new runner before it runs the step again, the attempt still died with its runner,
+/// as `status --attempts` and `logs` say of it: `its runner died; it runs again on resume`, not
+/// `the run was interrupted`. `None` for any other step.
 fn stopped_with_runner(
     step: &StepRecord,
     last: Option<&AttemptRecord>,
     run: &RunRecord,
     runner_alive: bool,
 ) -> Option<String> {
+    let earlier = last.is_some_and(|a| a.outcome == AttemptState::RunnerLost);
     let (what, again) = match &step.state {
         StepState::InFlight { attempt, .. } if runner_alive => {
-            let earlier = last.is_some_and(|a| a.outcome == AttemptState::RunnerLost);
             return earlier.then(|| {
                 format!("attempt {attempt} did not finish: its runner died; the run's new runner runs it again")
             });
@@ -354,6 +356,11 @@ fn stopped_with_runner(
     let why = match run.status {
         RunStatus::Abandoned => format!("the run was abandoned, so it never runs{again}"),
         RunStatus::Running => "its runner died; it runs again on resume".to_owned(),
+        // An attempt that died with an earlier runner (the claim recorded it `runner_lost`) did
+        // not end with the interruption of the runner after it.
+        RunStatus::Interrupted if earlier && matches!(step.state, StepState::InFlight { .. }) => {
+            "its runner died; it runs again on resume".to_owned()
+        }
         RunStatus::Interrupted => "the run was interrupted; it runs again on resume".to_owned(),
         RunStatus::Succeeded | RunStatus::Failed => return None,
     };
