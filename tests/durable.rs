@@ -288,6 +288,77 @@ fn logs_of_an_attempt_that_died_with_an_earlier_runner_of_a_resumed_run_say_its_
     check("once a signal stopped the new runner");
 }
 
+/// `logs` of a cancelled attempt that wrote nothing says that it was cancelled, as `status
+/// --attempts` does (`took DURATION: cancelled`), and, of the step's last attempt
+/// in an interrupted run, that it runs again on resume (it said only `wrote nothing to stdout or
+/// stderr`, as of an attempt that ended of itself): `a`'s redelivered attempt in a resumed run
+/// that a signal stopped; `b`'s attempt that a signal to the first runner cancelled, while a new
+/// runner holds the run (it waits for a slot there) and once a signal stopped that runner too; and
+/// one that `fail_fast` cancelled in a run that failed, which never runs again.
+#[test]
+fn logs_of_a_cancelled_attempt_that_wrote_nothing_say_it_was_cancelled() {
+    let logs = |env: &Env, flow: &str, args: &[&str]| {
+        let mut all = vec!["logs", flow];
+        all.extend(args);
+        let out = env.cmd(&all).output().unwrap();
+        assert!(out.status.success(), "{all:?}: {}", stderr(&out));
+        assert_eq!(String::from_utf8(out.stdout.clone()).unwrap(), "", "{all:?}");
+        stderr(&out)
+    };
+    let env = Env::new();
+    let runner = resumed_with_two_steps_waiting(&env);
+    kill(runner.id(), "TERM");
+    assert_eq!(finish(runner).status.code(), Some(143));
+    assert_eq!(
+        logs(&env, "resumed", &["a"]),
+        "waymark: attempt 1 of step `a` wrote nothing to stdout or stderr (it was cancelled; it runs again on resume)\n"
+    );
+    assert_eq!(
+        logs(&env, "resumed", &["a", "--attempt", "1", "--stream", "stderr"]),
+        "waymark: attempt 1 of step `a` wrote nothing to stderr (it was cancelled; it runs again on resume)\n"
+    );
+
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'cut'\nmax_parallel = 2\n\
+         [[step]]\nname = 'a'\nneeds = []\nshell = 'echo $$ >> a.pids; exec sleep 300'\n\
+         [[step]]\nname = 'b'\nneeds = []\nshell = 'echo $$ >> b.pids; exec sleep 300'\n",
+    );
+    let first = env.spawn(&["run", "flow.toml"]);
+    env.wait_for_lines("a.pids", 1);
+    env.wait_for_lines("b.pids", 1);
+    kill(first.id(), "TERM");
+    assert_eq!(finish(first).status.code(), Some(143));
+    let runner = env.spawn(&["run", "--max-parallel", "1", "flow.toml"]);
+    env.wait_for_lines("a.pids", 2);
+    // The new runner runs it again once it has a slot: nothing is said of when.
+    assert_eq!(
+        logs(&env, "cut", &["b"]),
+        "waymark: attempt 1 of step `b` wrote nothing to stdout or stderr (it was cancelled)\n"
+    );
+    kill(runner.id(), "TERM");
+    assert_eq!(finish(runner).status.code(), Some(143));
+    assert_eq!(
+        logs(&env, "cut", &["b"]),
+        "waymark: attempt 1 of step `b` wrote nothing to stdout or stderr (it was cancelled; it runs again on resume)\n"
+    );
+
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'fast'\nfail_fast = true\n\
+         [[step]]\nname = 'a'\nneeds = []\nshell = 'for i in $(seq 1200); do [ -s b.pid ] && break; sleep 0.05; done; exit 1'\n\
+         [[step]]\nname = 'b'\nneeds = []\nshell = 'echo $$ > b.pid; exec sleep 300'\n",
+    );
+    assert_eq!(env.cmd(&["run", "flow.toml"]).output().unwrap().status.code(), Some(1));
+    assert_eq!(json(&env, &["status", "fast", "--json"])["status"], "failed");
+    assert_eq!(
+        logs(&env, "fast", &["b"]),
+        "waymark: attempt 1 of step `b` wrote nothing to stdout or stderr (it was cancelled)\n"
+    );
+}
+
 /// The summary table that `out`, the plain output of a runner, ended with: its lines from the
 /// header on, normalised as [`common::normalise_plain`] does.
 fn summary_table(out: &std::process::Output) -> Vec<String> {

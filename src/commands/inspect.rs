@@ -800,6 +800,16 @@ pub(crate) fn logs(
             AttemptState::Running | AttemptState::RunnerLost => note!(
                 "waymark: attempt {n} of step `{step}` wrote nothing to {streams} (it did not finish: its runner died)"
             ),
+            // Cancelled, as `status --attempts` says, and not an attempt that ended of itself. The
+            // step's last attempt in an interrupted run is run again, under its number, on resume.
+            AttemptState::Cancelled => {
+                let last = attempts.last().is_some_and(|a| std::ptr::eq(a, chosen));
+                let again = match last && run.status == RunStatus::Interrupted {
+                    true => "; it runs again on resume",
+                    false => "",
+                };
+                note!("waymark: attempt {n} of step `{step}` wrote nothing to {streams} (it was cancelled{again})")
+            }
             _ => note!("waymark: attempt {n} of step `{step}` wrote nothing to {streams}"),
         }
     }
