@@ -218,6 +218,62 @@ fn status_shows_a_step_whose_attempt_died_with_an_earlier_runner_interrupted_whi
     );
 }
 
+/// The same for a catch handler: one that died with the first runner (SIGKILL) while its step's
+/// new runner waits for a slot is not running, whatever the store says (`catching`): `status`
+/// shows the step `interrupted`, its handler to be run again by the new runner; after a signal
+/// stops that runner too, the handler still died with its runner.
+#[test]
+fn status_shows_a_step_whose_catch_handler_died_with_an_earlier_runner_interrupted_while_the_run_is_resumed() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'caught'\nmax_parallel = 2\n\
+         [[step]]\nname = 'x'\nneeds = []\nshell = 'echo $$ >> x.pids; exec sleep 300'\n\
+         [[step]]\nname = 'a'\nneeds = []\nshell = 'exit 3'\n\
+         catch = [{ exception_types = ['CalledProcessError'], shell = 'echo $$ >> h.pids; exec sleep 300' }]\n",
+    );
+    let first = env.spawn(&["run", "flow.toml"]);
+    env.wait_for_lines("x.pids", 1);
+    env.wait_for_lines("h.pids", 1);
+    kill(first.id(), "KILL");
+    let _ = finish(first);
+    // The new runner runs `x` again, the first in the file; `a`'s handler waits for the slot.
+    let runner = env.spawn(&["run", "--max-parallel", "1", "flow.toml"]);
+    env.wait_for_lines("x.pids", 2);
+    let (text, st) = status_text(&env, "caught");
+    assert_eq!(st["runner_alive"], true, "{st}");
+    let error = format!(
+        "  {:20} last error: CalledProcessError(SubprocessError, Exception, BaseException): exit status 3 [exit status]",
+        ""
+    );
+    let under = format!("  {:20} its catch handler for CalledProcessError did not finish: its runner died;", "");
+    assert_eq!(
+        text.lines().skip(1).collect::<Vec<_>>(),
+        [
+            "  x                    running      attempts 1/1  Ns",
+            "  a                    interrupted  attempts 1/1  Ns",
+            &error,
+            &format!("{under} the run's new runner runs it again"),
+        ],
+        "{text}"
+    );
+    let states: Vec<&str> = st["steps"].as_array().unwrap().iter().map(|s| s["state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["running", "interrupted"], "{st}");
+    kill(runner.id(), "TERM");
+    let _ = finish(runner);
+    let (text, _) = status_text(&env, "caught");
+    assert_eq!(
+        text.lines().skip(1).collect::<Vec<_>>(),
+        [
+            "  x                    interrupted  attempts 0/1  Ns",
+            "  a                    interrupted  attempts 1/1  Ns",
+            &error,
+            &format!("{under} it runs again on resume"),
+        ],
+        "{text}"
+    );
+}
+
 /// A run whose runner was SIGKILLed while steps `a`, `b` (it wrote a line to stdout) and `c` (it
 /// wrote nothing) ran, resumed by a new runner with one slot: it runs `a` again, `b` and `c` wait
 /// for the slot. Returns that runner, once `a` runs again.

@@ -308,12 +308,13 @@ pub(super) fn find_run(store: &dyn Store, state: &StateDir, target: Option<&str>
 /// What `status` shows as a step's state: its stored state, except that a pending step whose last
 /// attempt was cancelled by a signal to the runner is `interrupted` (in a run that failed, a step
 /// cancelled by `fail_fast` or the deadline stays `pending`), and so is a step whose attempt or
-/// catch handler was running in a run that no runner holds, or whose attempt an earlier runner of
-/// the run made ([`stopped_with_runner`]): nothing of it is running, whatever the store says.
+/// catch handler was running in a run that no runner holds, or whose attempt or catch handler an
+/// earlier runner of the run made ([`stopped_with_runner`]): nothing of it is running, whatever
+/// the store says.
 fn shown_state(step: &StepRecord, attempts: &[&AttemptRecord], run: &RunRecord, runner_alive: bool) -> &'static str {
     let last = attempts.last().copied();
     let cut_short = step.cut_short(last) && run.status != RunStatus::Failed;
-    match cut_short || stopped_with_runner(step, last, run, runner_alive).is_some() {
+    match cut_short || stopped_with_runner(step, run, runner_alive).is_some() {
         true => "interrupted",
         false => step.state.status().as_str(),
     }
@@ -324,28 +325,16 @@ fn shown_state(step: &StepRecord, attempts: &[&AttemptRecord], run: &RunRecord, 
 /// run), as the line under its line in `status` says it: `attempt 2 did not finish: its runner
 /// died; it runs again on resume`, `its catch handler for CLASS did not finish: ...`. It runs
 /// again when the run is resumed, or, in an abandoned run, never. So is a step of a run that a
-/// new runner holds whose attempt (`last`, the last of the step's attempts) an earlier runner of
-/// the run made and the new one has not run again yet (it waits for a slot): the claim that made
-/// the new runner the run's recorded every attempt left running as `runner_lost`, in the same
-/// transaction, so the step's attempt in flight is the new runner's only while it is `running`
-/// (`attempt 2 did not finish: its runner died; the run's new runner runs it again`). If a signal
-/// stops that new runner before it runs the step again, the attempt still died with its runner,
-/// as `status --attempts` and `logs` say of it: `its runner died; it runs again on resume`, not
-/// `the run was interrupted`. `None` for any other step.
-fn stopped_with_runner(
-    step: &StepRecord,
-    last: Option<&AttemptRecord>,
-    run: &RunRecord,
-    runner_alive: bool,
-) -> Option<String> {
-    let earlier = last.is_some_and(|a| a.outcome == AttemptState::RunnerLost);
+/// new runner holds whose attempt or catch handler in flight an earlier runner of the run made
+/// and the new one has not run again yet (it waits for a slot): the claim that made the new
+/// runner the run's recorded everything left running as `runner_lost` ([`StepRecord::lost`])
+/// (`attempt 2 did not finish: its runner died; the run's new runner runs it again`, `its catch
+/// handler for CLASS did not finish: ...`). If a signal stops that new runner before it runs the
+/// step again, what was in flight still died with its runner, as `status --attempts` and `logs`
+/// say of it: `its runner died; it runs again on resume`, not `the run was interrupted`. `None`
+/// for any other step.
+fn stopped_with_runner(step: &StepRecord, run: &RunRecord, runner_alive: bool) -> Option<String> {
     let (what, again) = match &step.state {
-        StepState::InFlight { attempt, .. } if runner_alive => {
-            return earlier.then(|| {
-                format!("attempt {attempt} did not finish: its runner died; the run's new runner runs it again")
-            });
-        }
-        _ if runner_alive => return None,
         StepState::InFlight { attempt, .. } => (format!("attempt {attempt}"), " again"),
         StepState::Catching { .. } => {
             let class = step.last_error.as_ref().map(|e| format!(" for {}", e.class)).unwrap_or_default();
@@ -353,14 +342,16 @@ fn stopped_with_runner(
         }
         _ => return None,
     };
+    if runner_alive {
+        return step
+            .lost
+            .then(|| format!("{what} did not finish: its runner died; the run's new runner runs it again"));
+    }
     let why = match run.status {
         RunStatus::Abandoned => format!("the run was abandoned, so it never runs{again}"),
         RunStatus::Running => "its runner died; it runs again on resume".to_owned(),
-        // An attempt that died with an earlier runner (the claim recorded it `runner_lost`) did
-        // not end with the interruption of the runner after it.
-        RunStatus::Interrupted if earlier && matches!(step.state, StepState::InFlight { .. }) => {
-            "its runner died; it runs again on resume".to_owned()
-        }
+        // What died with an earlier runner did not end with the interruption of the runner after it.
+        RunStatus::Interrupted if step.lost => "its runner died; it runs again on resume".to_owned(),
         RunStatus::Interrupted => "the run was interrupted; it runs again on resume".to_owned(),
         RunStatus::Succeeded | RunStatus::Failed => return None,
     };
@@ -602,7 +593,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         if let Some(e) = &s.last_error {
             out.push_str(&format!("  {:<name_width$} last error: {e} [{}]\n", "", e.source.describe()));
         }
-        if let Some(what) = stopped_with_runner(s, of_step(&s.name).last().copied(), &run, runner_alive) {
+        if let Some(what) = stopped_with_runner(s, &run, runner_alive) {
             out.push_str(&format!("  {:<name_width$} {what}\n", ""));
         }
         if let Some(e) = run_failed_with(s) {

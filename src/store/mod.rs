@@ -282,6 +282,11 @@ pub struct StepRecord {
     /// What the step's succeeded attempt wrote to its `WAYMARK_OUTPUT` file (secrets hidden);
     /// empty until it succeeds (schema 5).
     pub(crate) outputs: BTreeMap<String, String>,
+    /// Its attempt or catch handler in flight ([`StepState::InFlight`], or
+    /// [`StepState::Catching`] with a handler) died with an earlier runner of the run: the claim
+    /// that made a new runner the run's recorded it `runner_lost`. The new runner has not run it
+    /// again yet (that makes a new one, in flight instead).
+    pub(crate) lost: bool,
 }
 
 impl StepRecord {
@@ -303,6 +308,7 @@ impl StepRecord {
             started_at: None,
             ended_at: None,
             outputs: BTreeMap::new(),
+            lost: false,
         }
     }
 }

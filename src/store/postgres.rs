@@ -1207,7 +1207,7 @@ fn steps_in(tx: &mut Tx, run_id: &str) -> Result<Vec<StepRecord>, Fail> {
         // a column ("cached plan must not change result type").
         "SELECT s.name, s.state, s.attempts_used, s.budget_base, s.next_attempt, s.wake_at, s.current_row,
                 s.last_error, s.started_at, s.ended_at, s.outputs,
-                a.pid AS a_pid, a.proc_start AS a_start, a.attempt AS a_attempt
+                a.pid AS a_pid, a.proc_start AS a_start, a.attempt AS a_attempt, a.outcome AS a_outcome
          FROM waymark_steps s LEFT JOIN waymark_attempts a ON a.row_id = s.current_row
          WHERE s.run_id = $1 ORDER BY s.position",
         &[&run_id],
@@ -1250,7 +1250,10 @@ fn step_from_row(run_id: &str, r: &::postgres::Row) -> Result<StepRecord, Fail> 
         Some(json) => serde_json::from_str(&json)
             .map_err(|e| badly(format!("its outputs are not a JSON object of strings: {e}")))?,
     };
+    let lost = matches!(&state, StepState::InFlight { .. } | StepState::Catching { in_flight: Some(_), .. })
+        && r.get::<_, Option<&str>>("a_outcome") == Some("runner_lost");
     Ok(StepRecord {
+        lost,
         state,
         attempts_used: u(r.get("attempts_used")),
         budget_base: u(r.get("budget_base")),

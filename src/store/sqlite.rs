@@ -863,11 +863,12 @@ impl Store for SqliteStore {
                 // Read by position below: 0 name, 1 state, 2 attempts_used, 3 budget_base,
                 // 4 next_attempt, 5 wake_at, 6 current_row, 7 last_error, 8 started_at,
                 // 9 ended_at, 10 the attempt's pid, 11 its process start, 12 its number, 13 outputs,
-                // 14 position. Read in the primary key's order and put in order of position below:
+                // 14 position, 15 the outcome of the attempt or handler in flight. Read in the primary key's order and put in order of position below:
                 // an `ORDER BY` sorted every row (all columns) in SQLite, about a third of reading
                 // a 10,000-step run.
                 "SELECT s.name, s.state, s.attempts_used, s.budget_base, s.next_attempt, s.wake_at, s.current_row,
-                        s.last_error, s.started_at, s.ended_at, a.pid, a.proc_start, a.attempt, {}, s.position
+                        s.last_error, s.started_at, s.ended_at, a.pid, a.proc_start, a.attempt, {}, s.position,
+                        a.outcome
                  FROM steps s LEFT JOIN attempts a ON a.row = s.current_row
                  WHERE s.run_id = ?1",
                 self.step_outputs_sql
@@ -916,6 +917,10 @@ impl Store for SqliteStore {
                     })?,
                 };
                 let position: i64 = r.get(14)?;
+                // Borrowed, as the state is.
+                let lost =
+                    matches!(&state, StepState::InFlight { .. } | StepState::Catching { in_flight: Some(_), .. })
+                        && r.get_ref(15)?.as_str_or_null().map_err(|e| bad(e.to_string()))? == Some("runner_lost");
                 Ok((
                     position,
                     StepRecord {
@@ -927,6 +932,7 @@ impl Store for SqliteStore {
                         started_at: r.get::<_, Option<i64>>(8)?.map(from_millis),
                         ended_at: r.get::<_, Option<i64>>(9)?.map(from_millis),
                         outputs,
+                        lost,
                     },
                 ))
             })
