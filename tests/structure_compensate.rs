@@ -405,3 +405,66 @@ fn status_names_no_log_for_a_compensation_that_wrote_nothing_to_stderr() {
         )
     );
 }
+
+/// A hook that fails does not change how the run ended (exit 0), but `--quiet`, which otherwise
+/// prints nothing when the run succeeds, says it on stderr: which hook, how it failed and where
+/// its output is (only the logs it wrote: a log is created on its first byte); the plain mode's
+/// warning says the same.
+#[test]
+fn a_failed_hook_is_said_under_quiet_with_how_it_failed_and_its_log() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "[hooks]\non_success = 'echo cannot notify >&2; exit 5'\non_exit = ['/nonexistent/notify']\n\
+         [[step]]\nname = 'a'\nrun = ['true']\n",
+    );
+    let out = env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    let id = run_id(&env);
+    let log = env.state().join("logs").join(&id).join("hooks").join("on_success.stderr");
+    assert_eq!(
+        common::stderr(&out),
+        format!(
+            "waymark: warning: run {id}: hook on_success failed (exit status 5); its output: {}\n\
+             waymark: warning: run {id}: hook on_exit failed (it could not start: program `/nonexistent/notify` \
+             not found); it wrote nothing\n",
+            log.display()
+        )
+    );
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "cannot notify\n");
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let id = run_id(&env);
+    let log = env.state().join("logs").join(&id).join("hooks").join("on_success.stderr");
+    let err = stderr(&out);
+    for line in [
+        format!("waymark: warning: hook on_success failed (exit status 5); its output: {}", log.display()),
+        "waymark: warning: hook on_exit failed (it could not start: program `/nonexistent/notify` not found); it \
+         wrote nothing"
+            .to_owned(),
+    ] {
+        assert!(err.lines().any(|l| l == line), "missing {line:?} in:\n{err}");
+    }
+}
+
+/// A failed run's `--quiet` report is followed by its failed hook's line.
+#[test]
+fn a_failed_hook_of_a_failed_run_follows_the_quiet_failure_report() {
+    let env = Env::new();
+    env.write("flow.toml", "[hooks]\non_failure = 'exit 7'\n[[step]]\nname = 'a'\nrun = ['false']\n");
+    let out = env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", common::stderr(&out));
+    let id = run_id(&env);
+    let said = common::stderr(&out);
+    let lines: Vec<&str> = said.lines().collect();
+    assert_eq!(lines[0], format!("waymark: run {id} failed"));
+    assert_eq!(
+        lines[lines.len() - 2..],
+        [
+            format!(
+                "  run id: {id} (`waymark status {id}` shows it; `waymark resume {id}` runs its failed steps again with a fresh budget)"
+            ),
+            format!("waymark: warning: run {id}: hook on_failure failed (exit status 7); it wrote nothing"),
+        ]
+    );
+}

@@ -1353,7 +1353,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             max_attempts: 1,
             redelivered: false,
             row,
-            stem,
+            stem: stem.clone(),
             deadline: step.timeout.map(|t| issued + t),
             outputs: self.outputs.env().collect(),
             aux: Some(Aux { what: what.clone(), command, env }),
@@ -1395,11 +1395,30 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         };
         // To its process's exit, as an attempt's (its outcome's commit is not part of it).
         let duration = ended.saturating_duration_since(issued);
-        self.emitter.emit(Event::AuxFinished { kind, name: name.to_owned(), outcome: end, duration });
+        // A hook's failure says where its output is: the logs that exist (a log is created on its
+        // first byte).
+        let failed = why.as_ref().filter(|_| kind == AuxKind::Hook).map(|why| {
+            let why = match pid {
+                Some(_) => why.clone(),
+                None => format!("it could not start: {why}"),
+            };
+            let logs: Vec<String> = ["stdout", "stderr"]
+                .into_iter()
+                .map(|stream| stem.with_extension(stream))
+                .filter(|p| std::fs::symlink_metadata(p).is_ok())
+                .map(|p| p.display().to_string())
+                .collect();
+            match logs.is_empty() {
+                true => format!("failed ({why}); it wrote nothing"),
+                false => format!("failed ({why}); its output: {}", logs.join(", ")),
+            }
+        });
+        let warning = failed.as_ref().map(|failed| format!("hook {name} {failed}"));
+        self.emitter.emit(Event::AuxFinished { kind, name: name.to_owned(), outcome: end, duration, failed });
         if let Some(why) = why {
-            let message = match kind {
-                AuxKind::Compensate => format!("its compensation failed ({why}); the other compensations go on"),
-                AuxKind::Hook => format!("hook {name} failed ({why})"),
+            let message = match (kind, warning) {
+                (AuxKind::Hook, Some(warning)) => warning,
+                _ => format!("its compensation failed ({why}); the other compensations go on"),
             };
             let step = (kind == AuxKind::Compensate).then_some(name);
             self.emitter.warning(step, message);

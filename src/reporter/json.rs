@@ -311,14 +311,14 @@ pub(crate) fn wire(envelope: &Envelope) -> Option<Line<'_>> {
         Event::AuxStarted { kind: AuxKind::Compensate, name, pid } => {
             ("compensation.started", Fields::Compensation { step: name, pid: *pid })
         }
-        Event::AuxFinished { kind: AuxKind::Compensate, name, outcome, duration } => (
+        Event::AuxFinished { kind: AuxKind::Compensate, name, outcome, duration, .. } => (
             "compensation.finished",
             Fields::CompensationFinished { step: name, outcome: *outcome, duration_ms: millis(*duration) },
         ),
         Event::AuxStarted { kind: AuxKind::Hook, name, pid } => {
             ("hook.started", Fields::Hook { hook: name, pid: *pid })
         }
-        Event::AuxFinished { kind: AuxKind::Hook, name, outcome, duration } => {
+        Event::AuxFinished { kind: AuxKind::Hook, name, outcome, duration, .. } => {
             ("hook.finished", Fields::HookFinished { hook: name, outcome: *outcome, duration_ms: millis(*duration) })
         }
     };

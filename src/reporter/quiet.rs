@@ -1,11 +1,13 @@
 //! `--quiet`, for cron: nothing at all while the run goes well, so a good night sends no mail;
 //! the failure report on stderr when the run fails, and one line when a signal interrupted it
-//! (it resumes on the next run). Child output is in the logs only, and notices (warnings, waiting
-//! for the lock) are not shown.
+//! (it resumes on the next run); and after either, or alone when the run succeeded, one line per
+//! hook that failed, so that a failed notification hook leaves a trace. Child output is in the
+//! logs only, and notices (warnings, waiting for the lock) are not shown.
 
 use super::report::History;
 use super::terminal::Terminal;
 use crate::events::{Envelope, Event, Reporter, RunOutcome};
+use crate::store::AuxKind;
 
 pub(crate) struct QuietReporter {
     /// Opened when there is something to say, so that a run that succeeds never touches stdout
@@ -13,15 +15,24 @@ pub(crate) struct QuietReporter {
     terminal: Option<Terminal>,
     run_id: String,
     history: History,
+    /// The lines of the hooks that failed, said at the run's end (after its report).
+    hooks_failed: Vec<String>,
 }
 
 impl QuietReporter {
     pub(crate) fn new() -> QuietReporter {
-        QuietReporter { terminal: None, run_id: String::new(), history: History::default() }
+        QuietReporter { terminal: None, run_id: String::new(), history: History::default(), hooks_failed: Vec::new() }
     }
 
     fn say(&mut self, text: String) {
         self.terminal.get_or_insert_with(Terminal::open).say(text);
+    }
+
+    /// Say the failed hooks' lines not said yet.
+    fn say_hooks(&mut self) {
+        for line in std::mem::take(&mut self.hooks_failed) {
+            self.say(line);
+        }
     }
 }
 
@@ -53,13 +64,22 @@ impl Reporter for QuietReporter {
                 let run = &self.run_id;
                 self.say(format!("waymark: run {run} interrupted; `waymark run` again resumes it\n"));
             }
+            Event::AuxFinished { kind: AuxKind::Hook, name, failed: Some(failed), .. } => {
+                let run = &self.run_id;
+                self.hooks_failed.push(format!("waymark: warning: run {run}: hook {name} {failed}\n"));
+            }
             _ => {}
+        }
+        if matches!(envelope.event, Event::RunFinished { .. }) {
+            self.say_hooks();
         }
     }
 }
 
 impl Drop for QuietReporter {
     fn drop(&mut self) {
+        // A run that stopped without its end (waymark's own failure) still says its failed hooks.
+        self.say_hooks();
         if let Some(terminal) = &mut self.terminal {
             let run = &self.run_id;
             terminal.close(
