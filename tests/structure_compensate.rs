@@ -468,3 +468,66 @@ fn a_failed_hook_of_a_failed_run_follows_the_quiet_failure_report() {
         ]
     );
 }
+
+/// `status` lists the hooks that ran at the run's end, each with how it ended and the logs it
+/// wrote (text and `--json`'s `hooks`); a run without hooks lists none.
+#[test]
+fn status_says_which_hooks_ran_how_they_ended_and_where_their_output_is() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "[hooks]\non_failure = 'echo notifying; echo cannot notify >&2; exit 5'\n\
+         on_exit = ['/nonexistent/notify']\n\
+         [[step]]\nname = 'a'\nrun = ['false']\n",
+    );
+    assert_eq!(env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap().status.code(), Some(1));
+    let logs = env.state().join("logs").join("RUN").join("hooks");
+    assert_eq!(
+        status_text(&env),
+        format!(
+            "run RUN of flow (PATH): failed, started TIME, ended TIME\n  \
+             a                    failed     attempts 1/1  Ns\n  \
+             {:20} last error: CalledProcessError(SubprocessError, Exception, BaseException): exit status 1 \
+             [exit status]\n\
+             hooks:\n  \
+             on_failure           failed     exit status 5; its output: {}, {}\n  \
+             on_exit              failed     it could not start\n",
+            "",
+            logs.join("on_failure.stdout").display(),
+            logs.join("on_failure.stderr").display(),
+        )
+    );
+    let out = env.cmd(&["status", "--json"]).output().unwrap();
+    let st: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = st["id"].as_str().unwrap();
+    let logs = env.state().join("logs").join(id).join("hooks");
+    let hooks: Vec<_> = st["hooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            assert!(h["started_at"].is_string() && h["ended_at"].is_string() && h["duration_ms"].is_u64(), "{h}");
+            (h["hook"].clone(), h["outcome"].clone(), h["exit_code"].clone(), h["stdout"].clone(), h["stderr"].clone())
+        })
+        .collect();
+    assert_eq!(
+        hooks,
+        [
+            (
+                Value::from("on_failure"),
+                Value::from("failed"),
+                Value::from(5),
+                Value::from(logs.join("on_failure.stdout").display().to_string()),
+                Value::from(logs.join("on_failure.stderr").display().to_string()),
+            ),
+            (Value::from("on_exit"), Value::from("failed"), Value::Null, Value::Null, Value::Null),
+        ]
+    );
+    // A run with no hooks: no such section, and an empty list.
+    env.write("flow.toml", "[[step]]\nname = 'a'\nrun = ['true']\n");
+    assert_eq!(env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap().status.code(), Some(0));
+    assert!(!status_text(&env).contains("hooks"));
+    let out = env.cmd(&["status", "--json"]).output().unwrap();
+    let st: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(st["hooks"], serde_json::json!([]));
+}

@@ -452,6 +452,84 @@ impl Compensation<'_> {
     }
 }
 
+/// A hook of run `run` as `status` shows it: how it ended ([`seen`]), whether a later run of the
+/// same hook is recorded (`again`), and its logs that exist (a log is created on its first byte).
+struct HookRun<'a> {
+    aux: &'a AuxRun,
+    outcome: AttemptState,
+    again: bool,
+    stdout: Option<PathBuf>,
+    stderr: Option<PathBuf>,
+}
+
+impl HookRun<'_> {
+    /// Its state word and what follows it on its line: `succeeded`, `failed  exit status 5; its
+    /// output: .../hooks/on_success.stderr`, `interrupted  a signal stopped it; it runs again on
+    /// resume`.
+    fn text(&self, run: &RunRecord, runner_alive: bool) -> (&'static str, String) {
+        let unfinished = |why: &str| {
+            let next = match (self.again, run.status) {
+                (true, _) => "; it ran again",
+                (false, RunStatus::Interrupted | RunStatus::Running) if !runner_alive => "; it runs again on resume",
+                (false, _) => "",
+            };
+            format!("{why}{next}")
+        };
+        let (word, mut detail) = match self.outcome {
+            AttemptState::Succeeded => ("succeeded", String::new()),
+            // A hook has no timeout: without an exit status it was killed, or never started.
+            AttemptState::Failed => (
+                "failed",
+                match (self.aux.exit_code, self.aux.pid) {
+                    (Some(code), _) => format!("exit status {code}"),
+                    (None, Some(_)) => "killed by a signal".to_owned(),
+                    (None, None) => "it could not start".to_owned(),
+                },
+            ),
+            AttemptState::Running => ("running", String::new()),
+            AttemptState::Cancelled => ("interrupted", unfinished("a signal stopped it")),
+            AttemptState::RunnerLost => ("interrupted", unfinished("its runner died before it ended")),
+        };
+        let logs: Vec<String> =
+            [&self.stdout, &self.stderr].into_iter().flatten().map(|p| p.display().to_string()).collect();
+        if !logs.is_empty() {
+            let sep = if detail.is_empty() { "" } else { "; " };
+            detail.push_str(&format!("{sep}its output: {}", logs.join(", ")));
+        }
+        (word, detail)
+    }
+
+    fn json(&self) -> Value {
+        let (ended, took) = end_and_ms(self.outcome, self.aux.started_at, self.aux.ended_at);
+        json!({
+            "hook": self.aux.name,
+            "outcome": self.outcome.as_str(),
+            "started_at": time(self.aux.started_at),
+            "ended_at": opt_time(ended),
+            "duration_ms": took,
+            "exit_code": self.aux.exit_code,
+            "stdout": self.stdout,
+            "stderr": self.stderr,
+        })
+    }
+}
+
+/// The hooks recorded of a run's ending, in the order they started ([`HookRun`]).
+fn hook_runs<'a>(aux: &'a [AuxRun], runner_alive: bool, stem: &dyn Fn(&str) -> PathBuf) -> Vec<HookRun<'a>> {
+    let mine: Vec<&AuxRun> = aux.iter().filter(|a| a.kind == AuxKind::Hook).collect();
+    let log = |name: &str, stream: &str| Some(stem(name).with_extension(stream)).filter(|p| p.exists());
+    mine.iter()
+        .enumerate()
+        .map(|(i, a)| HookRun {
+            aux: a,
+            outcome: seen(a.outcome, runner_alive),
+            again: mine[i + 1..].iter().any(|b| b.name == a.name),
+            stdout: log(&a.name, "stdout"),
+            stderr: log(&a.name, "stderr"),
+        })
+        .collect()
+}
+
 /// The compensations recorded of a run, in the order they started ([`Compensation`]).
 fn compensations<'a>(aux: &'a [AuxRun], runner_alive: bool, stderr: &dyn Fn(&str) -> PathBuf) -> Vec<Compensation<'a>> {
     let mine: Vec<&AuxRun> = aux.iter().filter(|a| a.kind == AuxKind::Compensate).collect();
@@ -537,6 +615,8 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
     let aux = store.aux_runs(&run.id)?;
     let stderr = |name: &str| state.aux_stem(&run.id, AuxKind::Compensate, name).with_extension("stderr");
     let compensations = compensations(&aux, runner_alive, &stderr);
+    let hook_stem = |name: &str| state.aux_stem(&run.id, AuxKind::Hook, name);
+    let hooks = hook_runs(&aux, runner_alive, &hook_stem);
     if json {
         print_json(&json!({
             "id": run.id, "flow": run.flow, "path": run.flow_path, "status": run.status.as_str(),
@@ -545,6 +625,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
             "runner_alive": runner_alive, "steps": rows,
             "compensated": !compensations.is_empty(),
             "compensations": compensations.iter().map(Compensation::json).collect::<Vec<_>>(),
+            "hooks": hooks.iter().map(HookRun::json).collect::<Vec<_>>(),
         }))?;
         return Ok(EXIT_OK);
     }
@@ -671,6 +752,16 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
                 "{what}; `waymark run --fresh {}` starts the flow anew\n",
                 shell_word(&run.flow_path.to_string_lossy())
             ));
+        }
+    }
+    if !hooks.is_empty() {
+        out.push_str("hooks:\n");
+        let texts: Vec<_> = hooks.iter().map(|h| h.text(&run, runner_alive)).collect();
+        let state_width = texts.iter().map(|(word, _)| word.len() + 1).max().unwrap_or(0).max(10);
+        for (h, (word, detail)) in hooks.iter().zip(&texts) {
+            let line = format!("  {:<name_width$} {word:<state_width$} {detail}", h.aux.name);
+            out.push_str(line.trim_end());
+            out.push('\n');
         }
     }
     super::output::print(out)?;
