@@ -531,3 +531,41 @@ fn status_says_which_hooks_ran_how_they_ended_and_where_their_output_is() {
     let st: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(st["hooks"], serde_json::json!([]));
 }
+
+/// A run interrupted by a signal during `on_success` has every step succeeded: `status` says,
+/// under the run's line, that its hooks are what is left and that resuming runs them (the hook
+/// the signal stopped again, and those after it); once resumed, the line is gone.
+#[test]
+fn status_of_a_run_interrupted_in_its_hooks_says_the_hooks_run_on_resume() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "[hooks]\non_success = 'if [ -e second ]; then exit 0; fi; echo x > hook-started; exec sleep 60'\n\
+         on_exit = ['true']\n\
+         [[step]]\nname = 'a'\nrun = ['true']\n",
+    );
+    let out = env.run_until("hook-started", "INT");
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    assert_eq!(
+        status_text(&env),
+        "run RUN of flow (PATH): interrupted, started TIME, ended TIME\n  \
+         its steps are done, but its hooks are not: on_success, on_exit run when the run is resumed \
+         (`waymark resume RUN`)\n  \
+         a                    succeeded  attempts 1/1  Ns\n\
+         hooks:\n  \
+         on_success           interrupted  a signal stopped it; it runs again on resume\n"
+    );
+    env.write("second", "");
+    let id = run_id(&env);
+    let out = env.cmd(&["resume", "--quiet", &id]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        status_text(&env),
+        "run RUN of flow (PATH): succeeded, started TIME, ended TIME\n  \
+         a                    succeeded  attempts 1/1  Ns\n\
+         hooks:\n  \
+         on_success           interrupted  a signal stopped it; it ran again\n  \
+         on_success           succeeded\n  \
+         on_exit              succeeded\n"
+    );
+}

@@ -530,6 +530,53 @@ fn hook_runs<'a>(aux: &'a [AuxRun], runner_alive: bool, stem: &dyn Fn(&str) -> P
         .collect()
 }
 
+/// Of a run that no runner holds (interrupted, or its runner gone) whose steps are all done but
+/// whose hooks are not: what its resume runs, as the runner decides it (the compensations of a
+/// run that fails, then `on_failure` or `on_success`, then `on_exit`, each unless it finished).
+/// Its steps all show done, so this is what says the run is not.
+fn hooks_left(
+    run: &RunRecord,
+    runner_alive: bool,
+    flow: Option<&Flow>,
+    steps: &[StepRecord],
+    aux: &[AuxRun],
+) -> Option<String> {
+    if runner_alive || !matches!(run.status, RunStatus::Interrupted | RunStatus::Running) {
+        return None;
+    }
+    let done = |s: &StepRecord| {
+        matches!(s.state, StepState::Succeeded | StepState::Caught | StepState::Failed | StepState::Skipped)
+    };
+    if steps.is_empty() || !steps.iter().all(done) {
+        return None;
+    }
+    let flow = flow?;
+    let finished = |kind: AuxKind, name: &str| aux.iter().any(|a| a.kind == kind && a.name == name && a.finished);
+    let failed = steps.iter().any(|s| s.state == StepState::Failed);
+    let hooks = &flow.hooks;
+    let first = if failed { ("on_failure", &hooks.on_failure) } else { ("on_success", &hooks.on_success) };
+    let left: Vec<&str> = [first, ("on_exit", &hooks.on_exit)]
+        .into_iter()
+        .filter(|(name, command)| command.is_some() && !finished(AuxKind::Hook, name))
+        .map(|(name, _)| name)
+        .collect();
+    if left.is_empty() {
+        return None;
+    }
+    let compensating = failed
+        && steps.iter().any(|s| {
+            s.state == StepState::Succeeded
+                && flow.steps.iter().any(|f| f.name == s.name && f.compensate.is_some())
+                && !finished(AuxKind::Compensate, &s.name)
+        });
+    let verb = if left.len() == 1 { "runs" } else { "run" };
+    let what = match compensating {
+        true => format!("its compensations and hooks are not: the compensations, then {}, {verb}", left.join(", ")),
+        false => format!("its hooks are not: {} {verb}", left.join(", ")),
+    };
+    Some(format!("its steps are done, but {what} when the run is resumed (`waymark resume {}`)", run.id))
+}
+
 /// The compensations recorded of a run, in the order they started ([`Compensation`]).
 fn compensations<'a>(aux: &'a [AuxRun], runner_alive: bool, stderr: &dyn Fn(&str) -> PathBuf) -> Vec<Compensation<'a>> {
     let mine: Vec<&AuxRun> = aux.iter().filter(|a| a.kind == AuxKind::Compensate).collect();
@@ -643,6 +690,9 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         time(run.started_at),
         run.ended_at.map(|e| format!(", ended {}", time(e))).unwrap_or_default()
     );
+    if let Some(line) = hooks_left(&run, runner_alive, flow.as_ref(), &steps, &aux) {
+        out.push_str(&format!("  {line}\n"));
+    }
     // The state column fits the longest state shown (`interrupted`) with two spaces after it.
     let state_width = rows.iter().map(|r| r["state"].as_str().map_or(1, str::len) + 1).max().unwrap_or(0).max(10);
     // So does the step column (20 at least), and the lines under a step's line start below its state.
