@@ -292,6 +292,21 @@ impl Validator<'_> {
         }
     }
 
+    /// An error when a `shell` command line is empty or only blanks: `/bin/sh -c` would run
+    /// nothing and succeed, as if the step (handler, hook) had done its work. `key` names the
+    /// field in the message; `help` says what to write instead.
+    fn blank_shell(&mut self, span: std::ops::Range<usize>, script: &str, key: &str, help: &str) -> bool {
+        // What /bin/sh takes for the space between words: a line of them is no command.
+        if !script.chars().all(|c| matches!(c, ' ' | '\t' | '\n')) {
+            return false;
+        }
+        let what = if script.is_empty() { "is empty" } else { "holds only whitespace" };
+        let d = self.error(span, &format!("{key} {what}: /bin/sh -c would run nothing and succeed"));
+        d.label = "no command".into();
+        d.help = Some(help.into());
+        true
+    }
+
     fn flow(&mut self, mut raw: RawFlow, path: &Path) -> Flow {
         let name = match &raw.name {
             Some(n) => {
@@ -605,6 +620,14 @@ impl Validator<'_> {
                 Some(Command::Run(argv.iter().map(|a| a.get_ref().clone()).collect()))
             }
             RawCommand::Shell(script) => {
+                if self.blank_shell(
+                    raw.span(),
+                    script,
+                    "the command line",
+                    "write the command line to run, `\"command arg\"`, or a list `[\"program\", \"arg\"]`",
+                ) {
+                    return None;
+                }
                 self.no_nul(&Spanned::new(raw.span(), script.clone()), "a shell command");
                 Some(Command::Shell(script.clone()))
             }
@@ -1095,6 +1118,13 @@ impl Validator<'_> {
                 Some(Command::Run(run.get_ref().iter().map(|a| a.get_ref().clone()).collect()))
             }
             (None, Some(shell)) => {
+                self.blank_shell(
+                    shell.span(),
+                    shell.get_ref(),
+                    "`shell`",
+                    "write `shell = \"command arg\"` or `run = [\"program\", \"arg\"]`, or leave out both to swallow \
+                     the error",
+                );
                 self.no_nul(shell, "a shell command");
                 Some(Command::Shell(shell.get_ref().clone()))
             }
@@ -1220,6 +1250,12 @@ impl Validator<'_> {
                 Some(Command::Run(Vec::new()))
             }
             (None, Some(shell)) => {
+                self.blank_shell(
+                    shell.span(),
+                    shell.get_ref(),
+                    "`shell`",
+                    "write `shell = \"command arg\"` or `run = [\"program\", \"arg\"]`",
+                );
                 self.no_nul(shell, "a shell command");
                 Some(Command::Shell(shell.get_ref().clone()))
             }
