@@ -748,10 +748,24 @@ impl Reader<'_> {
             match value.get_ref() {
                 DeValue::String(s) => out.push((name, Some(Spanned::new(value.span(), s.to_string())))),
                 DeValue::Table(t) => {
-                    for (k, _) in t {
+                    for (k, v) in t {
+                        // `NAME = { default = "x" }`: the default is the value itself, as written.
+                        let default = match v.get_ref() {
+                            DeValue::String(_) if k.get_ref() == "default" => Some(self.text(v.span()).to_owned()),
+                            _ if k.get_ref() == "default" => self.quote_help(v).and(quoted(self.text(v.span()))),
+                            _ => None,
+                        };
+                        let help = match default {
+                            Some(value) => format!(
+                                "a parameter's default is its value: write `{0} = {value}`, or `{0} = {{}}` for a \
+                                 parameter that must be given with `--param {0}=VALUE`",
+                                key.get_ref()
+                            ),
+                            None => format!("a required parameter is an empty table: {forms}"),
+                        };
                         let d = Diagnostic::error(k.span(), format!("`{}`: unknown key", join(&path, k.get_ref())))
                             .label("unknown key")
-                            .help(Some(format!("a required parameter is an empty table: {forms}")));
+                            .help(Some(help));
                         self.diags.push(d);
                     }
                     out.push((name, None));
