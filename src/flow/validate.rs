@@ -215,13 +215,20 @@ impl Validator<'_> {
 
     /// When programs are searched ([`ProgramSearch`]), a warning for `program` if it is on no
     /// directory of the PATH it would be started with: `step_path` (a step's `env` PATH), else
-    /// the flow's `env` PATH, else waymark's own. `whose` names the `env` to set PATH in.
-    fn search_program(&mut self, program: &Str, step_path: Option<&String>, workdir: &Path, whose: &str) {
+    /// the flow's `env` PATH, else waymark's own. `whose` names the `env` to set PATH in. A
+    /// program written with a `/` is not searched: a warning if it is no executable file, a
+    /// relative path counting from the working directory, which the second of `workdir` names.
+    fn search_program(&mut self, program: &Str, step_path: Option<&String>, workdir: (&Path, &str), whose: &str) {
+        let (workdir, base) = workdir;
         if self.search.is_none() {
             return;
         }
         let name = program.get_ref();
-        if name.is_empty() || name.contains('/') || name.contains('\0') {
+        if name.is_empty() || name.contains('\0') {
+            return;
+        }
+        if name.contains('/') {
+            self.program_at_path(program, workdir, base);
             return;
         }
         let (path, from) = match (step_path, &self.flow_path_env, &self.own_path) {
@@ -261,6 +268,74 @@ impl Validator<'_> {
         if !found {
             self.program_not_on_path(program, &path, from, whose);
         }
+    }
+
+    /// A warning for `program` named by a path (with a `/`) that is not an executable file: it
+    /// is not searched on PATH, and a relative one counts from the working directory (`base`
+    /// says which, in words), as for its process. The file may still appear before the run
+    /// starts: a warning, not an error.
+    fn program_at_path(&mut self, program: &Str, workdir: &Path, base: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        let name = program.get_ref();
+        let (what, label, help) = match std::fs::metadata(workdir.join(name)) {
+            Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => return,
+            Ok(m) if m.is_dir() => {
+                ("is a directory".to_owned(), "a directory", "name the program's file, not a directory".to_owned())
+            }
+            Ok(m) if m.is_file() => (
+                "is not executable".to_owned(),
+                "not executable",
+                "make it executable (`chmod +x`) before the run starts, or correct the path".to_owned(),
+            ),
+            Ok(_) => (
+                "is not a regular file".to_owned(),
+                "not a file",
+                "correct the path: it must name an executable file when the run starts".to_owned(),
+            ),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => (
+                "does not exist".to_owned(),
+                "not found",
+                "create it before the run starts, or correct the path (a program written with a `/` is run from \
+                 that path, not looked up on PATH)"
+                    .to_owned(),
+            ),
+            Err(e) => (
+                format!("cannot be checked ({e})"),
+                "not checked",
+                "correct the path, or make sure the run can reach it".to_owned(),
+            ),
+        };
+        let message = match Path::new(name).is_absolute() {
+            true => format!("program `{name}` {what}"),
+            false => format!("program `{name}` {what} (relative to {base})"),
+        };
+        let d = self.warn(program.span(), &message);
+        d.label = label.into();
+        d.help = Some(help);
+    }
+
+    /// A warning when a step's `workdir` is not a directory now: the step could not start in it.
+    fn workdir_exists(&mut self, raw: &Str, workdir: &Path) {
+        let what = match std::fs::metadata(workdir) {
+            Ok(m) if m.is_dir() => return,
+            Ok(_) => "is not a directory".to_owned(),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => {
+                "does not exist".to_owned()
+            }
+            Err(e) => format!("cannot be checked ({e})"),
+        };
+        let written = raw.get_ref();
+        let message = match Path::new(written).is_absolute() {
+            true => format!("the working directory `{written}` {what}"),
+            false => format!("the working directory `{written}` {what} (relative to the flow file's directory)"),
+        };
+        let d = self.warn(raw.span(), &message);
+        let (label, help) = match what.as_str() {
+            "is not a directory" => ("not a directory", "correct the path: a step cannot start in a file"),
+            _ => ("not found", "create it before the run starts, or correct the path: a step cannot start without it"),
+        };
+        d.label = label.into();
+        d.help = Some(help.into());
     }
 
     /// The warning for `program` (without a `/`), an executable file in no directory of `path`
@@ -367,7 +442,7 @@ impl Validator<'_> {
             if let RawCommand::Run(argv) = hook.get_ref()
                 && let Some(program) = argv.first()
             {
-                self.search_program(program, None, dir, "flow's");
+                self.search_program(program, None, (dir, "the flow file's directory"), "flow's");
             }
         }
         let mut policies = BTreeMap::new();
@@ -1296,7 +1371,12 @@ impl Validator<'_> {
         let workdir = match &more.workdir {
             Some(w) => {
                 self.no_nul(w, "a working directory");
-                dir.join(w.get_ref())
+                let workdir = dir.join(w.get_ref());
+                // Where programs are searched, so is the directory they are started in.
+                if self.search.is_some() && !w.get_ref().contains('\0') {
+                    self.workdir_exists(w, &workdir);
+                }
+                workdir
             }
             None => dir.to_owned(),
         };
@@ -1312,8 +1392,14 @@ impl Validator<'_> {
                 RawCommand::Run(argv) => argv.first(),
                 RawCommand::Shell(_) => None,
             }));
+        // Words for a warning (see `program_at_path`): made only where programs are searched.
+        let base = match &more.workdir {
+            _ if self.search.is_none() => String::new(),
+            Some(w) => format!("the step's `workdir`, `{}`", w.get_ref()),
+            None => "the flow file's directory, the step's working directory".to_owned(),
+        };
         for program in programs {
-            self.search_program(program, env.get("PATH"), &workdir, "step's");
+            self.search_program(program, env.get("PATH"), (&workdir, &base), "step's");
         }
         if let (Some(Command::Run(argv)), Some(run)) = (&mut command, &mut raw.run) {
             *argv = run.get_mut().iter_mut().map(|a| std::mem::take(a.get_mut())).collect();
