@@ -273,20 +273,21 @@ fn precedence_is_step_env_then_flow_env_then_env_file_then_inherited() {
 #[test]
 fn a_bad_env_file_is_exit_2_naming_the_file_and_line_and_nothing_runs() {
     let env = Env::new();
-    env.write("flow.toml", "env_file = '.env'\n[[step]]\nname = 'a'\nrun = ['touch', 'ran']\n");
+    env.write("flow.toml", "# the secrets\nenv_file = '.env'\n[[step]]\nname = 'a'\nrun = ['touch', 'ran']\n");
     let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
+    // The file and line of the `env_file` that names it, as the path was given.
     assert_eq!(
         normalise(&env, &stderr(&out)),
-        "error: cannot read the env file DIR/.env: No such file or directory (os error 2); nothing ran: fix the \
-         env file, then run again\n"
+        "error: flow.toml:2: `env_file`: cannot read the env file DIR/.env: No such file or directory (os error 2); \
+         nothing ran: correct the `env_file` path or make the file readable, then run again\n"
     );
     env.write(".env", "GOOD=1\nexport BROKEN LINE\nQUOTED='never closed\n");
     let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         normalise(&env, &stderr(&out)),
-        "error: the env file DIR/.env cannot be read as dotenv:\n  \
+        "error: flow.toml:2: `env_file`: the env file DIR/.env cannot be read as dotenv:\n  \
          DIR/.env:2: `export BROKEN LINE` is not `KEY=value`: write `NAME=value`, or start the line with `#` to \
          make it a comment\n  \
          DIR/.env:3: the closing ' of `QUOTED`'s value is missing: add it where the value ends\n\
@@ -294,6 +295,26 @@ fn a_bad_env_file_is_exit_2_naming_the_file_and_line_and_nothing_runs() {
     );
     assert!(!env.path("ran").exists());
     assert_eq!(json_of(&env, &["history", "--json"]), json!([]), "no run was recorded");
+}
+
+/// `waymark resume` reads the env file the run recorded: a missing one is named with the flow
+/// file whose `env_file` recorded it, and the run is left as it was.
+#[test]
+fn a_missing_env_file_on_resume_names_the_recorded_env_file() {
+    let env = Env::new();
+    env.write(".env", "A=1\n");
+    env.write("flow.toml", "env_file = '.env'\n[[step]]\nname = 'a'\nshell = 'test -e ok'\n");
+    assert_eq!(env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap().status.code(), Some(1));
+    std::fs::remove_file(env.path(".env")).unwrap();
+    let id = json_of(&env, &["history", "--json"])[0]["id"].as_str().unwrap().to_owned();
+    let out = env.cmd(&["resume", &id]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        normalise(&env, &stderr(&out)),
+        "error: DIR/flow.toml: `env_file` (as recorded when run ID started): cannot read the env file DIR/.env: No \
+         such file or directory (os error 2); nothing ran: put a readable env file at that path, then run again to \
+         resume run ID\n"
+    );
 }
 
 /// Parameter values are recorded with the run: one that holds a secret's value is refused.

@@ -12,7 +12,7 @@
 
 use super::{CliError, EXIT_FAILED, EXIT_OK, FlowGuard, open_store, print_warnings};
 use crate::events::{AbandonReason, Earlier, EarlierAttempt, Emitter, Event, NoticeKind, RunOutcome};
-use crate::executor::environment::RunEnv;
+use crate::executor::environment::{EnvFileError, RunEnv};
 use crate::executor::{ExecError, RunSpec, RunnerSignals, kill_leftovers};
 use crate::flow::model::shell_word;
 use crate::flow::params::ParamError;
@@ -70,10 +70,14 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
     // parameter's value, none holding a secret (the values are recorded), and a readable env file.
     // It takes the loaded flow (not a copy: it may have 10,000 steps) and gives it back with its
     // parameter values.
+    // Where the file names its env file, for a message about it; and which one, to tell whether a
+    // resumed run's recorded definition names the same.
+    let here = EnvFileAt::File { shown: flow_path, source: &loaded.source };
+    let env_file_here = loaded.flow.env_file.clone();
     let new_run = |mut flow: Flow| -> Result<(Flow, RunEnv), CliError> {
         let values = resolved.clone().map_err(|e| CliError::Usage(format!("{e}; nothing ran")))?;
         flow.param_values = values;
-        let env = run_env(&flow, None)?;
+        let env = run_env(&flow, None, here)?;
         if let Some(name) = flow.param_values.iter().find(|(_, v)| env.secrets.redact(v) != **v).map(|(k, _)| k) {
             return Err(CliError::Usage(format!(
                 "the value of `--param {name}` holds the value of a variable of `secret_env`; parameter values are \
@@ -142,7 +146,11 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
                 None => recorded_flow(&old, store.location())?,
             };
             params_differ(&old, &recorded, params, flow_path)?;
-            let env = run_env(&recorded, Some(&old.id))?;
+            let at = match recorded.env_file == env_file_here {
+                true => here,
+                false => EnvFileAt::Recorded { run_id: &old.id, flow_path: &old.flow_path },
+            };
+            let env = run_env(&recorded, Some(&old.id), at)?;
             events.set_run(&old.id);
             if moved {
                 events.notice(
@@ -183,18 +191,51 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
     execute(state, store, lock, signals, events, owned, Schedule { max_parallel, reopened: false })
 }
 
+/// Where the `env_file` of the flow a runner runs is written, for a message about the env file.
+#[derive(Clone, Copy)]
+enum EnvFileAt<'a> {
+    /// In the flow file as loaded now: its path as the user gave it, and its text.
+    File { shown: &'a Path, source: &'a str },
+    /// In the definition run `run_id` recorded when it started from `flow_path` (the file may
+    /// have changed since).
+    Recorded { run_id: &'a str, flow_path: &'a Path },
+}
+
+impl EnvFileAt<'_> {
+    /// "FILE:LINE: `env_file`: " (the line of the key, found only now that it is needed), or the
+    /// recorded definition's.
+    fn prefix(self) -> String {
+        match self {
+            EnvFileAt::File { shown, source } => match flow::top_level_key_line(source, "env_file") {
+                Some(line) => format!("{}:{line}: `env_file`: ", shown.display()),
+                None => format!("{}: `env_file`: ", shown.display()),
+            },
+            EnvFileAt::Recorded { run_id, flow_path } => {
+                format!("{}: `env_file` (as recorded when run {run_id} started): ", flow_path.display())
+            }
+        }
+    }
+}
+
 /// What this runner gives the run's attempts besides `flow`: its env file, read now, and its
-/// secrets. A bad env file is a usage error; nothing ran (`resuming`: the run that was to resume).
-fn run_env(flow: &Flow, resuming: Option<&str>) -> Result<RunEnv, CliError> {
+/// secrets. A bad env file is a usage error, named with the `env_file` field that names it
+/// (`at`); nothing ran (`resuming`: the run that was to resume).
+fn run_env(flow: &Flow, resuming: Option<&str>, at: EnvFileAt<'_>) -> Result<RunEnv, CliError> {
     RunEnv::prepare(flow, |name| std::env::var_os(name)).map_err(|e| {
+        let fix = match (&e, resuming) {
+            // A resumed run reads the path it recorded, whatever the file says now.
+            (EnvFileError::Read { .. }, Some(_)) => "put a readable env file at that path",
+            (EnvFileError::Read { .. }, None) => "correct the `env_file` path or make the file readable",
+            _ => "fix the env file",
+        };
         let e = e.to_string();
         // After a list of bad lines, on a line of its own.
         let sep = if e.contains('\n') { "\n" } else { "; " };
         let then = match resuming {
-            Some(id) => format!("nothing ran: fix the env file, then run again to resume run {id}"),
-            None => "nothing ran: fix the env file, then run again".to_owned(),
+            Some(id) => format!("nothing ran: {fix}, then run again to resume run {id}"),
+            None => format!("nothing ran: {fix}, then run again"),
         };
-        CliError::Usage(format!("{e}{sep}{then}"))
+        CliError::Usage(format!("{}{e}{sep}{then}", at.prefix()))
     })
 }
 
@@ -407,7 +448,7 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, mode: Mode) -> 
     }
     // Its env file is read before the run is touched: a bad one leaves it as it was.
     let flow = recorded_flow(&record, store.location())?;
-    let env = run_env(&flow, Some(run_id))?;
+    let env = run_env(&flow, Some(run_id), EnvFileAt::Recorded { run_id, flow_path: &record.flow_path })?;
     if record.status == RunStatus::Failed {
         store.reopen_failed(run_id)?;
     }

@@ -100,6 +100,15 @@ pub(crate) fn load(path: &Path) -> Result<Loaded, LoadError> {
     }
 }
 
+/// The 1-based line of the top-level key `key` in the flow text `source`, if it is written
+/// there: for a message about that key's value found wrong after loading (an `env_file` that
+/// cannot be read when a run starts). Parses the text: call it only for such a message.
+pub(crate) fn top_level_key_line(source: &str, key: &str) -> Option<usize> {
+    let doc = toml::de::DeTable::parse(source).ok()?;
+    let span = doc.get_ref().iter().find(|(k, _)| k.get_ref() == key)?.0.span();
+    Some(diagnostic::Lines::new(source).line_of(span.start) + 1)
+}
+
 /// The flow text in `bytes`; for a file that is not UTF-8, the text to draw instead (invalid
 /// bytes replaced, everything before the first one unchanged) and the diagnostic pointing at
 /// the first invalid byte.
