@@ -317,6 +317,41 @@ fn a_missing_env_file_on_resume_names_the_recorded_env_file() {
     );
 }
 
+/// `waymark run` of a flow whose interrupted run it resumes: a missing env file is named at the
+/// file's `env_file` line while the file names the path the run recorded, and by the recorded
+/// definition once it names another (the run resumes with the recorded one).
+#[test]
+fn a_missing_env_file_when_run_resumes_names_the_env_file_line_or_the_recorded_one() {
+    if !common::have_crash_hook("a_missing_env_file_when_run_resumes_names_the_env_file_line_or_the_recorded_one") {
+        return;
+    }
+    let env = Env::new();
+    env.write(".env", "A=1\n");
+    let flow = "name = 'nightly'\nenv_file = '.env'\n[[step]]\nname = 'a'\nrun = ['true']\n\
+                [[step]]\nname = 'b'\nneeds = ['a']\nrun = ['touch', 'ran']\n";
+    env.write("flow.toml", flow);
+    let out = env.cmd(&["run", "flow.toml"]).env("WAYMARK_TEST_CRASH_AFTER", "a").output().unwrap();
+    assert_eq!(out.status.signal(), Some(9), "{}", stderr(&out));
+    std::fs::remove_file(env.path(".env")).unwrap();
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        normalise(&env, &stderr(&out)),
+        "error: flow.toml:2: `env_file`: cannot read the env file DIR/.env: No such file or directory (os error 2); \
+         nothing ran: put a readable env file at that path, then run again to resume run ID\n"
+    );
+    env.write("flow.toml", &flow.replace("'.env'", "'.env.new'"));
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        normalise(&env, &stderr(&out)),
+        "error: DIR/flow.toml: `env_file` (as recorded when run ID started): cannot read the env file DIR/.env: No \
+         such file or directory (os error 2); nothing ran: put a readable env file at that path, then run again to \
+         resume run ID\n"
+    );
+    assert!(!env.path("ran").exists());
+}
+
 /// Parameter values are recorded with the run: one that holds a secret's value is refused.
 #[test]
 fn a_parameter_holding_a_secret_is_refused() {
