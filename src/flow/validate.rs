@@ -54,6 +54,20 @@ pub(crate) struct ProgramSearch {
     pub(crate) path: Option<std::ffi::OsString>,
 }
 
+/// What a path a step names (a program with a `/`, a `workdir`) is on this machine now.
+#[derive(Clone)]
+enum FileKind {
+    Directory,
+    Executable,
+    /// A regular file without any execute bit.
+    File,
+    /// Neither a directory nor a regular file (a socket, a device).
+    Other,
+    Missing,
+    /// It could not be looked at (a directory on the way cannot be searched): why.
+    Unknown(String),
+}
+
 /// What the C library searches when PATH is unset (glibc's `execvp`).
 const DEFAULT_SEARCH_PATH: &str = "/bin:/usr/bin";
 
@@ -78,6 +92,9 @@ struct Validator<'a> {
     /// The last answer, `(path, workdir, program, found)`: steps in a row usually run the same
     /// program, which is then compared, not hashed (a PATH is long).
     last_on_path: Option<(String, std::path::PathBuf, String, bool)>,
+    /// What each path named by a program with a `/` or a `workdir` is, looked at once: thousands
+    /// of steps naming the same program or directory cost one `stat`.
+    kinds: HashMap<std::path::PathBuf, FileKind>,
     diags: Vec<Diagnostic>,
 }
 
@@ -99,6 +116,7 @@ pub(crate) fn validate<'a>(
         own_path: search.and_then(|s| s.path.as_ref()).map(|p| p.to_string_lossy().into_owned()),
         on_path: HashMap::new(),
         last_on_path: None,
+        kinds: HashMap::new(),
         diags: Vec::new(),
     };
     let flow = v.flow(raw, path);
@@ -275,31 +293,30 @@ impl Validator<'_> {
     /// says which, in words), as for its process. The file may still appear before the run
     /// starts: a warning, not an error.
     fn program_at_path(&mut self, program: &Str, workdir: &Path, base: &str) {
-        use std::os::unix::fs::PermissionsExt;
         let name = program.get_ref();
-        let (what, label, help) = match std::fs::metadata(workdir.join(name)) {
-            Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => return,
-            Ok(m) if m.is_dir() => {
+        let (what, label, help) = match self.kind(workdir.join(name)) {
+            FileKind::Executable => return,
+            FileKind::Directory => {
                 ("is a directory".to_owned(), "a directory", "name the program's file, not a directory".to_owned())
             }
-            Ok(m) if m.is_file() => (
+            FileKind::File => (
                 "is not executable".to_owned(),
                 "not executable",
                 "make it executable (`chmod +x`) before the run starts, or correct the path".to_owned(),
             ),
-            Ok(_) => (
+            FileKind::Other => (
                 "is not a regular file".to_owned(),
                 "not a file",
                 "correct the path: it must name an executable file when the run starts".to_owned(),
             ),
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => (
+            FileKind::Missing => (
                 "does not exist".to_owned(),
                 "not found",
                 "create it before the run starts, or correct the path (a program written with a `/` is run from \
                  that path, not looked up on PATH)"
                     .to_owned(),
             ),
-            Err(e) => (
+            FileKind::Unknown(e) => (
                 format!("cannot be checked ({e})"),
                 "not checked",
                 "correct the path, or make sure the run can reach it".to_owned(),
@@ -314,15 +331,31 @@ impl Validator<'_> {
         d.help = Some(help);
     }
 
+    /// What `path` is now (symbolic links followed, as `exec` and `chdir` do), looked at once.
+    fn kind(&mut self, path: std::path::PathBuf) -> FileKind {
+        use std::os::unix::fs::PermissionsExt;
+        self.kinds
+            .entry(path)
+            .or_insert_with_key(|path| match std::fs::metadata(path) {
+                Ok(m) if m.is_dir() => FileKind::Directory,
+                Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => FileKind::Executable,
+                Ok(m) if m.is_file() => FileKind::File,
+                Ok(_) => FileKind::Other,
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => {
+                    FileKind::Missing
+                }
+                Err(e) => FileKind::Unknown(e.to_string()),
+            })
+            .clone()
+    }
+
     /// A warning when a step's `workdir` is not a directory now: the step could not start in it.
     fn workdir_exists(&mut self, raw: &Str, workdir: &Path) {
-        let what = match std::fs::metadata(workdir) {
-            Ok(m) if m.is_dir() => return,
-            Ok(_) => "is not a directory".to_owned(),
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => {
-                "does not exist".to_owned()
-            }
-            Err(e) => format!("cannot be checked ({e})"),
+        let what = match self.kind(workdir.to_owned()) {
+            FileKind::Directory => return,
+            FileKind::Executable | FileKind::File | FileKind::Other => "is not a directory".to_owned(),
+            FileKind::Missing => "does not exist".to_owned(),
+            FileKind::Unknown(e) => format!("cannot be checked ({e})"),
         };
         let written = raw.get_ref();
         let message = match Path::new(written).is_absolute() {
