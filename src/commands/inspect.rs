@@ -399,6 +399,32 @@ fn active_time(
     (!attempts.is_empty()).then_some(total)
 }
 
+/// How a compensation or hook of run `run` ended, as `status` says it on its line, unless it
+/// failed (each says that its own way): `succeeded`, `running`, or `interrupted` with why and
+/// whether it ran again (`again`: a later run of the same one is recorded) or runs again on resume.
+fn aux_ended(
+    outcome: AttemptState,
+    again: bool,
+    run: &RunRecord,
+    runner_alive: bool,
+) -> Option<(&'static str, String)> {
+    let unfinished = |why: &str| {
+        let next = match (again, run.status) {
+            (true, _) => "; it ran again",
+            (false, RunStatus::Interrupted | RunStatus::Running) if !runner_alive => "; it runs again on resume",
+            (false, _) => "",
+        };
+        format!("{why}{next}")
+    };
+    Some(match outcome {
+        AttemptState::Succeeded => ("succeeded", String::new()),
+        AttemptState::Failed => return None,
+        AttemptState::Running => ("running", String::new()),
+        AttemptState::Cancelled => ("interrupted", unfinished("a signal stopped it")),
+        AttemptState::RunnerLost => ("interrupted", unfinished("its runner died before it ended")),
+    })
+}
+
 /// A compensation of run `run` as `status` shows it: how it ended ([`attempt_state`]: one whose
 /// runner died is `runner_lost`), and, when it did not finish, whether it ran again (`again`: a
 /// later run of the same step's compensation is recorded) or runs again on resume.
@@ -415,28 +441,14 @@ impl Compensation<'_> {
     /// Its state word and what follows it on its line: `succeeded`, `failed  exit status 3`,
     /// `interrupted  a signal stopped it; it runs again on resume`.
     fn text(&self, run: &RunRecord, runner_alive: bool) -> (&'static str, String) {
-        let unfinished = |why: &str| {
-            let next = match (self.again, run.status) {
-                (true, _) => "; it ran again",
-                (false, RunStatus::Interrupted | RunStatus::Running) if !runner_alive => "; it runs again on resume",
-                (false, _) => "",
+        aux_ended(self.outcome, self.again, run, runner_alive).unwrap_or_else(|| {
+            let how = match (self.aux.exit_code, self.silent) {
+                (Some(code), _) => format!("exit status {code}"),
+                (None, false) => "killed, timed out or not started (its compensate.stderr says more)".to_owned(),
+                (None, true) => "killed, timed out or not started, with nothing on stderr".to_owned(),
             };
-            format!("{why}{next}")
-        };
-        match self.outcome {
-            AttemptState::Succeeded => ("succeeded", String::new()),
-            AttemptState::Failed => (
-                "failed",
-                match (self.aux.exit_code, self.silent) {
-                    (Some(code), _) => format!("exit status {code}"),
-                    (None, false) => "killed, timed out or not started (its compensate.stderr says more)".to_owned(),
-                    (None, true) => "killed, timed out or not started, with nothing on stderr".to_owned(),
-                },
-            ),
-            AttemptState::Running => ("running", String::new()),
-            AttemptState::Cancelled => ("interrupted", unfinished("a signal stopped it")),
-            AttemptState::RunnerLost => ("interrupted", unfinished("its runner died before it ended")),
-        }
+            ("failed", how)
+        })
     }
 
     fn json(&self) -> Value {
@@ -467,29 +479,15 @@ impl HookRun<'_> {
     /// output: .../hooks/on_success.stderr`, `interrupted  a signal stopped it; it runs again on
     /// resume`.
     fn text(&self, run: &RunRecord, runner_alive: bool) -> (&'static str, String) {
-        let unfinished = |why: &str| {
-            let next = match (self.again, run.status) {
-                (true, _) => "; it ran again",
-                (false, RunStatus::Interrupted | RunStatus::Running) if !runner_alive => "; it runs again on resume",
-                (false, _) => "",
-            };
-            format!("{why}{next}")
-        };
-        let (word, mut detail) = match self.outcome {
-            AttemptState::Succeeded => ("succeeded", String::new()),
+        let (word, mut detail) = aux_ended(self.outcome, self.again, run, runner_alive).unwrap_or_else(|| {
             // A hook has no timeout: without an exit status it was killed, or never started.
-            AttemptState::Failed => (
-                "failed",
-                match (self.aux.exit_code, self.aux.pid) {
-                    (Some(code), _) => format!("exit status {code}"),
-                    (None, Some(_)) => "killed by a signal".to_owned(),
-                    (None, None) => "it could not start".to_owned(),
-                },
-            ),
-            AttemptState::Running => ("running", String::new()),
-            AttemptState::Cancelled => ("interrupted", unfinished("a signal stopped it")),
-            AttemptState::RunnerLost => ("interrupted", unfinished("its runner died before it ended")),
-        };
+            let how = match (self.aux.exit_code, self.aux.pid) {
+                (Some(code), _) => format!("exit status {code}"),
+                (None, Some(_)) => "killed by a signal".to_owned(),
+                (None, None) => "it could not start".to_owned(),
+            };
+            ("failed", how)
+        });
         let logs: Vec<String> =
             [&self.stdout, &self.stderr].into_iter().flatten().map(|p| p.display().to_string()).collect();
         if !logs.is_empty() {
