@@ -2,7 +2,6 @@
 
 use annotate_snippets::{AnnotationKind, Level, Renderer, Snippet};
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::ops::Range;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
@@ -205,13 +204,30 @@ fn clamp(span: Range<usize>, source: &str) -> Range<usize> {
 }
 
 /// Where every key and value of a flow file sits, built by walking the parsed document once, so
-/// that naming the key path of a diagnostic costs a hash lookup, not a parse of the file.
+/// that naming the key path of a diagnostic costs a search, not a parse of the file. A path is
+/// kept as its last part and the part above it, and written out only when asked for: the index
+/// of a 10,000-step file is built on its first diagnostic, and a string per entry cost 115M
+/// instructions there.
 #[derive(Debug, Default)]
 pub(crate) struct KeyIndex {
-    /// Start offset of a key or value → the path of the deepest entry starting there.
-    by_start: HashMap<usize, String>,
-    /// Every `(span, path)` in document order, for offsets that start no entry.
-    all: Vec<(Range<usize>, String)>,
+    /// The parts of the paths: a key or an array index, under the part above it.
+    parts: Vec<Part>,
+    /// Every key and value, in the order walked: its span and its path (the last part's index).
+    entries: Vec<(Range<usize>, u32)>,
+    /// The entries' indices in the order of their spans' starts (then in the order walked).
+    by_start: Vec<u32>,
+}
+
+#[derive(Debug)]
+struct Part {
+    above: Option<u32>,
+    name: PartName,
+}
+
+#[derive(Debug)]
+enum PartName {
+    Key(String),
+    Index(usize),
 }
 
 impl KeyIndex {
@@ -226,20 +242,18 @@ impl KeyIndex {
         {
             // An explicit stack instead of recursion: nesting is bounded by the TOML parser's own
             // limit, but the walk need not rely on it.
-            let mut stack: Vec<(&Spanned<DeValue<'_>>, String)> = Vec::new();
-            index.table(table, "", &mut stack);
+            let mut stack: Vec<(&Spanned<DeValue<'_>>, u32)> = Vec::new();
+            index.table(table, None, &mut stack);
             while let Some((value, path)) = stack.pop() {
                 match value.get_ref() {
-                    DeValue::Table(t) => index.table(t, &path, &mut stack),
+                    DeValue::Table(t) => index.table(t, Some(path), &mut stack),
                     DeValue::Array(items) => {
                         let mut pending = Vec::new();
                         for (i, item) in items.iter().enumerate() {
-                            let item_path = format!("{path}[{i}]");
-                            if matches!(item.get_ref(), DeValue::Table(_)) {
-                                index.add(item.span(), &item_path);
-                            } else {
-                                index.add(item.span(), &path);
-                            }
+                            let item_path = index.part(Some(path), PartName::Index(i));
+                            // A table in an array is named by its index; any other item by the array.
+                            let named = if matches!(item.get_ref(), DeValue::Table(_)) { item_path } else { path };
+                            index.entries.push((item.span(), named));
                             pending.push((item, item_path));
                         }
                         stack.extend(pending.into_iter().rev());
@@ -248,38 +262,65 @@ impl KeyIndex {
                 }
             }
         }
+        let mut by_start: Vec<u32> = (0..index.entries.len() as u32).collect();
+        by_start.sort_by_key(|&e| index.entries[e as usize].0.start);
+        index.by_start = by_start;
         index
+    }
+
+    fn part(&mut self, above: Option<u32>, name: PartName) -> u32 {
+        self.parts.push(Part { above, name });
+        (self.parts.len() - 1) as u32
     }
 
     fn table<'a, 'b>(
         &mut self,
         table: &'b DeTable<'a>,
-        prefix: &str,
-        stack: &mut Vec<(&'b Spanned<DeValue<'a>>, String)>,
+        above: Option<u32>,
+        stack: &mut Vec<(&'b Spanned<DeValue<'a>>, u32)>,
     ) {
         let mut pending = Vec::new();
         for (key, value) in table {
-            let path =
-                if prefix.is_empty() { key.get_ref().to_string() } else { format!("{prefix}.{}", key.get_ref()) };
-            self.add(key.span(), &path);
-            self.add(value.span(), &path);
+            let path = self.part(above, PartName::Key(key.get_ref().to_string()));
+            self.entries.push((key.span(), path));
+            self.entries.push((value.span(), path));
             pending.push((value, path));
         }
         // Popped in document order.
         stack.extend(pending.into_iter().rev());
     }
 
-    fn add(&mut self, span: Range<usize>, path: &str) {
-        self.by_start.insert(span.start, path.to_owned());
-        self.all.push((span, path.to_owned()));
+    /// The dotted key path (`step[1].retry.attempts`) of the deepest key or value at `offset`:
+    /// the last walked of the entries that start there, else the last walked that holds it.
+    pub(crate) fn path_at(&self, offset: usize) -> Option<String> {
+        let starts = self.by_start.partition_point(|&e| self.entries[e as usize].0.start <= offset);
+        let path = match starts.checked_sub(1).map(|last| self.by_start[last]) {
+            Some(e) if self.entries[e as usize].0.start == offset => self.entries[e as usize].1,
+            _ => self.entries.iter().rev().find(|(span, _)| span.contains(&offset))?.1,
+        };
+        Some(self.write(path))
     }
 
-    /// The dotted key path (`step[1].retry.attempts`) of the deepest key or value at `offset`.
-    pub(crate) fn path_at(&self, offset: usize) -> Option<&str> {
-        if let Some(path) = self.by_start.get(&offset) {
-            return Some(path);
+    fn write(&self, part: u32) -> String {
+        let mut parts = Vec::new();
+        let mut at = Some(part);
+        while let Some(p) = at {
+            let part = &self.parts[p as usize];
+            parts.push(&part.name);
+            at = part.above;
         }
-        self.all.iter().rev().find(|(span, _)| span.contains(&offset)).map(|(_, path)| path.as_str())
+        let mut out = String::new();
+        for name in parts.into_iter().rev() {
+            match name {
+                PartName::Key(key) if out.is_empty() => out.push_str(key),
+                PartName::Key(key) => {
+                    out.push('.');
+                    out.push_str(key);
+                }
+                PartName::Index(i) => out.push_str(&format!("[{i}]")),
+            }
+        }
+        out
     }
 }
 
@@ -331,7 +372,7 @@ mod tests {
     use super::*;
 
     fn key_path_at(source: &str, offset: usize) -> Option<String> {
-        KeyIndex::new(source).path_at(offset).map(str::to_owned)
+        KeyIndex::new(source).path_at(offset)
     }
 
     #[test]
@@ -347,10 +388,10 @@ mod tests {
         let src = "[[step]]\nname = 'a'\nrun = ['x', 'y']\nretry = { exception_types = ['A', 'B'] }\n";
         let index = KeyIndex::new(src);
         let y = src.find("'y'").unwrap();
-        assert_eq!(index.path_at(y), Some("step[0].run"));
-        assert_eq!(index.path_at(y + 1), Some("step[0].run"), "inside a string: no entry starts there");
-        assert_eq!(index.path_at(src.find("'B'").unwrap()), Some("step[0].retry.exception_types"));
-        assert_eq!(index.path_at(src.find("retry").unwrap()), Some("step[0].retry"));
+        assert_eq!(index.path_at(y).as_deref(), Some("step[0].run"));
+        assert_eq!(index.path_at(y + 1).as_deref(), Some("step[0].run"), "inside a string: no entry starts there");
+        assert_eq!(index.path_at(src.find("'B'").unwrap()).as_deref(), Some("step[0].retry.exception_types"));
+        assert_eq!(index.path_at(src.find("retry").unwrap()).as_deref(), Some("step[0].retry"));
         assert_eq!(KeyIndex::new("not = [toml").path_at(0), None);
     }
 
