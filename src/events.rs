@@ -350,11 +350,12 @@ pub(crate) enum Event {
         outcome: AttemptEnd,
         #[serde(rename = "duration_ms", serialize_with = "millis")]
         duration: Duration,
-        /// Of a failed one: how it failed and where its output is (`failed (exit status 5); its
-        /// output: .../hooks/on_success.stderr`), as its warning says after its name; not part of
-        /// the event's wire form.
+        /// Of a failed one: its warning, which says how it failed and where its output is (`hook
+        /// on_success failed (exit status 5); its output: .../hooks/on_success.stderr`, `its
+        /// compensation failed (...); it wrote nothing; the other compensations go on`); not part
+        /// of the event's wire form.
         #[serde(skip)]
-        failed: Option<String>,
+        warning: Option<String>,
     },
     /// Waymark's own failure (the store, the attempts' files) stopped the run before it finished;
     /// the run stays unfinished and resumable. `error` is what the command prints.
@@ -906,7 +907,7 @@ pub(crate) mod tests {
                 name: "on_failure".into(),
                 outcome: AttemptEnd::Failed,
                 duration: Duration::from_millis(20),
-                failed: None,
+                warning: None,
             },
             Event::HandlerFinished {
                 step: "fetch".into(),

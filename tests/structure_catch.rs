@@ -98,9 +98,9 @@ fn a_failing_handler_fails_the_step_with_its_own_error() {
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(
-        err.lines()
-            .any(|l| l
-                == "waymark: warning: fetch: its catch handler failed (exit status 3); the step fails with its error"),
+        err.lines().any(|l| l
+            == "waymark: warning: fetch: its catch handler failed (exit status 3); it wrote nothing; the step \
+                    fails with its error"),
         "{err}"
     );
     // The report is about the step's own error, not the handler's.
@@ -312,4 +312,41 @@ fn the_failure_report_says_why_the_catch_handler_did_not_succeed() {
             )
         );
     }
+}
+
+/// A failed handler's warning says where its output is: the logs it wrote (a log is created on its
+/// first byte), as a failed hook's does; and one that could not start says so.
+#[test]
+fn a_failed_handler_warning_names_its_logs() {
+    let env = Env::new();
+    let warnings = |flow: &str| {
+        env.write("flow.toml", flow);
+        let out = env.cmd(&["run", "--fresh", "flow.toml"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        let warnings: Vec<String> =
+            stderr(&out).lines().filter(|l| l.starts_with("waymark: warning: ")).map(str::to_owned).collect();
+        let history: Value = serde_json::from_slice(&env.cmd(&["history", "--json"]).output().unwrap().stdout).unwrap();
+        (history[0]["id"].as_str().unwrap().to_owned(), warnings)
+    };
+    let (run, said) = warnings(
+        "[[step]]\nname = 'fetch'\nshell = 'exit 7'\n\
+         catch = [{ exception_types = ['Exception'], shell = 'echo trying; echo no cache >&2; exit 3' }]\n",
+    );
+    let logs = env.state().join("logs").join(&run).join("fetch");
+    assert_eq!(
+        said,
+        [format!(
+            "waymark: warning: fetch: its catch handler failed (exit status 3); its output: {}, {}; the step fails \
+             with its error",
+            logs.join("catch-1.stdout").display(),
+            logs.join("catch-1.stderr").display()
+        )]
+    );
+    let (_, said) =
+        warnings("[[step]]\nname = 'load'\nshell = 'exit 7'\ncatch = [{ run = ['/nonexistent/handler'] }]\n");
+    assert_eq!(
+        said,
+        ["waymark: warning: load: its catch handler failed (it could not start: program `/nonexistent/handler` \
+             not found); it wrote nothing; the step fails with its error",]
+    );
 }

@@ -59,7 +59,7 @@ fn a_failed_run_compensates_in_reverse_order_and_runs_its_hooks_once() {
     let err = stderr(&out);
     for line in [
         "waymark: b: compensating (the run failed)",
-        "waymark: warning: b: its compensation failed (exit status 3); the other compensations go on",
+        "waymark: warning: b: its compensation failed (exit status 3); it wrote nothing; the other compensations go on",
         "waymark: a: compensating (the run failed)",
         "  step c:",
     ] {
@@ -567,5 +567,52 @@ fn status_of_a_run_interrupted_in_its_hooks_says_the_hooks_run_on_resume() {
          on_success           interrupted  a signal stopped it; it ran again\n  \
          on_success           succeeded\n  \
          on_exit              succeeded\n"
+    );
+}
+
+/// Under `--json`, a failed catch handler, compensation or hook is followed by its warning: its
+/// `.finished` event, then the `notice` (before the step's own end, for a handler).
+#[test]
+fn the_warning_of_a_failed_handler_compensation_or_hook_follows_its_finished_event() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "[hooks]\non_exit = 'exit 5'\n\
+         [[step]]\nname = 'a'\nrun = ['true']\ncompensate = 'exit 3'\n\
+         [[step]]\nname = 'c'\nrun = ['false']\ncatch = [{ shell = 'exit 9' }]\n",
+    );
+    let out = env.cmd(&["run", "--json", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", common::stderr(&out));
+    let events: Vec<String> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| !matches!(e["event"].as_str(), Some("step.ready" | "step.started" | "attempt.started")))
+        .map(|e| {
+            let who = e["step"].as_str().or(e["hook"].as_str()).unwrap_or("-");
+            match e["event"].as_str().unwrap() {
+                "notice" => format!("notice {who}: {}", e["message"].as_str().unwrap()),
+                event => format!("{event} {who}"),
+            }
+        })
+        .collect();
+    assert_eq!(
+        events,
+        [
+            "run.started -",
+            "attempt.finished a",
+            "step.finished a",
+            "attempt.finished c",
+            "catch.started c",
+            "catch.finished c",
+            "notice c: its catch handler failed (exit status 9); it wrote nothing; the step fails with its error",
+            "step.finished c",
+            "compensation.started a",
+            "compensation.finished a",
+            "notice a: its compensation failed (exit status 3); it wrote nothing; the other compensations go on",
+            "hook.started on_exit",
+            "hook.finished on_exit",
+            "notice -: hook on_exit failed (exit status 5); it wrote nothing",
+            "run.finished -",
+        ]
     );
 }

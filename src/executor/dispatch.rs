@@ -23,7 +23,7 @@ use crate::store::{
     StepUpdate,
 };
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, watch};
@@ -1171,9 +1171,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             Launched::NotStarted { why, .. } => {
                 let name = step.name.clone();
                 self.emitter.emit(Event::HandlerStarted { step: name, attempt, error: error_class, pid: None });
-                self.emitter.warning(Some(&step.name), format!("its catch handler could not start: {why}"));
                 let why = Some(format!("it could not start: {why}"));
-                self.handler_done(index, row, AttemptOutcome::Failed, None, issued.elapsed(), why).await
+                self.handler_done(index, row, &stem, AttemptOutcome::Failed, None, issued.elapsed(), why).await
             }
         }
     }
@@ -1197,20 +1196,19 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             End::TimedOut => "its step's timeout passed".to_owned(),
             _ => "the workflow's deadline passed".to_owned(),
         });
-        if let Some(why) = &why {
-            let message = format!("its catch handler failed ({why}); the step fails with its error");
-            self.emitter.warning(Some(&self.steps[index].step.name), message);
-        }
         // To its process's exit, as an attempt's (its outcome's commit is not part of it).
         let duration = exited.saturating_duration_since(live.issued);
-        self.handler_done(index, live.row, outcome, exit_code, duration, why).await
+        self.handler_done(index, live.row, &live.stem, outcome, exit_code, duration, why).await
     }
 
-    /// Commit how a catch handler ended (after `duration`) and what it does to its step, then say it.
+    /// Commit how a catch handler ended (after `duration`) and what it does to its step, then say
+    /// it; a failed one (`why`) is a warning, after its end, that says where its output (at `stem`) is.
+    #[allow(clippy::too_many_arguments)]
     async fn handler_done(
         &mut self,
         index: usize,
         row: i64,
+        stem: &Path,
         outcome: AttemptOutcome,
         exit_code: Option<i32>,
         duration: Duration,
@@ -1233,7 +1231,13 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             AttemptOutcome::Failed => AttemptEnd::Failed,
             AttemptOutcome::Cancelled => AttemptEnd::Cancelled,
         };
+        let warning = why
+            .as_deref()
+            .map(|why| format!("its catch handler {}; the step fails with its error", failed_with_logs(why, stem)));
         self.emitter.emit(Event::HandlerFinished { step: step.clone(), attempt, outcome: end, duration, why });
+        if let Some(message) = warning {
+            self.emitter.warning(Some(&step), message);
+        }
         match outcome {
             AttemptOutcome::Succeeded => {
                 self.emitter.emit(Event::StepFinished { step, outcome: StepOutcome::Caught, attempts });
@@ -1395,31 +1399,22 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         };
         // To its process's exit, as an attempt's (its outcome's commit is not part of it).
         let duration = ended.saturating_duration_since(issued);
-        // A hook's failure says where its output is: the logs that exist (a log is created on its
-        // first byte).
-        let failed = why.as_ref().filter(|_| kind == AuxKind::Hook).map(|why| {
+        // A failure is a warning that says how it failed and where its output is.
+        let warning = why.map(|why| {
             let why = match pid {
-                Some(_) => why.clone(),
+                Some(_) => why,
                 None => format!("it could not start: {why}"),
             };
-            let logs: Vec<String> = ["stdout", "stderr"]
-                .into_iter()
-                .map(|stream| stem.with_extension(stream))
-                .filter(|p| std::fs::symlink_metadata(p).is_ok())
-                .map(|p| p.display().to_string())
-                .collect();
-            match logs.is_empty() {
-                true => format!("failed ({why}); it wrote nothing"),
-                false => format!("failed ({why}); its output: {}", logs.join(", ")),
+            let failed = failed_with_logs(&why, &stem);
+            match kind {
+                AuxKind::Compensate => format!("its compensation {failed}; the other compensations go on"),
+                AuxKind::Hook => format!("hook {name} {failed}"),
             }
         });
-        let warning = failed.as_ref().map(|failed| format!("hook {name} {failed}"));
-        self.emitter.emit(Event::AuxFinished { kind, name: name.to_owned(), outcome: end, duration, failed });
-        if let Some(why) = why {
-            let message = match (kind, warning) {
-                (AuxKind::Hook, Some(warning)) => warning,
-                _ => format!("its compensation failed ({why}); the other compensations go on"),
-            };
+        let event =
+            Event::AuxFinished { kind, name: name.to_owned(), outcome: end, duration, warning: warning.clone() };
+        self.emitter.emit(event);
+        if let Some(message) = warning {
             let step = (kind == AuxKind::Compensate).then_some(name);
             self.emitter.warning(step, message);
         }
@@ -1646,6 +1641,23 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             stderr_log: stem.with_extension("stderr"),
             log_dir: launcher.log_dir(&s.step.name),
         })
+    }
+}
+
+/// How a catch handler, compensation or hook failed and where its output is, as its warning
+/// says after what it is: `failed (exit status 5); its output: .../hooks/on_success.stderr`, the
+/// logs at `stem` that exist (a log is created on its first byte), or `failed (...); it wrote
+/// nothing`.
+fn failed_with_logs(why: &str, stem: &Path) -> String {
+    let logs: Vec<String> = ["stdout", "stderr"]
+        .into_iter()
+        .map(|stream| stem.with_extension(stream))
+        .filter(|p| std::fs::symlink_metadata(p).is_ok())
+        .map(|p| p.display().to_string())
+        .collect();
+    match logs.is_empty() {
+        true => format!("failed ({why}); it wrote nothing"),
+        false => format!("failed ({why}); its output: {}", logs.join(", ")),
     }
 }
 

@@ -322,7 +322,7 @@ mod tests {
                 name: "b".into(),
                 outcome: AttemptEnd::Succeeded,
                 duration: Duration::ZERO,
-                failed: None,
+                warning: None,
             },
         ];
         assert_eq!(shown(&mut OutputFilter::new(OutputMode::Failed), events), ["a/stdout: handling\n"]);

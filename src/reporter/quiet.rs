@@ -64,9 +64,9 @@ impl Reporter for QuietReporter {
                 let run = &self.run_id;
                 self.say(format!("waymark: run {run} interrupted; `waymark run` again resumes it\n"));
             }
-            Event::AuxFinished { kind: AuxKind::Hook, name, failed: Some(failed), .. } => {
+            Event::AuxFinished { kind: AuxKind::Hook, warning: Some(warning), .. } => {
                 let run = &self.run_id;
-                self.hooks_failed.push(format!("waymark: warning: run {run}: hook {name} {failed}\n"));
+                self.hooks_failed.push(format!("waymark: warning: run {run}: {warning}\n"));
             }
             _ => {}
         }
