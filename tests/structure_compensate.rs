@@ -195,7 +195,12 @@ fn the_report_of_a_compensated_run_points_at_a_fresh_run_not_at_resume() {
     env.write("flow.toml", FLOW);
     let out = env.cmd(&["run", "--quiet", "flow.toml"]).env("FAIL", "1").output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert_points_at_a_fresh_run(&env, &out);
+    assert_eq!(
+        assert_points_at_a_fresh_run(&env, &out),
+        [
+            "waymark: warning: b: its compensation failed (exit status 3); it wrote nothing; the other compensations go on"
+        ]
+    );
     // What it says works: the flow runs anew, and succeeds without FAIL.
     let out = env.cmd(&["run", "--quiet", "--fresh", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -219,22 +224,30 @@ fn the_report_of_a_run_compensated_by_an_earlier_runner_points_at_a_fresh_run() 
     let out = env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert_eq!(env.read("undone"), "undo\n", "compensated once, by the first runner");
-    assert_points_at_a_fresh_run(&env, &out);
+    assert_eq!(assert_points_at_a_fresh_run(&env, &out), Vec::<String>::new());
 }
 
 /// The last line of a compensated run's failure report: it points at a fresh run of its flow
-/// file, not at `waymark resume`.
-fn assert_points_at_a_fresh_run(env: &Env, out: &std::process::Output) {
+/// file, not at `waymark resume`; the lines that follow it (its failed compensations' and hooks'),
+/// without the run's id, are returned.
+fn assert_points_at_a_fresh_run(env: &Env, out: &std::process::Output) -> Vec<String> {
     let id = run_id(env);
     let said = common::stderr(out);
+    let mut lines: Vec<&str> = said.lines().collect();
+    let prefix = format!("waymark: warning: run {id}: ");
+    let mut after = Vec::new();
+    while let Some(line) = lines.pop_if(|l| l.starts_with(&prefix)) {
+        after.insert(0, line.replacen(&format!("run {id}: "), "", 1));
+    }
     assert_eq!(
-        said.lines().last().unwrap_or_default(),
+        lines.last().copied().unwrap_or_default(),
         format!(
             "  run id: {id} (`waymark status {id}` shows it and how each of its compensations ended; a \
              compensated run cannot be resumed: `waymark run --fresh {}` starts the flow anew)",
             env.path("flow.toml").canonicalize().unwrap().display()
         )
     );
+    after
 }
 
 /// `status` text with the run id, the flow's path, times and durations replaced.
@@ -567,6 +580,62 @@ fn status_of_a_run_interrupted_in_its_hooks_says_the_hooks_run_on_resume() {
          on_success           interrupted  a signal stopped it; it ran again\n  \
          on_success           succeeded\n  \
          on_exit              succeeded\n"
+    );
+}
+
+/// A compensation that fails leaves undone what its step did: its warning says how it failed and
+/// where its output is (only the logs it wrote), and `--quiet` says it after the failure report,
+/// in the order the compensations ran, before a failed hook's line.
+#[test]
+fn a_failed_compensation_names_its_log_and_is_said_under_quiet() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "[hooks]\non_failure = 'exit 7'\n\
+         [[step]]\nname = 'a'\nrun = ['true']\ncompensate = ['/nonexistent/undo']\n\
+         [[step]]\nname = 'b'\nrun = ['true']\ncompensate = 'echo cannot undo b >&2; exit 3'\n\
+         [[step]]\nname = 'c'\nrun = ['false']\n",
+    );
+    let out = env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", common::stderr(&out));
+    let id = run_id(&env);
+    let log = env.state().join("logs").join(&id).join("b").join("compensate.stderr");
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "cannot undo b\n");
+    let said = common::stderr(&out);
+    let (report, after) = said.split_once(&format!("  run id: {id} (")).unwrap();
+    assert!(report.starts_with(&format!("waymark: run {id} failed\n")), "{said}");
+    let after = after.split_once('\n').unwrap().1;
+    assert_eq!(
+        after,
+        format!(
+            "waymark: warning: run {id}: b: its compensation failed (exit status 3); its output: {}; the other \
+             compensations go on\n\
+             waymark: warning: run {id}: a: its compensation failed (it could not start: program `/nonexistent/undo` \
+             not found); it wrote nothing; the other compensations go on\n\
+             waymark: warning: run {id}: hook on_failure failed (exit status 7); it wrote nothing\n",
+            log.display()
+        )
+    );
+    // The plain mode's warnings say the same, without the run's id.
+    let out = env.cmd(&["run", "--fresh", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let id = run_id(&env);
+    let log = env.state().join("logs").join(&id).join("b").join("compensate.stderr");
+    let warnings: Vec<String> =
+        stderr(&out).lines().filter(|l| l.starts_with("waymark: warning: ")).map(str::to_owned).collect();
+    assert_eq!(
+        warnings,
+        [
+            format!(
+                "waymark: warning: b: its compensation failed (exit status 3); its output: {}; the other compensations \
+                 go on",
+                log.display()
+            ),
+            "waymark: warning: a: its compensation failed (it could not start: program `/nonexistent/undo` not found); \
+             it wrote nothing; the other compensations go on"
+                .to_owned(),
+            "waymark: warning: hook on_failure failed (exit status 7); it wrote nothing".to_owned(),
+        ]
     );
 }
 

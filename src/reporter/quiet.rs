@@ -1,7 +1,8 @@
 //! `--quiet`, for cron: nothing at all while the run goes well, so a good night sends no mail;
 //! the failure report on stderr when the run fails, and one line when a signal interrupted it
 //! (it resumes on the next run); and after either, or alone when the run succeeded, one line per
-//! hook that failed, so that a failed notification hook leaves a trace. Child output is in the
+//! compensation or hook that failed, so that what was not undone, or a failed notification hook,
+//! leaves a trace. Child output is in the
 //! logs only, and notices (warnings, waiting for the lock) are not shown.
 
 use super::report::History;
@@ -15,22 +16,23 @@ pub(crate) struct QuietReporter {
     terminal: Option<Terminal>,
     run_id: String,
     history: History,
-    /// The lines of the hooks that failed, said at the run's end (after its report).
-    hooks_failed: Vec<String>,
+    /// The lines of the compensations and hooks that failed, said at the run's end (after its
+    /// report).
+    aux_failed: Vec<String>,
 }
 
 impl QuietReporter {
     pub(crate) fn new() -> QuietReporter {
-        QuietReporter { terminal: None, run_id: String::new(), history: History::default(), hooks_failed: Vec::new() }
+        QuietReporter { terminal: None, run_id: String::new(), history: History::default(), aux_failed: Vec::new() }
     }
 
     fn say(&mut self, text: String) {
         self.terminal.get_or_insert_with(Terminal::open).say(text);
     }
 
-    /// Say the failed hooks' lines not said yet.
-    fn say_hooks(&mut self) {
-        for line in std::mem::take(&mut self.hooks_failed) {
+    /// Say the failed compensations' and hooks' lines not said yet.
+    fn say_aux_failed(&mut self) {
+        for line in std::mem::take(&mut self.aux_failed) {
             self.say(line);
         }
     }
@@ -64,22 +66,27 @@ impl Reporter for QuietReporter {
                 let run = &self.run_id;
                 self.say(format!("waymark: run {run} interrupted; `waymark run` again resumes it\n"));
             }
-            Event::AuxFinished { kind: AuxKind::Hook, warning: Some(warning), .. } => {
+            // Its warning, as the plain mode says it, with the run's id.
+            Event::AuxFinished { kind, name, warning: Some(warning), .. } => {
                 let run = &self.run_id;
-                self.hooks_failed.push(format!("waymark: warning: run {run}: {warning}\n"));
+                self.aux_failed.push(match kind {
+                    AuxKind::Compensate => format!("waymark: warning: run {run}: {name}: {warning}\n"),
+                    AuxKind::Hook => format!("waymark: warning: run {run}: {warning}\n"),
+                });
             }
             _ => {}
         }
         if matches!(envelope.event, Event::RunFinished { .. }) {
-            self.say_hooks();
+            self.say_aux_failed();
         }
     }
 }
 
 impl Drop for QuietReporter {
     fn drop(&mut self) {
-        // A run that stopped without its end (waymark's own failure) still says its failed hooks.
-        self.say_hooks();
+        // A run that stopped without its end (waymark's own failure) still says its failed
+        // compensations and hooks.
+        self.say_aux_failed();
         if let Some(terminal) = &mut self.terminal {
             let run = &self.run_id;
             terminal.close(
