@@ -102,12 +102,7 @@ fn no_such_run(run_id: &str, state: &StateDir) -> CliError {
 /// (the state directory, or the shared store), and the command that lists the runs there, or that
 /// the state directory does not exist or is not one (so nothing was ever recorded there).
 fn not_found(what: &str, state: &StateDir) -> CliError {
-    let looked = Looked::at(state);
-    let next = match &looked.listing {
-        Some(listing) => listing.clone(),
-        None => looked.elsewhere.clone(),
-    };
-    CliError::Usage(format!("{what}{}; {next}", looked.place))
+    CliError::Usage(no_runs(what, None, true, state))
 }
 
 /// That there are no runs (`what`: `there are no runs yet`, `no runs of the flow file F`) where
