@@ -1649,16 +1649,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
 /// logs at `stem` that exist (a log is created on its first byte), or `failed (...); it wrote
 /// nothing`.
 fn failed_with_logs(why: &str, stem: &Path) -> String {
-    let logs: Vec<String> = ["stdout", "stderr"]
-        .into_iter()
-        .map(|stream| stem.with_extension(stream))
-        .filter(|p| std::fs::symlink_metadata(p).is_ok())
-        .map(|p| p.display().to_string())
-        .collect();
-    match logs.is_empty() {
-        true => format!("failed ({why}); it wrote nothing"),
-        false => format!("failed ({why}); its output: {}", logs.join(", ")),
-    }
+    format!("failed ({why}); {}", crate::store::statedir::output_said(stem))
 }
 
 /// The test hooks' crash: SIGKILL the runner itself, as a crash would stop it.

@@ -366,19 +366,7 @@ impl History {
         let exists = |p: &Path| std::fs::symlink_metadata(p).is_ok();
         let seen = self.index.get(&f.step).map(|i| &self.steps[*i]);
         if let Some((class, (attempt, why))) = seen.and_then(|s| s.handled.as_ref().zip(s.handler_failed.as_ref())) {
-            // Its output, in the logs that exist (a log is created on its first byte).
-            let stem = f.log_dir.join(format!("catch-{attempt}"));
-            let logs: Vec<String> = ["stdout", "stderr"]
-                .into_iter()
-                .map(|stream| stem.with_extension(stream))
-                .filter(|p| exists(p))
-                .map(|p| p.display().to_string())
-                .collect();
-            let output = if logs.is_empty() {
-                "it wrote nothing".to_owned()
-            } else {
-                format!("its output: {}", logs.join(", "))
-            };
+            let output = crate::store::statedir::output_said(&f.log_dir.join(format!("catch-{attempt}")));
             let _ = writeln!(
                 out,
                 "    its catch handler for {class} did not succeed ({why}), so the step fails with its error; {output}"

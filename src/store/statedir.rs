@@ -87,6 +87,21 @@ fn kind_name(k: SFlag) -> &'static str {
 }
 
 /// Check that what `st` describes is ours and writable by no one else.
+/// The logs at `stem` (`STEM.stdout`, `STEM.stderr`) that exist, as a message says them: `its
+/// output: A, B`, or `it wrote nothing` (a log is created on its first byte).
+pub(crate) fn output_said(stem: &Path) -> String {
+    let logs: Vec<String> = ["stdout", "stderr"]
+        .into_iter()
+        .map(|stream| stem.with_extension(stream))
+        .filter(|p| std::fs::symlink_metadata(p).is_ok())
+        .map(|p| p.display().to_string())
+        .collect();
+    match logs.is_empty() {
+        true => "it wrote nothing".to_owned(),
+        false => format!("its output: {}", logs.join(", ")),
+    }
+}
+
 pub(crate) fn check_owner_and_mode(what: &'static str, path: &Path, st: &FileStat) -> Result<(), TrustError> {
     let me = nix::unistd::geteuid().as_raw();
     let mode = st.st_mode & 0o7777;
