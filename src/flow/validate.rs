@@ -351,11 +351,16 @@ impl Validator<'_> {
 
     /// A warning when a step's `workdir` is not a directory now: the step could not start in it.
     fn workdir_exists(&mut self, raw: &Str, workdir: &Path) {
-        let what = match self.kind(workdir.to_owned()) {
+        let not_found =
+            ("not found", "create it before the run starts, or correct the path: a step cannot start without it");
+        let (what, (label, help)) = match self.kind(workdir.to_owned()) {
             FileKind::Directory => return,
-            FileKind::Executable | FileKind::File | FileKind::Other => "is not a directory".to_owned(),
-            FileKind::Missing => "does not exist".to_owned(),
-            FileKind::Unknown(e) => format!("cannot be checked ({e})"),
+            FileKind::Executable | FileKind::File | FileKind::Other => (
+                "is not a directory".to_owned(),
+                ("not a directory", "correct the path: a step cannot start in a file"),
+            ),
+            FileKind::Missing => ("does not exist".to_owned(), not_found),
+            FileKind::Unknown(e) => (format!("cannot be checked ({e})"), not_found),
         };
         let written = raw.get_ref();
         let message = match Path::new(written).is_absolute() {
@@ -363,10 +368,6 @@ impl Validator<'_> {
             false => format!("the working directory `{written}` {what} (relative to the flow file's directory)"),
         };
         let d = self.warn(raw.span(), &message);
-        let (label, help) = match what.as_str() {
-            "is not a directory" => ("not a directory", "correct the path: a step cannot start in a file"),
-            _ => ("not found", "create it before the run starts, or correct the path: a step cannot start without it"),
-        };
         d.label = label.into();
         d.help = Some(help.into());
     }
