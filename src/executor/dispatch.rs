@@ -883,6 +883,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         match self.set_slot(index, Slot::Failed) {
             Slot::Running(Live { attempt, row, stem, stderr_from, issued, .. }) => {
                 self.running -= 1;
+                self.parts.journal.children_alive(self.running > 0);
                 Ended { attempt, row, stem, stderr_from, issued, ended, killed_after_grace, stderr_tail }
             }
             _ => unreachable!("an attempt ends only once, and only while its step runs"),
@@ -1184,6 +1185,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             return Ok(()); // the caller checked: only a running handler ends
         };
         self.running -= 1;
+        self.parts.journal.children_alive(self.running > 0);
         let (outcome, exit_code) = match end {
             End::Exited(ExitKind::Code(0)) => (AttemptOutcome::Succeeded, Some(0)),
             End::Cancelled => (AttemptOutcome::Cancelled, None),
@@ -1526,7 +1528,12 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         control: watch::Receiver<Control>,
     ) -> Result<Launched, ExecError> {
         let row = spec.row;
+        // From here until it ends, a child's supervision must not wait on a write.
+        self.parts.journal.children_alive(true);
         let launched = self.parts.launcher.spawn(spec, control, &self.tx)?;
+        if matches!(launched, Launched::NotStarted { .. }) {
+            self.parts.journal.children_alive(self.running > 0);
+        }
         if let Launched::Running { pid, proc_start, .. } = &launched
             && let Err(e) = self.parts.journal.attempt_spawned(row, *pid, *proc_start).await
         {

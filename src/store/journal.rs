@@ -10,6 +10,13 @@
 //! for the thread to make every write already sent, even one whose caller stopped waiting for the
 //! reply, so nothing the runner sent is lost when it lets go of the run (and its flow's lock).
 //!
+//! A local store's write made while no child of the run is alive (the dispatcher says so, through
+//! [`RunJournal::children_alive`]) and none is waiting for the thread is made on the caller's
+//! thread instead, through the same connection: then there is no supervision for it to hold up,
+//! and the hand-off to the thread and back (two wake-ups, about a tenth of a failing attempt's
+//! time) is left out. Writes stay in the order they were sent: one waiting for the thread is
+//! made first.
+//!
 //! On a shared store the journal also keeps the runner's lease clock ([`LeaseClock`]): once the
 //! runner is fenced off (its lease lost, or not renewed in time) every write is refused without
 //! being made, a write still waiting for the database is answered with the same error at once
@@ -20,10 +27,15 @@ use super::lease::LeaseClock;
 use super::{AttemptResult, AuxKind, Lease, NextAttempt, RunJournal, RunLog, RunStatus, StepUpdate};
 use super::{StoreError, StoreErrorKind};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, mpsc};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 use tokio::sync::oneshot;
 
 type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
+
+/// The store connection the run is written through, shared by the writer thread and the writes
+/// made on the caller's thread.
+type Log = Arc<Mutex<Box<dyn RunLog + Send>>>;
 
 /// A write for the journal's thread, with where to send its result.
 enum Write {
@@ -56,6 +68,14 @@ pub(crate) struct ThreadJournal {
     owner: String,
     /// The lease clock of a shared store's runner.
     clock: Option<Arc<LeaseClock>>,
+    /// `None` once dropping: the thread, holding the last reference, closes the connection (a
+    /// PostgreSQL client must not be closed on the runtime's thread).
+    log: Option<Log>,
+    lease: Lease,
+    /// Writes sent to the thread that it has not begun to make.
+    queued: Arc<AtomicUsize>,
+    /// Whether a child of the run may be alive (see [`RunJournal::children_alive`]).
+    children: bool,
 }
 
 impl ThreadJournal {
@@ -82,13 +102,32 @@ impl ThreadJournal {
         let (writes, queue) = mpsc::channel();
         let owner = lease.owner.clone();
         let fence = clock.as_ref().map(|c| (Arc::clone(c), location.clone()));
+        let log: Log = Arc::new(Mutex::new(log));
+        let queued = Arc::new(AtomicUsize::new(0));
         let thread = {
-            let run_id = run_id.clone();
+            let (run_id, lease, log, queued) = (run_id.clone(), lease.clone(), Arc::clone(&log), Arc::clone(&queued));
             std::thread::Builder::new()
                 .name("waymark-journal".into())
-                .spawn(move || write_all(log, &queue, &run_id, &lease, fence.as_ref()))?
+                .spawn(move || write_all(&log, &queue, &queued, &run_id, &lease, fence.as_ref()))?
         };
-        Ok(ThreadJournal { writes: Some(writes), thread: Some(thread), location, run_id, owner, clock })
+        Ok(ThreadJournal {
+            writes: Some(writes),
+            thread: Some(thread),
+            location,
+            run_id,
+            owner,
+            clock,
+            log: Some(log),
+            lease,
+            queued,
+            children: true,
+        })
+    }
+
+    /// Whether the next write is made on the caller's thread: a local store's (no lease clock),
+    /// while no child is alive and no write waits for the thread.
+    fn inline(&self) -> bool {
+        self.clock.is_none() && !self.children && self.queued.load(Ordering::SeqCst) == 0
     }
 
     /// The error of a write refused because the runner is fenced off, for `why`.
@@ -98,9 +137,18 @@ impl ThreadJournal {
 
     /// Send a write to the thread and wait for its result.
     async fn send<T>(&mut self, write: impl FnOnce(Reply<T>) -> Write) -> Result<T, StoreError> {
-        let (reply, result) = oneshot::channel();
+        let (reply, mut result) = oneshot::channel();
+        if self.inline() {
+            // A lock the thread holds is let go of once the write it began is made.
+            let Some(Ok(mut log)) = self.log.as_ref().map(|log| log.lock()) else { return Err(self.gone()) };
+            apply(&mut **log, write(reply), &self.run_id, &self.lease);
+            // Answered by now.
+            return result.try_recv().unwrap_or_else(|_| Err(self.gone()));
+        }
+        self.queued.fetch_add(1, Ordering::SeqCst);
         let sent = self.writes.as_ref().is_some_and(|w| w.send(write(reply)).is_ok());
         if !sent {
+            self.queued.fetch_sub(1, Ordering::SeqCst);
             return Err(self.gone());
         }
         let Some(clock) = self.clock.clone() else { return result.await.unwrap_or_else(|_| Err(self.gone())) };
@@ -127,46 +175,56 @@ fn fenced(run_id: &str, location: &str, owner: &str, why: String) -> StoreError 
 /// The writer thread: make each write in turn until the journal is dropped. A reply nobody awaits
 /// any more is dropped; the write was made all the same, unless the runner is fenced off by then.
 fn write_all(
-    mut log: Box<dyn RunLog + Send>,
+    log: &Log,
     queue: &mpsc::Receiver<Write>,
+    queued: &AtomicUsize,
     run_id: &str,
     lease: &Lease,
     fence: Option<&(Arc<LeaseClock>, String)>,
 ) {
     for write in queue {
+        // Counted off under the lock: a write on the caller's thread that finds none queued
+        // waits for the lock, so it is made after this one.
+        let Ok(mut log) = log.lock() else { return };
+        queued.fetch_sub(1, Ordering::SeqCst);
         if let Some((clock, location)) = fence
             && let Some(why) = clock.fenced()
         {
             refuse(write, &fenced(run_id, location, &lease.owner, why));
             continue;
         }
-        match write {
-            Write::Starting { step, attempt, redelivered, log_stem, reply } => {
-                let _ = reply.send(log.attempt_starting(lease, run_id, &step, attempt, redelivered, &log_stem));
-            }
-            Write::HandlerStarting { step, attempt, log_stem, reply } => {
-                let _ = reply.send(log.handler_starting(lease, run_id, &step, attempt, &log_stem));
-            }
-            Write::AuxStarting { kind, name, log_stem, reply } => {
-                let _ = reply.send(log.aux_starting(lease, run_id, kind, &name, &log_stem));
-            }
-            Write::AuxFinished { row, result, reply } => {
-                let _ = reply.send(log.aux_finished(lease, row, &result));
-            }
-            Write::Spawned { row, pid, proc_start, reply } => {
-                let _ = reply.send(log.attempt_spawned(lease, row, pid, proc_start));
-            }
-            Write::Finished { row, result, update, reply } => {
-                let _ = reply.send(log.attempt_finished(lease, row, &result, &update));
-            }
-            Write::FinishedThenStarting { row, result, update, next, reply } => {
-                let Next { step, attempt, redelivered, log_stem } = &next;
-                let next = NextAttempt { step, attempt: *attempt, redelivered: *redelivered, log_stem };
-                let _ = reply.send(log.attempt_finished_then_starting(lease, run_id, row, &result, &update, &next));
-            }
-            Write::RunFinished { status, failed_step, skipped, reply } => {
-                let _ = reply.send(log.run_finished(lease, run_id, status, failed_step.as_deref(), &skipped));
-            }
+        apply(&mut **log, write, run_id, lease);
+    }
+}
+
+/// Make `write` through `log` and send its result.
+fn apply(log: &mut (dyn RunLog + Send), write: Write, run_id: &str, lease: &Lease) {
+    match write {
+        Write::Starting { step, attempt, redelivered, log_stem, reply } => {
+            let _ = reply.send(log.attempt_starting(lease, run_id, &step, attempt, redelivered, &log_stem));
+        }
+        Write::HandlerStarting { step, attempt, log_stem, reply } => {
+            let _ = reply.send(log.handler_starting(lease, run_id, &step, attempt, &log_stem));
+        }
+        Write::AuxStarting { kind, name, log_stem, reply } => {
+            let _ = reply.send(log.aux_starting(lease, run_id, kind, &name, &log_stem));
+        }
+        Write::AuxFinished { row, result, reply } => {
+            let _ = reply.send(log.aux_finished(lease, row, &result));
+        }
+        Write::Spawned { row, pid, proc_start, reply } => {
+            let _ = reply.send(log.attempt_spawned(lease, row, pid, proc_start));
+        }
+        Write::Finished { row, result, update, reply } => {
+            let _ = reply.send(log.attempt_finished(lease, row, &result, &update));
+        }
+        Write::FinishedThenStarting { row, result, update, next, reply } => {
+            let Next { step, attempt, redelivered, log_stem } = &next;
+            let next = NextAttempt { step, attempt: *attempt, redelivered: *redelivered, log_stem };
+            let _ = reply.send(log.attempt_finished_then_starting(lease, run_id, row, &result, &update, &next));
+        }
+        Write::RunFinished { status, failed_step, skipped, reply } => {
+            let _ = reply.send(log.run_finished(lease, run_id, status, failed_step.as_deref(), &skipped));
         }
     }
 }
@@ -197,6 +255,7 @@ fn refuse(write: Write, error: &StoreError) {
 impl Drop for ThreadJournal {
     /// Close the channel and wait until the thread has made every write sent before.
     fn drop(&mut self) {
+        drop(self.log.take());
         drop(self.writes.take());
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
@@ -272,6 +331,10 @@ impl RunJournal for ThreadJournal {
         self.send(|reply| Write::RunFinished { status, failed_step, skipped, reply }).await
     }
 
+    fn children_alive(&mut self, alive: bool) {
+        self.children = alive;
+    }
+
     async fn lease_lost(&self) -> StoreError {
         match &self.clock {
             Some(clock) => self.fenced(clock.until_fenced().await),
@@ -342,14 +405,16 @@ mod tests {
         assert_eq!(reader.run(&run.id).unwrap().status, RunStatus::Running);
     }
 
-    /// The point of the journal: while a write waits for a database that another process holds
-    /// locked (SQLite waits up to 10 s), the runner's timers (an attempt's timeout, a backoff)
-    /// still fire on time. Written inline, the write would hold the runtime's only thread and the
+    /// The point of the journal: while a child is alive and a write waits for a database that
+    /// another process holds locked (SQLite waits up to 10 s), the runner's timers (an attempt's
+    /// timeout, a backoff) still fire on time. Written inline, the write would hold the runtime's only thread and the
     /// timer would fire only after the write gave up.
     #[tokio::test]
     async fn a_write_waiting_for_a_locked_store_does_not_stall_a_timer() {
         let (dir, state, run, lease) = run("host:1:only");
         let mut journal = journal(&state, &run, lease);
+        // (As it is until the dispatcher says otherwise.)
+        journal.children_alive(true);
         let locker = lock_database(&state);
         let start = Instant::now();
         let timer = tokio::spawn(async move {
@@ -367,6 +432,40 @@ mod tests {
         // Once the other process lets go, the write goes through.
         locker.execute_batch("ROLLBACK").unwrap();
         let row = write.await.unwrap();
+        let reader = SqliteStore::open(&state).unwrap();
+        assert!(matches!(reader.steps(&run.id).unwrap()[0].state, StepState::InFlight { row: r, .. } if r == row));
+    }
+
+    /// While no child is alive (the dispatcher says so), a local store's write is made on the
+    /// runtime's thread: no supervision waits on it then, and the hand-off to the writer thread
+    /// and back is saved. So a timer due while the write waits for a locked database fires only
+    /// after it (on the writer thread, as in the test above, it would fire first).
+    #[tokio::test]
+    async fn while_no_child_is_alive_a_write_is_made_on_the_runtime_s_thread() {
+        use std::sync::atomic::AtomicBool;
+        let (dir, state, run, lease) = run("host:1:only");
+        let mut journal = journal(&state, &run, lease);
+        journal.children_alive(false);
+        let locker = lock_database(&state);
+        let released = Arc::new(AtomicBool::new(false));
+        let release = {
+            let released = Arc::clone(&released);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(500));
+                released.store(true, Ordering::SeqCst);
+                locker.execute_batch("ROLLBACK").unwrap();
+            })
+        };
+        let timer = {
+            let released = Arc::clone(&released);
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                released.load(Ordering::SeqCst)
+            })
+        };
+        let row = journal.attempt_starting("a", 1, false, &dir.path().join("x")).await.unwrap();
+        assert!(timer.await.unwrap(), "the timer fired while the write waited: it was made on the writer thread");
+        release.join().unwrap();
         let reader = SqliteStore::open(&state).unwrap();
         assert!(matches!(reader.steps(&run.id).unwrap()[0].state, StepState::InFlight { row: r, .. } if r == row));
     }

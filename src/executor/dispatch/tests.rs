@@ -6,9 +6,10 @@
 use super::*;
 use crate::events::{Envelope, Reporter};
 use crate::store::{NextAttempt, StoreError, StoreErrorKind};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::path::Path;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// What a fake attempt does.
 #[derive(Debug, Clone, Copy)]
@@ -54,6 +55,8 @@ struct FakeLauncher {
     killed: Shared<u32>,
     begin: Instant,
     next_pid: u32,
+    /// The children running now: spawned and not yet ended (the dispatcher may not know yet).
+    live: Arc<AtomicUsize>,
 }
 
 impl Launcher for FakeLauncher {
@@ -106,6 +109,8 @@ impl Launcher for FakeLauncher {
         }
         self.next_pid += 1;
         let (tx, step, row, deadline) = (events.clone(), a.step_index, a.row, a.deadline);
+        let live = Arc::clone(&self.live);
+        live.fetch_add(1, Ordering::SeqCst);
         tokio::spawn(async move {
             let exit = match script {
                 Script::Exit { after, code } => Some((Instant::now() + after, code)),
@@ -115,6 +120,7 @@ impl Launcher for FakeLauncher {
             if let Script::Linger(grace) = script {
                 let _ = control.changed().await;
                 tokio::time::sleep(grace).await;
+                live.fetch_sub(1, Ordering::SeqCst);
                 let _ = tx
                     .send(Msg::Done {
                         step,
@@ -138,6 +144,7 @@ impl Launcher for FakeLauncher {
                     _ => End::Cancelled,
                 },
             };
+            live.fetch_sub(1, Ordering::SeqCst);
             let _ = tx
                 .send(Msg::Done {
                     step,
@@ -177,6 +184,12 @@ struct FakeJournal {
     finish_takes: Duration,
     /// Whether recording a spawned child's pid fails (the store is gone mid-run).
     spawned_fails: bool,
+    /// What the dispatcher last said of its children (see `RunJournal::children_alive`), and the
+    /// launcher's count of those running.
+    alive: bool,
+    live: Arc<AtomicUsize>,
+    /// Writes made while the dispatcher said no child was alive.
+    idle_writes: Rc<Cell<usize>>,
 }
 
 fn since_base(t: SystemTime) -> Duration {
@@ -184,6 +197,24 @@ fn since_base(t: SystemTime) -> Duration {
 }
 
 impl FakeJournal {
+    /// A write is about to be made: if the dispatcher said no child is alive, none may be (a real
+    /// journal would make it on the runtime's thread, holding up the supervision of any).
+    fn writing(&self, what: &str) {
+        if !self.alive {
+            assert_eq!(
+                self.live.load(Ordering::SeqCst),
+                0,
+                "{what} while a child ran, yet the dispatcher said none was alive"
+            );
+            self.idle_writes.set(self.idle_writes.get() + 1);
+        }
+    }
+
+    fn write(&self, line: String) {
+        self.writing(&line);
+        self.writes.borrow_mut().push(line);
+    }
+
     /// How an attempt's outcome is written down.
     fn finished(row: i64, result: &AttemptResult, update: &StepUpdate) -> String {
         let error = result.error.as_ref().map_or(String::new(), |e| format!(" {}", e.class));
@@ -198,6 +229,10 @@ impl FakeJournal {
 }
 
 impl RunJournal for FakeJournal {
+    fn children_alive(&mut self, alive: bool) {
+        self.alive = alive;
+    }
+
     async fn attempt_starting(
         &mut self,
         step: &str,
@@ -208,24 +243,24 @@ impl RunJournal for FakeJournal {
         tokio::time::sleep(self.start_takes).await;
         self.next_row += 1;
         let again = if redelivered { " redelivered" } else { "" };
-        self.writes.borrow_mut().push(format!("starting {step} #{attempt}{again} row {}", self.next_row));
+        self.write(format!("starting {step} #{attempt}{again} row {}", self.next_row));
         Ok(self.next_row)
     }
 
     async fn aux_starting(&mut self, kind: AuxKind, name: &str, _log_stem: &Path) -> Result<i64, StoreError> {
         self.next_row += 1;
-        self.writes.borrow_mut().push(format!("{} {name} row {}", kind.as_str(), self.next_row));
+        self.write(format!("{} {name} row {}", kind.as_str(), self.next_row));
         Ok(self.next_row)
     }
 
     async fn aux_finished(&mut self, row: i64, result: &AttemptResult) -> Result<(), StoreError> {
-        self.writes.borrow_mut().push(format!("finished row {row} {:?}", result.outcome));
+        self.write(format!("finished row {row} {:?}", result.outcome));
         Ok(())
     }
 
     async fn handler_starting(&mut self, step: &str, attempt: u32, _log_stem: &Path) -> Result<i64, StoreError> {
         self.next_row += 1;
-        self.writes.borrow_mut().push(format!("handler of {step} #{attempt} row {}", self.next_row));
+        self.write(format!("handler of {step} #{attempt} row {}", self.next_row));
         Ok(self.next_row)
     }
 
@@ -233,7 +268,7 @@ impl RunJournal for FakeJournal {
         if self.spawned_fails {
             return Err(StoreError::failed(StoreErrorKind::Full, "fake", "disk full"));
         }
-        self.writes.borrow_mut().push(format!("spawned row {row}"));
+        self.write(format!("spawned row {row}"));
         Ok(())
     }
 
@@ -244,7 +279,7 @@ impl RunJournal for FakeJournal {
         update: &StepUpdate,
     ) -> Result<(), StoreError> {
         tokio::time::sleep(self.finish_takes).await;
-        self.writes.borrow_mut().push(Self::finished(row, result, update));
+        self.write(Self::finished(row, result, update));
         Ok(())
     }
 
@@ -260,7 +295,7 @@ impl RunJournal for FakeJournal {
         self.next_row += 1;
         let again = if next.redelivered { " redelivered" } else { "" };
         let (step, attempt, row) = (next.step, next.attempt, self.next_row);
-        self.writes.borrow_mut().push(format!("{finished}; starting {step} #{attempt}{again} row {row}"));
+        self.write(format!("{finished}; starting {step} #{attempt}{again} row {row}"));
         Ok(self.next_row)
     }
 
@@ -271,7 +306,7 @@ impl RunJournal for FakeJournal {
         skipped: &[String],
     ) -> Result<(), StoreError> {
         let skipped = if skipped.is_empty() { String::new() } else { format!(" skipped {skipped:?}") };
-        self.writes.borrow_mut().push(format!("run {status:?} {failed_step:?}{skipped}"));
+        self.write(format!("run {status:?} {failed_step:?}{skipped}"));
         Ok(())
     }
 }
@@ -332,6 +367,9 @@ struct Ran {
     took: Duration,
     /// At least the number of turns of the dispatcher's loop.
     turns: u64,
+    /// Writes made while the dispatcher said no child was alive (every journal write checks that
+    /// none was: see `FakeJournal::writing`).
+    idle_writes: usize,
 }
 
 impl Ran {
@@ -438,6 +476,7 @@ impl Test {
         let (spawned, writes, events): (Shared<Spawned>, Shared<String>, Shared<Envelope>) = Default::default();
         let (leftovers, killed): (Shared<String>, Shared<u32>) = Default::default();
         let looked = Rc::new(std::cell::Cell::new(0));
+        let (live, idle_writes) = (Arc::new(AtomicUsize::new(0)), Rc::new(Cell::new(0)));
         let (sig_tx, sig_rx) = mpsc::unbounded_channel();
         for (after, sig) in self.signals {
             let tx = sig_tx.clone();
@@ -454,6 +493,7 @@ impl Test {
                 killed: Rc::clone(&killed),
                 begin,
                 next_pid: 1000,
+                live: Arc::clone(&live),
             },
             journal: FakeJournal {
                 writes: Rc::clone(&writes),
@@ -461,6 +501,9 @@ impl Test {
                 start_takes: self.start_takes,
                 finish_takes: self.finish_takes,
                 spawned_fails: self.spawned_fails,
+                alive: true,
+                live,
+                idle_writes: Rc::clone(&idle_writes),
             },
             signals: FakeSignals(sig_rx, Rc::clone(&looked)),
             clock: FakeClock(begin),
@@ -494,6 +537,7 @@ impl Test {
             killed: take(killed),
             took,
             turns: looked.get(),
+            idle_writes: idle_writes.get(),
         }
     }
 }
@@ -799,6 +843,27 @@ async fn ready_steps_start_in_file_order_at_most_max_parallel_at_once() {
     test.max_parallel = 4;
     let ran = test.run(|step, _| exit(durations(step), 0)).await;
     assert_eq!(ran.schedule(), [("a", 1, 0.0), ("b", 1, 0.0), ("c", 1, 0.0), ("d", 1, 5.0)]);
+}
+
+/// A local store's journal makes a write on the runtime's thread while the dispatcher says no
+/// child is alive: it must say so only then (every write of every test checks it), and say so
+/// between the attempts of a run that has one at a time (else nothing is made there).
+#[tokio::test(start_paused = true)]
+async fn the_journal_hears_that_no_child_is_alive_only_between_children() {
+    // One at a time: the retries' writes and the next steps' starts are made between children.
+    let ran =
+        Test::new(FLAKY).run(|step, attempt| if step == "a" && attempt < 3 { exit(1, 3) } else { exit(1, 0) }).await;
+    assert_eq!(ran.outcome(), RunOutcome::Succeeded);
+    // All but the first start (the journal is not told before the first child) and the pids
+    // (written while their children run): a's two failures, its two retries' starts, its success
+    // with b's start, b's success, the run's end.
+    assert_eq!(ran.idle_writes, 7, "{:#?}", ran.writes);
+    // Overlapping steps: a write while another step's child runs is not one of them.
+    let mut test = Test::new(FAN);
+    test.max_parallel = 2;
+    let ran = test.run(|step, _| exit(durations(step), 0)).await;
+    assert_eq!(ran.outcome(), RunOutcome::Succeeded);
+    assert!(ran.idle_writes < ran.writes.len(), "{:#?}", ran.writes);
 }
 
 /// A signal after a step failed for good, while another is under way, interrupts the run (as any
