@@ -7,9 +7,9 @@
 Builds waymark (release) and the floor helper (bench/floor, its own package), installs the peers
 (retry-cli and attempt-cli, `cargo install --root SCRATCH/peers`), then prints one table. Rows
 (names for --only): scale (start-up against 1 and 10,000 earlier runs, a 10,000-step flow's first
-spawn, its resume half done, `check` of it and of 5,000 unknown names in one `needs`), step (a
-succeeding durable step, on disk and on tmpfs, against the spawn and flush floors; fsyncs per step
-and per run), postgres (the same step with the shared store on the PostgreSQL server at
+spawn (in a new state directory, and in one a run used before), its resume half done, `check` of it
+and of 5,000 unknown names in one `needs`), step (a succeeding durable step, on disk and on tmpfs,
+against the spawn and flush floors; fsyncs per step and per run), postgres (the same step with the shared store on the PostgreSQL server at
 `$WAYMARK_TEST_PG`, as `bash .ci/postgres.sh start` prints it, and the writes the runner makes
 to its socket per step; left out without one), dispatch (a step's cost in flows of 100, 1,000 and 10,000 steps), attempt (a failing
 attempt against the retry CLIs), backoff (lateness of a retry after its backoff, read from the
@@ -218,12 +218,24 @@ def bench_scale(t, waymark, work, rounds):
                 return first_spawn([binary, "run", "--json", flow], state_env(state))
         return go
 
-    res = interleave(rounds, {"small": fresh_first(small), "big": fresh_first(big),
+    def used_first(flow):
+        # The usual case: a state directory whose database a run made before (not timed), so that
+        # no database is created, nor flushed six times as creating one is.
+        def go():
+            with tempfile.TemporaryDirectory(dir=work) as state:
+                subprocess.run([waymark, "run", "--quiet", one], env=state_env(state), check=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                return first_spawn([waymark, "run", "--json", flow], state_env(state))
+        return go
+
+    res = interleave(rounds, {"small": fresh_first(small), "big": fresh_first(big), "used": used_first(big),
                               **({"baseline": fresh_first(big, BASELINE)} if BASELINE else {})})
     t.add("first spawn of a new run, 1 step", med_range(res["small"]))
     t.add("first spawn of a new run, 10,000 steps", med_range(res["big"]), ratio_str(ratios(res["big"], res["small"])),
           "1 step")
     against_baseline(t, "first spawn of a new run, 10,000 steps", dict(res, waymark=res["big"]))
+    t.add("first spawn of a new run, 10,000 steps, state directory used before", med_range(res["used"]),
+          ratio_str(ratios(res["used"], res["big"])), "the same in a new state directory")
 
     # Half done: steps 0..4999 succeeded, step 5000 (sleep) was running when the runner was stopped.
     half = work / "half.toml"
