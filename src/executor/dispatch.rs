@@ -1371,6 +1371,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             Launched::Running { pid, .. } => {
                 self.emitter.emit(Event::AuxStarted { kind, name: name.to_owned(), pid: Some(pid) });
                 let (end, exited) = self.await_aux(row, name, &control).await?;
+                self.parts.journal.children_alive(self.running > 0);
                 ended = exited;
                 (Ok(end), Some(pid))
             }

@@ -14,8 +14,9 @@
 //! [`RunJournal::children_alive`]) and none is waiting for the thread is made on the caller's
 //! thread instead, through the same connection: then there is no supervision for it to hold up,
 //! and the hand-off to the thread and back (two wake-ups, about a tenth of a failing attempt's
-//! time) is left out. Writes stay in the order they were sent: one waiting for the thread is
-//! made first.
+//! time) is left out. Writes stay in the order they were sent: while one waits for the thread,
+//! the next goes there too, and one the thread is making holds the connection until it is made.
+//! The thread closes the connection when it ends, however it ends.
 //!
 //! On a shared store the journal also keeps the runner's lease clock ([`LeaseClock`]): once the
 //! runner is fenced off (its lease lost, or not renewed in time) every write is refused without
@@ -34,8 +35,19 @@ use tokio::sync::oneshot;
 type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
 /// The store connection the run is written through, shared by the writer thread and the writes
-/// made on the caller's thread.
-type Log = Arc<Mutex<Box<dyn RunLog + Send>>>;
+/// made on the caller's thread; `None` once the thread has closed it.
+type Log = Arc<Mutex<Option<Box<dyn RunLog + Send>>>>;
+
+/// Closes the store on the writer thread however the thread ends, a panic included: a PostgreSQL
+/// client must not be closed on the runtime's thread (it blocks on a runtime of its own).
+struct CloseOnExit(Log);
+
+impl Drop for CloseOnExit {
+    fn drop(&mut self) {
+        let store = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        drop(store);
+    }
+}
 
 /// A write for the journal's thread, with where to send its result.
 enum Write {
@@ -68,9 +80,7 @@ pub(crate) struct ThreadJournal {
     owner: String,
     /// The lease clock of a shared store's runner.
     clock: Option<Arc<LeaseClock>>,
-    /// `None` once dropping: the thread, holding the last reference, closes the connection (a
-    /// PostgreSQL client must not be closed on the runtime's thread).
-    log: Option<Log>,
+    log: Log,
     lease: Lease,
     /// Writes sent to the thread that it has not begun to make.
     queued: Arc<AtomicUsize>,
@@ -102,13 +112,15 @@ impl ThreadJournal {
         let (writes, queue) = mpsc::channel();
         let owner = lease.owner.clone();
         let fence = clock.as_ref().map(|c| (Arc::clone(c), location.clone()));
-        let log: Log = Arc::new(Mutex::new(log));
+        let log: Log = Arc::new(Mutex::new(Some(log)));
         let queued = Arc::new(AtomicUsize::new(0));
         let thread = {
-            let (run_id, lease, log, queued) = (run_id.clone(), lease.clone(), Arc::clone(&log), Arc::clone(&queued));
-            std::thread::Builder::new()
-                .name("waymark-journal".into())
-                .spawn(move || write_all(&log, &queue, &queued, &run_id, &lease, fence.as_ref()))?
+            let (run_id, lease, queued) = (run_id.clone(), lease.clone(), Arc::clone(&queued));
+            let close = CloseOnExit(Arc::clone(&log));
+            std::thread::Builder::new().name("waymark-journal".into()).spawn(move || {
+                let close = close;
+                write_all(&close.0, &queue, &queued, &run_id, &lease, fence.as_ref());
+            })?
         };
         Ok(ThreadJournal {
             writes: Some(writes),
@@ -117,7 +129,7 @@ impl ThreadJournal {
             run_id,
             owner,
             clock,
-            log: Some(log),
+            log,
             lease,
             queued,
             children: true,
@@ -140,7 +152,8 @@ impl ThreadJournal {
         let (reply, mut result) = oneshot::channel();
         if self.inline() {
             // A lock the thread holds is let go of once the write it began is made.
-            let Some(Ok(mut log)) = self.log.as_ref().map(|log| log.lock()) else { return Err(self.gone()) };
+            let Ok(mut log) = self.log.lock() else { return Err(self.gone()) };
+            let Some(log) = log.as_mut() else { return Err(self.gone()) };
             apply(&mut **log, write(reply), &self.run_id, &self.lease);
             // Answered by now.
             return result.try_recv().unwrap_or_else(|_| Err(self.gone()));
@@ -187,6 +200,7 @@ fn write_all(
         // waits for the lock, so it is made after this one.
         let Ok(mut log) = log.lock() else { return };
         queued.fetch_sub(1, Ordering::SeqCst);
+        let Some(log) = log.as_mut() else { return };
         if let Some((clock, location)) = fence
             && let Some(why) = clock.fenced()
         {
@@ -255,7 +269,6 @@ fn refuse(write: Write, error: &StoreError) {
 impl Drop for ThreadJournal {
     /// Close the channel and wait until the thread has made every write sent before.
     fn drop(&mut self) {
-        drop(self.log.take());
         drop(self.writes.take());
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
@@ -468,6 +481,121 @@ mod tests {
         release.join().unwrap();
         let reader = SqliteStore::open(&state).unwrap();
         assert!(matches!(reader.steps(&run.id).unwrap()[0].state, StepState::InFlight { row: r, .. } if r == row));
+    }
+
+    /// A write still waiting for the thread is made first: one sent after it, with no child
+    /// alive, goes through the thread too (on the runtime's thread it would wait for the lock the
+    /// thread holds through the write before, then be made before the one waiting).
+    #[tokio::test]
+    async fn a_write_after_one_waiting_for_the_thread_goes_through_the_thread() {
+        let (dir, state, run, lease) = run("host:1:only");
+        let mut journal = journal(&state, &run, lease);
+        let locker = lock_database(&state);
+        // Sent while a child may be alive, then their callers stop waiting: the first waits for
+        // the database's lock on the thread, the second for the thread.
+        let stem = dir.path().join("x");
+        let first = tokio::time::timeout(Duration::ZERO, journal.attempt_starting("a", 1, false, &stem));
+        assert!(first.await.is_err(), "the database is locked: the write cannot have been made yet");
+        let second = tokio::time::timeout(Duration::ZERO, journal.attempt_spawned(1, 4242, Some(7)));
+        assert!(second.await.is_err(), "the thread is busy: the write cannot have been made yet");
+        journal.children_alive(false);
+        let start = Instant::now();
+        let timer = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            start.elapsed()
+        });
+        let result = succeeded();
+        let third = journal.attempt_finished(1, &result, &StepUpdate::Succeeded);
+        tokio::pin!(third);
+        let fired = tokio::select! {
+            fired = timer => fired.unwrap(),
+            result = &mut third => panic!("the write ended while the database was locked: {result:?}"),
+        };
+        assert!(fired < Duration::from_secs(3), "the 100 ms timer fired after {fired:?}");
+        locker.execute_batch("ROLLBACK").unwrap();
+        third.await.unwrap();
+        let reader = SqliteStore::open(&state).unwrap();
+        assert_eq!(reader.steps(&run.id).unwrap()[0].state, StepState::Succeeded);
+    }
+
+    /// The store is closed on the writer thread even when a write panicked there (a bug in a
+    /// store): a PostgreSQL client closed on the runtime's thread would panic again, and the
+    /// runner would not stop with its error.
+    #[tokio::test]
+    async fn the_store_is_closed_on_the_writer_thread_even_after_a_panic_there() {
+        struct Panicking(Arc<Mutex<Option<String>>>);
+        impl Drop for Panicking {
+            fn drop(&mut self) {
+                *self.0.lock().unwrap() = std::thread::current().name().map(str::to_owned);
+            }
+        }
+        impl RunLog for Panicking {
+            fn attempt_starting(
+                &mut self,
+                _: &Lease,
+                _: &str,
+                _: &str,
+                _: u32,
+                _: bool,
+                _: &Path,
+            ) -> Result<i64, StoreError> {
+                panic!("a bug in the store")
+            }
+            fn handler_starting(&mut self, _: &Lease, _: &str, _: &str, _: u32, _: &Path) -> Result<i64, StoreError> {
+                unreachable!()
+            }
+            fn aux_starting(&mut self, _: &Lease, _: &str, _: AuxKind, _: &str, _: &Path) -> Result<i64, StoreError> {
+                unreachable!()
+            }
+            fn aux_finished(&mut self, _: &Lease, _: i64, _: &AttemptResult) -> Result<(), StoreError> {
+                unreachable!()
+            }
+            fn attempt_spawned(&mut self, _: &Lease, _: i64, _: u32, _: Option<u64>) -> Result<(), StoreError> {
+                unreachable!()
+            }
+            fn attempt_finished(
+                &mut self,
+                _: &Lease,
+                _: i64,
+                _: &AttemptResult,
+                _: &StepUpdate,
+            ) -> Result<(), StoreError> {
+                unreachable!()
+            }
+            fn attempt_finished_then_starting(
+                &mut self,
+                _: &Lease,
+                _: &str,
+                _: i64,
+                _: &AttemptResult,
+                _: &StepUpdate,
+                _: &NextAttempt<'_>,
+            ) -> Result<i64, StoreError> {
+                unreachable!()
+            }
+            fn run_finished(
+                &mut self,
+                _: &Lease,
+                _: &str,
+                _: RunStatus,
+                _: Option<&str>,
+                _: &[String],
+            ) -> Result<(), StoreError> {
+                unreachable!()
+            }
+        }
+        let (dir, _state, run, lease) = run("host:1:only");
+        let closed_on = Arc::new(Mutex::new(None));
+        let store = Box::new(Panicking(Arc::clone(&closed_on)));
+        let mut journal = ThreadJournal::start(store, "x".into(), run.id.clone(), lease).unwrap();
+        let err = journal.attempt_starting("a", 1, false, &dir.path().join("x")).await.unwrap_err();
+        assert!(err.to_string().contains("the writer thread stopped"), "{err}");
+        // With no child alive the next write would be made here: it is refused, as the store is gone.
+        journal.children_alive(false);
+        let err = journal.run_finished(RunStatus::Interrupted, None, &[]).await.unwrap_err();
+        assert!(err.to_string().contains("the writer thread stopped"), "{err}");
+        drop(journal);
+        assert_eq!(closed_on.lock().unwrap().as_deref(), Some("waymark-journal"));
     }
 
     #[test]

@@ -864,6 +864,19 @@ async fn the_journal_hears_that_no_child_is_alive_only_between_children() {
     let ran = test.run(|step, _| exit(durations(step), 0)).await;
     assert_eq!(ran.outcome(), RunOutcome::Succeeded);
     assert!(ran.idle_writes < ran.writes.len(), "{:#?}", ran.writes);
+    // A catch handler, a compensation and a hook are children too: the writes after each has
+    // ended are made between children.
+    let flow = catching(r#"{ exception_types = ["CalledProcessError"], run = ["fix"] }"#);
+    let ran = Test::new(&flow).run(|step, _| if step == "a" { exit(1, 1) } else { exit(1, 0) }).await;
+    assert_eq!(ran.outcome(), RunOutcome::Succeeded);
+    // All but the first start and the pids: a's failure, its handler's start and end, b's start
+    // and end, the run's end.
+    assert_eq!(ran.idle_writes, 6, "{:#?}", ran.writes);
+    let ran = Test::new(COMPENSATED).run(|step, _| if step == "c" { exit(1, 1) } else { exit(1, 0) }).await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    // All but the first start and the 7 pids (of 20 writes): the compensations' and hooks'
+    // starts and ends among them.
+    assert_eq!(ran.idle_writes, 12, "{:#?}", ran.writes);
 }
 
 /// A signal after a step failed for good, while another is under way, interrupts the run (as any
