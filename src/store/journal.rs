@@ -147,7 +147,8 @@ impl ThreadJournal {
         fenced(&self.run_id, &self.location, &self.owner, why)
     }
 
-    /// Send a write to the thread and wait for its result.
+    /// Make a write, on the caller's thread (see [`ThreadJournal::inline`]) or through the writer
+    /// thread, and give its result.
     async fn send<T>(&mut self, write: impl FnOnce(Reply<T>) -> Write) -> Result<T, StoreError> {
         let (reply, mut result) = oneshot::channel();
         if self.inline() {
@@ -420,8 +421,8 @@ mod tests {
 
     /// The point of the journal: while a child is alive and a write waits for a database that
     /// another process holds locked (SQLite waits up to 10 s), the runner's timers (an attempt's
-    /// timeout, a backoff) still fire on time. Written inline, the write would hold the runtime's only thread and the
-    /// timer would fire only after the write gave up.
+    /// timeout, a backoff) still fire on time. Written inline, the write would hold the runtime's
+    /// only thread and the timer would fire only after the write gave up.
     #[tokio::test]
     async fn a_write_waiting_for_a_locked_store_does_not_stall_a_timer() {
         let (dir, state, run, lease) = run("host:1:only");

@@ -648,8 +648,8 @@ pub(crate) trait RunJournal {
         failed_step: Option<&str>,
         skipped: &[String],
     ) -> Result<(), StoreError>;
-    /// Whether a child of the run may be alive now: an attempt or catch handler spawned (or being
-    /// spawned) and not yet ended. While none is, no supervision waits on a write, and a journal
+    /// Whether a child of the run may be alive now: an attempt, catch handler, compensation or
+    /// hook spawned (or being spawned) and not yet ended. While none is, no supervision waits on a write, and a journal
     /// may make it on the caller's thread. Until told, a journal takes it that one may be.
     fn children_alive(&mut self, _alive: bool) {}
     /// Resolves when the runner has lost the right to write the run without being told by a
