@@ -399,6 +399,21 @@ mod tests {
         locker
     }
 
+    /// Poll `write` while a 100 ms timer runs: the timer fires first, and soon (the write waits on
+    /// the writer thread for a database another connection holds locked).
+    async fn timer_fires_while<T: std::fmt::Debug>(write: std::pin::Pin<&mut impl Future<Output = T>>) {
+        let start = Instant::now();
+        let timer = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            start.elapsed()
+        });
+        let fired = tokio::select! {
+            fired = timer => fired.unwrap(),
+            result = write => panic!("the write ended while the database was locked: {result:?}"),
+        };
+        assert!(fired < Duration::from_secs(3), "the 100 ms timer fired after {fired:?}");
+    }
+
     #[tokio::test]
     async fn writes_are_made_on_the_thread_and_a_lost_lease_comes_back_as_the_error() {
         let (dir, state, run, lease) = run("host:1:first");
@@ -430,19 +445,10 @@ mod tests {
         // (As it is until the dispatcher says otherwise.)
         journal.children_alive(true);
         let locker = lock_database(&state);
-        let start = Instant::now();
-        let timer = tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            start.elapsed()
-        });
         let stem = dir.path().join("x");
         let write = journal.attempt_starting("a", 1, false, &stem);
         tokio::pin!(write);
-        let fired = tokio::select! {
-            fired = timer => fired.unwrap(),
-            result = &mut write => panic!("the write ended while the database was locked: {result:?}"),
-        };
-        assert!(fired < Duration::from_secs(3), "the 100 ms timer fired after {fired:?}");
+        timer_fires_while(write.as_mut()).await;
         // Once the other process lets go, the write goes through.
         locker.execute_batch("ROLLBACK").unwrap();
         let row = write.await.unwrap();
@@ -500,19 +506,10 @@ mod tests {
         let second = tokio::time::timeout(Duration::ZERO, journal.attempt_spawned(1, 4242, Some(7)));
         assert!(second.await.is_err(), "the thread is busy: the write cannot have been made yet");
         journal.children_alive(false);
-        let start = Instant::now();
-        let timer = tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            start.elapsed()
-        });
         let result = succeeded();
         let third = journal.attempt_finished(1, &result, &StepUpdate::Succeeded);
         tokio::pin!(third);
-        let fired = tokio::select! {
-            fired = timer => fired.unwrap(),
-            result = &mut third => panic!("the write ended while the database was locked: {result:?}"),
-        };
-        assert!(fired < Duration::from_secs(3), "the 100 ms timer fired after {fired:?}");
+        timer_fires_while(third.as_mut()).await;
         locker.execute_batch("ROLLBACK").unwrap();
         third.await.unwrap();
         let reader = SqliteStore::open(&state).unwrap();
