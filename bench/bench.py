@@ -9,7 +9,8 @@ Builds waymark (release) and the floor helper (bench/floor, its own package), in
 (names for --only): scale (start-up against 1 and 10,000 earlier runs, a 10,000-step flow's first
 spawn (in a new state directory, and in one a run used before), its resume half done, `check` of it
 and of 5,000 unknown names in one `needs`), step (a succeeding durable step, on disk and on tmpfs,
-against the spawn and flush floors; fsyncs per step and per run), postgres (the same step with the shared store on the PostgreSQL server at
+against the spawn and flush floors; fsyncs per step and per run), postgres (the same step with the
+shared store on the PostgreSQL server at
 `$WAYMARK_TEST_PG`, as `bash .ci/postgres.sh start` prints it, and the writes the runner makes
 to its socket per step; left out without one), dispatch (a step's cost in flows of 100, 1,000 and 10,000 steps), attempt (a failing
 attempt against the retry CLIs), backoff (lateness of a retry after its backoff, read from the
@@ -212,23 +213,19 @@ def bench_scale(t, waymark, work, rounds):
     small = work / "small.toml"
     write_steps(small, 1, lambda i: '["sleep", "1000"]', name="small")
 
-    def fresh_first(flow, binary=waymark):
+    def fresh_first(flow, binary=waymark, used=False):
         def go():
             with tempfile.TemporaryDirectory(dir=work) as state:
+                if used:
+                    # The usual case: a database a run made before (not timed), so that none is
+                    # created, nor flushed six times as creating one is.
+                    subprocess.run([binary, "run", "--quiet", one], env=state_env(state), check=True,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 return first_spawn([binary, "run", "--json", flow], state_env(state))
         return go
 
-    def used_first(flow):
-        # The usual case: a state directory whose database a run made before (not timed), so that
-        # no database is created, nor flushed six times as creating one is.
-        def go():
-            with tempfile.TemporaryDirectory(dir=work) as state:
-                subprocess.run([waymark, "run", "--quiet", one], env=state_env(state), check=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                return first_spawn([waymark, "run", "--json", flow], state_env(state))
-        return go
-
-    res = interleave(rounds, {"small": fresh_first(small), "big": fresh_first(big), "used": used_first(big),
+    res = interleave(rounds, {"small": fresh_first(small), "big": fresh_first(big),
+                              "used": fresh_first(big, used=True),
                               **({"baseline": fresh_first(big, BASELINE)} if BASELINE else {})})
     t.add("first spawn of a new run, 1 step", med_range(res["small"]))
     t.add("first spawn of a new run, 10,000 steps", med_range(res["big"]), ratio_str(ratios(res["big"], res["small"])),

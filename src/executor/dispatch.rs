@@ -882,12 +882,18 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     ) -> Ended {
         match self.set_slot(index, Slot::Failed) {
             Slot::Running(Live { attempt, row, stem, stderr_from, issued, .. }) => {
-                self.running -= 1;
-                self.parts.journal.children_alive(self.running > 0);
+                self.child_ended();
                 Ended { attempt, row, stem, stderr_from, issued, ended, killed_after_grace, stderr_tail }
             }
             _ => unreachable!("an attempt ends only once, and only while its step runs"),
         }
+    }
+
+    /// A running attempt or catch handler ended: one fewer runs, and the journal hears whether any
+    /// child still is.
+    fn child_ended(&mut self) {
+        self.running -= 1;
+        self.parts.journal.children_alive(self.running > 0);
     }
 
     fn result(&self, outcome: AttemptOutcome, exit_code: Option<i32>, signal: Option<String>) -> AttemptResult {
@@ -1184,8 +1190,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         let Slot::Handling(live) = self.set_slot(index, Slot::Failed) else {
             return Ok(()); // the caller checked: only a running handler ends
         };
-        self.running -= 1;
-        self.parts.journal.children_alive(self.running > 0);
+        self.child_ended();
         let (outcome, exit_code) = match end {
             End::Exited(ExitKind::Code(0)) => (AttemptOutcome::Succeeded, Some(0)),
             End::Cancelled => (AttemptOutcome::Cancelled, None),

@@ -197,21 +197,17 @@ fn since_base(t: SystemTime) -> Duration {
 }
 
 impl FakeJournal {
-    /// A write is about to be made: if the dispatcher said no child is alive, none may be (a real
-    /// journal would make it on the runtime's thread, holding up the supervision of any).
-    fn writing(&self, what: &str) {
+    /// Keep a write. If the dispatcher said no child is alive, none may be (a real journal would
+    /// make the write on the runtime's thread, holding up the supervision of any).
+    fn write(&self, line: String) {
         if !self.alive {
             assert_eq!(
                 self.live.load(Ordering::SeqCst),
                 0,
-                "{what} while a child ran, yet the dispatcher said none was alive"
+                "{line} while a child ran, yet the dispatcher said none was alive"
             );
             self.idle_writes.set(self.idle_writes.get() + 1);
         }
-    }
-
-    fn write(&self, line: String) {
-        self.writing(&line);
         self.writes.borrow_mut().push(line);
     }
 
@@ -368,7 +364,7 @@ struct Ran {
     /// At least the number of turns of the dispatcher's loop.
     turns: u64,
     /// Writes made while the dispatcher said no child was alive (every journal write checks that
-    /// none was: see `FakeJournal::writing`).
+    /// none was: see `FakeJournal::write`).
     idle_writes: usize,
 }
 
