@@ -563,8 +563,10 @@ def bench_timeout(t, waymark, work, rounds, attempts=10, timeout=0.1):
 def bench_output(t, waymark, work, rounds, size=200 << 20):
     """A step writes `size` bytes. With the echo on, waymark's stdout is a file, against
     `sh -c 'cmd | cat > file'`; with it off (--quiet), against `sh -c 'cmd > file'`. Ratios are
-    of throughput (the floor's time / waymark's): at least 0.9x is the target. The files are on
-    the scratch directory's disk, as waymark's logs are."""
+    of throughput (the floor's time / waymark's): at least 0.9x is the target. With the echo on,
+    waymark writes every byte twice, to its log and to its stdout (behind `o | ` on each line),
+    where `cmd | cat > file` writes it once: a third floor, `sh -c 'cmd | tee log > file'`, writes
+    it twice too. The files are on the scratch directory's disk, as waymark's logs are."""
     kinds = {
         "zeros": f"head -c {size} /dev/zero",
         "newline-rich": f"yes | head -c {size}",
@@ -590,14 +592,17 @@ def bench_output(t, waymark, work, rounds, size=200 << 20):
 
         rsss = {(b, m): [] for b in (waymark, BASELINE) for m in ((), ("--quiet",))}
         shown = {(b, m): [] for b in (waymark, BASELINE) for m in ((), ("--quiet",))}
+        log_file = work / "output.log"
         res = interleave(rounds, {
             "floor on": lambda: timed(["sh", "-c", f"{shell} | cat > {out}"])[0],
+            "floor tee": lambda: timed(["sh", "-c", f"{shell} | tee {log_file} > {out}"])[0],
             "floor off": lambda: timed(["sh", "-c", f"{shell} > {out}"])[0],
             "on": wm(waymark, []),
             "off": wm(waymark, ["--quiet"]),
             **({"baseline on": wm(BASELINE, []), "baseline off": wm(BASELINE, ["--quiet"])} if BASELINE else {}),
         })
         out.unlink(missing_ok=True)
+        log_file.unlink(missing_ok=True)
         mbps = lambda secs: [size / 2**20 / x for x in secs]
         mb = lambda x: f"{x:.0f} MiB/s"
         for name, mode, floor in (("on", (), "cmd | cat > file"), ("off", ("--quiet",), "cmd > file")):
@@ -607,6 +612,9 @@ def bench_output(t, waymark, work, rounds, size=200 << 20):
             t.add(f"output {kind}, echo {name} (peak RSS {statistics.median(rss) / 1024:.0f} MiB{seen})",
                   med_range(mbps(res[name]), mb), ratio_str(ratios(res[f"floor {name}"], res[name])),
                   f"throughput of sh -c '{floor}'")
+            if name == "on":
+                t.add(f"output {kind}, sh -c 'cmd | tee log > file'", med_range(mbps(res["floor tee"]), mb),
+                      ratio_str(ratios(res["floor tee"], res["on"])), "echo on's throughput against it")
             if BASELINE:
                 seen = f", {min(shown[(BASELINE, mode)]):.1%} shown" if name == "on" else ""
                 t.add(f"output {kind}, echo {name}, baseline waymark{seen}", med_range(mbps(res[f"baseline {name}"]), mb),
