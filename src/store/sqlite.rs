@@ -14,10 +14,10 @@ use super::record::RunDefinition;
 use super::*;
 use crate::flow::Flow;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
-const SCHEMA_VERSION: i64 = 9;
+const SCHEMA_VERSION: i64 = 10;
 
 /// Prepared statements kept per connection: more than the runner's writes use.
 const STATEMENT_CACHE: usize = 64;
@@ -86,6 +86,15 @@ INSERT INTO definitions (run_id, definition) SELECT id, definition FROM runs;
 ALTER TABLE runs DROP COLUMN definition;
 CREATE INDEX attempts_aux ON attempts (run_id) WHERE kind IN ('compensate', 'hook');
 ALTER TABLE attempts ADD COLUMN killed INTEGER;
+";
+
+/// Schema 10: a step's row is written when the step first moves (its first attempt starts, or its
+/// run ends with it skipped), no longer with its run: a run of 10,000 steps wrote 10,000 rows
+/// before its first child (a third of the time to it). The run's step names, in order, are kept
+/// with its definition (`steps`, a JSON array), and a step of that list without a row is pending
+/// (see [`SqliteStore::steps`]). The runs recorded before have a row per step, and no list.
+const MIGRATE_TO_10: &str = "
+ALTER TABLE definitions ADD COLUMN steps TEXT;
 ";
 
 /// A run's definition, as a column of [`select_runs`] (an empty text, which no reader takes for a
@@ -172,6 +181,13 @@ pub struct SqliteStore {
     /// The SQL for a run's definition: [`DEFINITION`], or the `definition` column of the run's row
     /// in a database older than schema 9 that a read-only command cannot migrate.
     definition_sql: &'static str,
+    /// Whether runs may have steps without rows (schema 10, [`MIGRATE_TO_10`]): a database older
+    /// than that, which a read-only command cannot migrate, has a row for every step.
+    lazy_steps: bool,
+    /// The position of each step of the runs this store wrote, by run, that may still have no row:
+    /// where its row goes when it first moves. `None` for a run recorded before schema 10 (a row
+    /// per step).
+    positions: HashMap<String, Option<HashMap<String, i64, FastHash>>>,
 }
 
 /// A database whose schema is newer than this binary's.
@@ -431,14 +447,19 @@ fn check_lease_of_attempt(tx: &Connection, row: i64, lease: &Lease) -> rusqlite:
     Ok(run_id)
 }
 
-/// `INSERT` of run `?1`'s steps, all pending: `?2` is a JSON object of their names, each to its
-/// position, with the names in order. One statement and one parameter however many steps there
-/// are (rows of `VALUES` would need a parameter per value, and SQLite takes at most 32,766). The
-/// names come sorted (by Rust, which orders strings by their bytes as SQLite's `BINARY` does), so
-/// that each row goes into the primary key's index after the one before, never among them:
-/// inserting them in file order split pages all over the index and cost a third more.
-const INSERT_STEPS: &str = "INSERT INTO steps (run_id, position, name, state)
-     SELECT ?1, value, key, 'pending' FROM json_each(?2)";
+/// The row of step `?3` of run `?1`, at position `?2`, pending, unless it has one: written when
+/// the step first moves (see [`MIGRATE_TO_10`]), just before the `UPDATE` that moves it.
+const STEP_ROW: &str = "INSERT OR IGNORE INTO steps (run_id, position, name, state) VALUES (?1, ?2, ?3, 'pending')";
+
+/// The names in run `run_id`'s list of steps (see [`MIGRATE_TO_10`]), borrowed from its JSON: a
+/// step's name never needs an escape (validation allows letters, digits, `_` and `-`).
+fn step_names<'a>(json: &'a str, run_id: &str) -> rusqlite::Result<Vec<&'a str>> {
+    serde_json::from_str(json)
+        .map_err(|e| bad_row("definitions", run_id, format!("its list of steps is not a JSON array of names: {e}")))
+}
+
+/// A hasher for maps of step names, which come from the database, not from an adversary.
+type FastHash = foldhash::fast::RandomState;
 
 fn new_run_id() -> String {
     const ALPHABET: &[u8] = b"0123456789abcdefghjkmnpqrstvwxyz";
@@ -468,6 +489,8 @@ impl SqliteStore {
             attempt_killed_sql: if schema < 9 { "NULL" } else { "killed" },
             // Before schema 9 a run's definition was a column of its row.
             definition_sql: if schema < 9 { "definition" } else { DEFINITION },
+            lazy_steps: schema >= 10,
+            positions: HashMap::new(),
         }
     }
 
@@ -557,6 +580,96 @@ impl SqliteStore {
         Ok((run, steps))
     }
 
+    /// Where the row of step `step` of run `run_id` goes when the step first moves (see
+    /// [`MIGRATE_TO_10`]): its position in the run's list of steps, read once per run. `None`
+    /// when the step has a row already as far as this store knows (it wrote it, see
+    /// [`Self::row_written`], or the run was recorded before schema 10 with a row per step), or
+    /// when the step is not the run's: the `UPDATE` that moves it then finds no row, and says so.
+    fn position(&mut self, run_id: &str, step: &str) -> Result<Option<i64>, StoreError> {
+        if !self.lazy_steps {
+            return Ok(None);
+        }
+        if !self.positions.contains_key(run_id) {
+            let json = self.step_list(run_id).map_err(|e| self.sql(e))?;
+            let positions = match json {
+                None => None,
+                Some(json) => {
+                    let names = step_names(&json, run_id).map_err(|e| self.sql(e))?;
+                    Some(names.into_iter().enumerate().map(|(i, name)| (name.to_owned(), i as i64)).collect())
+                }
+            };
+            self.positions.insert(run_id.to_owned(), positions);
+        }
+        Ok(self.positions.get(run_id).and_then(Option::as_ref).and_then(|p| p.get(step).copied()))
+    }
+
+    /// Step `step` of run `run_id` has a row now, committed: its later attempts need not write
+    /// one (an `INSERT` that finds the row was 3% of a failing attempt's instructions).
+    fn row_written(&mut self, run_id: &str, step: &str) {
+        if let Some(Some(positions)) = self.positions.get_mut(run_id) {
+            positions.remove(step);
+        }
+    }
+
+    /// Run `run_id`'s list of steps (see [`MIGRATE_TO_10`]), as recorded: `None` for a run
+    /// recorded before schema 10 (it has a row per step) or one without a definition's row.
+    fn step_list(&self, run_id: &str) -> rusqlite::Result<Option<String>> {
+        let mut stmt = self.conn.prepare_cached("SELECT steps FROM definitions WHERE run_id = ?1")?;
+        Ok(stmt.query_row([run_id], |r| r.get::<_, Option<String>>(0)).optional()?.flatten())
+    }
+
+    /// The steps of run `run_id` that have no row yet, pending, added to `chunks` (the rows read):
+    /// each name of the run's list that no row has (see [`MIGRATE_TO_10`]). A step that has had
+    /// an attempt has a row, written with its first one: one without (deleted behind waymark's
+    /// back) is left out, for the caller to report as a step with no recorded state, as before.
+    fn add_unmoved(&self, run_id: &str, chunks: &mut Vec<Vec<(i64, StepRecord)>>) -> rusqlite::Result<()> {
+        let Some(json) = self.step_list(run_id)? else { return Ok(()) };
+        let names = step_names(&json, run_id)?;
+        // Which names have a row: the row at a name's position is its own, unless the rows were
+        // changed behind waymark's back (those, if any, are matched by name).
+        let mut has_row = vec![false; names.len()];
+        let mut stray: HashSet<&str, FastHash> = HashSet::default();
+        for (position, step) in chunks.iter().flatten() {
+            match usize::try_from(*position).ok().filter(|&p| names.get(p) == Some(&step.name.as_str())) {
+                Some(p) => has_row[p] = true,
+                None => _ = stray.insert(step.name.as_str()),
+            }
+        }
+        let mut missing: HashMap<&str, usize, FastHash> = names
+            .iter()
+            .enumerate()
+            .filter(|&(p, name)| !has_row[p] && !stray.contains(name))
+            .map(|(p, name)| (*name, p))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        // Of those, the ones an attempt (or catch handler) names. The names of the run's attempts
+        // come from their index; a hook's name (`on_exit`) may be a step's too, so a name found is
+        // then checked for an attempt of its own.
+        let mut attempted = Vec::new();
+        let mut stmt = self.conn.prepare_cached("SELECT DISTINCT step FROM attempts WHERE run_id = ?1")?;
+        let mut rows = stmt.query([run_id])?;
+        while let Some(row) = rows.next()? {
+            if let Some(&p) = row.get_ref(0)?.as_str().ok().and_then(|name| missing.get(name)) {
+                attempted.push(p);
+            }
+        }
+        let mut own = self.conn.prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM attempts WHERE run_id = ?1 AND step = ?2 AND kind IN ('attempt', 'catch'))",
+        )?;
+        for p in attempted {
+            if own.query_row(params![run_id, names[p]], |r| r.get::<_, bool>(0))? {
+                missing.remove(names[p]);
+            }
+        }
+        let mut unmoved: Vec<(i64, StepRecord)> =
+            missing.into_values().map(|p| (p as i64, StepRecord::pending(names[p]))).collect();
+        unmoved.sort_unstable_by_key(|&(p, _)| p);
+        chunks.push(unmoved);
+        Ok(())
+    }
+
     fn init(&mut self) -> rusqlite::Result<()> {
         self.conn.busy_timeout(std::time::Duration::from_secs(10))?;
         self.conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -596,6 +709,9 @@ impl SqliteStore {
         }
         if version < 9 {
             tx.execute_batch(MIGRATE_TO_9)?;
+        }
+        if version < 10 {
+            tx.execute_batch(MIGRATE_TO_10)?;
         }
         if version < SCHEMA_VERSION {
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
@@ -745,26 +861,24 @@ impl Store for SqliteStore {
     fn create_run(&mut self, flow: &Flow, source_hash: &str, owner: &str) -> Result<(RunRecord, Lease), StoreError> {
         let lease = Lease { owner: owner.to_owned(), token: 1 };
         let definition = RunDefinition::recorded(flow, &self.location)?;
-        let positions: BTreeMap<&str, usize> =
-            flow.steps.iter().enumerate().map(|(i, s)| (s.name.as_str(), i)).collect();
+        // The steps get no rows yet (see `MIGRATE_TO_10`): their names, in order, go with the
+        // definition, and each one's position is kept here for when it first moves.
+        let positions: HashMap<String, i64, FastHash> =
+            flow.steps.iter().enumerate().map(|(i, s)| (s.name.clone(), i as i64)).collect();
         // Validation refuses a flow with two steps of one name; a map of names cannot hold both.
         if positions.len() != flow.steps.len() {
             let why = format!("flow {} has two steps of the same name (a bug in waymark's validation)", flow.name);
             return Err(StoreError::failed(StoreErrorKind::Other, &self.location, why));
         }
-        let names = serde_json::to_string(&positions).unwrap_or_default();
+        let names =
+            serde_json::to_string(&flow.steps.iter().map(|s| s.name.as_str()).collect::<Vec<_>>()).unwrap_or_default();
         let host = host_name();
         let pid = std::process::id();
         let started = now_ms();
-        // The steps' rows name the run inserted just before them in the same transaction, so the
-        // foreign key's lookup of that run for each of them (a sixth of inserting 10,000 steps)
-        // is left out. The pragma only takes effect outside a transaction; it is set back
-        // whatever the outcome (a run deleted without it would leave its steps behind).
-        self.conn.pragma_update(None, "foreign_keys", "OFF").map_err(|e| self.sql(e))?;
         // `synchronous=NORMAL`: a run's creation needs no flush of its own. The first step to
         // finish flushes the WAL, this commit included; a power loss before then loses a run in
         // which nothing had finished, and the next `waymark run` starts it anew.
-        let created = self.write(false, |tx| {
+        let id = self.write(false, |tx| {
             let seq: i64 = tx.query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM runs", [], |r| r.get(0))?;
             let mut id = new_run_id();
             while tx.query_row("SELECT 1 FROM runs WHERE id = ?1", [&id], |_| Ok(())).optional()?.is_some() {
@@ -788,14 +902,13 @@ impl Store for SqliteStore {
                     lease.token
                 ],
             )?;
-            tx.execute("INSERT INTO definitions (run_id, definition) VALUES (?1, ?2)", params![id, definition])?;
-            // Every step by one statement, whatever their number (see `INSERT_STEPS`).
-            tx.prepare_cached(INSERT_STEPS)?.execute(params![id, names])?;
+            tx.execute(
+                "INSERT INTO definitions (run_id, definition, steps) VALUES (?1, ?2, ?3)",
+                params![id, definition, names],
+            )?;
             Ok(id)
-        });
-        let restored = self.conn.pragma_update(None, "foreign_keys", "ON").map_err(|e| self.sql(e));
-        let id = created?;
-        restored?;
+        })?;
+        self.positions.insert(id.clone(), Some(positions));
         let record = RunRecord::created(flow, id, definition, source_hash, started, host);
         Ok((record, lease))
     }
@@ -951,6 +1064,9 @@ impl Store for SqliteStore {
                     chunks.push(chunk);
                 }
             }
+        }
+        if self.lazy_steps {
+            self.add_unmoved(run_id, &mut chunks).map_err(|e| self.sql(e))?;
         }
         Ok(in_position_order(chunks))
     }
@@ -1115,9 +1231,19 @@ impl Store for SqliteStore {
 }
 
 /// Record, in `tx`, that attempt `next` of run `run_id` is about to be spawned (its step moves
-/// to `running`); its row id. The caller checked the lease.
-fn start_attempt(tx: &Connection, run_id: &str, next: &NextAttempt<'_>, now: i64) -> rusqlite::Result<i64> {
+/// to `running`); its row id. `position` is the step's, when its row may be missing (see
+/// [`SqliteStore::position`]). The caller checked the lease.
+fn start_attempt(
+    tx: &Connection,
+    run_id: &str,
+    next: &NextAttempt<'_>,
+    position: Option<i64>,
+    now: i64,
+) -> rusqlite::Result<i64> {
     let NextAttempt { step, attempt, redelivered, log_stem } = *next;
+    if let Some(position) = position {
+        exec(tx, STEP_ROW, params![run_id, position, step])?;
+    }
     exec(
         tx,
         "INSERT INTO attempts (run_id, step, attempt, redelivered, outcome, started_at, log_stem, host)
@@ -1224,11 +1350,14 @@ impl RunLog for SqliteStore {
         log_stem: &Path,
     ) -> Result<i64, StoreError> {
         let next = NextAttempt { step, attempt, redelivered, log_stem };
+        let position = self.position(run_id, step)?;
         let now = now_ms();
-        self.write(false, |tx| {
+        let row = self.write(false, |tx| {
             check_lease(tx, run_id, lease)?;
-            start_attempt(tx, run_id, &next, now)
-        })
+            start_attempt(tx, run_id, &next, position, now)
+        })?;
+        self.row_written(run_id, step);
+        Ok(row)
     }
 
     fn handler_starting(
@@ -1343,12 +1472,15 @@ impl RunLog for SqliteStore {
         update: &StepUpdate,
         next: &NextAttempt<'_>,
     ) -> Result<i64, StoreError> {
+        let position = self.position(run_id, next.step)?;
         let now = now_ms();
-        self.write(update.ends_step(), |tx| {
+        let row = self.write(update.ends_step(), |tx| {
             check_lease(tx, run_id, lease)?;
             finish_attempt(tx, run_id, row, result, update)?;
-            start_attempt(tx, run_id, next, now)
-        })
+            start_attempt(tx, run_id, next, position, now)
+        })?;
+        self.row_written(run_id, next.step);
+        Ok(row)
     }
 
     fn run_finished(
@@ -1359,11 +1491,16 @@ impl RunLog for SqliteStore {
         failed_step: Option<&str>,
         skipped: &[String],
     ) -> Result<(), StoreError> {
+        // A skipped step may never have moved: its row is written first (see `MIGRATE_TO_10`).
+        let positions = skipped.iter().map(|step| self.position(run_id, step)).collect::<Result<Vec<_>, _>>()?;
         self.write(true, |tx| {
             check_lease(tx, run_id, lease)?;
             move_run(tx, run_id, status)?;
             let sources = sources(StepStatus::Skipped);
-            for step in skipped {
+            for (step, position) in skipped.iter().zip(&positions) {
+                if let Some(position) = position {
+                    exec(tx, STEP_ROW, params![run_id, position, step])?;
+                }
                 let changed = exec(
                     tx,
                     "UPDATE steps SET state = 'skipped', next_attempt = NULL, wake_at = NULL, current_row = NULL
@@ -1423,8 +1560,8 @@ mod tests {
         );
         assert!(busy.hint().unwrap().starts_with(&format!("another process holds {} locked", path.display())));
         assert_eq!(failure(&path, err(rusqlite::ffi::SQLITE_NOTADB)).hint(), None, "the message says what to do");
-        assert_eq!(newer_schema(&path, 10).kind(), Some(StoreErrorKind::NewerSchema));
-        assert!(newer_schema(&path, 10).to_string().contains("(schema 10, this one knows 9)"));
+        assert_eq!(newer_schema(&path, 11).kind(), Some(StoreErrorKind::NewerSchema));
+        assert!(newer_schema(&path, 11).to_string().contains("(schema 11, this one knows 10)"));
     }
 
     fn result(outcome: AttemptOutcome) -> AttemptResult {
@@ -1439,29 +1576,112 @@ mod tests {
         }
     }
 
-    /// `create_run` leaves foreign keys off only for its own transaction: after it, as after one
-    /// that failed, deleting a run deletes its steps.
+    /// The rows of a run's steps, by name (each with its state).
+    fn step_rows(store: &SqliteStore, run_id: &str) -> Vec<(String, String)> {
+        let mut stmt = store.conn.prepare("SELECT name, state FROM steps WHERE run_id = ?1 ORDER BY name").unwrap();
+        stmt.query_map([run_id], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
+    }
+
+    /// A new run writes no row for its steps (schema 10): they read back pending, in the flow's
+    /// order, and each gets its row when it first moves, an attempt's start or a skip at the run's
+    /// end. Another process reads the same; deleting the run deletes its steps and definition.
     #[test]
-    fn foreign_keys_are_on_again_after_a_run_is_created_or_its_creation_failed() {
+    fn a_step_gets_its_row_when_it_first_moves_and_reads_pending_until_then() {
         let dir = tempfile::tempdir().unwrap();
-        let (flow, _) =
-            crate::flow::parse("name = 'f'\n[[step]]\nname = 'a'\nrun = ['true']\n", &dir.path().join("f.toml"))
-                .unwrap();
-        let mut store = SqliteStore::open(&StateDir::create(dir.path()).unwrap()).unwrap();
-        let on =
-            |store: &SqliteStore| store.conn.pragma_query_value(None, "foreign_keys", |r| r.get::<_, i64>(0)).unwrap();
-        let (run, _) = store.create_run(&flow, "hash", "test:1:a").unwrap();
-        assert_eq!(on(&store), 1);
-        store.conn.execute("DELETE FROM runs WHERE id = ?1", [&run.id]).unwrap();
-        let left: i64 = store
+        let state = StateDir::create(dir.path()).unwrap();
+        let mut store = SqliteStore::open(&state).unwrap();
+        let (run, lease) = store.create_run(&flow_of(3, dir.path()), "hash", "test:1:a").unwrap();
+        assert_eq!(step_rows(&store, &run.id), []);
+        let states = |store: &SqliteStore| -> Vec<(String, StepState)> {
+            store.steps(&run.id).unwrap().into_iter().map(|s| (s.name, s.state)).collect()
+        };
+        let pending = ["s0", "s1", "s2"].map(|name| (name.to_owned(), StepState::Pending));
+        assert_eq!(states(&store), pending);
+        // Read back as `StepRecord::pending` in full: no attempt used, no times, no outputs.
+        assert!(
+            store
+                .steps(&run.id)
+                .unwrap()
+                .iter()
+                .all(|s| format!("{s:?}") == format!("{:?}", StepRecord::pending(&s.name)))
+        );
+
+        let row = store.attempt_starting(&lease, &run.id, "s1", 1, false, Path::new("x")).unwrap();
+        assert_eq!(step_rows(&store, &run.id), [("s1".into(), "running".into())]);
+        let in_flight = StepState::InFlight { attempt: 1, row, pid: None, proc_start: None };
+        assert_eq!(
+            states(&store),
+            [("s0".into(), StepState::Pending), ("s1".into(), in_flight), ("s2".into(), StepState::Pending)]
+        );
+        store.attempt_finished(&lease, row, &result(AttemptOutcome::Failed), &StepUpdate::Failed).unwrap();
+        store.run_finished(&lease, &run.id, RunStatus::Failed, Some("s1"), &["s0".into(), "s2".into()]).unwrap();
+        let skipped_failed_skipped =
+            [("s0".into(), StepState::Skipped), ("s1".into(), StepState::Failed), ("s2".into(), StepState::Skipped)];
+        assert_eq!(states(&store), skipped_failed_skipped);
+        assert_eq!(step_rows(&store, &run.id).len(), 3);
+        // A store of another process, which did not create the run, reads and writes it the same.
+        let mut other = SqliteStore::open(&state).unwrap();
+        assert_eq!(states(&other), skipped_failed_skipped);
+        other.reopen_failed(&run.id).unwrap();
+        let lease = other.claim(&run.id, "test:1:b").unwrap();
+        let row = other.attempt_starting(&lease, &run.id, "s0", 1, false, Path::new("x")).unwrap();
+        assert!(matches!(states(&other)[0].1, StepState::InFlight { row: r, .. } if r == row));
+
+        other.conn.execute("DELETE FROM runs WHERE id = ?1", [&run.id]).unwrap();
+        let left: i64 = other
             .conn
             .query_row("SELECT (SELECT COUNT(*) FROM steps) + (SELECT COUNT(*) FROM definitions)", [], |r| r.get(0))
             .unwrap();
         assert_eq!(left, 0, "the run's steps and definition went with it");
-        // A creation that fails inside its transaction (no table for the steps).
-        store.conn.execute_batch("DROP TABLE steps").unwrap();
-        assert!(store.create_run(&flow, "hash", "test:1:a").is_err());
-        assert_eq!(on(&store), 1);
+    }
+
+    /// A run recorded before schema 10 has a row for every step and no list of names: after the
+    /// migration it reads and moves as before (its pending rows are moved, none is added), while
+    /// a new run in the same database writes no row until a step moves.
+    #[test]
+    fn a_run_recorded_before_schema_10_keeps_a_row_per_step_and_moves_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::create(dir.path()).unwrap();
+        let mut store = SqliteStore::open(&state).unwrap();
+        let (run, _) = store.create_run(&flow_of(2, dir.path()), "hash", "test:1:a").unwrap();
+        store.conn.execute_batch(&format!("{UNDO_SCHEMA_10} PRAGMA user_version = 9;")).unwrap();
+        drop(store);
+        let mut store = SqliteStore::open(&state).unwrap();
+        let pending = [("s0".to_owned(), "pending".to_owned()), ("s1".into(), "pending".into())];
+        assert_eq!(step_rows(&store, &run.id), pending);
+        let lease = store.claim(&run.id, "test:1:b").unwrap();
+        let row = store.attempt_starting(&lease, &run.id, "s0", 1, false, Path::new("x")).unwrap();
+        store.attempt_finished(&lease, row, &result(AttemptOutcome::Succeeded), &StepUpdate::Succeeded).unwrap();
+        let states: Vec<StepState> = store.steps(&run.id).unwrap().into_iter().map(|s| s.state).collect();
+        assert_eq!(states, [StepState::Succeeded, StepState::Pending]);
+        assert_eq!(step_rows(&store, &run.id).len(), 2);
+        let (new, _) = store.create_run(&flow_of(2, dir.path()), "hash", "test:1:c").unwrap();
+        assert_eq!(step_rows(&store, &new.id), []);
+    }
+
+    /// A step without a row is pending only if it never had an attempt: one whose row was deleted
+    /// behind waymark's back is left out of the steps read (the runner then refuses the run: its
+    /// step has no recorded state), where reading it as pending would run it again. A hook's run,
+    /// recorded under its own name, does not make a step of that name attempted.
+    #[test]
+    fn a_step_whose_row_is_gone_after_an_attempt_is_not_read_as_pending() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut source = String::from("name = 'f'\n");
+        for name in ["a", "on_exit", "c"] {
+            source.push_str(&format!("[[step]]\nname = '{name}'\nrun = ['true']\n"));
+        }
+        let (flow, _) = crate::flow::parse(&source, &dir.path().join("f.toml")).unwrap();
+        let mut store = SqliteStore::open(&StateDir::create(dir.path()).unwrap()).unwrap();
+        let (run, lease) = store.create_run(&flow, "hash", "test:1:a").unwrap();
+        let row = store.attempt_starting(&lease, &run.id, "a", 1, false, Path::new("x")).unwrap();
+        store.attempt_finished(&lease, row, &result(AttemptOutcome::Succeeded), &StepUpdate::Succeeded).unwrap();
+        store.aux_starting(&lease, &run.id, AuxKind::Hook, "on_exit", Path::new("x")).unwrap();
+        let names = |store: &SqliteStore| -> Vec<String> {
+            store.steps(&run.id).unwrap().into_iter().map(|s| s.name).collect()
+        };
+        assert_eq!(names(&store), ["a", "on_exit", "c"]);
+        store.conn.execute("DELETE FROM steps WHERE name = 'a'", []).unwrap();
+        assert_eq!(names(&store), ["on_exit", "c"]);
     }
 
     #[test]
@@ -1551,8 +1771,14 @@ mod tests {
         );
     }
 
-    /// Schema 9 undone: run definitions back in the runs' rows, as schemas 1 to 8 kept them, no
-    /// index of compensations and hooks, no record of a kill after the grace.
+    /// Schema 10 undone: a row for every step (pending where none was written yet), as schemas 1
+    /// to 9 wrote them with their run, and no list of names.
+    const UNDO_SCHEMA_10: &str = "INSERT OR IGNORE INTO steps (run_id, position, name, state)
+            SELECT d.run_id, j.key, j.value, 'pending' FROM definitions d, json_each(d.steps) j WHERE d.steps IS NOT NULL;
+        ALTER TABLE definitions DROP COLUMN steps;";
+
+    /// Schema 9 undone (after schema 10): run definitions back in the runs' rows, as schemas 1 to
+    /// 8 kept them, no index of compensations and hooks, no record of a kill after the grace.
     const UNDO_SCHEMA_9: &str = "ALTER TABLE runs ADD COLUMN definition TEXT NOT NULL DEFAULT '';
         UPDATE runs SET definition = (SELECT d.definition FROM definitions d WHERE d.run_id = runs.id);
         DROP TABLE definitions; DROP INDEX attempts_aux; ALTER TABLE attempts DROP COLUMN killed;";
@@ -1653,8 +1879,8 @@ mod tests {
         assert_eq!(steps, ["s1", "s0", "s2"]);
     }
 
-    /// The steps are inserted by one statement with one parameter: a run of more steps than
-    /// SQLite takes parameters in one statement (32,766) is recorded whole, in order.
+    /// A run of more steps than SQLite takes parameters in one statement (32,766) is recorded
+    /// whole, and read back in order, before and after one of its steps moves.
     #[test]
     fn a_run_of_more_steps_than_one_statement_takes_parameters_records_every_step_in_order() {
         let dir = tempfile::tempdir().unwrap();
@@ -1664,10 +1890,15 @@ mod tests {
         let step = flow.steps.pop().unwrap();
         flow.steps = (0..n).map(|i| crate::flow::model::Step { name: format!("s{i}"), ..step.clone() }).collect();
         let mut store = SqliteStore::open(&StateDir::create(dir.path()).unwrap()).unwrap();
-        let (run, _) = store.create_run(&flow, "hash", "test:1:a").unwrap();
-        let names: Vec<String> = store.steps(&run.id).unwrap().into_iter().map(|s| s.name).collect();
-        assert_eq!(names, (0..n).map(|i| format!("s{i}")).collect::<Vec<_>>());
-        // A second run of the same flow reuses the cached statement.
+        let (run, lease) = store.create_run(&flow, "hash", "test:1:a").unwrap();
+        let names = |store: &SqliteStore| -> Vec<String> {
+            store.steps(&run.id).unwrap().into_iter().map(|s| s.name).collect()
+        };
+        let all = (0..n).map(|i| format!("s{i}")).collect::<Vec<_>>();
+        assert_eq!(names(&store), all);
+        store.attempt_starting(&lease, &run.id, "s20000", 1, false, Path::new("x")).unwrap();
+        assert_eq!(names(&store), all);
+        assert!(matches!(store.steps(&run.id).unwrap()[20_000].state, StepState::InFlight { .. }));
         let (second, _) = store.create_run(&flow, "hash", "test:1:b").unwrap();
         assert_eq!(store.steps(&second.id).unwrap().len(), n);
     }
@@ -1687,7 +1918,10 @@ mod tests {
         let mut store = SqliteStore::open(&state).unwrap();
         store.create_run(&flow_of(1, dir.path()), "hash", "test:1:a").unwrap();
         // As schema 7 left it: the migration adds the index.
-        store.conn.execute_batch(&format!("{UNDO_SCHEMA_9} DROP INDEX runs_lease; PRAGMA user_version = 7;")).unwrap();
+        store
+            .conn
+            .execute_batch(&format!("{UNDO_SCHEMA_10} {UNDO_SCHEMA_9} DROP INDEX runs_lease; PRAGMA user_version = 7;"))
+            .unwrap();
         drop(store);
         let store = SqliteStore::open(&state).unwrap();
         let covered = "SEARCH runs USING COVERING INDEX runs_lease (id=?)";
@@ -1724,7 +1958,9 @@ mod tests {
         // As schema 6 left it.
         store
             .conn
-            .execute_batch(&format!("{UNDO_SCHEMA_9} DROP INDEX runs_unfinished; PRAGMA user_version = 6;"))
+            .execute_batch(&format!(
+                "{UNDO_SCHEMA_10} {UNDO_SCHEMA_9} DROP INDEX runs_unfinished; PRAGMA user_version = 6;"
+            ))
             .unwrap();
         drop(store);
 
