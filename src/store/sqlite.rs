@@ -447,8 +447,9 @@ fn check_lease_of_attempt(tx: &Connection, row: i64, lease: &Lease) -> rusqlite:
     Ok(run_id)
 }
 
-/// The row of step `?3` of run `?1`, at position `?2`, pending, unless it has one: written when
-/// the step first moves (see [`MIGRATE_TO_10`]), just before the `UPDATE` that moves it.
+/// The row of step `?3` of run `?1`, at position `?2`, pending, unless it has one: written just
+/// before the `UPDATE` that skips a step at its run's end, which may be its first move (see
+/// [`MIGRATE_TO_10`]). An attempt's start inserts the row itself (see [`start_attempt`]).
 const STEP_ROW: &str = "INSERT OR IGNORE INTO steps (run_id, position, name, state) VALUES (?1, ?2, ?3, 'pending')";
 
 /// The names in run `run_id`'s list of steps (see [`MIGRATE_TO_10`]), borrowed from its JSON: a
@@ -1241,9 +1242,6 @@ fn start_attempt(
     now: i64,
 ) -> rusqlite::Result<i64> {
     let NextAttempt { step, attempt, redelivered, log_stem } = *next;
-    if let Some(position) = position {
-        exec(tx, STEP_ROW, params![run_id, position, step])?;
-    }
     exec(
         tx,
         "INSERT INTO attempts (run_id, step, attempt, redelivered, outcome, started_at, log_stem, host)
@@ -1251,13 +1249,26 @@ fn start_attempt(
         params![run_id, step, attempt, redelivered, now, log_stem.display().to_string(), host_name()],
     )?;
     let row = tx.last_insert_rowid();
-    let changed = exec(
-        tx,
-        "UPDATE steps SET state = 'running', current_row = ?3, next_attempt = NULL, wake_at = NULL,
-                started_at = COALESCE(started_at, ?4)
-         WHERE run_id = ?1 AND name = ?2 AND instr(?5, ',' || state || ',')",
-        params![run_id, step, row, now, sources(StepStatus::Running)],
-    )?;
+    let changed = match position {
+        // A step that may have no row yet: inserted running (a step without a row is pending,
+        // which may start), or, if it has one, moved as below. One statement, not two.
+        Some(position) => exec(
+            tx,
+            "INSERT INTO steps (run_id, position, name, state, current_row, started_at)
+             VALUES (?1, ?6, ?2, 'running', ?3, ?4)
+             ON CONFLICT (run_id, name) DO UPDATE SET state = 'running', current_row = ?3, next_attempt = NULL,
+                    wake_at = NULL, started_at = COALESCE(started_at, ?4)
+             WHERE instr(?5, ',' || state || ',')",
+            params![run_id, step, row, now, sources(StepStatus::Running), position],
+        )?,
+        None => exec(
+            tx,
+            "UPDATE steps SET state = 'running', current_row = ?3, next_attempt = NULL, wake_at = NULL,
+                    started_at = COALESCE(started_at, ?4)
+             WHERE run_id = ?1 AND name = ?2 AND instr(?5, ',' || state || ',')",
+            params![run_id, step, row, now, sources(StepStatus::Running)],
+        )?,
+    };
     moved(tx, changed, run_id, step, StepStatus::Running)?;
     Ok(row)
 }
