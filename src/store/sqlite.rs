@@ -671,6 +671,110 @@ impl SqliteStore {
         Ok(())
     }
 
+    /// Each step's recorded state, in flow order (see [`Store::steps`]), read in the caller's
+    /// transaction.
+    fn steps_read(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(&format!(
+                // Read by position below: 0 name, 1 state, 2 attempts_used, 3 budget_base,
+                // 4 next_attempt, 5 wake_at, 6 current_row, 7 last_error, 8 started_at,
+                // 9 ended_at, 10 the attempt's pid, 11 its process start, 12 its number, 13 outputs,
+                // 14 position, 15 the outcome of the attempt or handler in flight. Read in the primary key's order and put in order of position below:
+                // an `ORDER BY` sorted every row (all columns) in SQLite, about a third of reading
+                // a 10,000-step run.
+                "SELECT s.name, s.state, s.attempts_used, s.budget_base, s.next_attempt, s.wake_at, s.current_row,
+                        s.last_error, s.started_at, s.ended_at, a.pid, a.proc_start, a.attempt, {}, s.position,
+                        a.outcome
+                 FROM steps s LEFT JOIN attempts a ON a.row = s.current_row
+                 WHERE s.run_id = ?1",
+                self.step_outputs_sql
+            ))
+            .map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map([run_id], |r| {
+                let name: String = r.get(0)?;
+                let bad = |what: String| bad_row("steps", run_id, format!("step `{name}`: {what}"));
+                // Borrowed from the row: no copy to parse.
+                let state = r.get_ref(1)?.as_str().map_err(|e| bad(e.to_string()))?;
+                let state = match StepStatus::parse(state).map_err(|e| bad(e.to_string()))? {
+                    StepStatus::Pending => StepState::Pending,
+                    StepStatus::Succeeded => StepState::Succeeded,
+                    StepStatus::Failed => StepState::Failed,
+                    StepStatus::Skipped => StepState::Skipped,
+                    StepStatus::Caught => StepState::Caught,
+                    StepStatus::Catching => StepState::Catching {
+                        attempt: r.get(2)?,
+                        in_flight: match r.get::<_, Option<i64>>(6)? {
+                            Some(row) => Some((row, r.get(10)?, r.get::<_, Option<i64>>(11)?.map(|v| v as u64))),
+                            None => None,
+                        },
+                    },
+                    StepStatus::Waiting => {
+                        StepState::Waiting { next_attempt: r.get(4)?, wake_at: from_millis(r.get(5)?) }
+                    }
+                    StepStatus::Running => {
+                        // A running step names its attempt: without it there is nothing to redeliver.
+                        let (Some(row), Some(attempt)) = (r.get::<_, Option<i64>>(6)?, r.get::<_, Option<u32>>(12)?)
+                        else {
+                            return Err(bad("running, but its attempt is not recorded".into()));
+                        };
+                        StepState::InFlight {
+                            attempt,
+                            row,
+                            pid: r.get(10)?,
+                            proc_start: r.get::<_, Option<i64>>(11)?.map(|v| v as u64),
+                        }
+                    }
+                };
+                let outputs = match r.get::<_, Option<String>>(13)? {
+                    None => BTreeMap::new(),
+                    Some(json) => serde_json::from_str(&json).map_err(|e| {
+                        bad("its outputs are not a JSON object of strings: ".to_owned() + &e.to_string())
+                    })?,
+                };
+                let position: i64 = r.get(14)?;
+                // Borrowed, as the state is.
+                let lost =
+                    matches!(&state, StepState::InFlight { .. } | StepState::Catching { in_flight: Some(_), .. })
+                        && r.get_ref(15)?.as_str_or_null().map_err(|e| bad(e.to_string()))? == Some("runner_lost");
+                Ok((
+                    position,
+                    StepRecord {
+                        name,
+                        state,
+                        attempts_used: r.get(2)?,
+                        budget_base: r.get(3)?,
+                        last_error: parse_error(r.get(7)?),
+                        started_at: r.get::<_, Option<i64>>(8)?.map(from_millis),
+                        ended_at: r.get::<_, Option<i64>>(9)?.map(from_millis),
+                        outputs,
+                        lost,
+                    },
+                ))
+            })
+            .map_err(|e| self.sql(e))?;
+        // Read into chunks, each twice the size of the one before: one Vec grown to 10,000 records
+        // by doubling copied them all over again at each step (3.5M of the instructions to read
+        // them), where chunks are never moved.
+        let mut chunks: Vec<Vec<(i64, StepRecord)>> = Vec::new();
+        for row in rows {
+            let row = row.map_err(|e| self.sql(e))?;
+            match chunks.last_mut() {
+                Some(chunk) if chunk.len() < chunk.capacity() => chunk.push(row),
+                last => {
+                    let mut chunk = Vec::with_capacity(last.map_or(64, |c| c.capacity() * 2));
+                    chunk.push(row);
+                    chunks.push(chunk);
+                }
+            }
+        }
+        if self.lazy_steps {
+            self.add_unmoved(run_id, &mut chunks).map_err(|e| self.sql(e))?;
+        }
+        Ok(in_position_order(chunks))
+    }
+
     fn init(&mut self) -> rusqlite::Result<()> {
         self.conn.busy_timeout(std::time::Duration::from_secs(10))?;
         self.conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -971,105 +1075,16 @@ impl Store for SqliteStore {
     }
 
     fn steps(&self, run_id: &str) -> Result<Vec<StepRecord>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(&format!(
-                // Read by position below: 0 name, 1 state, 2 attempts_used, 3 budget_base,
-                // 4 next_attempt, 5 wake_at, 6 current_row, 7 last_error, 8 started_at,
-                // 9 ended_at, 10 the attempt's pid, 11 its process start, 12 its number, 13 outputs,
-                // 14 position, 15 the outcome of the attempt or handler in flight. Read in the primary key's order and put in order of position below:
-                // an `ORDER BY` sorted every row (all columns) in SQLite, about a third of reading
-                // a 10,000-step run.
-                "SELECT s.name, s.state, s.attempts_used, s.budget_base, s.next_attempt, s.wake_at, s.current_row,
-                        s.last_error, s.started_at, s.ended_at, a.pid, a.proc_start, a.attempt, {}, s.position,
-                        a.outcome
-                 FROM steps s LEFT JOIN attempts a ON a.row = s.current_row
-                 WHERE s.run_id = ?1",
-                self.step_outputs_sql
-            ))
-            .map_err(|e| self.sql(e))?;
-        let rows = stmt
-            .query_map([run_id], |r| {
-                let name: String = r.get(0)?;
-                let bad = |what: String| bad_row("steps", run_id, format!("step `{name}`: {what}"));
-                // Borrowed from the row: no copy to parse.
-                let state = r.get_ref(1)?.as_str().map_err(|e| bad(e.to_string()))?;
-                let state = match StepStatus::parse(state).map_err(|e| bad(e.to_string()))? {
-                    StepStatus::Pending => StepState::Pending,
-                    StepStatus::Succeeded => StepState::Succeeded,
-                    StepStatus::Failed => StepState::Failed,
-                    StepStatus::Skipped => StepState::Skipped,
-                    StepStatus::Caught => StepState::Caught,
-                    StepStatus::Catching => StepState::Catching {
-                        attempt: r.get(2)?,
-                        in_flight: match r.get::<_, Option<i64>>(6)? {
-                            Some(row) => Some((row, r.get(10)?, r.get::<_, Option<i64>>(11)?.map(|v| v as u64))),
-                            None => None,
-                        },
-                    },
-                    StepStatus::Waiting => {
-                        StepState::Waiting { next_attempt: r.get(4)?, wake_at: from_millis(r.get(5)?) }
-                    }
-                    StepStatus::Running => {
-                        // A running step names its attempt: without it there is nothing to redeliver.
-                        let (Some(row), Some(attempt)) = (r.get::<_, Option<i64>>(6)?, r.get::<_, Option<u32>>(12)?)
-                        else {
-                            return Err(bad("running, but its attempt is not recorded".into()));
-                        };
-                        StepState::InFlight {
-                            attempt,
-                            row,
-                            pid: r.get(10)?,
-                            proc_start: r.get::<_, Option<i64>>(11)?.map(|v| v as u64),
-                        }
-                    }
-                };
-                let outputs = match r.get::<_, Option<String>>(13)? {
-                    None => BTreeMap::new(),
-                    Some(json) => serde_json::from_str(&json).map_err(|e| {
-                        bad("its outputs are not a JSON object of strings: ".to_owned() + &e.to_string())
-                    })?,
-                };
-                let position: i64 = r.get(14)?;
-                // Borrowed, as the state is.
-                let lost =
-                    matches!(&state, StepState::InFlight { .. } | StepState::Catching { in_flight: Some(_), .. })
-                        && r.get_ref(15)?.as_str_or_null().map_err(|e| bad(e.to_string()))? == Some("runner_lost");
-                Ok((
-                    position,
-                    StepRecord {
-                        name,
-                        state,
-                        attempts_used: r.get(2)?,
-                        budget_base: r.get(3)?,
-                        last_error: parse_error(r.get(7)?),
-                        started_at: r.get::<_, Option<i64>>(8)?.map(from_millis),
-                        ended_at: r.get::<_, Option<i64>>(9)?.map(from_millis),
-                        outputs,
-                        lost,
-                    },
-                ))
-            })
-            .map_err(|e| self.sql(e))?;
-        // Read into chunks, each twice the size of the one before: one Vec grown to 10,000 records
-        // by doubling copied them all over again at each step (3.5M of the instructions to read
-        // them), where chunks are never moved.
-        let mut chunks: Vec<Vec<(i64, StepRecord)>> = Vec::new();
-        for row in rows {
-            let row = row.map_err(|e| self.sql(e))?;
-            match chunks.last_mut() {
-                Some(chunk) if chunk.len() < chunk.capacity() => chunk.push(row),
-                last => {
-                    let mut chunk = Vec::with_capacity(last.map_or(64, |c| c.capacity() * 2));
-                    chunk.push(row);
-                    chunks.push(chunk);
-                }
-            }
+        // The rows, the run's list of steps and its attempts are read by three statements (see
+        // `add_unmoved`): in one read transaction, so that a step whose first attempt a runner
+        // commits in between is not taken for one whose row is gone. (`snapshot` has one open.)
+        if self.conn.is_autocommit() {
+            let tx = self.conn.unchecked_transaction().map_err(|e| self.sql(e))?;
+            let steps = self.steps_read(run_id)?;
+            tx.commit().map_err(|e| self.sql(e))?;
+            return Ok(steps);
         }
-        if self.lazy_steps {
-            self.add_unmoved(run_id, &mut chunks).map_err(|e| self.sql(e))?;
-        }
-        Ok(in_position_order(chunks))
+        self.steps_read(run_id)
     }
 
     fn attempts(&self, run_id: &str, step: Option<&str>) -> Result<Vec<AttemptRecord>, StoreError> {
@@ -1668,6 +1683,38 @@ mod tests {
         assert_eq!(step_rows(&store, &run.id).len(), 2);
         let (new, _) = store.create_run(&flow_of(2, dir.path()), "hash", "test:1:c").unwrap();
         assert_eq!(step_rows(&store, &new.id), []);
+    }
+
+    /// Steps read while a runner starts them, one after another: every read has every step. (The
+    /// rows, the list and the attempts are read in one transaction; read apart, a step whose first
+    /// attempt was committed between them was taken for one whose row is gone, and left out.)
+    #[test]
+    fn steps_read_while_a_runner_starts_them_are_all_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::create(dir.path()).unwrap();
+        let n = 300;
+        let mut writer = SqliteStore::open(&state).unwrap();
+        let (run, lease) = writer.create_run(&flow_of(n, dir.path()), "hash", "test:1:a").unwrap();
+        let reader = SqliteStore::open_for_reading(&state).unwrap();
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (id, finished) = (run.id.clone(), done.clone());
+        let runner = std::thread::spawn(move || {
+            for i in 0..n {
+                writer.attempt_starting(&lease, &id, &format!("s{i}"), 1, false, Path::new("x")).unwrap();
+            }
+            finished.store(true, std::sync::atomic::Ordering::SeqCst);
+        });
+        let (mut reads, mut short) = (0, Vec::new());
+        while !done.load(std::sync::atomic::Ordering::SeqCst) {
+            let steps = reader.steps(&run.id).unwrap();
+            reads += 1;
+            if steps.len() != n {
+                short.push(steps.len());
+            }
+        }
+        runner.join().unwrap();
+        assert_eq!(short, [0; 0], "of {reads} reads, these had fewer than {n} steps");
+        assert!(reader.steps(&run.id).unwrap().iter().all(|s| matches!(s.state, StepState::InFlight { .. })));
     }
 
     /// A step without a row is pending only if it never had an attempt: one whose row was deleted
