@@ -7,6 +7,7 @@ use super::model::{Catch, Command, DEFAULT_MAX_PARALLEL, ExitCodes, Flow, Hooks,
 use super::raw::{
     RawCatch, RawCommand, RawDefaults, RawDuration, RawFlow, RawPolicy, RawRetry, RawStep, RawStepMore, Str, StrMap,
 };
+use crate::FastHash;
 use crate::classify::classes::{ClassError, ClassTree, MAX_USER_CLASSES, WORKFLOW_TIMEOUT, is_builtin};
 use crate::retry::{Backoff, DEFAULT_ATTEMPTS, RetryPolicy};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -41,11 +42,6 @@ const MAX_IMPLICIT_SHOWN: usize = 5;
 pub(crate) const MAX_PARALLEL: u32 = 10_000;
 const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(10);
 const DETECT_VALUES: [&str; 2] = ["auto", "none"];
-
-/// The hasher of the maps keyed by step name, one entry per step: names come from the user's own
-/// file, so a hash that resists flooding (std's SipHash) buys nothing, and foldhash is several
-/// times faster on short keys.
-type FastHash = foldhash::fast::RandomState;
 
 /// Where `run` programs are looked for when a flow is checked: the PATH waymark itself has
 /// (`None`: unset). Loading with one warns about a program found on no PATH a step would use.

@@ -12,6 +12,7 @@
 
 use super::record::RunDefinition;
 use super::*;
+use crate::FastHash;
 use crate::flow::Flow;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -458,9 +459,6 @@ fn step_names<'a>(json: &'a str, run_id: &str) -> rusqlite::Result<Vec<&'a str>>
     serde_json::from_str(json)
         .map_err(|e| bad_row("definitions", run_id, format!("its list of steps is not a JSON array of names: {e}")))
 }
-
-/// A hasher for maps of step names, which come from the database, not from an adversary.
-type FastHash = foldhash::fast::RandomState;
 
 fn new_run_id() -> String {
     const ALPHABET: &[u8] = b"0123456789abcdefghjkmnpqrstvwxyz";
