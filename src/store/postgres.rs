@@ -39,7 +39,7 @@ use super::*;
 use crate::flow::Flow;
 use ::postgres::config::SslMode;
 use ::postgres::{Client, Statement, Transaction};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::path::Path;
@@ -459,6 +459,10 @@ fn installed(client: &mut Client) -> Result<Option<i64>, ::postgres::Error> {
 /// The shared store. See the module documentation.
 pub(crate) struct PgStore {
     client: RefCell<Client>,
+    /// A statement of `client` failed for want of an answer from the server. The client learns
+    /// that its connection is gone a moment later, on its own thread (`is_closed`): until then a
+    /// write made at once would go to the dead connection again. See [`Self::connection_lost`].
+    lost: Cell<bool>,
     /// The statements prepared on `client` (see [`Tx`]).
     prepared: RefCell<HashMap<&'static str, Statement>>,
     config: PgConfig,
@@ -498,6 +502,7 @@ impl PgStore {
     fn with(client: Client, config: &PgConfig, location: &str, schema: i64) -> PgStore {
         PgStore {
             client: RefCell::new(client),
+            lost: Cell::new(false),
             prepared: RefCell::default(),
             config: config.clone(),
             location: location.to_owned(),
@@ -533,10 +538,16 @@ impl PgStore {
         StoreError::Fenced { run_id: run_id.to_owned(), location: self.location.clone(), owner: owner.to_owned(), why }
     }
 
+    /// Whether the connection is gone: closed, or a statement on it went unanswered.
+    fn connection_lost(&self) -> bool {
+        self.lost.get() || self.client.borrow().is_closed()
+    }
+
     /// A new connection in place of a lost one.
     fn reconnect(&self) -> Result<(), StoreError> {
         let client = connect(&self.config, &self.location)?;
         *self.client.borrow_mut() = client;
+        self.lost.set(false);
         // Statements are the old connection's.
         self.prepared.borrow_mut().clear();
         Ok(())
@@ -558,7 +569,7 @@ impl PgStore {
             let retry = |e: &StoreError| {
                 self.clock.is_some() && matches!(e.kind(), Some(StoreErrorKind::Unreachable | StoreErrorKind::Busy))
             };
-            if self.client.borrow().is_closed()
+            if self.connection_lost()
                 && let Err(e) = self.reconnect()
             {
                 if retry(&e) {
@@ -576,6 +587,11 @@ impl PgStore {
                 Ok(out)
             })();
             drop(client);
+            if let Err(Fail::Pg(e) | Fail::Commit(e)) = &attempt
+                && kind_of(e) == StoreErrorKind::Unreachable
+            {
+                self.lost.set(true);
+            }
             if attempt.is_err() {
                 self.prepared.borrow_mut().clear();
             }
@@ -585,12 +601,9 @@ impl PgStore {
                     if let Some(clock) = &self.clock {
                         clock.renewal_failed(detail(&e));
                     }
+                    // The connection may be usable again (a serialization failure); if not (it is
+                    // lost), the next round reconnects.
                     std::thread::sleep(Duration::from_millis(250));
-                    // The connection may be usable again (a serialization failure); if not, the
-                    // next round reconnects.
-                    if !self.client.borrow().is_closed() && kind_of(&e) == StoreErrorKind::Unreachable {
-                        let _ = self.reconnect();
-                    }
                 }
                 Err(e) => return Err(self.fail(e)),
             }
@@ -1612,7 +1625,7 @@ impl Renewer {
             if clock.fenced().is_some() {
                 return;
             }
-            if self.store.client.borrow().is_closed()
+            if self.store.connection_lost()
                 && let Err(e) = self.store.reconnect()
             {
                 clock.renewal_failed(e.to_string());
@@ -1630,7 +1643,12 @@ impl Renewer {
                     clock.lost("lost its lease to another runner, which took it over after it expired".to_owned());
                     return;
                 }
-                Err(e) => clock.renewal_failed(format!("the database {}: {}", self.store.location, detail(&e))),
+                Err(e) => {
+                    if kind_of(&e) == StoreErrorKind::Unreachable {
+                        self.store.lost.set(true);
+                    }
+                    clock.renewal_failed(format!("the database {}: {}", self.store.location, detail(&e)));
+                }
             }
         }
     }
