@@ -25,10 +25,19 @@ pub(crate) async fn sleep_until(deadline: Instant) {
         return;
     }
     // The coarse timer stays armed too: it is the fallback where no timerfd can be had, and under
-    // a test's paused clock it is the one that fires, in order with the test's other timers.
+    // a test's paused clock it is the one that ends the sleep, in order with the test's other
+    // timers. The timerfd counts real time, which runs on under a paused clock: when it fires
+    // before the paused time reaches the deadline (a loaded machine), the coarse timer is awaited
+    // still. Running for real, the timerfd's clock is `Instant`'s, and it is past the deadline.
+    let coarse = tokio::time::sleep_until(deadline);
+    tokio::pin!(coarse);
     tokio::select! {
-        () = tokio::time::sleep_until(deadline) => {}
-        Ok(()) = precise_sleep(left) => {}
+        () = &mut coarse => {}
+        Ok(()) = precise_sleep(left) => {
+            if Instant::now() < deadline {
+                coarse.await;
+            }
+        }
     }
 }
 
@@ -50,4 +59,28 @@ async fn precise_sleep(left: Duration) -> std::io::Result<()> {
     let timer = unsafe { AsyncFd::register_with_interest(Timer(fd), tokio::io::Interest::READABLE)? };
     let _ = timer.readable().await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Under a test's paused clock the timerfd, which counts real time, may fire before the paused
+    /// time reaches the deadline (here 20 ms of real time pass after it is armed for 2): the sleep
+    /// still ends at the deadline on the paused clock, never before. (It ended 1 ms early in a
+    /// dispatcher test on a loaded CI machine.)
+    #[tokio::test(start_paused = true)]
+    async fn under_a_paused_clock_a_sleep_ends_at_its_deadline_however_soon_the_real_timer_fires() {
+        let deadline = Instant::now() + Duration::from_millis(2);
+        let mut sleep = std::pin::pin!(sleep_until(deadline));
+        // Polled once, which arms the timerfd for the 2 ms left.
+        std::future::poll_fn(|cx| {
+            let _ = sleep.as_mut().poll(cx);
+            std::task::Poll::Ready(())
+        })
+        .await;
+        std::thread::sleep(Duration::from_millis(20));
+        sleep.await;
+        assert_eq!(Instant::now(), deadline);
+    }
 }
