@@ -178,7 +178,7 @@ fn catch_line(handler: &Catch) -> String {
 /// group in file order: `a, b; then c; then d`. A step starts as soon as the steps it needs have
 /// succeeded, so it may start before the rest of the group before it is done.
 fn ready_order(flow: &Flow) -> Option<String> {
-    let needs: Vec<Vec<usize>> = flow.steps.iter().map(|s| s.needs.clone()).collect();
+    let needs: Vec<&[usize]> = flow.steps.iter().map(|s| &*s.needs).collect();
     let depths = flow::graph::depths(&needs)?;
     let mut waves: Vec<Vec<&str>> = vec![Vec::new(); depths.iter().max().map_or(0, |d| d + 1)];
     for (step, depth) in flow.steps.iter().zip(depths) {

@@ -1327,7 +1327,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         step.name = name.to_owned();
         step.env.clear();
         step.timeout = None;
-        step.workdir = self.flow.path.parent().map_or_else(|| step.workdir.clone(), std::path::Path::to_owned);
+        step.workdir = self.flow.path.parent().map_or_else(|| step.workdir.clone(), Arc::from);
         step.kill_signal = Signal(nix::sys::signal::Signal::SIGTERM);
         step.kill_grace = Duration::from_secs(10);
         StepRef::Own(Arc::new(step))

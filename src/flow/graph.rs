@@ -13,7 +13,7 @@ pub(crate) struct Cycle {
 /// step's needs in the order written: one per entry that leads back to a step still being walked,
 /// at most `limit` of them (each costs up to the number of steps). Empty when the graph is
 /// acyclic. Entries pointing outside `needs` are ignored.
-pub(crate) fn cycles(needs: &[Vec<usize>], limit: usize) -> Vec<Cycle> {
+pub(crate) fn cycles<N: std::ops::Deref<Target = [usize]>>(needs: &[N], limit: usize) -> Vec<Cycle> {
     #[derive(Clone, Copy, PartialEq)]
     enum Mark {
         New,
@@ -63,12 +63,12 @@ pub(crate) fn cycles(needs: &[Vec<usize>], limit: usize) -> Vec<Cycle> {
 
 /// How deep each step sits: 0 for a root, else one more than the deepest step it needs. `None`
 /// when the graph has a cycle (or an entry outside it).
-pub(crate) fn depths(needs: &[Vec<usize>]) -> Option<Vec<usize>> {
+pub(crate) fn depths<N: std::ops::Deref<Target = [usize]>>(needs: &[N]) -> Option<Vec<usize>> {
     let n = needs.len();
-    let mut waiting_on: Vec<usize> = needs.iter().map(Vec::len).collect();
+    let mut waiting_on: Vec<usize> = needs.iter().map(|list| list.len()).collect();
     let mut dependents = vec![Vec::new(); n];
     for (step, list) in needs.iter().enumerate() {
-        for &need in list {
+        for &need in list.iter() {
             dependents.get_mut(need)?.push(step);
         }
     }

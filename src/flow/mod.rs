@@ -285,7 +285,7 @@ mod tests {
         assert_eq!(step.retry.attempts, 1);
         assert_eq!(step.timeout, None);
         assert_eq!(step.kill_grace, std::time::Duration::from_secs(10));
-        assert_eq!(step.workdir, Path::new("/x"));
+        assert_eq!(&*step.workdir, Path::new("/x"));
     }
 
     #[test]
@@ -436,7 +436,7 @@ mod tests {
 
     /// `(needs, explicit)` of every step.
     fn needs(flow: &Flow) -> Vec<(Vec<usize>, bool)> {
-        flow.steps.iter().map(|s| (s.needs.clone(), s.needs_explicit)).collect()
+        flow.steps.iter().map(|s| (s.needs.to_vec(), s.needs_explicit)).collect()
     }
 
     fn steps(names_and_needs: &[(&str, Option<&str>)]) -> String {

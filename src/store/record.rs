@@ -466,6 +466,9 @@ impl RunDefinition {
             return Err(RecordError::Corrupt(format!("a value is recorded for `{name}`, which is not a parameter")));
         }
         let needs = needs(&self.steps)?;
+        // Where steps run unless they say otherwise, shared by them.
+        let flow_dir: std::sync::Arc<std::path::Path> =
+            self.path.parent().map_or_else(|| std::path::Path::new("").into(), Into::into);
         let steps = self
             .steps
             .into_iter()
@@ -492,8 +495,8 @@ impl RunDefinition {
                     exit_codes: exit_codes(s.exit_codes)?,
                     env: s.env,
                     workdir: match s.workdir {
-                        Some(workdir) => workdir,
-                        None => self.path.parent().map(PathBuf::from).unwrap_or_default(),
+                        Some(workdir) => workdir.into(),
+                        None => flow_dir.clone(),
                     },
                     kill_signal: signal(&s.kill_signal)?,
                     kill_grace: s.kill_grace,
@@ -577,7 +580,7 @@ fn field_after(record: &serde_json::Map<String, serde_json::Value>, found: u64) 
 
 /// The recorded steps' needs as indices: the named steps, or the step before. A name that is not
 /// a recorded step, a name given twice, or a cycle is corruption: the loader never records one.
-fn needs(steps: &[RecordedStep]) -> Result<Vec<Vec<usize>>, RecordError> {
+fn needs(steps: &[RecordedStep]) -> Result<Vec<flow::model::Needs>, RecordError> {
     // Hashed, presized: a 10,000-step record looks up 10,000 names.
     let mut index = std::collections::HashMap::with_capacity(steps.len());
     for (i, s) in steps.iter().enumerate().rev() {
@@ -600,7 +603,7 @@ fn needs(steps: &[RecordedStep]) -> Result<Vec<Vec<usize>>, RecordError> {
             }
             needs.push(j);
         }
-        out.push(needs);
+        out.push(needs.into());
     }
     if let Some(cycle) = flow::graph::cycles(&out, 1).first() {
         // A corrupt record may hold any cycle: name at most ten of its steps.
@@ -679,7 +682,7 @@ impl From<&Flow> for RunDefinition {
             exit_codes: RecordedExitCodes::of(&s.exit_codes),
             env: s.env.clone(),
             // The flow file's directory, the usual one, goes without saying.
-            workdir: (Some(s.workdir.as_path()) != flow.path.parent()).then(|| s.workdir.clone()),
+            workdir: (Some(&*s.workdir) != flow.path.parent()).then(|| s.workdir.to_path_buf()),
             kill_signal: s.kill_signal.name().to_owned(),
             kill_grace: s.kill_grace,
             detect_tracebacks: s.detect_tracebacks,
@@ -766,7 +769,7 @@ impl<'a> StepView<'a> {
             retry_name: s.retry_name.as_deref(),
             exit_codes: ExitCodesView { codes: &s.exit_codes.codes, signals: &s.exit_codes.signals },
             env: &s.env,
-            workdir: (Some(s.workdir.as_path()) != flow_dir).then_some(s.workdir.as_path()),
+            workdir: (Some(&*s.workdir) != flow_dir).then_some(&*s.workdir),
             kill_signal: s.kill_signal.name(),
             kill_grace: s.kill_grace,
             detect_tracebacks: s.detect_tracebacks,
@@ -912,7 +915,7 @@ mod tests {
     #[test]
     fn a_version_1_record_runs_its_steps_one_after_another_as_before() {
         let flow = RunDefinition::parse(&fixture("run-definition-v1.json")).unwrap().into_flow().unwrap();
-        let needs: Vec<(Vec<usize>, bool)> = flow.steps.iter().map(|s| (s.needs.clone(), s.needs_explicit)).collect();
+        let needs: Vec<(Vec<usize>, bool)> = flow.steps.iter().map(|s| (s.needs.to_vec(), s.needs_explicit)).collect();
         assert_eq!(needs, [(vec![], false), (vec![0], false)]);
         assert!(!flow.has_explicit_needs());
         assert!(flow.steps.iter().all(|s| s.catch.is_empty() && s.compensate.is_none()));
@@ -930,7 +933,7 @@ mod tests {
     #[test]
     fn the_version_2_fixture_keeps_the_workflow_structure() {
         let flow = RunDefinition::parse(&fixture("run-definition-v2.json")).unwrap().into_flow().unwrap();
-        let needs: Vec<(Vec<usize>, bool)> = flow.steps.iter().map(|s| (s.needs.clone(), s.needs_explicit)).collect();
+        let needs: Vec<(Vec<usize>, bool)> = flow.steps.iter().map(|s| (s.needs.to_vec(), s.needs_explicit)).collect();
         assert_eq!(needs, [(vec![], true), (vec![], true), (vec![1, 0], true), (vec![2], false)]);
         assert_eq!(flow.max_parallel, 3);
         assert!(flow.fail_fast);
@@ -970,8 +973,8 @@ mod tests {
         assert_eq!(archive.retry, once);
         assert_eq!((archive.kill_signal.name(), archive.kill_grace), ("SIGTERM", Duration::from_secs(10)));
         assert!(archive.detect_tracebacks && archive.env.is_empty() && archive.timeout.is_none());
-        assert_eq!(archive.workdir, Path::new("/srv/waymark-fixture"));
-        assert_eq!(flow.steps[2].workdir, Path::new("/srv/waymark-fixture/reports"));
+        assert_eq!(&*archive.workdir, Path::new("/srv/waymark-fixture"));
+        assert_eq!(&*flow.steps[2].workdir, Path::new("/srv/waymark-fixture/reports"));
         // A flow with nothing of its own records little more than its steps' names and commands.
         let plain = RunDefinition::from(
             &flow::parse("[[step]]\nname = 'a'\nrun = ['true']\n", Path::new("/x/f.toml")).unwrap().0,
@@ -1026,7 +1029,7 @@ mod tests {
         let mut flows: Vec<Flow> = (1..=VERSION).map(fixture_flow).collect();
         let mut odd = fixture_flow(VERSION);
         for step in &mut odd.steps {
-            step.workdir = PathBuf::from("/elsewhere");
+            step.workdir = Path::new("/elsewhere").into();
             step.retry_name = Some("network".into());
             step.detect_tracebacks = false;
             step.kill_grace = Duration::from_millis(1500);
