@@ -15,8 +15,12 @@ use super::*;
 use crate::FastHash;
 use crate::flow::Flow;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
+
+/// See [`SqliteStore::positions`].
+type Positions = HashMap<String, Option<HashMap<String, i64, FastHash>>>;
 
 const SCHEMA_VERSION: i64 = 10;
 
@@ -185,10 +189,11 @@ pub struct SqliteStore {
     /// Whether runs may have steps without rows (schema 10, [`MIGRATE_TO_10`]): a database older
     /// than that, which a read-only command cannot migrate, has a row for every step.
     lazy_steps: bool,
-    /// The position of each step of the runs this store wrote, by run, that may still have no row:
-    /// where its row goes when it first moves. `None` for a run recorded before schema 10 (a row
-    /// per step).
-    positions: HashMap<String, Option<HashMap<String, i64, FastHash>>>,
+    /// The position of each step of the runs this store wrote or read, by run, that may still
+    /// have no row: where its row goes when it first moves. `None` for a run recorded before
+    /// schema 10 (a row per step). Filled when a run is created, or when its steps are read (a
+    /// resumed run's runner reads them before it starts any), else from the run's list.
+    positions: RefCell<Positions>,
 }
 
 /// A database whose schema is newer than this binary's.
@@ -489,7 +494,7 @@ impl SqliteStore {
             // Before schema 9 a run's definition was a column of its row.
             definition_sql: if schema < 9 { "definition" } else { DEFINITION },
             lazy_steps: schema >= 10,
-            positions: HashMap::new(),
+            positions: RefCell::new(HashMap::new()),
         }
     }
 
@@ -588,7 +593,7 @@ impl SqliteStore {
         if !self.lazy_steps {
             return Ok(None);
         }
-        if !self.positions.contains_key(run_id) {
+        if !self.positions.get_mut().contains_key(run_id) {
             let json = self.step_list(run_id).map_err(|e| self.sql(e))?;
             let positions = match json {
                 None => None,
@@ -597,15 +602,15 @@ impl SqliteStore {
                     Some(names.into_iter().enumerate().map(|(i, name)| (name.to_owned(), i as i64)).collect())
                 }
             };
-            self.positions.insert(run_id.to_owned(), positions);
+            self.positions.get_mut().insert(run_id.to_owned(), positions);
         }
-        Ok(self.positions.get(run_id).and_then(Option::as_ref).and_then(|p| p.get(step).copied()))
+        Ok(self.positions.get_mut().get(run_id).and_then(Option::as_ref).and_then(|p| p.get(step).copied()))
     }
 
     /// Step `step` of run `run_id` has a row now, committed: its later attempts need not write
     /// one (an `INSERT` that finds the row was 3% of a failing attempt's instructions).
     fn row_written(&mut self, run_id: &str, step: &str) {
-        if let Some(Some(positions)) = self.positions.get_mut(run_id) {
+        if let Some(Some(positions)) = self.positions.get_mut().get_mut(run_id) {
             positions.remove(step);
         }
     }
@@ -622,7 +627,10 @@ impl SqliteStore {
     /// an attempt has a row, written with its first one: one without (deleted behind waymark's
     /// back) is left out, for the caller to report as a step with no recorded state, as before.
     fn add_unmoved(&self, run_id: &str, chunks: &mut Vec<Vec<(i64, StepRecord)>>) -> rusqlite::Result<()> {
-        let Some(json) = self.step_list(run_id)? else { return Ok(()) };
+        let Some(json) = self.step_list(run_id)? else {
+            self.positions.borrow_mut().entry(run_id.to_owned()).or_insert(None);
+            return Ok(());
+        };
         let names = step_names(&json, run_id)?;
         // Which names have a row: the row at a name's position is its own, unless the rows were
         // changed behind waymark's back (those, if any, are matched by name).
@@ -640,12 +648,33 @@ impl SqliteStore {
             .filter(|&(p, name)| !has_row[p] && !stray.contains(name))
             .map(|(p, name)| (*name, p))
             .collect();
-        if missing.is_empty() {
-            return Ok(());
+        if !missing.is_empty() {
+            self.drop_attempted(run_id, &names, &mut missing)?;
         }
-        // Of those, the ones an attempt (or catch handler) names. The names of the run's attempts
-        // come from their index; a hook's name (`on_exit`) may be a step's too, so a name found is
-        // then checked for an attempt of its own.
+        // Where the rows of these steps go when they first move: the list need not be read again
+        // for it (for a 10,000-step run half done, 3% of the resume's instructions to its first
+        // child). The steps with rows are left out; no row is ever deleted but with its run.
+        self.positions
+            .borrow_mut()
+            .entry(run_id.to_owned())
+            .or_insert_with(|| Some(missing.iter().map(|(&name, &p)| (name.to_owned(), p as i64)).collect()));
+        let mut unmoved: Vec<(i64, StepRecord)> =
+            missing.into_values().map(|p| (p as i64, StepRecord::pending(names[p]))).collect();
+        unmoved.sort_unstable_by_key(|&(p, _)| p);
+        chunks.push(unmoved);
+        Ok(())
+    }
+
+    /// Of `missing` (names of run `run_id`'s list without a row, each to its position in
+    /// `names`), leave out the ones an attempt (or catch handler) names. The names of the run's
+    /// attempts come from their index; a hook's name (`on_exit`) may be a step's too, so a name
+    /// found is then checked for an attempt of its own.
+    fn drop_attempted(
+        &self,
+        run_id: &str,
+        names: &[&str],
+        missing: &mut HashMap<&str, usize, FastHash>,
+    ) -> rusqlite::Result<()> {
         let mut attempted = Vec::new();
         let mut stmt = self.conn.prepare_cached("SELECT DISTINCT step FROM attempts WHERE run_id = ?1")?;
         let mut rows = stmt.query([run_id])?;
@@ -662,10 +691,6 @@ impl SqliteStore {
                 missing.remove(names[p]);
             }
         }
-        let mut unmoved: Vec<(i64, StepRecord)> =
-            missing.into_values().map(|p| (p as i64, StepRecord::pending(names[p]))).collect();
-        unmoved.sort_unstable_by_key(|&(p, _)| p);
-        chunks.push(unmoved);
         Ok(())
     }
 
@@ -677,10 +702,11 @@ impl SqliteStore {
             .prepare_cached(&format!(
                 // Read by position below: 0 name, 1 state, 2 attempts_used, 3 budget_base,
                 // 4 next_attempt, 5 wake_at, 6 current_row, 7 last_error, 8 started_at,
-                // 9 ended_at, 10 the attempt's pid, 11 its process start, 12 its number, 13 outputs,
-                // 14 position, 15 the outcome of the attempt or handler in flight. Read in the primary key's order and put in order of position below:
-                // an `ORDER BY` sorted every row (all columns) in SQLite, about a third of reading
-                // a 10,000-step run.
+                // 9 ended_at, 10 the attempt's pid, 11 its process start, 12 its number,
+                // 13 outputs, 14 position, 15 the outcome of the attempt or handler in flight.
+                // Read in the primary key's order and put in order of position below: an
+                // `ORDER BY` sorted every row (all columns) in SQLite, about a third of reading a
+                // 10,000-step run.
                 "SELECT s.name, s.state, s.attempts_used, s.budget_base, s.next_attempt, s.wake_at, s.current_row,
                         s.last_error, s.started_at, s.ended_at, a.pid, a.proc_start, a.attempt, {}, s.position,
                         a.outcome
@@ -1011,7 +1037,7 @@ impl Store for SqliteStore {
             )?;
             Ok(id)
         })?;
-        self.positions.insert(id.clone(), Some(positions));
+        self.positions.get_mut().insert(id.clone(), Some(positions));
         let record = RunRecord::created(flow, id, definition, source_hash, started, host);
         Ok((record, lease))
     }
@@ -1657,6 +1683,30 @@ mod tests {
             .query_row("SELECT (SELECT COUNT(*) FROM steps) + (SELECT COUNT(*) FROM definitions)", [], |r| r.get(0))
             .unwrap();
         assert_eq!(left, 0, "the run's steps and definition went with it");
+    }
+
+    /// A runner that resumes a run reads its steps before it starts any: where the rows of the
+    /// steps that never moved go is taken from that read, and starting one of them writes its
+    /// row (a step left out of it would find no row to move).
+    #[test]
+    fn a_store_that_read_a_runs_steps_writes_the_rows_of_those_that_never_moved() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::create(dir.path()).unwrap();
+        let mut store = SqliteStore::open(&state).unwrap();
+        let (run, lease) = store.create_run(&flow_of(3, dir.path()), "hash", "test:1:a").unwrap();
+        let row = store.attempt_starting(&lease, &run.id, "s0", 1, false, Path::new("x")).unwrap();
+        store.attempt_finished(&lease, row, &result(AttemptOutcome::Succeeded), &StepUpdate::Succeeded).unwrap();
+        drop(store);
+        let mut other = SqliteStore::open(&state).unwrap();
+        assert_eq!(other.steps(&run.id).unwrap().len(), 3);
+        let lease = other.claim(&run.id, "test:1:b").unwrap();
+        for step in ["s2", "s1"] {
+            other.attempt_starting(&lease, &run.id, step, 1, false, Path::new("x")).unwrap();
+        }
+        assert_eq!(
+            step_rows(&other, &run.id),
+            [("s0".into(), "succeeded".into()), ("s1".into(), "running".into()), ("s2".into(), "running".into())]
+        );
     }
 
     /// A run recorded before schema 10 has a row for every step and no list of names: after the
