@@ -543,6 +543,14 @@ impl PgStore {
         self.lost.get() || self.client.borrow().is_closed()
     }
 
+    /// Statement `e` failed: if for want of an answer from the server, the connection is lost
+    /// (see [`Self::lost`]).
+    fn note_failure(&self, e: &::postgres::Error) {
+        if kind_of(e) == StoreErrorKind::Unreachable {
+            self.lost.set(true);
+        }
+    }
+
     /// A new connection in place of a lost one.
     fn reconnect(&self) -> Result<(), StoreError> {
         let client = connect(&self.config, &self.location)?;
@@ -587,10 +595,8 @@ impl PgStore {
                 Ok(out)
             })();
             drop(client);
-            if let Err(Fail::Pg(e) | Fail::Commit(e)) = &attempt
-                && kind_of(e) == StoreErrorKind::Unreachable
-            {
-                self.lost.set(true);
+            if let Err(Fail::Pg(e) | Fail::Commit(e)) = &attempt {
+                self.note_failure(e);
             }
             if attempt.is_err() {
                 self.prepared.borrow_mut().clear();
@@ -1644,9 +1650,7 @@ impl Renewer {
                     return;
                 }
                 Err(e) => {
-                    if kind_of(&e) == StoreErrorKind::Unreachable {
-                        self.store.lost.set(true);
-                    }
+                    self.store.note_failure(&e);
                     clock.renewal_failed(format!("the database {}: {}", self.store.location, detail(&e)));
                 }
             }
