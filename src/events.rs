@@ -26,8 +26,8 @@ pub(crate) struct Envelope {
     #[serde(serialize_with = "rfc3339")]
     pub(crate) at: SystemTime,
     /// The run the event is about; `None` only before a run is chosen (waiting for the lock, or a
-    /// notice about another run of the flow that is not resumed).
-    pub(crate) run_id: Option<String>,
+    /// notice about another run of the flow that is not resumed). Shared: every event carries it.
+    pub(crate) run_id: Option<Arc<str>>,
     #[serde(flatten)]
     pub(crate) event: Event,
 }
@@ -491,7 +491,7 @@ pub(crate) trait Reporter {
 /// Stamps events and hands them to every attached reporter, in the order they were attached.
 pub(crate) struct Emitter {
     seq: u64,
-    run_id: Option<String>,
+    run_id: Option<Arc<str>>,
     reporters: Vec<Box<dyn Reporter>>,
     /// Wall-clock time; injected by tests.
     now: fn() -> SystemTime,
@@ -527,7 +527,7 @@ impl Emitter {
 
     /// The run that the events from now on are about.
     pub(crate) fn set_run(&mut self, run_id: &str) {
-        self.run_id = Some(run_id.to_owned());
+        self.run_id = Some(run_id.into());
     }
 
     /// The run's secrets: from now on they are hidden in every event.
@@ -609,6 +609,12 @@ fn redact(secrets: &Secrets, mut event: Event) -> Event {
 }
 
 pub(crate) fn rfc3339<S: Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+    with_rfc3339(t, |text| s.serialize_str(text))
+}
+
+/// `f` of time `t` as RFC 3339 in UTC, to the millisecond (ASCII: digits, `-`, `:`, `.`, `T`
+/// and `Z`, none of which JSON escapes).
+pub(crate) fn with_rfc3339<R>(t: &SystemTime, f: impl FnOnce(&str) -> R) -> R {
     thread_local! {
         /// The last millisecond written and its text: events come many to a millisecond (the
         /// thousands of steps a resumed run skips), each once made into a date.
@@ -620,7 +626,7 @@ pub(crate) fn rfc3339<S: Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::E
             *text = humantime::format_rfc3339_millis(*t).to_string();
             *last = ms;
         }
-        s.serialize_str(text)
+        f(text)
     })
 }
 

@@ -45,7 +45,7 @@ pub(crate) struct LiveReporter {
     filter: OutputFilter,
     /// The local time, for the retry lines' wake-up times.
     clock: LocalTime,
-    run_id: String,
+    run_id: std::sync::Arc<str>,
     /// Child output not shown, per step and stream, since it was last reported.
     dropped: Dropped,
     /// The attempts, for the failure report.
@@ -79,7 +79,7 @@ impl LiveReporter {
             name_width: 0,
             filter: OutputFilter::new(output),
             clock: LocalTime::system(),
-            run_id: String::new(),
+            run_id: std::sync::Arc::default(),
             dropped: Dropped::default(),
             history: History::default(),
             started: false,

@@ -32,7 +32,7 @@ use std::time::{Duration, SystemTime};
 pub(crate) struct PlainReporter {
     terminal: Terminal,
     /// The run of the latest event, for the hint about where the logs are.
-    run_id: String,
+    run_id: std::sync::Arc<str>,
     /// Child output not shown, per step and stream, since it was last reported.
     dropped: Dropped,
     /// The steps and attempts, for the summary table and the failure report.
@@ -51,7 +51,7 @@ impl PlainReporter {
     fn with_clock(output: OutputMode, clock: LocalTime) -> PlainReporter {
         PlainReporter {
             terminal: Terminal::open_holding(),
-            run_id: String::new(),
+            run_id: std::sync::Arc::default(),
             dropped: Dropped::default(),
             history: History::default(),
             filter: OutputFilter::new(output),
@@ -322,7 +322,7 @@ mod tests {
     use std::time::SystemTime;
 
     fn line(run_id: Option<&str>, event: Event) -> Option<String> {
-        let envelope = Envelope { seq: 1, at: SystemTime::UNIX_EPOCH, run_id: run_id.map(str::to_owned), event };
+        let envelope = Envelope { seq: 1, at: SystemTime::UNIX_EPOCH, run_id: run_id.map(Into::into), event };
         describe(&envelope, &LocalTime::new(jiff::tz::TimeZone::UTC))
     }
 

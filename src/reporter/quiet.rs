@@ -14,7 +14,7 @@ pub(crate) struct QuietReporter {
     /// Opened when there is something to say, so that a run that succeeds never touches stdout
     /// or stderr.
     terminal: Option<Terminal>,
-    run_id: String,
+    run_id: std::sync::Arc<str>,
     history: History,
     /// The lines of the compensations and hooks that failed, said at the run's end (after its
     /// report).
@@ -23,7 +23,12 @@ pub(crate) struct QuietReporter {
 
 impl QuietReporter {
     pub(crate) fn new() -> QuietReporter {
-        QuietReporter { terminal: None, run_id: String::new(), history: History::default(), aux_failed: Vec::new() }
+        QuietReporter {
+            terminal: None,
+            run_id: std::sync::Arc::default(),
+            history: History::default(),
+            aux_failed: Vec::new(),
+        }
     }
 
     fn say(&mut self, text: String) {
