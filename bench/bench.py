@@ -226,8 +226,11 @@ def bench_scale(t, waymark, work, rounds):
 
     res = interleave(rounds, {"small": fresh_first(small), "big": fresh_first(big),
                               "used": fresh_first(big, used=True),
-                              **({"baseline": fresh_first(big, BASELINE)} if BASELINE else {})})
+                              **({"baseline": fresh_first(big, BASELINE), "baseline_small": fresh_first(small, BASELINE)}
+                                 if BASELINE else {})})
     t.add("first spawn of a new run, 1 step", med_range(res["small"]))
+    if BASELINE:
+        against_baseline(t, "first spawn of a new run, 1 step", {"waymark": res["small"], "baseline": res["baseline_small"]})
     t.add("first spawn of a new run, 10,000 steps", med_range(res["big"]), ratio_str(ratios(res["big"], res["small"])),
           "1 step")
     against_baseline(t, "first spawn of a new run, 10,000 steps", dict(res, waymark=res["big"]))
