@@ -850,10 +850,9 @@ async fn the_journal_hears_that_no_child_is_alive_only_between_children() {
     let ran =
         Test::new(FLAKY).run(|step, attempt| if step == "a" && attempt < 3 { exit(1, 3) } else { exit(1, 0) }).await;
     assert_eq!(ran.outcome(), RunOutcome::Succeeded);
-    // All but the first start (the journal is not told before the first child) and the pids
-    // (written while their children run): a's two failures, its two retries' starts, its success
-    // with b's start, b's success, the run's end.
-    assert_eq!(ran.idle_writes, 7, "{:#?}", ran.writes);
+    // All but the pids (written while their children run): the first start, a's two failures,
+    // its two retries' starts, its success with b's start, b's success, the run's end.
+    assert_eq!(ran.idle_writes, 8, "{:#?}", ran.writes);
     // Overlapping steps: a write while another step's child runs is not one of them.
     let mut test = Test::new(FAN);
     test.max_parallel = 2;
@@ -865,14 +864,14 @@ async fn the_journal_hears_that_no_child_is_alive_only_between_children() {
     let flow = catching(r#"{ exception_types = ["CalledProcessError"], run = ["fix"] }"#);
     let ran = Test::new(&flow).run(|step, _| if step == "a" { exit(1, 1) } else { exit(1, 0) }).await;
     assert_eq!(ran.outcome(), RunOutcome::Succeeded);
-    // All but the first start and the pids: a's failure, its handler's start and end, b's start
+    // All but the pids: the first start, a's failure, its handler's start and end, b's start
     // and end, the run's end.
-    assert_eq!(ran.idle_writes, 6, "{:#?}", ran.writes);
+    assert_eq!(ran.idle_writes, 7, "{:#?}", ran.writes);
     let ran = Test::new(COMPENSATED).run(|step, _| if step == "c" { exit(1, 1) } else { exit(1, 0) }).await;
     assert_eq!(ran.outcome(), RunOutcome::Failed);
-    // All but the first start and the 7 pids (of 20 writes): the compensations' and hooks'
-    // starts and ends among them.
-    assert_eq!(ran.idle_writes, 12, "{:#?}", ran.writes);
+    // All but the 7 pids (of 20 writes): the compensations' and hooks' starts and ends among
+    // them.
+    assert_eq!(ran.idle_writes, 13, "{:#?}", ran.writes);
 }
 
 /// A signal after a step failed for good, while another is under way, interrupts the run (as any
