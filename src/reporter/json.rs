@@ -96,6 +96,7 @@ impl Line<'_> {
         // and a test reads each as JSON).
         let fields = out.len();
         serde_json::to_writer(&mut *out, &self.fields)?;
+        debug_assert!(out.len() > fields + 2, "a kind of line without a field: {}", self.event);
         out[fields] = b',';
         Ok(())
     }

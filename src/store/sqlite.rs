@@ -750,6 +750,8 @@ impl SqliteStore {
     /// when the step has a row already as far as this store knows (it wrote it, see
     /// [`Self::row_written`], or the run was recorded before schema 10 with a row per step), or
     /// when the step is not the run's: the `UPDATE` that moves it then finds no row, and says so.
+    /// So does a step of a list that names a step twice (changed behind waymark's back), which
+    /// gives no positions.
     fn position(&mut self, run_id: &str, step: &str) -> Result<Option<i64>, StoreError> {
         if !self.lazy_steps {
             return Ok(None);
@@ -2308,7 +2310,8 @@ mod tests {
     /// A new database gets [`CURRENT_SCHEMA`] at once; an old one gets there by the migrations.
     /// Both must give the same database: the same tables with the same columns in the same
     /// order (types, defaults, `NOT NULL`, keys), the same foreign keys, and the same indexes
-    /// (columns, uniqueness, the condition of a partial one).
+    /// (columns, uniqueness, the condition of a partial one). `CHECK` constraints and collations,
+    /// of which the schema has none, are not compared.
     #[test]
     fn a_new_database_has_the_schema_the_migrations_give() {
         fn shape(conn: &Connection) -> Vec<String> {
