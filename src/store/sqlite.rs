@@ -26,7 +26,6 @@ type Positions = HashMap<String, Option<StepPositions>>;
 /// The positions of some steps of a run, by name (see [`SqliteStore::positions`]). The names are
 /// kept one after another in one string, where a map keyed by names made a copy of each: for a
 /// 10,000-step run, 10,000 allocations and frees, 4% of its instructions to its first child.
-#[derive(Default)]
 struct StepPositions {
     names: String,
     /// Each step: where its name is in `names`, and its position.
