@@ -179,14 +179,16 @@ enum Slot {
         attempt: u32,
         wake: Instant,
     },
-    Running(Live),
+    /// Its attempt runs. (Boxed, as `Handling`: a slot is 32 bytes where it was 80, and a
+    /// 10,000-step run's slots are read into new memory, a page fault per 4 KB.)
+    Running(Box<Live>),
     /// Failed for good with an error its catch handler (with a command) matches: the handler of
     /// the error of attempt `attempt` is to run.
     Catching {
         attempt: u32,
     },
     /// Its catch handler runs.
-    Handling(Live),
+    Handling(Box<Live>),
     Succeeded,
     /// The error was caught: like succeeded for the steps that need it.
     Caught,
@@ -198,7 +200,7 @@ impl Slot {
     /// The running attempt or handler, if any.
     fn live(&self) -> Option<&Live> {
         match self {
-            Slot::Running(live) | Slot::Handling(live) => Some(live),
+            Slot::Running(live) | Slot::Handling(live) => Some(live.as_ref()),
             _ => None,
         }
     }
@@ -217,7 +219,8 @@ struct StepSlot {
     /// The attempt that ran last, whose logs explain a failure, and where its stderr starts.
     last_attempt: u32,
     last_stderr_from: u64,
-    last_error: Option<ErrorValue>,
+    /// Boxed, for the size of a slot (see [`Slot::Running`]): most steps have none.
+    last_error: Option<Box<ErrorValue>>,
     /// Whether this runner has said the step is ready, and that it started.
     said_ready: bool,
     said_started: bool,
@@ -475,7 +478,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                     _ => rec.attempts_used,
                 },
                 last_stderr_from: 0,
-                last_error: rec.last_error.clone(),
+                last_error: rec.last_error.clone().map(Box::new),
                 said_ready: false,
                 said_started: false,
                 left_under_way: matches!(rec.state, StepState::InFlight { .. }) || cut_short,
@@ -805,7 +808,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         });
         match launched {
             Launched::Running { pid, stderr_from, .. } => {
-                self.set_slot(index, Slot::Running(Live { attempt, row, pid, stem, stderr_from, issued, control }));
+                self.set_slot(index, Slot::Running(Box::new(Live { attempt, row, pid, stem, stderr_from, issued, control })));
                 self.running += 1;
                 Ok(())
             }
@@ -885,7 +888,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         stderr_tail: Option<super::output::StderrTail>,
     ) -> Ended {
         match self.set_slot(index, Slot::Failed) {
-            Slot::Running(Live { attempt, row, stem, stderr_from, issued, .. }) => {
+            Slot::Running(live) => {
+                let Live { attempt, row, stem, stderr_from, issued, .. } = *live;
                 self.child_ended();
                 Ended { attempt, row, stem, stderr_from, issued, ended, killed_after_grace, stderr_tail }
             }
@@ -1064,7 +1068,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         self.set_slot(index, slot);
         let s = &mut self.steps[index];
         (s.last_attempt, s.last_stderr_from) = (ended.attempt, ended.stderr_from);
-        s.last_error = Some(error.clone());
+        s.last_error = Some(Box::new(error.clone()));
         let max_attempts = s.max_attempts();
         let mut said = vec![Event::AttemptFinished {
             step: step.name.clone(),
@@ -1131,7 +1135,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     async fn start_handler(&mut self, index: usize) -> Result<(), ExecError> {
         let Slot::Catching { attempt } = self.steps[index].slot else { return Ok(()) };
         let step = self.steps[index].step.clone();
-        let error = self.steps[index].last_error.clone().unwrap_or_else(|| evidence::workflow_timeout(&self.flow));
+        let error = self.steps[index].last_error.as_deref().cloned().unwrap_or_else(|| evidence::workflow_timeout(&self.flow));
         let command = step.catch.iter().find(|h| error.matches_any(&h.exception_types)).and_then(|h| h.command.clone());
         let Some(command) = command else {
             // The recorded error no longer matches a handler with a command (an edited database):
@@ -1175,7 +1179,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 let name = step.name.clone();
                 self.emitter.emit(Event::HandlerStarted { step: name, attempt, error: error_class, pid: Some(pid) });
                 let live = Live { attempt, row, pid, stem, stderr_from, issued, control };
-                self.set_slot(index, Slot::Handling(live));
+                self.set_slot(index, Slot::Handling(Box::new(live)));
                 self.running += 1;
                 Ok(())
             }
@@ -1314,7 +1318,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         };
         let error = failed.and_then(|i| match self.expired {
             true => Some(evidence::workflow_timeout(&self.flow)),
-            false => self.steps[i].last_error.clone(),
+            false => self.steps[i].last_error.as_deref().cloned(),
         });
         vec![
             ("WAYMARK_RUN_STATUS".to_owned(), status.to_owned()),
@@ -1635,9 +1639,9 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         let s = &self.steps[index];
         // A step the deadline stopped while it waited for a retry, or before it ran, failed of it.
         let error = match s.slot {
-            Slot::Failed => s.last_error.clone(),
+            Slot::Failed => s.last_error.as_deref().cloned(),
             _ if self.expired => Some(evidence::workflow_timeout(&self.flow)),
-            _ => s.last_error.clone(),
+            _ => s.last_error.as_deref().cloned(),
         }?;
         let k = s.within_budget(s.last_attempt);
         let reason = match s.step.retry.decide(&error, k) {
