@@ -242,7 +242,7 @@ fn a_run_older_than_resume_within_is_abandoned_and_a_new_run_starts() {
         err,
         "waymark: warning: b: killed 2 leftover process(es) of attempt 1 from the previous runner\n\
          waymark: abandoned unfinished run ID of flow `flow`: it started 2h ago, longer than resume_within = 1h in \
-         flow.toml; starting a new run (`waymark resume ID` would still resume it)\n\
+         flow.toml; starting a new run (`waymark status ID` shows the abandoned one)\n\
          waymark: run NEW of flow: 2 step(s)\n\
          waymark: a: started\n\
          waymark: a: attempt 1/1 started (pid PID)\n\
@@ -262,6 +262,16 @@ fn a_run_older_than_resume_within_is_abandoned_and_a_new_run_starts() {
     assert_eq!((env.count("a.log"), env.count("b.log")), (2, 2));
     let statuses: Vec<&str> = runs.as_array().unwrap().iter().map(|r| r["status"].as_str().unwrap()).collect();
     assert_eq!(statuses, ["succeeded", "abandoned"]);
+    // As the line says: `status` shows the abandoned run; it cannot be resumed (the line said it
+    // could, once).
+    let status = json(&env, &["status", &old, "--json"]);
+    assert_eq!(status["status"], "abandoned");
+    let resume = env.cmd(&["resume", &old]).output().unwrap();
+    assert_eq!(resume.status.code(), Some(2));
+    assert_eq!(
+        normalise(&stderr(&resume), &[&old]),
+        "error: run ID was abandoned and cannot be resumed; `waymark run` starts a new one\n"
+    );
 }
 
 #[test]

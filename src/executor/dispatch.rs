@@ -808,7 +808,10 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         });
         match launched {
             Launched::Running { pid, stderr_from, .. } => {
-                self.set_slot(index, Slot::Running(Box::new(Live { attempt, row, pid, stem, stderr_from, issued, control })));
+                self.set_slot(
+                    index,
+                    Slot::Running(Box::new(Live { attempt, row, pid, stem, stderr_from, issued, control })),
+                );
                 self.running += 1;
                 Ok(())
             }
@@ -1135,7 +1138,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     async fn start_handler(&mut self, index: usize) -> Result<(), ExecError> {
         let Slot::Catching { attempt } = self.steps[index].slot else { return Ok(()) };
         let step = self.steps[index].step.clone();
-        let error = self.steps[index].last_error.as_deref().cloned().unwrap_or_else(|| evidence::workflow_timeout(&self.flow));
+        let error =
+            self.steps[index].last_error.as_deref().cloned().unwrap_or_else(|| evidence::workflow_timeout(&self.flow));
         let command = step.catch.iter().find(|h| error.matches_any(&h.exception_types)).and_then(|h| h.command.clone());
         let Some(command) = command else {
             // The recorded error no longer matches a handler with a command (an edited database):

@@ -210,7 +210,7 @@ pub(super) fn describe(envelope: &Envelope, clock: &LocalTime) -> Option<String>
         }
         Event::RunAbandoned { flow, file, reason: AbandonReason::Stale { age, limit } } => format!(
             "waymark: abandoned unfinished run {run_id} of flow `{flow}`: it started {} ago, longer than \
-             resume_within = {} in {}; starting a new run (`waymark resume {run_id}` would still resume it)",
+             resume_within = {} in {}; starting a new run (`waymark status {run_id}` shows the abandoned one)",
             humantime::format_duration(readable(*age)),
             humantime::format_duration(*limit),
             file.display(),
@@ -350,7 +350,7 @@ mod tests {
             line(Some("old"), abandoned(stale)).as_deref(),
             Some(
                 "waymark: abandoned unfinished run old of flow `nightly`: it started 2h ago, longer than \
-                 resume_within = 1h in n.toml; starting a new run (`waymark resume old` would still resume it)\n"
+                 resume_within = 1h in n.toml; starting a new run (`waymark status old` shows the abandoned one)\n"
             )
         );
     }
