@@ -644,8 +644,13 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                     // An attempt that ended without a child (its program could not be started,
                     // or its timeout passed while it waited for a slot) may leave its step
                     // catching: its handler is looked at now, as no child's exit will wake the
-                    // loop for it.
-                    if matches!(self.steps[index].slot, Slot::Catching { .. }) {
+                    // loop for it. Or its retry may be due at once (no backoff): it is issued
+                    // now, and takes the free slot before the steps after it in the file, as a
+                    // walk in file order finds it (it went to the next ready step, once).
+                    if matches!(self.steps[index].slot, Slot::Waiting { .. }) {
+                        self.make_ready(Instant::now());
+                    }
+                    if matches!(self.steps[index].slot, Slot::Catching { .. } | Slot::Queued { .. }) {
                         from = index;
                     }
                 }

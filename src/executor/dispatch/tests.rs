@@ -1015,6 +1015,35 @@ timeout = 3
     );
 }
 
+/// An attempt that times out while it waits for a slot, and is retried at once, keeps its
+/// step's place in the file: its retry takes the slot that came free before the steps after it.
+#[tokio::test(start_paused = true)]
+async fn a_retry_of_an_attempt_that_timed_out_waiting_takes_the_free_slot_in_file_order() {
+    let flow = r#"
+max_parallel = 1
+[[step]]
+name = "long"
+run = ["long"]
+[[step]]
+name = "quick"
+run = ["quick"]
+needs = []
+timeout = 3
+retry = { attempts = 3, exception_types = ["ActionTimeout"] }
+[[step]]
+name = "after"
+run = ["after"]
+needs = ["long"]
+"#;
+    let ran = Test::new(flow).run(|step, _| if step == "quick" { exit(1, 0) } else { exit(5, 0) }).await;
+    assert_eq!(ran.outcome(), RunOutcome::Succeeded);
+    // quick's first attempt waited from 0 to 5 for the slot and timed out without a child; its
+    // second takes the slot at 5, before `after` (it took it, and quick's second attempt timed
+    // out waiting in turn).
+    assert_eq!(ran.schedule(), [("long", 1, 0.0), ("quick", 2, 5.0), ("after", 1, 6.0)]);
+    assert_eq!(ran.took, secs(11));
+}
+
 /// `a` fails for good at 1 s; `b` runs 10 s; `c` is ready but has no slot; `d` needs b.
 const FAILING: &str = r#"
 max_parallel = 2
