@@ -280,10 +280,17 @@ pub(super) fn describe(envelope: &Envelope, clock: &LocalTime) -> Option<String>
                         error.as_ref().map(|e| format!(": {} [{}]", brief(e), e.source.describe())).unwrap_or_default();
                     format!("waymark: {step}: attempt {attempt}/{max_attempts} failed{error}")
                 }
-                AttemptEnd::Cancelled => {
-                    let by = signal.as_ref().map(|s| format!(" by {s}")).unwrap_or_default();
-                    format!("waymark: {step}: attempt {attempt}/{max_attempts} cancelled{by}; it runs again on resume")
-                }
+                // By a signal to the runner: the run is interrupted, and resumes. Without one, by
+                // `fail_fast`: the run fails, and whether it can be resumed (not once its
+                // compensations ran) its end says.
+                AttemptEnd::Cancelled => match signal {
+                    Some(s) => {
+                        format!(
+                            "waymark: {step}: attempt {attempt}/{max_attempts} cancelled by {s}; it runs again on resume"
+                        )
+                    }
+                    None => format!("waymark: {step}: attempt {attempt}/{max_attempts} cancelled by fail_fast"),
+                },
             };
             if *killed_after_grace {
                 text.push_str("; still running after the grace period, so killed with SIGKILL");
@@ -448,6 +455,7 @@ mod tests {
             ),
             (attempt_finished(AttemptEnd::Succeeded, None), "waymark: fetch: attempt 1/4 succeeded"),
             (cancelled, "waymark: fetch: attempt 1/4 cancelled by SIGINT; it runs again on resume"),
+            (attempt_finished(AttemptEnd::Cancelled, None), "waymark: fetch: attempt 1/4 cancelled by fail_fast"),
             (
                 Event::StepWaiting { step: step(), next_attempt: 2, max_attempts: 4, retry: wake(200) },
                 "waymark: fetch: retry at 00:00:00.200 (in 200ms): attempt 2/4",

@@ -255,7 +255,7 @@ impl History {
     /// all rows, and the `-` of a step without one, line up under `ATTEMPTS`.
     pub(crate) fn summary_table(&self, run_ended: SystemTime) -> String {
         let cells: Vec<([String; 5], String)> =
-            self.steps.iter().map(|s| summary_row(s, self.left_under_way(s), run_ended)).collect();
+            self.steps.iter().map(|s| summary_row(s, self.left_under_way(s), run_ended, self.compensated)).collect();
         if cells.is_empty() {
             return String::new();
         }
@@ -447,7 +447,13 @@ pub(crate) fn before_budget(base: u32) -> String {
 
 /// A step left under way by an earlier runner and not run again by this one is counted and said
 /// from its last attempt (`earlier`, with the number of the last attempt its budget allows).
-fn summary_row(s: &StepSeen, earlier: Option<(&Row, u32)>, run_ended: SystemTime) -> ([String; 5], String) {
+/// `compensated`: the run's compensations ran, so it cannot be resumed.
+fn summary_row(
+    s: &StepSeen,
+    earlier: Option<(&Row, u32)>,
+    run_ended: SystemTime,
+    compensated: bool,
+) -> ([String; 5], String) {
     let last = s.rows.last().or(earlier.map(|(row, _)| row));
     let base = s.budget_base;
     let (attempts, before) = match (last, s.max_attempts.or(earlier.map(|(_, max)| max))) {
@@ -499,6 +505,10 @@ fn summary_row(s: &StepSeen, earlier: Option<(&Row, u32)>, run_ended: SystemTime
         (None, Some(SkipReason::RunFailed)) => ("not run", "the run failed first".to_owned()),
         (None, Some(SkipReason::DeadlinePassed)) => ("not run", "the workflow's deadline passed".to_owned()),
         (None, None) => match last.map(|r| r.end.as_ref().map(|e| e.outcome)) {
+            // Cancelled by `fail_fast` in a run whose compensations then ran: nothing resumes it.
+            Some(Some(AttemptEnd::Cancelled)) if compensated => {
+                ("interrupted", "cancelled; the run was compensated, so it does not run again".to_owned())
+            }
             Some(Some(AttemptEnd::Cancelled)) | Some(None) => ("interrupted", "runs again on resume".to_owned()),
             Some(Some(AttemptEnd::Failed)) if s.retry_scheduled => {
                 ("interrupted", "was to be retried; resumes with its retry".to_owned())
@@ -1079,6 +1089,15 @@ mod tests {
         history.record(&envelope(61_500, cancelled));
         let table = history.summary_table(at(61_500));
         assert_eq!(table.lines().nth(1), Some("  slow  interrupted       1/3       1m 1s  runs again on resume"));
+        // Unless the run's compensations ran (`fail_fast` cancelled it): the run cannot be resumed.
+        history.compensated = true;
+        let table = history.summary_table(at(61_500));
+        assert_eq!(
+            table.lines().nth(1),
+            Some(
+                "  slow  interrupted       1/3       1m 1s  cancelled; the run was compensated, so it does not run again"
+            )
+        );
         // A step whose catch handler a signal stopped, or which it stopped before its handler
         // started (no retry followed the failed attempt), is not waiting for a retry: its handler
         // runs again. With a retry scheduled, it waited for the retry.
