@@ -657,6 +657,22 @@ mod tests {
         );
     }
 
+    /// A secret listed twice is an error, and its value written in the file is said once.
+    #[test]
+    fn a_secret_listed_twice_is_an_error_and_its_warning_is_said_once() {
+        let src = format!("secret_env = ['T', 'T']\nenv = {{ T = 'x' }}\n{}", steps(&[("a", None)]));
+        let said: Vec<String> =
+            parse(&src, Path::new("/x/flow.toml")).unwrap_err().into_iter().map(|d| d.message).collect();
+        assert_eq!(
+            said,
+            [
+                "`secret_env`: `T` is listed twice",
+                "`env.T`: the value of secret `T` is written in this file (the flow's `env`), and every run records \
+                 the flow's definition, its `env` tables included, in the state database"
+            ]
+        );
+    }
+
     /// Parameter values are recorded with the run; a secret never is.
     #[test]
     fn a_parameter_cannot_be_a_secret() {

@@ -60,7 +60,9 @@ pub fn env_name(name: &str) -> String {
 pub fn parse_arg(arg: &str) -> Result<(String, String), ParamError> {
     let malformed = |why: String| ParamError::Malformed { arg: arg.to_owned(), why };
     let Some((name, value)) = arg.split_once('=') else {
-        return Err(malformed(format!("it has no `=`; write `--param {arg}=VALUE`")));
+        // An empty argument has no name to suggest `NAME=VALUE` with.
+        let name = if arg.is_empty() { "NAME" } else { arg };
+        return Err(malformed(format!("it has no `=`; write `--param {name}=VALUE`")));
     };
     if name.is_empty() {
         return Err(malformed(
@@ -192,6 +194,7 @@ mod tests {
     fn a_malformed_argument_says_how_to_write_it() {
         let msg = |arg: &str| parse_arg(arg).unwrap_err().to_string();
         assert_eq!(msg("date"), "`date` is not NAME=VALUE: it has no `=`; write `--param date=VALUE`");
+        assert_eq!(msg(""), "`` is not NAME=VALUE: it has no `=`; write `--param NAME=VALUE`");
         assert_eq!(
             msg("=x"),
             "`=x` is not NAME=VALUE: the name before `=` is empty; write `--param NAME=VALUE`, e.g. \

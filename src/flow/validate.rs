@@ -650,8 +650,13 @@ impl Validator<'_> {
         raw: Option<&Spanned<Vec<Str>>>,
         tables: impl Iterator<Item = (Option<&'t str>, &'t StrMap)> + Clone,
     ) {
+        let mut seen = HashSet::new();
         for item in raw.map(|list| list.get_ref().as_slice()).unwrap_or_default() {
             let n = item.get_ref();
+            // A name listed twice (an error of its own) is said once here.
+            if !seen.insert(n.as_str()) {
+                continue;
+            }
             let Some((step, key)) =
                 tables.clone().find_map(|(step, table)| table.keys().find(|k| k.get_ref() == n).map(|k| (step, k)))
             else {
