@@ -1315,26 +1315,30 @@ impl Validator<'_> {
     ) -> Option<Step> {
         let span = raw.span();
         let raw = raw.get_mut();
-        let Some(name) = &raw.name else {
-            if raw.bad.contains(&"name") {
-                return None; // reported where the name is written
-            }
-            // Point at the `[[step]]` header (or the inline table's first line), not the whole table.
-            let line_end =
-                self.source[span.start.min(self.source.len())..].find('\n').map_or(span.end, |i| span.start + i);
-            let d = self.error(span.start..line_end.min(span.end), "a step has no `name`");
+        // The `[[step]]` header (or the inline table's first line), not the whole table.
+        let line_end = self.source[span.start.min(self.source.len())..].find('\n').map_or(span.end, |i| span.start + i);
+        let header = span.start..line_end.min(span.end);
+        // A step without a name (or with one of the wrong type, said where it is written) is
+        // still checked field by field, as one whose command is wrong: every error in the file is
+        // said at once. It is left out of the flow at the end.
+        let name = raw.name.as_ref();
+        if name.is_none() && !raw.bad.contains(&"name") {
+            let d = self.error(header.clone(), "a step has no `name`");
             d.label = "this step".into();
             d.help = Some("add `name = \"...\"` (letters, digits, `_`, `-`)".into());
-            return None;
-        };
-        if !is_name(name.get_ref(), "-") {
+        }
+        if let Some(name) = name
+            && !is_name(name.get_ref(), "-")
+        {
             let fixed: String =
                 name.get_ref().chars().map(|c| if is_name(&c.to_string(), "-") { c } else { '-' }).collect();
             let d = self.error(name.span(), "a step name may only hold letters, digits, `_` and `-`");
             d.label = "invalid name".into();
             d.help =
                 Some(format!("write `{}`", fixed.trim_matches('-'))).filter(|_| !fixed.trim_matches('-').is_empty());
-        } else if name.get_ref().len() > MAX_STEP_NAME {
+        } else if let Some(name) = name
+            && name.get_ref().len() > MAX_STEP_NAME
+        {
             let d = self.error(
                 name.span(),
                 &format!("a step name may be at most {MAX_STEP_NAME} bytes long, this one is {}", name.get_ref().len()),
@@ -1388,7 +1392,13 @@ impl Validator<'_> {
             (None, None) if raw.bad.iter().any(|k| ["run", "shell"].contains(k)) => None,
             (None, None) => {
                 let step = self.key(span.start);
-                let d = Diagnostic::error(name.span(), format!("{step}step `{}` has nothing to run", name.get_ref()))
+                let d = match name {
+                    Some(name) => {
+                        Diagnostic::error(name.span(), format!("{step}step `{}` has nothing to run", name.get_ref()))
+                    }
+                    None => Diagnostic::error(header, format!("{step}the step has nothing to run")),
+                };
+                let d = d
                     .label("neither `run` nor `shell`")
                     .help(Some("add `run = [\"program\", \"arg\"]` or `shell = \"command\"`".into()));
                 self.diags.push(d);
@@ -1458,6 +1468,7 @@ impl Validator<'_> {
         let catch = more.catch.iter().filter_map(|h| self.handler(h, classes)).collect();
         let compensate = more.compensate.as_ref().and_then(|c| self.command(c));
         let command = command?;
+        name?;
         Some(Step {
             // Moved out of `raw` once `needs` has read every step's name.
             name: String::new(),
