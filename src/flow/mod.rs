@@ -205,7 +205,30 @@ fn parse_by(
 fn syntax_error(e: &toml::de::Error, source: &str) -> Diagnostic {
     let message = e.message().trim().to_owned();
     match e.span() {
-        Some(span) => Diagnostic::error(span, message),
+        Some(span) => {
+            // What the reader found there, to say what to write instead for the two mistakes a
+            // hand-written flow makes most: a key set twice, and a value left unquoted.
+            let text = source.get(span.clone()).unwrap_or_default().trim().to_owned();
+            let line_start = source[..span.start.min(source.len())].rfind('\n').map_or(0, |i| i + 1);
+            let in_header = source[line_start..].trim_start().starts_with('[');
+            let (label, help) = if message == "duplicate key" && !text.is_empty() {
+                let help = if in_header {
+                    let line = source[line_start..].lines().next().unwrap_or_default().trim();
+                    format!(
+                        "`{text}` is set twice: a list written as `{text} = [...]` cannot also have `{line}` tables, \
+                         nor a table two headers; write each entry one way"
+                    )
+                } else {
+                    format!("a key is set once in its table: remove one of the two `{text}`")
+                };
+                (format!("`{text}` set again"), Some(help))
+            } else if message.starts_with("string values must be quoted") && !text.is_empty() && !text.contains('"') {
+                ("not quoted".to_owned(), Some(format!("write it in quotes: `\"{text}\"`")))
+            } else {
+                (String::new(), None)
+            };
+            Diagnostic::error(span, message).label(label).help(help)
+        }
         None => {
             let (span, parts) = deepest_dotted_key(source);
             if parts >= DOTTED_KEY_LIMIT {
