@@ -639,7 +639,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
                 // Used before the current budget began (`waymark resume` of a failed run): the
                 // failure report counts the budget without them.
                 "attempts_before_budget": s.budget_base,
-                "last_error": s.last_error.as_ref().map(error_json),
+                "last_error": s.last_error.as_deref().map(error_json),
                 "started_at": opt_time(s.started_at),
                 "ended_at": opt_time(s.ended_at),
                 "duration_seconds": active_time(policy(&s.name).map(|r| &r.backoff), s, mine, &run, runner_alive, now).map(|d| d.as_secs()),

@@ -478,7 +478,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                     _ => rec.attempts_used,
                 },
                 last_stderr_from: 0,
-                last_error: rec.last_error.clone().map(Box::new),
+                last_error: rec.last_error.clone(),
                 said_ready: false,
                 said_started: false,
                 left_under_way: matches!(rec.state, StepState::InFlight { .. }) || cut_short,

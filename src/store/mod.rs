@@ -276,7 +276,9 @@ pub struct StepRecord {
     pub(crate) attempts_used: u32,
     /// Attempts used before the current budget began (`waymark resume` of a failed run).
     pub(crate) budget_base: u32,
-    pub(crate) last_error: Option<ErrorValue>,
+    /// Boxed: most steps have none, and a 10,000-step run's records are 2 MB of new memory at
+    /// 216 bytes each (144 boxed), a page fault per 4 KB.
+    pub(crate) last_error: Option<Box<ErrorValue>>,
     pub(crate) started_at: Option<SystemTime>,
     pub(crate) ended_at: Option<SystemTime>,
     /// What the step's succeeded attempt wrote to its `WAYMARK_OUTPUT` file (secrets hidden);

@@ -1276,7 +1276,7 @@ fn step_from_row(run_id: &str, r: &::postgres::Row) -> Result<StepRecord, Fail> 
         state,
         attempts_used: u(r.get("attempts_used")),
         budget_base: u(r.get("budget_base")),
-        last_error: r.get::<_, Option<String>>("last_error").and_then(|s| serde_json::from_str(&s).ok()),
+        last_error: r.get::<_, Option<String>>("last_error").and_then(|s| serde_json::from_str(&s).ok()).map(Box::new),
         started_at: r.get::<_, Option<i64>>("started_at").map(from_millis),
         ended_at: r.get::<_, Option<i64>>("ended_at").map(from_millis),
         outputs,

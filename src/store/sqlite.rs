@@ -944,7 +944,7 @@ impl SqliteStore {
                         state,
                         attempts_used: r.get(2)?,
                         budget_base: r.get(3)?,
-                        last_error: parse_error(r.get(7)?),
+                        last_error: parse_error(r.get(7)?).map(Box::new),
                         started_at: r.get::<_, Option<i64>>(8)?.map(from_millis),
                         ended_at: r.get::<_, Option<i64>>(9)?.map(from_millis),
                         outputs,

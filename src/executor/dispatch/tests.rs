@@ -1563,12 +1563,12 @@ async fn a_handler_in_flight_when_the_runner_died_runs_again_on_resume() {
     let mut test = Test::new(&flow);
     test.resumed = true;
     test.records[0].attempts_used = 1;
-    test.records[0].last_error = Some(crate::classify::ErrorValue {
+    test.records[0].last_error = Some(Box::new(crate::classify::ErrorValue {
         class: "CalledProcessError".into(),
         bases: vec!["SubprocessError".into(), "Exception".into(), "BaseException".into()],
         message: "exit status 1".into(),
         source: crate::classify::ErrorSource::ExitStatus,
-    });
+    }));
     test.records[0].state = StepState::Catching { attempt: 1, in_flight: Some((9, Some(4242), None)) };
     let ran = test.run(|_, _| exit(1, 0)).await;
     assert_eq!(ran.outcome(), RunOutcome::Succeeded);
