@@ -393,7 +393,7 @@ mod tests {
         };
         let flow = crate::flow::parse("[[step]]\nname = 'a'\nrun = ['true']\n", Path::new("/x/f.toml")).unwrap().0;
         let mut step = flow.steps[0].clone();
-        step.retry = RetryPolicy { attempts, exception_types: vec!["Exception".into()], backoff };
+        step.retry = RetryPolicy { attempts, exception_types: vec!["Exception".into()], backoff }.into();
         backoff_line(&step)
     }
 

@@ -100,7 +100,10 @@ pub(crate) struct Step {
     pub(crate) command: Command,
     /// Per-attempt deadline; `None` lets an attempt run forever.
     pub(crate) timeout: Option<Duration>,
-    pub(crate) retry: RetryPolicy,
+    /// Shared by the steps whose policy is the same one (the defaults', a `[policies]` entry's, or
+    /// none): a step is 312 bytes where it was 384, and a 10,000-step flow's steps are new memory,
+    /// a page fault per 4 KB.
+    pub(crate) retry: Arc<RetryPolicy>,
     /// The `[policies]` entry the retry policy came from, if any.
     pub(crate) retry_name: Option<String>,
     pub(crate) exit_codes: ExitCodes,

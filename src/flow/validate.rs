@@ -484,7 +484,7 @@ impl Validator<'_> {
                 self.error(pname.span(), "a policy name may only hold letters, digits, `_` and `-`");
             }
             let p = self.policy(policy.get_ref(), &classes);
-            policies.insert(pname.get_ref().clone(), p);
+            policies.insert(pname.get_ref().clone(), Arc::new(p));
         }
         let defaults = Defaults::new(self, raw.defaults.as_ref(), &policies, &classes);
         // The steps built, each with the index of its `[[step]]` in the file.
@@ -1261,13 +1261,13 @@ impl Validator<'_> {
     fn retry(
         &mut self,
         raw: &Spanned<RawRetry>,
-        policies: &BTreeMap<String, RetryPolicy>,
+        policies: &BTreeMap<String, Arc<RetryPolicy>>,
         classes: &ClassTree,
-    ) -> Option<(RetryPolicy, Option<String>)> {
+    ) -> Option<(Arc<RetryPolicy>, Option<String>)> {
         match raw.get_ref() {
-            RawRetry::Inline(p) => Some((self.policy(p, classes), None)),
+            RawRetry::Inline(p) => Some((Arc::new(self.policy(p, classes)), None)),
             RawRetry::Named(name) => match policies.get(name) {
-                Some(p) => Some((p.clone(), Some(name.clone()))),
+                Some(p) => Some((Arc::clone(p), Some(name.clone()))),
                 None => {
                     let hint = crate::suggest::closest(name, policies.keys().map(String::as_str));
                     let d = self.error(raw.span(), &format!("no policy named `{name}` in [policies]"));
@@ -1309,7 +1309,7 @@ impl Validator<'_> {
         &mut self,
         raw: &mut Spanned<RawStep>,
         defaults: &Defaults,
-        policies: &BTreeMap<String, RetryPolicy>,
+        policies: &BTreeMap<String, Arc<RetryPolicy>>,
         classes: &ClassTree,
         dir: &Arc<Path>,
     ) -> Option<Step> {
@@ -1412,8 +1412,8 @@ impl Validator<'_> {
             None => defaults.timeout,
         };
         let (retry, retry_name) = match &more.retry {
-            Some(r) => self.retry(r, policies, classes).unwrap_or((RetryPolicy::run_once(), None)),
-            None => defaults.retry.clone().unwrap_or((RetryPolicy::run_once(), None)),
+            Some(r) => self.retry(r, policies, classes).unwrap_or_else(|| (Arc::clone(&defaults.run_once), None)),
+            None => defaults.retry.clone().unwrap_or_else(|| (Arc::clone(&defaults.run_once), None)),
         };
         let exit_codes = self.exit_codes(&more.exit_codes, classes);
         let env = self.env(&more.env);
@@ -1495,7 +1495,9 @@ impl Validator<'_> {
 /// `[defaults]`, validated once and applied to every step that does not set its own value.
 struct Defaults {
     timeout: Option<Duration>,
-    retry: Option<(RetryPolicy, Option<String>)>,
+    retry: Option<(Arc<RetryPolicy>, Option<String>)>,
+    /// The policy of a step without one, shared.
+    run_once: Arc<RetryPolicy>,
     kill_signal: Signal,
     kill_grace: Duration,
     detect: bool,
@@ -1505,12 +1507,13 @@ impl Defaults {
     fn new(
         v: &mut Validator<'_>,
         raw: Option<&RawDefaults>,
-        policies: &BTreeMap<String, RetryPolicy>,
+        policies: &BTreeMap<String, Arc<RetryPolicy>>,
         classes: &ClassTree,
     ) -> Defaults {
         let mut d = Defaults {
             timeout: None,
             retry: None,
+            run_once: Arc::new(RetryPolicy::run_once()),
             kill_signal: Signal(nix::sys::signal::Signal::SIGTERM),
             kill_grace: DEFAULT_KILL_GRACE,
             detect: true,

@@ -481,7 +481,7 @@ impl RunDefinition {
                     needs,
                     command: s.command.into(),
                     timeout: s.timeout,
-                    retry: RetryPolicy {
+                    retry: std::sync::Arc::new(RetryPolicy {
                         attempts: s.retry.attempts,
                         exception_types: s.retry.exception_types,
                         backoff: Backoff {
@@ -490,7 +490,7 @@ impl RunDefinition {
                             max: s.retry.backoff.max,
                             jitter: s.retry.backoff.jitter,
                         },
-                    },
+                    }),
                     retry_name: s.retry_name,
                     exit_codes: exit_codes(s.exit_codes)?,
                     env: s.env,
@@ -970,7 +970,7 @@ mod tests {
         let flow = RunDefinition::parse(&json).unwrap().into_flow().unwrap();
         let archive = &flow.steps[3];
         let once = RetryPolicy { attempts: 1, exception_types: vec![], backoff: Backoff::default() };
-        assert_eq!(archive.retry, once);
+        assert_eq!(*archive.retry, once);
         assert_eq!((archive.kill_signal.name(), archive.kill_grace), ("SIGTERM", Duration::from_secs(10)));
         assert!(archive.detect_tracebacks && archive.env.is_empty() && archive.timeout.is_none());
         assert_eq!(&*archive.workdir, Path::new("/srv/waymark-fixture"));
@@ -1042,8 +1042,9 @@ mod tests {
             step.compensate = Some(Command::Shell("undo".into()));
             step.catch
                 .push(Catch { exception_types: vec!["OSError".into()], command: Some(Command::Run(vec!["x".into()])) });
-            step.retry.attempts = 3;
-            step.retry.exception_types = vec!["OSError".into()];
+            let retry = std::sync::Arc::make_mut(&mut step.retry);
+            retry.attempts = 3;
+            retry.exception_types = vec!["OSError".into()];
         }
         flows.push(odd);
         for flow in &flows {
@@ -1071,7 +1072,7 @@ mod tests {
         assert_ne!(changed, json);
         assert!(!RunDefinition::records_as(&flow, &changed));
         let mut other = flow.clone();
-        other.steps[0].retry.attempts += 1;
+        std::sync::Arc::make_mut(&mut other.steps[0].retry).attempts += 1;
         assert!(!RunDefinition::records_as(&other, &json));
         assert!(RunDefinition::records_as(&other, &RunDefinition::json_of(&other).unwrap()));
     }
