@@ -497,10 +497,10 @@ struct Owned {
 impl Owned {
     /// A run just created from `flow`: it runs `flow` itself, not the flow read back from its
     /// record (the same flow, but megabytes of JSON to parse for a large one), and its steps are
-    /// all pending, as `create_run` recorded them.
+    /// all pending, as `create_run` recorded them: given as no records (see [`RunSpec::steps`]),
+    /// where a record made for each step was 1.4 MB of new memory for 10,000 steps.
     fn new_run(record: RunRecord, lease: Lease, flow: Flow, env: RunEnv) -> Owned {
-        let steps = flow.steps.iter().map(|s| StepRecord::pending(&s.name)).collect();
-        Owned { record, lease, resumed: false, flow, steps: Some(steps), env }
+        Owned { record, lease, resumed: false, flow, steps: Some(Vec::new()), env }
     }
 }
 

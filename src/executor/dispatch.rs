@@ -73,6 +73,8 @@ impl Clock for SystemClock {
 pub(crate) struct RunSpec {
     pub(crate) flow: Arc<Flow>,
     pub(crate) run_id: String,
+    /// Each step's record, in the flow's order; none for a new run, whose steps are all pending
+    /// (a step without a record is read as pending).
     pub(crate) steps: Vec<StepRecord>,
     pub(crate) resumed: bool,
     /// At most this many attempts run at once.
@@ -426,8 +428,11 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             true => Event::RunResumed { flow: flow.name.clone(), steps_total, steps_done },
             false => Event::RunStarted { flow: flow.name.clone(), steps_total },
         });
-        let mut steps = Vec::with_capacity(spec.steps.len());
-        for (index, (step, rec)) in flow.steps.iter().zip(&spec.steps).enumerate() {
+        let pending = StepRecord::pending("");
+        let record = |index: usize| spec.steps.get(index).unwrap_or(&pending);
+        let mut steps = Vec::with_capacity(flow.steps.len());
+        for (index, step) in flow.steps.iter().enumerate() {
+            let rec = record(index);
             let cut_short = spec.interrupted.contains(&index);
             let slot = match &rec.state {
                 StepState::Pending => Slot::Ready { attempt: rec.attempts_used + 1, redelivered: false },
@@ -489,13 +494,13 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         // fail, by when it ended, whatever the order of the file.
         let stopping = (0..steps.len())
             .filter(|&i| matches!(steps[i].slot, Slot::Failed))
-            .min_by_key(|&i| (spec.steps[i].ended_at, i));
+            .min_by_key(|&i| (record(i).ended_at, i));
         let deadline =
             spec.deadline.map(|at| Instant::now() + at.duration_since(parts.clock.now()).unwrap_or(Duration::ZERO));
         let max_parallel = spec.max_parallel.max(1);
         let agenda = Agenda::new(&steps);
-        let mut completed: Vec<usize> = (0..spec.steps.len()).filter(|&i| steps[i].slot.done()).collect();
-        completed.sort_by_key(|&i| (spec.steps[i].ended_at, i));
+        let mut completed: Vec<usize> = (0..steps.len()).filter(|&i| steps[i].slot.done()).collect();
+        completed.sort_by_key(|&i| (record(i).ended_at, i));
         let mut aux_done = BTreeSet::new();
         for aux in &spec.aux {
             if aux.finished {

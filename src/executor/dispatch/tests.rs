@@ -874,6 +874,27 @@ async fn the_journal_hears_that_no_child_is_alive_only_between_children() {
     assert_eq!(ran.idle_writes, 13, "{:#?}", ran.writes);
 }
 
+/// A new run is given no records (its steps are all pending): it runs as one given a pending
+/// record for each step does, with the same events, writes and schedule, failing or not.
+#[tokio::test(start_paused = true)]
+async fn a_run_given_no_records_runs_as_one_whose_steps_are_all_pending() {
+    for (flow, failing) in [(FAN, "a"), (FAN, "none"), (COMPENSATED, "c")] {
+        let script = move |step: &str, _| if step == failing { exit(1, 1) } else { exit(durations(step), 0) };
+        let mut given = Test::new(flow);
+        given.max_parallel = 2;
+        let given = given.run(script).await;
+        let mut none = Test::new(flow);
+        none.max_parallel = 2;
+        none.records.clear();
+        let none = none.run(script).await;
+        assert_eq!(none.outcome(), given.outcome());
+        assert_eq!(none.schedule(), given.schedule());
+        assert_eq!(none.writes, given.writes);
+        let kinds = |ran: &Ran| ran.events.iter().map(|e| format!("{:?}", e.event)).collect::<Vec<_>>();
+        assert_eq!(kinds(&none), kinds(&given));
+    }
+}
+
 /// A signal after a step failed for good, while another is under way, interrupts the run (as any
 /// signal does) rather than failing it: the step it cut short runs again when the run resumes.
 #[tokio::test(start_paused = true)]
