@@ -635,6 +635,10 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     /// Start issued attempts in file order while fewer than `max_parallel` run.
     async fn start_queued(&mut self) -> Result<(), ExecError> {
         let mut from = 0;
+        // The step whose retry was issued at once in this pass (see below): once per pass, so that
+        // a program that cannot start and retries at once does not take every turn until its
+        // budget is spent, with the steps after it, the deadline and the other children waiting.
+        let mut reissued = None;
         loop {
             if self.running >= self.max_parallel || self.cancelled.is_some() || self.expired {
                 break;
@@ -652,7 +656,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                     // loop for it. Or its retry may be due at once (no backoff): it is issued
                     // now, and takes the free slot before the steps after it in the file, as a
                     // walk in file order finds it (it went to the next ready step, once).
-                    if matches!(self.steps[index].slot, Slot::Waiting { .. }) {
+                    if matches!(self.steps[index].slot, Slot::Waiting { .. }) && reissued != Some(index) {
+                        reissued = Some(index);
                         self.make_ready(Instant::now());
                     }
                     if matches!(self.steps[index].slot, Slot::Catching { .. } | Slot::Queued { .. }) {

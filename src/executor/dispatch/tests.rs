@@ -1065,6 +1065,31 @@ needs = ["long"]
     assert_eq!(ran.took, secs(11));
 }
 
+/// A program that cannot start, retried at once, has its retry issued at once once per pass over
+/// the steps: the steps after it still get the free slots (its retries took every pass until its
+/// budget was spent, and `b`, not started before `a` failed for good, never ran), and the loop
+/// turns between its retries (where the deadline, signals and other children are heard).
+#[tokio::test(start_paused = true)]
+async fn a_program_that_cannot_start_and_retries_at_once_does_not_hold_the_others_up() {
+    let flow = r#"
+max_parallel = 2
+[[step]]
+name = "a"
+run = ["nope"]
+retry = { attempts = 5, exception_types = ["Exception"] }
+[[step]]
+name = "b"
+run = ["b"]
+needs = []
+"#;
+    let ran = Test::new(flow).run(|step, _| if step == "a" { Script::NotStarted } else { exit(1, 0) }).await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    assert_eq!(
+        ran.schedule(),
+        [("a", 1, 0.0), ("a", 2, 0.0), ("b", 1, 0.0), ("a", 3, 0.0), ("a", 4, 0.0), ("a", 5, 0.0)]
+    );
+}
+
 /// `a` fails for good at 1 s; `b` runs 10 s; `c` is ready but has no slot; `d` needs b.
 const FAILING: &str = r#"
 max_parallel = 2
