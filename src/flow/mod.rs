@@ -210,10 +210,11 @@ fn syntax_error(e: &toml::de::Error, source: &str) -> Diagnostic {
             // hand-written flow makes most: a key set twice, and a value left unquoted.
             let text = source.get(span.clone()).unwrap_or_default().trim().to_owned();
             let line_start = source[..span.start.min(source.len())].rfind('\n').map_or(0, |i| i + 1);
-            let in_header = source[line_start..].trim_start().starts_with('[');
+            // A table header: `[...]` or `[[...]]` alone on its line (not an array's next line).
+            let line = source[line_start..].lines().next().unwrap_or_default().trim();
+            let in_header = line.starts_with('[') && line.ends_with(']') && !line.contains('=');
             let (label, help) = if message == "duplicate key" && !text.is_empty() {
                 let help = if in_header {
-                    let line = source[line_start..].lines().next().unwrap_or_default().trim();
                     format!(
                         "`{text}` is set twice: a list written as `{text} = [...]` cannot also have `{line}` tables, \
                          nor a table two headers; write each entry one way"
@@ -222,8 +223,15 @@ fn syntax_error(e: &toml::de::Error, source: &str) -> Diagnostic {
                     format!("a key is set once in its table: remove one of the two `{text}`")
                 };
                 (format!("`{text}` set again"), Some(help))
-            } else if message.starts_with("string values must be quoted") && !text.is_empty() && !text.contains('"') {
-                ("not quoted".to_owned(), Some(format!("write it in quotes: `\"{text}\"`")))
+            } else if message.starts_with("string values must be quoted") && !text.is_empty() {
+                // In double quotes a `\` starts an escape: text with one goes in single quotes,
+                // where it stays as written.
+                let quoted = match (text.contains('\\'), text.contains('"'), text.contains('\'')) {
+                    (false, false, _) => Some(format!("\"{text}\"")),
+                    (_, _, false) => Some(format!("'{text}'")),
+                    _ => None,
+                };
+                ("not quoted".to_owned(), quoted.map(|q| format!("write it in quotes: `{q}`")))
             } else {
                 (String::new(), None)
             };
