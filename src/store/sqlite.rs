@@ -808,7 +808,7 @@ impl SqliteStore {
         names: &[&'n str],
         placed: &mut [Option<StepRecord>],
         strays: &[Vec<(i64, StepRecord)>],
-    ) -> rusqlite::Result<()> {
+    ) -> rusqlite::Result<Vec<usize>> {
         // A row changed behind waymark's back (not at its name's place) is matched by name.
         let stray: HashSet<&str, FastHash> = strays.iter().flatten().map(|(_, step)| step.name.as_str()).collect();
         let mut missing: HashMap<&'n str, usize, FastHash> = names
@@ -827,10 +827,13 @@ impl SqliteStore {
             .borrow_mut()
             .entry(run_id.to_owned())
             .or_insert_with(|| StepPositions::of(missing.iter().map(|(&name, &p)| (name, p as i64))));
+        let mut unmoved = Vec::with_capacity(missing.len());
         for (name, p) in missing {
             placed[p] = Some(StepRecord::pending(name));
+            unmoved.push(p);
         }
-        Ok(())
+        unmoved.sort_unstable();
+        Ok(unmoved)
     }
 
     /// Of `missing` (names of run `run_id`'s list without a row, each to its position in
@@ -974,14 +977,26 @@ impl SqliteStore {
             }
             return Ok(in_position_order(chunks));
         }
-        self.add_unmoved(run_id, &names, &mut placed, &chunks).map_err(|e| self.sql(e))?;
+        let unmoved = self.add_unmoved(run_id, &names, &mut placed, &chunks).map_err(|e| self.sql(e))?;
         if chunks.is_empty() {
             // Collected in place (`flatten` is not): the records stay in the memory read into.
             #[allow(clippy::filter_map_identity)]
             return Ok(placed.into_iter().filter_map(|step| step).collect());
         }
-        chunks.push(placed.into_iter().enumerate().filter_map(|(p, step)| Some((p as i64, step?))).collect());
-        Ok(in_position_order(chunks))
+        // Rows not at their places (changed behind waymark's back): all are ordered by position as
+        // they were before the rows were placed, the rows in the order read (the primary key's,
+        // by name), then the unmoved steps in order, so that steps whose positions tie come out
+        // as they did.
+        let mut pending: Vec<(i64, StepRecord)> = Vec::with_capacity(unmoved.len());
+        for &p in &unmoved {
+            if let Some(step) = placed[p].take() {
+                pending.push((p as i64, step));
+            }
+        }
+        let mut rows: Vec<(i64, StepRecord)> = chunks.into_iter().flatten().collect();
+        rows.extend(placed.into_iter().enumerate().filter_map(|(p, step)| Some((p as i64, step?))));
+        rows.sort_by(|a, b| a.1.name.cmp(&b.1.name));
+        Ok(in_position_order(vec![rows, pending]))
     }
 
     fn init(&mut self) -> rusqlite::Result<()> {
@@ -1966,9 +1981,14 @@ mod tests {
         let succeeded = |name: &str| (name.to_owned(), StepState::Succeeded);
         assert_eq!(read(&store), [succeeded("s0"), pending("s1"), pending("s2")]);
         store.conn.execute("UPDATE steps SET position = 2 WHERE name = 's0'", []).unwrap();
-        let mut steps = read(&store);
-        steps.sort_by(|a, b| a.0.cmp(&b.0));
-        assert_eq!(steps, [succeeded("s0"), pending("s1"), pending("s2")]);
+        // In the order of the positions: s1 (1), then s0 and s2 (both 2) as they always came out.
+        assert_eq!(read(&store), [pending("s1"), succeeded("s0"), pending("s2")]);
+        // Two rows at one position: the order they came out in before rows were placed.
+        let row = store.attempt_starting(&lease, &run.id, "s1", 1, false, Path::new("x")).unwrap();
+        store.attempt_finished(&lease, row, &result(AttemptOutcome::Succeeded), &StepUpdate::Succeeded).unwrap();
+        store.conn.execute("UPDATE steps SET position = 0 WHERE name = 's1'", []).unwrap();
+        store.conn.execute("UPDATE steps SET position = 0 WHERE name = 's0'", []).unwrap();
+        assert_eq!(read(&store), [succeeded("s0"), succeeded("s1"), pending("s2")]);
     }
 
     #[test]
