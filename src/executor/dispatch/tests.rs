@@ -1090,6 +1090,26 @@ needs = []
     );
 }
 
+/// Ready steps start one after another in file order: a step whose program cannot start, and
+/// which retries nothing, fails for good before the ready steps after it start, and they do not
+/// (README, "When a step fails for good").
+#[tokio::test(start_paused = true)]
+async fn a_step_that_fails_without_a_child_stops_the_ready_steps_after_it() {
+    let flow = r#"
+max_parallel = 4
+[[step]]
+name = "a"
+run = ["nope"]
+[[step]]
+name = "b"
+run = ["b"]
+needs = []
+"#;
+    let ran = Test::new(flow).run(|step, _| if step == "a" { Script::NotStarted } else { exit(1, 0) }).await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    assert_eq!(ran.schedule(), [("a", 1, 0.0)]);
+}
+
 /// `a` fails for good at 1 s; `b` runs 10 s; `c` is ready but has no slot; `d` needs b.
 const FAILING: &str = r#"
 max_parallel = 2
