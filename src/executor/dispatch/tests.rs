@@ -1065,8 +1065,8 @@ needs = ["long"]
     assert_eq!(ran.took, secs(11));
 }
 
-/// A program that cannot start, retried at once, has its retry issued at once once per pass over
-/// the steps: the steps after it still get the free slots (its retries took every pass until its
+/// A program that cannot start, retried at once, has that retry issued in its place at most once
+/// per pass over the steps: the steps after it still get the free slots (its retries took every pass until its
 /// budget was spent, and `b`, not started before `a` failed for good, never ran), and the loop
 /// turns between its retries (where the deadline, signals and other children are heard).
 #[tokio::test(start_paused = true)]
