@@ -206,35 +206,7 @@ fn syntax_error(e: &toml::de::Error, source: &str) -> Diagnostic {
     let message = e.message().trim().to_owned();
     match e.span() {
         Some(span) => {
-            // What the reader found there, to say what to write instead for the two mistakes a
-            // hand-written flow makes most: a key set twice, and a value left unquoted.
-            let text = source.get(span.clone()).unwrap_or_default().trim().to_owned();
-            let line_start = source[..span.start.min(source.len())].rfind('\n').map_or(0, |i| i + 1);
-            // A table header: `[...]` or `[[...]]` alone on its line (not an array's next line).
-            let line = source[line_start..].lines().next().unwrap_or_default().trim();
-            let in_header = line.starts_with('[') && line.ends_with(']') && !line.contains('=');
-            let (label, help) = if message == "duplicate key" && !text.is_empty() {
-                let help = if in_header {
-                    format!(
-                        "`{text}` is set twice: a list written as `{text} = [...]` cannot also have `{line}` tables, \
-                         nor a table two headers; write each entry one way"
-                    )
-                } else {
-                    format!("a key is set once in its table: remove one of the two `{text}`")
-                };
-                (format!("`{text}` set again"), Some(help))
-            } else if message.starts_with("string values must be quoted") && !text.is_empty() {
-                // In double quotes a `\` starts an escape: text with one goes in single quotes,
-                // where it stays as written.
-                let quoted = match (text.contains('\\'), text.contains('"'), text.contains('\'')) {
-                    (false, false, _) => Some(format!("\"{text}\"")),
-                    (_, _, false) => Some(format!("'{text}'")),
-                    _ => None,
-                };
-                ("not quoted".to_owned(), quoted.map(|q| format!("write it in quotes: `{q}`")))
-            } else {
-                (String::new(), None)
-            };
+            let (label, help) = syntax_advice(&message, source, span.clone());
             Diagnostic::error(span, message).label(label).help(help)
         }
         None => {
@@ -251,6 +223,41 @@ fn syntax_error(e: &toml::de::Error, source: &str) -> Diagnostic {
             }
         }
     }
+}
+
+/// A label and help for a TOML syntax error at `span`, for the two mistakes a hand-written flow
+/// makes most: a key set twice, and a value left unquoted (what to write instead). None for the
+/// others: the reader's message stands alone.
+fn syntax_advice(message: &str, source: &str, span: std::ops::Range<usize>) -> (String, Option<String>) {
+    let text = source.get(span.clone()).unwrap_or_default().trim();
+    if text.is_empty() {
+        return (String::new(), None);
+    }
+    if message == "duplicate key" {
+        let line_start = source[..span.start.min(source.len())].rfind('\n').map_or(0, |i| i + 1);
+        // A table header: `[...]` or `[[...]]` alone on its line (not an array's next line).
+        let line = source[line_start..].lines().next().unwrap_or_default().trim();
+        let help = if line.starts_with('[') && line.ends_with(']') && !line.contains('=') {
+            format!(
+                "`{text}` is set twice: a list written as `{text} = [...]` cannot also have `{line}` tables, nor a \
+                 table two headers; write each entry one way"
+            )
+        } else {
+            format!("a key is set once in its table: remove one of the two `{text}`")
+        };
+        return (format!("`{text}` set again"), Some(help));
+    }
+    if message.starts_with("string values must be quoted") {
+        // In double quotes a `\` starts an escape: text with one goes in single quotes, where it
+        // stays as written.
+        let quoted = match (text.contains('\\'), text.contains('"'), text.contains('\'')) {
+            (false, false, _) => Some(format!("\"{text}\"")),
+            (_, _, false) => Some(format!("'{text}'")),
+            _ => None,
+        };
+        return ("not quoted".to_owned(), quoted.map(|q| format!("write it in quotes: `{q}`")));
+    }
+    (String::new(), None)
 }
 
 /// The most parts the TOML reader accepts in a dotted key (its recursion limit).

@@ -1315,15 +1315,19 @@ impl Validator<'_> {
     ) -> Option<Step> {
         let span = raw.span();
         let raw = raw.get_mut();
-        // The `[[step]]` header (or the inline table's first line), not the whole table.
-        let line_end = self.source[span.start.min(self.source.len())..].find('\n').map_or(span.end, |i| span.start + i);
-        let header = span.start..line_end.min(span.end);
+        // The `[[step]]` header (or the inline table's first line), not the whole table: found
+        // only for a step that has an error there.
+        let source = self.source;
+        let header = || {
+            let line_end = source[span.start.min(source.len())..].find('\n').map_or(span.end, |i| span.start + i);
+            span.start..line_end.min(span.end)
+        };
         // A step without a name (or with one of the wrong type, said where it is written) is
         // still checked field by field, as one whose command is wrong: every error in the file is
         // said at once. It is left out of the flow at the end.
         let name = raw.name.as_ref();
         if name.is_none() && !raw.bad.contains(&"name") {
-            let d = self.error(header.clone(), "a step has no `name`");
+            let d = self.error(header(), "a step has no `name`");
             d.label = "this step".into();
             d.help = Some("add `name = \"...\"` (letters, digits, `_`, `-`)".into());
         }
@@ -1396,7 +1400,7 @@ impl Validator<'_> {
                     Some(name) => {
                         Diagnostic::error(name.span(), format!("{step}step `{}` has nothing to run", name.get_ref()))
                     }
-                    None => Diagnostic::error(header, format!("{step}the step has nothing to run")),
+                    None => Diagnostic::error(header(), format!("{step}the step has nothing to run")),
                 };
                 let d = d
                     .label("neither `run` nor `shell`")
