@@ -695,6 +695,29 @@ mod tests {
         );
     }
 
+    /// A step with errors, named or not, still has its `env` checked for secrets: every problem is
+    /// said at once.
+    #[test]
+    fn a_secret_written_in_a_step_with_errors_is_still_a_warning() {
+        let src = "secret_env = ['T', 'U']\n\
+                   [[step]]\nrun = ['true']\nenv = { T = 'x' }\n\
+                   [[step]]\nname = 'b'\nrun = ['true']\ntimeout = 'soon'\nenv = { U = 'y' }\n";
+        let said: Vec<String> =
+            parse(src, Path::new("/x/flow.toml")).unwrap_err().into_iter().map(|d| d.message).collect();
+        assert_eq!(
+            said,
+            [
+                "`step[0]`: a step has no `name`",
+                "`step[0].env.T`: the value of secret `T` is written in this file (the `env` of a step without a \
+                 name), and every run records the flow's definition, its `env` tables included, in the state \
+                 database",
+                "`step[1].timeout`: invalid duration \"soon\": expected number at 0",
+                "`step[1].env.U`: the value of secret `U` is written in this file (step `b`'s `env`), and every run \
+                 records the flow's definition, its `env` tables included, in the state database",
+            ]
+        );
+    }
+
     /// A secret listed twice is an error, and its value written in the file is said once.
     #[test]
     fn a_secret_listed_twice_is_an_error_and_its_warning_is_said_once() {

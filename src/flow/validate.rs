@@ -520,14 +520,20 @@ impl Validator<'_> {
                 step.name = std::mem::take(name.get_mut());
             }
         }
-        // Each `env` table as written (its keys keep their place in the file), and whose it is.
-        let tables = std::iter::once((None, &raw.env)).chain(
-            steps
-                .iter()
-                .zip(&written_at)
-                .map(|(s, &i)| (Some(s.name.as_str()), &RawStepMore::of(&raw.step[i].get_ref().more).env)),
-        );
-        self.secrets_written_here(raw.secret_env.as_ref(), tables);
+        if let Some(secrets) = &raw.secret_env {
+            // Each `env` table as written (its keys keep their place in the file), and whose it
+            // is: every step's, built or not (a step with an error still shows its value).
+            let mut built = written_at.iter().zip(&steps).peekable();
+            let mut tables = vec![(None, &raw.env)];
+            for (i, raw_step) in raw.step.iter().enumerate() {
+                let name = match built.next_if(|(w, _)| **w == i) {
+                    Some((_, step)) => Some(step.name.as_str()),
+                    None => raw_step.get_ref().name.as_ref().map(|n| n.get_ref().as_str()),
+                };
+                tables.push((Some(name), &RawStepMore::of(&raw_step.get_ref().more).env));
+            }
+            self.secrets_written_here(secrets, &tables);
+        }
         if raw.step.is_empty() && !raw.bad.contains(&"step") {
             // The file as a whole is at fault; point at its first line so the report has a place.
             let first_line = self.source.find('\n').unwrap_or(self.source.len());
@@ -645,26 +651,25 @@ impl Validator<'_> {
     /// records the flow's definition, `env` included, so the value would be kept in the state
     /// database (it is still hidden wherever waymark prints it). Shown at the first `env` entry
     /// that sets it, where the value is written.
-    fn secrets_written_here<'t>(
-        &mut self,
-        raw: Option<&Spanned<Vec<Str>>>,
-        tables: impl Iterator<Item = (Option<&'t str>, &'t StrMap)> + Clone,
-    ) {
+    /// `tables` holds the flow's table (no step: `None`), then each step's (`Some` of its name,
+    /// if it has one).
+    fn secrets_written_here(&mut self, raw: &Spanned<Vec<Str>>, tables: &[(Option<Option<&str>>, &StrMap)]) {
         let mut seen = HashSet::new();
-        for item in raw.map(|list| list.get_ref().as_slice()).unwrap_or_default() {
+        for item in raw.get_ref() {
             let n = item.get_ref();
             // A name listed twice (an error of its own) is said once here.
             if !seen.insert(n.as_str()) {
                 continue;
             }
             let Some((step, key)) =
-                tables.clone().find_map(|(step, table)| table.keys().find(|k| k.get_ref() == n).map(|k| (step, k)))
+                tables.iter().find_map(|(step, table)| table.keys().find(|k| k.get_ref() == n).map(|k| (step, k)))
             else {
                 continue;
             };
             let first = match step {
                 None => "the flow's `env`".to_owned(),
-                Some(name) => format!("step `{name}`'s `env`"),
+                Some(Some(name)) => format!("step `{name}`'s `env`"),
+                Some(None) => "the `env` of a step without a name".to_owned(),
             };
             let d = self.warn(
                 key.span(),
