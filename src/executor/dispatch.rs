@@ -388,6 +388,10 @@ pub(crate) struct Dispatcher<'e, L, J, S, C> {
     rx: mpsc::Receiver<Msg>,
     /// The first signal the runner received, if any.
     cancelled: Option<Signal>,
+    /// `fail_fast` cancelled the running attempts before any signal came: their cancellation is
+    /// its, not the signal's, even when the signal comes during their grace period (the run can
+    /// only fail, and what resumes them its end says, as for any attempt `fail_fast` cancels).
+    fail_fast_first: bool,
     running: usize,
     max_parallel: usize,
     /// The step that failed for good first: from then on no new step starts.
@@ -522,6 +526,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             tx,
             rx,
             cancelled: None,
+            fail_fast_first: false,
             running: 0,
             max_parallel,
             stopping,
@@ -982,9 +987,10 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         Ok(())
     }
 
-    /// An attempt stopped by the runner's signal: it does not count, and runs again on resume.
+    /// An attempt stopped by the runner's signal or by `fail_fast`: it does not count, and runs
+    /// again on resume.
     async fn cancelled(&mut self, index: usize, ended: Ended) -> Result<(), ExecError> {
-        let signal = self.cancelled.map(|s| s.name().to_owned());
+        let signal = self.cancelled.filter(|_| !self.fail_fast_first).map(|s| s.name().to_owned());
         let killed_after_grace = ended.killed_after_grace;
         let result = AttemptResult { killed_after_grace, ..self.result(AttemptOutcome::Cancelled, None, signal) };
         self.parts.journal.attempt_finished(ended.row, &result, &StepUpdate::Pending).await?;
@@ -1518,6 +1524,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             }
         }
         if self.flow.fail_fast {
+            self.fail_fast_first = self.cancelled.is_none();
             let sig = Signal(nix::sys::signal::Signal::SIGTERM);
             for s in &self.steps {
                 if let Some(live) = s.slot.live() {

@@ -952,6 +952,16 @@ async fn a_signal_while_fail_fast_stops_the_steps_under_way_leaves_the_run_faile
     let ran = test.run(|step, _| if step == "a" { exit(1, 3) } else { Script::Linger(secs(3)) }).await;
     assert_eq!(ran.outcome(), RunOutcome::Failed);
     assert_eq!(ran.writes.last().map(String::as_str), Some("run Failed Some(\"a\") skipped [\"d\"]"));
+    // fail_fast cancelled them before the signal came: theirs is fail_fast's cancellation (no
+    // signal), which says the run fails, not that they run again on resume.
+    let cancelled: Vec<(String, serde_json::Value)> = ran
+        .events
+        .iter()
+        .map(|e| serde_json::to_value(e).expect("events serialise"))
+        .filter(|json| json["kind"] == "attempt_finished" && json["outcome"] == "cancelled")
+        .map(|json| (json["step"].as_str().unwrap_or("?").to_owned(), json["signal"].clone()))
+        .collect();
+    assert_eq!(cancelled, [("b".to_owned(), serde_json::Value::Null), ("c".to_owned(), serde_json::Value::Null)]);
 }
 
 /// A resumed run whose steps failed for good under earlier runners failed on the first to fail,
