@@ -402,8 +402,9 @@ fn eight_processes_on_a_fresh_database_migrate_it_once_and_all_succeed() {
     let url = database.url.clone();
     let env = Env::new();
     env.write("flow.toml", "[[step]]\nname = 'a'\nrun = ['true']\n");
-    // The test holds the migrations' advisory lock ("waymark" in ASCII) until all eight found the
-    // database empty and wait for it: then they migrate at once, as hosts started together do.
+    // The test holds the migrations' advisory lock ("waymark" in ASCII) until the four runners
+    // found the database empty and wait for it: then they migrate at once, as hosts started
+    // together do. The four listing runs find no runs there and migrate nothing: they do not wait.
     let mut gate = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     gate.execute("SELECT pg_advisory_lock($1)", &[&0x0077_6179_6d61_726b_i64]).unwrap();
     // Half list runs, half run a flow of their own host (a flow without a name is its host's).
@@ -415,8 +416,8 @@ fn eight_processes_on_a_fresh_database_migrate_it_once_and_all_succeed() {
         .collect();
     let waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
                    AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
-    wait_until("the eight to wait for the migration lock", || {
-        gate.query_one(waiting, &[]).unwrap().get::<_, i64>(0) == 8
+    wait_until("the four runners to wait for the migration lock", || {
+        gate.query_one(waiting, &[]).unwrap().get::<_, i64>(0) == 4
     });
     gate.execute("SELECT pg_advisory_unlock($1)", &[&0x0077_6179_6d61_726b_i64]).unwrap();
     for out in children.into_iter().map(finish) {
@@ -470,6 +471,46 @@ fn a_wrong_password_exits_4_naming_the_url_without_it() {
         );
     }
     assert!(!env.path("ran.log").exists(), "nothing ran");
+}
+
+/// A looking command on a database where nothing was recorded finds no runs and writes nothing:
+/// it creates no tables, and a read-only database (a hot standby) is read the same way.
+#[test]
+fn looking_at_an_empty_database_finds_no_runs_and_creates_nothing() {
+    let Some(url) = postgres_url("looking_at_an_empty_database_finds_no_runs_and_creates_nothing") else {
+        return;
+    };
+    let database = fresh_database(&url);
+    let env = Env::new();
+    let read_only = format!("{}?options=-c%20default_transaction_read_only%3Don", database.url);
+    for url in [&read_only, &database.url] {
+        let history = runner(&env, url, "host-a", &["history"]).output().unwrap();
+        assert_eq!(
+            (history.status.code(), stderr(&history)),
+            (
+                Some(0),
+                format!(
+                    "no runs yet in the store {} (chosen by WAYMARK_STORE); `--store URL` (or WAYMARK_STORE) looks \
+                     in another\n",
+                    without_password(url)
+                )
+            )
+        );
+        let status = runner(&env, url, "host-a", &["status", "abcdefgh"]).output().unwrap();
+        assert_eq!(
+            (status.status.code(), stderr(&status)),
+            (
+                Some(2),
+                format!(
+                    "error: no run with id `abcdefgh` and no runs of a flow named `abcdefgh` in the store {} (chosen \
+                     by WAYMARK_STORE); `waymark history` lists the runs kept there\n",
+                    without_password(url)
+                )
+            )
+        );
+    }
+    let tables = query(&database.url, "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'waymark_%'");
+    assert_eq!(tables[0].get::<_, i64>(0), 0, "no table was created");
 }
 
 #[test]
@@ -538,6 +579,18 @@ fn gc_deletes_the_finished_runs_of_every_host_from_the_shared_database() {
     assert_eq!(
         stderr(&history),
         format!("no runs yet in the store {store} (chosen by --store); `--store URL` looks in another\n")
+    );
+    // Chosen by `--store`, the listing needs it again: `waymark history` alone reads elsewhere.
+    let resume = runner(&env, "sqlite:", "host-a", &["resume", "abcdefgh", "--store", &url]).output().unwrap();
+    assert_eq!(
+        (resume.status.code(), stderr(&resume)),
+        (
+            Some(2),
+            format!(
+                "error: no run with id `abcdefgh` in the store {store} (chosen by --store); `waymark history --store \
+                 URL`, with the same URL, lists the runs kept there\n"
+            )
+        )
     );
 }
 

@@ -144,7 +144,13 @@ impl Looked {
         match backend() {
             Backend::Postgres { shown, .. } => Looked {
                 place: format!(" in the store {shown}{by}"),
-                listing: Some("`waymark history` lists the runs kept there".into()),
+                // `waymark history` alone reads the store the environment names, if any.
+                listing: Some(match chosen_by {
+                    Some("--store") => {
+                        "`waymark history --store URL`, with the same URL, lists the runs kept there".into()
+                    }
+                    _ => "`waymark history` lists the runs kept there".into(),
+                }),
                 elsewhere: match chosen_by {
                     Some("WAYMARK_STORE") => "`--store URL` (or WAYMARK_STORE) looks in another".to_owned(),
                     _ => "`--store URL` looks in another".to_owned(),
@@ -268,7 +274,12 @@ fn open_store(dir: &StateDir) -> Result<Box<dyn Store>, CliError> {
 fn read_store(dir: &StateDir) -> Result<Box<dyn Store>, CliError> {
     match backend() {
         Backend::Sqlite => Ok(Box::new(SqliteStore::open_for_reading(dir)?)),
-        Backend::Postgres { config, shown, .. } => Ok(Box::new(PgStore::open_for_reading(config, shown)?)),
+        Backend::Postgres { config, shown, .. } => match PgStore::open_for_reading(config, shown)? {
+            Some(store) => Ok(Box::new(store)),
+            // Nothing recorded there yet: read as a store with no runs, as a missing SQLite
+            // database is, without creating waymark's tables.
+            None => Ok(Box::new(SqliteStore::empty(shown.into())?)),
+        },
     }
 }
 

@@ -486,17 +486,21 @@ impl PgStore {
     /// Connect for a command that only looks: a database of an older schema is read as it is,
     /// so that looking never locks the older waymarks of other hosts out of it (the next runner
     /// migrates it). One without a schema gets it, as on any first use.
-    pub(crate) fn open_for_reading(config: &PgConfig, location: &str) -> Result<PgStore, StoreError> {
+    /// `None` for a database without waymark's schema: no run was ever recorded there, and a
+    /// looking command writes nothing (the database may be a read-only one).
+    pub(crate) fn open_for_reading(config: &PgConfig, location: &str) -> Result<Option<PgStore>, StoreError> {
         let mut client = connect(config, location)?;
         let found = installed(&mut client).map_err(|e| StoreError::failed(kind_of(&e), location, detail(&e)))?;
         let schema = match found {
+            None => return Ok(None),
             Some(older) if older < SCHEMA_VERSION => older,
-            _ => {
+            // The current schema, or a newer one, which `migrate` refuses.
+            Some(_) => {
                 migrate(&mut client, location)?;
                 SCHEMA_VERSION
             }
         };
-        Ok(PgStore::with(client, config, location, schema))
+        Ok(Some(PgStore::with(client, config, location, schema)))
     }
 
     fn with(client: Client, config: &PgConfig, location: &str, schema: i64) -> PgStore {

@@ -702,14 +702,18 @@ impl SqliteStore {
     /// Open the database in `state_dir` read-only, for commands that only look: nothing is
     /// written, not even a schema or a WAL file. Where there is no database yet, or an empty
     /// (0-byte) file, an empty in-memory one stands in: no runs yet.
+    /// A store with no runs, kept in memory, for a looking command where nothing was ever
+    /// recorded; `location` is where it looked (a file, or a shared store's URL).
+    pub(crate) fn empty(location: PathBuf) -> Result<SqliteStore, StoreError> {
+        let conn = Connection::open_in_memory().map_err(|e| failure(&location, e))?;
+        let mut store = SqliteStore::with(conn, location.clone(), SCHEMA_VERSION);
+        store.init().map_err(|e| failure(&location, e))?;
+        Ok(store)
+    }
+
     pub(crate) fn open_for_reading(state_dir: &StateDir) -> Result<SqliteStore, StoreError> {
         let path = state_dir.db();
-        let empty = || -> Result<SqliteStore, StoreError> {
-            let conn = Connection::open_in_memory().map_err(|e| failure(&path, e))?;
-            let mut store = SqliteStore::with(conn, path.clone(), SCHEMA_VERSION);
-            store.init().map_err(|e| failure(&path, e))?;
-            Ok(store)
-        };
+        let empty = || SqliteStore::empty(path.clone());
         match std::fs::symlink_metadata(&path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return empty(),
             Ok(meta) if meta.is_file() && meta.len() == 0 => return empty(),

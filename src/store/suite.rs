@@ -404,7 +404,7 @@ fn a_live_lease_keeps_a_second_runner_out_and_a_newer_schema_is_refused() {
     let version = |admin: &mut ::postgres::Client| -> i64 {
         admin.query_one("SELECT version FROM waymark_schema", &[]).unwrap().get(0)
     };
-    let looking = PgStore::open_for_reading(config, location).unwrap();
+    let looking = PgStore::open_for_reading(config, location).unwrap().expect("a schema-1 database is read");
     assert!(looking.attempts("nosuch", None).unwrap().is_empty());
     assert_eq!(version(&mut admin), 1);
     PgStore::open(config, location).unwrap();
