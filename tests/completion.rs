@@ -10,9 +10,15 @@ use serde_json::Value;
 /// The candidates waymark gives bash for the last word of `words` (the word being completed), one
 /// per line, options left out.
 fn complete(env: &Env, words: &[&str]) -> Vec<String> {
+    complete_with(env, &[], words)
+}
+
+/// [`complete`], with the variables `vars` set too.
+fn complete_with(env: &Env, vars: &[(&str, &str)], words: &[&str]) -> Vec<String> {
     let index = words.len().to_string();
     let out = env
         .cmd(&[])
+        .envs(vars.iter().copied())
         .env("WAYMARK_COMPLETE", "bash")
         .env("_CLAP_COMPLETE_INDEX", index)
         .env("_CLAP_COMPLETE_COMP_TYPE", "9")
@@ -66,6 +72,25 @@ fn step_names_complete_from_the_run_on_the_command_line() {
     assert_eq!(complete(&env, &["logs", "--stream", "stderr", "b", ""]), ["fetch", "load"]);
     // An unknown run offers no step, and says nothing.
     assert_eq!(complete(&env, &["logs", "nosuchrun", ""]), Vec::<String>::new());
+}
+
+/// The store the command would use is the one read: `--store` (its value skipped as a RUN), else
+/// `WAYMARK_STORE`, else the state directory's.
+#[test]
+fn the_store_on_the_command_line_or_in_the_environment_is_the_one_read() {
+    let env = Env::new();
+    env.write("a.toml", "[[step]]\nname = 'one'\nrun = ['true']\n");
+    env.cmd(&["--store", "sqlite:other", "run", "-q", "a.toml"]).assert().success();
+    let other = env.cmd(&["history", "--json", "--store", "sqlite:other"]).output().unwrap();
+    let runs: Value = serde_json::from_slice(&other.stdout).unwrap();
+    let id = runs[0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(complete(&env, &["resume", "--store", "sqlite:other", ""]), vec![id.clone()]);
+    assert_eq!(complete(&env, &["logs", "--store", "sqlite:other", &id, ""]), ["one"]);
+    assert_eq!(complete(&env, &["--store=sqlite:other", "logs", &id, ""]), ["one"]);
+    let from_env = |words: &[&str]| complete_with(&env, &[("WAYMARK_STORE", "sqlite:other")], words);
+    assert_eq!(from_env(&["resume", ""]), vec![id.clone()]);
+    // `--state-dir` names the directory over the variable's, as for the command itself.
+    assert_eq!(from_env(&["resume", "--state-dir", "state", ""]), Vec::<String>::new());
 }
 
 #[test]

@@ -1,9 +1,9 @@
 //! Dynamic completion: `WAYMARK_COMPLETE=bash waymark` prints a script that registers waymark with the
 //! shell, and the shell then calls `waymark -- waymark ARGS...` with `WAYMARK_COMPLETE` set to complete a
-//! word (clap_complete's `CompleteEnv` protocol). Run ids and step names come from the state
-//! directory, read-only; anything that goes wrong offers nothing rather than printing an error.
+//! word (clap_complete's `CompleteEnv` protocol). Run ids and step names come from the store the
+//! command line would use (`--store`, `WAYMARK_STORE`, the state directory), read-only; anything that goes wrong offers nothing rather than printing an error.
 
-use super::{find_state_dir, inspect, read_store};
+use super::{choose_store, find_state_dir, inspect, read_store};
 use crate::store::{RunFilter, StateDir, Store};
 use clap_complete::engine::{CompletionCandidate, PathCompleter, ValueCompleter};
 use std::ffi::OsStr;
@@ -32,19 +32,20 @@ fn words() -> Vec<String> {
 }
 
 /// The options of the commands that name a run or a step which take a value.
-const VALUED: [&str; 4] = ["--state-dir", "--attempt", "--stream", "--color"];
+const VALUED: [&str; 6] = ["--state-dir", "--store", "--host-id", "--attempt", "--stream", "--color"];
 
-/// `--state-dir` as the command line gives it (the last one wins, as after the command).
-fn state_flag(words: &[String]) -> Option<PathBuf> {
-    let mut dir = None;
+/// Option `name` (`--state-dir`) as the command line gives it (the last one wins, as after the
+/// command).
+fn option_value(words: &[String], name: &str) -> Option<String> {
+    let mut value = None;
     for (i, w) in words.iter().enumerate() {
-        if w == "--state-dir" {
-            dir = words.get(i + 1).map(PathBuf::from);
-        } else if let Some(d) = w.strip_prefix("--state-dir=") {
-            dir = Some(PathBuf::from(d));
+        if w == name {
+            value = words.get(i + 1).cloned();
+        } else if let Some(v) = w.strip_prefix(name).and_then(|rest| rest.strip_prefix('=')) {
+            value = Some(v.to_owned());
         }
     }
-    dir
+    value
 }
 
 /// The store of the state directory the command line would use, opened for reading.
@@ -52,9 +53,12 @@ fn store(words: &[String]) -> Option<Box<dyn Store>> {
     store_in(words).map(|(_, store)| store)
 }
 
-/// The state directory the command line would use, and its store opened for reading.
+/// The state directory the command line would use, and the store it would use (`--store`, else
+/// `WAYMARK_STORE`, else the state directory's), opened for reading.
 fn store_in(words: &[String]) -> Option<(StateDir, Box<dyn Store>)> {
-    let state = find_state_dir(state_flag(words).as_deref()).ok()?;
+    let dir_flag = option_value(words, "--state-dir").map(PathBuf::from);
+    let url_dir = choose_store(option_value(words, "--store").as_deref(), dir_flag.as_deref()).ok()?;
+    let state = find_state_dir(dir_flag.as_deref().or(url_dir.as_deref())).ok()?;
     let store = read_store(&state).ok()?;
     Some((state, store))
 }

@@ -351,9 +351,15 @@ fn configure(cli: &Cli) -> Result<Option<PathBuf>, CliError> {
     let Some((store, host)) = cli.command.store_flags() else { return Ok(None) };
     crate::store::lease::set_host_id(host.or(cli.host_id.as_deref())).map_err(CliError::Usage)?;
     let flag = store.or(cli.store.as_deref());
+    let dir_flag = cli.command.state_dir_flag().or(cli.state_dir.as_deref());
+    choose_store(flag, dir_flag)
+}
+
+/// Choose the store the commands use: `flag` (`--store`), else `WAYMARK_STORE`; set once. Returns
+/// the state directory that a `sqlite:DIR` URL names (`dir_flag`, `--state-dir`, overrides it).
+fn choose_store(flag: Option<&str>, dir_flag: Option<&std::path::Path>) -> Result<Option<PathBuf>, CliError> {
     let url = crate::store::url::configured(flag).map_err(|e| CliError::Usage(e.to_string()))?;
     let by = if flag.is_some() { "--store" } else { "WAYMARK_STORE" };
-    let dir_flag = cli.command.state_dir_flag().or(cli.state_dir.as_deref());
     let (backend, dir, chosen_by) = match url {
         StoreUrl::Sqlite(dir) => {
             let chosen_by = (dir.is_some() && dir_flag.is_none()).then_some(by);
