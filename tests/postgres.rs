@@ -212,8 +212,9 @@ fn status_shows_a_step_whose_attempt_died_with_the_host_that_lost_the_run_interr
     assert_eq!(
         text.lines().skip(1).collect::<Vec<_>>(),
         [
-            "  a                    running      attempts 1/1  Ns",
-            "  b                    interrupted  attempts 1/1  Ns",
+            // Where each last ran: `a` again on host-b, `b` on host-a, which died.
+            "  a                    running      attempts 1/1  Ns  on host-b",
+            "  b                    interrupted  attempts 1/1  Ns  on host-a",
             "                       attempt 1 did not finish: its runner died; the run's new runner runs it again",
         ],
         "{text}"

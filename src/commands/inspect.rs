@@ -710,6 +710,10 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         if let Some(secs) = row["duration_seconds"].as_u64() {
             out.push_str(&format!("  {}", humantime::format_duration(Duration::from_secs(secs))));
         }
+        // Where it last ran, in a store shared by hosts (in one of this host's, here).
+        if let Some(host) = row["host"].as_str().filter(|_| super::shared_store()) {
+            out.push_str(&format!("  on {host}"));
+        }
         if let StepState::Waiting { wake_at, .. } = s.state {
             let when = time(wake_at);
             out.push_str(&match (runner_alive, run.status) {
