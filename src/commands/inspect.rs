@@ -147,6 +147,13 @@ fn choose_flow(store: &dyn Store, arg: &str) -> Result<Chosen, CliError> {
             canonical.map_err(|e| CliError::Usage(format!("cannot resolve the flow file path `{arg}`: {e}")))?;
         return Ok(Chosen::File(canonical));
     }
+    if !crate::flow::validate::is_flow_name(arg) {
+        return Err(CliError::Usage(format!(
+            "`{}` is neither a flow name (letters, digits, `_`, `.` and `-`) nor a flow file; give the flow's \
+             name, or the path of its flow file (`waymark history` lists the runs and their flows)",
+            arg.escape_debug()
+        )));
+    }
     let flows = store.flows(RunFilter::Name(arg))?;
     match flows.len() {
         0 => Ok(Chosen::Unknown),

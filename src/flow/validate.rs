@@ -142,6 +142,11 @@ pub(crate) fn shell_variable(arg: &str) -> Option<&str> {
     None
 }
 
+/// Whether `s` can be a flow's name (`[A-Za-z0-9_.-]+`, at most [`MAX_FLOW_NAME`] bytes).
+pub(crate) fn is_flow_name(s: &str) -> bool {
+    is_name(s, ".-") && s.len() <= MAX_FLOW_NAME
+}
+
 fn is_name(s: &str, extra: &str) -> bool {
     !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || extra.contains(c))
 }
