@@ -134,6 +134,26 @@ fn logs_of_an_attempt_that_wrote_nothing_say_so_and_gc_deletes_all() {
         .success()
         .stdout(format!("==> {} <==\nhello\n", talks.display()))
         .stderr("waymark: attempt 1 of step `talks` wrote nothing to stderr\n");
+    // A log file replaced by a link is refused, not followed, and said so.
+    let kept = env.path("kept.stdout");
+    std::fs::rename(&talks, &kept).unwrap();
+    std::os::unix::fs::symlink(&kept, &talks).unwrap();
+    env.cmd(&["logs", &id, "talks"]).assert().code(4).stdout("").stderr(format!(
+        "error: {} is a symbolic link (to {}); waymark never follows links inside its state directory: remove it \
+         (`rm {}`) and run again\n",
+        talks.display(),
+        kept.display(),
+        talks.display()
+    ));
+    // Its log directory gone (moved, cleaned up), an attempt is not said to have written nothing.
+    let dir = talks.parent().unwrap().to_owned();
+    std::fs::rename(&dir, env.path("moved")).unwrap();
+    env.cmd(&["logs", &id, "talks"]).assert().code(4).stdout("").stderr(format!(
+        "error: cannot show the logs of attempt 1 of step `talks`: its log directory {} is gone (removed or moved \
+         since the attempt ran); waymark keeps an attempt's logs there until `waymark gc` deletes its run\n",
+        dir.display()
+    ));
+    std::fs::rename(env.path("moved"), &dir).unwrap();
     env.cmd(&["gc", "--older-than", "0s"]).assert().success();
     assert_eq!(tree(&env.state().join("logs")), Vec::<String>::new());
 }

@@ -900,6 +900,21 @@ pub(crate) fn logs(
                     return Err(CliError::Internal(anyhow::anyhow!("cannot read {}: {e}", path.display())));
                 }
             }
+            // Its log directory gone (removed, moved): the attempt may have written, so nothing
+            // here says that it did not.
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    && chosen.logs_on(super::shared_store()).is_none()
+                    && path.parent().is_some_and(|dir| std::fs::symlink_metadata(dir).is_err()) =>
+            {
+                return Err(CliError::Internal(anyhow::anyhow!(
+                    "cannot show the logs of attempt {} of step `{step}`: its log directory {} is gone (removed or \
+                     moved since the attempt ran); waymark keeps an attempt's logs there until `waymark gc` deletes \
+                     its run",
+                    chosen.attempt,
+                    path.parent().unwrap_or(&path).display()
+                )));
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 // Ran on another host: the end of its output is in the shared store.
                 // A stream that stayed empty left no file, here or there.
@@ -925,6 +940,9 @@ pub(crate) fn logs(
                     }
                     _ => silent.push(name),
                 }
+            }
+            Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
+                return Err(CliError::Internal(crate::os::fs::symlink_refused(&path).into()));
             }
             Err(e) => return Err(CliError::Internal(anyhow::anyhow!("cannot read {}: {e}", path.display()))),
         }
