@@ -471,6 +471,22 @@ fn a_wrong_password_exits_4_naming_the_url_without_it() {
             "{command:?}"
         );
     }
+    // No password at all: the same, saying that the URL gives none.
+    let none = url.replacen(":waymark@", "@", 1);
+    let out = runner(&env, &none, "host-a", &["history"]).output().unwrap();
+    assert_eq!(
+        (out.status.code(), normalised(&stderr(&out), &url)),
+        (
+            Some(4),
+            "error: the state database postgres://waymark@127.0.0.1:PORT/DB refused this user's credentials: the \
+             server asks for a password, and the URL gives none (waymark reads it from the URL only, not from \
+             PGPASSWORD or ~/.pgpass)\n\
+             hint: check the user and password of the URL (`postgres://USER:PASSWORD@HOST/DATABASE`) and that the \
+             server's pg_hba.conf lets this user in from this host, then try again (nothing is lost: a run \
+             resumes where it stopped)\n"
+                .to_owned()
+        )
+    );
     assert!(!env.path("ran.log").exists(), "nothing ran");
 }
 

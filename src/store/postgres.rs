@@ -233,7 +233,16 @@ fn connect(config: &PgConfig, location: &str) -> Result<Client, StoreError> {
         conn.tcp_user_timeout(Duration::from_secs(10));
     }
     conn.keepalives_idle(Duration::from_secs(5));
-    let fail = |e: ::postgres::Error| StoreError::failed(kind_of(&e), location, tls_detail(&e, config));
+    let fail = |e: ::postgres::Error| {
+        // The server asked for a password and the URL has none: the client's words for it
+        // (`invalid configuration: password missing`) are no more than a string.
+        if e.as_db_error().is_none() && detail(&e).ends_with("password missing") {
+            let why = "the server asks for a password, and the URL gives none (waymark reads it from the URL only, \
+                       not from PGPASSWORD or ~/.pgpass)";
+            return StoreError::failed(StoreErrorKind::Auth, location, why);
+        }
+        StoreError::failed(kind_of(&e), location, tls_detail(&e, config))
+    };
     if conn.get_ssl_mode() == SslMode::Disable {
         return conn.connect(::postgres::NoTls).map_err(fail);
     }

@@ -107,6 +107,14 @@ pub(crate) fn parse(text: &str) -> Result<StoreUrl, UrlError> {
     if text.starts_with("postgres://") || text.starts_with("postgresql://") {
         let shown = redact(text);
         let bad = |why: String| UrlError::Postgres { shown: shown.clone(), why };
+        // The driver splits the user and password from the host at the first `@`, and `redact` at
+        // the last: an `@` in either is refused rather than shown as a host it is not.
+        let rest = text.split_once("://").map_or("", |(_, rest)| rest);
+        if rest[..rest.find(['/', '?']).unwrap_or(rest.len())].matches('@').count() > 1 {
+            return Err(bad(
+                "its user or password holds an `@`: write it as `%40` (and `:` as `%3A`, `/` as `%2F`)".into()
+            ));
+        }
         let (text, mode, roots) = take_tls_params(text).map_err(bad)?;
         let conn: postgres::Config = text.parse().map_err(|e: postgres::Error| bad(e.to_string()))?;
         if conn.get_hosts().is_empty() {
@@ -234,5 +242,14 @@ mod tests {
         let err = parse("postgres://u:pw@h/db?sslmode=sometimes").unwrap_err();
         assert!(matches!(&err, UrlError::Postgres { shown, .. } if shown == "postgres://u@h/db?sslmode=sometimes"));
         assert!(!err.to_string().contains("pw"), "{err}");
+        // An `@` in the password, not written `%40`: refused, with the password left out.
+        let err = parse("postgres://u:se@cret@h:5432/db").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "store `postgres://u@h:5432/db` is not a valid PostgreSQL URL: its user or password holds an `@`: write \
+             it as `%40` (and `:` as `%3A`, `/` as `%2F`); the form is \
+             `postgres://USER:PASSWORD@HOST:PORT/DATABASE?sslmode=require`"
+        );
+        assert!(matches!(parse("postgres://u:se%40cret@h:5432/db"), Ok(StoreUrl::Postgres { .. })));
     }
 }
