@@ -10,7 +10,9 @@
 //! the errors it survived ([`History::summary_table`]).
 
 use crate::classify::ErrorValue;
-use crate::events::{AttemptEnd, Earlier, EarlierAttempt, Envelope, Event, Failure, SkipReason, StepOutcome};
+use crate::events::{
+    AttemptEnd, Earlier, EarlierAttempt, Envelope, Event, Failure, RunOutcome, SkipReason, StepOutcome,
+};
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -45,6 +47,7 @@ impl Row {
             outcome,
             error: a.error.clone(),
             killed_after_grace: a.killed_after_grace,
+            by_fail_fast: false,
         });
         let elsewhere = a.logs_on.as_ref().map(|h| (h.clone(), a.log_stem.clone()));
         Row { attempt: a.attempt, redelivered: a.redelivered, started: Some(a.started), end, earlier, elsewhere }
@@ -62,6 +65,9 @@ struct RowEnd {
     outcome: AttemptEnd,
     error: Option<ErrorValue>,
     killed_after_grace: bool,
+    /// Cancelled by `fail_fast` (no signal to the runner; unknown, so false, for an attempt an
+    /// earlier runner made).
+    by_fail_fast: bool,
 }
 
 /// One step as this runner saw it.
@@ -112,11 +118,26 @@ pub(crate) struct History {
     budget_bases: HashMap<String, u32>,
     /// A compensation started: the run's succeeded steps were undone, and it cannot be resumed.
     compensated: bool,
+    /// The run ended interrupted (a signal).
+    interrupted: bool,
     /// The flow's file, which `waymark run --fresh` runs anew ([`History::set_flow_file`]).
     flow_file: Option<PathBuf>,
 }
 
+/// How the run ended, as far as the summary table's details say.
+#[derive(Clone, Copy)]
+struct Ending {
+    /// Its compensations ran: it cannot be resumed.
+    compensated: bool,
+    /// A signal interrupted it.
+    interrupted: bool,
+}
+
 impl History {
+    fn ending(&self) -> Ending {
+        Ending { compensated: self.compensated, interrupted: self.interrupted }
+    }
+
     fn seen(&mut self, step: &str) -> &mut StepSeen {
         let i = match self.index.get(step) {
             Some(i) => *i,
@@ -158,6 +179,7 @@ impl History {
             }
             Event::StepSkipped { step, reason } => self.seen(step).skipped = Some(*reason),
             Event::AuxStarted { kind: crate::store::AuxKind::Compensate, .. } => self.compensated = true,
+            Event::RunFinished { outcome: RunOutcome::Interrupted { .. }, .. } => self.interrupted = true,
             Event::AttemptStarted { step, attempt, max_attempts, redelivered, .. } => {
                 let row = Row {
                     attempt: *attempt,
@@ -181,6 +203,7 @@ impl History {
                 error,
                 duration,
                 killed_after_grace,
+                signal,
                 ..
             } => {
                 let seen = self.seen(step);
@@ -190,6 +213,7 @@ impl History {
                     outcome: *outcome,
                     error: error.clone(),
                     killed_after_grace: *killed_after_grace,
+                    by_fail_fast: *outcome == AttemptEnd::Cancelled && signal.is_none(),
                 };
                 match seen.rows.last_mut() {
                     Some(row) if row.attempt == *attempt && row.end.is_none() => row.end = Some(end),
@@ -255,7 +279,7 @@ impl History {
     /// all rows, and the `-` of a step without one, line up under `ATTEMPTS`.
     pub(crate) fn summary_table(&self, run_ended: SystemTime) -> String {
         let cells: Vec<([String; 5], String)> =
-            self.steps.iter().map(|s| summary_row(s, self.left_under_way(s), run_ended, self.compensated)).collect();
+            self.steps.iter().map(|s| summary_row(s, self.left_under_way(s), run_ended, self.ending())).collect();
         if cells.is_empty() {
             return String::new();
         }
@@ -447,12 +471,12 @@ pub(crate) fn before_budget(base: u32) -> String {
 
 /// A step left under way by an earlier runner and not run again by this one is counted and said
 /// from its last attempt (`earlier`, with the number of the last attempt its budget allows).
-/// `compensated`: the run's compensations ran, so it cannot be resumed.
+/// `ending`: how the run ended, as far as the table says.
 fn summary_row(
     s: &StepSeen,
     earlier: Option<(&Row, u32)>,
     run_ended: SystemTime,
-    compensated: bool,
+    ending: Ending,
 ) -> ([String; 5], String) {
     let last = s.rows.last().or(earlier.map(|(row, _)| row));
     let base = s.budget_base;
@@ -506,8 +530,15 @@ fn summary_row(
         (None, Some(SkipReason::DeadlinePassed)) => ("not run", "the workflow's deadline passed".to_owned()),
         (None, None) => match last.map(|r| r.end.as_ref().map(|e| e.outcome)) {
             // Cancelled by `fail_fast` in a run whose compensations then ran: nothing resumes it.
-            Some(Some(AttemptEnd::Cancelled)) if compensated => {
+            Some(Some(AttemptEnd::Cancelled)) if ending.compensated => {
                 ("interrupted", "cancelled; the run was compensated, so it does not run again".to_owned())
+            }
+            // Cancelled by `fail_fast` in a run a signal then interrupted before its compensations
+            // or hooks: the resume runs those and fails the run, not this step.
+            Some(Some(AttemptEnd::Cancelled))
+                if ending.interrupted && last.and_then(|r| r.end.as_ref()).is_some_and(|e| e.by_fail_fast) =>
+            {
+                ("interrupted", "cancelled by fail_fast; the run fails when resumed".to_owned())
             }
             Some(Some(AttemptEnd::Cancelled)) | Some(None) => ("interrupted", "runs again on resume".to_owned()),
             Some(Some(AttemptEnd::Failed)) if s.retry_scheduled => {
@@ -1073,7 +1104,7 @@ mod tests {
         assert_eq!(History::default().summary_table(at(0)), "", "no steps, no table");
         // An attempt a signal cancelled is not counted against the budget (it runs again under
         // its number on resume): attempt 2 cancelled is 1 attempt used, as `status` counts it.
-        let cancelled = Event::AttemptFinished {
+        let cancelled = |signal: Option<&str>| Event::AttemptFinished {
             step: "slow".into(),
             attempt: 2,
             max_attempts: 3,
@@ -1083,12 +1114,34 @@ mod tests {
             retry: None,
             stopped: None,
             exit_code: None,
-            signal: None,
+            signal: signal.map(str::to_owned),
             killed_after_grace: false,
         };
-        history.record(&envelope(61_500, cancelled));
+        history.record(&envelope(61_500, cancelled(None)));
         let table = history.summary_table(at(61_500));
         assert_eq!(table.lines().nth(1), Some("  slow  interrupted       1/3       1m 1s  runs again on resume"));
+        // `fail_fast` cancelled it (no signal), and then a signal interrupted the run before its
+        // compensations or hooks: the resume runs those and fails the run, not this step. An
+        // attempt the signal cancelled in such a run runs again.
+        let interrupted = Event::RunFinished {
+            outcome: RunOutcome::Interrupted { signal: 15 },
+            duration: Duration::from_millis(61_500),
+            failures: Vec::new(),
+        };
+        for (signal, detail) in
+            [(None, "cancelled by fail_fast; the run fails when resumed"), (Some("SIGTERM"), "runs again on resume")]
+        {
+            let mut history = History::default();
+            history.record(&envelope(0, Event::StepStarted { step: "slow".into() }));
+            history.record(&envelope(0, started("slow", 2, true)));
+            history.record(&envelope(61_500, cancelled(signal)));
+            history.record(&envelope(61_500, interrupted.clone()));
+            let table = history.summary_table(at(61_500));
+            assert_eq!(
+                table.lines().nth(1),
+                Some(format!("  slow  interrupted       1/3       1m 1s  {detail}").as_str())
+            );
+        }
         // Unless the run's compensations ran (`fail_fast` cancelled it): the run cannot be resumed.
         history.compensated = true;
         let table = history.summary_table(at(61_500));
