@@ -309,6 +309,13 @@ fn history_and_status_take_a_flow_file_or_a_flow_name() {
          flows)\n",
         here.join("sub/flow.toml").display()
     ));
+    // A directory is not a flow file, and is said to be one.
+    std::fs::create_dir(env.path("a-dir")).unwrap();
+    cmd(&env, &["history", "a-dir/"]).assert().code(2).stdout("").stderr(format!(
+        "error: {} is a directory, not a flow file, and no run was started from that path; give the path of the \
+         flow file, or the flow's name (`waymark history` lists the runs and their flows)\n",
+        here.join("a-dir").display()
+    ));
     // A flow file that exists but never ran has no runs yet; so has a name no run has.
     env.write("other.toml", FLOW);
     let dir = std::fs::canonicalize(env.state()).unwrap();

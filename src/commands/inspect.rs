@@ -112,6 +112,9 @@ impl Chosen {
     /// from such a file.
     fn missing_file(&self, arg: &str) -> Option<String> {
         let what = match self {
+            Chosen::File(path) if path.is_dir() => {
+                format!("{} is a directory, not a flow file, and no run was started from that path", path.display())
+            }
             Chosen::File(path) if !path.is_file() => {
                 format!("there is no flow file {}, and no run was started from that path", path.display())
             }
