@@ -685,3 +685,64 @@ fn the_warning_of_a_failed_handler_compensation_or_hook_follows_its_finished_eve
         ]
     );
 }
+
+/// A signal that comes while `fail_fast` stops a step leaves the run to its resume, whose
+/// compensations it has not run: the step's line, the summary and `logs` say that the run fails
+/// when resumed (not that the step runs again), and the resume compensates and fails it without
+/// running the step again.
+#[test]
+fn a_signal_during_fail_fast_leaves_compensations_to_the_resume_which_fails_the_run() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        r#"
+name = "ffsig"
+fail_fast = true
+max_parallel = 3
+
+[[step]]
+name = "done"
+needs = []
+run = ["true"]
+compensate = ["sh", "-c", "echo undone >> undone"]
+
+[[step]]
+name = "slow"
+needs = []
+kill_grace = "30s"
+shell = "trap 'echo >> ready; trap \"\" TERM; sleep 2; exit 0' TERM; echo >> started; while :; do sleep 0.05; done"
+
+[[step]]
+name = "bad"
+needs = ["done"]
+shell = "while [ ! -e started ]; do sleep 0.02; done; exit 3"
+"#,
+    );
+    // `ready`: fail_fast's SIGTERM reached `slow`, which takes its grace period.
+    let out = env.run_until("ready", "TERM");
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    let said = stderr(&out);
+    // waymark's own lines of `slow` (its child's, `slow | ...`, are what its shell says).
+    let lines: Vec<&str> =
+        said.lines().filter(|l| l.starts_with("waymark: slow") || l.starts_with("  slow ")).collect();
+    assert_eq!(
+        lines,
+        [
+            "waymark: slow: started",
+            "waymark: slow: attempt 1/1 started (pid PID)",
+            "waymark: slow: attempt 1/1 cancelled by fail_fast",
+            "  slow  interrupted       0/1    DURATION  cancelled by fail_fast; the run fails when resumed",
+        ],
+        "{said}"
+    );
+    assert!(!env.path("undone").exists(), "the signal left the compensations to the resume");
+    let id = run_id(&env);
+    // (Its stderr has its shell's word on the `sleep` that fail_fast's signal killed.)
+    env.cmd(&["logs", &id, "slow", "--stream", "stdout"]).assert().success().stdout("").stderr(
+        "waymark: attempt 1 of step `slow` wrote nothing to stdout (it was cancelled; the run fails when resumed, \
+         without running it again: a step failed for good under `fail_fast`)\n",
+    );
+    let resumed = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(resumed.status.code(), Some(1), "{}", stderr(&resumed));
+    assert_eq!((env.count("undone"), env.count("started")), (1, 1), "compensated once, `slow` not run again");
+}

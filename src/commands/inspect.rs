@@ -963,10 +963,16 @@ pub(crate) fn logs(
                 "waymark: attempt {n} of step `{step}` wrote nothing to {streams} (it did not finish: its runner died)"
             ),
             // Cancelled, as `status --attempts` says, and not an attempt that ended of itself. The
-            // step's last attempt in an interrupted run is run again, under its number, on resume.
+            // step's last attempt in an interrupted run is run again, under its number, on resume,
+            // unless a step failed for good under `fail_fast`: that run can only fail, and its
+            // resume runs what it left (compensations, hooks) and fails it.
             AttemptState::Cancelled => {
                 let last = attempts.last().is_some_and(|a| std::ptr::eq(a, chosen));
                 let again = match last && run.status == RunStatus::Interrupted {
+                    true if can_only_fail(store.as_ref(), &run)? => {
+                        "; the run fails when resumed, without running it again: a step failed for good under \
+                         `fail_fast`"
+                    }
                     true => "; it runs again on resume",
                     false => "",
                 };
@@ -976,6 +982,15 @@ pub(crate) fn logs(
         }
     }
     Ok(EXIT_OK)
+}
+
+/// Whether run `run` can only fail when resumed: its flow has `fail_fast` and a step of it failed
+/// for good.
+fn can_only_fail(store: &dyn Store, run: &RunRecord) -> Result<bool, CliError> {
+    let fail_fast = crate::store::record::RunDefinition::parse(&run.definition)
+        .and_then(|d| d.into_flow())
+        .is_ok_and(|flow| flow.fail_fast);
+    Ok(fail_fast && store.steps(&run.id)?.iter().any(|s| s.state == StepState::Failed))
 }
 
 /// Delete finished runs that ended before the cutoff, with their logs. Each run is deleted while
