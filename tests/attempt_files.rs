@@ -150,7 +150,8 @@ fn logs_of_an_attempt_that_wrote_nothing_say_so_and_gc_deletes_all() {
     std::fs::rename(&dir, env.path("moved")).unwrap();
     env.cmd(&["logs", &id, "talks"]).assert().code(4).stdout("").stderr(format!(
         "error: cannot show the logs of attempt 1 of step `talks`: its log directory {} is gone (removed or moved \
-         since the attempt ran); waymark keeps an attempt's logs there until `waymark gc` deletes its run\n",
+         since the attempt ran; waymark keeps an attempt's logs there until `waymark gc` deletes its run); `waymark \
+         status {id} --attempts` says how it ended\n",
         dir.display()
     ));
     std::fs::rename(env.path("moved"), &dir).unwrap();

@@ -167,6 +167,12 @@ fn when_the_owner_is_killed_another_host_takes_the_run_over_and_succeeded_steps_
         (Some(0), "waymark: attempt 1 of step `a` wrote nothing to stderr\n")
     );
     assert_eq!(logs.stdout, b"");
+    // On its own host, whose logs are gone (a container restarted with the same host id): the end
+    // recorded in the store, not a missing directory.
+    let logs = runner(&env, &url, "host-a", &["logs", "failover", "a", "--stream", "stdout"]).output().unwrap();
+    assert_eq!(logs.status.code(), Some(0), "{}", stderr(&logs));
+    assert!(stderr(&logs).starts_with("waymark: the full log is on host host-a at "), "{}", stderr(&logs));
+    assert_eq!(String::from_utf8_lossy(&logs.stdout), "a said this\n");
 }
 
 /// On a shared store too, a step whose attempt a dead host's runner made is not running because

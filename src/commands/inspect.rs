@@ -903,21 +903,6 @@ pub(crate) fn logs(
                     return Err(CliError::Internal(anyhow::anyhow!("cannot read {}: {e}", path.display())));
                 }
             }
-            // Its log directory gone (removed, moved): the attempt may have written, so nothing
-            // here says that it did not.
-            Err(e)
-                if e.kind() == std::io::ErrorKind::NotFound
-                    && chosen.logs_on(super::shared_store()).is_none()
-                    && path.parent().is_some_and(|dir| std::fs::symlink_metadata(dir).is_err()) =>
-            {
-                return Err(CliError::Internal(anyhow::anyhow!(
-                    "cannot show the logs of attempt {} of step `{step}`: its log directory {} is gone (removed or \
-                     moved since the attempt ran); waymark keeps an attempt's logs there until `waymark gc` deletes \
-                     its run",
-                    chosen.attempt,
-                    path.parent().unwrap_or(&path).display()
-                )));
-            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 // Ran on another host: the end of its output is in the shared store.
                 // A stream that stayed empty left no file, here or there.
@@ -940,6 +925,19 @@ pub(crate) fn logs(
                             chosen.attempt,
                             path.display()
                         );
+                    }
+                    // The store recorded its end, empty.
+                    Some(_) => silent.push(name),
+                    // Its log directory gone (removed, moved), with no end of it recorded: the
+                    // attempt may have written, so nothing here says that it did not.
+                    None if path.parent().is_some_and(|dir| std::fs::symlink_metadata(dir).is_err()) => {
+                        return Err(CliError::Internal(anyhow::anyhow!(
+                            "cannot show the logs of attempt {} of step `{step}`: its log directory {} is gone \
+                             (removed or moved since the attempt ran; waymark keeps an attempt's logs there until \
+                             `waymark gc` deletes its run); `waymark status {run_id} --attempts` says how it ended",
+                            chosen.attempt,
+                            path.parent().unwrap_or(&path).display()
+                        )));
                     }
                     _ => silent.push(name),
                 }
