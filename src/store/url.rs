@@ -107,13 +107,10 @@ pub(crate) fn parse(text: &str) -> Result<StoreUrl, UrlError> {
     if text.starts_with("postgres://") || text.starts_with("postgresql://") {
         let shown = redact(text);
         let bad = |why: String| UrlError::Postgres { shown: shown.clone(), why };
-        // The driver splits the user and password from the host at the first `@`, and `redact` at
-        // the last: an `@` in either is refused rather than shown as a host it is not.
-        let rest = text.split_once("://").map_or("", |(_, rest)| rest);
-        if rest[..rest.find(['/', '?']).unwrap_or(rest.len())].matches('@').count() > 1 {
-            return Err(bad(
-                "its user or password holds an `@`: write it as `%40` (and `:` as `%3A`, `/` as `%2F`)".into()
-            ));
+        if text.split_once("://").is_some_and(|(_, rest)| ambiguous(rest)) {
+            return Err(bad("its user or password holds an `@`, `/` or `?`: write them as `%40`, `%2F` and `%3F` \
+                            (and `:` in a user as `%3A`)"
+                .into()));
         }
         let (text, mode, roots) = take_tls_params(text).map_err(bad)?;
         let conn: postgres::Config = text.parse().map_err(|e: postgres::Error| bad(e.to_string()))?;
@@ -180,17 +177,30 @@ pub(crate) fn configured(flag: Option<&str>) -> Result<StoreUrl, UrlError> {
     }
 }
 
+/// Whether the `@` of URL `rest` (what follows `scheme://`) may not be where the driver takes it:
+/// the driver takes the user and password to be all before the first `@`, wherever it is. So a
+/// `/` or `?` before it (a password holding one, or no user at all and an `@` further on), or an
+/// `@` after it before the query (a password holding one), would be read as neither meant.
+fn ambiguous(rest: &str) -> bool {
+    match rest.split_once('@') {
+        None => false,
+        Some((credentials, after)) => {
+            credentials.contains(['/', '?']) || after[..after.find('?').unwrap_or(after.len())].contains('@')
+        }
+    }
+}
+
 /// A URL without its password: `postgres://user:secret@host/db` is shown as
-/// `postgres://user@host/db`, and a `password=` parameter is dropped.
+/// `postgres://user@host/db`, and a `password=` parameter is dropped. Where its `@` is ambiguous
+/// ([`ambiguous`]), all before its last `@` is left out: `postgres://…@host/db`.
 pub(crate) fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
-    let (authority, tail) = match rest.find(['/', '?']) {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    let authority = match authority.rsplit_once('@') {
-        Some((user, host)) => format!("{}@{host}", user.split_once(':').map_or(user, |(u, _)| u)),
-        None => authority.to_owned(),
+    let (authority, tail) = match rest.split_once('@') {
+        None => (String::new(), rest),
+        Some(_) if ambiguous(rest) => ("…@".to_owned(), rest.rsplit_once('@').map_or(rest, |(_, after)| after)),
+        Some((credentials, after)) => {
+            (format!("{}@", credentials.split_once(':').map_or(credentials, |(user, _)| user)), after)
+        }
     };
     let tail = match tail.split_once('?') {
         Some((path, query)) => {
@@ -242,14 +252,32 @@ mod tests {
         let err = parse("postgres://u:pw@h/db?sslmode=sometimes").unwrap_err();
         assert!(matches!(&err, UrlError::Postgres { shown, .. } if shown == "postgres://u@h/db?sslmode=sometimes"));
         assert!(!err.to_string().contains("pw"), "{err}");
-        // An `@` in the password, not written `%40`: refused, with the password left out.
-        let err = parse("postgres://u:se@cret@h:5432/db").unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "store `postgres://u@h:5432/db` is not a valid PostgreSQL URL: its user or password holds an `@`: write \
-             it as `%40` (and `:` as `%3A`, `/` as `%2F`); the form is \
-             `postgres://USER:PASSWORD@HOST:PORT/DATABASE?sslmode=require`"
-        );
-        assert!(matches!(parse("postgres://u:se%40cret@h:5432/db"), Ok(StoreUrl::Postgres { .. })));
+        // An `@`, `/` or `?` in the user or password, not percent-encoded: the driver would read it
+        // otherwise (it takes all before the first `@` for them). Refused, shown with nothing of
+        // what comes before the last `@`.
+        for (url, shown) in [
+            ("postgres://u:se@cret@h:5432/db", "postgres://…@h:5432/db"),
+            ("postgres://u:se/cret@h:5432/db", "postgres://…@h:5432/db"),
+            ("postgres://u:se?cret@h:5432/db", "postgres://…@h:5432/db"),
+            ("postgres://u:a@b/c@h:5432/db", "postgres://…@h:5432/db"),
+            ("postgres://h/db?application_name=a@b", "postgres://…@b"),
+        ] {
+            assert_eq!(
+                parse(url).unwrap_err().to_string(),
+                format!(
+                    "store `{shown}` is not a valid PostgreSQL URL: its user or password holds an `@`, `/` or `?`: \
+                     write them as `%40`, `%2F` and `%3F` (and `:` in a user as `%3A`); the form is \
+                     `postgres://USER:PASSWORD@HOST:PORT/DATABASE?sslmode=require`"
+                ),
+                "{url}"
+            );
+        }
+        // Percent-encoded, they are the password's; an `@` in a parameter's value is the value's.
+        for (url, shown) in [
+            ("postgres://u:se%40cret@h:5432/db", "postgres://u@h:5432/db"),
+            ("postgres://u:p@h/db?application_name=x@y", "postgres://u@h/db?application_name=x@y"),
+        ] {
+            assert!(matches!(parse(url), Ok(StoreUrl::Postgres { shown: s, .. }) if s == shown), "{url}");
+        }
     }
 }
