@@ -496,11 +496,12 @@ fn a_wrong_password_exits_4_naming_the_url_without_it() {
     assert!(!env.path("ran.log").exists(), "nothing ran");
 }
 
-/// A looking command on a database where nothing was recorded finds no runs and writes nothing:
-/// it creates no tables, and a read-only database (a hot standby) is read the same way.
+/// The commands that look, and those that change runs but a run (`resume`, `gc`), on a database
+/// where nothing was recorded find no runs and write nothing: they create no tables, and a
+/// read-only database (a hot standby) is read the same way. Only `run` creates the tables.
 #[test]
-fn looking_at_an_empty_database_finds_no_runs_and_creates_nothing() {
-    let Some(url) = postgres_url("looking_at_an_empty_database_finds_no_runs_and_creates_nothing") else {
+fn commands_on_an_empty_database_find_no_runs_and_create_nothing() {
+    let Some(url) = postgres_url("commands_on_an_empty_database_find_no_runs_and_create_nothing") else {
         return;
     };
     let database = fresh_database(&url);
@@ -529,6 +530,26 @@ fn looking_at_an_empty_database_finds_no_runs_and_creates_nothing() {
                      by WAYMARK_STORE); `waymark history` lists the runs kept there\n",
                     without_password(url)
                 )
+            )
+        );
+        let resume = runner(&env, url, "host-a", &["resume", "abcdefgh"]).output().unwrap();
+        assert_eq!(
+            (resume.status.code(), stderr(&resume)),
+            (
+                Some(2),
+                format!(
+                    "error: no run with id `abcdefgh` in the store {} (chosen by WAYMARK_STORE); `waymark history` \
+                     lists the runs kept there\n",
+                    without_password(url)
+                )
+            )
+        );
+        let gc = runner(&env, url, "host-a", &["gc", "--older-than", "0s"]).output().unwrap();
+        assert_eq!(
+            (gc.status.code(), stderr(&gc)),
+            (
+                Some(0),
+                format!("waymark: deleted no runs in the store {} (chosen by WAYMARK_STORE)\n", without_password(url))
             )
         );
     }

@@ -996,8 +996,9 @@ fn can_only_fail(store: &dyn Store, run: &RunRecord) -> Result<bool, CliError> {
 /// runner holds (`waymark resume` of a failed run) or is about to hold is kept.
 pub(crate) fn gc(state: &StateDir, older_than: Duration) -> Result<i32, CliError> {
     // A state directory that does not exist, or a directory without a state database (not a state
-    // directory), holds no run to delete, and nothing is created in it for that.
-    if !super::shared_store() && !state.has_database() {
+    // directory), or a shared database without waymark's tables, holds no run to delete, and
+    // nothing is created in it for that.
+    if super::nothing_recorded(state)? {
         note!("waymark: deleted no runs{}", super::Looked::at(state).place);
         return Ok(EXIT_OK);
     }

@@ -270,6 +270,16 @@ fn open_store(dir: &StateDir) -> Result<Box<dyn Store>, CliError> {
     }
 }
 
+/// Whether no run was ever recorded where the commands look: a state directory without its
+/// database (missing, or not a state directory), or a shared database without waymark's tables.
+/// The commands that change runs (`resume`, `gc`) then create nothing there to find none.
+fn nothing_recorded(dir: &StateDir) -> Result<bool, CliError> {
+    match backend() {
+        Backend::Sqlite => Ok(!dir.has_database()),
+        Backend::Postgres { config, shown, .. } => Ok(!PgStore::recorded(config, shown)?),
+    }
+}
+
 /// The store for commands that only look: never creates one.
 fn read_store(dir: &StateDir) -> Result<Box<dyn Store>, CliError> {
     match backend() {

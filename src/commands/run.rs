@@ -391,8 +391,9 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, mode: Mode) -> 
     let mut events = emitter(mode);
     events.set_run(run_id);
     // A state directory that does not exist, or a directory without a state database (not a state
-    // directory), holds no run, and nothing is created in it to find none.
-    if !super::shared_store() && !state.has_database() {
+    // directory), or a shared database without waymark's tables, holds no run, and nothing is
+    // created in it to find none.
+    if super::nothing_recorded(state)? {
         return Err(super::no_such_run(run_id, state));
     }
     let mut store = open_store(state)?;

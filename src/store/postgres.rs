@@ -495,6 +495,13 @@ impl PgStore {
     /// Connect for a command that only looks: a database of an older schema is read as it is,
     /// so that looking never locks the older waymarks of other hosts out of it (the next runner
     /// migrates it). One without a schema gets it, as on any first use.
+    /// Whether waymark's schema is in the database: whether anything was ever recorded there.
+    pub(crate) fn recorded(config: &PgConfig, location: &str) -> Result<bool, StoreError> {
+        let mut client = connect(config, location)?;
+        let found = installed(&mut client).map_err(|e| StoreError::failed(kind_of(&e), location, detail(&e)))?;
+        Ok(found.is_some())
+    }
+
     /// `None` for a database without waymark's schema: no run was ever recorded there, and a
     /// looking command writes nothing (the database may be a read-only one).
     pub(crate) fn open_for_reading(config: &PgConfig, location: &str) -> Result<Option<PgStore>, StoreError> {
