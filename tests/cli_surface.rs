@@ -329,13 +329,17 @@ fn history_and_status_take_a_flow_file_or_a_flow_name() {
             .stderr(format!("no runs yet of flow `{flow}` {place}; {elsewhere}\n"));
     }
     // What cannot be a flow's name is not one with no runs yet.
-    for (arg, shown) in [("", ""), ("bad\nname", "bad\\nname"), ("two words", "two words")] {
+    let long = "n".repeat(251);
+    for (arg, shown) in [("", ""), ("bad\nname", "bad\\nname"), ("two words", "two words"), (&long, &long)] {
         let said = format!(
-            "`{shown}` is neither a flow name (letters, digits, `_`, `.` and `-`) nor a flow file; give the flow's \
-             name, or the path of its flow file (`waymark history` lists the runs and their flows)\n"
+            "`{shown}` is neither a flow name (letters, digits, `_`, `.` and `-`, at most 250 bytes) nor a flow \
+             file; give the flow's name, or the path of its flow file (`waymark history` lists the runs kept there, \
+             `--state-dir DIR` looks in another)\n"
         );
         cmd(&env, &["history", arg]).assert().code(2).stdout("").stderr(format!("error: {said}"));
-        cmd(&env, &["status", arg]).assert().code(2).stdout("").stderr(format!("error: {said}"));
+        // A RUN was looked for as a run id first.
+        let said = format!("error: no run has the id `{shown}`, and {said}");
+        cmd(&env, &["status", arg]).assert().code(2).stdout("").stderr(said);
     }
     // The command it suggests is written as the shell needs it.
     env.write("my flow's.toml", FLOW);

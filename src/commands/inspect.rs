@@ -96,6 +96,14 @@ fn print_json(v: &Value) -> Result<(), CliError> {
     super::output::print(serde_json::to_string_pretty(v).unwrap_or_default() + "\n")
 }
 
+/// Where a FLOW argument is looked for, and whether it stands for a RUN (`status`, `logs`): a run
+/// id was looked for first.
+#[derive(Clone, Copy)]
+struct Looking<'a> {
+    state: &'a StateDir,
+    for_run: bool,
+}
+
 /// A flow as the user named it on the command line.
 enum Chosen {
     /// A flow file's path (canonical): the runs started from that file.
@@ -142,7 +150,7 @@ impl Chosen {
 /// What a flow argument means: a path when it holds a `/` or names an existing file, else a flow
 /// name. A name that several flows have (same-stem files in different directories, or a declared
 /// name that is also a file's stem) is refused with the list of them, never guessed.
-fn choose_flow(store: &dyn Store, arg: &str) -> Result<Chosen, CliError> {
+fn choose_flow(store: &dyn Store, arg: &str, looked: Looking<'_>) -> Result<Chosen, CliError> {
     let path = Path::new(arg);
     if arg.contains('/') || path.is_file() {
         let canonical = std::fs::canonicalize(path).or_else(|_| std::path::absolute(path));
@@ -151,10 +159,16 @@ fn choose_flow(store: &dyn Store, arg: &str) -> Result<Chosen, CliError> {
         return Ok(Chosen::File(canonical));
     }
     if !crate::flow::validate::is_flow_name(arg) {
+        let shown = arg.escape_debug();
+        let run = match looked.for_run {
+            true => format!("no run has the id `{shown}`, and "),
+            false => String::new(),
+        };
+        let listing = super::Looked::at(looked.state).listing.map(|l| format!(" ({l})")).unwrap_or_default();
         return Err(CliError::Usage(format!(
-            "`{}` is neither a flow name (letters, digits, `_`, `.` and `-`) nor a flow file; give the flow's \
-             name, or the path of its flow file (`waymark history` lists the runs and their flows)",
-            arg.escape_debug()
+            "{run}`{shown}` is neither a flow name (letters, digits, `_`, `.` and `-`, at most {} bytes) nor a flow \
+             file; give the flow's name, or the path of its flow file{listing}",
+            crate::flow::validate::MAX_FLOW_NAME
         )));
     }
     let flows = store.flows(RunFilter::Name(arg))?;
@@ -216,7 +230,7 @@ pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: 
     let runs = match flow {
         None => store.list_runs(RunFilter::All, limit)?,
         Some(f) => {
-            let chosen = choose_flow(store.as_ref(), f)?;
+            let chosen = choose_flow(store.as_ref(), f, Looking { state, for_run: false })?;
             let runs = store.list_runs(chosen.filter(f), limit)?;
             if let Some(mistake) = runs.is_empty().then(|| chosen.missing_file(f)).flatten() {
                 return Err(CliError::Usage(mistake));
@@ -283,7 +297,7 @@ pub(super) fn find_run(store: &dyn Store, state: &StateDir, target: Option<&str>
         Some(t) => match store.run(t) {
             Ok(r) => Ok(r),
             Err(StoreError::NoSuchRun(_)) => {
-                let chosen = choose_flow(store, t)?;
+                let chosen = choose_flow(store, t, Looking { state, for_run: true })?;
                 store.list_runs(chosen.filter(t), 1)?.into_iter().next().ok_or_else(|| {
                     if let Some(mistake) = chosen.missing_file(t) {
                         return CliError::Usage(format!("no run has the id `{t}`; {mistake}"));
