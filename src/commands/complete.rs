@@ -57,7 +57,9 @@ fn store(words: &[String]) -> Option<Box<dyn Store>> {
 /// `WAYMARK_STORE`, else the state directory's), opened for reading.
 fn store_in(words: &[String]) -> Option<(StateDir, Box<dyn Store>)> {
     let dir_flag = option_value(words, "--state-dir").map(PathBuf::from);
-    let url_dir = choose_store(option_value(words, "--store").as_deref(), dir_flag.as_deref()).ok()?;
+    // A shell waits for the answer: a server that does not answer in a second offers nothing.
+    let within = Some(std::time::Duration::from_secs(1));
+    let url_dir = choose_store(option_value(words, "--store").as_deref(), dir_flag.as_deref(), within).ok()?;
     let state = find_state_dir(dir_flag.as_deref().or(url_dir.as_deref())).ok()?;
     let store = read_store(&state).ok()?;
     Some((state, store))
