@@ -141,7 +141,18 @@ impl Looked {
             Some(_) => "`--state-dir DIR` looks in another".to_owned(),
             None => "`--state-dir DIR` (or WAYMARK_STATE_DIR) looks in another".to_owned(),
         };
+        let elsewhere_store = match chosen_by {
+            Some("WAYMARK_STORE") => "`--store URL` (or WAYMARK_STORE) looks in another".to_owned(),
+            _ => "`--store URL` looks in another".to_owned(),
+        };
         match backend() {
+            Backend::Postgres { shown, .. } if EMPTY_STORE.load(std::sync::atomic::Ordering::Relaxed) => Looked {
+                place: format!(
+                    " in the store {shown}{by}: it has no waymark tables, so no run was ever recorded there"
+                ),
+                listing: None,
+                elsewhere: elsewhere_store,
+            },
             Backend::Postgres { shown, .. } => Looked {
                 place: format!(" in the store {shown}{by}"),
                 // `waymark history` alone reads the store the environment names, if any.
@@ -151,10 +162,7 @@ impl Looked {
                     }
                     _ => "`waymark history` lists the runs kept there".into(),
                 }),
-                elsewhere: match chosen_by {
-                    Some("WAYMARK_STORE") => "`--store URL` (or WAYMARK_STORE) looks in another".to_owned(),
-                    _ => "`--store URL` looks in another".to_owned(),
-                },
+                elsewhere: elsewhere_store,
             },
             Backend::Sqlite if !state.exists() => Looked {
                 place: format!(": the state directory {dir}{by} does not exist, so no run was ever recorded there"),
@@ -270,13 +278,21 @@ fn open_store(dir: &StateDir) -> Result<Box<dyn Store>, CliError> {
     }
 }
 
+/// The shared store the commands look in was found without waymark's tables (by [`read_store`]
+/// or [`nothing_recorded`]), for their messages.
+static EMPTY_STORE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Whether no run was ever recorded where the commands look: a state directory without its
 /// database (missing, or not a state directory), or a shared database without waymark's tables.
 /// The commands that change runs (`resume`, `gc`) then create nothing there to find none.
 fn nothing_recorded(dir: &StateDir) -> Result<bool, CliError> {
     match backend() {
         Backend::Sqlite => Ok(!dir.has_database()),
-        Backend::Postgres { config, shown, .. } => Ok(!PgStore::recorded(config, shown)?),
+        Backend::Postgres { config, shown, .. } => {
+            let empty = !PgStore::recorded(config, shown)?;
+            EMPTY_STORE.store(empty, std::sync::atomic::Ordering::Relaxed);
+            Ok(empty)
+        }
     }
 }
 
@@ -288,7 +304,10 @@ fn read_store(dir: &StateDir) -> Result<Box<dyn Store>, CliError> {
             Some(store) => Ok(Box::new(store)),
             // Nothing recorded there yet: read as a store with no runs, as a missing SQLite
             // database is, without creating waymark's tables.
-            None => Ok(Box::new(SqliteStore::empty(shown.into())?)),
+            None => {
+                EMPTY_STORE.store(true, std::sync::atomic::Ordering::Relaxed);
+                Ok(Box::new(SqliteStore::empty(shown.into())?))
+            }
         },
     }
 }
