@@ -171,8 +171,53 @@ fn when_the_owner_is_killed_another_host_takes_the_run_over_and_succeeded_steps_
     // recorded in the store, not a missing directory.
     let logs = runner(&env, &url, "host-a", &["logs", "failover", "a", "--stream", "stdout"]).output().unwrap();
     assert_eq!(logs.status.code(), Some(0), "{}", stderr(&logs));
-    assert!(stderr(&logs).starts_with("waymark: the full log is on host host-a at "), "{}", stderr(&logs));
+    let said = stderr(&logs);
+    assert!(
+        said.starts_with("waymark: the log ")
+            && said.ends_with(" is gone from this host; here are its last 64 KiB, as recorded\n"),
+        "{said}"
+    );
     assert_eq!(String::from_utf8_lossy(&logs.stdout), "a said this\n");
+}
+
+/// A step's log directory removed while its attempt ran: the store records no end of its logs
+/// (nothing is known of them), and `logs` says that they are gone rather than that it wrote
+/// nothing.
+#[test]
+fn logs_removed_while_the_attempt_ran_are_said_to_be_gone() {
+    let Some(url) = postgres_url("logs_removed_while_the_attempt_ran_are_said_to_be_gone") else {
+        return;
+    };
+    let database = fresh_database(&url);
+    let url = database.url.clone();
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'lost'\n[[step]]\nname = 'a'\n\
+         shell = 'echo hello; echo >> ready; while [ ! -e go ]; do sleep 0.05; done'\n",
+    );
+    let runner_a = runner(&env, &url, "host-a", &["run", "--quiet", "flow.toml"]).spawn().unwrap();
+    env.wait_for_lines("ready", 1);
+    let logs = env.path("state-host-a/logs");
+    let run_dir = std::fs::read_dir(&logs).unwrap().next().unwrap().unwrap().path();
+    std::fs::remove_dir_all(run_dir.join("a")).unwrap();
+    env.write("go", "");
+    let out = finish(runner_a);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let id = run_dir.file_name().unwrap().to_string_lossy().into_owned();
+    let shown = runner(&env, &url, "host-a", &["logs", &id, "a"]).output().unwrap();
+    assert_eq!(
+        (shown.status.code(), stderr(&shown)),
+        (
+            Some(4),
+            format!(
+                "error: cannot show the logs of attempt 1 of step `a`: its log directory {} is gone (removed or moved \
+                 since the attempt ran; waymark keeps an attempt's logs there until `waymark gc` deletes its run); \
+                 `waymark status {id} --attempts` says how it ended\n",
+                run_dir.join("a").display()
+            )
+        )
+    );
 }
 
 /// On a shared store too, a step whose attempt a dead host's runner made is not running because

@@ -923,12 +923,22 @@ pub(crate) fn logs(
                 match store.attempt_tail(run_id, &chosen.log_stem, name)? {
                     Some(tail) if !tail.is_empty() => {
                         header(&path)?;
-                        let host = chosen.host.as_deref().unwrap_or("another host");
-                        note!(
-                            "waymark: the full log is on host {host} at {}; here are its last {} KiB, as recorded",
-                            path.display(),
-                            crate::store::postgres::TAIL_BYTES / 1024
-                        );
+                        let kib = crate::store::postgres::TAIL_BYTES / 1024;
+                        match chosen.logs_on(super::shared_store()) {
+                            Some(_) => {
+                                let host = chosen.host.as_deref().unwrap_or("another host");
+                                note!(
+                                    "waymark: the full log is on host {host} at {}; here are its last {kib} KiB, as \
+                                     recorded",
+                                    path.display()
+                                );
+                            }
+                            // This host's, and gone from here (removed, or a new disk).
+                            None => note!(
+                                "waymark: the log {} is gone from this host; here are its last {kib} KiB, as recorded",
+                                path.display()
+                            ),
+                        }
                         super::output::print(String::from_utf8_lossy(&tail).into_owned())?;
                     }
                     None if chosen.logs_on(super::shared_store()).is_some() => {

@@ -492,9 +492,6 @@ impl PgStore {
         Ok(PgStore::with(client, config, location, SCHEMA_VERSION))
     }
 
-    /// Connect for a command that only looks: a database of an older schema is read as it is,
-    /// so that looking never locks the older waymarks of other hosts out of it (the next runner
-    /// migrates it). One without a schema gets it, as on any first use.
     /// Whether waymark's schema is in the database: whether anything was ever recorded there.
     pub(crate) fn recorded(config: &PgConfig, location: &str) -> Result<bool, StoreError> {
         let mut client = connect(config, location)?;
@@ -502,8 +499,10 @@ impl PgStore {
         Ok(found.is_some())
     }
 
-    /// `None` for a database without waymark's schema: no run was ever recorded there, and a
-    /// looking command writes nothing (the database may be a read-only one).
+    /// Connect for a command that only looks: a database of an older schema is read as it is,
+    /// so that looking never locks the older waymarks of other hosts out of it (the next runner
+    /// migrates it). `None` for a database without waymark's schema: no run was ever recorded
+    /// there, and a looking command writes nothing (the database may be a read-only one).
     pub(crate) fn open_for_reading(config: &PgConfig, location: &str) -> Result<Option<PgStore>, StoreError> {
         let mut client = connect(config, location)?;
         let found = installed(&mut client).map_err(|e| StoreError::failed(kind_of(&e), location, detail(&e)))?;
@@ -887,7 +886,11 @@ fn tail(path: &Path) -> Option<Vec<u8>> {
     use std::io::{Read, Seek, SeekFrom};
     let mut file = match crate::os::fs::open_read_nofollow(path) {
         Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(Vec::new()),
+        // No file: nothing was written to it (a log is created on its first byte), unless its
+        // directory is gone too (removed while the attempt ran): then nothing is known.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return path.parent().is_some_and(|dir| dir.is_dir()).then(Vec::new);
+        }
         Err(_) => return None,
     };
     let len = file.metadata().ok()?.len();
