@@ -179,32 +179,44 @@ pub(crate) fn configured(flag: Option<&str>) -> Result<StoreUrl, UrlError> {
 
 /// Whether the `@` of URL `rest` (what follows `scheme://`) may not be where the driver takes it:
 /// the driver takes the user and password to be all before the first `@`, wherever it is. So a
-/// `/` or `?` before it (a password holding one, or no user at all and an `@` further on), or an
-/// `@` after it before the query (a password holding one), would be read as neither meant.
+/// `/` or `?` before it (a password holding one, or no user at all and an `@` further on), or any
+/// `@` after it (a password holding one), would be read as neither meant: an `@` is written `%40`
+/// everywhere else.
 fn ambiguous(rest: &str) -> bool {
     match rest.split_once('@') {
         None => false,
-        Some((credentials, after)) => {
-            credentials.contains(['/', '?']) || after[..after.find('?').unwrap_or(after.len())].contains('@')
-        }
+        Some((credentials, after)) => credentials.contains(['/', '?']) || after.contains('@'),
     }
 }
 
 /// A URL without its password: `postgres://user:secret@host/db` is shown as
-/// `postgres://user@host/db`, and a `password=` parameter is dropped. Where its `@` is ambiguous
-/// ([`ambiguous`]), all before its last `@` is left out: `postgres://…@host/db`.
+/// `postgres://user@host/db`, and a `password` parameter is dropped with all after it (its value
+/// may hold an unencoded `&`). A URL whose `@` is ambiguous ([`ambiguous`]) is shown as its scheme
+/// alone (`postgres://…`), and text that is no URL but has a scheme as `scheme:…`: nothing that
+/// may be a password is shown.
 pub(crate) fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return match url.split_once(':') {
+            Some((scheme, _)) => format!("{scheme}:…"),
+            None => url.to_owned(),
+        };
+    };
+    if ambiguous(rest) {
+        return format!("{scheme}://…");
+    }
     let (authority, tail) = match rest.split_once('@') {
         None => (String::new(), rest),
-        Some(_) if ambiguous(rest) => ("…@".to_owned(), rest.rsplit_once('@').map_or(rest, |(_, after)| after)),
         Some((credentials, after)) => {
             (format!("{}@", credentials.split_once(':').map_or(credentials, |(user, _)| user)), after)
         }
     };
     let tail = match tail.split_once('?') {
         Some((path, query)) => {
-            let kept: Vec<&str> = query.split('&').filter(|p| !p.starts_with("password=")).collect();
+            let is_password = |param: &&str| {
+                let key = param.split_once('=').map_or(*param, |(key, _)| key);
+                percent_encoding::percent_decode_str(key).decode_utf8_lossy() == "password"
+            };
+            let kept: Vec<&str> = query.split('&').take_while(|param| !is_password(param)).collect();
             if kept.is_empty() { path.to_owned() } else { format!("{path}?{}", kept.join("&")) }
         }
         None => tail.to_owned(),
@@ -237,7 +249,11 @@ mod tests {
         assert_eq!(config.get_user(), Some("fleet"));
         assert_eq!(config.get_password(), Some(&b"s3cret"[..]));
         assert_eq!(config.get_ssl_mode(), postgres::config::SslMode::Require);
-        assert_eq!(redact("postgresql://u@h/d?password=x&application_name=a"), "postgresql://u@h/d?application_name=a");
+        // A `password` parameter goes with all after it: its value may hold an unencoded `&`.
+        assert_eq!(
+            redact("postgresql://u@h/d?application_name=a&password=x&b"),
+            "postgresql://u@h/d?application_name=a"
+        );
         assert_eq!(redact("postgres://h"), "postgres://h");
     }
 
@@ -252,16 +268,20 @@ mod tests {
         let err = parse("postgres://u:pw@h/db?sslmode=sometimes").unwrap_err();
         assert!(matches!(&err, UrlError::Postgres { shown, .. } if shown == "postgres://u@h/db?sslmode=sometimes"));
         assert!(!err.to_string().contains("pw"), "{err}");
-        // An `@`, `/` or `?` in the user or password, not percent-encoded: the driver would read it
-        // otherwise (it takes all before the first `@` for them). Refused, shown with nothing of
-        // what comes before the last `@`.
-        for (url, shown) in [
-            ("postgres://u:se@cret@h:5432/db", "postgres://…@h:5432/db"),
-            ("postgres://u:se/cret@h:5432/db", "postgres://…@h:5432/db"),
-            ("postgres://u:se?cret@h:5432/db", "postgres://…@h:5432/db"),
-            ("postgres://u:a@b/c@h:5432/db", "postgres://…@h:5432/db"),
-            ("postgres://h/db?application_name=a@b", "postgres://…@b"),
+        // An `@`, `/` or `?` in the user or password, or an `@` anywhere after them, not
+        // percent-encoded: the driver would read it otherwise (it takes all before the first `@`
+        // for them). Refused, shown as the scheme alone.
+        for url in [
+            "postgres://u:se@cret@h:5432/db",
+            "postgres://u:se/cret@h:5432/db",
+            "postgres://u:se?cret@h:5432/db",
+            "postgres://u:a@b/c@h:5432/db",
+            "postgres://fleet:Xy@9?kL@db.example/waymark",
+            "postgres://h/db?application_name=a@b",
+            "postgres://u:p@h/db?application_name=x@y",
+            "postgres://db.example/waymark?user=fleet&password=p@ssw0rd",
         ] {
+            let shown = "postgres://…";
             assert_eq!(
                 parse(url).unwrap_err().to_string(),
                 format!(
@@ -272,10 +292,19 @@ mod tests {
                 "{url}"
             );
         }
-        // Percent-encoded, they are the password's; an `@` in a parameter's value is the value's.
+        // Not a URL (`:/` for `://`): its scheme alone is shown.
+        assert_eq!(
+            parse("postgres:/fleet:s3cret@db/waymark").unwrap_err().to_string(),
+            "store `postgres:…` is not one waymark knows; give `sqlite:` (the state directory's database, the \
+             default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DATABASE`"
+        );
+        // Percent-encoded, they are the password's and the parameters'. A `password` parameter is
+        // left out with all after it (its value may hold an `&`), however its name is written.
         for (url, shown) in [
             ("postgres://u:se%40cret@h:5432/db", "postgres://u@h:5432/db"),
-            ("postgres://u:p@h/db?application_name=x@y", "postgres://u@h/db?application_name=x@y"),
+            ("postgres://u:p@h/db?application_name=x%40y", "postgres://u@h/db?application_name=x%40y"),
+            ("postgres://u@h/db?sslmode=disable&password=a&application_name=c", "postgres://u@h/db?sslmode=disable"),
+            ("postgres://u@h/db?pass%77ord=secret", "postgres://u@h/db"),
         ] {
             assert!(matches!(parse(url), Ok(StoreUrl::Postgres { shown: s, .. }) if s == shown), "{url}");
         }
