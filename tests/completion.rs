@@ -26,6 +26,8 @@ fn complete_with(env: &Env, vars: &[(&str, &str)], words: &[&str]) -> Vec<String
         .env("_CLAP_IFS", "\n")
         .args(["--", "waymark"])
         .args(words)
+        // A generous bound: a completer that hangs fails the test rather than holding it.
+        .timeout(std::time::Duration::from_secs(60))
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", common::stderr(&out));
@@ -129,4 +131,20 @@ fn a_generic_complete_variable_in_the_environment_does_not_stop_a_run() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "");
     let logs = env.cmd(&["logs", "flow.toml", "hello", "--stream", "stdout"]).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&logs.stdout), "hi\n", "the step ran");
+}
+
+/// A store that takes the connection and never answers offers nothing, within a generous bound,
+/// rather than holding the shell that waits for the answer.
+#[test]
+fn a_store_that_never_answers_offers_nothing() {
+    let env = Env::new();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Takes every connection, holds it, says nothing.
+    std::thread::spawn(move || {
+        let held: Vec<std::net::TcpStream> = listener.incoming().map_while(Result::ok).collect();
+        drop(held);
+    });
+    let url = format!("postgres://u:p@127.0.0.1:{port}/db?sslmode=disable");
+    assert_eq!(complete_with(&env, &[("WAYMARK_STORE", &url)], &["resume", ""]), Vec::<String>::new());
 }

@@ -57,9 +57,7 @@ fn store(words: &[String]) -> Option<Box<dyn Store>> {
 /// `WAYMARK_STORE`, else the state directory's), opened for reading.
 fn store_in(words: &[String]) -> Option<(StateDir, Box<dyn Store>)> {
     let dir_flag = option_value(words, "--state-dir").map(PathBuf::from);
-    // A shell waits for the answer: a server that does not answer in a second offers nothing.
-    let within = Some(std::time::Duration::from_secs(1));
-    let url_dir = choose_store(option_value(words, "--store").as_deref(), dir_flag.as_deref(), within).ok()?;
+    let url_dir = choose_store(option_value(words, "--store").as_deref(), dir_flag.as_deref()).ok()?;
     let state = find_state_dir(dir_flag.as_deref().or(url_dir.as_deref())).ok()?;
     let store = read_store(&state).ok()?;
     Some((state, store))
@@ -78,10 +76,24 @@ fn run_candidates(store: &dyn Store, current: &str) -> Vec<CompletionCandidate> 
         .collect()
 }
 
+/// `answer()`, or nothing if it takes more than a second: a shell waits for it, and a store may
+/// not answer (a server that takes the connection and says nothing holds it for good). The thread
+/// left waiting ends with the process.
+fn within_a_second(answer: impl FnOnce() -> Vec<CompletionCandidate> + Send + 'static) -> Vec<CompletionCandidate> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(answer());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(1)).unwrap_or_default()
+}
+
 /// `resume RUN_ID`: run ids.
 pub(crate) fn run_ids(current: &OsStr) -> Vec<CompletionCandidate> {
-    let words = words();
-    store(&words).map(|s| run_candidates(s.as_ref(), &current.to_string_lossy())).unwrap_or_default()
+    let current = current.to_string_lossy().into_owned();
+    within_a_second(move || {
+        let words = words();
+        store(&words).map(|s| run_candidates(s.as_ref(), &current)).unwrap_or_default()
+    })
 }
 
 /// `status RUN`, `logs RUN`: run ids, then flow files.
@@ -94,6 +106,11 @@ pub(crate) fn runs_and_files(current: &OsStr) -> Vec<CompletionCandidate> {
 /// `logs RUN STEP`: the steps of the run the command line names (a run id, or a flow's newest
 /// run), in flow order, each with its state as help.
 pub(crate) fn steps(current: &OsStr) -> Vec<CompletionCandidate> {
+    let current = current.to_os_string();
+    within_a_second(move || steps_of(&current))
+}
+
+fn steps_of(current: &OsStr) -> Vec<CompletionCandidate> {
     let words = words();
     let Some(at) = words.iter().position(|w| w == "logs") else { return Vec::new() };
     // The first word after `logs` that is neither an option nor an option's value: RUN.

@@ -381,18 +381,12 @@ fn configure(cli: &Cli) -> Result<Option<PathBuf>, CliError> {
     crate::store::lease::set_host_id(host.or(cli.host_id.as_deref())).map_err(CliError::Usage)?;
     let flag = store.or(cli.store.as_deref());
     let dir_flag = cli.command.state_dir_flag().or(cli.state_dir.as_deref());
-    choose_store(flag, dir_flag, None)
+    choose_store(flag, dir_flag)
 }
 
 /// Choose the store the commands use: `flag` (`--store`), else `WAYMARK_STORE`; set once. Returns
 /// the state directory that a `sqlite:DIR` URL names (`dir_flag`, `--state-dir`, overrides it).
-/// `connect_within`: how long a connection to a PostgreSQL store may take to be made, when its URL
-/// does not say (`connect_timeout`); `None` for the usual 10 seconds.
-fn choose_store(
-    flag: Option<&str>,
-    dir_flag: Option<&std::path::Path>,
-    connect_within: Option<std::time::Duration>,
-) -> Result<Option<PathBuf>, CliError> {
+fn choose_store(flag: Option<&str>, dir_flag: Option<&std::path::Path>) -> Result<Option<PathBuf>, CliError> {
     let url = crate::store::url::configured(flag).map_err(|e| CliError::Usage(e.to_string()))?;
     let by = if flag.is_some() { "--store" } else { "WAYMARK_STORE" };
     let (backend, dir, chosen_by) = match url {
@@ -400,10 +394,7 @@ fn choose_store(
             let chosen_by = (dir.is_some() && dir_flag.is_none()).then_some(by);
             (Backend::Sqlite, dir, chosen_by)
         }
-        StoreUrl::Postgres { mut config, shown } => {
-            if let Some(within) = connect_within.filter(|_| config.conn.get_connect_timeout().is_none()) {
-                config.conn.connect_timeout(within);
-            }
+        StoreUrl::Postgres { config, shown } => {
             let timing = LeaseTiming::from_env().map_err(CliError::Usage)?;
             (Backend::Postgres { config, shown, timing }, None, Some(by))
         }
