@@ -108,8 +108,9 @@ pub(crate) fn parse(text: &str) -> Result<StoreUrl, UrlError> {
         let shown = redact(text);
         let bad = |why: String| UrlError::Postgres { shown: shown.clone(), why };
         if text.split_once("://").is_some_and(|(_, rest)| ambiguous(rest)) {
-            return Err(bad("its user or password holds an `@`, `/` or `?`: write them as `%40`, `%2F` and `%3F` \
-                            (and `:` in a user as `%3A`)"
+            return Err(bad("an `@`, `/` or `?` in its user or password, or an `@` after them, is read otherwise \
+                            by the PostgreSQL driver (it takes all before the first `@` for the user and password): \
+                            write them as `%40`, `%2F` and `%3F` (and `:` in a user as `%3A`)"
                 .into()));
         }
         let (text, mode, roots) = take_tls_params(text).map_err(bad)?;
@@ -285,9 +286,10 @@ mod tests {
             assert_eq!(
                 parse(url).unwrap_err().to_string(),
                 format!(
-                    "store `{shown}` is not a valid PostgreSQL URL: its user or password holds an `@`, `/` or `?`: \
-                     write them as `%40`, `%2F` and `%3F` (and `:` in a user as `%3A`); the form is \
-                     `postgres://USER:PASSWORD@HOST:PORT/DATABASE?sslmode=require`"
+                    "store `{shown}` is not a valid PostgreSQL URL: an `@`, `/` or `?` in its user or password, or \
+                     an `@` after them, is read otherwise by the PostgreSQL driver (it takes all before the first `@` \
+                     for the user and password): write them as `%40`, `%2F` and `%3F` (and `:` in a user as `%3A`); \
+                     the form is `postgres://USER:PASSWORD@HOST:PORT/DATABASE?sslmode=require`"
                 ),
                 "{url}"
             );
