@@ -40,6 +40,14 @@ fn fresh_database(url: &str) -> TestDatabase {
     TestDatabase { url: format!("{base}/{name}"), admin: url.to_owned(), name }
 }
 
+/// The test `test`'s own database on `$WAYMARK_TEST_PG` (dropped with the first of the three), its
+/// URL, and a directory; `None` when there is no server (the test skips, saying so).
+fn fresh_test(test: &str) -> Option<(TestDatabase, String, Env)> {
+    let database = fresh_database(&postgres_url(test)?);
+    let url = database.url.clone();
+    Some((database, url, Env::new()))
+}
+
 fn fastrand_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -79,12 +87,11 @@ fn kill_groups(env: &Env, names: &[&str]) {
 
 #[test]
 fn ten_runners_on_ten_hosts_start_one_flow_at_once_and_exactly_one_runs_it() {
-    let Some(url) = postgres_url("ten_runners_on_ten_hosts_start_one_flow_at_once_and_exactly_one_runs_it") else {
+    let Some((_database, url, env)) =
+        fresh_test("ten_runners_on_ten_hosts_start_one_flow_at_once_and_exactly_one_runs_it")
+    else {
         return;
     };
-    let database = fresh_database(&url);
-    let url = database.url.clone();
-    let env = Env::new();
     env.write("flow.toml", "name = 'race'\n[[step]]\nname = 'a'\nshell = 'echo $WAYMARK_RUN_ID >> ran.log; sleep 1'\n");
     let runners: Vec<Child> = (0..10)
         .map(|i| runner(&env, &url, &format!("host{i}"), &["run", "--quiet", "flow.toml"]).spawn().unwrap())
@@ -106,14 +113,11 @@ fn ten_runners_on_ten_hosts_start_one_flow_at_once_and_exactly_one_runs_it() {
 
 #[test]
 fn when_the_owner_is_killed_another_host_takes_the_run_over_and_succeeded_steps_stay_done() {
-    let Some(url) =
-        postgres_url("when_the_owner_is_killed_another_host_takes_the_run_over_and_succeeded_steps_stay_done")
+    let Some((_database, url, env)) =
+        fresh_test("when_the_owner_is_killed_another_host_takes_the_run_over_and_succeeded_steps_stay_done")
     else {
         return;
     };
-    let database = fresh_database(&url);
-    let url = database.url.clone();
-    let env = Env::new();
     // `b` waits in its first run (on host-a) until the test says go; on host-b it finishes.
     env.write(
         "flow.toml",
@@ -185,12 +189,9 @@ fn when_the_owner_is_killed_another_host_takes_the_run_over_and_succeeded_steps_
 /// nothing.
 #[test]
 fn logs_removed_while_the_attempt_ran_are_said_to_be_gone() {
-    let Some(url) = postgres_url("logs_removed_while_the_attempt_ran_are_said_to_be_gone") else {
+    let Some((_database, url, env)) = fresh_test("logs_removed_while_the_attempt_ran_are_said_to_be_gone") else {
         return;
     };
-    let database = fresh_database(&url);
-    let url = database.url.clone();
-    let env = Env::new();
     env.write(
         "flow.toml",
         "name = 'lost'\n[[step]]\nname = 'a'\n\
@@ -227,12 +228,9 @@ fn logs_removed_while_the_attempt_ran_are_said_to_be_gone() {
 #[test]
 fn status_shows_a_step_whose_attempt_died_with_the_host_that_lost_the_run_interrupted() {
     let test = "status_shows_a_step_whose_attempt_died_with_the_host_that_lost_the_run_interrupted";
-    let Some(url) = postgres_url(test) else {
+    let Some((_database, url, env)) = fresh_test(test) else {
         return;
     };
-    let database = fresh_database(&url);
-    let url = database.url.clone();
-    let env = Env::new();
     env.write(
         "flow.toml",
         "name = 'taken'\nmax_parallel = 2\n\
@@ -403,14 +401,11 @@ fn normalised(text: &str, url: &str) -> String {
 
 #[test]
 fn a_read_only_database_refuses_a_run_before_any_step_and_still_answers_history_and_status() {
-    let Some(url) =
-        postgres_url("a_read_only_database_refuses_a_run_before_any_step_and_still_answers_history_and_status")
+    let Some((_database, url, env)) =
+        fresh_test("a_read_only_database_refuses_a_run_before_any_step_and_still_answers_history_and_status")
     else {
         return;
     };
-    let database = fresh_database(&url);
-    let url = database.url.clone();
-    let env = Env::new();
     env.write("flow.toml", "name = 'replica'\n[[step]]\nname = 'a'\nshell = 'echo ran >> ran.log'\n");
     let first = runner(&env, &url, "host-a", &["run", "--quiet", "flow.toml"]).output().unwrap();
     assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
@@ -447,12 +442,10 @@ fn a_read_only_database_refuses_a_run_before_any_step_and_still_answers_history_
 
 #[test]
 fn eight_processes_on_a_fresh_database_migrate_it_once_and_all_succeed() {
-    let Some(url) = postgres_url("eight_processes_on_a_fresh_database_migrate_it_once_and_all_succeed") else {
+    let Some((_database, url, env)) = fresh_test("eight_processes_on_a_fresh_database_migrate_it_once_and_all_succeed")
+    else {
         return;
     };
-    let database = fresh_database(&url);
-    let url = database.url.clone();
-    let env = Env::new();
     env.write("flow.toml", "[[step]]\nname = 'a'\nrun = ['true']\n");
     // The test holds the migrations' advisory lock ("waymark" in ASCII) until the four runners
     // found the database empty and wait for it: then they migrate at once, as hosts started
@@ -592,12 +585,10 @@ fn commands_on_an_empty_database_find_no_runs_and_create_nothing() {
 
 #[test]
 fn gc_deletes_the_finished_runs_of_every_host_from_the_shared_database() {
-    let Some(url) = postgres_url("gc_deletes_the_finished_runs_of_every_host_from_the_shared_database") else {
+    let Some((_database, url, env)) = fresh_test("gc_deletes_the_finished_runs_of_every_host_from_the_shared_database")
+    else {
         return;
     };
-    let database = fresh_database(&url);
-    let url = database.url.clone();
-    let env = Env::new();
     env.write("flow.toml", "name = 'nightly'\n[[step]]\nname = 'a'\nshell = 'echo ran >> ran.log'\n");
     for host in ["host-a", "host-b"] {
         let out = runner(&env, &url, host, &["run", "--quiet", "flow.toml"]).output().unwrap();
