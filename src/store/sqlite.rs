@@ -699,9 +699,6 @@ impl SqliteStore {
         Ok(store)
     }
 
-    /// Open the database in `state_dir` read-only, for commands that only look: nothing is
-    /// written, not even a schema or a WAL file. Where there is no database yet, or an empty
-    /// (0-byte) file, an empty in-memory one stands in: no runs yet.
     /// A store with no runs, kept in memory, for a looking command where nothing was ever
     /// recorded; `location` is where it looked (a file, or a shared store's URL).
     pub(crate) fn empty(location: PathBuf) -> Result<SqliteStore, StoreError> {
@@ -711,6 +708,9 @@ impl SqliteStore {
         Ok(store)
     }
 
+    /// Open the database in `state_dir` read-only, for commands that only look: nothing is
+    /// written, not even a schema or a WAL file. Where there is no database yet, or an empty
+    /// (0-byte) file, an empty in-memory one stands in: no runs yet.
     pub(crate) fn open_for_reading(state_dir: &StateDir) -> Result<SqliteStore, StoreError> {
         let path = state_dir.db();
         let empty = || SqliteStore::empty(path.clone());
