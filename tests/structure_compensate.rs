@@ -710,7 +710,7 @@ compensate = ["sh", "-c", "echo undone >> undone"]
 name = "slow"
 needs = []
 kill_grace = "30s"
-shell = "trap 'echo >> ready; trap \"\" TERM; sleep 2; exit 0' TERM; echo >> started; while :; do sleep 0.05; done"
+shell = "trap 'echo >> ready; trap \"\" TERM; while [ ! -e go ]; do sleep 0.05; done; exit 0' TERM; echo >> started; while :; do sleep 0.05; done"
 
 [[step]]
 name = "bad"
@@ -718,10 +718,17 @@ needs = ["done"]
 shell = "while [ ! -e started ]; do sleep 0.02; done; exit 3"
 "#,
     );
-    // `ready`: fail_fast's SIGTERM reached `slow`, which takes its grace period.
-    let out = env.run_until("ready", "TERM");
-    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
-    let said = stderr(&out);
+    // `ready`: fail_fast's SIGTERM reached `slow`, which takes its grace period until `go`, given
+    // once the runner said it got the signal.
+    let (runner, seen) = env.spawn_watched(&["run", "flow.toml"]);
+    env.wait_for_lines("ready", 1);
+    common::kill(runner.id(), "TERM");
+    common::wait_until("the runner to say it got the signal", || seen.lock().unwrap().contains("waymark: got SIGTERM"));
+    env.write("go", "");
+    let out = common::finish(runner);
+    common::wait_until("the runner's stderr to be read to its end", || std::sync::Arc::strong_count(&seen) == 1);
+    let said = common::normalise_plain(&common::untimed(&seen.lock().unwrap()));
+    assert_eq!(out.status.code(), Some(143), "{said}");
     // waymark's own lines of `slow` (its child's, `slow | ...`, are what its shell says).
     let lines: Vec<&str> =
         said.lines().filter(|l| l.starts_with("waymark: slow") || l.starts_with("  slow ")).collect();
