@@ -1,7 +1,8 @@
 //! Dynamic completion: `WAYMARK_COMPLETE=bash waymark` prints a script that registers waymark with the
 //! shell, and the shell then calls `waymark -- waymark ARGS...` with `WAYMARK_COMPLETE` set to complete a
 //! word (clap_complete's `CompleteEnv` protocol). Run ids and step names come from the store the
-//! command line would use (`--store`, `WAYMARK_STORE`, the state directory), read-only; anything that goes wrong offers nothing rather than printing an error.
+//! command line would use (`--store`, `WAYMARK_STORE`, the state directory), read-only; anything
+//! that goes wrong offers nothing rather than printing an error.
 
 use super::{choose_store, find_state_dir, inspect, read_store};
 use crate::store::{RunFilter, StateDir, Store};
@@ -76,10 +77,15 @@ fn run_candidates(store: &dyn Store, current: &str) -> Vec<CompletionCandidate> 
         .collect()
 }
 
-/// `answer()`, or nothing if it takes more than a second: a shell waits for it, and a store may
-/// not answer (a server that takes the connection and says nothing holds it for good). The thread
-/// left waiting ends with the process.
+/// `answer()`, or nothing if it takes more than a second from a PostgreSQL store: a shell waits
+/// for it, and a server that takes the connection and says nothing holds it for good. The thread
+/// left waiting ends with the process. A state directory's store is read and answered however
+/// long it takes (a loaded machine), as the command itself would be.
 fn within_a_second(answer: impl FnOnce() -> Vec<CompletionCandidate> + Send + 'static) -> Vec<CompletionCandidate> {
+    let flag = option_value(&words(), "--store");
+    if !matches!(crate::store::url::configured(flag.as_deref()), Ok(crate::store::url::StoreUrl::Postgres { .. })) {
+        return answer();
+    }
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(answer());
