@@ -1,6 +1,6 @@
 //! Reading runs back: `history`, `status`, `logs`, and `gc`.
 
-use super::{CliError, EXIT_OK, open_store, read_store};
+use super::{CliError, EXIT_OK, read_store};
 use crate::classify::ErrorValue;
 use crate::cli::StreamArg;
 use crate::events::EarlierAttempt;
@@ -1022,11 +1022,10 @@ pub(crate) fn gc(state: &StateDir, older_than: Duration) -> Result<i32, CliError
     // A state directory that does not exist, or a directory without a state database (not a state
     // directory), or a shared database without waymark's tables, holds no run to delete, and
     // nothing is created in it for that.
-    if super::nothing_recorded(state)? {
+    let Some(mut store) = super::open_recorded_store(state)? else {
         note!("waymark: deleted no runs{}", super::Looked::at(state).place);
         return Ok(EXIT_OK);
-    }
-    let mut store = open_store(state)?;
+    };
     let cutoff = SystemTime::now().checked_sub(older_than).unwrap_or(SystemTime::UNIX_EPOCH);
     let candidates = store.finished_before(cutoff)?;
     let mut flows: Vec<(&FlowKey, &str)> = candidates.iter().map(|r| (&r.key, r.flow.as_str())).collect();

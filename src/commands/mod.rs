@@ -279,20 +279,24 @@ fn open_store(dir: &StateDir) -> Result<Box<dyn Store>, CliError> {
 }
 
 /// The shared store the commands look in was found without waymark's tables (by [`read_store`]
-/// or [`nothing_recorded`]), for their messages.
+/// or [`open_recorded_store`]), for their messages.
 static EMPTY_STORE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Whether no run was ever recorded where the commands look: a state directory without its
-/// database (missing, or not a state directory), or a shared database without waymark's tables.
-/// The commands that change runs (`resume`, `gc`) then create nothing there to find none.
-fn nothing_recorded(dir: &StateDir) -> Result<bool, CliError> {
+/// The store of [`open_store`], where a run was ever recorded: `None` for a state directory
+/// without its database (missing, or not a state directory), or a shared database without
+/// waymark's tables. The commands that change runs (`resume`, `gc`) create nothing there to find
+/// none.
+fn open_recorded_store(dir: &StateDir) -> Result<Option<Box<dyn Store>>, CliError> {
     match backend() {
-        Backend::Sqlite => Ok(!dir.has_database()),
-        Backend::Postgres { config, shown, .. } => {
-            let empty = !PgStore::recorded(config, shown)?;
-            EMPTY_STORE.store(empty, std::sync::atomic::Ordering::Relaxed);
-            Ok(empty)
-        }
+        Backend::Sqlite if !dir.has_database() => Ok(None),
+        Backend::Sqlite => Ok(Some(Box::new(SqliteStore::open(dir)?))),
+        Backend::Postgres { config, shown, .. } => match PgStore::open_existing(config, shown)? {
+            Some(store) => Ok(Some(Box::new(store))),
+            None => {
+                EMPTY_STORE.store(true, std::sync::atomic::Ordering::Relaxed);
+                Ok(None)
+            }
+        },
     }
 }
 

@@ -393,10 +393,9 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, mode: Mode) -> 
     // A state directory that does not exist, or a directory without a state database (not a state
     // directory), or a shared database without waymark's tables, holds no run, and nothing is
     // created in it to find none.
-    if super::nothing_recorded(state)? {
+    let Some(mut store) = super::open_recorded_store(state)? else {
         return Err(super::no_such_run(run_id, state));
-    }
-    let mut store = open_store(state)?;
+    };
     // The run's own key, whichever file started it; `resume_within` does not apply here.
     let run = store.run(run_id).map_err(|e| match e {
         StoreError::NoSuchRun(_) => super::no_such_run(run_id, state),

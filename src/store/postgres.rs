@@ -492,11 +492,16 @@ impl PgStore {
         Ok(PgStore::with(client, config, location, SCHEMA_VERSION))
     }
 
-    /// Whether waymark's schema is in the database: whether anything was ever recorded there.
-    pub(crate) fn recorded(config: &PgConfig, location: &str) -> Result<bool, StoreError> {
+    /// [`PgStore::open`] of a database where something was recorded: `None`, creating nothing, where
+    /// waymark's schema is not (no run was ever recorded there).
+    pub(crate) fn open_existing(config: &PgConfig, location: &str) -> Result<Option<PgStore>, StoreError> {
         let mut client = connect(config, location)?;
         let found = installed(&mut client).map_err(|e| StoreError::failed(kind_of(&e), location, detail(&e)))?;
-        Ok(found.is_some())
+        if found.is_none() {
+            return Ok(None);
+        }
+        migrate(&mut client, location)?;
+        Ok(Some(PgStore::with(client, config, location, SCHEMA_VERSION)))
     }
 
     /// Connect for a command that only looks: a database of an older schema is read as it is,
