@@ -201,6 +201,10 @@ fn logs_removed_while_the_attempt_ran_are_said_to_be_gone() {
     env.wait_for_lines("ready", 1);
     let logs = env.path("state-host-a/logs");
     let run_dir = std::fs::read_dir(&logs).unwrap().next().unwrap().unwrap().path();
+    // The log is created on its first byte: the runner has written it before it is removed (a
+    // log the runner cannot create fails the run, another story).
+    let log = run_dir.join("a/attempt-1.stdout");
+    wait_until("the attempt's stdout log to hold its line", || std::fs::read(&log).is_ok_and(|l| l == b"hello\n"));
     std::fs::remove_dir_all(run_dir.join("a")).unwrap();
     env.write("go", "");
     let out = finish(runner_a);
@@ -218,6 +222,20 @@ fn logs_removed_while_the_attempt_ran_are_said_to_be_gone() {
                 run_dir.join("a").display()
             )
         )
+    );
+    // Seen from another host, the log is there, and its end was not recorded here.
+    let elsewhere = runner(&env, &url, "host-b", &["logs", &id, "a"]).output().unwrap();
+    let stem = run_dir.join("a/attempt-1");
+    let said = |stream: &str| {
+        format!(
+            "waymark: the {stream} log of attempt 1 of step `a` is on host host-a at {}.{stream}; its end was not \
+             recorded here: the log's directory was gone there when the attempt ended\n",
+            stem.display()
+        )
+    };
+    assert_eq!(
+        (elsewhere.status.code(), stderr(&elsewhere), String::from_utf8_lossy(&elsewhere.stdout).into_owned()),
+        (Some(0), said("stdout") + &said("stderr"), String::new())
     );
 }
 

@@ -925,8 +925,7 @@ pub(crate) fn logs(
                         header(&path)?;
                         let kib = crate::store::postgres::TAIL_BYTES / 1024;
                         match chosen.logs_on(super::shared_store()) {
-                            Some(_) => {
-                                let host = chosen.host.as_deref().unwrap_or("another host");
+                            Some(host) => {
                                 note!(
                                     "waymark: the full log is on host {host} at {}; here are its last {kib} KiB, as \
                                      recorded",
@@ -941,11 +940,19 @@ pub(crate) fn logs(
                         }
                         super::output::print(String::from_utf8_lossy(&tail).into_owned())?;
                     }
-                    None if chosen.logs_on(super::shared_store()).is_some() => {
-                        let host = chosen.host.as_deref().unwrap_or("another host");
+                    None if let Some(host) = chosen.logs_on(super::shared_store()) => {
+                        // Recorded when the attempt ends, unless its log directory there was gone
+                        // by then, or its runner died first.
+                        let end = match chosen.outcome {
+                            AttemptState::Running => "its end is recorded here when the attempt ends",
+                            AttemptState::RunnerLost => "its end was not recorded here: the attempt's runner died",
+                            _ => {
+                                "its end was not recorded here: the log's directory was gone there when the attempt \
+                                  ended"
+                            }
+                        };
                         note!(
-                            "waymark: the {name} log of attempt {} of step `{step}` is on host {host} at {}; its end \
-                             is recorded here when the attempt ends",
+                            "waymark: the {name} log of attempt {} of step `{step}` is on host {host} at {}; {end}",
                             chosen.attempt,
                             path.display()
                         );
