@@ -445,7 +445,7 @@ impl Validator<'_> {
             None => {
                 let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
                 // A `name` of the wrong type is reported already; the stem is not what was meant.
-                if (!is_name(&stem, ".-") || stem.len() > MAX_FLOW_NAME) && !raw.bad.contains(&"name") {
+                if !is_flow_name(&stem) && !raw.bad.contains(&"name") {
                     self.diags.push(
                         Diagnostic::error(None, format!("the file name `{stem}` is not a valid flow name")).help(Some(
                             format!(

@@ -219,14 +219,14 @@ impl FlowKey {
     /// with the stem cut to 64 bytes and a 128-bit hash of the whole path. `@` is not allowed in a
     /// flow name, so the two kinds never meet.
     pub(crate) fn lock_file_name(&self) -> String {
-        let safe = |c: char| c.is_ascii_alphanumeric() || "_.-".contains(c);
         if let Some(name) = self.0.strip_prefix(Self::NAMED) {
             // A loaded flow's name always qualifies; a key read from an edited database might not,
             // and never becomes a path (`../x`) under `locks/`.
-            if !name.is_empty() && name.len() <= 250 && name.chars().all(safe) {
+            if crate::flow::validate::is_flow_name(name) {
                 return format!("{name}.lock");
             }
         }
+        let safe = |c: char| c.is_ascii_alphanumeric() || "_.-".contains(c);
         let path = std::path::Path::new(self.file().unwrap_or_default());
         let stem: String = path
             .file_stem()
