@@ -464,9 +464,10 @@ pub(crate) trait Reporter {
     /// handed over before its first event about an attempt. Most reporters need only the events.
     fn earlier(&mut self, _earlier: &Earlier) {}
 
-    /// The file of the flow whose run it reports (absolute), handed over before the run's first
-    /// event: what a message names for running the flow anew.
-    fn flow_file(&mut self, _path: &Path) {}
+    /// The file of the flow whose run it reports (absolute), and whether the flow has `fail_fast`,
+    /// handed over before the run's first event: what a message names for running the flow anew,
+    /// and what a run a signal interrupted does when resumed.
+    fn flow(&mut self, _path: &Path, _fail_fast: bool) {}
 
     /// Whether it reads what [`Reporter::earlier`] hands over. When no reporter does, a resumed
     /// run's earlier attempts (thousands, for a large run half done) are not read at all.
@@ -551,10 +552,11 @@ impl Emitter {
         }
     }
 
-    /// Hand every reporter the file of the flow whose run the events are about.
-    pub(crate) fn flow_file(&mut self, path: &Path) {
+    /// Hand every reporter the file of the flow whose run the events are about, and whether it
+    /// has `fail_fast`.
+    pub(crate) fn flow(&mut self, path: &Path, fail_fast: bool) {
         for reporter in &mut self.reporters {
-            reporter.flow_file(path);
+            reporter.flow(path, fail_fast);
         }
     }
 

@@ -427,7 +427,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         let steps_total = flow.steps.len();
         let done = |s: &&StepRecord| matches!(s.state, StepState::Succeeded | StepState::Caught);
         let steps_done = spec.steps.iter().filter(done).count();
-        emitter.flow_file(&flow.path);
+        emitter.flow(&flow.path, flow.fail_fast);
         emitter.emit(match spec.resumed {
             true => Event::RunResumed { flow: flow.name.clone(), steps_total, steps_done },
             false => Event::RunStarted { flow: flow.name.clone(), steps_total },

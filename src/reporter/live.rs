@@ -246,8 +246,8 @@ impl Reporter for LiveReporter {
         self.history.prefill(earlier);
     }
 
-    fn flow_file(&mut self, path: &std::path::Path) {
-        self.history.set_flow_file(path);
+    fn flow(&mut self, path: &std::path::Path, fail_fast: bool) {
+        self.history.set_flow(path, fail_fast);
     }
 
     fn shows_output(&self) -> bool {

@@ -48,8 +48,8 @@ impl Reporter for QuietReporter {
         self.history.prefill(earlier);
     }
 
-    fn flow_file(&mut self, path: &std::path::Path) {
-        self.history.set_flow_file(path);
+    fn flow(&mut self, path: &std::path::Path, fail_fast: bool) {
+        self.history.set_flow(path, fail_fast);
     }
 
     /// The failure report reads the logs, never the lines as they pass.

@@ -120,7 +120,11 @@ pub(crate) struct History {
     compensated: bool,
     /// The run ended interrupted (a signal).
     interrupted: bool,
-    /// The flow's file, which `waymark run --fresh` runs anew ([`History::set_flow_file`]).
+    /// A step failed for good in this runner.
+    failed_for_good: bool,
+    /// The flow has `fail_fast` ([`History::set_flow`]).
+    fail_fast: bool,
+    /// The flow's file, which `waymark run --fresh` runs anew ([`History::set_flow`]).
     flow_file: Option<PathBuf>,
 }
 
@@ -129,13 +133,15 @@ pub(crate) struct History {
 struct Ending {
     /// Its compensations ran: it cannot be resumed.
     compensated: bool,
-    /// A signal interrupted it.
-    interrupted: bool,
+    /// A signal interrupted it after a step failed for good under `fail_fast`: its resume runs
+    /// what it left (compensations, hooks) and fails it; no step under way goes on.
+    can_only_fail: bool,
 }
 
 impl History {
     fn ending(&self) -> Ending {
-        Ending { compensated: self.compensated, interrupted: self.interrupted }
+        let can_only_fail = self.interrupted && self.fail_fast && self.failed_for_good;
+        Ending { compensated: self.compensated, can_only_fail }
     }
 
     fn seen(&mut self, step: &str) -> &mut StepSeen {
@@ -234,6 +240,7 @@ impl History {
                     (*outcome == AttemptEnd::Failed).then(|| (*attempt, why.clone().unwrap_or_default()));
             }
             Event::StepFinished { step, outcome, attempts } => {
+                self.failed_for_good |= *outcome == StepOutcome::Failed;
                 let seen = self.seen(step);
                 seen.ended = Some((*outcome, at));
                 // `attempts` counts the current budget's, as the failure report does. A step this
@@ -246,9 +253,11 @@ impl History {
         }
     }
 
-    /// The flow's file (absolute), named in the report of a run that cannot be resumed.
-    pub(crate) fn set_flow_file(&mut self, path: &Path) {
+    /// The flow's file (absolute), named in the report of a run that cannot be resumed, and
+    /// whether the flow has `fail_fast`.
+    pub(crate) fn set_flow(&mut self, path: &Path, fail_fast: bool) {
         self.flow_file = Some(path.to_owned());
+        self.fail_fast = fail_fast;
     }
 
     /// Keep the attempts earlier runners made of the run, as recorded, so that the report lists
@@ -533,12 +542,16 @@ fn summary_row(
             Some(Some(AttemptEnd::Cancelled)) if ending.compensated => {
                 ("interrupted", "cancelled; the run was compensated, so it does not run again".to_owned())
             }
-            // Cancelled by `fail_fast` in a run a signal then interrupted before its compensations
-            // or hooks: the resume runs those and fails the run, not this step.
-            Some(Some(AttemptEnd::Cancelled))
-                if ending.interrupted && last.and_then(|r| r.end.as_ref()).is_some_and(|e| e.by_fail_fast) =>
-            {
-                ("interrupted", "cancelled by fail_fast; the run fails when resumed".to_owned())
+            // A step failed for good under `fail_fast` in a run a signal then interrupted before
+            // its compensations or hooks: the resume runs those and fails the run, and no step
+            // under way goes on (whichever of the two cancelled it).
+            Some(end) if ending.can_only_fail && end != Some(AttemptEnd::Succeeded) => {
+                let how = match last.and_then(|r| r.end.as_ref()) {
+                    Some(e) if e.by_fail_fast => "cancelled by fail_fast; ",
+                    Some(e) if e.outcome == AttemptEnd::Cancelled => "cancelled; ",
+                    _ => "",
+                };
+                ("interrupted", format!("{how}the run fails when resumed"))
             }
             Some(Some(AttemptEnd::Cancelled)) | Some(None) => ("interrupted", "runs again on resume".to_owned()),
             Some(Some(AttemptEnd::Failed)) if s.retry_scheduled => {
@@ -947,7 +960,7 @@ mod tests {
             ("/srv/my flows/it's.toml", r"'/srv/my flows/it'\''s.toml'"),
         ] {
             let mut history = History::default();
-            history.set_flow_file(Path::new(file));
+            history.set_flow(Path::new(file), false);
             history.record(&envelope(0, started("load", 1, false)));
             history.record(&envelope(5, finished("load", 1, value.clone(), 5, false)));
             history.record(&envelope(6, undo.clone()));
@@ -1120,20 +1133,25 @@ mod tests {
         history.record(&envelope(61_500, cancelled(None)));
         let table = history.summary_table(at(61_500));
         assert_eq!(table.lines().nth(1), Some("  slow  interrupted       1/3       1m 1s  runs again on resume"));
-        // `fail_fast` cancelled it (no signal), and then a signal interrupted the run before its
-        // compensations or hooks: the resume runs those and fails the run, not this step. An
-        // attempt the signal cancelled in such a run runs again.
+        // A step failed for good under `fail_fast`, and a signal interrupted the run before its
+        // compensations or hooks: the resume runs those and fails the run, and runs this step no
+        // more, whether `fail_fast` cancelled it (no signal) or the signal came first. Without
+        // `fail_fast`, the step the signal cancelled runs again.
         let interrupted = Event::RunFinished {
             outcome: RunOutcome::Interrupted { signal: 15 },
             duration: Duration::from_millis(61_500),
             failures: Vec::new(),
         };
-        for (signal, detail) in
-            [(None, "cancelled by fail_fast; the run fails when resumed"), (Some("SIGTERM"), "runs again on resume")]
-        {
+        for (fail_fast, signal, detail) in [
+            (true, None, "cancelled by fail_fast; the run fails when resumed"),
+            (true, Some("SIGTERM"), "cancelled; the run fails when resumed"),
+            (false, Some("SIGTERM"), "runs again on resume"),
+        ] {
             let mut history = History::default();
+            history.set_flow(Path::new("/x/flow.toml"), fail_fast);
             history.record(&envelope(0, Event::StepStarted { step: "slow".into() }));
             history.record(&envelope(0, started("slow", 2, true)));
+            history.record(&envelope(10, step_event("bad", StepOutcome::Failed, 1)));
             history.record(&envelope(61_500, cancelled(signal)));
             history.record(&envelope(61_500, interrupted.clone()));
             let table = history.summary_table(at(61_500));
