@@ -406,6 +406,7 @@ fn secrets_never_reach_the_terminal_the_logs_status_or_the_state_directory() {
          shell = '''\n\
          printf 'token=%s' \"${API_TOKEN%-token}-\"; sleep 0.3; printf 'token region=%s\\n' \"$REGION\"\n\
          echo \"tok=$API_TOKEN\" >> \"$WAYMARK_OUTPUT\"\n\
+         printf '{\"type\": \"Unused\", \"message\": \"%s\"}' \"$API_TOKEN\" > \"$WAYMARK_ERROR_FILE\"\n\
          '''\n\
          [[step]]\nname = 'load'\nretry = { attempts = 2 }\n\
          shell = '''\n\
@@ -414,6 +415,7 @@ fn secrets_never_reach_the_terminal_the_logs_status_or_the_state_directory() {
            printf '{\"type\": \"PermissionError\", \"message\": \"login %s refused\"}' \"$DB_PASS\" > \"$WAYMARK_ERROR_FILE\"\n\
            exit 1\n\
          fi\n\
+         echo \"unused=$API_TOKEN\" >> \"$WAYMARK_OUTPUT\"\n\
          printf 'Traceback (most recent call last):\\n  File \"load.py\", line 1, in <module>\\nValueError: bad token %s\\n' \"$API_TOKEN\" >&2\n\
          exit 1\n\
          '''\n",
@@ -482,7 +484,8 @@ fn secrets_never_reach_the_terminal_the_logs_status_or_the_state_directory() {
         shown.push_str(&stderr(&out));
     }
     assert!(shown.contains("token=*** region=eu") && shown.contains("bad token ***"), "{shown}");
-    // The error file the step wrote is kept with the secret hidden.
+    // The error file the step wrote is kept with the secret hidden; so are the files waymark does
+    // not read (a success's error file, a failure's outputs), checked with every file below.
     let error_file = env.state().join(format!("logs/{id}/load/attempt-1.error.json"));
     assert_eq!(
         std::fs::read_to_string(error_file).unwrap(),

@@ -2,8 +2,9 @@
 //! behind (its error file, the tail of its stderr) and how it ended. The classification itself is
 //! `classify`'s; this part reads the files, no-follow, and never fails: what cannot be read is
 //! no evidence. The tail of stderr comes from memory (kept by the output reader as it passed)
-//! when the reader finished; the log is read only when it did not. The error it returns has the run's secrets hidden (it is recorded and shown), and
-//! so, once read, has the error file kept in the logs directory; the stderr log never held them.
+//! when the reader finished; the log is read only when it did not. The error it returns has the
+//! run's secrets hidden (it is recorded and shown); the error file was scrubbed when the attempt
+//! ended, and the stderr log never held them.
 
 use super::output::StderrTail;
 use crate::classify::{self, Ending, ErrorSource, ErrorValue, Evidence, error_file};
@@ -45,11 +46,8 @@ pub(crate) fn read(
         stderr_tail: &stderr_tail,
     };
     let (mut error, mut warnings) = classify::classify(ending, evidence);
+    // (The file itself was scrubbed when the attempt ended, as every attempt's is.)
     secrets.redact_error(&mut error);
-    let error_path = stem.with_extension("error.json");
-    if let Err(e) = secrets.scrub_file(&error_path) {
-        warnings.push(format!("cannot hide the secrets in the error file {}: {e}", error_path.display()));
-    }
     // A traceback longer than the tail has lost its header and is not recognised: say so rather
     // than report a plain exit status as if nothing were there.
     if stderr_cut

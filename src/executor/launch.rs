@@ -340,14 +340,28 @@ impl Launcher for ProcessLauncher {
             Output { pipe: err_r, log: err_log, log_path: stderr_log, lines: self.lines, gate: self.gate.clone() },
         ];
         let secrets = Arc::clone(&self.env.secrets);
-        let supervisor = Supervisor::watch(child, attempt_id, a.step_index, a.row, outputs, secrets, events);
+        let supervisor =
+            Supervisor::watch(child, attempt_id, a.step_index, a.row, outputs, Arc::clone(&secrets), events);
         let pid = supervisor.pid();
         let proc_start = unix::process_start_time(pid);
         let (tx, index, row, deadline) = (events.clone(), a.step_index, a.row, a.deadline);
+        let stem = a.stem;
         tokio::spawn(async move {
             let f = supervisor.supervise(step, deadline, control).await;
             let (end, exited, killed_after_grace) = (f.end, f.exited, f.killed_after_grace);
-            let (notes, stderr_tail) = (f.notes, f.stderr_tail);
+            let (mut notes, stderr_tail) = (f.notes, f.stderr_tail);
+            // The files the child may have written itself hide the secrets however it ended: the
+            // runner reads the error file of a failure and the outputs of a success only, and
+            // keeps both.
+            let written = match secrets.is_empty() {
+                true => Vec::new(),
+                false => vec![stem.with_extension("error.json"), outputs::path(&stem)],
+            };
+            for path in written {
+                if let Err(e) = secrets.scrub_file(&path) {
+                    notes.push(format!("cannot hide the secrets in {}: {e}", path.display()));
+                }
+            }
             let _ = tx.send(Msg::Done { step: index, row, end, exited, killed_after_grace, notes, stderr_tail }).await;
         });
         Ok(Launched::Running { pid, proc_start, stderr_from })
