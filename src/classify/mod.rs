@@ -143,7 +143,12 @@ pub(crate) fn classify(ending: &Ending, ev: Evidence<'_>) -> (ErrorValue, Vec<St
     }
     match ev.error_file {
         ErrorFileOutcome::Reported(r) => {
-            let bases = r.bases.unwrap_or_else(|| reported_bases(ev.classes, &r.class));
+            let mut bases = r.bases.unwrap_or_else(|| reported_bases(ev.classes, &r.class));
+            // Every error derives from BaseException, as in Python: bases that leave it out (even
+            // `[]`) still end with it, so that an `except`-like match on it catches the error.
+            if r.class != "BaseException" && !bases.iter().any(|b| b == "BaseException") {
+                bases.push("BaseException".into());
+            }
             let error = ErrorValue {
                 class: r.class,
                 bases,
@@ -227,6 +232,27 @@ mod tests {
         assert_eq!(e.to_string(), "Flaky(OSError, Exception, BaseException): exit status 1");
         let e = run(Ending::Exited(2), ErrorFileOutcome::Empty, TB, &codes);
         assert_eq!(e.to_string(), "CalledProcessError(SubprocessError, Exception, BaseException): exit status 2");
+    }
+
+    /// Reported bases that leave out BaseException, even none, end with it.
+    #[test]
+    fn reported_bases_always_end_with_base_exception() {
+        let file = |class: &str, bases: &[&str]| {
+            ErrorFileOutcome::Reported(error_file::ReportedError {
+                class: class.into(),
+                bases: Some(bases.iter().map(|b| b.to_string()).collect()),
+                message: None,
+            })
+        };
+        let codes = ExitCodes::default();
+        let bases = |class: &str, given: &[&str]| run(Ending::Exited(1), file(class, given), "", &codes).bases;
+        assert_eq!(bases("Deep", &[]), ["BaseException"]);
+        assert_eq!(
+            bases("ConnectTimeout", &["TimeoutException", "Exception"]),
+            ["TimeoutException", "Exception", "BaseException"]
+        );
+        assert_eq!(bases("E", &["Exception", "BaseException"]), ["Exception", "BaseException"]);
+        assert_eq!(bases("BaseException", &[]), Vec::<String>::new());
     }
 
     #[test]
