@@ -541,3 +541,40 @@ fn a_schema_4_database_is_read_as_it_is_and_migrated_by_the_next_runner() {
     assert_eq!(version(), SCHEMA);
     assert_eq!(env.read("load.log"), "  2026-01-31\n");
 }
+
+/// An output value too long for a variable is skipped with a warning (the steps after it start
+/// without it), and a program whose arguments are more than the system passes is not started,
+/// saying why and what to do.
+#[test]
+fn an_output_too_long_for_a_variable_is_skipped_and_a_too_long_argument_is_said() {
+    let env = Env::new();
+    let long = "x".repeat(200_000);
+    env.write(
+        "flow.toml",
+        &format!(
+            "name = 'sizes'\n\
+             [[step]]\nname = 'big'\nshell = 'printf \"huge=%0200000d\\nok=1\\n\" 0 >> \"$WAYMARK_OUTPUT\"'\n\
+             [[step]]\nname = 'show'\nshell = 'echo \"${{#WAYMARK_OUTPUT_BIG_HUGE}} $WAYMARK_OUTPUT_BIG_OK\"'\n\
+             [[step]]\nname = 'long'\nrun = ['true', '{long}']\n"
+        ),
+    );
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "show | 0 1\n");
+    let said = normalise(&env, &stderr(&out));
+    let lines: Vec<&str> =
+        said.lines().filter(|l| l.contains("huge") || l.starts_with("waymark: long: attempt 1/1 f")).collect();
+    assert_eq!(
+        lines,
+        [
+            "waymark: warning: big: outputs file STATE/logs/ID/big/attempt-1.outputs: line 1: the value of `huge` is \
+             200000 bytes, more than a variable can hand to a later step (at most 130795 bytes under this key); \
+             skipped (write it to a file and pass the file's path)",
+            "waymark: long: attempt 1/1 failed: ActionExecutionNotStarted: cannot start `true`: its arguments and \
+             environment are more than the system passes to a program (Argument list too long (os error 7): at most \
+             128 KiB in any one of them, and about 2 MiB in all, the outputs of earlier steps (`WAYMARK_OUTPUT_*`) \
+             included); pass large values in files [start failure]",
+        ],
+        "{said}"
+    );
+}

@@ -466,6 +466,11 @@ fn spawn_failure(program: &str, workdir: &Path, path: &str, e: &std::io::Error) 
         }
         std::io::ErrorKind::NotFound => format!("program `{program}` not found"),
         std::io::ErrorKind::PermissionDenied => format!("program `{program}` is not executable: {e}"),
+        std::io::ErrorKind::ArgumentListTooLong => format!(
+            "cannot start `{program}`: its arguments and environment are more than the system passes to a program \
+             ({e}: at most 128 KiB in any one of them, and about 2 MiB in all, the outputs of earlier steps \
+             (`WAYMARK_OUTPUT_*`) included); pass large values in files"
+        ),
         _ => format!("cannot start `{program}`: {e}"),
     }
 }

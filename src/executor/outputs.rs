@@ -10,6 +10,7 @@
 //! is reported as a warning and skipped, never fatal. A value cannot span lines: write a file and
 //! pass its path.
 
+use crate::flow::validate::MAX_STEP_NAME;
 use crate::os::fs;
 use crate::secrets::Secrets;
 use crate::store::StepRecord;
@@ -22,6 +23,10 @@ pub(crate) type StepOutputs = BTreeMap<String, String>;
 
 /// How much of an outputs file is read; the lines after it are reported and skipped.
 pub(crate) const MAX_FILE: usize = 1024 * 1024;
+
+/// The most the kernel passes in one environment string (`MAX_ARG_STRLEN` on Linux), its NUL
+/// included.
+const MAX_VARIABLE: usize = 128 * 1024;
 
 /// The outputs file of the attempt whose files are at `stem`.
 pub(crate) fn path(stem: &Path) -> PathBuf {
@@ -98,6 +103,17 @@ pub(crate) fn parse(bytes: &[u8]) -> (StepOutputs, Vec<String>) {
             warnings.push(format!(
                 "line {number}: `{}` is not an output name ([A-Za-z_][A-Za-z0-9_]*, no spaces); skipped",
                 shown(key)
+            ));
+            continue;
+        }
+        // One `NAME=VALUE` string is all a later step's environment can hold of it, and the kernel
+        // passes at most 128 KiB in one (its NUL included; longer, the step could not start).
+        let most = MAX_VARIABLE - ("WAYMARK_OUTPUT_".len() + MAX_STEP_NAME + 1 + key.len() + 1 + 1);
+        if value.len() > most {
+            warnings.push(format!(
+                "line {number}: the value of `{key}` is {} bytes, more than a variable can hand to a later step \
+                 (at most {most} bytes under this key); skipped (write it to a file and pass the file's path)",
+                value.len()
             ));
             continue;
         }
@@ -226,6 +242,26 @@ mod tests {
         run.insert(0, "a", one("b_c", "earlier step"));
         let env: BTreeMap<String, String> = run.env().collect();
         assert_eq!(env["WAYMARK_OUTPUT_A_B_C"], "later step");
+    }
+
+    /// A value too long to pass as a variable is skipped with a warning; one just short of it is
+    /// kept.
+    #[test]
+    fn a_value_longer_than_a_variable_can_hold_is_skipped() {
+        let most = MAX_VARIABLE - ("WAYMARK_OUTPUT_".len() + MAX_STEP_NAME + 1 + "big".len() + 2);
+        let text = format!("big={}\nsmall=1\n", "x".repeat(most + 1));
+        let (outputs, warnings) = parse(text.as_bytes());
+        assert_eq!(pairs(&outputs), [("small", "1")]);
+        assert_eq!(
+            warnings,
+            [format!(
+                "line 1: the value of `big` is {} bytes, more than a variable can hand to a later step (at most \
+                 130796 bytes under this key); skipped (write it to a file and pass the file's path)",
+                most + 1
+            )]
+        );
+        let text = format!("big={}\n", "x".repeat(most));
+        assert_eq!(parse(text.as_bytes()).0.get("big").map(String::len), Some(most));
     }
 
     #[test]
