@@ -374,6 +374,21 @@ fn a_parameter_holding_a_secret_is_refused() {
     );
     assert!(!env.path("ran").exists());
     assert_eq!(json_of(&env, &["history", "--json"]), json!([]), "no run was recorded");
+    // A default that holds it is said to be the default, where the file gives it.
+    env.write(
+        "flow.toml",
+        "secret_env = ['API_TOKEN']\n[params]\nurl = 'https://me:hunter2@example.com'\n\
+         [[step]]\nname = 'a'\nrun = ['touch', 'ran']\n",
+    );
+    let out = env.cmd(&["run", "flow.toml"]).env("API_TOKEN", "hunter2").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "error: the default of parameter `url` (`params.url` in flow.toml) holds the value of a variable of \
+         `secret_env`; parameter values are recorded with the run (to resume it with them) and a secret never is: \
+         let the step read the secret from its environment instead; nothing ran\n"
+    );
+    assert!(!env.path("ran").exists());
 }
 
 /// Every file under `dir`, recursively, as (path, bytes).

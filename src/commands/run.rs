@@ -79,10 +79,15 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
         flow.param_values = values;
         let env = run_env(&flow, None, here)?;
         if let Some(name) = flow.param_values.iter().find(|(_, v)| env.secrets.redact(v) != **v).map(|(k, _)| k) {
+            // Given on the command line, or the default the flow file gives it.
+            let whose = match params.iter().any(|(given, _)| given == name) {
+                true => format!("the value of `--param {name}`"),
+                false => format!("the default of parameter `{name}` (`params.{name}` in {})", flow_path.display()),
+            };
             return Err(CliError::Usage(format!(
-                "the value of `--param {name}` holds the value of a variable of `secret_env`; parameter values are \
-                 recorded with the run (to resume it with them) and a secret never is: let the step read the \
-                 secret from its environment instead; nothing ran"
+                "{whose} holds the value of a variable of `secret_env`; parameter values are recorded with the run \
+                 (to resume it with them) and a secret never is: let the step read the secret from its environment \
+                 instead; nothing ran"
             )));
         }
         Ok((flow, env))
