@@ -567,6 +567,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             if self.cancelled.is_none() && !self.expired {
                 self.make_ready(now);
                 self.start_queued().await?;
+                self.time_out_queued().await?;
             }
             // An outcome held for a start that did not come in this turn is committed now, before
             // anything else is written or waited for.
@@ -577,7 +578,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 let outcome = self.wind_down(outcome).await?;
                 return self.finish(outcome).await;
             }
-            let wake = self.next_wake();
+            let wake = self.next_wake().into_iter().chain(self.queued_timeout()).min();
             let deadline = self.deadline.filter(|_| !self.expired && self.cancelled.is_none());
             tokio::select! {
                 Some(msg) = self.rx.recv() => self.handle(msg).await?,
@@ -719,6 +720,43 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             return None;
         }
         self.agenda.waits.first().map(|&(wake, _)| issue_at(wake, self.deadline))
+    }
+
+    /// When the first attempt issued and waiting for a slot times out: its clock started when it
+    /// was issued, so it times out then, whether or not a slot came free.
+    fn queued_timeout(&self) -> Option<Instant> {
+        if self.cancelled.is_some() || self.expired {
+            return None;
+        }
+        self.agenda.pending.iter().filter_map(|&index| self.queued_deadline(index)).min()
+    }
+
+    /// The end of the timeout of step `index`'s attempt, if it is issued and waiting for a slot.
+    fn queued_deadline(&self, index: usize) -> Option<Instant> {
+        match self.steps[index].slot {
+            Slot::Queued { issued, .. } => self.steps[index].step.timeout.map(|t| issued + t),
+            _ => None,
+        }
+    }
+
+    /// The attempts issued and waiting for a slot whose timeout passed: each times out now,
+    /// without a child and without a slot (see `start`), in file order.
+    async fn time_out_queued(&mut self) -> Result<(), ExecError> {
+        let now = Instant::now();
+        let due: Vec<usize> = self
+            .agenda
+            .pending
+            .iter()
+            .copied()
+            .filter(|&i| self.queued_deadline(i).is_some_and(|d| d <= now))
+            .collect();
+        for index in due {
+            if self.cancelled.is_some() || self.expired {
+                break;
+            }
+            self.start(index).await?;
+        }
+        Ok(())
     }
 
     /// Issue the next attempt of step `index`: its start is durable before the child exists.

@@ -1018,13 +1018,18 @@ needs = []
 timeout = 3
 "#;
     let ran = Test::new(flow).run(|step, _| if step == "long" { exit(5, 0) } else { exit(1, 0) }).await;
-    // `quick` was issued at 0 and got its slot at 5, after its timeout of 3 s had passed: its
-    // attempt is recorded and times out without a child (one spawned then could do its work
-    // before the kill reached it).
+    // `quick` was issued at 0 and waited for the slot `long` held until 5: its timeout of 3 s
+    // passed at 3, and its attempt is recorded and times out then, without a child and without
+    // the slot (one spawned at 5 could do its work before the kill reached it).
     assert_eq!(ran.schedule(), [("long", 1, 0.0)]);
     assert_eq!(ran.outcome(), RunOutcome::Failed);
     assert_eq!(ran.took, secs(5));
-    assert_eq!(ran.attempt_finished()[1].2.as_deref(), Some("ActionTimeout"));
+    assert_eq!(ran.attempt_finished()[0].2.as_deref(), Some("ActionTimeout"));
+    let quick = ran.events.iter().find_map(|e| match &e.event {
+        Event::AttemptFinished { step, duration, .. } if step == "quick" => Some(*duration),
+        _ => None,
+    });
+    assert_eq!(quick, Some(secs(3)), "it timed out when its timeout passed, not when the slot came free");
     // The error says that no program was started, and why the time counted.
     let message = ran.events.iter().rev().find_map(|e| match &e.event {
         Event::AttemptFinished { step, error: Some(error), .. } if step == "quick" => Some(error.message.clone()),
@@ -1038,10 +1043,12 @@ timeout = 3
         )
     );
     assert_eq!(
-        ran.writes[2..4],
+        ran.writes[2..],
         [
-            "finished row 1 Succeeded -> Succeeded; starting quick #1 row 2",
-            "finished row 2 Failed ActionTimeout -> Failed"
+            "starting quick #1 row 2",
+            "finished row 2 Failed ActionTimeout -> Failed",
+            "finished row 1 Succeeded -> Succeeded",
+            "run Failed Some(\"quick\")"
         ]
     );
 }
@@ -1059,7 +1066,7 @@ run = ["long"]
 name = "quick"
 run = ["quick"]
 needs = []
-timeout = 3
+timeout = 4
 retry = { attempts = 3, exception_types = ["ActionTimeout"] }
 [[step]]
 name = "after"
@@ -1068,11 +1075,16 @@ needs = ["long"]
 "#;
     let ran = Test::new(flow).run(|step, _| if step == "quick" { exit(1, 0) } else { exit(5, 0) }).await;
     assert_eq!(ran.outcome(), RunOutcome::Succeeded);
-    // quick's first attempt waited from 0 to 5 for the slot and timed out without a child; its
-    // second takes the slot at 5, before `after` (it took it, and quick's second attempt timed
-    // out waiting in turn).
+    // quick's first attempt timed out at 4 while it waited for the slot `long` held, without a
+    // child; its retry, issued then, takes the slot at 5, before `after` (it took it, and quick's
+    // second attempt timed out waiting in turn).
     assert_eq!(ran.schedule(), [("long", 1, 0.0), ("quick", 2, 5.0), ("after", 1, 6.0)]);
     assert_eq!(ran.took, secs(11));
+    let first = ran.events.iter().find_map(|e| match &e.event {
+        Event::AttemptFinished { step, attempt: 1, duration, .. } if step == "quick" => Some(*duration),
+        _ => None,
+    });
+    assert_eq!(first, Some(secs(4)));
 }
 
 /// A program that cannot start, retried at once, has that retry issued in its place at most once
