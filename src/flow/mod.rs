@@ -695,6 +695,16 @@ mod tests {
         );
     }
 
+    /// A step whose `name` has the wrong type is the one error: the step that needs it by that
+    /// name is not also said to need an unknown step.
+    #[test]
+    fn a_name_of_the_wrong_type_does_not_make_its_dependents_unknown() {
+        let src = "[[step]]\nname = 2024\nrun = ['true']\n[[step]]\nname = 'b'\nneeds = ['2024']\nrun = ['true']\n";
+        let said: Vec<String> =
+            parse(src, Path::new("/x/flow.toml")).unwrap_err().into_iter().map(|d| d.message).collect();
+        assert_eq!(said, ["`step[0].name`: expected a string, found an integer"]);
+    }
+
     /// A step with errors, named or not, still has its `env` checked for secrets: every problem is
     /// said at once.
     #[test]

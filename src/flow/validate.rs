@@ -773,6 +773,9 @@ impl Validator<'_> {
             }
         }
         let mut suggestion_work = 0;
+        // A step whose `name` has the wrong type (`name = 2024`, reported already) may be the one
+        // an unknown name in `needs` means: that name is not said to be unknown as well.
+        let a_name_unread = steps.iter().any(|s| s.get_ref().bad.contains(&"name"));
         let name =
             |i: usize| steps[i].get_ref().name.as_ref().map_or_else(|| format!("step[{i}]"), |n| n.get_ref().clone());
         let mut graph: Vec<Needs> = Vec::with_capacity(steps.len());
@@ -806,6 +809,7 @@ impl Validator<'_> {
                     continue;
                 }
                 match index.get(n) {
+                    None if a_name_unread => {}
                     None => {
                         suggestion_work += names.len();
                         let hint = (suggestion_work <= MAX_SUGGESTION_WORK)
