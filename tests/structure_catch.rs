@@ -65,6 +65,7 @@ fn a_timed_out_step_is_caught_by_the_first_matching_handler_and_the_next_step_ru
             "waymark: fetch: started",
             "waymark: fetch: attempt 1/1 started (pid PID)",
             "waymark: fetch: attempt 1/1 failed: ActionTimeout: timed out after 1s [timeout]",
+            "waymark: fetch: not retried: the step retries no error (it has no `retry`, or an empty `exception_types`)",
             "waymark: fetch: running its catch handler for ActionTimeout",
             "waymark: fetch: error caught; the steps that need it run",
             "waymark: load: started",

@@ -640,7 +640,8 @@ fn a_failed_compensation_names_its_log_and_is_said_under_quiet() {
 }
 
 /// Under `--json`, a failed catch handler, compensation or hook is followed by its warning: its
-/// `.finished` event, then the `notice` (before the step's own end, for a handler).
+/// `.finished` event, then the `notice` (before the step's own end, for a handler). Why retrying
+/// stopped (`retry.stopped`) comes before the catch handler that takes the error.
 #[test]
 fn the_warning_of_a_failed_handler_compensation_or_hook_follows_its_finished_event() {
     let env = Env::new();
@@ -671,6 +672,7 @@ fn the_warning_of_a_failed_handler_compensation_or_hook_follows_its_finished_eve
             "attempt.finished a",
             "step.finished a",
             "attempt.finished c",
+            "retry.stopped c",
             "catch.started c",
             "catch.finished c",
             "notice c: its catch handler failed (exit status 9); it wrote nothing; the step fails with its error",

@@ -1145,7 +1145,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             signal: result.signal.clone(),
             killed_after_grace: ended.killed_after_grace,
         }];
-        if let (Some(reason), false) = (stopped, matches!(update, StepUpdate::Caught | StepUpdate::Catching)) {
+        // Why retrying stopped, whether or not a catch handler then takes the error.
+        if let Some(reason) = stopped {
             let stop = retry_stop(&step, reason, k);
             let error = error.clone();
             said.push(Event::RetryStopped { step: step.name.clone(), attempt: ended.attempt, error, stop });
