@@ -366,7 +366,7 @@ fn shell_helper_reports_a_named_error_with_bases() {
     );
     let ran = run(&env, &flow, 1);
     assert_eq!(ran.runs, 3);
-    let error = "DownloadFailed(ConnectionError, OSError, Exception): curl failed";
+    let error = "DownloadFailed(ConnectionError, OSError, Exception, BaseException): curl failed";
     ran.attempt_failed(1, 3, error, ERROR_FILE, true)
         .attempt_failed(3, 3, error, ERROR_FILE, false)
         .reported(error, ERROR_FILE, 3);
@@ -392,7 +392,7 @@ fn shell_helper_escapes_awkward_messages() {
     let ran = run(&env, &flow, 1);
     assert_eq!(ran.runs, 2, "{}", ran.stderr);
     // One line on the terminal: the first line of the message, then an ellipsis.
-    let error = "DownloadFailed(ConnectionError): say \"hi\" \\ a\tb …";
+    let error = "DownloadFailed(ConnectionError, BaseException): say \"hi\" \\ a\tb …";
     ran.attempt_failed(1, 2, error, ERROR_FILE, true).reported(error, ERROR_FILE, 2);
     assert!(ran.error_file_warnings().is_empty(), "{}", ran.stderr);
     // The whole message, newline included, is kept in the record.
@@ -704,8 +704,8 @@ esac"#,
     );
     assert_eq!(ran.runs, 3, "{}", ran.stderr);
     ran.attempt_failed(1, 3, &format!("{CALLED_PROCESS_ERROR}: exit status 1"), EXIT_STATUS, true)
-        .attempt_failed(2, 3, "Planted(ConnectionError): attempt 2", ERROR_FILE, true)
-        .reported("Planted(ConnectionError): attempt 3", ERROR_FILE, 3);
+        .attempt_failed(2, 3, "Planted(ConnectionError, BaseException): attempt 2", ERROR_FILE, true)
+        .reported("Planted(ConnectionError, BaseException): attempt 3", ERROR_FILE, 3);
     assert!(ran.error_file_warnings().is_empty(), "{}", ran.stderr);
     victim.assert_untouched();
     // Each later attempt found nothing at its error file's path (the planted link was removed
