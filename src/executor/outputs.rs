@@ -108,8 +108,9 @@ pub(crate) fn parse(bytes: &[u8]) -> (StepOutputs, Vec<String>) {
         }
         // One `NAME=VALUE` string is all a later step's environment can hold of it, and the kernel
         // passes at most 128 KiB in one (its NUL included; longer, the step could not start).
-        let most = MAX_VARIABLE - ("WAYMARK_OUTPUT_".len() + MAX_STEP_NAME + 1 + key.len() + 1 + 1);
-        if value.len() > most {
+        // (A key that long leaves no room at all.)
+        let most = MAX_VARIABLE.saturating_sub("WAYMARK_OUTPUT_".len() + MAX_STEP_NAME + 1 + key.len() + 1 + 1);
+        if value.len() > most || most == 0 {
             warnings.push(format!(
                 "line {number}: the value of `{key}` is {} bytes, more than a variable can hand to a later step \
                  (at most {most} bytes under this key); skipped (write it to a file and pass the file's path)",
@@ -262,6 +263,15 @@ mod tests {
         );
         let text = format!("big={}\n", "x".repeat(most));
         assert_eq!(parse(text.as_bytes()).0.get("big").map(String::len), Some(most));
+        // A key too long to leave room for any value (no wrap-around of the limit).
+        let text = format!("{}=1\n", "k".repeat(MAX_VARIABLE));
+        let (outputs, warnings) = parse(text.as_bytes());
+        assert!(outputs.is_empty());
+        assert!(
+            warnings[0]
+                .ends_with("(at most 0 bytes under this key); skipped (write it to a file and pass the file's path)"),
+            "{warnings:?}"
+        );
     }
 
     #[test]
