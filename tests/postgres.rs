@@ -229,7 +229,7 @@ fn logs_removed_while_the_attempt_ran_are_said_to_be_gone() {
     let said = |stream: &str| {
         format!(
             "waymark: the {stream} log of attempt 1 of step `a` is on host host-a at {}.{stream}; its end was not \
-             recorded here: the log's directory was gone there when the attempt ended\n",
+             recorded here: its log could not be read there when the attempt ended (its directory was gone, say)\n",
             stem.display()
         )
     };

@@ -940,15 +940,16 @@ pub(crate) fn logs(
                         }
                         super::output::print(String::from_utf8_lossy(&tail).into_owned())?;
                     }
-                    None if let Some(host) = chosen.logs_on(super::shared_store()) => {
+                    None if chosen.logs_on(super::shared_store()).is_some() => {
+                        let host = chosen.logs_on(super::shared_store()).unwrap_or_default();
                         // Recorded when the attempt ends, unless its log directory there was gone
                         // by then, or its runner died first.
                         let end = match chosen.outcome {
                             AttemptState::Running => "its end is recorded here when the attempt ends",
                             AttemptState::RunnerLost => "its end was not recorded here: the attempt's runner died",
                             _ => {
-                                "its end was not recorded here: the log's directory was gone there when the attempt \
-                                  ended"
+                                "its end was not recorded here: its log could not be read there when the attempt \
+                                  ended (its directory was gone, say)"
                             }
                         };
                         note!(
