@@ -392,6 +392,9 @@ pub(crate) struct Dispatcher<'e, L, J, S, C> {
     /// its, not the signal's, even when the signal comes during their grace period (the run can
     /// only fail, and what resumes them its end says, as for any attempt `fail_fast` cancels).
     fail_fast_first: bool,
+    /// Some step has a timeout: only then can an attempt waiting for a slot time out (the walk
+    /// over the waiting ones is left out otherwise).
+    timeouts: bool,
     running: usize,
     max_parallel: usize,
     /// The step that failed for good first: from then on no new step starts.
@@ -424,6 +427,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         let (tx, rx) = mpsc::channel(256);
         let (outputs, secrets) = (RunOutputs::recorded(&spec.steps), Arc::clone(&spec.env.secrets));
         let flow = spec.flow;
+        let timeouts = flow.steps.iter().any(|s| s.timeout.is_some());
         let steps_total = flow.steps.len();
         let done = |s: &&StepRecord| matches!(s.state, StepState::Succeeded | StepState::Caught);
         let steps_done = spec.steps.iter().filter(done).count();
@@ -527,6 +531,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             rx,
             cancelled: None,
             fail_fast_first: false,
+            timeouts,
             running: 0,
             max_parallel,
             stopping,
@@ -725,7 +730,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     /// When the first attempt issued and waiting for a slot times out: its clock started when it
     /// was issued, so it times out then, whether or not a slot came free.
     fn queued_timeout(&self) -> Option<Instant> {
-        if self.cancelled.is_some() || self.expired {
+        if !self.timeouts || self.cancelled.is_some() || self.expired {
             return None;
         }
         self.agenda.pending.iter().filter_map(|&index| self.queued_deadline(index)).min()
@@ -742,6 +747,9 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     /// The attempts issued and waiting for a slot whose timeout passed: each times out now,
     /// without a child and without a slot (see `start`), in file order.
     async fn time_out_queued(&mut self) -> Result<(), ExecError> {
+        if !self.timeouts {
+            return Ok(());
+        }
         let now = Instant::now();
         let due: Vec<usize> = self
             .agenda
@@ -750,6 +758,11 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             .copied()
             .filter(|&i| self.queued_deadline(i).is_some_and(|d| d <= now))
             .collect();
+        if !due.is_empty() {
+            // A success held for the next start would restart a new step's clock in `start`: it
+            // is committed first, so that an attempt started here times out without a child.
+            self.commit_held().await?;
+        }
         for index in due {
             if self.cancelled.is_some() || self.expired {
                 break;

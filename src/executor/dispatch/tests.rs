@@ -1076,8 +1076,7 @@ needs = ["long"]
     let ran = Test::new(flow).run(|step, _| if step == "quick" { exit(1, 0) } else { exit(5, 0) }).await;
     assert_eq!(ran.outcome(), RunOutcome::Succeeded);
     // quick's first attempt timed out at 4 while it waited for the slot `long` held, without a
-    // child; its retry, issued then, takes the slot at 5, before `after` (it took it, and quick's
-    // second attempt timed out waiting in turn).
+    // child; its retry, issued then, takes the slot at 5, before `after`.
     assert_eq!(ran.schedule(), [("long", 1, 0.0), ("quick", 2, 5.0), ("after", 1, 6.0)]);
     assert_eq!(ran.took, secs(11));
     let first = ran.events.iter().find_map(|e| match &e.event {
