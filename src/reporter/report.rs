@@ -136,12 +136,16 @@ struct Ending {
     /// A signal interrupted it after a step failed for good under `fail_fast`: its resume runs
     /// what it left (compensations, hooks) and fails it; no step under way goes on.
     can_only_fail: bool,
+    /// A signal interrupted it after a step failed for good: its resume starts no step that had
+    /// not started (with or without `fail_fast`).
+    starts_nothing: bool,
 }
 
 impl History {
     fn ending(&self) -> Ending {
         let can_only_fail = self.interrupted && self.fail_fast && self.failed_for_good;
-        Ending { compensated: self.compensated, can_only_fail }
+        let starts_nothing = self.interrupted && self.failed_for_good;
+        Ending { compensated: self.compensated, can_only_fail, starts_nothing }
     }
 
     fn seen(&mut self, step: &str) -> &mut StepSeen {
@@ -561,6 +565,10 @@ fn summary_row(
             // handler, which runs again on resume.
             Some(Some(AttemptEnd::Failed)) => ("interrupted", "its catch handler runs again on resume".to_owned()),
             Some(Some(AttemptEnd::Succeeded)) => ("ok", String::new()),
+            // Ready, but a step had failed for good: the resume starts no new step either.
+            None if ending.starts_nothing => {
+                ("not run", "a step failed for good first; it does not run on resume".to_owned())
+            }
             // Ready, but the run stopped (a signal, waymark's own failure) before it got a slot.
             None => ("not run", "the run stopped before it started; runs on resume".to_owned()),
         },
@@ -1159,6 +1167,18 @@ mod tests {
                 table.lines().nth(1),
                 Some(format!("  slow  interrupted       1/3       1m 1s  {detail}").as_str())
             );
+        }
+        // A step that was ready but never started, in a run a signal interrupted after a step
+        // failed for good: the resume starts no new step, with or without `fail_fast`.
+        for fail_fast in [true, false] {
+            let mut history = History::default();
+            history.set_flow(Path::new("/x/flow.toml"), fail_fast);
+            history.record(&envelope(0, Event::StepReady { step: "later".into() }));
+            history.record(&envelope(10, step_event("bad", StepOutcome::Failed, 1)));
+            history.record(&envelope(61_500, interrupted.clone()));
+            let table = history.summary_table(at(61_500));
+            let row = table.lines().find(|l| l.starts_with("  later ")).unwrap_or_default().to_owned();
+            assert!(row.ends_with("  a step failed for good first; it does not run on resume"), "{table}");
         }
         // Unless the run's compensations ran (`fail_fast` cancelled it): the run cannot be resumed.
         history.compensated = true;
