@@ -920,11 +920,12 @@ pub(crate) fn logs(
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 // Ran on another host: the end of its output is in the shared store.
                 // A stream that stayed empty left no file, here or there.
+                let elsewhere = chosen.logs_on(super::shared_store());
                 match store.attempt_tail(run_id, &chosen.log_stem, name)? {
                     Some(tail) if !tail.is_empty() => {
                         header(&path)?;
                         let kib = crate::store::postgres::TAIL_BYTES / 1024;
-                        match chosen.logs_on(super::shared_store()) {
+                        match elsewhere {
                             Some(host) => {
                                 note!(
                                     "waymark: the full log is on host {host} at {}; here are its last {kib} KiB, as \
@@ -940,8 +941,8 @@ pub(crate) fn logs(
                         }
                         super::output::print(String::from_utf8_lossy(&tail).into_owned())?;
                     }
-                    None if chosen.logs_on(super::shared_store()).is_some() => {
-                        let host = chosen.logs_on(super::shared_store()).unwrap_or_default();
+                    None if elsewhere.is_some() => {
+                        let host = elsewhere.unwrap_or_default();
                         // Recorded when the attempt ends, unless its log directory there was gone
                         // by then, or its runner died first.
                         let end = match chosen.outcome {

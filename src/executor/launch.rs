@@ -353,13 +353,11 @@ impl Launcher for ProcessLauncher {
             // The files the child may have written itself hide the secrets however it ended: the
             // runner reads the error file of a failure and the outputs of a success only, and
             // keeps both.
-            let written = match secrets.is_empty() {
-                true => Vec::new(),
-                false => vec![stem.with_extension("error.json"), outputs::path(&stem)],
-            };
-            for path in written {
-                if let Err(e) = secrets.scrub_file(&path) {
-                    notes.push(format!("cannot hide the secrets in {}: {e}", path.display()));
+            if !secrets.is_empty() {
+                for path in [stem.with_extension("error.json"), outputs::path(&stem)] {
+                    if let Err(e) = secrets.scrub_file(&path) {
+                        notes.push(format!("cannot hide the secrets in {}: {e}", path.display()));
+                    }
                 }
             }
             let _ = tx.send(Msg::Done { step: index, row, end, exited, killed_after_grace, notes, stderr_tail }).await;

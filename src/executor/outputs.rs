@@ -28,6 +28,13 @@ pub(crate) const MAX_FILE: usize = 1024 * 1024;
 /// included.
 const MAX_VARIABLE: usize = 128 * 1024;
 
+/// The longest value output `key` can hand a later step: its `WAYMARK_OUTPUT_<STEP>_<KEY>=VALUE`
+/// string, for the longest step name, within [`MAX_VARIABLE`] (longer, the step could not start).
+/// 0 for a key that leaves no room at all.
+fn longest_value(key: &str) -> usize {
+    MAX_VARIABLE.saturating_sub("WAYMARK_OUTPUT_".len() + MAX_STEP_NAME + "_".len() + key.len() + "=".len() + 1)
+}
+
 /// The outputs file of the attempt whose files are at `stem`.
 pub(crate) fn path(stem: &Path) -> PathBuf {
     stem.with_extension("outputs")
@@ -106,10 +113,7 @@ pub(crate) fn parse(bytes: &[u8]) -> (StepOutputs, Vec<String>) {
             ));
             continue;
         }
-        // One `NAME=VALUE` string is all a later step's environment can hold of it, and the kernel
-        // passes at most 128 KiB in one (its NUL included; longer, the step could not start).
-        // (A key that long leaves no room at all.)
-        let most = MAX_VARIABLE.saturating_sub("WAYMARK_OUTPUT_".len() + MAX_STEP_NAME + 1 + key.len() + 1 + 1);
+        let most = longest_value(key);
         if value.len() > most || most == 0 {
             warnings.push(format!(
                 "line {number}: the value of `{key}` is {} bytes, more than a variable can hand to a later step \
@@ -249,7 +253,7 @@ mod tests {
     /// kept.
     #[test]
     fn a_value_longer_than_a_variable_can_hold_is_skipped() {
-        let most = MAX_VARIABLE - ("WAYMARK_OUTPUT_".len() + MAX_STEP_NAME + 1 + "big".len() + 2);
+        let most = longest_value("big");
         let text = format!("big={}\nsmall=1\n", "x".repeat(most + 1));
         let (outputs, warnings) = parse(text.as_bytes());
         assert_eq!(pairs(&outputs), [("small", "1")]);

@@ -1025,11 +1025,11 @@ timeout = 3
     assert_eq!(ran.outcome(), RunOutcome::Failed);
     assert_eq!(ran.took, secs(5));
     assert_eq!(ran.attempt_finished()[0].2.as_deref(), Some("ActionTimeout"));
-    let quick = ran.events.iter().find_map(|e| match &e.event {
-        Event::AttemptFinished { step, duration, .. } if step == "quick" => Some(*duration),
-        _ => None,
-    });
-    assert_eq!(quick, Some(secs(3)), "it timed out when its timeout passed, not when the slot came free");
+    assert_eq!(
+        ran.durations().first(),
+        Some(&("quick".to_owned(), secs(3))),
+        "it timed out when its timeout passed, not when the slot came free"
+    );
     // The error says that no program was started, and why the time counted.
     let message = ran.events.iter().rev().find_map(|e| match &e.event {
         Event::AttemptFinished { step, error: Some(error), .. } if step == "quick" => Some(error.message.clone()),
@@ -1079,11 +1079,7 @@ needs = ["long"]
     // child; its retry, issued then, takes the slot at 5, before `after`.
     assert_eq!(ran.schedule(), [("long", 1, 0.0), ("quick", 2, 5.0), ("after", 1, 6.0)]);
     assert_eq!(ran.took, secs(11));
-    let first = ran.events.iter().find_map(|e| match &e.event {
-        Event::AttemptFinished { step, attempt: 1, duration, .. } if step == "quick" => Some(*duration),
-        _ => None,
-    });
-    assert_eq!(first, Some(secs(4)));
+    assert_eq!(ran.durations().first(), Some(&("quick".to_owned(), secs(4))));
 }
 
 /// A program that cannot start, retried at once, has that retry issued in its place at most once
