@@ -21,9 +21,13 @@ use std::time::{Duration, SystemTime};
 /// Lines of the last attempt's stdout and stderr repeated in the report.
 pub(crate) const TAIL_LINES: usize = 10;
 
-/// A duration for people, to the millisecond.
+/// A duration for people, to the millisecond; one that is not nothing but under a millisecond is
+/// `<1ms`, not `0s` (a quick attempt took some time).
 pub(crate) fn human(d: Duration) -> String {
-    humantime::format_duration(Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))).to_string()
+    match d.as_millis() {
+        0 if !d.is_zero() => "<1ms".to_owned(),
+        ms => humantime::format_duration(Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))).to_string(),
+    }
 }
 
 /// One attempt as this runner saw it, or as the store recorded an earlier runner's.
@@ -467,7 +471,7 @@ pub(crate) fn brief(e: &ErrorValue) -> String {
 /// hour, to the minute beyond.
 pub(crate) fn short(d: Duration) -> String {
     let rounded = match d.as_secs() {
-        0..60 => Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        0..60 => return human(d),
         60..3600 => Duration::from_secs(d.as_secs()),
         s => Duration::from_secs(s - s % 60),
     };
@@ -723,6 +727,18 @@ mod tests {
 
     fn envelope(ms: u64, event: Event) -> Envelope {
         Envelope { seq: 1, at: at(ms), run_id: Some("r1".into()), event }
+    }
+
+    /// An attempt quicker than a millisecond took `<1ms` in the report and in the summary alike,
+    /// never `0s` in one and `1ms` in the other; nothing at all is still `0s`.
+    #[test]
+    fn a_duration_under_a_millisecond_reads_as_under_one_in_the_report_and_the_summary() {
+        let quick = Duration::from_micros(700);
+        assert_eq!((human(quick), short(quick)), ("<1ms".to_owned(), "<1ms".to_owned()));
+        assert_eq!((human(Duration::ZERO), short(Duration::ZERO)), ("0s".to_owned(), "0s".to_owned()));
+        let some = Duration::from_micros(12_900);
+        assert_eq!((human(some), short(some)), ("12ms".to_owned(), "12ms".to_owned()));
+        assert_eq!(short(Duration::from_millis(61_500)), "1m 1s");
     }
 
     fn finished(step: &str, attempt: u32, error: ErrorValue, ms: u64, killed: bool) -> Event {
