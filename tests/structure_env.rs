@@ -593,3 +593,37 @@ fn an_output_too_long_for_a_variable_is_skipped_and_a_too_long_argument_is_said(
         "{said}"
     );
 }
+
+/// An output value too long for a variable that an older waymark recorded (written into the
+/// database here) is left out when the run is resumed, with a warning naming its step: the steps
+/// after it start, without it, where they all failed to start before.
+#[test]
+fn a_recorded_output_too_long_for_a_variable_is_left_out_on_resume_with_a_warning() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'old'\n\
+         [[step]]\nname = 'big'\nshell = 'echo huge=small >> \"$WAYMARK_OUTPUT\"; echo ok=1 >> \"$WAYMARK_OUTPUT\"'\n\
+         [[step]]\nname = 'show'\nshell = 'test -e go && echo \"${#WAYMARK_OUTPUT_BIG_HUGE} $WAYMARK_OUTPUT_BIG_OK\"'\n",
+    );
+    let out = env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let db = rusqlite::Connection::open(env.state().join("waymark.db")).unwrap();
+    let huge = format!("{{\"huge\":\"{}\",\"ok\":\"1\"}}", "x".repeat(200_000));
+    assert_eq!(db.execute("UPDATE steps SET outputs = ?1 WHERE name = 'big'", [&huge]).unwrap(), 1);
+    env.write("go", "");
+
+    let out = env.cmd(&["resume", &run_id(&env)]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "show | 0 1\n");
+    let said = stderr(&out);
+    let warnings: Vec<&str> = said.lines().filter(|l| l.contains("warning")).collect();
+    assert_eq!(
+        warnings,
+        [
+            "waymark: warning: big: its recorded output `huge` is 200000 bytes, more than a variable can hand to a later \
+          step (at most 130795 bytes under this key); later steps do not see it"
+        ],
+        "{said}"
+    );
+}

@@ -425,7 +425,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         emitter: &'e mut Emitter,
     ) -> Result<Dispatcher<'e, L, J, S, C>, ExecError> {
         let (tx, rx) = mpsc::channel(256);
-        let (outputs, secrets) = (RunOutputs::recorded(&spec.steps), Arc::clone(&spec.env.secrets));
+        let ((outputs, too_long), secrets) = (RunOutputs::recorded(&spec.steps), Arc::clone(&spec.env.secrets));
         let flow = spec.flow;
         let timeouts = flow.steps.iter().any(|s| s.timeout.is_some());
         let steps_total = flow.steps.len();
@@ -436,6 +436,9 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             true => Event::RunResumed { flow: flow.name.clone(), steps_total, steps_done },
             false => Event::RunStarted { flow: flow.name.clone(), steps_total },
         });
+        for (step, message) in too_long {
+            emitter.warning(Some(&step), message);
+        }
         let pending = StepRecord::pending("");
         let record = |index: usize| spec.steps.get(index).unwrap_or(&pending);
         let mut steps = Vec::with_capacity(flow.steps.len());

@@ -158,14 +158,32 @@ pub(crate) struct RunOutputs {
 
 impl RunOutputs {
     /// The outputs recorded for a run's steps (in the flow's order: the position is the index).
-    pub(crate) fn recorded(steps: &[StepRecord]) -> RunOutputs {
+    /// A value longer than a variable can hold (recorded by a waymark before 2026-12-03, which
+    /// kept it and so failed every later attempt to start) is left out, with a warning for its
+    /// step: `(step, warning)`.
+    pub(crate) fn recorded(steps: &[StepRecord]) -> (RunOutputs, Vec<(String, String)>) {
         let mut run = RunOutputs::default();
+        let mut warnings = Vec::new();
         for (index, step) in steps.iter().enumerate() {
-            if !step.outputs.is_empty() {
-                run.insert(index, &step.name, step.outputs.clone());
-            }
+            let mut outputs = step.outputs.clone();
+            outputs.retain(|key, value| {
+                let most = longest_value(key);
+                let fits = value.len() <= most && most > 0;
+                if !fits {
+                    warnings.push((
+                        step.name.clone(),
+                        format!(
+                            "its recorded output `{key}` is {} bytes, more than a variable can hand to a later step \
+                             (at most {most} bytes under this key); later steps do not see it",
+                            value.len()
+                        ),
+                    ));
+                }
+                fits
+            });
+            run.insert(index, &step.name, outputs);
         }
-        run
+        (run, warnings)
     }
 
     /// Step `index`, named `step`, succeeded with `outputs`. A step without outputs is not
@@ -247,6 +265,29 @@ mod tests {
         run.insert(0, "a", one("b_c", "earlier step"));
         let env: BTreeMap<String, String> = run.env().collect();
         assert_eq!(env["WAYMARK_OUTPUT_A_B_C"], "later step");
+    }
+
+    /// An output recorded before values too long to pass as a variable were skipped is left out
+    /// when the run is resumed, with a warning naming its step, and the rest are kept.
+    #[test]
+    fn a_recorded_value_longer_than_a_variable_can_hold_is_left_out_with_a_warning() {
+        let most = longest_value("big");
+        let mut step = StepRecord::pending("fetch");
+        step.outputs =
+            StepOutputs::from([("big".to_owned(), "x".repeat(most + 1)), ("rows".to_owned(), "42".to_owned())]);
+        let (run, warnings) = RunOutputs::recorded(&[StepRecord::pending("first"), step]);
+        assert_eq!(run.env().collect::<Vec<_>>(), [("WAYMARK_OUTPUT_FETCH_ROWS".to_owned(), "42".to_owned())]);
+        assert_eq!(
+            warnings,
+            [(
+                "fetch".to_owned(),
+                format!(
+                    "its recorded output `big` is {} bytes, more than a variable can hand to a later step (at most \
+                     {most} bytes under this key); later steps do not see it",
+                    most + 1
+                )
+            )]
+        );
     }
 
     /// A value too long to pass as a variable is skipped with a warning; one just short of it is
