@@ -558,19 +558,20 @@ fn a_schema_4_database_is_read_as_it_is_and_migrated_by_the_next_runner() {
 }
 
 /// An output value too long for a variable is skipped with a warning (the steps after it start
-/// without it), and a program whose arguments are more than the system passes is not started,
-/// saying why and what to do.
+/// without it), and a program whose arguments are more than the system passes in all (64 of
+/// 100,000 bytes, more than the 2 MiB of an 8 MiB stack's limit) is not started, saying why and
+/// what to do.
 #[test]
 fn an_output_too_long_for_a_variable_is_skipped_and_a_too_long_argument_is_said() {
     let env = Env::new();
-    let long = "x".repeat(200_000);
+    let long = vec![format!("'{}'", "x".repeat(100_000)); 64].join(", ");
     env.write(
         "flow.toml",
         &format!(
             "name = 'sizes'\n\
              [[step]]\nname = 'big'\nshell = 'printf \"huge=%0200000d\\nok=1\\n\" 0 >> \"$WAYMARK_OUTPUT\"'\n\
              [[step]]\nname = 'show'\nshell = 'echo \"${{#WAYMARK_OUTPUT_BIG_HUGE}} $WAYMARK_OUTPUT_BIG_OK\"'\n\
-             [[step]]\nname = 'long'\nrun = ['true', '{long}']\n"
+             [[step]]\nname = 'long'\nrun = ['true', {long}]\n"
         ),
     );
     let out = env.cmd(&["run", "flow.toml"]).output().unwrap();

@@ -374,6 +374,28 @@ mod tests {
         assert_eq!(d[0].help.as_deref(), Some("did you mean \"SIGSEGV\"?"));
     }
 
+    /// An argument or shell command longer than the kernel passes in one string (it could never
+    /// start) is an error at load, naming the field; one byte shorter loads.
+    #[test]
+    fn an_argument_or_script_too_long_to_pass_is_an_error() {
+        let most = 32 * 4096 - 1;
+        let over = "x".repeat(most + 1);
+        let errs = errors(&format!("[[step]]\nname = 'a'\nrun = ['echo', '{over}']\n"));
+        assert_eq!(
+            errs,
+            [format!(
+                "`step[0].run`: a program or argument is {} bytes, more than the system passes to a program in one \
+                 string (at most {most})",
+                most + 1
+            )]
+        );
+        let errs = errors(&format!("[[step]]\nname = 'a'\nshell = '{over}'\n"));
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].starts_with("`step[0].shell`: a shell command is"), "{errs:?}");
+        let fits = "x".repeat(most);
+        assert!(parse(&format!("[[step]]\nname = 'a'\nshell = '{fits}'\n"), Path::new("/x/f.toml")).is_ok());
+    }
+
     /// Of two declared classes equally close to an unknown base, the same one is suggested on
     /// every load (they were taken from a hash set, in an order that changed from run to run).
     #[test]

@@ -196,6 +196,9 @@ fn shell_script(run: &[Str]) -> Option<usize> {
     (script && i < run.len()).then_some(i)
 }
 
+/// The most bytes the kernel passes in one argument (`MAX_ARG_STRLEN`, 32 pages, less the NUL).
+const MAX_ARG: usize = 32 * 4096 - 1;
+
 impl Validator<'_> {
     /// An error about the value at `span`, named by its key path.
     fn error(&mut self, span: std::ops::Range<usize>, what: &str) -> &mut Diagnostic {
@@ -392,6 +395,24 @@ impl Validator<'_> {
             help.push_str("; the `env_file`, read when a run starts, may set another PATH");
         }
         d.help = Some(help);
+    }
+
+    /// An error when a program, argument or shell command cannot be passed to a program: a NUL
+    /// byte, or more bytes than the kernel takes in one string (`MAX_ARG_STRLEN`, 128 KiB with its
+    /// NUL), which would fail every attempt to start.
+    fn passable(&mut self, raw: &Str, what: &str) {
+        self.no_nul(raw, what);
+        let len = raw.get_ref().len();
+        if len > MAX_ARG {
+            let d = self.error(
+                raw.span(),
+                &format!(
+                    "{what} is {len} bytes, more than the system passes to a program in one string (at most {MAX_ARG})"
+                ),
+            );
+            d.label = "too long to pass".into();
+            d.help = Some("put it in a file and pass the file's path (a long script: run it as a file)".into());
+        }
     }
 
     /// An error when a string that becomes a path, argument or command holds a NUL byte, which
@@ -739,7 +760,7 @@ impl Validator<'_> {
                     return None;
                 }
                 for arg in argv {
-                    self.no_nul(arg, "a program or argument");
+                    self.passable(arg, "a program or argument");
                 }
                 Some(Command::Run(argv.iter().map(|a| a.get_ref().clone()).collect()))
             }
@@ -752,7 +773,7 @@ impl Validator<'_> {
                 ) {
                     return None;
                 }
-                self.no_nul(&Spanned::new(raw.span(), script.clone()), "a shell command");
+                self.passable(&Spanned::new(raw.span(), script.clone()), "a shell command");
                 Some(Command::Shell(script.clone()))
             }
         }
@@ -1241,7 +1262,7 @@ impl Validator<'_> {
                         Some("write `run = [\"program\", \"arg\"]`, or leave out `run` to swallow the error".into());
                 }
                 for arg in run.get_ref() {
-                    self.no_nul(arg, "a program or argument");
+                    self.passable(arg, "a program or argument");
                 }
                 Some(Command::Run(run.get_ref().iter().map(|a| a.get_ref().clone()).collect()))
             }
@@ -1253,7 +1274,7 @@ impl Validator<'_> {
                     "write `shell = \"command arg\"` or `run = [\"program\", \"arg\"]`, or leave out both to swallow \
                      the error",
                 );
-                self.no_nul(shell, "a shell command");
+                self.passable(shell, "a shell command");
                 Some(Command::Shell(shell.get_ref().clone()))
             }
             (Some(run), Some(_)) => {
@@ -1377,7 +1398,7 @@ impl Validator<'_> {
                 }
                 let script = shell_script(run.get_ref());
                 for (i, arg) in run.get_ref().iter().enumerate() {
-                    self.no_nul(arg, "a program or argument");
+                    self.passable(arg, "a program or argument");
                     if Some(i) != script {
                         self.shell_variable(arg);
                     }
@@ -1392,15 +1413,15 @@ impl Validator<'_> {
                     "`shell`",
                     "write `shell = \"command arg\"` or `run = [\"program\", \"arg\"]`",
                 );
-                self.no_nul(shell, "a shell command");
+                self.passable(shell, "a shell command");
                 Some(Command::Shell(shell.get_ref().clone()))
             }
             (Some(run), Some(shell)) => {
                 // Each is checked as it would be alone: what else is wrong in them is said now.
                 for arg in run.get_ref() {
-                    self.no_nul(arg, "a program or argument");
+                    self.passable(arg, "a program or argument");
                 }
-                self.no_nul(shell, "a shell command");
+                self.passable(shell, "a shell command");
                 let d = self.error(run.span(), "a step takes exactly one of `run` and `shell`, not both");
                 d.label = "remove this or `shell`".into();
                 d.help = Some("`run` starts the program directly; `shell` runs a command line with /bin/sh -c".into());
