@@ -352,12 +352,18 @@ impl Launcher for ProcessLauncher {
             let (mut notes, stderr_tail) = (f.notes, f.stderr_tail);
             // The files the child may have written itself hide the secrets however it ended: the
             // runner reads the error file of a failure and the outputs of a success only, and
-            // keeps both.
+            // keeps both. On the blocking pool: a file can be as large as the child made it, and
+            // the runner's thread goes on with the other steps meanwhile.
             if !secrets.is_empty() {
-                for path in [stem.with_extension("error.json"), outputs::path(&stem)] {
-                    if let Err(e) = secrets.scrub_file(&path) {
-                        notes.push(format!("cannot hide the secrets in {}: {e}", path.display()));
-                    }
+                let scrub = move || {
+                    let paths = [stem.with_extension("error.json"), outputs::path(&stem)];
+                    let failed =
+                        paths.into_iter().filter_map(|path| secrets.scrub_file(&path).err().map(|e| (path, e)));
+                    failed.map(|(path, e)| format!("cannot hide the secrets in {}: {e}", path.display())).collect()
+                };
+                match tokio::task::spawn_blocking(scrub).await {
+                    Ok(failed) => notes.extend::<Vec<String>>(failed),
+                    Err(e) => notes.push(format!("cannot hide the secrets in the attempt's files: {e}")),
                 }
             }
             let _ = tx.send(Msg::Done { step: index, row, end, exited, killed_after_grace, notes, stderr_tail }).await;
