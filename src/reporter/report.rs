@@ -581,12 +581,12 @@ fn summary_row(
 }
 
 /// The attempts a step whose last attempt is `last` used, counted from the run's first as
-/// attempt numbers are: `last`'s number, less one when a signal cancelled it, since a cancelled
-/// attempt is not counted against the budget (it runs again under its number on resume), as
-/// `waymark status` counts it.
+/// attempt numbers are: `last`'s number, less one when a signal cancelled it or it has no end
+/// (its runner died, or stopped before it ended), since such an attempt is not counted against
+/// the budget (it runs again under its number on resume), as `waymark status` counts it.
 fn used(last: &Row) -> u32 {
     match &last.end {
-        Some(RowEnd { outcome: AttemptEnd::Cancelled, .. }) => last.attempt.saturating_sub(1),
+        Some(RowEnd { outcome: AttemptEnd::Cancelled, .. }) | None => last.attempt.saturating_sub(1),
         _ => last.attempt,
     }
 }
@@ -1131,13 +1131,44 @@ mod tests {
         );
     }
 
+    /// A step whose attempt's runner died (no end recorded), not run again because the workflow's
+    /// deadline passed first, used no attempt of its budget, as `waymark status` counts it
+    /// (`0/1`, not `1/1`: the attempt would have run again under its number).
+    #[test]
+    fn a_step_left_under_way_by_a_dead_runner_counts_its_unended_attempt_as_status_does() {
+        let mut history = History::default();
+        history.prefill(&Earlier {
+            attempts: vec![EarlierAttempt {
+                step: "slow".into(),
+                attempt: 1,
+                redelivered: false,
+                started: at(0),
+                end: None,
+                error: None,
+                killed_after_grace: false,
+                log_stem: "/logs/r1/slow/attempt-1".into(),
+                logs_on: None,
+            }],
+            compensated: false,
+            budget_bases: Vec::new(),
+            under_way: vec![("slow".into(), 1)],
+        });
+        history
+            .record(&envelope(3_000, Event::StepSkipped { step: "slow".into(), reason: SkipReason::DeadlinePassed }));
+        assert_eq!(
+            history.summary_table(at(3_000)),
+            "  STEP  STATUS   ATTEMPTS    DURATION  DETAIL\n  slow  not run       0/1           -  the workflow's deadline passed\n"
+        );
+    }
+
     #[test]
     fn the_summary_table_says_what_an_interruption_left() {
         let mut history = History::default();
         history.record(&envelope(0, Event::StepStarted { step: "slow".into() }));
         history.record(&envelope(0, started("slow", 2, true)));
         let table = history.summary_table(at(61_500));
-        assert_eq!(table.lines().nth(1), Some("  slow  interrupted       2/3       1m 1s  runs again on resume"));
+        // Attempt 2 has no end: the store has not counted it (as `status` shows), nor does this.
+        assert_eq!(table.lines().nth(1), Some("  slow  interrupted       1/3       1m 1s  runs again on resume"));
         assert_eq!(History::default().summary_table(at(0)), "", "no steps, no table");
         // An attempt a signal cancelled is not counted against the budget (it runs again under
         // its number on resume): attempt 2 cancelled is 1 attempt used, as `status` counts it.
