@@ -264,6 +264,9 @@ struct Agenda {
     pending: BTreeSet<usize>,
     /// `Waiting` steps, by wake-up time then file order.
     waits: BTreeSet<(Instant, usize)>,
+    /// `Queued` steps with a timeout, by the end of their attempt's timeout (it counts from when
+    /// the attempt was issued, slot or no slot) then file order.
+    queued_timeouts: BTreeSet<(Instant, usize)>,
     /// Steps done (succeeded or caught).
     done: usize,
     /// Steps under way with their retries: `Waiting`, `Queued` for a retry, or `Catching`.
@@ -298,6 +301,7 @@ impl Agenda {
             under_way: BTreeSet::new(),
             pending: BTreeSet::new(),
             waits: BTreeSet::new(),
+            queued_timeouts: BTreeSet::new(),
             done: 0,
             retrying: 0,
         };
@@ -307,14 +311,17 @@ impl Agenda {
         agenda
     }
 
-    /// Step `index` left `slot`.
-    fn leave(&mut self, index: usize, slot: &Slot) {
+    /// Step `index`, whose attempts time out after `timeout`, left `slot`.
+    fn leave(&mut self, index: usize, timeout: Option<Duration>, slot: &Slot) {
         match *slot {
             Slot::Ready { .. } => {
                 self.fresh.remove(&index);
                 self.under_way.remove(&index);
             }
-            Slot::Queued { retry, .. } => {
+            Slot::Queued { retry, issued, .. } => {
+                if let Some(timeout) = timeout {
+                    self.queued_timeouts.remove(&(issued + timeout, index));
+                }
                 self.pending.remove(&index);
                 self.retrying -= usize::from(retry);
             }
@@ -340,7 +347,10 @@ impl Agenda {
             Slot::Ready { redelivered, .. } => {
                 self.ready_if_needs_done(index, redelivered || steps[index].left_under_way)
             }
-            Slot::Queued { retry, .. } => {
+            Slot::Queued { retry, issued, .. } => {
+                if let Some(timeout) = steps[index].step.timeout {
+                    self.queued_timeouts.insert((issued + timeout, index));
+                }
                 self.pending.insert(index);
                 self.retrying += usize::from(retry);
             }
@@ -392,9 +402,6 @@ pub(crate) struct Dispatcher<'e, L, J, S, C> {
     /// its, not the signal's, even when the signal comes during their grace period (the run can
     /// only fail, and what resumes them its end says, as for any attempt `fail_fast` cancels).
     fail_fast_first: bool,
-    /// Some step has a timeout: only then can an attempt waiting for a slot time out (the walk
-    /// over the waiting ones is left out otherwise).
-    timeouts: bool,
     running: usize,
     max_parallel: usize,
     /// The step that failed for good first: from then on no new step starts.
@@ -427,7 +434,6 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         let (tx, rx) = mpsc::channel(256);
         let ((outputs, too_long), secrets) = (RunOutputs::recorded(&spec.steps), Arc::clone(&spec.env.secrets));
         let flow = spec.flow;
-        let timeouts = flow.steps.iter().any(|s| s.timeout.is_some());
         let steps_total = flow.steps.len();
         let done = |s: &&StepRecord| matches!(s.state, StepState::Succeeded | StepState::Caught);
         let steps_done = spec.steps.iter().filter(done).count();
@@ -534,7 +540,6 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             rx,
             cancelled: None,
             fail_fast_first: false,
-            timeouts,
             running: 0,
             max_parallel,
             stopping,
@@ -602,7 +607,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     /// Put step `index` in `slot`, keeping the agenda up to date; the slot it leaves.
     fn set_slot(&mut self, index: usize, slot: Slot) -> Slot {
         let old = std::mem::replace(&mut self.steps[index].slot, slot);
-        self.agenda.leave(index, &old);
+        self.agenda.leave(index, self.steps[index].step.timeout, &old);
         self.agenda.enter(index, &self.steps);
         old
     }
@@ -733,35 +738,20 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     /// When the first attempt issued and waiting for a slot times out: its clock started when it
     /// was issued, so it times out then, whether or not a slot came free.
     fn queued_timeout(&self) -> Option<Instant> {
-        if !self.timeouts || self.cancelled.is_some() || self.expired {
+        if self.cancelled.is_some() || self.expired {
             return None;
         }
-        self.agenda.pending.iter().filter_map(|&index| self.queued_deadline(index)).min()
-    }
-
-    /// The end of the timeout of step `index`'s attempt, if it is issued and waiting for a slot.
-    fn queued_deadline(&self, index: usize) -> Option<Instant> {
-        match self.steps[index].slot {
-            Slot::Queued { issued, .. } => self.steps[index].step.timeout.map(|t| issued + t),
-            _ => None,
-        }
+        self.agenda.queued_timeouts.first().map(|&(at, _)| at)
     }
 
     /// The attempts issued and waiting for a slot whose timeout passed: each times out now,
     /// without a child and without a slot (see `start`), in file order.
     async fn time_out_queued(&mut self) -> Result<(), ExecError> {
-        if !self.timeouts {
-            return Ok(());
-        }
         let now = Instant::now();
-        let due: Vec<usize> = self
-            .agenda
-            .pending
-            .iter()
-            .copied()
-            .filter(|&i| self.queued_deadline(i).is_some_and(|d| d <= now))
-            .collect();
+        let mut due: Vec<usize> =
+            self.agenda.queued_timeouts.iter().take_while(|&&(at, _)| at <= now).map(|&(_, index)| index).collect();
         if !due.is_empty() {
+            due.sort_unstable();
             // A success held for the next start would restart a new step's clock in `start`: it
             // is committed first, so that an attempt started here times out without a child.
             self.commit_held().await?;
