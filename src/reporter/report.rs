@@ -499,7 +499,8 @@ fn summary_row(
     let base = s.budget_base;
     let (attempts, before) = match (last, s.max_attempts.or(earlier.map(|(_, max)| max))) {
         (Some(row), Some(max)) => {
-            (format!("{}/{}", used(row).saturating_sub(base), max.saturating_sub(base)), before_budget(base))
+            let used = used(row, s.skipped.is_some()).saturating_sub(base);
+            (format!("{used}/{}", max.saturating_sub(base)), before_budget(base))
         }
         _ => ("-".to_owned(), String::new()),
     };
@@ -581,12 +582,15 @@ fn summary_row(
 }
 
 /// The attempts a step whose last attempt is `last` used, counted from the run's first as
-/// attempt numbers are: `last`'s number, less one when a signal cancelled it or it has no end
-/// (its runner died, or stopped before it ended), since such an attempt is not counted against
-/// the budget (it runs again under its number on resume), as `waymark status` counts it.
-fn used(last: &Row) -> u32 {
+/// attempt numbers are: `last`'s number, less one when a signal cancelled it, since a cancelled
+/// attempt is not counted against the budget (it runs again under its number on resume), as
+/// `waymark status` counts it. `skipped`: the step was then not run (the workflow's deadline had
+/// passed, say); an attempt whose runner died before it ended is not counted then either, as
+/// `status` counts a skipped step's (it counts one only while the step is under way).
+fn used(last: &Row, skipped: bool) -> u32 {
     match &last.end {
-        Some(RowEnd { outcome: AttemptEnd::Cancelled, .. }) | None => last.attempt.saturating_sub(1),
+        Some(RowEnd { outcome: AttemptEnd::Cancelled, .. }) => last.attempt.saturating_sub(1),
+        None if skipped => last.attempt.saturating_sub(1),
         _ => last.attempt,
     }
 }
@@ -1132,8 +1136,8 @@ mod tests {
     }
 
     /// A step whose attempt's runner died (no end recorded), not run again because the workflow's
-    /// deadline passed first, used no attempt of its budget, as `waymark status` counts it
-    /// (`0/1`, not `1/1`: the attempt would have run again under its number).
+    /// deadline passed first, is counted as `waymark status` counts it once skipped: `0/1`, not
+    /// `1/1` (while such a step is under way, both count the attempt: `1/1`).
     #[test]
     fn a_step_left_under_way_by_a_dead_runner_counts_its_unended_attempt_as_status_does() {
         let mut history = History::default();
@@ -1167,8 +1171,7 @@ mod tests {
         history.record(&envelope(0, Event::StepStarted { step: "slow".into() }));
         history.record(&envelope(0, started("slow", 2, true)));
         let table = history.summary_table(at(61_500));
-        // Attempt 2 has no end: the store has not counted it (as `status` shows), nor does this.
-        assert_eq!(table.lines().nth(1), Some("  slow  interrupted       1/3       1m 1s  runs again on resume"));
+        assert_eq!(table.lines().nth(1), Some("  slow  interrupted       2/3       1m 1s  runs again on resume"));
         assert_eq!(History::default().summary_table(at(0)), "", "no steps, no table");
         // An attempt a signal cancelled is not counted against the budget (it runs again under
         // its number on resume): attempt 2 cancelled is 1 attempt used, as `status` counts it.
