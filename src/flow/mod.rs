@@ -374,11 +374,12 @@ mod tests {
         assert_eq!(d[0].help.as_deref(), Some("did you mean \"SIGSEGV\"?"));
     }
 
-    /// An argument or shell command longer than the kernel passes in one string (it could never
-    /// start) is an error at load, naming the field; one byte shorter loads.
+    /// An argument, shell command, environment value or parameter default longer than the kernel
+    /// passes in one string (no attempt could ever start) is an error at load, naming the field;
+    /// one byte shorter loads.
     #[test]
     fn an_argument_or_script_too_long_to_pass_is_an_error() {
-        let most = 32 * 4096 - 1;
+        let most = validate::max_arg();
         let over = "x".repeat(most + 1);
         let errs = errors(&format!("[[step]]\nname = 'a'\nrun = ['echo', '{over}']\n"));
         assert_eq!(
@@ -394,6 +395,22 @@ mod tests {
         assert!(errs[0].starts_with("`step[0].shell`: a shell command is"), "{errs:?}");
         let fits = "x".repeat(most);
         assert!(parse(&format!("[[step]]\nname = 'a'\nshell = '{fits}'\n"), Path::new("/x/f.toml")).is_ok());
+        // A variable is passed as `NAME=value`: the name and `=` count too.
+        let value = "x".repeat(most - 1);
+        let errs = errors(&format!("env = {{ AB = '{value}' }}\n[[step]]\nname = 'a'\nrun = ['true']\n"));
+        assert_eq!(
+            errs,
+            [format!(
+                "`env.AB`: an environment value is {} bytes, more than the system passes to a program in one string \
+                 (at most {})",
+                most - 1,
+                most - 3
+            )]
+        );
+        let src = format!("[params]\nday = '{value}'\n[[step]]\nname = 'a'\nrun = ['true']\n");
+        let errs = errors(&src);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].contains("a parameter's default is"), "{errs:?}");
     }
 
     /// Of two declared classes equally close to an unknown base, the same one is suggested on

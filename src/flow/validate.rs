@@ -196,8 +196,12 @@ fn shell_script(run: &[Str]) -> Option<usize> {
     (script && i < run.len()).then_some(i)
 }
 
-/// The most bytes the kernel passes in one argument (`MAX_ARG_STRLEN`, 32 pages, less the NUL).
-const MAX_ARG: usize = 32 * 4096 - 1;
+/// The most bytes the kernel passes in one argument or `NAME=value` variable: `MAX_ARG_STRLEN`,
+/// 32 pages, less the NUL (131,071 bytes with 4 KiB pages).
+pub(super) fn max_arg() -> usize {
+    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE).ok().flatten().unwrap_or(4096);
+    usize::try_from(page).unwrap_or(4096) * 32 - 1
+}
 
 impl Validator<'_> {
     /// An error about the value at `span`, named by its key path.
@@ -402,12 +406,18 @@ impl Validator<'_> {
     /// NUL), which would fail every attempt to start.
     fn passable(&mut self, raw: &Str, what: &str) {
         self.no_nul(raw, what);
-        let len = raw.get_ref().len();
-        if len > MAX_ARG {
+        self.not_too_long(raw.span(), raw.get_ref().len(), 0, what);
+    }
+
+    /// An error when a string of `len` bytes, passed with `extra` more (a variable's `NAME=`),
+    /// is more than the kernel passes to a program in one string.
+    fn not_too_long(&mut self, span: std::ops::Range<usize>, len: usize, extra: usize, what: &str) {
+        let most = max_arg().saturating_sub(extra);
+        if len > most {
             let d = self.error(
-                raw.span(),
+                span,
                 &format!(
-                    "{what} is {len} bytes, more than the system passes to a program in one string (at most {MAX_ARG})"
+                    "{what} is {len} bytes, more than the system passes to a program in one string (at most {most})"
                 ),
             );
             d.label = "too long to pass".into();
@@ -648,9 +658,11 @@ impl Validator<'_> {
                 d.help = Some("steps see parameters upper-cased; rename one of the two".into());
                 continue;
             }
+            let name_len = var.len();
             by_var.insert(var, n.clone());
             if let Some(d) = default {
                 self.no_nul(d, "a parameter's default");
+                self.not_too_long(d.span(), d.get_ref().len(), name_len + 1, "a parameter's default");
             }
             out.insert(n.clone(), Param { default: default.as_ref().map(|d| d.get_ref().clone()) });
         }
@@ -1091,6 +1103,8 @@ impl Validator<'_> {
                 self.error(k.span(), wrong);
             } else if val.get_ref().contains('\0') {
                 self.error(val.span(), "an environment value cannot hold a NUL byte");
+            } else if val.get_ref().len() + name.len() + 1 > max_arg() {
+                self.not_too_long(val.span(), val.get_ref().len(), name.len() + 1, "an environment value");
             } else {
                 env.insert(k.get_ref().clone(), val.get_ref().clone());
             }
