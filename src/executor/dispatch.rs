@@ -760,6 +760,9 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             if self.cancelled.is_some() || self.expired {
                 break;
             }
+            // Kept by `set_slot`: a step in the set waits for a slot (one left there would wake
+            // the loop at once, on every turn).
+            debug_assert!(matches!(self.steps[index].slot, Slot::Queued { .. }), "{index} is not waiting for a slot");
             self.start(index).await?;
         }
         Ok(())

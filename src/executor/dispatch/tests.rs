@@ -2057,3 +2057,48 @@ async fn fail_fast_skips_a_retry_that_waits_for_a_slot() {
     assert_eq!(ran.took, secs(3));
     assert_eq!(ran.writes.last().map(String::as_str), Some("run Failed Some(\"b\") skipped [\"a\"]"));
 }
+
+/// Attempts waiting for a slot time out in the order of their timeouts' ends, whatever their
+/// order in the file (their errors swallowed by a catch without a command, so the run goes on),
+/// and one whose timeout has not passed when the slot comes free takes it then.
+#[tokio::test(start_paused = true)]
+async fn attempts_waiting_for_a_slot_time_out_in_the_order_their_timeouts_end() {
+    let flow = r#"
+max_parallel = 1
+[[step]]
+name = "long"
+run = ["long"]
+needs = []
+[[step]]
+name = "b"
+run = ["b"]
+needs = []
+timeout = 6
+catch = [{ exception_types = ["ActionTimeout"] }]
+[[step]]
+name = "c"
+run = ["c"]
+needs = []
+timeout = 3
+catch = [{ exception_types = ["ActionTimeout"] }]
+[[step]]
+name = "d"
+run = ["d"]
+needs = []
+timeout = 20
+"#;
+    let ran = Test::new(flow).run(|step, _| if step == "long" { exit(10, 0) } else { exit(1, 0) }).await;
+    assert_eq!(ran.schedule(), [("long", 1, 0.0), ("d", 1, 10.0)]);
+    assert_eq!(
+        ran.durations(),
+        [
+            ("c".to_owned(), secs(3)),
+            ("b".to_owned(), secs(6)),
+            ("long".to_owned(), secs(10)),
+            ("d".to_owned(), secs(11))
+        ]
+    );
+    // (`d`'s attempt counts from when it was issued, at 0, as its timeout does.)
+    assert_eq!(ran.took, secs(11));
+    assert_eq!(ran.outcome(), RunOutcome::Succeeded);
+}
