@@ -623,7 +623,8 @@ fn a_recorded_output_too_long_for_a_variable_is_left_out_on_resume_with_a_warnin
         warnings,
         [
             "waymark: warning: big: its recorded output `huge` is 200000 bytes, more than a variable can hand to a later \
-          step (at most 130795 bytes under this key); later steps do not see it"
+          step (at most 130795 bytes under this key); later steps do not see it (to pass it, have the step write it \
+          to a file and output the file's path; `waymark run --fresh` starts the run over)"
         ],
         "{said}"
     );

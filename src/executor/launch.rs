@@ -355,15 +355,21 @@ impl Launcher for ProcessLauncher {
             // keeps both. On the blocking pool: a file can be as large as the child made it, and
             // the runner's thread goes on with the other steps meanwhile.
             if !secrets.is_empty() {
-                let scrub = move || {
-                    let paths = [stem.with_extension("error.json"), outputs::path(&stem)];
-                    let failed =
-                        paths.into_iter().filter_map(|path| secrets.scrub_file(&path).err().map(|e| (path, e)));
-                    failed.map(|(path, e)| format!("cannot hide the secrets in {}: {e}", path.display())).collect()
+                let paths = [stem.with_extension("error.json"), outputs::path(&stem)];
+                let unhidden = |path: &Path, e: &dyn std::fmt::Display| {
+                    format!("cannot hide the secrets in {}: {e}; they may still be in it: delete it", path.display())
+                };
+                let scrub = {
+                    let paths = paths.clone();
+                    move || {
+                        let failed =
+                            paths.into_iter().filter_map(|path| secrets.scrub_file(&path).err().map(|e| (path, e)));
+                        failed.map(|(path, e)| unhidden(&path, &e)).collect()
+                    }
                 };
                 match tokio::task::spawn_blocking(scrub).await {
                     Ok(failed) => notes.extend::<Vec<String>>(failed),
-                    Err(e) => notes.push(format!("cannot hide the secrets in the attempt's files: {e}")),
+                    Err(e) => notes.extend(paths.iter().map(|path| unhidden(path, &e))),
                 }
             }
             let _ = tx.send(Msg::Done { step: index, row, end, exited, killed_after_grace, notes, stderr_tail }).await;

@@ -158,9 +158,9 @@ pub(crate) struct RunOutputs {
 
 impl RunOutputs {
     /// The outputs recorded for a run's steps (in the flow's order: the position is the index).
-    /// A value longer than a variable can hold (recorded by a waymark before 2026-12-03, which
-    /// kept it and so failed every later attempt to start) is left out, with a warning for its
-    /// step: `(step, warning)`.
+    /// A value longer than a variable can hold (recorded by an earlier waymark, which kept it and
+    /// so failed every later attempt to start) is left out, with a warning for its step:
+    /// `(step, warning)`.
     pub(crate) fn recorded(steps: &[StepRecord]) -> (RunOutputs, Vec<(String, String)>) {
         let mut run = RunOutputs::default();
         let mut warnings = Vec::new();
@@ -174,7 +174,8 @@ impl RunOutputs {
                         step.name.clone(),
                         format!(
                             "its recorded output `{key}` is {} bytes, more than a variable can hand to a later step \
-                             (at most {most} bytes under this key); later steps do not see it",
+                             (at most {most} bytes under this key); later steps do not see it (to pass it, have the step \
+                             write it to a file and output the file's path; `waymark run --fresh` starts the run over)",
                             value.len()
                         ),
                     ));
@@ -283,7 +284,8 @@ mod tests {
                 "fetch".to_owned(),
                 format!(
                     "its recorded output `big` is {} bytes, more than a variable can hand to a later step (at most \
-                     {most} bytes under this key); later steps do not see it",
+                     {most} bytes under this key); later steps do not see it (to pass it, have the step write it to \
+                     a file and output the file's path; `waymark run --fresh` starts the run over)",
                     most + 1
                 )
             )]
