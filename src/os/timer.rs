@@ -14,11 +14,6 @@ use tokio::time::Instant;
 /// tokio's rounding, so the coarse timer never wakes after the deadline.
 const HANDOVER: Duration = Duration::from_millis(3);
 
-/// How long before the deadline the timerfd fires, to be spun: a CPU that slept 50 ms takes
-/// about a tenth of a millisecond more to wake than one that is running (`bench/RESULTS.md`,
-/// "A short final spin"). The spin yields to the event loop, which goes on serving the rest.
-const SPIN: Duration = Duration::from_micros(300);
-
 /// Wait until `deadline` (tokio's clock, so a test's paused clock is obeyed up to the last few
 /// milliseconds). Cancel-safe: dropping the future drops its timer.
 pub(crate) async fn sleep_until(deadline: Instant) {
@@ -38,13 +33,7 @@ pub(crate) async fn sleep_until(deadline: Instant) {
     tokio::pin!(coarse);
     tokio::select! {
         () = &mut coarse => {}
-        Ok(()) = precise_sleep(left.saturating_sub(SPIN)) => {
-            // The last stretch is spun, yielding to the event loop each turn. Its end is read off
-            // the real clock, which a paused one lags or leads, so the spin never outlasts SPIN.
-            let end = std::time::Instant::now() + deadline.saturating_duration_since(Instant::now()).min(SPIN);
-            while std::time::Instant::now() < end {
-                tokio::task::yield_now().await;
-            }
+        Ok(()) = precise_sleep(left) => {
             if Instant::now() < deadline {
                 coarse.await;
             }
@@ -63,10 +52,6 @@ impl AsRawFd for Timer {
 
 /// Sleep `left` on a one-shot monotonic timerfd watched by the event loop.
 async fn precise_sleep(left: Duration) -> std::io::Result<()> {
-    if left.is_zero() {
-        // A timerfd set to zero is disarmed, not fired.
-        return Ok(());
-    }
     let fd = TimerFd::new(ClockId::CLOCK_MONOTONIC, TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC)?;
     fd.set(Expiration::OneShot(TimeSpec::from_duration(left)), TimerSetTimeFlags::empty())?;
     // SAFETY: registers the descriptor with the event loop (epoll_ctl). `Timer` owns it and
@@ -97,25 +82,5 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         sleep.await;
         assert_eq!(Instant::now(), deadline);
-    }
-
-    /// A paused clock that has run far ahead of real time (a test that waited an hour) does not
-    /// make the final spin, which reads the real clock, last until real time catches up.
-    #[tokio::test(start_paused = true)]
-    async fn a_paused_clock_far_ahead_of_real_time_does_not_stretch_the_final_spin() {
-        tokio::time::advance(Duration::from_secs(3600)).await;
-        let real = std::time::Instant::now();
-        let deadline = Instant::now() + Duration::from_millis(2);
-        let mut sleep = std::pin::pin!(sleep_until(deadline));
-        std::future::poll_fn(|cx| {
-            let _ = sleep.as_mut().poll(cx);
-            std::task::Poll::Ready(())
-        })
-        .await;
-        std::thread::sleep(Duration::from_millis(20));
-        sleep.await;
-        assert_eq!(Instant::now(), deadline);
-        // 20 ms slept above, and a spin of at most SPIN: a second is room for a loaded machine.
-        assert!(real.elapsed() < Duration::from_secs(1), "the spin ran {:?} of real time", real.elapsed());
     }
 }
