@@ -24,15 +24,13 @@ pub(crate) type StepOutputs = BTreeMap<String, String>;
 /// How much of an outputs file is read; the lines after it are reported and skipped.
 pub(crate) const MAX_FILE: usize = 1024 * 1024;
 
-/// The most the kernel passes in one environment string (`MAX_ARG_STRLEN` on Linux), its NUL
-/// included.
-const MAX_VARIABLE: usize = 128 * 1024;
-
 /// The longest value output `key` can hand a later step: its `WAYMARK_OUTPUT_<STEP>_<KEY>=VALUE`
-/// string, for the longest step name, within [`MAX_VARIABLE`] (longer, the step could not start).
-/// 0 for a key that leaves no room at all.
+/// string, for the longest step name, within what the kernel passes in one string
+/// ([`max_arg`](crate::flow::validate::max_arg), 32 of the machine's pages less the NUL; longer,
+/// the step could not start). 0 for a key that leaves no room at all.
 fn longest_value(key: &str) -> usize {
-    MAX_VARIABLE.saturating_sub("WAYMARK_OUTPUT_".len() + MAX_STEP_NAME + "_".len() + key.len() + "=".len() + 1)
+    crate::flow::validate::max_arg()
+        .saturating_sub("WAYMARK_OUTPUT_".len() + MAX_STEP_NAME + "_".len() + key.len() + "=".len())
 }
 
 /// The outputs file of the attempt whose files are at `stem`.
@@ -311,7 +309,7 @@ mod tests {
         let text = format!("big={}\n", "x".repeat(most));
         assert_eq!(parse(text.as_bytes()).0.get("big").map(String::len), Some(most));
         // A key too long to leave room for any value (no wrap-around of the limit).
-        let text = format!("{}=1\n", "k".repeat(MAX_VARIABLE));
+        let text = format!("{}=1\n", "k".repeat(crate::flow::validate::max_arg() + 1));
         let (outputs, warnings) = parse(text.as_bytes());
         assert!(outputs.is_empty());
         assert!(

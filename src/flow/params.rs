@@ -75,6 +75,15 @@ pub fn parse_arg(arg: &str) -> Result<(String, String), ParamError> {
              give one of the names the flow declares under `[params]`"
         )));
     }
+    // A step gets it as `WAYMARK_PARAM_NAME=value`: one string, which the kernel limits.
+    let most = super::validate::max_arg().saturating_sub(env_name(name).len() + 1);
+    if value.len() > most {
+        return Err(malformed(format!(
+            "its value is {} bytes, more than the system passes to a program in one variable (at most {most} \
+             under this name); put it in a file and pass the file's path",
+            value.len()
+        )));
+    }
     Ok((name.to_owned(), value.to_owned()))
 }
 
@@ -204,6 +213,24 @@ mod tests {
         assert!(msg("my-date=x").contains("`my-date` is not a parameter name"));
         assert_eq!(parse_arg("a=b=c").unwrap(), ("a".into(), "b=c".into()));
         assert_eq!(parse_arg("_x=").unwrap(), ("_x".into(), String::new()));
+    }
+
+    /// A value too long for the variable a step gets it as is a usage error, naming the limit;
+    /// one just short of it is taken.
+    #[test]
+    fn a_value_too_long_to_pass_is_refused() {
+        let most = crate::flow::validate::max_arg() - "WAYMARK_PARAM_DAY=".len();
+        assert!(parse_arg(&format!("day={}", "x".repeat(most))).is_ok());
+        let err = parse_arg(&format!("day={}", "x".repeat(most + 1))).unwrap_err();
+        let ParamError::Malformed { why, .. } = err else { panic!("{err:?}") };
+        assert_eq!(
+            why,
+            format!(
+                "its value is {} bytes, more than the system passes to a program in one variable (at most {most} \
+                 under this name); put it in a file and pass the file's path",
+                most + 1
+            )
+        );
     }
 
     #[test]

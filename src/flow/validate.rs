@@ -198,7 +198,7 @@ fn shell_script(run: &[Str]) -> Option<usize> {
 
 /// The most bytes the kernel passes in one argument or `NAME=value` variable: `MAX_ARG_STRLEN`,
 /// 32 pages, less the NUL (131,071 bytes with 4 KiB pages).
-pub(super) fn max_arg() -> usize {
+pub(crate) fn max_arg() -> usize {
     static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *MAX.get_or_init(|| {
         let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE).ok().flatten().unwrap_or(4096);
