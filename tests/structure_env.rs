@@ -247,6 +247,33 @@ fn later_steps_see_the_outputs_of_the_success_and_bad_lines_are_warnings() {
     );
 }
 
+/// A step's outputs are seen by every attempt that starts after its success, a retry of a step
+/// that was running beside it included: the runner, which makes a step's environment once for all
+/// its attempts, makes it again when the outputs have changed.
+#[test]
+fn a_retry_sees_the_outputs_of_a_step_that_succeeded_beside_its_first_attempt() {
+    let env = Env::new();
+    // `marker` needs `fast`, so it starts only once `fast`'s success (and output) is recorded;
+    // the first attempt of `retried` waits for it (at most a minute), then fails.
+    env.write(
+        "flow.toml",
+        "name = 'beside'\nmax_parallel = 3\n\
+         [[step]]\nname = 'retried'\nneeds = []\nretry = { attempts = 2 }\n\
+         shell = '''\n\
+         echo \"attempt $WAYMARK_ATTEMPT sees [${WAYMARK_OUTPUT_FAST_X-}]\" >> seen.log\n\
+         if [ \"$WAYMARK_ATTEMPT\" = 1 ]; then\n\
+         \x20 i=0; while [ ! -e marker ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done; exit 3\n\
+         fi\n\
+         '''\n\
+         [[step]]\nname = 'fast'\nneeds = []\nshell = 'echo x=1 >> \"$WAYMARK_OUTPUT\"'\n\
+         [[step]]\nname = 'marker'\nneeds = ['fast']\nrun = ['touch', 'marker']\n",
+    );
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let seen = std::fs::read_to_string(env.dir.path().join("seen.log")).unwrap();
+    assert_eq!(seen, "attempt 1 sees []\nattempt 2 sees [1]\n");
+}
+
 #[test]
 fn precedence_is_step_env_then_flow_env_then_env_file_then_inherited() {
     let env = Env::new();

@@ -115,6 +115,9 @@ pub(crate) struct ProcessLauncher {
     programs: Programs,
     /// The environment the children inherit (the runner's, without `foreign`), made once.
     base_env: crate::os::spawn::BaseEnv,
+    /// The environments of the steps run last, made by their first attempt for the next ones (at
+    /// most [`STEP_ENVS`]).
+    step_envs: Vec<StepVars>,
     /// The children's stdin, opened by the first spawn.
     devnull: Option<std::fs::File>,
     /// Whether the readers send the children's lines to the runner (a reporter shows them), or
@@ -180,6 +183,7 @@ impl ProcessLauncher {
             state,
             log_dirs: HashSet::new(),
             base_env,
+            step_envs: Vec::new(),
             devnull: None,
             foreign,
             elsewhere: None,
@@ -189,9 +193,10 @@ impl ProcessLauncher {
         }
     }
 
-    /// The attempt's variables over the inherited environment, in the order they are set (a later
-    /// one wins): see `environment` for the precedence.
-    fn env(&self, a: &Attempt, attempt_id: &str) -> Vec<(String, String)> {
+    /// The step's variables over the inherited environment, in the order they are set (a later
+    /// one wins): see `environment` for the precedence. The attempt's own ([`ATTEMPT_VARS`],
+    /// from [`ProcessLauncher::attempt_vars`]) come after them.
+    fn step_vars(&self, a: &Attempt) -> Vec<(String, String)> {
         let step = &a.step;
         let mut env: Vec<(String, String)> =
             self.env.layered(&self.flow, step).map(|(k, v)| (k.clone(), v.clone())).collect();
@@ -204,14 +209,64 @@ impl ProcessLauncher {
             ("WAYMARK_RUN_ID".to_owned(), self.run_id.clone()),
             ("WAYMARK_FLOW".to_owned(), self.flow.name.clone()),
             ("WAYMARK_STEP".to_owned(), step.name.clone()),
-            ("WAYMARK_ATTEMPT".to_owned(), a.attempt.to_string()),
             ("WAYMARK_MAX_ATTEMPTS".to_owned(), a.max_attempts.to_string()),
-            ("WAYMARK_ERROR_FILE".to_owned(), a.stem.with_extension("error.json").display().to_string()),
-            ("WAYMARK_OUTPUT".to_owned(), outputs::path(&a.stem).display().to_string()),
-            (unix::ATTEMPT_ID_VAR.to_owned(), attempt_id.to_owned()),
         ]);
         env
     }
+
+    /// The variables only this attempt has, named by [`ATTEMPT_VARS`] in that order.
+    fn attempt_vars(a: &Attempt, attempt_id: &str) -> [(String, String); 4] {
+        let [attempt, error_file, output, id] = ATTEMPT_VARS.map(str::to_owned);
+        [
+            (attempt, a.attempt.to_string()),
+            (error_file, a.stem.with_extension("error.json").display().to_string()),
+            (output, outputs::path(&a.stem).display().to_string()),
+            (id, attempt_id.to_owned()),
+        ]
+    }
+
+    /// The index in `step_envs` of the environment of `a`'s step, made now if it is not there. The
+    /// environment of a command run around the attempts (`aux`) is made for it alone, last.
+    fn step_env(&mut self, a: &Attempt) -> std::io::Result<usize> {
+        // The rest of what a step's environment is made of is the runner's for all its run: the
+        // flow, the env file and secrets, the parameters, and the step's budget of attempts.
+        let found = self.step_envs.iter().position(|e| e.step == a.step_index && e.outputs == a.outputs && !e.aux);
+        if let Some(i) = found.filter(|_| a.aux.is_none()) {
+            return Ok(i);
+        }
+        let vars = self.step_vars(a);
+        // The PATH the program is looked up on: the step's environment's, else waymark's own.
+        let path = vars.iter().rev().find(|(k, _)| k == "PATH").map(|(_, v)| v.clone());
+        let path = path.or_else(|| std::env::var("PATH").ok()).unwrap_or_else(|| "/bin:/usr/bin".to_owned());
+        let prepared = self.base_env.prepare(&vars, &ATTEMPT_VARS)?;
+        self.step_envs.retain(|e| !e.aux);
+        if self.step_envs.len() == STEP_ENVS {
+            self.step_envs.remove(0);
+        }
+        let (step, aux) = (a.step_index, a.aux.is_some());
+        self.step_envs.push(StepVars { step, outputs: a.outputs.clone(), aux, vars, path, prepared });
+        Ok(self.step_envs.len() - 1)
+    }
+}
+
+/// The names of the variables each attempt sets itself, after its step's.
+const ATTEMPT_VARS: [&str; 4] = ["WAYMARK_ATTEMPT", "WAYMARK_ERROR_FILE", "WAYMARK_OUTPUT", unix::ATTEMPT_ID_VAR];
+
+/// How many steps' environments a runner keeps made: a step retried while others run in
+/// parallel finds its own among them.
+const STEP_ENVS: usize = 16;
+
+/// A step's environment, made by its first attempt for the next ones: what it was made of (the
+/// step, and the outputs of the steps that succeeded before), its variables, their PATH, and its
+/// part of the children's environment.
+struct StepVars {
+    step: usize,
+    outputs: Vec<(String, String)>,
+    /// Made for a command run around the attempts, and for it alone.
+    aux: bool,
+    vars: Vec<(String, String)>,
+    path: String,
+    prepared: crate::os::spawn::StepEnv,
 }
 
 impl ProcessLauncher {
@@ -263,10 +318,13 @@ impl Launcher for ProcessLauncher {
         }
         let argv = a.aux.as_ref().map_or(&step.command, |aux| &aux.command).argv();
         let pipe_err = |e| files_err(Path::new("pipe"), e);
-        let env = self.env(&a, &attempt_id);
-        // The PATH the program is looked up on: the step's environment's, else waymark's own.
-        let path = env.iter().rev().find(|(k, _)| k == "PATH").map(|(_, v)| v.clone());
-        let path = path.or_else(|| std::env::var("PATH").ok()).unwrap_or_else(|| "/bin:/usr/bin".to_owned());
+        let own = ProcessLauncher::attempt_vars(&a, &attempt_id);
+        let step_env = match self.step_env(&a) {
+            Ok(i) => &self.step_envs[i],
+            // A NUL byte in a variable, as std's spawn would say it.
+            Err(e) => return Ok(Launched::NotStarted { why: format!("cannot start `{}`: {e}", argv[0]), stderr_from }),
+        };
+        let path = &step_env.path;
         if self.devnull.is_none() {
             match std::fs::File::open("/dev/null") {
                 Ok(null) => self.devnull = Some(null),
@@ -281,7 +339,7 @@ impl Launcher for ProcessLauncher {
         // working directory as `execvp` would; a bare name is looked up on PATH once per runner.
         let found = match argv[0].contains('/') {
             true => Some(PathBuf::from(&argv[0])),
-            false => self.programs.find(&argv[0], &path),
+            false => self.programs.find(&argv[0], path),
         };
         // Spawned by the path found earlier, else (or if that fails: the program moved since)
         // by its name, looked up on PATH as ever.
@@ -292,7 +350,7 @@ impl Launcher for ProcessLauncher {
             let spawned = match (&found, by_name) {
                 // The common case: the program's path is known, and the environment is the
                 // runner's (made once) with the attempt's variables over it.
-                (Some(program), false) => self.base_env.with(&env).and_then(|env| {
+                (Some(program), false) => step_env.prepared.child(&self.base_env, &own).and_then(|env| {
                     crate::os::spawn::spawn(&crate::os::spawn::Spawn {
                         program,
                         argv: &argv,
@@ -312,7 +370,7 @@ impl Launcher for ProcessLauncher {
                         cmd.env_remove(name);
                     }
                     cmd.args(&argv[1..])
-                        .envs(env.iter().map(|(k, v)| (k, v)))
+                        .envs(step_env.vars.iter().chain(&own).map(|(k, v)| (k, v)))
                         .current_dir(&step.workdir)
                         .stdin(std::process::Stdio::null())
                         .stdout(out_w.try_clone().map_err(pipe_err)?)
@@ -326,11 +384,11 @@ impl Launcher for ProcessLauncher {
             match spawned {
                 Ok(child) => break (child, out_r, err_r),
                 Err(_) if !by_name => {
-                    self.programs.forget(&argv[0], &path);
+                    self.programs.forget(&argv[0], path);
                     by_name = true;
                 }
                 Err(e) => {
-                    let why = spawn_failure(&argv[0], &step.workdir, &path, &e);
+                    let why = spawn_failure(&argv[0], &step.workdir, path, &e);
                     return Ok(Launched::NotStarted { why, stderr_from });
                 }
             }

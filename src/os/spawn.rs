@@ -4,8 +4,9 @@
 //! std's `Command` copies the runner's whole environment into a map, and the map into new C
 //! strings, for every spawn that sets a variable: with 36 inherited variables, a fifth of the
 //! runner's instructions per attempt went there (callgrind, a run of 200 failing attempts). Here
-//! the inherited variables become `NAME=value` C strings once per runner ([`BaseEnv`]); a spawn
-//! makes C strings of its attempt's own variables only.
+//! the inherited variables become `NAME=value` C strings once per runner ([`BaseEnv`]), a step's
+//! own once for all its attempts ([`StepEnv`]), and a spawn makes C strings of the four variables
+//! its attempt alone has.
 //!
 //! The child is started in a process group of its own, with SIGPIPE back to its default (the Rust
 //! runtime ignores it in the runner), as std's `Command` starts one, and with no signal blocked
@@ -51,45 +52,68 @@ impl BaseEnv {
         BaseEnv { vars }
     }
 
-    /// The environment of a child: the inherited variables, then `own` over them (a later one of
-    /// the same name wins). An error if a name or value of `own` holds a NUL byte.
-    pub(crate) fn with(&self, own: &[(String, String)]) -> io::Result<ChildEnv<'_>> {
+    /// A step's environment, made once for all its attempts: the inherited variables, then
+    /// `fixed` over them (a later one of the same name wins), leaving out the names in `late`,
+    /// which each attempt sets itself ([`StepEnv::child`]). An error if a name or value of `fixed`
+    /// holds a NUL byte.
+    pub(crate) fn prepare(&self, fixed: &[(String, String)], late: &[&str]) -> io::Result<StepEnv> {
         // The last setting of each name, in the order the names were first set.
-        let mut last: Vec<&(String, String)> = Vec::with_capacity(own.len());
-        for var in own {
+        let mut last: Vec<&(String, String)> = Vec::with_capacity(fixed.len());
+        for var in fixed.iter().filter(|(name, _)| !late.contains(&name.as_str())) {
             match last.iter_mut().find(|v| v.0 == var.0) {
                 Some(slot) => *slot = var,
                 None => last.push(var),
             }
         }
-        let own = last.iter().map(|(name, value)| {
-            let mut entry = Vec::with_capacity(name.len() + 1 + value.len() + 1);
-            entry.extend_from_slice(name.as_bytes());
-            entry.push(b'=');
-            entry.extend_from_slice(value.as_bytes());
-            c_string(entry)
-        });
-        let own = own.collect::<io::Result<Vec<CString>>>()?;
+        let own = last.iter().map(|(name, value)| entry(name, value)).collect::<io::Result<Vec<CString>>>()?;
         // The names set here, sorted: each inherited name is looked up among them.
         let mut names: Vec<&[u8]> = last.iter().map(|(name, _)| name.as_bytes()).collect();
+        names.extend(late.iter().map(|name| name.as_bytes()));
         names.sort_unstable();
-        let inherited = self
-            .vars
-            .iter()
-            .filter(|(name, _)| names.binary_search(&name.as_bytes()).is_err())
-            .map(|(_, entry)| entry.as_c_str());
-        let mut envp: Vec<*mut c_char> = inherited.map(|c| c.as_ptr().cast_mut()).collect();
-        envp.extend(own.iter().map(|c| c.as_ptr().cast_mut()));
-        envp.push(std::ptr::null_mut());
-        Ok(ChildEnv { envp, _own: own, _base: self })
+        let inherited = (self.vars.iter().enumerate())
+            .filter(|(_, (name, _))| names.binary_search(&name.as_bytes()).is_err())
+            .map(|(i, _)| i)
+            .collect();
+        Ok(StepEnv { inherited, own })
     }
 }
 
-/// A child's `envp`: pointers into a [`BaseEnv`] and into its own C strings, held here.
+/// `NAME=value` as a C string, or the error std's spawn gives for a NUL byte.
+fn entry(name: &str, value: &str) -> io::Result<CString> {
+    let mut entry = Vec::with_capacity(name.len() + 1 + value.len() + 1);
+    entry.extend_from_slice(name.as_bytes());
+    entry.push(b'=');
+    entry.extend_from_slice(value.as_bytes());
+    c_string(entry)
+}
+
+/// A step's part of its children's environment ([`BaseEnv::prepare`]): which inherited variables
+/// it keeps, and its own variables as C strings.
+pub(crate) struct StepEnv {
+    /// Indexes into the [`BaseEnv`] it was made from, in its order.
+    inherited: Vec<usize>,
+    own: Vec<CString>,
+}
+
+impl StepEnv {
+    /// The environment of one child: `base` (the one this was prepared from) as the step keeps it,
+    /// the step's own variables, then the attempt's `own`, whose names are among those prepared as
+    /// `late` and set once each. An error if a name or value of `own` holds a NUL byte.
+    pub(crate) fn child<'a>(&'a self, base: &'a BaseEnv, own: &[(String, String)]) -> io::Result<ChildEnv<'a>> {
+        let own = own.iter().map(|(name, value)| entry(name, value)).collect::<io::Result<Vec<CString>>>()?;
+        let mut envp: Vec<*mut c_char> = Vec::with_capacity(self.inherited.len() + self.own.len() + own.len() + 1);
+        envp.extend(self.inherited.iter().map(|&i| base.vars[i].1.as_ptr().cast_mut()));
+        envp.extend(self.own.iter().chain(&own).map(|c| c.as_ptr().cast_mut()));
+        envp.push(std::ptr::null_mut());
+        Ok(ChildEnv { envp, _own: own, _held: std::marker::PhantomData })
+    }
+}
+
+/// A child's `envp`: pointers into a [`BaseEnv`], a [`StepEnv`] and its own C strings, held here.
 pub(crate) struct ChildEnv<'a> {
     envp: Vec<*mut c_char>,
     _own: Vec<CString>,
-    _base: &'a BaseEnv,
+    _held: std::marker::PhantomData<(&'a BaseEnv, &'a StepEnv)>,
 }
 
 /// What to spawn, and where.
@@ -289,7 +313,8 @@ mod tests {
     /// and pid.
     async fn run(script: &str, workdir: &Path, env: &[(String, String)]) -> (String, ExitStatus, u32) {
         let base = BaseEnv::capture(|name| name == "WAYMARK_TEST_SKIPPED");
-        let env = base.with(env).unwrap();
+        let step = base.prepare(env, &[]).unwrap();
+        let env = step.child(&base, &[]).unwrap();
         let (mut out_r, out_w) = std::io::pipe().unwrap();
         let null = std::fs::File::open("/dev/null").unwrap();
         let argv = ["sh".to_owned(), "-c".to_owned(), script.to_owned()];
@@ -384,25 +409,43 @@ mod tests {
         }
     }
 
+    /// The `NAME=value` entries of `env`, in its order.
+    fn entries(env: &ChildEnv) -> Vec<String> {
+        (env.envp[..env.envp.len() - 1].iter())
+            // SAFETY: each pointer is to a C string that the base, the step or `env` holds.
+            .map(|p| unsafe { std::ffi::CStr::from_ptr(*p) }.to_string_lossy().into_owned())
+            .collect()
+    }
+
     #[test]
     fn a_variable_inherited_twice_is_passed_on_once_with_its_last_value() {
         let pair = |k: &str, v: &str| (OsString::from(k), OsString::from(v));
         let base = BaseEnv::of([pair("DUP", "first"), pair("A", "a"), pair("DUP", "second")].into_iter());
-        let env = base.with(&own(&[("B", "b")])).unwrap();
-        let vars: Vec<String> = env.envp[..env.envp.len() - 1]
-            .iter()
-            // SAFETY: each pointer is to a C string that `base` or `env` holds.
-            .map(|p| unsafe { std::ffi::CStr::from_ptr(*p) }.to_string_lossy().into_owned())
-            .collect();
-        assert_eq!(vars, ["DUP=second", "A=a", "B=b"]);
+        let step = base.prepare(&own(&[("B", "b")]), &[]).unwrap();
+        assert_eq!(entries(&step.child(&base, &[]).unwrap()), ["DUP=second", "A=a", "B=b"]);
+    }
+
+    #[test]
+    fn each_attempt_s_own_variables_come_last_over_its_step_s_and_the_inherited_ones() {
+        let pair = |k: &str, v: &str| (OsString::from(k), OsString::from(v));
+        let base = BaseEnv::of([pair("TRY", "runner's"), pair("A", "a"), pair("B", "runner's")].into_iter());
+        // The step sets B over the runner's, and TRY, which each attempt sets itself.
+        let step = base.prepare(&own(&[("TRY", "step's"), ("B", "b"), ("C", "c")]), &["TRY", "ID"]).unwrap();
+        for n in ["1", "2"] {
+            let env = step.child(&base, &own(&[("TRY", n), ("ID", n)])).unwrap();
+            assert_eq!(entries(&env), ["A=a", "B=b", "C=c", &format!("TRY={n}"), &format!("ID={n}")]);
+        }
     }
 
     #[test]
     fn a_nul_byte_or_a_missing_program_is_an_error_not_a_child() {
         let base = BaseEnv::capture(|_| false);
-        let e = base.with(&own(&[("WM", "a\0b")])).err().unwrap();
+        let e = base.prepare(&own(&[("WM", "a\0b")]), &[]).err().unwrap();
         assert_eq!(e.to_string(), "nul byte found in provided data");
-        let env = base.with(&[]).unwrap();
+        let step = base.prepare(&[], &["WM"]).unwrap();
+        let e = step.child(&base, &own(&[("WM", "a\0b")])).err().unwrap();
+        assert_eq!(e.to_string(), "nul byte found in provided data", "an attempt's own");
+        let env = step.child(&base, &[]).unwrap();
         let null = std::fs::File::open("/dev/null").unwrap();
         let argv = ["missing".to_owned()];
         let spec = |program| Spawn {
