@@ -1141,12 +1141,14 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         (s.last_attempt, s.last_stderr_from) = (ended.attempt, ended.stderr_from);
         s.last_error = Some(Box::new(error.clone()));
         let max_attempts = s.max_attempts();
+        // The error is moved into the last event that tells it.
+        let error_stopped = stopped.map(|_| error.clone());
         let mut said = vec![Event::AttemptFinished {
             step: step.name.clone(),
             attempt: ended.attempt,
             max_attempts,
             outcome: AttemptEnd::Failed,
-            error: Some(error.clone()),
+            error: Some(error),
             duration: ended.ended.saturating_duration_since(ended.issued),
             retry,
             stopped,
@@ -1155,9 +1157,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             killed_after_grace: ended.killed_after_grace,
         }];
         // Why retrying stopped, whether or not a catch handler then takes the error.
-        if let Some(reason) = stopped {
+        if let (Some(reason), Some(error)) = (stopped, error_stopped) {
             let stop = retry_stop(&step, reason, k);
-            let error = error.clone();
             said.push(Event::RetryStopped { step: step.name.clone(), attempt: ended.attempt, error, stop });
         }
         match (retry, &update) {

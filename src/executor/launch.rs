@@ -131,7 +131,7 @@ pub(crate) struct ProcessLauncher {
 /// Programs found on a PATH, by name and PATH: looked up once per runner rather than by every
 /// spawn (whose `execvp` tries each directory of the PATH before the program's in turn).
 #[derive(Default)]
-struct Programs(std::collections::HashMap<(String, String), PathBuf>);
+struct Programs(std::collections::HashMap<String, std::collections::HashMap<String, PathBuf>>);
 
 impl Programs {
     /// Where `program` (a name without `/`) is on `path`: the first directory holding an
@@ -142,8 +142,8 @@ impl Programs {
         if program.is_empty() || program.contains('/') {
             return None;
         }
-        let key = (program.to_owned(), path.to_owned());
-        if let Some(found) = self.0.get(&key) {
+        // By PATH, then by name: looked up without a key made for it.
+        if let Some(found) = self.0.get(path).and_then(|programs| programs.get(program)) {
             return Some(found.clone());
         }
         for dir in path.split(':') {
@@ -153,7 +153,7 @@ impl Programs {
             let candidate = Path::new(dir).join(program);
             let executable = nix::unistd::access(&candidate, nix::unistd::AccessFlags::X_OK).is_ok();
             if executable && std::fs::metadata(&candidate).is_ok_and(|m| m.is_file()) {
-                self.0.insert(key, candidate.clone());
+                self.0.entry(path.to_owned()).or_default().insert(program.to_owned(), candidate.clone());
                 return Some(candidate);
             }
         }
@@ -162,7 +162,9 @@ impl Programs {
 
     /// Look `program` up again next time: spawning it by the path found failed.
     fn forget(&mut self, program: &str, path: &str) {
-        self.0.remove(&(program.to_owned(), path.to_owned()));
+        if let Some(programs) = self.0.get_mut(path) {
+            programs.remove(program);
+        }
     }
 }
 
