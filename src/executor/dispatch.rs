@@ -1141,7 +1141,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         (s.last_attempt, s.last_stderr_from) = (ended.attempt, ended.stderr_from);
         s.last_error = Some(Box::new(error.clone()));
         let max_attempts = s.max_attempts();
-        // The error is moved into the last event that tells it.
+        // The error is moved into `AttemptFinished`; `RetryStopped`, when there is one, gets a clone.
         let error_stopped = stopped.map(|_| error.clone());
         let mut said = vec![Event::AttemptFinished {
             step: step.name.clone(),

@@ -227,14 +227,18 @@ impl ProcessLauncher {
         ]
     }
 
-    /// The index in `step_envs` of the environment of `a`'s step, made now if it is not there. The
-    /// environment of a command run around the attempts (`aux`) is made for it alone, last.
-    fn step_env(&mut self, a: &Attempt) -> std::io::Result<usize> {
+    /// The index in `step_envs` of the environment of `a`'s step, made now if it is not there
+    /// (`a.outputs` then moves into it). The environment of a command run around the attempts
+    /// (`aux`) is made for it alone, last.
+    fn step_env(&mut self, a: &mut Attempt) -> std::io::Result<usize> {
         // The rest of what a step's environment is made of is the runner's for all its run: the
         // flow, the env file and secrets, the parameters, and the step's budget of attempts.
         let found = self.step_envs.iter().position(|e| e.step == a.step_index && e.outputs == a.outputs && !e.aux);
         if let Some(i) = found.filter(|_| a.aux.is_none()) {
-            return Ok(i);
+            debug_assert_eq!(self.step_envs[i].max_attempts, a.max_attempts, "a step's budget changed in a run");
+            // The one used last goes last: the first is the one to drop.
+            self.step_envs[i..].rotate_left(1);
+            return Ok(self.step_envs.len() - 1);
         }
         let vars = self.step_vars(a);
         // The PATH the program is looked up on: the step's environment's, else waymark's own.
@@ -245,8 +249,9 @@ impl ProcessLauncher {
         if self.step_envs.len() == STEP_ENVS {
             self.step_envs.remove(0);
         }
-        let (step, aux) = (a.step_index, a.aux.is_some());
-        self.step_envs.push(StepVars { step, outputs: a.outputs.clone(), aux, vars, path, prepared });
+        let (step, max_attempts, aux, outputs) =
+            (a.step_index, a.max_attempts, a.aux.is_some(), std::mem::take(&mut a.outputs));
+        self.step_envs.push(StepVars { step, max_attempts, outputs, aux, vars, path, prepared });
         Ok(self.step_envs.len() - 1)
     }
 }
@@ -263,6 +268,8 @@ const STEP_ENVS: usize = 16;
 /// part of the children's environment.
 struct StepVars {
     step: usize,
+    /// `WAYMARK_MAX_ATTEMPTS`, the same for all the step's attempts (checked in debug builds).
+    max_attempts: u32,
     outputs: Vec<(String, String)>,
     /// Made for a command run around the attempts, and for it alone.
     aux: bool,
@@ -291,7 +298,7 @@ impl Launcher for ProcessLauncher {
 
     fn spawn(
         &mut self,
-        a: Attempt,
+        mut a: Attempt,
         control: watch::Receiver<Control>,
         events: &mpsc::Sender<Msg>,
     ) -> Result<Launched, ExecError> {
@@ -318,10 +325,11 @@ impl Launcher for ProcessLauncher {
             let why = format!("working directory {} does not exist or is not a directory", step.workdir.display());
             return Ok(Launched::NotStarted { why, stderr_from });
         }
+        let own = ProcessLauncher::attempt_vars(&a, &attempt_id);
+        let made = self.step_env(&mut a);
         let argv = a.aux.as_ref().map_or(&step.command, |aux| &aux.command).argv();
         let pipe_err = |e| files_err(Path::new("pipe"), e);
-        let own = ProcessLauncher::attempt_vars(&a, &attempt_id);
-        let step_env = match self.step_env(&a) {
+        let step_env = match made {
             Ok(i) => &self.step_envs[i],
             // A NUL byte in a variable, as std's spawn would say it.
             Err(e) => return Ok(Launched::NotStarted { why: format!("cannot start `{}`: {e}", argv[0]), stderr_from }),
@@ -351,7 +359,8 @@ impl Launcher for ProcessLauncher {
             let (err_r, err_w) = std::io::pipe().map_err(pipe_err)?;
             let spawned = match (&found, by_name) {
                 // The common case: the program's path is known, and the environment is the
-                // runner's (made once) with the attempt's variables over it.
+                // runner's (made once) with the step's (made by an earlier attempt, most often)
+                // and then the attempt's variables over it.
                 (Some(program), false) => step_env.prepared.child(&self.base_env, &own).and_then(|env| {
                     crate::os::spawn::spawn(&crate::os::spawn::Spawn {
                         program,

@@ -5,7 +5,8 @@
 //! strings, for every spawn that sets a variable: with 36 inherited variables, a fifth of the
 //! runner's instructions per attempt went there (callgrind, a run of 200 failing attempts). Here
 //! the inherited variables become `NAME=value` C strings once per runner ([`BaseEnv`]), a step's
-//! own once for all its attempts ([`StepEnv`]), and a spawn makes C strings of the four variables
+//! own once for the attempts that follow ([`StepEnv`]; the launcher makes them again when the
+//! outputs of other steps have changed since), and a spawn makes C strings of the few variables
 //! its attempt alone has.
 //!
 //! The child is started in a process group of its own, with SIGPIPE back to its default (the Rust
@@ -52,11 +53,11 @@ impl BaseEnv {
         BaseEnv { vars }
     }
 
-    /// A step's environment, made once for all its attempts: the inherited variables, then
-    /// `fixed` over them (a later one of the same name wins), leaving out the names in `late`,
-    /// which each attempt sets itself ([`StepEnv::child`]). An error if a name or value of `fixed`
-    /// holds a NUL byte.
-    pub(crate) fn prepare(&self, fixed: &[(String, String)], late: &[&str]) -> io::Result<StepEnv> {
+    /// A step's environment, made once for the attempts that follow: the inherited variables,
+    /// then `fixed` over them (a later one of the same name wins), leaving out the names in
+    /// `late`, which each attempt sets itself ([`StepEnv::child`]). An error if a name or value of
+    /// `fixed` holds a NUL byte.
+    pub(crate) fn prepare(&self, fixed: &[(String, String)], late: &'static [&'static str]) -> io::Result<StepEnv> {
         // The last setting of each name, in the order the names were first set.
         let mut last: Vec<&(String, String)> = Vec::with_capacity(fixed.len());
         for var in fixed.iter().filter(|(name, _)| !late.contains(&name.as_str())) {
@@ -74,7 +75,7 @@ impl BaseEnv {
             .filter(|(_, (name, _))| names.binary_search(&name.as_bytes()).is_err())
             .map(|(i, _)| i)
             .collect();
-        Ok(StepEnv { inherited, own })
+        Ok(StepEnv { inherited, own, late, base_len: self.vars.len() })
     }
 }
 
@@ -93,6 +94,10 @@ pub(crate) struct StepEnv {
     /// Indexes into the [`BaseEnv`] it was made from, in its order.
     inherited: Vec<usize>,
     own: Vec<CString>,
+    /// The names an attempt sets itself, left out of both.
+    late: &'static [&'static str],
+    /// How many variables the [`BaseEnv`] it was made from has (checked in debug builds).
+    base_len: usize,
 }
 
 impl StepEnv {
@@ -100,6 +105,10 @@ impl StepEnv {
     /// the step's own variables, then the attempt's `own`, whose names are among those prepared as
     /// `late` and set once each. An error if a name or value of `own` holds a NUL byte.
     pub(crate) fn child<'a>(&'a self, base: &'a BaseEnv, own: &[(String, String)]) -> io::Result<ChildEnv<'a>> {
+        // A name set here but not prepared as late would be in the environment twice, and
+        // `getenv` reads the first: the step's or the runner's value would win over the attempt's.
+        debug_assert!(own.iter().all(|(name, _)| self.late.contains(&name.as_str())), "{own:?}");
+        debug_assert_eq!(base.vars.len(), self.base_len, "a StepEnv is used with the BaseEnv it was made from");
         let own = own.iter().map(|(name, value)| entry(name, value)).collect::<io::Result<Vec<CString>>>()?;
         let mut envp: Vec<*mut c_char> = Vec::with_capacity(self.inherited.len() + self.own.len() + own.len() + 1);
         envp.extend(self.inherited.iter().map(|&i| base.vars[i].1.as_ptr().cast_mut()));
