@@ -301,29 +301,19 @@ fn migrate(tx: &Connection, version: i64) -> rusqlite::Result<()> {
         tx.execute_batch(MIGRATE_TO_2)?;
         tx.execute(&format!("UPDATE runs SET flow_key = {LEGACY_KEY}"), [])?;
     }
-    if version < 3 {
-        tx.execute_batch(MIGRATE_TO_3)?;
-    }
-    if version < 4 {
-        tx.execute_batch(MIGRATE_TO_4)?;
-    }
-    if version < 5 {
-        tx.execute_batch(MIGRATE_TO_5)?;
-    }
-    if version < 6 {
-        tx.execute_batch(MIGRATE_TO_6)?;
-    }
-    if version < 7 {
-        tx.execute_batch(MIGRATE_TO_7)?;
-    }
-    if version < 8 {
-        tx.execute_batch(MIGRATE_TO_8)?;
-    }
-    if version < 9 {
-        tx.execute_batch(MIGRATE_TO_9)?;
-    }
-    if version < 10 {
-        tx.execute_batch(MIGRATE_TO_10)?;
+    // Each to the schema its number names, the last to this one's.
+    let steps: [(i64, &str); (SCHEMA_VERSION - 2) as usize] = [
+        (3, MIGRATE_TO_3),
+        (4, MIGRATE_TO_4),
+        (5, MIGRATE_TO_5),
+        (6, MIGRATE_TO_6),
+        (7, MIGRATE_TO_7),
+        (8, MIGRATE_TO_8),
+        (9, MIGRATE_TO_9),
+        (10, MIGRATE_TO_10),
+    ];
+    for (_, sql) in steps.into_iter().filter(|(to, _)| version < *to) {
+        tx.execute_batch(sql)?;
     }
     Ok(())
 }
