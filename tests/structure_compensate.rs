@@ -1,7 +1,7 @@
 //! Compensation and hooks, end to end with real processes: a failed run undoes what its steps did
 //! in reverse order of completion, then runs its hooks once with the run's outcome in their
 //! environment; a run killed after its failure compensates on resume, once; the workflow deadline
-//! compensates too; a compensated run cannot be resumed.
+//! compensates too; a compensated run cannot be resumed; each is told its step, attempt and budget.
 
 mod common;
 
@@ -754,4 +754,28 @@ shell = "while [ ! -e started ]; do sleep 0.02; done; exit 3"
     let resumed = env.cmd(&["run", "flow.toml"]).output().unwrap();
     assert_eq!(resumed.status.code(), Some(1), "{}", stderr(&resumed));
     assert_eq!((env.count("undone"), env.count("started")), (1, 1), "compensated once, `slow` not run again");
+}
+
+/// What a catch handler, a compensation and a hook are told of themselves (README,
+/// "Environment"): the handler its step and the attempt whose error it takes, the compensation its
+/// step with 1 of 1, the hook its own name with 1 of 1.
+#[test]
+fn handlers_compensations_and_hooks_see_their_own_step_attempt_and_budget() {
+    let env = Env::new();
+    let show = "echo \\\"$0 $WAYMARK_STEP $WAYMARK_ATTEMPT/$WAYMARK_MAX_ATTEMPTS\\\" >> seen";
+    env.write(
+        "flow.toml",
+        &format!(
+            "name = 'told'\n\
+             [hooks]\non_failure = ['sh', '-c', \"{show}\", 'hook']\n\
+             [[step]]\nname = 'made'\nretry = {{ attempts = 3 }}\nshell = '[ \"$WAYMARK_ATTEMPT\" = 2 ]'\n\
+             compensate = ['sh', '-c', \"{show}\", 'compensation']\n\
+             [[step]]\nname = 'broken'\nretry = {{ attempts = 2 }}\nrun = ['false']\n\
+             catch = [{{ exception_types = ['CalledProcessError'], run = ['sh', '-c', \"{show}; exit 1\", 'handler'] }}]\n"
+        ),
+    );
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let seen = std::fs::read_to_string(env.dir.path().join("seen")).unwrap();
+    assert_eq!(seen, "handler broken 2/2\ncompensation made 1/1\nhook on_failure 1/1\n");
 }
