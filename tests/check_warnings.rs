@@ -201,3 +201,28 @@ fn a_step_with_a_bad_command_still_has_its_catch_handlers_programs_searched() {
         "{said}"
     );
 }
+
+/// A variable waymark sets for every attempt, given in an `env` table, never reaches a step: a
+/// warning naming it where it is written, in the flow's `env` and in a step's.
+#[test]
+fn an_env_entry_waymark_sets_itself_is_a_warning() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "env = { WAYMARK_STEP = \"x\" }\n[[step]]\nname = \"a\"\nrun = [\"true\"]\nenv = { OK = \"1\", WAYMARK_ATTEMPT = \"9\" }\n",
+    );
+    let (code, _, stderr) = waymark(&env, &["check", "flow.toml"]);
+    assert_eq!(code, Some(0));
+    let help = "  = help: remove it: waymark's own variables (README, \"Environment\") are set over `env`\n";
+    assert_eq!(
+        stderr,
+        format!(
+            "warning: `env.WAYMARK_STEP`: `WAYMARK_STEP` is set by waymark for every attempt\n \
+             --> flow.toml:1:9\n  |\n1 | env = {{ WAYMARK_STEP = \"x\" }}\n  |         ^^^^^^^^^^^^ no step sees this \
+             value\n  |\n{help}\n\
+             warning: `step[0].env.WAYMARK_ATTEMPT`: `WAYMARK_ATTEMPT` is set by waymark for every attempt\n \
+             --> flow.toml:5:19\n  |\n5 | env = {{ OK = \"1\", WAYMARK_ATTEMPT = \"9\" }}\n  |                   \
+             ^^^^^^^^^^^^^^^ no step sees this value\n  |\n{help}\n"
+        )
+    );
+}

@@ -6,6 +6,7 @@ use super::environment::RunEnv;
 use super::output::OutputGate;
 use super::supervise::{Control, Log, Output, Supervisor};
 use super::{ExecError, Msg, StepRef, outputs};
+use crate::flow::model::WAYMARK_VARS;
 use crate::flow::{Flow, Step};
 use crate::os::fs::ExistingLog;
 use crate::os::process as unix;
@@ -207,11 +208,12 @@ impl ProcessLauncher {
         if let Some(aux) = &a.aux {
             env.extend(aux.env.iter().cloned());
         }
+        let [run_id, flow, step_var, max_attempts, ..] = WAYMARK_VARS.map(str::to_owned);
         env.extend([
-            ("WAYMARK_RUN_ID".to_owned(), self.run_id.clone()),
-            ("WAYMARK_FLOW".to_owned(), self.flow.name.clone()),
-            ("WAYMARK_STEP".to_owned(), step.name.clone()),
-            ("WAYMARK_MAX_ATTEMPTS".to_owned(), a.max_attempts.to_string()),
+            (run_id, self.run_id.clone()),
+            (flow, self.flow.name.clone()),
+            (step_var, step.name.clone()),
+            (max_attempts, a.max_attempts.to_string()),
         ]);
         env
     }
@@ -257,7 +259,7 @@ impl ProcessLauncher {
 }
 
 /// The names of the variables each attempt sets itself, after its step's.
-const ATTEMPT_VARS: [&str; 4] = ["WAYMARK_ATTEMPT", "WAYMARK_ERROR_FILE", "WAYMARK_OUTPUT", unix::ATTEMPT_ID_VAR];
+const ATTEMPT_VARS: [&str; 4] = [WAYMARK_VARS[4], WAYMARK_VARS[5], WAYMARK_VARS[6], WAYMARK_VARS[7]];
 
 /// How many steps' environments a runner keeps made: a step retried while others run in
 /// parallel finds its own among them.

@@ -56,6 +56,20 @@ pub struct Flow {
 /// `max_parallel` when the flow does not set it.
 pub(crate) const DEFAULT_MAX_PARALLEL: u32 = 4;
 
+/// The variables waymark sets for every attempt over the env file, the flow's and the step's `env`
+/// (README, "Environment"): a value an `env` table gives one of them never reaches a step. The
+/// last four are the attempt's own, the first four its step's.
+pub(crate) const WAYMARK_VARS: [&str; 8] = [
+    "WAYMARK_RUN_ID",
+    "WAYMARK_FLOW",
+    "WAYMARK_STEP",
+    "WAYMARK_MAX_ATTEMPTS",
+    "WAYMARK_ATTEMPT",
+    "WAYMARK_ERROR_FILE",
+    "WAYMARK_OUTPUT",
+    "WAYMARK_ATTEMPT_ID",
+];
+
 fn default_max_parallel() -> u32 {
     DEFAULT_MAX_PARALLEL
 }

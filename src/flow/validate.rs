@@ -1109,6 +1109,12 @@ impl Validator<'_> {
             } else if val.get_ref().len() + name.len() + 1 > max_arg() {
                 self.not_too_long(val.span(), val.get_ref().len(), name.len() + 1, "an environment value");
             } else {
+                if super::model::WAYMARK_VARS.contains(&name.as_str()) {
+                    let d = self.warn(k.span(), &format!("`{name}` is set by waymark for every attempt"));
+                    d.label = "no step sees this value".into();
+                    d.help =
+                        Some("remove it: waymark's own variables (README, \"Environment\") are set over `env`".into());
+                }
                 env.insert(k.get_ref().clone(), val.get_ref().clone());
             }
         }

@@ -110,7 +110,7 @@ fn orphaned_group(pgid: u32, leader_start: Option<u64>) -> Vec<u32> {
 }
 
 /// The variable that tags every process of an attempt, inherited by all its descendants.
-pub(crate) const ATTEMPT_ID_VAR: &str = "WAYMARK_ATTEMPT_ID";
+pub(crate) const ATTEMPT_ID_VAR: &str = crate::flow::model::WAYMARK_VARS[7];
 
 /// Live processes whose environment holds `WAYMARK_ATTEMPT_ID=attempt_id`: an attempt's
 /// processes, including those that left its process group with setsid(). Reads `/proc`, so it is
