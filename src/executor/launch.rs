@@ -6,7 +6,7 @@ use super::environment::RunEnv;
 use super::output::OutputGate;
 use super::supervise::{Control, Log, Output, Supervisor};
 use super::{ExecError, Msg, StepRef, outputs};
-use crate::flow::model::WAYMARK_VARS;
+use crate::flow::model::var;
 use crate::flow::{Flow, Step};
 use crate::os::fs::ExistingLog;
 use crate::os::process as unix;
@@ -208,24 +208,22 @@ impl ProcessLauncher {
         if let Some(aux) = &a.aux {
             env.extend(aux.env.iter().cloned());
         }
-        let [run_id, flow, step_var, max_attempts, ..] = WAYMARK_VARS.map(str::to_owned);
         env.extend([
-            (run_id, self.run_id.clone()),
-            (flow, self.flow.name.clone()),
-            (step_var, step.name.clone()),
-            (max_attempts, a.max_attempts.to_string()),
+            (var::RUN_ID.to_owned(), self.run_id.clone()),
+            (var::FLOW.to_owned(), self.flow.name.clone()),
+            (var::STEP.to_owned(), step.name.clone()),
+            (var::MAX_ATTEMPTS.to_owned(), a.max_attempts.to_string()),
         ]);
         env
     }
 
-    /// The variables only this attempt has, named by [`ATTEMPT_VARS`] in that order.
+    /// The variables only this attempt has, those [`ATTEMPT_VARS`] names.
     fn attempt_vars(a: &Attempt, attempt_id: &str) -> [(String, String); 4] {
-        let [attempt, error_file, output, id] = ATTEMPT_VARS.map(str::to_owned);
         [
-            (attempt, a.attempt.to_string()),
-            (error_file, a.stem.with_extension("error.json").display().to_string()),
-            (output, outputs::path(&a.stem).display().to_string()),
-            (id, attempt_id.to_owned()),
+            (var::ATTEMPT.to_owned(), a.attempt.to_string()),
+            (var::ERROR_FILE.to_owned(), a.stem.with_extension("error.json").display().to_string()),
+            (var::OUTPUT.to_owned(), outputs::path(&a.stem).display().to_string()),
+            (var::ATTEMPT_ID.to_owned(), attempt_id.to_owned()),
         ]
     }
 
@@ -259,7 +257,7 @@ impl ProcessLauncher {
 }
 
 /// The names of the variables each attempt sets itself, after its step's.
-const ATTEMPT_VARS: [&str; 4] = [WAYMARK_VARS[4], WAYMARK_VARS[5], WAYMARK_VARS[6], WAYMARK_VARS[7]];
+const ATTEMPT_VARS: [&str; 4] = [var::ATTEMPT, var::ERROR_FILE, var::OUTPUT, var::ATTEMPT_ID];
 
 /// How many steps' environments a runner keeps made: a step retried while others run in
 /// parallel finds its own among them.

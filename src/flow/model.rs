@@ -56,19 +56,23 @@ pub struct Flow {
 /// `max_parallel` when the flow does not set it.
 pub(crate) const DEFAULT_MAX_PARALLEL: u32 = 4;
 
-/// The variables waymark sets for every attempt over the env file, the flow's and the step's `env`
-/// (README, "Environment"): a value an `env` table gives one of them never reaches a step. The
-/// last four are the attempt's own, the first four its step's.
-pub(crate) const WAYMARK_VARS: [&str; 8] = [
-    "WAYMARK_RUN_ID",
-    "WAYMARK_FLOW",
-    "WAYMARK_STEP",
-    "WAYMARK_MAX_ATTEMPTS",
-    "WAYMARK_ATTEMPT",
-    "WAYMARK_ERROR_FILE",
-    "WAYMARK_OUTPUT",
-    "WAYMARK_ATTEMPT_ID",
-];
+/// The names of the variables waymark sets for every attempt over the env file, the flow's and the
+/// step's `env` (README, "Environment").
+pub(crate) mod var {
+    pub(crate) const RUN_ID: &str = "WAYMARK_RUN_ID";
+    pub(crate) const FLOW: &str = "WAYMARK_FLOW";
+    pub(crate) const STEP: &str = "WAYMARK_STEP";
+    pub(crate) const MAX_ATTEMPTS: &str = "WAYMARK_MAX_ATTEMPTS";
+    pub(crate) const ATTEMPT: &str = "WAYMARK_ATTEMPT";
+    pub(crate) const ERROR_FILE: &str = "WAYMARK_ERROR_FILE";
+    pub(crate) const OUTPUT: &str = "WAYMARK_OUTPUT";
+    /// Also the one waymark finds an attempt's processes by (`os::process::ATTEMPT_ID_VAR`).
+    pub(crate) const ATTEMPT_ID: &str = "WAYMARK_ATTEMPT_ID";
+}
+
+/// All of [`var`]: a value an `env` table gives one of them never reaches a step.
+pub(crate) const WAYMARK_VARS: [&str; 8] =
+    [var::RUN_ID, var::FLOW, var::STEP, var::MAX_ATTEMPTS, var::ATTEMPT, var::ERROR_FILE, var::OUTPUT, var::ATTEMPT_ID];
 
 fn default_max_parallel() -> u32 {
     DEFAULT_MAX_PARALLEL

@@ -110,7 +110,7 @@ fn orphaned_group(pgid: u32, leader_start: Option<u64>) -> Vec<u32> {
 }
 
 /// The variable that tags every process of an attempt, inherited by all its descendants.
-pub(crate) const ATTEMPT_ID_VAR: &str = crate::flow::model::WAYMARK_VARS[7];
+pub(crate) const ATTEMPT_ID_VAR: &str = "WAYMARK_ATTEMPT_ID";
 
 /// Live processes whose environment holds `WAYMARK_ATTEMPT_ID=attempt_id`: an attempt's
 /// processes, including those that left its process group with setsid(). Reads `/proc`, so it is
@@ -218,6 +218,11 @@ pub(crate) fn is_alive(pid: u32, start: Option<u64>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_variable_processes_are_found_by_is_the_one_each_attempt_is_given() {
+        assert_eq!(ATTEMPT_ID_VAR, crate::flow::model::var::ATTEMPT_ID);
+    }
 
     #[test]
     fn reads_start_time_of_self_and_parses_odd_comm() {
