@@ -833,7 +833,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             row,
             stem: stem.clone(),
             deadline: step.timeout.map(|t| issued + t),
-            outputs: self.outputs.env().collect(),
+            outputs: self.outputs.env(),
             aux: None,
         };
         // Its timeout passed while it waited for a slot (or while its start was recorded): it times
@@ -1237,7 +1237,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             row,
             stem: stem.clone(),
             deadline: step.timeout.map(|t| issued + t),
-            outputs: self.outputs.env().collect(),
+            outputs: self.outputs.env(),
             aux: Some(Aux {
                 what: format!("catch handler for attempt {attempt}"),
                 command,
@@ -1448,7 +1448,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             row,
             stem: stem.clone(),
             deadline: step.timeout.map(|t| issued + t),
-            outputs: self.outputs.env().collect(),
+            outputs: self.outputs.env(),
             aux: Some(Aux { what: what.clone(), command, env }),
         };
         // When it ended: its process's exit, or now if it never started.

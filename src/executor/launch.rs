@@ -34,8 +34,9 @@ pub(crate) struct Attempt {
     pub(crate) stem: PathBuf,
     /// When its timeout passes: its clock started when the attempt was issued.
     pub(crate) deadline: Option<Instant>,
-    /// The `WAYMARK_OUTPUT_<STEP>_<KEY>` variables of the steps that succeeded before it.
-    pub(crate) outputs: Vec<(String, String)>,
+    /// The `WAYMARK_OUTPUT_<STEP>_<KEY>` variables of the steps that succeeded before it, as the
+    /// run keeps them ([`super::outputs::RunOutputs::env`]: the same until a step's are kept).
+    pub(crate) outputs: Arc<[(String, String)]>,
     /// Set when this is not an attempt but a command run around it: the step's catch handler
     /// (for the error of attempt `attempt`), its compensation, or a hook of the run.
     pub(crate) aux: Option<Aux>,
@@ -227,15 +228,17 @@ impl ProcessLauncher {
         ]
     }
 
-    /// The index in `step_envs` of the environment of `a`'s step, made now if it is not there
-    /// (`a.outputs` then moves into it). The environment of a command run around the attempts
-    /// (`aux`) is made for it alone, last.
-    fn step_env(&mut self, a: &mut Attempt) -> std::io::Result<usize> {
+    /// The index in `step_envs` of the environment of `a`'s step, made now if it is not there.
+    /// The environment of a command run around the attempts (`aux`) is made for it alone, last.
+    fn step_env(&mut self, a: &Attempt) -> std::io::Result<usize> {
         // The rest of what a step's environment is made of is the runner's for all its run: the
-        // flow, the env file and secrets, the parameters, and the step's budget of attempts.
-        let found = self.step_envs.iter().position(|e| e.step == a.step_index && e.outputs == a.outputs && !e.aux);
-        if let Some(i) = found.filter(|_| a.aux.is_none()) {
-            debug_assert_eq!(self.step_envs[i].max_attempts, a.max_attempts, "a step's budget changed in a run");
+        // flow, the env file and secrets, the parameters, and the step's budget of attempts. The
+        // outputs are the same while they are the run's same variables (the entry holds them, so
+        // their address is not reused).
+        let same = |e: &StepVars| e.step == a.step_index && Arc::ptr_eq(&e.outputs, &a.outputs) && !e.aux;
+        if let Some(i) = self.step_envs.iter().position(same).filter(|_| a.aux.is_none()) {
+            let budget = (var::MAX_ATTEMPTS.to_owned(), a.max_attempts.to_string());
+            debug_assert!(self.step_envs[i].vars.contains(&budget), "a step's budget changed in a run");
             // The one used last goes last: the first is the one to drop.
             self.step_envs[i..].rotate_left(1);
             return Ok(self.step_envs.len() - 1);
@@ -249,9 +252,8 @@ impl ProcessLauncher {
         if self.step_envs.len() == STEP_ENVS {
             self.step_envs.remove(0);
         }
-        let (step, max_attempts, aux, outputs) =
-            (a.step_index, a.max_attempts, a.aux.is_some(), std::mem::take(&mut a.outputs));
-        self.step_envs.push(StepVars { step, max_attempts, outputs, aux, vars, path, prepared });
+        let (step, aux, outputs) = (a.step_index, a.aux.is_some(), Arc::clone(&a.outputs));
+        self.step_envs.push(StepVars { step, outputs, aux, vars, path, prepared });
         Ok(self.step_envs.len() - 1)
     }
 }
@@ -268,9 +270,7 @@ const STEP_ENVS: usize = 16;
 /// part of the children's environment.
 struct StepVars {
     step: usize,
-    /// `WAYMARK_MAX_ATTEMPTS`, the same for all the step's attempts (checked in debug builds).
-    max_attempts: u32,
-    outputs: Vec<(String, String)>,
+    outputs: Arc<[(String, String)]>,
     /// Made for a command run around the attempts, and for it alone.
     aux: bool,
     vars: Vec<(String, String)>,
@@ -298,7 +298,7 @@ impl Launcher for ProcessLauncher {
 
     fn spawn(
         &mut self,
-        mut a: Attempt,
+        a: Attempt,
         control: watch::Receiver<Control>,
         events: &mpsc::Sender<Msg>,
     ) -> Result<Launched, ExecError> {
@@ -325,11 +325,10 @@ impl Launcher for ProcessLauncher {
             let why = format!("working directory {} does not exist or is not a directory", step.workdir.display());
             return Ok(Launched::NotStarted { why, stderr_from });
         }
-        let own = ProcessLauncher::attempt_vars(&a, &attempt_id);
-        let made = self.step_env(&mut a);
         let argv = a.aux.as_ref().map_or(&step.command, |aux| &aux.command).argv();
         let pipe_err = |e| files_err(Path::new("pipe"), e);
-        let step_env = match made {
+        let own = ProcessLauncher::attempt_vars(&a, &attempt_id);
+        let step_env = match self.step_env(&a) {
             Ok(i) => &self.step_envs[i],
             // A NUL byte in a variable, as std's spawn would say it.
             Err(e) => return Ok(Launched::NotStarted { why: format!("cannot start `{}`: {e}", argv[0]), stderr_from }),

@@ -17,6 +17,7 @@ use crate::store::StepRecord;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// One step's outputs: key to value.
 pub(crate) type StepOutputs = BTreeMap<String, String>;
@@ -152,6 +153,8 @@ fn shown(text: &str) -> String {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct RunOutputs {
     by_step: BTreeMap<usize, (String, StepOutputs)>,
+    /// Their variables ([`RunOutputs::env`]), made again only when a step's outputs are kept.
+    env: Arc<[(String, String)]>,
 }
 
 impl RunOutputs {
@@ -188,16 +191,26 @@ impl RunOutputs {
     /// Step `index`, named `step`, succeeded with `outputs`. A step without outputs is not
     /// kept: every attempt reads all that is kept.
     pub(crate) fn insert(&mut self, index: usize, step: &str, outputs: StepOutputs) {
-        if outputs.is_empty() {
-            self.by_step.remove(&index);
-        } else {
-            self.by_step.insert(index, (step.to_owned(), outputs));
+        let changed = match outputs.is_empty() {
+            true => self.by_step.remove(&index).is_some(),
+            false => {
+                self.by_step.insert(index, (step.to_owned(), outputs));
+                true
+            }
+        };
+        if changed {
+            let env = self
+                .by_step
+                .values()
+                .flat_map(|(step, outputs)| outputs.iter().map(|(k, v)| (env_name(step, k), v.clone())));
+            self.env = env.collect();
         }
     }
 
-    /// The variables, in step order (so a later step's value wins where two names meet).
-    pub(crate) fn env(&self) -> impl Iterator<Item = (String, String)> + '_ {
-        self.by_step.values().flat_map(|(step, outputs)| outputs.iter().map(|(k, v)| (env_name(step, k), v.clone())))
+    /// The variables, in step order (so a later step's value wins where two names meet): shared
+    /// by every attempt that starts until a step's outputs are kept, which makes new ones.
+    pub(crate) fn env(&self) -> Arc<[(String, String)]> {
+        Arc::clone(&self.env)
     }
 }
 
@@ -262,7 +275,7 @@ mod tests {
         let one = |k: &str, v: &str| StepOutputs::from([(k.to_owned(), v.to_owned())]);
         run.insert(3, "a_b", one("c", "later step"));
         run.insert(0, "a", one("b_c", "earlier step"));
-        let env: BTreeMap<String, String> = run.env().collect();
+        let env: BTreeMap<String, String> = run.env().iter().cloned().collect();
         assert_eq!(env["WAYMARK_OUTPUT_A_B_C"], "later step");
     }
 
@@ -275,7 +288,7 @@ mod tests {
         step.outputs =
             StepOutputs::from([("big".to_owned(), "x".repeat(most + 1)), ("rows".to_owned(), "42".to_owned())]);
         let (run, warnings) = RunOutputs::recorded(&[StepRecord::pending("first"), step]);
-        assert_eq!(run.env().collect::<Vec<_>>(), [("WAYMARK_OUTPUT_FETCH_ROWS".to_owned(), "42".to_owned())]);
+        assert_eq!(*run.env(), [("WAYMARK_OUTPUT_FETCH_ROWS".to_owned(), "42".to_owned())]);
         assert_eq!(
             warnings,
             [(

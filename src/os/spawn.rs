@@ -39,12 +39,8 @@ impl BaseEnv {
     fn of(inherited: impl Iterator<Item = (OsString, OsString)>) -> BaseEnv {
         let mut vars: Vec<(OsString, CString)> = Vec::new();
         for (name, value) in inherited {
-            let mut entry = Vec::with_capacity(name.len() + 1 + value.len() + 1);
-            entry.extend_from_slice(name.as_bytes());
-            entry.push(b'=');
-            entry.extend_from_slice(value.as_bytes());
             // A variable the runner inherited cannot hold a NUL byte; none is left out.
-            let Ok(entry) = CString::new(entry) else { continue };
+            let Ok(entry) = entry(name.as_bytes(), value.as_bytes()) else { continue };
             match vars.iter_mut().find(|(seen, _)| *seen == name) {
                 Some(var) => var.1 = entry,
                 None => vars.push((name, entry)),
@@ -66,7 +62,10 @@ impl BaseEnv {
                 None => last.push(var),
             }
         }
-        let own = last.iter().map(|(name, value)| entry(name, value)).collect::<io::Result<Vec<CString>>>()?;
+        let own = last
+            .iter()
+            .map(|(name, value)| entry(name.as_bytes(), value.as_bytes()))
+            .collect::<io::Result<Vec<CString>>>()?;
         // The names set here, sorted: each inherited name is looked up among them.
         let mut names: Vec<&[u8]> = last.iter().map(|(name, _)| name.as_bytes()).collect();
         names.extend(late.iter().map(|name| name.as_bytes()));
@@ -75,16 +74,16 @@ impl BaseEnv {
             .filter(|(_, (name, _))| names.binary_search(&name.as_bytes()).is_err())
             .map(|(i, _)| i)
             .collect();
-        Ok(StepEnv { inherited, own, late, base_len: self.vars.len() })
+        Ok(StepEnv { inherited, own, late })
     }
 }
 
 /// `NAME=value` as a C string, or the error std's spawn gives for a NUL byte.
-fn entry(name: &str, value: &str) -> io::Result<CString> {
+fn entry(name: &[u8], value: &[u8]) -> io::Result<CString> {
     let mut entry = Vec::with_capacity(name.len() + 1 + value.len() + 1);
-    entry.extend_from_slice(name.as_bytes());
+    entry.extend_from_slice(name);
     entry.push(b'=');
-    entry.extend_from_slice(value.as_bytes());
+    entry.extend_from_slice(value);
     c_string(entry)
 }
 
@@ -96,8 +95,6 @@ pub(crate) struct StepEnv {
     own: Vec<CString>,
     /// The names an attempt sets itself, left out of both.
     late: &'static [&'static str],
-    /// How many variables the [`BaseEnv`] it was made from has (checked in debug builds).
-    base_len: usize,
 }
 
 impl StepEnv {
@@ -108,8 +105,10 @@ impl StepEnv {
         // A name set here but not prepared as late would be in the environment twice, and
         // `getenv` reads the first: the step's or the runner's value would win over the attempt's.
         debug_assert!(own.iter().all(|(name, _)| self.late.contains(&name.as_str())), "{own:?}");
-        debug_assert_eq!(base.vars.len(), self.base_len, "a StepEnv is used with the BaseEnv it was made from");
-        let own = own.iter().map(|(name, value)| entry(name, value)).collect::<io::Result<Vec<CString>>>()?;
+        let own = own
+            .iter()
+            .map(|(name, value)| entry(name.as_bytes(), value.as_bytes()))
+            .collect::<io::Result<Vec<CString>>>()?;
         let mut envp: Vec<*mut c_char> = Vec::with_capacity(self.inherited.len() + self.own.len() + own.len() + 1);
         envp.extend(self.inherited.iter().map(|&i| base.vars[i].1.as_ptr().cast_mut()));
         envp.extend(self.own.iter().chain(&own).map(|c| c.as_ptr().cast_mut()));
