@@ -324,6 +324,37 @@ fn a_bad_env_file_is_exit_2_naming_the_file_and_line_and_nothing_runs() {
     assert_eq!(json_of(&env, &["history", "--json"]), json!([]), "no run was recorded");
 }
 
+/// An env file that sets a variable waymark sets for every attempt is told, as the flow's `env` is:
+/// its value never reaches a step. `--strict` refuses it before anything runs.
+#[test]
+fn an_env_file_variable_waymark_sets_itself_is_a_warning_and_an_error_under_strict() {
+    let env = Env::new();
+    env.write(".env", "WAYMARK_STEP=mine\nA=1\nWAYMARK_ATTEMPT=9\n");
+    env.write(
+        "flow.toml",
+        "env_file = '.env'\n[[step]]\nname = 'show'\nshell = 'echo \"$WAYMARK_STEP $WAYMARK_ATTEMPT $A\"'\n",
+    );
+    let out = env.cmd(&["run", "--strict", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let said = "flow.toml:1: `env_file`: the env file DIR/.env sets `WAYMARK_ATTEMPT`, `WAYMARK_STEP`, which waymark \
+                sets for every attempt: no step sees the file's value";
+    assert_eq!(
+        normalise(&env, &stderr(&out)),
+        format!(
+            "error: {said} (an error under --strict); nothing ran: remove them from the env file, then run again\n"
+        )
+    );
+    assert_eq!(json_of(&env, &["history", "--json"]), json!([]), "no run was recorded");
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "show | show 1 1\n");
+    // Said once, before the run's own lines.
+    let said_then = normalise(&env, &stderr(&out));
+    let (first, rest) = said_then.split_once('\n').unwrap();
+    assert_eq!(first, format!("waymark: warning: {said}; remove them from the env file"));
+    assert!(rest.starts_with("waymark: run ID of flow: 1 step(s)\n") && !rest.contains("warning"), "{rest}");
+}
+
 /// `waymark resume` reads the env file the run recorded: a missing one is named with the flow
 /// file whose `env_file` recorded it, and the run is left as it was.
 #[test]

@@ -77,7 +77,7 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
     let new_run = |mut flow: Flow| -> Result<(Flow, RunEnv), CliError> {
         let values = resolved.clone().map_err(|e| CliError::Usage(format!("{e}; nothing ran")))?;
         flow.param_values = values;
-        let env = run_env(&flow, None, here)?;
+        let env = run_env(&flow, None, here, strict)?;
         if let Some(name) = flow.param_values.iter().find(|(_, v)| env.secrets.redact(v) != **v).map(|(k, _)| k) {
             // Given on the command line, or the default the flow file gives it.
             let whose = match params.iter().any(|(given, _)| given == name) {
@@ -155,7 +155,7 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
                 true => here,
                 false => EnvFileAt::Recorded { run_id: &old.id, flow_path: &old.flow_path },
             };
-            let env = run_env(&recorded, Some(&old.id), at)?;
+            let env = run_env(&recorded, Some(&old.id), at, strict)?;
             events.set_run(&old.id);
             if moved {
                 events.notice(
@@ -224,8 +224,32 @@ impl EnvFileAt<'_> {
 
 /// What this runner gives the run's attempts besides `flow`: its env file, read now, and its
 /// secrets. A bad env file is a usage error, named with the `env_file` field that names it
-/// (`at`); nothing ran (`resuming`: the run that was to resume).
-fn run_env(flow: &Flow, resuming: Option<&str>, at: EnvFileAt<'_>) -> Result<RunEnv, CliError> {
+/// (`at`); nothing ran (`resuming`: the run that was to resume). A variable of the file that
+/// waymark sets itself is a warning, as in the flow's `env`, and an error under `strict`.
+fn run_env(flow: &Flow, resuming: Option<&str>, at: EnvFileAt<'_>, strict: bool) -> Result<RunEnv, CliError> {
+    let mut env = read_env(flow, resuming, at)?;
+    let shadowed: Vec<String> = env.shadowed().map(|name| format!("`{name}`")).collect();
+    if let (Some(path), false) = (&flow.env_file, shadowed.is_empty()) {
+        let them = if shadowed.len() == 1 { "it" } else { "them" };
+        let what = format!(
+            "{}the env file {} sets {}, which waymark sets for every attempt: no step sees the file's value",
+            at.prefix(),
+            path.display(),
+            shadowed.join(", ")
+        );
+        if strict {
+            let then = resuming.map_or_else(|| "run again".to_owned(), |id| format!("run again to resume run {id}"));
+            return Err(CliError::Usage(format!(
+                "{what} (an error under --strict); nothing ran: remove {them} from the env file, then {then}"
+            )));
+        }
+        let message = format!("{what}; remove {them} from the env file");
+        env.warnings.push(message);
+    }
+    Ok(env)
+}
+
+fn read_env(flow: &Flow, resuming: Option<&str>, at: EnvFileAt<'_>) -> Result<RunEnv, CliError> {
     RunEnv::prepare(flow, |name| std::env::var_os(name)).map_err(|e| {
         let fix = match (&e, resuming) {
             // A resumed run reads the path it recorded, whatever the file says now.
@@ -453,7 +477,7 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, mode: Mode) -> 
     }
     // Its env file is read before the run is touched: a bad one leaves it as it was.
     let flow = recorded_flow(&record, store.location())?;
-    let env = run_env(&flow, Some(run_id), EnvFileAt::Recorded { run_id, flow_path: &record.flow_path })?;
+    let env = run_env(&flow, Some(run_id), EnvFileAt::Recorded { run_id, flow_path: &record.flow_path }, false)?;
     if record.status == RunStatus::Failed {
         store.reopen_failed(run_id)?;
     }
@@ -523,6 +547,9 @@ fn execute(
     events.set_run(&record.id);
     // From here on every event hides the run's secrets.
     events.set_secrets(Arc::clone(&env.secrets));
+    for message in &env.warnings {
+        events.warning(None, message.as_str());
+    }
     if let FlowGuard::File(lock) = &mut lock {
         lock.describe_holder(&record.id);
     }

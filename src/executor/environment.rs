@@ -26,6 +26,9 @@ pub(crate) struct RunEnv {
     pub(crate) file: BTreeMap<String, String>,
     /// The values of the `secret_env` variables.
     pub(crate) secrets: Arc<Secrets>,
+    /// What the runner says about them before the run goes on: the env file's variables that
+    /// waymark sets over it for every attempt, which no step sees.
+    pub(crate) warnings: Vec<String>,
 }
 
 /// Why the env file cannot be used; nothing runs.
@@ -62,7 +65,13 @@ impl RunEnv {
             None => BTreeMap::new(),
         };
         let secrets = secrets(flow, &file, inherited);
-        Ok(RunEnv { file, secrets: Arc::new(secrets) })
+        Ok(RunEnv { file, secrets: Arc::new(secrets), warnings: Vec::new() })
+    }
+
+    /// The env file's variables that waymark sets over it for every attempt (one of
+    /// [`crate::flow::model::WAYMARK_VARS`]): its value reaches no step.
+    pub(crate) fn shadowed(&self) -> impl Iterator<Item = &str> {
+        self.file.keys().map(String::as_str).filter(|k| crate::flow::model::WAYMARK_VARS.contains(k))
     }
 
     /// The variables an attempt of `step` gets over the inherited environment, lowest precedence
