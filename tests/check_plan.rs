@@ -263,3 +263,25 @@ run = ["true"]
          ends the run after 1h\n"
     );
 }
+
+/// A flow is reviewed with `check` before it runs: a control character in it (an escape that
+/// recolours, a carriage return that writes over the line) is shown as its picture, never sent
+/// to the terminal, in the plan as in the diagnostics (`tests/diagnostics/exit_code_class_with_escape.toml`).
+#[test]
+fn control_characters_in_a_flow_are_shown_never_acted_on() {
+    let flow = "[params]\nwho = \"tab\\there\"\n\n[[step]]\nname = \"a\"\nrun = [\"echo\", \"\\u001b[31mhidden\\rX\"]\n\
+                retry = { exception_types = [\"ConnectionError\"] }\ncompensate = [\"echo\", \"undo\\u0007\"]\n";
+    assert_eq!(
+        plan(flow),
+        format!(
+            "flow flow (flow.toml): 1 step, run in order\n  \
+         params:       who = \"tab\\there\"\n  \
+         1. a\n     \
+         command:  echo '␛[31mhidden␍X'\n\
+         {NO_TIMEOUT}     \
+         retry:    up to 101 attempts on ConnectionError\n     \
+         backoff:  none: each retry starts at once\n     \
+         compensate: echo 'undo␇'\n"
+        )
+    );
+}

@@ -102,6 +102,12 @@ fn parse(bytes: &[u8]) -> Result<Option<ReportedError>, String> {
         Some(Value::String(s)) => class_name("type", s)?,
         Some(other) => return Err(format!(r#""type" must be a string, not {}"#, kind(other))),
     };
+    // The run's own error when the flow's `timeout` passes: no attempt fails with it.
+    if class == super::classes::WORKFLOW_TIMEOUT {
+        return Err(format!(
+            r#""type" is {class}, which only waymark reports, when the flow's `timeout` passes: report a class of your own"#
+        ));
+    }
     let bases = bases(&object)?;
     let message = match object.remove("message") {
         None | Some(Value::Null) => None,
@@ -197,6 +203,21 @@ mod tests {
 
     fn invalid(what: &str) -> ErrorFileOutcome {
         ErrorFileOutcome::Invalid(format!("error file {P}: {what}"))
+    }
+
+    #[test]
+    fn workflow_timeout_is_waymark_s_own_and_no_child_reports_it() {
+        assert_eq!(
+            parse_str(r#"{"type": "mod.WorkflowTimeout", "message": "deadline"}"#),
+            invalid(
+                r#""type" is WorkflowTimeout, which only waymark reports, when the flow's `timeout` passes: report a class of your own"#
+            )
+        );
+        // A class of that name in a child's bases is only a base.
+        assert_eq!(
+            parse_str(r#"{"type": "Late", "bases": ["WorkflowTimeout"]}"#),
+            reported("Late", Some(&["WorkflowTimeout"]), None)
+        );
     }
 
     /// A fresh, empty directory under the system temp dir, removed on drop.

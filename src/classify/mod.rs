@@ -164,8 +164,19 @@ pub(crate) fn classify(ending: &Ending, ev: Evidence<'_>) -> (ErrorValue, Vec<St
         && ev.detect_tracebacks
         && let Some(tb) = traceback::parse_traceback(ev.stderr_tail)
     {
-        let bases = reported_bases(ev.classes, &tb.class);
-        return (ErrorValue { class: tb.class, bases, message: tb.message, source: ErrorSource::Traceback }, warnings);
+        // The run's own error when the flow's `timeout` passes: no attempt fails with it.
+        if tb.class != classes::WORKFLOW_TIMEOUT {
+            let bases = reported_bases(ev.classes, &tb.class);
+            return (
+                ErrorValue { class: tb.class, bases, message: tb.message, source: ErrorSource::Traceback },
+                warnings,
+            );
+        }
+        warnings.push(format!(
+            "ignored the traceback: its class is {}, which only waymark reports, when the flow's `timeout` passes; \
+             give your class another name",
+            tb.class
+        ));
     }
     let (mapped, message, fallback, fallback_source) = match ending {
         Ending::Exited(code) => (
@@ -213,6 +224,26 @@ mod tests {
 
     const TB: &str =
         "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nConnectionResetError: reset\n";
+
+    #[test]
+    fn a_traceback_of_a_class_named_workflow_timeout_is_not_waymark_s_deadline() {
+        let tree = ClassTree::default();
+        let ev = Evidence {
+            classes: &tree,
+            step_codes: &ExitCodes::default(),
+            flow_codes: &ExitCodes::default(),
+            detect_tracebacks: true,
+            error_file: ErrorFileOutcome::Empty,
+            stderr_tail: "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nWorkflowTimeout: late\n",
+        };
+        let (e, warnings) = classify(&Ending::Exited(1), ev);
+        assert_eq!(e.to_string(), "CalledProcessError(SubprocessError, Exception, BaseException): exit status 1");
+        assert_eq!(
+            warnings,
+            ["ignored the traceback: its class is WorkflowTimeout, which only waymark reports, when the flow's \
+              `timeout` passes; give your class another name"]
+        );
+    }
 
     #[test]
     fn precedence_is_file_then_traceback_then_mapping_then_status() {

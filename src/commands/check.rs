@@ -16,6 +16,12 @@ pub(crate) fn check(path: &Path, strict: bool, explain: bool) -> Result<i32, Cli
     if explain {
         text.push_str(&explanation(&loaded.flow));
     }
+    // A flow's commands and names as written, but never a control character the terminal would
+    // act on: `check` is how a flow is reviewed before it runs.
+    let text = match flow::diagnostic::visible(&text) {
+        std::borrow::Cow::Borrowed(_) => text,
+        std::borrow::Cow::Owned(shown) => shown,
+    };
     super::output::print(text)?;
     // The process exits next: freeing a flow of 10,000 steps piece by piece would cost about as
     // much as printing its plan.
@@ -131,7 +137,7 @@ fn settings(flow: &Flow, parallel: bool) -> Vec<(&'static str, String)> {
             .params
             .iter()
             .map(|(name, p)| match &p.default {
-                Some(d) => format!("{name} = {d:?}"),
+                Some(d) => format!("{name} = {}", flow::toml_quoted(d)),
                 None => format!("{name} (required)"),
             })
             .collect();

@@ -1,6 +1,7 @@
 //! Errors and warnings about a flow file, drawn with the offending line and a caret.
 
 use annotate_snippets::{AnnotationKind, Level, Renderer, Snippet};
+use std::borrow::Cow;
 use std::cell::Cell;
 use std::ops::Range;
 use toml::Spanned;
@@ -89,7 +90,8 @@ impl Diagnostic {
             Severity::Error => Level::ERROR,
             Severity::Warning => Level::WARNING,
         };
-        let title = level.primary_title(self.message.as_str());
+        let (message, label) = (visible(&self.message), visible(&self.label));
+        let title = level.primary_title(message.as_ref());
         // For a window of a long line: the `:LINE:COLUMN` the renderer writes, and the right one.
         let mut shift = None;
         let group = match &self.span {
@@ -103,9 +105,10 @@ impl Diagnostic {
                     }
                 };
                 let (from, to) = window(source, line_start, &span, keep);
-                let snippet = Snippet::source(&source[from..to]).line_start(line).path(path).annotation(
-                    AnnotationKind::Primary.span(span.start - from..span.end - from).label(self.label.as_str()),
-                );
+                let snippet = Snippet::source(&source[from..to])
+                    .line_start(line)
+                    .path(path)
+                    .annotation(AnnotationKind::Primary.span(span.start - from..span.end - from).label(label.as_ref()));
                 if from != line_start {
                     // The renderer counts the column from the start of what it is given.
                     let column = match self.location {
@@ -120,7 +123,7 @@ impl Diagnostic {
             None => title.element(annotate_snippets::Origin::path(path)),
         };
         let group = match &self.help {
-            Some(help) => group.element(Level::HELP.message(help.as_str())),
+            Some(help) => group.element(Level::HELP.message(visible(help))),
             None => group,
         };
         let renderer = if color { Renderer::styled() } else { Renderer::plain() };
@@ -138,6 +141,28 @@ impl Diagnostic {
         }
         out
     }
+}
+
+/// `text` as a terminal can show it: every control character but a newline (an escape sequence
+/// that would recolour or hide what follows, a carriage return that would let a flow write over
+/// its own command) as its Unicode control picture (`␛`, `␍`), as the source lines of diagnostics
+/// are shown; the C1 controls, which have none, as `�`.
+pub(crate) fn visible(text: &str) -> Cow<'_, str> {
+    // The C1 controls are the only controls of more than one byte, and all start with 0xC2.
+    if !text.bytes().any(|b| (b < 0x20 && b != b'\n') || b == 0x7f || b == 0xc2) {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(
+        text.chars()
+            .map(|c| match c {
+                '\n' => c,
+                '\0'..='\x1f' => char::from_u32(0x2400 + c as u32).unwrap_or('\u{fffd}'),
+                '\x7f' => '\u{2421}',
+                c if c.is_control() => '\u{fffd}',
+                c => c,
+            })
+            .collect(),
+    )
 }
 
 /// Columns of a long line kept on either side of a span: twice the 140 the renderer shows of a

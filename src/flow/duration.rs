@@ -43,11 +43,11 @@ pub(crate) fn resolve(raw: &RawDuration, allow_zero: bool) -> Result<Duration, I
                     .and_then(|rest| humantime::parse_duration(rest.trim_start()).ok())
                     .is_some_and(|d| !d.is_zero()) =>
             {
-                return Err(negative(format!("{text:?}")));
+                return Err(negative(super::toml_quoted(text)));
             }
             Err(e) => {
                 return Err(Invalid {
-                    message: format!("invalid duration {text:?}: {e}"),
+                    message: format!("invalid duration {}: {e}", super::toml_quoted(text)),
                     label: None,
                     help: Some(FORMS),
                 });

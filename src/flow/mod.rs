@@ -70,6 +70,12 @@ impl LoadError {
 }
 
 /// Read, parse and validate the flow file at `path`.
+/// `text` as a TOML string, as it could be written in a flow file: for a value quoted back in a
+/// message or a plan (`"5\u0007s"`, not Rust's `"5\u{7}s"`).
+pub(crate) fn toml_quoted(text: &str) -> String {
+    toml::Value::String(text.to_owned()).to_string()
+}
+
 pub(crate) fn load(path: &Path) -> Result<Loaded, LoadError> {
     let read_error = |source| LoadError::Read { path: path.to_owned(), source };
     let mut bytes = Vec::new();

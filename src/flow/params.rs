@@ -15,6 +15,13 @@ pub enum ParamError {
     /// A name the flow does not declare.
     #[error("{}", undeclared(flow, name, declared))]
     Undeclared { flow: String, name: String, declared: Vec<String> },
+    /// A value longer than a step's variable can hold (checked here, not by the argument parser,
+    /// which would repeat the whole value in its message).
+    #[error(
+        "the value of `--param {name}` is {bytes} bytes, more than the system passes to a program in one variable \
+         (at most {most} under this name); put it in a file and pass the file's path"
+    )]
+    TooLong { name: String, bytes: usize, most: usize },
     /// The same name given twice.
     #[error("`--param {name}` is given twice (`{first}` and `{second}`); give each parameter once")]
     Repeated { name: String, first: String, second: String },
@@ -75,15 +82,6 @@ pub fn parse_arg(arg: &str) -> Result<(String, String), ParamError> {
              give one of the names the flow declares under `[params]`"
         )));
     }
-    // A step gets it as `WAYMARK_PARAM_NAME=value`: one string, which the kernel limits.
-    let most = super::validate::max_arg().saturating_sub(env_name(name).len() + 1);
-    if value.len() > most {
-        return Err(malformed(format!(
-            "its value is {} bytes, more than the system passes to a program in one variable (at most {most} \
-             under this name); put it in a file and pass the file's path",
-            value.len()
-        )));
-    }
     Ok((name.to_owned(), value.to_owned()))
 }
 
@@ -100,6 +98,11 @@ pub fn resolve(flow: &Flow, given: &[(String, String)]) -> Result<BTreeMap<Strin
                 name: name.clone(),
                 declared: flow.params.keys().cloned().collect(),
             });
+        }
+        // A step gets it as `WAYMARK_PARAM_NAME=value`: one string, which the kernel limits.
+        let most = super::validate::max_arg().saturating_sub(env_name(name).len() + 1);
+        if value.len() > most {
+            return Err(ParamError::TooLong { name: name.clone(), bytes: value.len(), most });
         }
         if let Some(first) = set.insert(name, value) {
             return Err(ParamError::Repeated { name: name.clone(), first: first.to_owned(), second: value.clone() });
@@ -215,19 +218,19 @@ mod tests {
         assert_eq!(parse_arg("_x=").unwrap(), ("_x".into(), String::new()));
     }
 
-    /// A value too long for the variable a step gets it as is a usage error, naming the limit;
-    /// one just short of it is taken.
+    /// A value too long for the variable a step gets it as is a usage error, naming the limit
+    /// and not the value; one just short of it is taken.
     #[test]
     fn a_value_too_long_to_pass_is_refused() {
+        let f = flow("day = {}");
         let most = crate::flow::validate::max_arg() - "WAYMARK_PARAM_DAY=".len();
-        assert!(parse_arg(&format!("day={}", "x".repeat(most))).is_ok());
-        let err = parse_arg(&format!("day={}", "x".repeat(most + 1))).unwrap_err();
-        let ParamError::Malformed { why, .. } = err else { panic!("{err:?}") };
+        assert!(resolve(&f, &given(&[&format!("day={}", "x".repeat(most))])).is_ok());
+        let err = resolve(&f, &given(&[&format!("day={}", "x".repeat(most + 1))])).unwrap_err();
         assert_eq!(
-            why,
+            err.to_string(),
             format!(
-                "its value is {} bytes, more than the system passes to a program in one variable (at most {most} \
-                 under this name); put it in a file and pass the file's path",
+                "the value of `--param day` is {} bytes, more than the system passes to a program in one variable \
+                 (at most {most} under this name); put it in a file and pass the file's path",
                 most + 1
             )
         );

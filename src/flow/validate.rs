@@ -36,6 +36,9 @@ pub(crate) const MAX_FLOW_NAME: usize = 255 - ".lock".len();
 /// on a hostile file, while a flow of a hundred steps gets a suggestion for 2,000 unknown names.
 const MAX_CYCLES_REPORTED: usize = 20;
 const MAX_SUGGESTION_WORK: usize = 200_000;
+/// The most classes of `[errors]` reported as impossible to place (a cycle, an inconsistent order,
+/// a chain too long); past it, every class is taken as a plain `Exception`, and nothing more is said.
+const MAX_CLASS_ERRORS: usize = 16;
 /// Longest cycle spelled out in full; a longer one is shortened in the middle.
 const MAX_CYCLE_SHOWN: usize = 10;
 /// Most steps without `needs` a cycle's help names.
@@ -981,10 +984,14 @@ impl Validator<'_> {
                     Some("choose another name for your class".into());
                 continue;
             }
-            let mut list = Vec::new();
+            let mut list: Vec<String> = Vec::new();
             for base in bases.get_ref() {
                 let b = base.get_ref();
-                if !is_builtin(b) && !declared.contains(b.as_str()) {
+                if list.contains(b) {
+                    let d = self.error(base.span(), &format!("duplicate base class `{b}`"));
+                    d.label = "listed again".into();
+                    d.help = Some("remove one of the two".into());
+                } else if !is_builtin(b) && !declared.contains(b.as_str()) {
                     // The declared classes in the order of their names, not of a hash set's: of two
                     // equally close names, the same one is suggested on every run.
                     let declared_names = errors.keys().map(|k| k.get_ref().as_str());
@@ -1001,58 +1008,95 @@ impl Validator<'_> {
             }
             user.push((n.clone(), list));
         }
-        match ClassTree::new(user.clone()) {
-            Ok(tree) => tree,
-            Err(e) => {
-                let (class, what, help) = match &e {
-                    ClassError::Cycle(class, path) => {
-                        // `path` is the walk that led back to `class`; keep only the loop itself.
-                        let walk: Vec<&str> = path.split(" -> ").collect();
-                        let start = walk.iter().position(|c| c == class).unwrap_or(0);
-                        (
-                            class,
-                            format!("class `{class}` inherits from itself: {} -> {class}", walk[start..].join(" -> ")),
-                            "a class cannot be its own base; remove one of the bases in this cycle",
-                        )
-                    }
-                    ClassError::Inconsistent(class) => {
-                        (class, e.to_string(), "reorder its bases so that a subclass comes before its own bases")
-                    }
-                    ClassError::TooMany(class) => {
-                        (class, e.to_string(), "declare only the classes your steps report or match on")
-                    }
-                    ClassError::TooDeep(class) => (
-                        class,
-                        e.to_string(),
-                        "shorten the chain: `exception_types` matches any class along it, so intermediate \
-                         classes are rarely needed",
-                    ),
-                };
-                match errors.keys().find(|k| k.get_ref() == class) {
-                    Some(key) => {
-                        let d = self.error(key.span(), &what);
-                        d.label = match e {
-                            ClassError::Cycle(..) => "in an inheritance cycle",
-                            ClassError::Inconsistent(_) => "inconsistent bases",
-                            ClassError::TooMany(_) => "one class too many",
-                            ClassError::TooDeep(_) => "too many bases",
-                        }
-                        .into();
-                        d.help = Some(help.into());
-                    }
-                    None => self
-                        .diags
-                        .push(Diagnostic::error(None, format!("invalid [errors]: {e}")).help(Some(help.into()))),
+        // Each class that cannot be placed is reported and then taken as if it had no bases of its
+        // own (`["Exception"]`, which can never be wrong), so that the next one is found too and
+        // every class still counts as declared where it is used. After a few, the rest are
+        // taken that way at once: a file of thousands of broken classes costs no more.
+        let mut reported = 0;
+        loop {
+            let e = match ClassTree::new(user.clone()) {
+                Ok(tree) => return tree,
+                Err(e) => e,
+            };
+            let class = match &e {
+                ClassError::Cycle(class, _)
+                | ClassError::Inconsistent(class)
+                | ClassError::TooMany(class)
+                | ClassError::TooDeep(class) => class.clone(),
+            };
+            self.class_error(errors, &e);
+            reported += 1;
+            for (name, list) in &mut user {
+                if *name == class || reported >= MAX_CLASS_ERRORS {
+                    *list = vec!["Exception".to_owned()];
                 }
-                ClassTree::default()
             }
+        }
+    }
+
+    /// Report why class `e` names cannot be placed in the hierarchy, at its key in `[errors]`.
+    fn class_error(&mut self, errors: &BTreeMap<Str, Spanned<Vec<Str>>>, e: &ClassError) {
+        let (class, what, help) = match e {
+            ClassError::Cycle(class, path) => {
+                // `path` is the walk that led back to `class`; keep only the loop itself.
+                let walk: Vec<&str> = path.split(" -> ").collect();
+                let start = walk.iter().position(|c| c == class).unwrap_or(0);
+                (
+                    class,
+                    format!("class `{class}` inherits from itself: {} -> {class}", walk[start..].join(" -> ")),
+                    "a class cannot be its own base; remove one of the bases in this cycle",
+                )
+            }
+            ClassError::Inconsistent(class) => {
+                (class, e.to_string(), "reorder its bases so that a subclass comes before its own bases")
+            }
+            ClassError::TooMany(class) => {
+                (class, e.to_string(), "declare only the classes your steps report or match on")
+            }
+            ClassError::TooDeep(class) => (
+                class,
+                e.to_string(),
+                "shorten the chain: `exception_types` matches any class along it, so intermediate classes are \
+                 rarely needed",
+            ),
+        };
+        match errors.keys().find(|k| k.get_ref() == class) {
+            Some(key) => {
+                let d = self.error(key.span(), &what);
+                d.label = match e {
+                    ClassError::Cycle(..) => "in an inheritance cycle",
+                    ClassError::Inconsistent(_) => "inconsistent bases",
+                    ClassError::TooMany(_) => "one class too many",
+                    ClassError::TooDeep(_) => "too many bases",
+                }
+                .into();
+                d.help = Some(help.into());
+            }
+            None => self.diags.push(Diagnostic::error(None, format!("invalid [errors]: {e}")).help(Some(help.into()))),
         }
     }
 
     fn exit_codes(&mut self, raw: &StrMap, classes: &ClassTree) -> ExitCodes {
         let mut out = ExitCodes::default();
-        for (key, class) in raw {
+        // In the order of the file, so that of two keys for one code ("1" and "01") the second
+        // is the one said to be written twice.
+        let mut entries: Vec<_> = raw.iter().collect();
+        entries.sort_by_key(|(key, _)| key.span().start);
+        let mut first: HashMap<String, &str> = HashMap::new();
+        for (key, class) in entries {
             let k = key.get_ref();
+            let same = |number: String| (first.get(&number).copied(), number);
+            let (earlier, number) = match k.parse::<u16>() {
+                Ok(code) => same(code.to_string()),
+                Err(_) => same(Signal::parse(k).map_or_else(|| k.clone(), |sig| sig.name().to_owned())),
+            };
+            if let Some(earlier) = earlier {
+                let d = self.error(key.span(), &format!("`{number}` is mapped twice, as \"{earlier}\" and as \"{k}\""));
+                d.label = "mapped again".into();
+                d.help = Some("keep one of the two".into());
+                continue;
+            }
+            first.insert(number, k.as_str());
             if let Ok(code) = k.parse::<u16>() {
                 match u8::try_from(code) {
                     Ok(c) if c >= 1 => {
@@ -1076,12 +1120,25 @@ impl Validator<'_> {
                     });
             }
             let c = class.get_ref();
-            if !classes.knows(c) {
+            if c == WORKFLOW_TIMEOUT {
+                let d = self.error(class.span(), &format!("a step cannot fail with `{WORKFLOW_TIMEOUT}`"));
+                d.label = "waymark's own class".into();
+                d.help = Some(format!(
+                    "`{WORKFLOW_TIMEOUT}` is what a run fails with when the flow's `timeout` passes: map the code to a \
+                     class of your own, declared in [errors]"
+                ));
+            } else if !classes.knows(c) {
                 let hint = classes.suggest(c);
                 let d = self.error(class.span(), &format!("unknown error class `{c}`"));
                 d.label = "not declared".into();
                 d.help = Some(match hint {
                     Some(h) => format!("did you mean `{h}`? To use a new name, declare it in [errors]"),
+                    None if c.contains('.') => c.rsplit('.').next().map_or_else(String::new, |last| {
+                        format!("an error class name is a bare class name: write `{last}`, declared in [errors]")
+                    }),
+                    None if !is_identifier(c) => {
+                        "an error class name is letters, digits and `_`, not starting with a digit: correct it".into()
+                    }
                     None => format!("declare it in [errors], e.g. `{c} = [\"Exception\"]`"),
                 });
             }
@@ -1232,6 +1289,14 @@ impl Validator<'_> {
                     "exception types are matched by bare class name; a module path is not allowed",
                 )
                 .help = n.rsplit('.').next().map(|last| format!("write `{last}`"));
+            } else if !is_identifier(n) {
+                let d = self.error(item.span(), &format!("`{n}` is not a class name, so no error has it"));
+                d.label = "never matches".into();
+                d.help = Some("a class name is letters, digits and `_`, not starting with a digit: correct it".into());
+            } else if names.contains(n) {
+                let d = self.warn(item.span(), &format!("`{n}` is listed twice"));
+                d.label = "listed again".into();
+                d.help = Some("remove one of the two".into());
             } else if n == WORKFLOW_TIMEOUT {
                 let d = self.error(
                     item.span(),
@@ -1328,10 +1393,17 @@ impl Validator<'_> {
                 Some(p) => Some((Arc::clone(p), Some(name.clone()))),
                 None => {
                     let hint = crate::suggest::closest(name, policies.keys().map(String::as_str));
-                    let d = self.error(raw.span(), &format!("no policy named `{name}` in [policies]"));
+                    let what = match name.is_empty() {
+                        true => "an empty policy name".to_owned(),
+                        false => format!("no policy named `{name}` in [policies]"),
+                    };
+                    let d = self.error(raw.span(), &what);
                     d.label = "unknown policy".into();
                     d.help = Some(match hint {
                         Some(h) => format!("did you mean `{h}`?"),
+                        None if !is_name(name, "_-") => {
+                            "name a policy of [policies], or write the policy inline: `retry = { attempts = 3 }`".into()
+                        }
                         None => format!("define it as [policies.{name}] or write the policy inline"),
                     });
                     None
@@ -1355,8 +1427,11 @@ impl Validator<'_> {
             "none" => Some(false),
             other => {
                 let hint = crate::suggest::closest(other, DETECT_VALUES);
-                self.error(raw.span(), &format!("`detect_errors` must be \"auto\" or \"none\", not {other:?}")).help =
-                    hint.map(|h| format!("did you mean \"{h}\"?"));
+                self.error(
+                    raw.span(),
+                    &format!("`detect_errors` must be \"auto\" or \"none\", not {}", super::toml_quoted(other)),
+                )
+                .help = hint.map(|h| format!("did you mean \"{h}\"?"));
                 None
             }
         }
