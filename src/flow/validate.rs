@@ -1078,6 +1078,10 @@ impl Validator<'_> {
 
     fn exit_codes(&mut self, raw: &StrMap, classes: &ClassTree) -> ExitCodes {
         let mut out = ExitCodes::default();
+        if raw.is_empty() {
+            // Most steps: nothing to sort or remember.
+            return out;
+        }
         // In the order of the file, so that of two keys for one code ("1" and "01") the second
         // is the one said to be written twice.
         let mut entries: Vec<_> = raw.iter().collect();
