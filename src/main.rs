@@ -10,8 +10,15 @@ fn main() {
     waymark::commands::complete::complete_if_asked();
     // `--color` is read first so that clap's own help and errors follow it too.
     let color = waymark::cli::ColorArg::from_args(std::env::args_os());
-    let matches =
-        waymark::cli::Cli::command().color(color.clap()).get_matches_from(waymark::cli::args(std::env::args_os()));
+    let parsed =
+        waymark::cli::Cli::command().color(color.clap()).try_get_matches_from(waymark::cli::args(std::env::args_os()));
+    let matches = match parsed {
+        Ok(matches) => matches,
+        // Usage errors go to stderr with exit status 2, as clap words them.
+        Err(e) if e.use_stderr() => e.exit(),
+        // Help and version text, printed as every command's output is.
+        Err(e) => std::process::exit(waymark::commands::print_clap_text(&e)),
+    };
     let cli = waymark::cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let code = match waymark::commands::dispatch(cli) {
         Ok(code) => code,

@@ -204,8 +204,12 @@ fn run_id(env: &Env) -> String {
 /// Every command that prints on stdout, with arguments for [`env_with_a_run`].
 fn printing_commands(env: &Env) -> Vec<Vec<String>> {
     let run = run_id(env);
-    let commands: [&[&str]; 9] = [
+    let commands: [&[&str]; 13] = [
         &["check", "flow.toml"],
+        &["--help"],
+        &["run", "--help"],
+        &["help", "run"],
+        &["--version"],
         &["history"],
         &["history", "--json"],
         &["status"],

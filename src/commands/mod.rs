@@ -417,6 +417,22 @@ fn stderr_color() -> bool {
     COLOR.get().copied().unwrap_or(ColorArg::Auto).colors(std::io::stderr().is_terminal())
 }
 
+/// Print the help or version text clap made instead of parsing (`--help`, `help run`,
+/// `--version`) as every command prints: a closed stdout ends it quietly, a full one is exit
+/// status 4 with a message. Returns the exit status.
+pub fn print_clap_text(e: &clap::Error) -> i32 {
+    use std::io::Write;
+    let printed = e.print().and_then(|()| std::io::stdout().flush());
+    match printed.map_err(output::failed) {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            // A closed or full stderr leaves nothing to tell: the exit status still does.
+            let _ = std::io::stderr().write_all(e.render().as_bytes());
+            e.exit_code()
+        }
+    }
+}
+
 /// Run the parsed command line.
 pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
     let _ = COLOR.set(cli.color);

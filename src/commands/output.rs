@@ -32,7 +32,7 @@ pub(crate) fn copy(from: &mut impl Read) -> Result<Result<(), std::io::Error>, C
     Ok(Ok(()))
 }
 
-fn failed(e: std::io::Error) -> CliError {
+pub(super) fn failed(e: std::io::Error) -> CliError {
     if e.kind() == ErrorKind::BrokenPipe {
         return CliError::StdoutClosed;
     }
