@@ -873,6 +873,35 @@ fn an_unusable_state_directory_exits_4() {
     assert!(!env.path("ran").exists());
 }
 
+/// A state directory that is a file: `run` says so, and the commands that read one name the error
+/// once (the system's words are not repeated after the advice).
+#[test]
+fn a_state_directory_that_is_a_file_is_said_once_and_plainly() {
+    let env = Env::new();
+    env.write("flow.toml", "[[step]]\nname = 'a'\nrun = ['touch', 'ran']\n");
+    env.write("file", "");
+    let dir = env.dir.path().canonicalize().unwrap();
+    let said = |args: &[&str]| {
+        let out = env.cmd(args).output().unwrap();
+        (out.status.code(), stderr(&out).replace(dir.to_str().unwrap(), "DIR"))
+    };
+    assert_eq!(
+        said(&["--state-dir", "file", "run", "flow.toml"]),
+        (
+            Some(4),
+            "error: cannot use DIR/file as the state directory: it exists and is not a directory; choose another \
+             with --state-dir or WAYMARK_STATE_DIR\n"
+                .to_owned()
+        )
+    );
+    let unusable = "error: cannot open the state directory DIR/file: Not a directory (os error 20); choose another \
+                    state directory with --state-dir or WAYMARK_STATE_DIR\n";
+    for command in ["history", "status"] {
+        assert_eq!(said(&["--state-dir", "file", command]), (Some(4), unusable.to_owned()), "{command}");
+    }
+    assert!(!env.path("ran").exists());
+}
+
 /// Makes a directory tree read-only, even for root (with `chattr +i`), until dropped.
 struct ReadOnly(Vec<std::path::PathBuf>);
 

@@ -243,8 +243,16 @@ fn create_state_dir(dir: &std::path::Path) -> Result<StateDir, CliError> {
             "the state directory {} vanished as it was created; run again, or choose another with --state-dir",
             dir.display()
         ))),
-        Err(statedir::TrustError::Io { path, source, .. }) => Err(CliError::Internal(anyhow::anyhow!(
-            "cannot create the state directory {}: {source}; choose another with --state-dir or WAYMARK_STATE_DIR",
+        // `mkdir` of a path a file holds.
+        Err(statedir::TrustError::Io { path, error, .. }) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+            Err(CliError::Internal(anyhow::anyhow!(
+                "cannot use {} as the state directory: it exists and is not a directory; choose another with \
+                 --state-dir or WAYMARK_STATE_DIR",
+                path.display()
+            )))
+        }
+        Err(statedir::TrustError::Io { path, error, .. }) => Err(CliError::Internal(anyhow::anyhow!(
+            "cannot create the state directory {}: {error}; choose another with --state-dir or WAYMARK_STATE_DIR",
             path.display()
         ))),
         Err(e) => Err(CliError::Internal(e.into())),

@@ -46,13 +46,13 @@ pub enum TrustError {
     )]
     WrongKind { what: &'static str, path: PathBuf, found: &'static str },
     #[error(
-        "cannot open the {what} {path}: {source}; choose another state directory with --state-dir or WAYMARK_STATE_DIR"
+        "cannot open the {what} {path}: {error}; choose another state directory with --state-dir or WAYMARK_STATE_DIR"
     )]
     Io {
         what: &'static str,
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        // Said in the message: not also a `source`, which a chain of causes would say again.
+        error: std::io::Error,
     },
 }
 
@@ -139,7 +139,7 @@ pub(crate) fn check_entry(
     let st = match nix::sys::stat::fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(st) => st,
         Err(Errno::ENOENT) => return Ok(()),
-        Err(e) => return Err(TrustError::Io { what, path, source: e.into() }),
+        Err(e) => return Err(TrustError::Io { what, path, error: e.into() }),
     };
     match kind(&st) {
         k if k == want => check_owner_and_mode(what, &path, &st),
@@ -160,7 +160,7 @@ pub(crate) fn open_subdir(
     what: &'static str,
 ) -> Result<OwnedFd, TrustError> {
     let path = dir_path.join(name);
-    let io = |e: Errno| TrustError::Io { what, path: path.clone(), source: e.into() };
+    let io = |e: Errno| TrustError::Io { what, path: path.clone(), error: e.into() };
     match nix::sys::stat::mkdirat(dir.as_fd(), name, Mode::S_IRWXU) {
         Ok(()) | Err(Errno::EEXIST) => {}
         Err(e) => return Err(io(e)),
@@ -219,7 +219,7 @@ impl StateDir {
         prepare(dir, true)?.ok_or_else(|| TrustError::Io {
             what: "state directory",
             path: dir.to_owned(),
-            source: std::io::ErrorKind::NotFound.into(),
+            error: std::io::ErrorKind::NotFound.into(),
         })
     }
 
@@ -303,7 +303,7 @@ impl StateDir {
 /// or `None` when it does not exist and `create` is false.
 pub(crate) fn prepare(dir: &Path, create: bool) -> Result<Option<StateDir>, TrustError> {
     let what = "state directory";
-    let io = |source| TrustError::Io { what, path: dir.to_owned(), source };
+    let io = |error| TrustError::Io { what, path: dir.to_owned(), error };
     if create {
         super::create_dir_following(dir).map_err(io)?;
     }
