@@ -1416,11 +1416,41 @@ impl Validator<'_> {
         }
     }
 
+    /// A `kill_signal`: a known signal, one that ends a process unless it handles it.
     fn signal(&mut self, raw: &Str) -> Option<Signal> {
+        use nix::sys::signal::Signal as S;
         let sig = Signal::parse(raw.get_ref());
-        if sig.is_none() {
-            self.error(raw.span(), &format!("unknown signal `{}`", raw.get_ref())).help =
-                Some("use a signal name such as \"SIGTERM\", \"SIGINT\" or \"SIGKILL\"".into());
+        match sig.map(|s| s.0) {
+            None => {
+                // Compared without the `SIG` all names share: `SIGFOO` is not a typo of `SIGFPE`.
+                let written = raw.get_ref().to_ascii_uppercase();
+                let bare = written.strip_prefix("SIG").unwrap_or(&written);
+                let hint = crate::suggest::closest(bare, S::iterator().map(|s| &s.as_str()[3..]))
+                    .map(|name| format!("SIG{name}"));
+                self.error(raw.span(), &format!("unknown signal `{}`", raw.get_ref())).help = Some(match hint {
+                    Some(h) => format!("did you mean \"{h}\"?"),
+                    None => "use a signal name such as \"SIGTERM\", \"SIGINT\" or \"SIGKILL\"".into(),
+                });
+            }
+            // Their default action stops the process, or does nothing.
+            Some(
+                s @ (S::SIGSTOP
+                | S::SIGTSTP
+                | S::SIGTTIN
+                | S::SIGTTOU
+                | S::SIGCONT
+                | S::SIGCHLD
+                | S::SIGURG
+                | S::SIGWINCH),
+            ) => {
+                let d = self.warn(raw.span(), &format!("`{}` does not end a process", s.as_str()));
+                d.label = "stops it or does nothing".into();
+                d.help = Some(
+                    "the step's processes go on until SIGKILL, `kill_grace` later: use \"SIGTERM\" or \"SIGINT\""
+                        .into(),
+                );
+            }
+            Some(_) => {}
         }
         sig
     }
