@@ -113,7 +113,7 @@ Register-ArgumentCompleter -Native -CommandName 'waymark' -ScriptBlock {
             break
         }
         'waymark;logs' {
-            [CompletionResult]::new('--attempt', '--attempt', [CompletionResultType]::ParameterName, 'Which attempt [default: the last one]')
+            [CompletionResult]::new('--attempt', '--attempt', [CompletionResultType]::ParameterName, 'Which attempt, from 1 [default: the last one]')
             [CompletionResult]::new('--stream', '--stream', [CompletionResultType]::ParameterName, 'Only this stream [default: both]')
             [CompletionResult]::new('--state-dir', '--state-dir', [CompletionResultType]::ParameterName, 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]')
             [CompletionResult]::new('--store', '--store', [CompletionResultType]::ParameterName, 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]')

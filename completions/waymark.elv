@@ -103,7 +103,7 @@ set edit:completion:arg-completer[waymark] = {|@words|
             cand --help 'Print help'
         }
         &'waymark;logs'= {
-            cand --attempt 'Which attempt [default: the last one]'
+            cand --attempt 'Which attempt, from 1 [default: the last one]'
             cand --stream 'Only this stream [default: both]'
             cand --state-dir 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]'
             cand --store 'Where runs are recorded: `sqlite:` (the state directory''s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]'

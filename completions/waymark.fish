@@ -108,7 +108,7 @@ never\t''"
 complete -c waymark -n "__fish_waymark_using_subcommand status" -l json -d 'Print JSON'
 complete -c waymark -n "__fish_waymark_using_subcommand status" -l attempts -d 'List every attempt of each step (when it started, how long it took, how it ended), with --json too'
 complete -c waymark -n "__fish_waymark_using_subcommand status" -s h -l help -d 'Print help'
-complete -c waymark -n "__fish_waymark_using_subcommand logs" -l attempt -d 'Which attempt [default: the last one]' -r
+complete -c waymark -n "__fish_waymark_using_subcommand logs" -l attempt -d 'Which attempt, from 1 [default: the last one]' -r
 complete -c waymark -n "__fish_waymark_using_subcommand logs" -l stream -d 'Only this stream [default: both]' -r -f -a "stdout\t''
 stderr\t''"
 complete -c waymark -n "__fish_waymark_using_subcommand logs" -l state-dir -d 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]' -r -f -a "(__fish_complete_directories)"

@@ -171,8 +171,8 @@ pub(crate) enum Command {
         /// The step's name, as `waymark status RUN` lists it
         #[arg(value_name = "STEP", value_hint = ValueHint::Other, add = ArgValueCompleter::new(crate::commands::complete::steps))]
         step: String,
-        /// Which attempt [default: the last one]
-        #[arg(long)]
+        /// Which attempt, from 1 [default: the last one]
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         attempt: Option<u32>,
         /// Only this stream [default: both]
         #[arg(long, value_enum)]

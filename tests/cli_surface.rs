@@ -60,7 +60,7 @@ Arguments:
   <STEP>  The step's name, as `waymark status RUN` lists it
 
 Options:
-      --attempt <ATTEMPT>  Which attempt [default: the last one]
+      --attempt <ATTEMPT>  Which attempt, from 1 [default: the last one]
       --stream <STREAM>    Only this stream [default: both] [possible values: stdout, stderr]
       --state-dir <DIR>    Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else
                            $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]
