@@ -170,3 +170,36 @@ fn a_state_directory_owned_by_another_user_exits_4_and_resumes_once_it_is_ours()
     env.cmd(&["run", "flow.toml"]).assert().success().stderr(predicates::str::contains("resuming run"));
     assert_eq!((env.count("a.log"), env.count("b.log")), (1, 1), "every step ran exactly once");
 }
+
+/// A state directory deleted while a runner uses it takes the database with it: the runner's next
+/// write would go to a file nobody will read, and the flow's lock no longer keeps a second runner
+/// out. The runner stops at that write with exit 4, saying so, and runs no further step.
+#[test]
+fn a_state_directory_deleted_under_a_runner_stops_it_with_exit_4() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'f'\n[[step]]\nname = 'a'\nshell = 'touch a.started; while [ ! -e go ]; do sleep 0.05; done'\n\
+         [[step]]\nname = 'b'\nshell = 'touch b.ran'\n",
+    );
+    let child = env.spawn(&["run", "--quiet", "flow.toml"]);
+    common::wait_until("step a to start", || env.path("a.started").exists());
+    std::fs::remove_dir_all(env.state()).unwrap();
+    std::fs::write(env.path("go"), "").unwrap();
+    let out = common::finish(child);
+    let dir = env.dir.path().canonicalize().unwrap();
+    let db = format!("{}/state/waymark.db", dir.display());
+    assert_eq!(
+        (out.status.code(), stderr(&out).replace(&db, "DB").replace(dir.to_str().unwrap(), "DIR")),
+        (
+            Some(4),
+            "error: state database DB was deleted while this runner was using it (its state directory removed?): \
+             nothing it records reaches a later runner, and its flow's lock no longer keeps a second runner out; \
+             this runner stops: its attempts are killed\n\
+             hint: do not delete a state directory while a runner uses it; the next `waymark run` starts the flow \
+             anew in DIR/state (what was recorded went with the deleted file)\n"
+                .to_owned()
+        )
+    );
+    assert!(!env.path("b.ran").exists(), "no step runs after the database is gone");
+}

@@ -63,6 +63,9 @@ pub enum StoreErrorKind {
     Auth,
     /// A networked store that takes no writes (a read-only replica).
     ReadOnly,
+    /// The store's file was deleted (its state directory removed) while this runner used it:
+    /// what it writes reaches no one.
+    Deleted,
     /// Anything else (an I/O error, a bug): the detail says what.
     Other,
 }
@@ -122,6 +125,11 @@ fn failure_message(kind: StoreErrorKind, location: &str, detail: &str) -> String
         StoreErrorKind::Unreachable => format!("cannot reach the state database {location}: {detail}"),
         StoreErrorKind::Auth => format!("the state database {location} refused this user's credentials: {detail}"),
         StoreErrorKind::ReadOnly => format!("the state database {location} takes no writes: {detail}"),
+        StoreErrorKind::Deleted => format!(
+            "state database {location} was deleted while this runner was using it (its state directory removed?): \
+             nothing it records reaches a later runner, and its flow's lock no longer keeps a second runner out; \
+             this runner stops: its attempts are killed"
+        ),
         StoreErrorKind::Other => format!("state database {location} failed: {detail}"),
     }
 }
@@ -156,6 +164,10 @@ impl StoreError {
         let resumes = "try again (nothing is lost: a run resumes where it stopped)";
         match kind {
             StoreErrorKind::Corrupt | StoreErrorKind::NewerSchema => None,
+            StoreErrorKind::Deleted => Some(format!(
+                "do not delete a state directory while a runner uses it; the next `waymark run` starts the flow \
+                 anew in {dir} (what was recorded went with the deleted file)"
+            )),
             StoreErrorKind::Busy => Some(format!(
                 "another process holds {location} locked (a waymark, or a tool with it open); wait for it or stop \
                  it, then {resumes}"
@@ -555,7 +567,7 @@ fn network_hint(kind: StoreErrorKind, location: &str) -> Option<String> {
             "grant the user of the URL the right to create and write tables in its database (or have its \
              owner run waymark once to create them), {resumes}"
         ),
-        StoreErrorKind::Busy | StoreErrorKind::Full | StoreErrorKind::Other => {
+        StoreErrorKind::Busy | StoreErrorKind::Full | StoreErrorKind::Deleted | StoreErrorKind::Other => {
             format!("check the PostgreSQL server at {location} (its log says more), {resumes}; {elsewhere}")
         }
     })

@@ -320,6 +320,10 @@ fn migrate(tx: &Connection, version: i64) -> rusqlite::Result<()> {
 
 pub struct SqliteStore {
     conn: Connection,
+    /// The database file, opened beside the connection by a store that writes: every write
+    /// checks that it is still linked (a state directory deleted under a runner would take every
+    /// later write with it, unseen).
+    file: Option<std::fs::File>,
     /// How many durable writes were committed, each with `synchronous=FULL` (see [`Self::write`];
     /// one that changed nothing has nothing to flush).
     flushed: u64,
@@ -649,6 +653,7 @@ impl SqliteStore {
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         SqliteStore {
             conn,
+            file: None,
             flushed: 0,
             path,
             location,
@@ -683,6 +688,10 @@ impl SqliteStore {
         let _ = std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600));
         let mut store = SqliteStore::with(conn, path, SCHEMA_VERSION);
         store.init().map_err(|e| failure(&store.path, e))?;
+        store.file = Some(
+            crate::os::fs::open_read_nofollow(&store.path)
+                .map_err(|e| StoreError::failed(StoreErrorKind::Other, &store.location, e.to_string()))?,
+        );
         // No checkpoint when the connection closes: it would cost two more flushes at the end of
         // every run, and the WAL it deletes would be created anew by the next run (a flush of the
         // directory and of the new WAL). The WAL stays, as durable as it was (every run ends with
@@ -1087,7 +1096,14 @@ impl SqliteStore {
             let _ = conn.execute_batch("PRAGMA synchronous = NORMAL");
             self.flushed += u64::from(result.is_ok());
         }
-        result.map_err(|e| self.sql(e))
+        let out = result.map_err(|e| self.sql(e))?;
+        // One `fstat`: no link left means the file this wrote to is gone from the state directory.
+        if let Some(file) = &self.file
+            && file.metadata().is_ok_and(|m| std::os::unix::fs::MetadataExt::nlink(&m) == 0)
+        {
+            return Err(StoreError::failed(StoreErrorKind::Deleted, &self.location, ""));
+        }
+        Ok(out)
     }
 
     /// A row of [`select_runs`], read by column position (a name would be looked up per column).
