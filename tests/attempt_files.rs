@@ -286,3 +286,47 @@ sys.stderr.write(f"err {t}\n")
         assert_eq!(std::fs::read_to_string(logs.join("attempt-1.stderr")).unwrap(), "err ***\n", "{flags:?}");
     }
 }
+
+/// Every file under `dir` that holds `needle`.
+fn files_holding(dir: &Path, needle: &str) -> Vec<String> {
+    tree(dir)
+        .into_iter()
+        .filter(|rel| {
+            std::fs::read(dir.join(rel)).is_ok_and(|bytes| bytes.windows(needle.len()).any(|w| w == needle.as_bytes()))
+        })
+        .collect()
+}
+
+/// A run abandoned by `--fresh` while an attempt, or a compensation, was in flight: what was in
+/// flight is killed, and since only an execution that ends has its files scrubbed of the run's
+/// secrets, its error and outputs files are removed. No file under the state directory holds the
+/// secret, and nothing is left running.
+#[test]
+fn an_abandoned_run_leaves_no_secret_and_nothing_running_of_what_was_in_flight() {
+    const SECRET: &str = "s3cr3t-VALUE";
+    let in_flight = r#"[ -e second ] && exit 0
+touch second
+echo "{\"type\": \"Boom\", \"message\": \"$TOK\"}" > "$WAYMARK_ERROR_FILE"
+echo "k=$TOK" > "$WAYMARK_OUTPUT"
+echo $$ > pid
+exec sleep 300"#;
+    let attempt = format!("[[step]]\nname = 's'\nshell = '''\n{in_flight}\n'''\n");
+    let compensation = format!(
+        "[[step]]\nname = 'a'\nshell = 'true'\ncompensate = '''\n{in_flight}\n'''\n[[step]]\nname = 'b'\nshell = 'exit 1'\n"
+    );
+    for (what, steps, code) in [("attempt 1", attempt, 0), ("compensate `a`", compensation, 1)] {
+        let env = Env::new();
+        env.write(".env", &format!("TOK={SECRET}\n"));
+        env.write("flow.toml", &format!("name = 'gone'\nenv_file = '.env'\nsecret_env = ['TOK']\n{steps}"));
+        let _ = env.run_until("pid", "KILL");
+        let pid = common::read_pid(&env.path("pid"));
+        assert!(common::alive(pid), "{what}: in flight after its runner died");
+        assert!(!files_holding(&env.state(), SECRET).is_empty(), "{what}: its files hold the secret until it ends");
+        let out = env.cmd(&["run", "--fresh", "flow.toml"]).output().unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(code), "{what}: {err}");
+        assert!(err.contains(&format!("killed 1 leftover process(es) of {what} from the previous runner")), "{err}");
+        assert!(!common::alive(pid), "{what}: killed when its run was abandoned");
+        assert_eq!(files_holding(&env.state(), SECRET), Vec::<String>::new(), "{what}");
+    }
+}

@@ -13,7 +13,7 @@
 use super::{CliError, EXIT_FAILED, EXIT_OK, FlowGuard, open_store, print_warnings};
 use crate::events::{AbandonReason, Earlier, EarlierAttempt, Emitter, Event, NoticeKind, RunOutcome};
 use crate::executor::environment::{EnvFileError, RunEnv};
-use crate::executor::{ExecError, RunSpec, RunnerSignals, kill_leftovers};
+use crate::executor::{ExecError, RunSpec, RunnerSignals, kill_aux_leftovers, kill_leftovers};
 use crate::flow::model::shell_word;
 use crate::flow::params::ParamError;
 use crate::flow::{self, Flow};
@@ -133,14 +133,14 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
     let owned = match found {
         Some(old) if fresh => {
             let (flow, env) = new_run(loaded.flow)?;
-            abandon(store.as_mut(), &mut events, &old, &owner, abandoned(AbandonReason::Fresh))?;
+            abandon(state, store.as_mut(), &mut events, &old, &owner, abandoned(AbandonReason::Fresh))?;
             let (record, lease) = store.create_run(&flow, &hash, &owner)?;
             Owned::new_run(record, lease, flow, env)
         }
         Some(old) if stale.is_some() => {
             let (flow, env) = new_run(loaded.flow)?;
             let (age, limit) = stale.unwrap_or_default();
-            abandon(store.as_mut(), &mut events, &old, &owner, abandoned(AbandonReason::Stale { age, limit }))?;
+            abandon(state, store.as_mut(), &mut events, &old, &owner, abandoned(AbandonReason::Stale { age, limit }))?;
             let (record, lease) = store.create_run(&flow, &hash, &owner)?;
             Owned::new_run(record, lease, flow, env)
         }
@@ -383,6 +383,7 @@ fn mention_runs_of_a_moved_file(store: &dyn Store, events: &mut Emitter, flow: &
 /// Abandon an unfinished run for `owner`'s new one: its dead runner's attempts must not go on
 /// beside the new run. Then say so with `abandoned` (a `RunAbandoned`), about the old run.
 fn abandon(
+    state: &StateDir,
     store: &mut dyn Store,
     events: &mut Emitter,
     old: &RunRecord,
@@ -391,10 +392,17 @@ fn abandon(
 ) -> Result<(), CliError> {
     events.set_run(&old.id);
     // What a runner on another host left running is not ours to kill (its pids mean nothing here).
-    let steps = if old.host == host_id() { store.steps(&old.id)? } else { Vec::new() };
-    for step in steps {
-        if let Some(message) = kill_leftovers(&old.id, &step).map_err(exec_error)? {
-            events.warning(Some(&step.name), message);
+    if old.host == host_id() {
+        for step in store.steps(&old.id)? {
+            if let Some(message) = kill_leftovers(state, &old.id, &step).map_err(exec_error)? {
+                events.warning(Some(&step.name), message);
+            }
+        }
+        // A compensation or hook it was running when its runner died.
+        for aux in store.aux_runs(&old.id)?.iter().filter(|aux| !aux.finished) {
+            if let Some(message) = kill_aux_leftovers(state, &old.id, aux).map_err(exec_error)? {
+                events.warning(None, message);
+            }
         }
     }
     store.abandon(&old.id, owner)?;

@@ -472,13 +472,7 @@ impl Launcher for ProcessLauncher {
                 aux.name
             )));
         }
-        let (killed, survivors) =
-            unix::kill_leftovers(aux.pid, aux.proc_start, &attempt_id(&self.run_id, aux.row), Duration::from_secs(5));
-        let what = format!("{} `{}`", aux.kind.as_str(), aux.name);
-        if !survivors.is_empty() {
-            return Err(ExecError::Leftovers { step: what, attempt: 1, pids: survivors });
-        }
-        Ok((killed > 0).then(|| format!("killed {killed} leftover process(es) of {what} from the previous runner")))
+        kill_aux_leftovers(&self.state, &self.run_id, aux)
     }
 
     fn kill(&mut self, pid: u32) {
@@ -496,7 +490,7 @@ impl Launcher for ProcessLauncher {
                  redelivered here as attempt {attempt} (waymark never kills by a pid recorded on another host)"
             )));
         }
-        kill_leftovers(&self.run_id, step)
+        kill_leftovers(&self.state, &self.run_id, step)
     }
 
     fn log_dir(&self, step: &str) -> PathBuf {
@@ -562,13 +556,15 @@ fn attempt_id(run_id: &str, row: i64) -> String {
 /// (checked against the recorded start time) and any of its processes that left the group.
 /// Returns a message for the user when something had to be killed.
 /// An error when some would not die: the attempt must not run twice at once.
-pub(crate) fn kill_leftovers(run_id: &str, step: &StepRecord) -> Result<Option<String>, ExecError> {
-    let (attempt, row, pid, proc_start, what) = match &step.state {
+pub(crate) fn kill_leftovers(state: &StateDir, run_id: &str, step: &StepRecord) -> Result<Option<String>, ExecError> {
+    let (attempt, row, pid, proc_start, what, stem) = match &step.state {
         StepState::InFlight { attempt, row, pid, proc_start } => {
-            (attempt, row, pid, proc_start, format!("attempt {attempt}"))
+            let stem = state.attempt_stem(run_id, &step.name, *attempt);
+            (attempt, row, pid, proc_start, format!("attempt {attempt}"), stem)
         }
         StepState::Catching { attempt, in_flight: Some((row, pid, proc_start)) } => {
-            (attempt, row, pid, proc_start, format!("the catch handler of attempt {attempt}"))
+            let stem = state.handler_stem(run_id, &step.name, *attempt);
+            (attempt, row, pid, proc_start, format!("the catch handler of attempt {attempt}"), stem)
         }
         _ => return Ok(None),
     };
@@ -577,5 +573,28 @@ pub(crate) fn kill_leftovers(run_id: &str, step: &StepRecord) -> Result<Option<S
     if !survivors.is_empty() {
         return Err(ExecError::Leftovers { step: step.name.clone(), attempt: *attempt, pids: survivors });
     }
+    remove_unread_files(&stem)?;
     Ok((killed > 0).then(|| format!("killed {killed} leftover process(es) of {what} from the previous runner")))
+}
+
+/// [`kill_leftovers`] for a compensation or hook a dead runner left running.
+pub(crate) fn kill_aux_leftovers(state: &StateDir, run_id: &str, aux: &AuxRun) -> Result<Option<String>, ExecError> {
+    let (killed, survivors) =
+        unix::kill_leftovers(aux.pid, aux.proc_start, &attempt_id(run_id, aux.row), Duration::from_secs(5));
+    let what = format!("{} `{}`", aux.kind.as_str(), aux.name);
+    if !survivors.is_empty() {
+        return Err(ExecError::Leftovers { step: what, attempt: 1, pids: survivors });
+    }
+    remove_unread_files(&state.aux_stem(run_id, aux.kind, &aux.name))?;
+    Ok((killed > 0).then(|| format!("killed {killed} leftover process(es) of {what} from the previous runner")))
+}
+
+/// The error and outputs files of an execution that was cut short, once it is dead. Nothing reads
+/// them (its redelivery starts without them, and an abandoned run is over), and only an execution
+/// that ends has its files scrubbed of the run's secrets: they go, so that no secret stays there.
+fn remove_unread_files(stem: &Path) -> Result<(), ExecError> {
+    for path in [stem.with_extension("error.json"), outputs::path(stem)] {
+        crate::os::fs::remove_any(&path).map_err(|source| ExecError::Files { path, source })?;
+    }
+    Ok(())
 }

@@ -39,7 +39,7 @@ pub(crate) use output::{Chunk, OutputGate};
 
 pub(crate) use dispatch::RunSpec;
 pub(crate) use evidence::workflow_timeout;
-pub(crate) use launch::kill_leftovers;
+pub(crate) use launch::{kill_aux_leftovers, kill_leftovers};
 
 /// A step as the dispatcher and the tasks that run its attempts hold it: one of the run's
 /// flow's, shared with the flow (a run of 10,000 steps copies none of them), or one made up for
