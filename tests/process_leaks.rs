@@ -166,6 +166,29 @@ fn a_daemon_that_closed_its_output_survives_a_normal_exit_as_documented() {
     }
 }
 
+/// The same daemon beside another process of the step that left the group but holds the output
+/// open: that one is found and killed (the run cannot end while it holds the output), and the
+/// daemon, which holds nothing of the step's, is still left running.
+#[test]
+fn a_daemon_that_closed_its_output_survives_beside_an_escaped_process_that_holds_it() {
+    for _ in 0..iterations(2, 6) {
+        let env = Env::new();
+        let _sweeper = Sweeper(env.mark());
+        let step = "shell = \'\'\'( setsid sh -c 'echo $$ > daemon; exec sleep 300' > /dev/null 2>&1 & ); \
+                    ( setsid sh -c 'echo $$ > holder; exec sleep 300' & ); \
+                    until [ -s daemon ] && [ -s holder ]; do sleep 0.01; done; exit 0\'\'\'";
+        env.write("flow.toml", &format!("name = 'leak'\n{}[[step]]\nname = 's'\n{step}\n", env.mark_env()));
+        let out = finish(env.spawn(&["run", "flow.toml"]));
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        assert!(err.contains("killed 1 process(es) of this attempt that had left its process group"), "{err}");
+        let (daemon, holder) = (common::read_pid(&env.path("daemon")), common::read_pid(&env.path("holder")));
+        common::wait_until("the holder to be gone", || !alive(holder));
+        assert!(alive(daemon), "the deliberate daemon was killed: {err}");
+        // The sweeper ends it.
+    }
+}
+
 /// README: a process that both leaves the group and clears its environment cannot be found, and
 /// waymark stops waiting for the output it holds open after about 5 seconds, with a warning.
 #[test]

@@ -418,8 +418,7 @@ impl Supervisor {
         unix::kill_group(pgid);
         let mut notes = Vec::new();
         let attempt_id = self.attempt_id.clone();
-        let escaped = |notes: &mut Vec<String>| {
-            let killed = unix::kill_marked(&attempt_id, pgid);
+        let escaped = |notes: &mut Vec<String>, killed: usize| {
             if killed > 0 {
                 notes.push(format!("killed {killed} process(es) of this attempt that had left its process group"));
             }
@@ -427,13 +426,14 @@ impl Supervisor {
         // After a timeout or a cancel nothing of the attempt may survive, not even a daemon that
         // left the group and closed its output: look for its processes by the attempt id.
         if stopping.is_some() {
-            escaped(&mut notes);
+            escaped(&mut notes, unix::kill_marked(&attempt_id, pgid));
         }
         if !self.drain(DRAIN).await {
             // Something outside the group holds the output open: a process of this attempt that
-            // called setsid(), found by the attempt id in its environment.
+            // called setsid(), found by the attempt id in its environment. Only those holding the
+            // output: a daemon that closed it may stay, as after any normal exit.
             if stopping.is_none() {
-                escaped(&mut notes);
+                escaped(&mut notes, unix::kill_marked_holding_output(&attempt_id, pgid));
             }
             if !self.drain(LAST_DRAIN).await {
                 self.abandoned.store(true, Ordering::Relaxed);

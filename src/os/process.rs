@@ -149,6 +149,34 @@ pub(crate) fn kill_marked(attempt_id: &str, group: u32) -> usize {
     pids.len()
 }
 
+/// [`kill_marked`], but only the processes that hold a pipe the runner reads: the attempt's output.
+/// A daemon that closed its output is let be, as after a normal exit it should, even while
+/// another escaped process holds the output open. (The runner's pipes are close-on-exec: a
+/// child holds only its own attempt's.)
+pub(crate) fn kill_marked_holding_output(attempt_id: &str, group: u32) -> usize {
+    let ours = pipes_of("self");
+    let pids: Vec<u32> = marked(attempt_id)
+        .into_iter()
+        .filter(|pid| group_of(*pid) != Some(group))
+        .filter(|pid| pipes_of(&pid.to_string()).iter().any(|pipe| ours.contains(pipe)))
+        .collect();
+    for pid in &pids {
+        if let Ok(raw) = i32::try_from(*pid) {
+            let _ = signal::kill(Pid::from_raw(raw), NixSignal::SIGKILL);
+        }
+    }
+    pids.len()
+}
+
+/// The pipes (their inodes) among the open files of process `pid` (`self`: this one).
+fn pipes_of(pid: &str) -> Vec<u64> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return Vec::new() };
+    dir.flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter_map(|target| target.to_str()?.strip_prefix("pipe:[")?.strip_suffix(']')?.parse().ok())
+        .collect()
+}
+
 /// Kill what is left of a dead runner's attempt (its group, and its processes that left the
 /// group) and wait, up to `limit`, until they are gone. Returns how many processes there were,
 /// and those still alive at the end.
