@@ -11,7 +11,7 @@ use crate::classify::ErrorValue;
 use aho_corasick::{AhoCorasick, MatchKind};
 use std::borrow::Cow;
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
+use std::io::{Read, Seek, Write};
 use std::path::Path;
 
 /// What a secret's value is replaced by.
@@ -124,8 +124,9 @@ impl Secrets {
     }
 
     /// Replace every secret in the file at `path`, under the state directory, by [`MASK`]: a file
-    /// a step wrote there itself (its error file, its outputs file), which waymark keeps. Streams
-    /// it into a new file and renames that over it, only when there was something to hide. Never
+    /// a step wrote there itself (its error file, its outputs file), which waymark keeps. Reads it
+    /// once to find out whether it holds one, and only then streams it into a new file and renames
+    /// that over it: a file without a secret (a huge or sparse one too) is never copied. Never
     /// follows a link; a missing file or one that is not a regular file is left alone.
     pub(crate) fn scrub_file(&self, path: &Path) -> std::io::Result<()> {
         if self.is_empty() {
@@ -138,14 +139,10 @@ impl Secrets {
         if !file.metadata()?.is_file() {
             return Ok(());
         }
-        let mut name = path.file_name().unwrap_or_default().to_owned();
-        name.push(".scrubbed");
-        let temp = path.with_file_name(name);
-        crate::os::fs::remove_any(&temp)?;
-        let mut out = crate::os::fs::open_append_private(&temp)?;
-        let mut redactor = StreamRedactor::new(self);
         let mut buf = vec![0u8; 64 * 1024];
-        let copied = (|| {
+        // Through the redactor, each redacted piece to `out`; how many secrets it hid.
+        let mut pass = |file: &mut std::fs::File, mut out: Option<&mut std::fs::File>| -> std::io::Result<usize> {
+            let mut redactor = StreamRedactor::new(self);
             loop {
                 let n = match file.read(&mut buf) {
                     Ok(0) => break,
@@ -153,13 +150,29 @@ impl Secrets {
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                     Err(e) => return Err(e),
                 };
-                out.write_all(&redactor.feed(&buf[..n]))?;
+                let piece = redactor.feed(&buf[..n]);
+                if let Some(out) = out.as_deref_mut() {
+                    out.write_all(&piece)?;
+                }
             }
-            out.write_all(&redactor.finish())
-        })();
-        if copied.is_err() || redactor.replaced == 0 {
+            let last = redactor.finish();
+            if let Some(out) = out {
+                out.write_all(&last)?;
+            }
+            Ok(redactor.replaced)
+        };
+        if pass(&mut file, None)? == 0 {
+            return Ok(());
+        }
+        let mut name = path.file_name().unwrap_or_default().to_owned();
+        name.push(".scrubbed");
+        let temp = path.with_file_name(name);
+        crate::os::fs::remove_any(&temp)?;
+        let mut out = crate::os::fs::open_append_private(&temp)?;
+        let copied = file.seek(std::io::SeekFrom::Start(0)).and_then(|_| pass(&mut file, Some(&mut out)));
+        if let Err(e) = copied {
             let _ = std::fs::remove_file(&temp);
-            return copied;
+            return Err(e);
         }
         std::fs::rename(&temp, path)
     }
@@ -315,6 +328,25 @@ mod tests {
         let mut s = secrets(&["abc", "abcdef", "cde"]);
         s.matcher = None;
         assert_eq!(s.redact("xabcdefx xabcdex"), "x***x x***dex");
+    }
+
+    /// A file without a secret is only read: nothing is written beside it (a step's 3 GB sparse
+    /// outputs file was copied in full, to be thrown away). What sits where the copy would go
+    /// shows it: it is left alone.
+    #[test]
+    fn a_file_without_a_secret_is_never_copied() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("attempt-1.outputs");
+        std::fs::write(&path, "k=v\n".repeat(100_000)).unwrap();
+        let beside = dir.path().join("attempt-1.outputs.scrubbed");
+        std::fs::create_dir(&beside).unwrap();
+        std::fs::write(beside.join("mark"), "").unwrap();
+        secrets(&["hunter2"]).scrub_file(&path).unwrap();
+        assert!(beside.join("mark").exists(), "no copy was begun");
+        std::fs::write(&path, "k=hunter2\n").unwrap();
+        secrets(&["hunter2"]).scrub_file(&path).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "k=***\n");
+        assert!(!beside.exists(), "the copy is renamed over the file");
     }
 
     #[test]
