@@ -330,3 +330,19 @@ exec sleep 300"#;
         assert_eq!(files_holding(&env.state(), SECRET), Vec::<String>::new(), "{what}");
     }
 }
+
+/// The log directory of a run whose runner died with an attempt in flight, deleted by hand (to
+/// free space, say): the next runner still makes sure the attempt is dead and runs it again.
+#[test]
+fn a_run_whose_log_directory_was_deleted_still_resumes() {
+    let env = Env::new();
+    env.write("flow.toml", "name = 'nologs'\n[[step]]\nname = 's'\nshell = '''[ -e second ] && exit 0\ntouch second\necho $$ > pid\nexec sleep 300'''\n");
+    let _ = env.run_until("pid", "KILL");
+    let pid = common::read_pid(&env.path("pid"));
+    std::fs::remove_dir_all(env.state().join("logs").join(last_run_id(&env))).unwrap();
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("killed 1 leftover process(es) of attempt 1 from the previous runner"), "{err}");
+    assert!(!common::alive(pid));
+}

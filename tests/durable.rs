@@ -889,8 +889,8 @@ fn a_state_directory_that_is_a_file_is_said_once_and_plainly() {
         said(&["--state-dir", "file", "run", "flow.toml"]),
         (
             Some(4),
-            "error: cannot use DIR/file as the state directory: it exists and is not a directory; choose another \
-             with --state-dir or WAYMARK_STATE_DIR\n"
+            "error: cannot use DIR/file as the state directory: something other than a directory (a file, a link) \
+             is at that path; choose another with --state-dir or WAYMARK_STATE_DIR\n"
                 .to_owned()
         )
     );

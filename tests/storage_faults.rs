@@ -173,17 +173,20 @@ fn a_state_directory_owned_by_another_user_exits_4_and_resumes_once_it_is_ours()
 
 /// A state directory deleted while a runner uses it takes the database with it: the runner's next
 /// write would go to a file nobody will read, and the flow's lock no longer keeps a second runner
-/// out. The runner stops at that write with exit 4, saying so, and runs no further step.
+/// out. The runner stops at that write with exit 4, saying so, kills the attempt still running
+/// beside it and starts no further step.
 #[test]
 fn a_state_directory_deleted_under_a_runner_stops_it_with_exit_4() {
     let env = Env::new();
     env.write(
         "flow.toml",
-        "name = 'f'\n[[step]]\nname = 'a'\nshell = 'touch a.started; while [ ! -e go ]; do sleep 0.05; done'\n\
-         [[step]]\nname = 'b'\nshell = 'touch b.ran'\n",
+        "name = 'f'\n[[step]]\nname = 'a'\nneeds = []\nshell = 'touch a.started; while [ ! -e go ]; do sleep 0.05; done'\n\
+         [[step]]\nname = 'b'\nneeds = []\nshell = 'echo $$ > b.pid; exec sleep 300'\n\
+         [[step]]\nname = 'c'\nneeds = ['a']\nshell = 'touch c.ran'\n",
     );
     let child = env.spawn(&["run", "--quiet", "flow.toml"]);
-    common::wait_until("step a to start", || env.path("a.started").exists());
+    common::wait_until("step a to start and b to run", || env.path("a.started").exists() && env.count("b.pid") == 1);
+    let b = common::read_pid(&env.path("b.pid"));
     std::fs::remove_dir_all(env.state()).unwrap();
     std::fs::write(env.path("go"), "").unwrap();
     let out = common::finish(child);
@@ -193,13 +196,14 @@ fn a_state_directory_deleted_under_a_runner_stops_it_with_exit_4() {
         (out.status.code(), stderr(&out).replace(&db, "DB").replace(dir.to_str().unwrap(), "DIR")),
         (
             Some(4),
-            "error: state database DB was deleted while this runner was using it (its state directory removed?): \
-             nothing it records reaches a later runner, and its flow's lock no longer keeps a second runner out; \
-             this runner stops: its attempts are killed\n\
-             hint: do not delete a state directory while a runner uses it; the next `waymark run` starts the flow \
-             anew in DIR/state (what was recorded went with the deleted file)\n"
+            "error: state database DB was deleted or moved while waymark was using it (its state directory \
+             removed?): nothing written to it reaches a later runner, and the flow's lock no longer keeps a second \
+             runner out; waymark stops here (a runner kills its attempts first)\n\
+             hint: do not delete or move a state directory while a runner uses it; the next `waymark run` starts \
+             the flow anew in DIR/state (what was recorded went with the file)\n"
                 .to_owned()
         )
     );
-    assert!(!env.path("b.ran").exists(), "no step runs after the database is gone");
+    assert!(!common::alive(b), "the attempt running beside is killed");
+    assert!(!env.path("c.ran").exists(), "no step starts after the database is gone");
 }

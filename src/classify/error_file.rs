@@ -105,7 +105,7 @@ fn parse(bytes: &[u8]) -> Result<Option<ReportedError>, String> {
     // The run's own error when the flow's `timeout` passes: no attempt fails with it.
     if class == super::classes::WORKFLOW_TIMEOUT {
         return Err(format!(
-            r#""type" is {class}, which only waymark reports, when the flow's `timeout` passes: report a class of your own"#
+            r#""type" is {class}, which only waymark reports when the flow's `timeout` passes: report a class of your own"#
         ));
     }
     let bases = bases(&object)?;
@@ -210,7 +210,7 @@ mod tests {
         assert_eq!(
             parse_str(r#"{"type": "mod.WorkflowTimeout", "message": "deadline"}"#),
             invalid(
-                r#""type" is WorkflowTimeout, which only waymark reports, when the flow's `timeout` passes: report a class of your own"#
+                r#""type" is WorkflowTimeout, which only waymark reports when the flow's `timeout` passes: report a class of your own"#
             )
         );
         // A class of that name in a child's bases is only a base.

@@ -173,7 +173,7 @@ pub(crate) fn classify(ending: &Ending, ev: Evidence<'_>) -> (ErrorValue, Vec<St
             );
         }
         warnings.push(format!(
-            "ignored the traceback: its class is {}, which only waymark reports, when the flow's `timeout` passes; \
+            "ignored the traceback: its class is {}, which only waymark reports when the flow's `timeout` passes; \
              give your class another name",
             tb.class
         ));
@@ -240,7 +240,7 @@ mod tests {
         assert_eq!(e.to_string(), "CalledProcessError(SubprocessError, Exception, BaseException): exit status 1");
         assert_eq!(
             warnings,
-            ["ignored the traceback: its class is WorkflowTimeout, which only waymark reports, when the flow's \
+            ["ignored the traceback: its class is WorkflowTimeout, which only waymark reports when the flow's \
               `timeout` passes; give your class another name"]
         );
     }

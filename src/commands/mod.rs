@@ -246,8 +246,8 @@ fn create_state_dir(dir: &std::path::Path) -> Result<StateDir, CliError> {
         // `mkdir` of a path a file holds.
         Err(statedir::TrustError::Io { path, error, .. }) if error.kind() == std::io::ErrorKind::AlreadyExists => {
             Err(CliError::Internal(anyhow::anyhow!(
-                "cannot use {} as the state directory: it exists and is not a directory; choose another with \
-                 --state-dir or WAYMARK_STATE_DIR",
+                "cannot use {} as the state directory: something other than a directory (a file, a link) is at \
+                 that path; choose another with --state-dir or WAYMARK_STATE_DIR",
                 path.display()
             )))
         }

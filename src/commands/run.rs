@@ -399,8 +399,9 @@ fn abandon(
             }
         }
         // A compensation or hook it was running when its runner died.
-        for aux in store.aux_runs(&old.id)?.iter().filter(|aux| !aux.finished) {
-            if let Some(message) = kill_aux_leftovers(state, &old.id, aux).map_err(exec_error)? {
+        let aux = store.aux_runs(&old.id)?;
+        for run in aux.iter().filter(|run| !run.finished) {
+            if let Some(message) = kill_aux_leftovers(state, &old.id, run, !run.superseded(&aux)).map_err(exec_error)? {
                 events.warning(None, message);
             }
         }

@@ -522,7 +522,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         for aux in &spec.aux {
             if aux.finished {
                 aux_done.insert((aux.kind, aux.name.clone()));
-            } else if let Some(message) = parts.launcher.kill_aux_leftovers(aux)? {
+            } else if let Some(message) = parts.launcher.kill_aux_leftovers(aux, !aux.superseded(&spec.aux))? {
                 emitter.warning(None, message);
             }
         }

@@ -81,7 +81,8 @@ pub(crate) trait Launcher {
     fn prepare_aux(&mut self, kind: AuxKind, name: &str) -> Result<PathBuf, ExecError>;
     /// Make sure a compensation or hook left running by a dead runner is dead (as
     /// [`Launcher::kill_leftovers`] does for an attempt).
-    fn kill_aux_leftovers(&mut self, aux: &AuxRun) -> Result<Option<String>, ExecError>;
+    /// `own_files`: the files at its stem are its own (no later run of it made them since).
+    fn kill_aux_leftovers(&mut self, aux: &AuxRun, own_files: bool) -> Result<Option<String>, ExecError>;
     /// Spawn the attempt; its supervisor reports its output and its end to `events`.
     fn spawn(
         &mut self,
@@ -311,7 +312,7 @@ impl Launcher for ProcessLauncher {
         // The child creates its error and outputs files if it writes them: whatever an earlier
         // execution of this attempt (a runner that died, or was stopped) left at their paths
         // goes first, so that it cannot be taken for this execution's.
-        for path in [a.stem.with_extension("error.json"), outputs::path(&a.stem)] {
+        for path in outputs::child_files(&a.stem) {
             let name = file_name(&path).map_err(|e| files_err(&path, e))?;
             crate::os::fs::remove_any_at(&*dir, name, &path).map_err(|e| files_err(&path, e))?;
         }
@@ -423,7 +424,7 @@ impl Launcher for ProcessLauncher {
             // keeps both. On the blocking pool: a file can be as large as the child made it, and
             // the runner's thread goes on with the other steps meanwhile.
             if !secrets.is_empty() {
-                let paths = [stem.with_extension("error.json"), outputs::path(&stem)];
+                let paths = outputs::child_files(&stem);
                 let unhidden = |path: &Path, e: &dyn std::fmt::Display| {
                     format!("cannot hide the secrets in {}: {e}; they may still be in it: delete it", path.display())
                 };
@@ -463,7 +464,7 @@ impl Launcher for ProcessLauncher {
         Ok(stem)
     }
 
-    fn kill_aux_leftovers(&mut self, aux: &AuxRun) -> Result<Option<String>, ExecError> {
+    fn kill_aux_leftovers(&mut self, aux: &AuxRun, own_files: bool) -> Result<Option<String>, ExecError> {
         if let Some(host) = &self.elsewhere {
             return Ok(Some(format!(
                 "{} `{}` was left running on host {host}, whose runner was lost; it is run again here (waymark \
@@ -472,7 +473,7 @@ impl Launcher for ProcessLauncher {
                 aux.name
             )));
         }
-        kill_aux_leftovers(&self.state, &self.run_id, aux)
+        kill_aux_leftovers(&self.state, &self.run_id, aux, own_files)
     }
 
     fn kill(&mut self, pid: u32) {
@@ -577,15 +578,24 @@ pub(crate) fn kill_leftovers(state: &StateDir, run_id: &str, step: &StepRecord) 
     Ok((killed > 0).then(|| format!("killed {killed} leftover process(es) of {what} from the previous runner")))
 }
 
-/// [`kill_leftovers`] for a compensation or hook a dead runner left running.
-pub(crate) fn kill_aux_leftovers(state: &StateDir, run_id: &str, aux: &AuxRun) -> Result<Option<String>, ExecError> {
+/// [`kill_leftovers`] for a compensation or hook a dead runner left running; its error and
+/// outputs files are removed only when they are its own (`own_files`: a later run of the same
+/// compensation or hook, at the same paths, keeps its scrubbed files).
+pub(crate) fn kill_aux_leftovers(
+    state: &StateDir,
+    run_id: &str,
+    aux: &AuxRun,
+    own_files: bool,
+) -> Result<Option<String>, ExecError> {
     let (killed, survivors) =
         unix::kill_leftovers(aux.pid, aux.proc_start, &attempt_id(run_id, aux.row), Duration::from_secs(5));
     let what = format!("{} `{}`", aux.kind.as_str(), aux.name);
     if !survivors.is_empty() {
         return Err(ExecError::Leftovers { step: what, attempt: 1, pids: survivors });
     }
-    remove_unread_files(&state.aux_stem(run_id, aux.kind, &aux.name))?;
+    if own_files {
+        remove_unread_files(&state.aux_stem(run_id, aux.kind, &aux.name))?;
+    }
     Ok((killed > 0).then(|| format!("killed {killed} leftover process(es) of {what} from the previous runner")))
 }
 
@@ -593,8 +603,12 @@ pub(crate) fn kill_aux_leftovers(state: &StateDir, run_id: &str, aux: &AuxRun) -
 /// them (its redelivery starts without them, and an abandoned run is over), and only an execution
 /// that ends has its files scrubbed of the run's secrets: they go, so that no secret stays there.
 fn remove_unread_files(stem: &Path) -> Result<(), ExecError> {
-    for path in [stem.with_extension("error.json"), outputs::path(stem)] {
-        crate::os::fs::remove_any(&path).map_err(|source| ExecError::Files { path, source })?;
+    for path in outputs::child_files(stem) {
+        match crate::os::fs::remove_any(&path) {
+            // Its directory is gone too (a log directory deleted by hand): nothing to remove.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            other => other.map_err(|source| ExecError::Files { path, source })?,
+        }
     }
     Ok(())
 }

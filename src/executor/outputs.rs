@@ -39,6 +39,12 @@ pub(crate) fn path(stem: &Path) -> PathBuf {
     stem.with_extension("outputs")
 }
 
+/// The files an attempt's child writes itself, if at all, at `stem`: its error file and its
+/// outputs file (scrubbed of the secrets when it ends, removed before it runs again).
+pub(crate) fn child_files(stem: &Path) -> [PathBuf; 2] {
+    [stem.with_extension("error.json"), path(stem)]
+}
+
 /// The variable a later step sees output `key` of step `step` as: `WAYMARK_OUTPUT_FETCH_A_ROWS`
 /// for key `rows` of step `fetch-a`.
 pub(crate) fn env_name(step: &str, key: &str) -> String {

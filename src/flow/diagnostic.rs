@@ -146,22 +146,28 @@ impl Diagnostic {
 /// `text` as a terminal can show it: every control character but a newline (an escape sequence
 /// that would recolour or hide what follows, a carriage return that would let a flow write over
 /// its own command) as its Unicode control picture (`␛`, `␍`), as the source lines of diagnostics
-/// are shown; the C1 controls, which have none, as `�`.
+/// are shown; the C1 controls, which have none, and the bidirectional overrides and isolates
+/// (which would show a command's text in another order than it runs) as `�`.
 pub(crate) fn visible(text: &str) -> Cow<'_, str> {
-    // The C1 controls are the only controls of more than one byte, and all start with 0xC2.
-    let control = |b: u8| (b < 0x20 && b != b'\n') | (b == 0x7f) | (b == 0xc2);
-    // In blocks without an early exit, which the compiler turns into vector instructions: the
-    // plan of a 10,000-step flow is a megabyte.
-    if !text.as_bytes().chunks(64).any(|block| block.iter().fold(false, |seen, &b| seen | control(b))) {
+    fn hidden(c: char) -> bool {
+        (c.is_control() && c != '\n')
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{061c}')
+    }
+    // The first byte of every such character's UTF-8 is one of these; in blocks without an early
+    // exit, which the compiler turns into vector instructions (a 10,000-step plan is a megabyte).
+    let lead = |b: u8| (b < 0x20 && b != b'\n') | (b == 0x7f) | (b == 0xc2) | (b == 0xd8) | (b == 0xe2);
+    if !text.as_bytes().chunks(64).any(|block| block.iter().fold(false, |seen, &b| seen | lead(b))) {
+        return Cow::Borrowed(text);
+    }
+    if !text.chars().any(hidden) {
         return Cow::Borrowed(text);
     }
     Cow::Owned(
         text.chars()
             .map(|c| match c {
-                '\n' => c,
-                '\0'..='\x1f' => char::from_u32(0x2400 + c as u32).unwrap_or('\u{fffd}'),
+                '\0'..='\x1f' if c != '\n' => char::from_u32(0x2400 + c as u32).unwrap_or('\u{fffd}'),
                 '\x7f' => '\u{2421}',
-                c if c.is_control() => '\u{fffd}',
+                c if hidden(c) => '\u{fffd}',
                 c => c,
             })
             .collect(),
@@ -398,6 +404,15 @@ fn floor_char_boundary(source: &str, mut i: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_a_terminal_would_act_on_is_shown_as_a_picture() {
+        assert_eq!(visible("a\u{1b}[2Jb\rc\td\n\u{7f}"), "a␛[2Jb␍c␉d\n␡");
+        assert_eq!(visible("rm \u{202e}fdp.exe \u{9b}x"), "rm �fdp.exe �x");
+        for plain in ["plain\nlines", "café 30° £5 — “quoted” …", ""] {
+            assert!(matches!(visible(plain), Cow::Borrowed(_)), "{plain}");
+        }
+    }
 
     fn key_path_at(source: &str, offset: usize) -> Option<String> {
         KeyIndex::new(source).path_at(offset)

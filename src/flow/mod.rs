@@ -69,13 +69,27 @@ impl LoadError {
     }
 }
 
-/// Read, parse and validate the flow file at `path`.
-/// `text` as a TOML string, as it could be written in a flow file: for a value quoted back in a
-/// message or a plan (`"5\u0007s"`, not Rust's `"5\u{7}s"`).
+/// `text` as a one-line TOML basic string, as it could be written in a flow file: for a value
+/// quoted back in a message or a plan (`"5\u0007s"`, `"a\nb"`; not Rust's `"5\u{7}s"`).
 pub(crate) fn toml_quoted(text: &str) -> String {
-    toml::Value::String(text.to_owned()).to_string()
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
+/// Read, parse and validate the flow file at `path`.
 pub(crate) fn load(path: &Path) -> Result<Loaded, LoadError> {
     let read_error = |source| LoadError::Read { path: path.to_owned(), source };
     let mut bytes = Vec::new();
@@ -303,6 +317,12 @@ fn deepest_dotted_key(source: &str) -> (std::ops::Range<usize>, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_value_is_quoted_back_as_one_line_of_toml() {
+        assert_eq!(toml_quoted("a\nb\t\"c\"\\\u{7}\u{9b}é"), r#""a\nb\t\"c\"\\\u0007\u009Bé""#);
+        assert_eq!(toml_quoted(""), r#""""#);
+    }
 
     fn errors(src: &str) -> Vec<String> {
         parse(src, Path::new("/x/flow.toml")).unwrap_err().into_iter().map(|d| d.message).collect()

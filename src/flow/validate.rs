@@ -985,9 +985,10 @@ impl Validator<'_> {
                 continue;
             }
             let mut list: Vec<String> = Vec::new();
+            let mut written = HashSet::new();
             for base in bases.get_ref() {
                 let b = base.get_ref();
-                if list.contains(b) {
+                if !written.insert(b.as_str()) {
                     let d = self.error(base.span(), &format!("duplicate base class `{b}`"));
                     d.label = "listed again".into();
                     d.help = Some("remove one of the two".into());
@@ -1094,14 +1095,14 @@ impl Validator<'_> {
                 Ok(code) => same(code.to_string()),
                 Err(_) => same(Signal::parse(k).map_or_else(|| k.clone(), |sig| sig.name().to_owned())),
             };
+            if earlier.is_none() {
+                first.insert(number.clone(), k.as_str());
+            }
             if let Some(earlier) = earlier {
                 let d = self.error(key.span(), &format!("`{number}` is mapped twice, as \"{earlier}\" and as \"{k}\""));
                 d.label = "mapped again".into();
                 d.help = Some("keep one of the two".into());
-                continue;
-            }
-            first.insert(number, k.as_str());
-            if let Ok(code) = k.parse::<u16>() {
+            } else if let Ok(code) = k.parse::<u16>() {
                 match u8::try_from(code) {
                     Ok(c) if c >= 1 => {
                         out.codes.insert(c, class.get_ref().clone());
@@ -1131,6 +1132,10 @@ impl Validator<'_> {
                     "`{WORKFLOW_TIMEOUT}` is what a run fails with when the flow's `timeout` passes: map the code to a \
                      class of your own, declared in [errors]"
                 ));
+            } else if c.is_empty() {
+                let d = self.error(class.span(), "an empty name is not a class name");
+                d.label = "no class".into();
+                d.help = Some("write the class an exit maps to, declared in [errors] or built in".into());
             } else if !classes.knows(c) {
                 let hint = classes.suggest(c);
                 let d = self.error(class.span(), &format!("unknown error class `{c}`"));
@@ -1285,9 +1290,14 @@ impl Validator<'_> {
     /// what `WorkflowTimeout` never is ("retried", "caught").
     fn exception_types(&mut self, list: &Spanned<Vec<Str>>, classes: &ClassTree, verb: &str) -> Vec<String> {
         let mut names = Vec::new();
+        let mut seen = HashSet::new();
         for item in list.get_ref() {
             let n = item.get_ref();
-            if n.contains('.') {
+            if n.is_empty() {
+                let d = self.error(item.span(), "an empty name is not a class name, so no error has it");
+                d.label = "never matches".into();
+                d.help = Some("remove it, or write the class to match".into());
+            } else if n.contains('.') {
                 self.error(
                     item.span(),
                     "exception types are matched by bare class name; a module path is not allowed",
@@ -1297,7 +1307,7 @@ impl Validator<'_> {
                 let d = self.error(item.span(), &format!("`{n}` is not a class name, so no error has it"));
                 d.label = "never matches".into();
                 d.help = Some("a class name is letters, digits and `_`, not starting with a digit: correct it".into());
-            } else if names.contains(n) {
+            } else if !seen.insert(n.as_str()) {
                 let d = self.warn(item.span(), &format!("`{n}` is listed twice"));
                 d.label = "listed again".into();
                 d.help = Some("remove one of the two".into());

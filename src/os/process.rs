@@ -140,26 +140,26 @@ fn group_of(pid: u32) -> Option<u32> {
 /// the attempt's process group `group` (members of the group, SIGKILLed with it a moment ago, may
 /// not be gone yet: they are not news).
 pub(crate) fn kill_marked(attempt_id: &str, group: u32) -> usize {
-    let pids: Vec<u32> = marked(attempt_id).into_iter().filter(|pid| group_of(*pid) != Some(group)).collect();
-    for pid in &pids {
-        if let Ok(raw) = i32::try_from(*pid) {
-            let _ = signal::kill(Pid::from_raw(raw), NixSignal::SIGKILL);
-        }
-    }
-    pids.len()
+    kill_escaped(attempt_id, group, |_| true)
 }
 
 /// [`kill_marked`], but only the processes that hold a pipe the runner reads: the attempt's output.
 /// A daemon that closed its output is let be, as after a normal exit it should, even while
 /// another escaped process holds the output open. (The runner's pipes are close-on-exec: a
-/// child holds only its own attempt's.)
+/// child holds only its own attempt's.) A process whose open files cannot be read (it made
+/// itself undumpable, or runs a setuid program) is taken to hold it.
 pub(crate) fn kill_marked_holding_output(attempt_id: &str, group: u32) -> usize {
-    let ours = pipes_of("self");
-    let pids: Vec<u32> = marked(attempt_id)
-        .into_iter()
-        .filter(|pid| group_of(*pid) != Some(group))
-        .filter(|pid| pipes_of(&pid.to_string()).iter().any(|pipe| ours.contains(pipe)))
-        .collect();
+    let ours = pipes_of("self").unwrap_or_default();
+    kill_escaped(attempt_id, group, |pid| {
+        pipes_of(&pid.to_string()).is_none_or(|pipes| pipes.iter().any(|pipe| ours.contains(pipe)))
+    })
+}
+
+/// SIGKILL the processes of an attempt, found by its id, that left its group and that `which`
+/// picks; how many.
+fn kill_escaped(attempt_id: &str, group: u32, which: impl Fn(u32) -> bool) -> usize {
+    let pids: Vec<u32> =
+        marked(attempt_id).into_iter().filter(|pid| group_of(*pid) != Some(group) && which(*pid)).collect();
     for pid in &pids {
         if let Ok(raw) = i32::try_from(*pid) {
             let _ = signal::kill(Pid::from_raw(raw), NixSignal::SIGKILL);
@@ -168,13 +168,20 @@ pub(crate) fn kill_marked_holding_output(attempt_id: &str, group: u32) -> usize 
     pids.len()
 }
 
-/// The pipes (their inodes) among the open files of process `pid` (`self`: this one).
-fn pipes_of(pid: &str) -> Vec<u64> {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return Vec::new() };
-    dir.flatten()
-        .filter_map(|e| std::fs::read_link(e.path()).ok())
-        .filter_map(|target| target.to_str()?.strip_prefix("pipe:[")?.strip_suffix(']')?.parse().ok())
-        .collect()
+/// The pipes (their inodes) among the open files of process `pid` (`self`: this one); `None`
+/// when they cannot be read (none: it is gone).
+fn pipes_of(pid: &str) -> Option<Vec<u64>> {
+    let dir = match std::fs::read_dir(format!("/proc/{pid}/fd")) {
+        Ok(dir) => dir,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(Vec::new()),
+        Err(_) => return None,
+    };
+    Some(
+        dir.flatten()
+            .filter_map(|e| std::fs::read_link(e.path()).ok())
+            .filter_map(|target| target.to_str()?.strip_prefix("pipe:[")?.strip_suffix(']')?.parse().ok())
+            .collect(),
+    )
 }
 
 /// Kill what is left of a dead runner's attempt (its group, and its processes that left the

@@ -63,8 +63,8 @@ pub enum StoreErrorKind {
     Auth,
     /// A networked store that takes no writes (a read-only replica).
     ReadOnly,
-    /// The store's file was deleted (its state directory removed) while this runner used it:
-    /// what it writes reaches no one.
+    /// The store's file was deleted or moved (its state directory removed) while waymark used
+    /// it: what it writes reaches no one.
     Deleted,
     /// Anything else (an I/O error, a bug): the detail says what.
     Other,
@@ -126,9 +126,9 @@ fn failure_message(kind: StoreErrorKind, location: &str, detail: &str) -> String
         StoreErrorKind::Auth => format!("the state database {location} refused this user's credentials: {detail}"),
         StoreErrorKind::ReadOnly => format!("the state database {location} takes no writes: {detail}"),
         StoreErrorKind::Deleted => format!(
-            "state database {location} was deleted while this runner was using it (its state directory removed?): \
-             nothing it records reaches a later runner, and its flow's lock no longer keeps a second runner out; \
-             this runner stops: its attempts are killed"
+            "state database {location} was deleted or moved while waymark was using it (its state directory \
+             removed?): nothing written to it reaches a later runner, and the flow's lock no longer keeps a second \
+             runner out; waymark stops here (a runner kills its attempts first)"
         ),
         StoreErrorKind::Other => format!("state database {location} failed: {detail}"),
     }
@@ -165,8 +165,8 @@ impl StoreError {
         match kind {
             StoreErrorKind::Corrupt | StoreErrorKind::NewerSchema => None,
             StoreErrorKind::Deleted => Some(format!(
-                "do not delete a state directory while a runner uses it; the next `waymark run` starts the flow \
-                 anew in {dir} (what was recorded went with the deleted file)"
+                "do not delete or move a state directory while a runner uses it; the next `waymark run` starts \
+                 the flow anew in {dir} (what was recorded went with the file)"
             )),
             StoreErrorKind::Busy => Some(format!(
                 "another process holds {location} locked (a waymark, or a tool with it open); wait for it or stop \
@@ -610,6 +610,14 @@ pub struct AuxRun {
     pub(crate) started_at: SystemTime,
     pub(crate) ended_at: Option<SystemTime>,
     pub(crate) exit_code: Option<i32>,
+}
+
+impl AuxRun {
+    /// Whether a later run of the same compensation or hook is among `all` (the run's): then the
+    /// files at their one stem are that later run's, not this one's.
+    pub(crate) fn superseded(&self, all: &[AuxRun]) -> bool {
+        all.iter().any(|other| other.kind == self.kind && other.name == self.name && other.row > self.row)
+    }
 }
 
 /// The runner's writes to the run it owns, as futures, so that a store whose writes block (SQLite's

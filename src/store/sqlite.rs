@@ -318,12 +318,19 @@ fn migrate(tx: &Connection, version: i64) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// The device and inode of the file at `path` (not followed).
+fn file_id(path: &Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).map(|m| (m.dev(), m.ino()))
+}
+
 pub struct SqliteStore {
     conn: Connection,
-    /// The database file, opened beside the connection by a store that writes: every write
-    /// checks that it is still linked (a state directory deleted under a runner would take every
-    /// later write with it, unseen).
-    file: Option<std::fs::File>,
+    /// The database file's identity (device, inode) when a store that writes opened it: every
+    /// write checks that the path still leads to it (a state directory deleted or moved under a
+    /// runner would take every later write with it, unseen). No descriptor is kept for it: closing
+    /// one would drop SQLite's own locks on the file.
+    file_id: Option<(u64, u64)>,
     /// How many durable writes were committed, each with `synchronous=FULL` (see [`Self::write`];
     /// one that changed nothing has nothing to flush).
     flushed: u64,
@@ -653,7 +660,7 @@ impl SqliteStore {
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         SqliteStore {
             conn,
-            file: None,
+            file_id: None,
             flushed: 0,
             path,
             location,
@@ -688,8 +695,8 @@ impl SqliteStore {
         let _ = std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600));
         let mut store = SqliteStore::with(conn, path, SCHEMA_VERSION);
         store.init().map_err(|e| failure(&store.path, e))?;
-        store.file = Some(
-            crate::os::fs::open_read_nofollow(&store.path)
+        store.file_id = Some(
+            file_id(&store.path)
                 .map_err(|e| StoreError::failed(StoreErrorKind::Other, &store.location, e.to_string()))?,
         );
         // No checkpoint when the connection closes: it would cost two more flushes at the end of
@@ -1097,9 +1104,9 @@ impl SqliteStore {
             self.flushed += u64::from(result.is_ok());
         }
         let out = result.map_err(|e| self.sql(e))?;
-        // One `fstat`: no link left means the file this wrote to is gone from the state directory.
-        if let Some(file) = &self.file
-            && file.metadata().is_ok_and(|m| std::os::unix::fs::MetadataExt::nlink(&m) == 0)
+        // One `lstat`: the path no longer leads to the file this wrote to.
+        if let Some(id) = self.file_id
+            && file_id(&self.path).ok() != Some(id)
         {
             return Err(StoreError::failed(StoreErrorKind::Deleted, &self.location, ""));
         }

@@ -73,8 +73,9 @@ impl Launcher for FakeLauncher {
         Ok(Path::new("/nonexistent/waymark-dispatch-test").join(kind.as_str()).join(name))
     }
 
-    fn kill_aux_leftovers(&mut self, aux: &AuxRun) -> Result<Option<String>, ExecError> {
-        self.leftovers_checked.borrow_mut().push(format!("{}:{}", aux.name, aux.kind.as_str()));
+    fn kill_aux_leftovers(&mut self, aux: &AuxRun, own_files: bool) -> Result<Option<String>, ExecError> {
+        let files = if own_files { "" } else { " (a later run's files)" };
+        self.leftovers_checked.borrow_mut().push(format!("{}:{}{files}", aux.name, aux.kind.as_str()));
         Ok(None)
     }
 
@@ -1756,6 +1757,36 @@ async fn a_resumed_run_does_not_repeat_finished_compensations_and_kills_one_left
     let ran = test.run(|_, _| exit(1, 0)).await;
     assert_eq!(ran.outcome(), RunOutcome::Failed);
     assert_eq!(ran.leftovers_checked, ["a:compensate"]);
+    assert_eq!(names(&ran), ["a:compensate", "hook:on_failure", "hook:on_exit"]);
+}
+
+/// A compensation left running by one dead runner, run again (and finished) by the next, which
+/// died in turn: the first run's row is still unfinished, and is made sure dead again, but the
+/// files at the compensation's one stem are the later run's, kept scrubbed: not removed.
+#[tokio::test(start_paused = true)]
+async fn a_compensation_run_again_since_keeps_its_files_when_the_first_is_made_sure_dead() {
+    let mut test = Test::new(COMPENSATED);
+    test.resumed = true;
+    test.records[0].state = StepState::Succeeded;
+    test.records[0].ended_at = Some(BASE + secs(1));
+    test.records[1].state = StepState::Succeeded;
+    test.records[1].ended_at = Some(BASE + secs(2));
+    test.records[2].state = StepState::Failed;
+    let aux = |name: &str, row, finished| AuxRun {
+        kind: AuxKind::Compensate,
+        name: name.into(),
+        finished,
+        row,
+        pid: Some(4242),
+        proc_start: None,
+        outcome: if finished { crate::store::AttemptState::Succeeded } else { crate::store::AttemptState::Running },
+        started_at: BASE,
+        ended_at: finished.then_some(BASE),
+        exit_code: finished.then_some(0),
+    };
+    test.aux = vec![aux("b", 7, false), aux("b", 8, true), aux("a", 9, false)];
+    let ran = test.run(|_, _| exit(1, 0)).await;
+    assert_eq!(ran.leftovers_checked, ["b:compensate (a later run's files)", "a:compensate"]);
     assert_eq!(names(&ran), ["a:compensate", "hook:on_failure", "hook:on_exit"]);
 }
 
