@@ -1290,7 +1290,8 @@ impl Validator<'_> {
     /// what `WorkflowTimeout` never is ("retried", "caught").
     fn exception_types(&mut self, list: &Spanned<Vec<Str>>, classes: &ClassTree, verb: &str) -> Vec<String> {
         let mut names = Vec::new();
-        let mut seen = HashSet::new();
+        // A list is short (one name, mostly): a set only for a long one, where a scan would be quadratic.
+        let mut seen: Option<HashSet<&str>> = (list.get_ref().len() > 16).then(HashSet::new);
         for item in list.get_ref() {
             let n = item.get_ref();
             if n.is_empty() {
@@ -1307,7 +1308,7 @@ impl Validator<'_> {
                 let d = self.error(item.span(), &format!("`{n}` is not a class name, so no error has it"));
                 d.label = "never matches".into();
                 d.help = Some("a class name is letters, digits and `_`, not starting with a digit: correct it".into());
-            } else if !seen.insert(n.as_str()) {
+            } else if seen.as_mut().map_or_else(|| names.contains(n), |seen| !seen.insert(n.as_str())) {
                 let d = self.warn(item.span(), &format!("`{n}` is listed twice"));
                 d.label = "listed again".into();
                 d.help = Some("remove one of the two".into());
