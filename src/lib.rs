@@ -34,6 +34,7 @@ mod retry;
 mod secrets;
 pub mod store;
 mod suggest;
+mod text;
 
 /// The hasher of the maps keyed by step name, one entry per step (validation, the store's step
 /// positions): names come from the user's own file or waymark's own database, so a hash that

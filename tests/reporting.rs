@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{Env, finish, golden, normalise_plain, normalise_times};
+use common::{Env, finish, golden, normalise_plain, normalise_times, stderr};
 use serde_json::Value;
 use std::process::{Command, Stdio};
 
@@ -422,4 +422,30 @@ fn attempts_that_failed_the_same_way_share_a_line_of_the_report() {
         "{stderr}"
     );
     assert_eq!(lines[3], "    budget spent: 30 of 30 attempts");
+}
+
+/// What a child wrote reaches waymark's own lines (an error's message, the failure report's tail
+/// of its output, `status`): an escape sequence or a carriage return in it is shown as its picture,
+/// so that a child cannot recolour, hide or write over what waymark says.
+#[test]
+fn a_child_s_control_characters_in_waymark_s_own_lines_are_shown_not_acted_on() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        r#"[[step]]
+name = "e"
+shell = '''printf 'out \033[2J\r\n'; printf '{"type":"Boom","message":"a \\u001b[31mred\\u001b[0m b\\rX"}' > "$WAYMARK_ERROR_FILE"; exit 1'''
+"#,
+    );
+    for args in [&["run", "flow.toml"][..], &["run", "--quiet", "flow.toml"], &["status"]] {
+        let out = env.cmd(args).output().unwrap();
+        let err = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+        // The step's own output echoed behind its name is the child's (`e | ...`): not waymark's.
+        let own: String = err.lines().filter(|l| !l.starts_with("e | ")).map(|l| format!("{l}\n")).collect();
+        assert!(!own.contains(['\x1b', '\r']), "{args:?}: {own:?}");
+        assert!(own.contains("a ␛[31mred␛[0m b␍X"), "{args:?}: {own}");
+        if args.contains(&"--quiet") {
+            assert!(own.contains("\n      out ␛[2J\n"), "the report's tail of stdout: {own}");
+        }
+    }
 }

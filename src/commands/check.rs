@@ -18,11 +18,7 @@ pub(crate) fn check(path: &Path, strict: bool, explain: bool) -> Result<i32, Cli
     }
     // A flow's commands and names as written, but never a control character the terminal would
     // act on: `check` is how a flow is reviewed before it runs.
-    let text = match flow::diagnostic::visible(&text) {
-        std::borrow::Cow::Borrowed(_) => text,
-        std::borrow::Cow::Owned(shown) => shown,
-    };
-    super::output::print(text)?;
+    super::output::print(crate::text::visible_owned(text))?;
     // The process exits next: freeing a flow of 10,000 steps piece by piece would cost about as
     // much as printing its plan.
     std::mem::forget(loaded);

@@ -284,7 +284,7 @@ pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: 
             r.failed_step.as_deref().unwrap_or("-")
         ));
     }
-    super::output::print(out)?;
+    super::output::print(crate::text::visible_owned(out))?;
     for r in runs.iter().filter(|r| gone.contains_key(r.id.as_str())) {
         note!("waymark: run {id} is running, but its runner is gone (`waymark resume {id}` resumes it)", id = r.id);
     }
@@ -840,7 +840,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
             out.push('\n');
         }
     }
-    super::output::print(out)?;
+    super::output::print(crate::text::visible_owned(out))?;
     Ok(EXIT_OK)
 }
 

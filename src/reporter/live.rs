@@ -170,8 +170,9 @@ impl LiveReporter {
         }
     }
 
+    /// Waymark's own text, shown as [`Terminal::say`](super::terminal::Terminal::say) shows it.
     fn say(&self, text: String) {
-        self.screen.lock().say(text.into_bytes());
+        self.screen.lock().say(crate::text::visible_owned(text).into_bytes());
     }
 
     /// Say how much output of `step` (of every step when `None`) was not shown.
@@ -313,10 +314,11 @@ impl Look {
                 }
                 Look::Waiting { attempt, max_attempts, wake_at, after } => {
                     let left = wake_at.duration_since(SystemTime::now()).unwrap_or_default();
-                    let after = after.as_ref().map(|e| format!(" after {e}")).unwrap_or_default();
+                    let after =
+                        after.as_ref().map(|e| format!(" after {}", crate::text::visible(e))).unwrap_or_default();
                     write!(w, "retry {attempt}/{max_attempts} in {}{after}", short(left))
                 }
-                Look::Doing(what) => write!(w, "{what}  {}", short(elapsed)),
+                Look::Doing(what) => write!(w, "{}  {}", crate::text::visible(what), short(elapsed)),
             };
         };
         let style = ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_spinner());

@@ -286,9 +286,10 @@ impl Terminal {
         self.err.is_none()
     }
 
-    /// Queue waymark's own text for stderr.
+    /// Queue waymark's own text for stderr, with what a child or a flow put in it (an error's
+    /// message, a tail of output in the failure report) shown, never acted on by the terminal.
     pub(crate) fn say(&self, text: String) {
-        self.sink(Stream::Stderr).line(text.into_bytes());
+        self.sink(Stream::Stderr).line(crate::text::visible_owned(text).into_bytes());
     }
 
     /// Deliver what is queued before the process exits. A stream that takes nothing for
