@@ -34,6 +34,11 @@ impl Tmux {
     /// shows `EXIT=STATUS` and stays. With `gate`, waymark starts only once the file `start`
     /// exists (so that the pane's output can be piped somewhere first).
     fn start(env: &Env, args: &[&str], gate: bool) -> Tmux {
+        Tmux::start_on(env, args, gate, (120, 40))
+    }
+
+    /// [`Tmux::start`] on a terminal of `cols` by `rows`.
+    fn start_on(env: &Env, args: &[&str], gate: bool, (cols, rows): (u16, u16)) -> Tmux {
         // Unique: the test process and its temp directory.
         let dir = env.dir.path().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let socket = format!("waymark-test-{}-{dir}", std::process::id());
@@ -51,7 +56,8 @@ impl Tmux {
             ),
         );
         let tmux = Tmux { socket };
-        let session = ["new-session", "-d", "-x", "120", "-y", "40", "-s", "w"];
+        let (cols, rows) = (cols.to_string(), rows.to_string());
+        let session = ["new-session", "-d", "-x", &cols, "-y", &rows, "-s", "w"];
         let out = tmux.run(&[&session[..], &["sh", &script.display().to_string()]].concat());
         assert!(out.status.success(), "tmux new-session: {}", String::from_utf8_lossy(&out.stderr));
         tmux
@@ -96,6 +102,12 @@ impl Tmux {
             assert!(start.elapsed() < PATIENCE, "timed out waiting for {what}; the screen:\n{screen}");
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The screen and all the scrollback above it, wrapped lines joined.
+    fn history(&self) -> String {
+        let out = self.run(&["capture-pane", "-p", "-J", "-S", "-", "-t", "w"]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// Wait for the run to end; returns the final screen, wrapped lines joined.
@@ -242,6 +254,33 @@ fn every_running_parallel_step_has_its_line_and_a_failed_run_ends_with_its_repor
     assert!(end.ends_with("\nEXIT=1"), "{end}");
     let report = end.find("waymark: run RUN failed").unwrap_or_else(|| panic!("no failure report:\n{end}"));
     assert!(end[report..].contains("fetch-c"), "{end}");
+}
+
+/// More steps running than the terminal has rows: the display takes no more rows than the
+/// terminal has less one, so that each redraw erases the last one whole, and no copy of the bars is
+/// left in the scrollback while waymark's lines and the steps' output scroll above them.
+#[test]
+fn a_display_taller_than_the_terminal_leaves_no_copy_of_itself_in_the_scrollback() {
+    if !Tmux::available("a_display_taller_than_the_terminal_leaves_no_copy_of_itself_in_the_scrollback") {
+        return;
+    }
+    let env = Env::new();
+    let mut flow = String::from("name = \"tall\"\nmax_parallel = 20\n");
+    for i in 0..20 {
+        flow.push_str(&format!(
+            "[[step]]\nname = \"s{i:02}\"\nneeds = []\nshell = 'echo s{i}; while [ ! -e go ]; do sleep 0.02; done; echo done'\n"
+        ));
+    }
+    env.write("flow.toml", &flow);
+    let tmux = Tmux::start_on(&env, &["run", "flow.toml"], false, (80, 12));
+    let bar = Regex::new(r"(?m)^. s\d\d +attempt 1/1 +\d+\.\ds$").unwrap();
+    tmux.wait_for("the display to fill the terminal", |s| bar.find_iter(s).count() >= 10);
+    touch(&env, "go");
+    let end = tmux.wait_exit();
+    assert!(normalise(&end).ends_with("\nEXIT=0"), "{end}");
+    let history = tmux.history();
+    assert!(!display_line().is_match(&history), "a copy of the bars is left in the scrollback:\n{history}");
+    assert_eq!(history.lines().filter(|l| l.starts_with("s") && l.ends_with("| done")).count(), 20, "{history}");
 }
 
 const QUICK_FLOW: &str = r#"[exit_codes]

@@ -508,8 +508,11 @@ impl TermLike for Screen {
         self.lock().size.1
     }
 
+    /// One row less than the terminal has: indicatif draws no more lines than this, and a frame
+    /// that filled every row would leave a copy of itself in the scrollback at each redraw below
+    /// new lines.
     fn height(&self) -> u16 {
-        self.lock().size.0
+        self.lock().size.0.saturating_sub(1).max(1)
     }
 
     // indicatif erases its previous frame before it writes the lines of the next: the screen
