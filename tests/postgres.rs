@@ -690,3 +690,32 @@ fn without_password(url: &str) -> String {
     };
     format!("{scheme}://{authority}{tail}")
 }
+
+/// A session that holds the leases locked inside a transaction and says nothing more (its host
+/// vanished mid-write, which the server's TCP notices only after hours) blocks a runner at most
+/// for the session limit waymark sets (30 s): the runner then fails as busy, exit status 4, instead
+/// of waiting without a word; once the lock is gone, the flow runs.
+#[test]
+fn a_lock_held_by_a_silent_session_stops_a_runner_as_busy_instead_of_blocking_it() {
+    let Some((_database, url, env)) =
+        fresh_test("a_lock_held_by_a_silent_session_stops_a_runner_as_busy_instead_of_blocking_it")
+    else {
+        return;
+    };
+    env.write("flow.toml", "name = 'held'\n[[step]]\nname = 'a'\nrun = ['touch', 'ran']\n");
+    // The tables first: a run of another flow makes them.
+    env.write("first.toml", "name = 'first'\n[[step]]\nname = 'a'\nrun = ['true']\n");
+    assert_eq!(runner(&env, &url, "a", &["run", "--quiet", "first.toml"]).output().unwrap().status.code(), Some(0));
+    let mut silent = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let mut held = silent.transaction().unwrap();
+    held.batch_execute("LOCK TABLE waymark_leases IN ACCESS EXCLUSIVE MODE").unwrap();
+    let out = finish(runner(&env, &url, "a", &["run", "--quiet", "flow.toml"]).spawn().unwrap());
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(err.contains("is locked by another process: canceling statement due to lock timeout"), "{err}");
+    assert!(!env.path("ran").exists());
+    held.rollback().unwrap();
+    let out = runner(&env, &url, "a", &["run", "--quiet", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(env.path("ran").exists());
+}

@@ -220,6 +220,10 @@ fn new_run_id() -> String {
     (0..8).map(|_| ALPHABET[fastrand::usize(..ALPHABET.len())] as char).collect()
 }
 
+/// How long the server lets a session sit idle inside a transaction, and a statement wait for a
+/// lock (milliseconds): twice the default lease.
+const SESSION_LIMIT_MS: u64 = 30_000;
+
 /// Connect to the database of `config` (shown as `location`), with TLS when its `sslmode` asks
 /// for it (`prefer`, the default, uses it when the server offers it; the others insist), checking
 /// the server's certificate as [`CertCheck`] says.
@@ -233,6 +237,19 @@ fn connect(config: &PgConfig, location: &str) -> Result<Client, StoreError> {
         conn.tcp_user_timeout(Duration::from_secs(10));
     }
     conn.keepalives_idle(Duration::from_secs(5));
+    // Limits the server keeps for the session (the URL's own `options` come after, and win). A
+    // session left inside a transaction by a host that vanished mid-write (power lost, network cut:
+    // the server's TCP notices only after hours) is ended, so that its locks no longer block the
+    // host taking the run over; and a statement waits for a lock at most as long, then fails as
+    // busy (exit status 4) instead of leaving a runner blocked without a word. waymark's own
+    // transactions never wait between their statements, nor hold a lock for long.
+    let limits =
+        format!("-c idle_in_transaction_session_timeout={SESSION_LIMIT_MS} -c lock_timeout={SESSION_LIMIT_MS}");
+    let options = match conn.get_options() {
+        Some(own) => format!("{limits} {own}"),
+        None => limits,
+    };
+    conn.options(&options);
     let fail = |e: ::postgres::Error| {
         // The server asked for a password and the URL has none: the client's words for it
         // (`invalid configuration: password missing`) are no more than a string.
