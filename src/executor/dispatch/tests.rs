@@ -1732,8 +1732,8 @@ async fn a_succeeded_run_compensates_nothing_and_runs_on_success_then_on_exit() 
     assert_eq!(names(&ran), ["a", "b", "c", "hook:on_success", "hook:on_exit"]);
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_resumed_run_does_not_repeat_finished_compensations_and_kills_one_left_running() {
+/// [`COMPENSATED`] resumed after its last step failed: its compensations are under way.
+fn compensating() -> Test {
     let mut test = Test::new(COMPENSATED);
     test.resumed = true;
     test.records[0].state = StepState::Succeeded;
@@ -1741,19 +1741,29 @@ async fn a_resumed_run_does_not_repeat_finished_compensations_and_kills_one_left
     test.records[1].state = StepState::Succeeded;
     test.records[1].ended_at = Some(BASE + secs(2));
     test.records[2].state = StepState::Failed;
-    let aux = |name: &str, finished| AuxRun {
+    test
+}
+
+/// A run of the compensation of step `name`, recorded as row `row`, finished or left running.
+fn compensation(name: &str, row: i64, finished: bool) -> AuxRun {
+    AuxRun {
         kind: AuxKind::Compensate,
         name: name.into(),
         finished,
-        row: 7,
+        row,
         pid: Some(4242),
         proc_start: None,
         outcome: if finished { crate::store::AttemptState::Succeeded } else { crate::store::AttemptState::Running },
         started_at: BASE,
         ended_at: finished.then_some(BASE),
         exit_code: finished.then_some(0),
-    };
-    test.aux = vec![aux("b", true), aux("a", false)];
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resumed_run_does_not_repeat_finished_compensations_and_kills_one_left_running() {
+    let mut test = compensating();
+    test.aux = vec![compensation("b", 7, true), compensation("a", 7, false)];
     let ran = test.run(|_, _| exit(1, 0)).await;
     assert_eq!(ran.outcome(), RunOutcome::Failed);
     assert_eq!(ran.leftovers_checked, ["a:compensate"]);
@@ -1765,26 +1775,8 @@ async fn a_resumed_run_does_not_repeat_finished_compensations_and_kills_one_left
 /// files at the compensation's one stem are the later run's, kept scrubbed: not removed.
 #[tokio::test(start_paused = true)]
 async fn a_compensation_run_again_since_keeps_its_files_when_the_first_is_made_sure_dead() {
-    let mut test = Test::new(COMPENSATED);
-    test.resumed = true;
-    test.records[0].state = StepState::Succeeded;
-    test.records[0].ended_at = Some(BASE + secs(1));
-    test.records[1].state = StepState::Succeeded;
-    test.records[1].ended_at = Some(BASE + secs(2));
-    test.records[2].state = StepState::Failed;
-    let aux = |name: &str, row, finished| AuxRun {
-        kind: AuxKind::Compensate,
-        name: name.into(),
-        finished,
-        row,
-        pid: Some(4242),
-        proc_start: None,
-        outcome: if finished { crate::store::AttemptState::Succeeded } else { crate::store::AttemptState::Running },
-        started_at: BASE,
-        ended_at: finished.then_some(BASE),
-        exit_code: finished.then_some(0),
-    };
-    test.aux = vec![aux("b", 7, false), aux("b", 8, true), aux("a", 9, false)];
+    let mut test = compensating();
+    test.aux = vec![compensation("b", 7, false), compensation("b", 8, true), compensation("a", 9, false)];
     let ran = test.run(|_, _| exit(1, 0)).await;
     assert_eq!(ran.leftovers_checked, ["b:compensate (a later run's files)", "a:compensate"]);
     assert_eq!(names(&ran), ["a:compensate", "hook:on_failure", "hook:on_exit"]);
