@@ -719,3 +719,36 @@ fn a_lock_held_by_a_silent_session_stops_a_runner_as_busy_instead_of_blocking_it
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(env.path("ran").exists());
 }
+
+/// A server that takes the connection and then never answers (hung, or a pooler or proxy in front
+/// of one that is gone): the handshake is bounded by `connect_timeout` as the TCP connection is,
+/// and the command exits with status 4 saying so, instead of waiting for ever. No server needed.
+#[test]
+fn a_server_that_never_answers_is_unreachable_after_connect_timeout() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Takes every connection and keeps it, saying nothing.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for client in listener.incoming().flatten() {
+            held.push(client);
+        }
+    });
+    let env = Env::new();
+    let url = format!("postgres://waymark:secret@127.0.0.1:{port}/waymark?connect_timeout=1&sslmode=disable");
+    let out = finish(runner(&env, &url, "a", &["history"]).spawn().unwrap());
+    assert_eq!(
+        (out.status.code(), stderr(&out)),
+        (
+            Some(4),
+            format!(
+                "error: cannot reach the state database postgres://waymark@127.0.0.1:{port}/waymark?connect_timeout=1\
+                 &sslmode=disable: the server took the connection but did not finish the handshake within 1s \
+                 (`connect_timeout`)\n\
+                 hint: check that PostgreSQL runs at postgres://waymark@127.0.0.1:{port}/waymark?connect_timeout=1\
+                 &sslmode=disable and takes connections from this host (host, port, firewall, sslmode), then try again \
+                 (nothing is lost: a run resumes where it stopped); --store or WAYMARK_STORE selects another store\n"
+            )
+        )
+    );
+}

@@ -260,10 +260,38 @@ fn connect(config: &PgConfig, location: &str) -> Result<Client, StoreError> {
         }
         StoreError::failed(kind_of(&e), location, tls_detail(&e, config))
     };
-    if conn.get_ssl_mode() == SslMode::Disable {
-        return conn.connect(::postgres::NoTls).map_err(fail);
+    // `connect_timeout` bounds each TCP connection; a server (or a pooler, or a proxy) that takes
+    // the connection and then never answers would hold the handshake, and so every command, for
+    // ever. The whole handshake gets as long, on a thread of its own that is left behind if it
+    // never ends (the process exits soon after, or the runner's lease runs out).
+    let limit = conn.get_connect_timeout().copied().unwrap_or(Duration::from_secs(10))
+        * u32::try_from(conn.get_hosts().len().max(1)).unwrap_or(1);
+    let tls = match conn.get_ssl_mode() {
+        SslMode::Disable => None,
+        _ => Some(tls(config, location)?),
+    };
+    let (done, result) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("waymark-pg-connect".into())
+        .spawn(move || {
+            let connected = match tls {
+                None => conn.connect(::postgres::NoTls),
+                Some(tls) => conn.connect(tls),
+            };
+            let _ = done.send(connected);
+        })
+        .map_err(|e| StoreError::failed(StoreErrorKind::Other, location, format!("cannot start a thread: {e}")))?;
+    match result.recv_timeout(limit) {
+        Ok(connected) => connected.map_err(fail),
+        Err(_) => Err(StoreError::failed(
+            StoreErrorKind::Unreachable,
+            location,
+            format!(
+                "the server took the connection but did not finish the handshake within {} (`connect_timeout`)",
+                humantime::format_duration(limit)
+            ),
+        )),
     }
-    conn.connect(tls(config, location)?).map_err(fail)
 }
 
 /// [`detail`], and for a certificate the TLS handshake refused, what it was checked against.
