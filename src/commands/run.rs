@@ -670,11 +670,9 @@ fn execute(
         Ok(RunOutcome::Interrupted { signal }) => Ok(128 + signal),
         // Another runner owns the run now, or the run went with its deleted database: resuming it
         // is not this runner's to suggest.
-        Err(e @ ExecError::Store(StoreError::LeaseLost { .. } | StoreError::Fenced { .. })) => {
+        Err(e @ ExecError::Store(StoreError::LeaseLost { .. } | StoreError::Fenced { .. }))
+        | Err(e @ ExecError::Store(StoreError::Failed { kind: crate::store::StoreErrorKind::Deleted, .. })) => {
             Err(CliError::Internal(exec_error(e)))
-        }
-        Err(ExecError::Store(e)) if e.kind() == Some(crate::store::StoreErrorKind::Deleted) => {
-            Err(CliError::Internal(exec_error(ExecError::Store(e))))
         }
         Err(e) => {
             let context = format!("run {} stopped; `waymark run` resumes it once the cause is fixed", record.id);

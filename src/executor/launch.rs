@@ -569,13 +569,12 @@ pub(crate) fn kill_leftovers(state: &StateDir, run_id: &str, step: &StepRecord) 
         }
         _ => return Ok(None),
     };
-    let (killed, survivors) =
-        unix::kill_leftovers(*pid, *proc_start, &attempt_id(run_id, *row), Duration::from_secs(5));
-    if !survivors.is_empty() {
-        return Err(ExecError::Leftovers { step: step.name.clone(), attempt: *attempt, pids: survivors });
-    }
-    remove_unread_files(&stem)?;
-    Ok((killed > 0).then(|| format!("killed {killed} leftover process(es) of {what} from the previous runner")))
+    let killed = unix::kill_leftovers(*pid, *proc_start, &attempt_id(run_id, *row), Duration::from_secs(5));
+    made_sure_dead(killed, &what, Some(&stem), |pids| ExecError::Leftovers {
+        step: step.name.clone(),
+        attempt: *attempt,
+        pids,
+    })
 }
 
 /// [`kill_leftovers`] for a compensation or hook a dead runner left running; its error and
@@ -587,14 +586,26 @@ pub(crate) fn kill_aux_leftovers(
     aux: &AuxRun,
     own_files: bool,
 ) -> Result<Option<String>, ExecError> {
-    let (killed, survivors) =
-        unix::kill_leftovers(aux.pid, aux.proc_start, &attempt_id(run_id, aux.row), Duration::from_secs(5));
+    let killed = unix::kill_leftovers(aux.pid, aux.proc_start, &attempt_id(run_id, aux.row), Duration::from_secs(5));
     let what = format!("{} `{}`", aux.kind.as_str(), aux.name);
+    let stem = own_files.then(|| state.aux_stem(run_id, aux.kind, &aux.name));
+    made_sure_dead(killed, &what, stem.as_deref(), |pids| ExecError::Leftovers { step: what.clone(), attempt: 1, pids })
+}
+
+/// What `unix::kill_leftovers` did to what is left of `what`: an error (`would_not_die`) when some
+/// of its processes survived; else its error and outputs files at `stem` removed, if given, and a
+/// message when something had to be killed.
+fn made_sure_dead(
+    (killed, survivors): (usize, Vec<u32>),
+    what: &str,
+    stem: Option<&Path>,
+    would_not_die: impl FnOnce(Vec<u32>) -> ExecError,
+) -> Result<Option<String>, ExecError> {
     if !survivors.is_empty() {
-        return Err(ExecError::Leftovers { step: what, attempt: 1, pids: survivors });
+        return Err(would_not_die(survivors));
     }
-    if own_files {
-        remove_unread_files(&state.aux_stem(run_id, aux.kind, &aux.name))?;
+    if let Some(stem) = stem {
+        remove_unread_files(stem)?;
     }
     Ok((killed > 0).then(|| format!("killed {killed} leftover process(es) of {what} from the previous runner")))
 }
