@@ -1090,11 +1090,12 @@ impl Validator<'_> {
         let mut first: HashMap<String, &str> = HashMap::new();
         for (key, class) in entries {
             let k = key.get_ref();
-            let same = |number: String| (first.get(&number).copied(), number);
-            let (earlier, number) = match k.parse::<u16>() {
-                Ok(code) => same(code.to_string()),
-                Err(_) => same(Signal::parse(k).map_or_else(|| k.clone(), |sig| sig.name().to_owned())),
+            // The code or signal the key names, however it is written.
+            let number = match k.parse::<u16>() {
+                Ok(code) => code.to_string(),
+                Err(_) => Signal::parse(k).map_or_else(|| k.clone(), |sig| sig.name().to_owned()),
             };
+            let earlier = first.get(&number).copied();
             if earlier.is_none() {
                 first.insert(number.clone(), k.as_str());
             }
