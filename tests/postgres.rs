@@ -294,18 +294,30 @@ fn status_shows_a_step_whose_attempt_died_with_the_host_that_lost_the_run_interr
 struct Proxy {
     port: u16,
     cut: Arc<AtomicBool>,
+    /// While set, nothing is forwarded either way and no new connection is made: the connections
+    /// stay open and say nothing, as through a proxy or pooler that hung.
+    frozen: Arc<AtomicBool>,
     streams: Arc<Mutex<Vec<TcpStream>>>,
+    /// The threads forwarding data, while they run.
+    forwarding: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Proxy {
     fn start(target: u16) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let cut = Arc::new(AtomicBool::new(false));
+        let (cut, frozen) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
         let streams: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-        let (c, s) = (Arc::clone(&cut), Arc::clone(&streams));
+        let forwarding = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (c, f, s, n) = (Arc::clone(&cut), Arc::clone(&frozen), Arc::clone(&streams), Arc::clone(&forwarding));
+        let wait_while_frozen = move |frozen: &AtomicBool| {
+            while frozen.load(Ordering::SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        };
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
+                wait_while_frozen(&f);
                 if c.load(Ordering::SeqCst) {
                     drop(client);
                     continue;
@@ -314,19 +326,23 @@ impl Proxy {
                 s.lock().unwrap().extend([client.try_clone().unwrap(), server.try_clone().unwrap()]);
                 for (mut from, mut to) in [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)]
                 {
+                    let (f, n) = (Arc::clone(&f), Arc::clone(&n));
+                    n.fetch_add(1, Ordering::SeqCst);
                     std::thread::spawn(move || {
                         let mut buf = [0u8; 16384];
-                        while let Ok(n) = from.read(&mut buf) {
-                            if n == 0 || to.write_all(&buf[..n]).is_err() {
+                        while let Ok(got) = from.read(&mut buf) {
+                            wait_while_frozen(&f);
+                            if got == 0 || to.write_all(&buf[..got]).is_err() {
                                 break;
                             }
                         }
                         let _ = to.shutdown(std::net::Shutdown::Both);
+                        n.fetch_sub(1, Ordering::SeqCst);
                     });
                 }
             }
         });
-        Proxy { port, cut, streams }
+        Proxy { port, cut, frozen, streams, forwarding }
     }
 
     fn cut(&self) {
@@ -335,6 +351,21 @@ impl Proxy {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
     }
+
+    fn freeze(&self, frozen: bool) {
+        self.frozen.store(frozen, Ordering::SeqCst);
+    }
+
+    /// `url`, through this proxy.
+    fn in_front_of(&self, url: &str) -> String {
+        let port: u16 = url.rsplit_once(':').unwrap().1.split('/').next().unwrap().parse().unwrap();
+        url.replace(&format!(":{port}/"), &format!(":{}/", self.port))
+    }
+}
+
+/// The port of the server of `url`.
+fn port_of(url: &str) -> u16 {
+    url.rsplit_once(':').unwrap().1.split('/').next().unwrap().parse().unwrap()
 }
 
 #[test]
@@ -346,9 +377,8 @@ fn a_runner_cut_off_from_the_database_kills_its_attempts_and_exits_4_and_nothing
     };
     let database = fresh_database(&url);
     let url = database.url.clone();
-    let port: u16 = url.rsplit_once(':').unwrap().1.split('/').next().unwrap().parse().unwrap();
-    let proxy = Proxy::start(port);
-    let via_proxy = url.replace(&format!(":{port}/"), &format!(":{}/", proxy.port));
+    let proxy = Proxy::start(port_of(&url));
+    let via_proxy = proxy.in_front_of(&url);
     let env = Env::new();
     env.write(
         "flow.toml",
@@ -381,6 +411,45 @@ fn a_runner_cut_off_from_the_database_kills_its_attempts_and_exits_4_and_nothing
     let status = query(&url, "SELECT status FROM waymark_runs");
     assert_eq!(status[0].get::<_, String>(0), "running");
     let _ = PATIENCE;
+}
+
+/// The database stops answering (a proxy or pooler in front of it hangs, the connections stay
+/// open) while the runner writes an attempt's end: the runner fences itself off when its lease
+/// would expire and exits with status 4, instead of waiting for the stuck write for as long as
+/// the connection stays frozen; and when the connection comes back, nothing of what it was
+/// writing is committed: the next step never started.
+#[test]
+fn a_runner_whose_database_hangs_mid_write_exits_4_and_its_write_is_never_committed() {
+    let Some((_database, url, env)) =
+        fresh_test("a_runner_whose_database_hangs_mid_write_exits_4_and_its_write_is_never_committed")
+    else {
+        return;
+    };
+    let proxy = Proxy::start(port_of(&url));
+    env.write(
+        "flow.toml",
+        "name = 'hung'\n[[step]]\nname = 'a'\nshell = 'while [ ! -e go ]; do sleep 0.05; done'\n\
+         [[step]]\nname = 'b'\nrun = ['touch', 'b-ran']\n",
+    );
+    let mut owner = runner(&env, &proxy.in_front_of(&url), "host-a", &["run", "flow.toml"]).spawn().unwrap();
+    let seen = watch_stderr(&mut owner);
+    wait_until("a's attempt to be recorded with its pid", || {
+        seen.lock().unwrap().contains("a: attempt 1/1 started (pid ")
+    });
+    // Frozen, then the step ends: the runner's next write (a's end with b's start) is stuck.
+    proxy.freeze(true);
+    env.write("go", "");
+    let out = finish(owner);
+    wait_until("the runner's stderr to be read to its end", || Arc::strong_count(&seen) == 1);
+    let text = seen.lock().unwrap().clone();
+    assert_eq!(out.status.code(), Some(4), "{text}");
+    assert!(text.contains("(host-a:") && text.contains(") could not renew its lease before it would expire"), "{text}");
+    proxy.freeze(false);
+    wait_until("the proxy to pass on what it held, and close", || proxy.forwarding.load(Ordering::SeqCst) == 0);
+    let rows = query(&url, "SELECT step, outcome FROM waymark_attempts ORDER BY row_id");
+    let rows: Vec<(String, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(rows, [("a".to_owned(), "running".to_owned())], "a's end and b's start were not committed");
+    assert!(!env.path("b-ran").exists());
 }
 
 #[test]
@@ -618,6 +687,28 @@ fn gc_deletes_the_finished_runs_of_every_host_from_the_shared_database() {
     assert_eq!(gc.status.code(), Some(0), "{}", stderr(&gc));
     assert_eq!(stderr(&gc), "waymark: deleted 2 finished run(s) older than 0s\n");
     assert_eq!((count("waymark_runs"), count("waymark_attempts")), (0, 0), "the runs and their attempts are gone");
+    // Each host keeps the logs of its own run, which host-c's gc could not reach; the next gc on
+    // that host deletes them, and keeps the logs of a run of another store kept there.
+    let logs = |host: &str| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(env.path(&format!("state-{host}/logs")))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!((logs("host-a").len(), logs("host-b").len()), (1, 1));
+    std::fs::create_dir(env.path("state-host-a/logs/zzzzzzzz")).unwrap();
+    let gc = runner(&env, &url, "host-a", &["gc", "--older-than", "1d"]).output().unwrap();
+    assert_eq!(
+        (gc.status.code(), stderr(&gc).as_str()),
+        (
+            Some(0),
+            "waymark: deleted 0 finished run(s) older than 1 day, and the logs of 1 run(s) deleted by gc on another host\n"
+        )
+    );
+    assert_eq!(logs("host-a"), ["zzzzzzzz"], "the logs of the deleted run are gone, the other store's kept");
+    assert_eq!(logs("host-b").len(), 1, "until gc runs on host-b");
     let history = runner(&env, &url, "host-a", &["history"]).output().unwrap();
     assert_eq!(history.status.code(), Some(0), "{}", stderr(&history));
     // Where it looked: the store, without its password, and the variable that chose it (not the

@@ -1055,17 +1055,35 @@ pub(crate) fn gc(state: &StateDir, older_than: Duration) -> Result<i32, CliError
                 continue;
             }
             deleted += 1;
-            let dir = state.run_logs(&run.id);
-            if let Err(e) = crate::os::fs::remove_any(&dir)
-                && e.kind() != std::io::ErrorKind::NotFound
-            {
-                note!("waymark: warning: cannot delete {}: {e}", dir.display());
-            }
+            remove_logs(state, &run.id);
         }
         drop(lock);
     }
-    note!("waymark: deleted {deleted} finished run(s) older than {}", age(older_than));
+    // A shared store: the logs this host keeps of runs that gc deleted on another host.
+    let kept: Vec<String> = match std::fs::read_dir(state.logs()) {
+        Ok(entries) => entries.flatten().filter_map(|e| e.file_name().into_string().ok()).collect(),
+        Err(_) => Vec::new(),
+    };
+    let orphans = if kept.is_empty() { Vec::new() } else { store.deleted_elsewhere(&kept)? };
+    for id in &orphans {
+        remove_logs(state, id);
+    }
+    let elsewhere = match orphans.len() {
+        0 => String::new(),
+        n => format!(", and the logs of {n} run(s) deleted by gc on another host"),
+    };
+    note!("waymark: deleted {deleted} finished run(s) older than {}{elsewhere}", age(older_than));
     Ok(EXIT_OK)
+}
+
+/// Delete the logs this host keeps of run `id`, saying so if they cannot be.
+fn remove_logs(state: &StateDir, id: &str) {
+    let dir = state.run_logs(id);
+    if let Err(e) = crate::os::fs::remove_any(&dir)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        note!("waymark: warning: cannot delete {}: {e}", dir.display());
+    }
 }
 
 /// An age as `gc` says it: whole years or months in words when it is a whole number of them (as

@@ -24,12 +24,13 @@
 //! (the writer thread may go on waiting for a dead connection), and [`RunJournal::lease_lost`]
 //! resolves, so that the dispatcher kills the attempts.
 
-use super::lease::LeaseClock;
+use super::lease::{LET_GO_AFTER, LeaseClock};
 use super::{AttemptResult, AuxKind, Lease, NextAttempt, RunJournal, RunLog, RunStatus, StepUpdate};
 use super::{StoreError, StoreErrorKind};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
@@ -39,12 +40,16 @@ type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 type Log = Arc<Mutex<Option<Box<dyn RunLog + Send>>>>;
 
 /// Closes the store on the writer thread however the thread ends, a panic included: a PostgreSQL
-/// client must not be closed on the runtime's thread (it blocks on a runtime of its own).
-struct CloseOnExit(Log);
+/// client must not be closed on the runtime's thread (it blocks on a runtime of its own). Its
+/// sender, dropped after the store is closed, tells the journal's drop that the thread has ended.
+struct CloseOnExit {
+    log: Log,
+    _ending: mpsc::Sender<()>,
+}
 
 impl Drop for CloseOnExit {
     fn drop(&mut self) {
-        let store = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        let store = self.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
         drop(store);
     }
 }
@@ -74,6 +79,8 @@ struct Next {
 pub(crate) struct ThreadJournal {
     writes: Option<mpsc::Sender<Write>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Disconnected once the thread has closed the store and is ending.
+    ended: mpsc::Receiver<()>,
     /// The store's location, for the error if the thread is gone.
     location: String,
     run_id: String,
@@ -114,17 +121,19 @@ impl ThreadJournal {
         let fence = clock.as_ref().map(|c| (Arc::clone(c), location.clone()));
         let log: Log = Arc::new(Mutex::new(Some(log)));
         let queued = Arc::new(AtomicUsize::new(0));
+        let (ending, ended) = mpsc::channel();
         let thread = {
             let (run_id, lease, queued) = (run_id.clone(), lease.clone(), Arc::clone(&queued));
-            let close = CloseOnExit(Arc::clone(&log));
+            let close = CloseOnExit { log: Arc::clone(&log), _ending: ending };
             std::thread::Builder::new().name("waymark-journal".into()).spawn(move || {
                 let close = close;
-                write_all(&close.0, &queue, &queued, &run_id, &lease, fence.as_ref());
+                write_all(&close.log, &queue, &queued, &run_id, &lease, fence.as_ref());
             })?
         };
         Ok(ThreadJournal {
             writes: Some(writes),
             thread: Some(thread),
+            ended,
             location,
             run_id,
             owner,
@@ -208,7 +217,13 @@ fn write_all(
             refuse(write, &fenced(run_id, location, &lease.owner, why));
             continue;
         }
+        if let Some((clock, _)) = fence {
+            clock.writing(true);
+        }
         apply(&mut **log, write, run_id, lease);
+        if let Some((clock, _)) = fence {
+            clock.writing(false);
+        }
     }
 }
 
@@ -268,12 +283,22 @@ fn refuse(write: Write, error: &StoreError) {
 }
 
 impl Drop for ThreadJournal {
-    /// Close the channel and wait until the thread has made every write sent before.
+    /// Close the channel and wait until the thread has made every write sent before. A runner
+    /// fenced off makes no write any more: a thread still stuck on a connection that stopped
+    /// answering is let go after a moment ([`LET_GO_AFTER`]), and the process's end closes its
+    /// connection, so that what it was writing is never committed.
     fn drop(&mut self) {
         drop(self.writes.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+        let Some(thread) = self.thread.take() else { return };
+        if let Some(clock) = &self.clock {
+            let mut fenced_at = None;
+            while let Err(mpsc::RecvTimeoutError::Timeout) = self.ended.recv_timeout(Duration::from_millis(50)) {
+                if clock.fenced().is_some() && fenced_at.get_or_insert_with(Instant::now).elapsed() >= LET_GO_AFTER {
+                    return;
+                }
+            }
         }
+        let _ = thread.join();
     }
 }
 

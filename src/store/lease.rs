@@ -111,12 +111,19 @@ struct ClockState {
     fenced: Option<String>,
     /// The last renewal's failure, for the message if the lease runs out.
     last_error: Option<String>,
+    /// Since when the run's write on the database has waited for its answer, while one does.
+    writing_since: Option<std::time::Instant>,
 }
+
+/// How long a runner that has fenced itself off waits for a thread still stuck on the database
+/// (a write or a renewal on a connection that no longer answers) before it lets the thread go and
+/// exits: the process's end closes the connection, so the stuck statement can never commit.
+pub(crate) const LET_GO_AFTER: std::time::Duration = std::time::Duration::from_secs(3);
 
 impl LeaseClock {
     /// A lease taken (or renewed) by a statement sent at `sent`.
     pub(crate) fn new(timing: LeaseTiming, sent: std::time::Instant) -> LeaseClock {
-        let state = ClockState { valid_until: sent + timing.ttl, fenced: None, last_error: None };
+        let state = ClockState { valid_until: sent + timing.ttl, fenced: None, last_error: None, writing_since: None };
         LeaseClock { timing, state: std::sync::Mutex::new(state) }
     }
 
@@ -138,6 +145,26 @@ impl LeaseClock {
     /// A renewal failed (the database could not be reached, say).
     pub(crate) fn renewal_failed(&self, why: String) {
         self.lock().last_error = Some(why);
+    }
+
+    /// A write of the run was sent to the database (`true`), or answered (`false`).
+    pub(crate) fn writing(&self, now: bool) {
+        self.lock().writing_since = now.then(std::time::Instant::now);
+    }
+
+    /// Whether the lease may be renewed: not while a write of the run has waited a whole time to
+    /// live for the database's answer. The client bounds no statement, and a connection that
+    /// stopped answering without closing (a proxy or pooler that hung, a server stopped) would
+    /// hold the write, and the runner waiting for it, for as long as renewals on another
+    /// connection go through; left unrenewed, the lease fences the runner off in time.
+    pub(crate) fn may_renew(&self) -> Result<(), String> {
+        match self.lock().writing_since {
+            Some(since) if since.elapsed() >= self.timing.ttl => Err(format!(
+                "a write of the run has had no answer from the database for as long as a lease lasts ({})",
+                humantime::format_duration(self.timing.ttl)
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// The lease is gone for sure (another runner holds it now): stop at once.
@@ -180,7 +207,26 @@ impl LeaseClock {
 
 #[cfg(test)]
 mod tests {
-    use super::Lease;
+    use super::{Lease, LeaseClock, LeaseTiming};
+    use std::time::{Duration, Instant};
+
+    /// A write stuck a whole time to live stops the renewals, so the lease fences the runner
+    /// off; one that is answered in time, or none at all, does not.
+    #[test]
+    fn a_write_unanswered_for_a_time_to_live_stops_the_renewals() {
+        let timing = LeaseTiming { ttl: Duration::from_millis(200), renew: Duration::from_millis(50) };
+        let clock = LeaseClock::new(timing, Instant::now());
+        assert_eq!(clock.may_renew(), Ok(()));
+        clock.writing(true);
+        assert_eq!(clock.may_renew(), Ok(()), "a write just sent");
+        std::thread::sleep(Duration::from_millis(250));
+        assert_eq!(
+            clock.may_renew().unwrap_err(),
+            "a write of the run has had no answer from the database for as long as a lease lasts (200ms)"
+        );
+        clock.writing(false);
+        assert_eq!(clock.may_renew(), Ok(()), "the write was answered");
+    }
 
     #[test]
     fn owner_ids_name_the_host_and_pid_and_differ_within_a_process() {

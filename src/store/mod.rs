@@ -89,8 +89,6 @@ pub enum StoreError {
     Record { location: String, run_id: String, error: record::RecordError },
     #[error("no run with id `{0}` in the state directory")]
     NoSuchRun(String),
-    /// A write by a runner whose lease was taken: another runner claimed the run since (see
-    /// `lease`). The write changed nothing.
     /// A runner of a shared store that fenced itself off: it lost its lease to another runner, or
     /// could not renew it in time (`why` says which). It stopped its attempts; nothing more of it
     /// is recorded.
@@ -100,6 +98,8 @@ pub enum StoreError {
          {run_id}` shows it)"
     )]
     Fenced { run_id: String, location: String, owner: String, why: String },
+    /// A write by a runner whose lease was taken: another runner claimed the run since (see
+    /// `lease`). The write changed nothing.
     #[error(
         "run {run_id} in {location} was taken over by another runner ({holder}) while this runner ({owner}) \
          was running it; this runner stops: its attempts are killed and their outcomes are not recorded, and \
@@ -732,6 +732,10 @@ pub trait Store: RunLog + Send {
     /// Delete run `id` if, in the deleting transaction, it is still finished and ended before
     /// `cutoff`; whether it was. The caller holds the run's flow lock.
     fn delete_finished(&mut self, id: &str, cutoff: SystemTime) -> Result<bool, StoreError>;
+    /// Of the runs `ids` whose logs this host keeps, those that the store no longer has because
+    /// `gc` deleted them (on another host of a shared store): their logs are to go too. A run of
+    /// another store whose logs share the state directory is not one of them.
+    fn deleted_elsewhere(&mut self, ids: &[String]) -> Result<Vec<String>, StoreError>;
     /// The end of one stream (`stdout` or `stderr`) of the attempt whose files are at `log_stem`,
     /// as a shared store keeps it for the hosts that do not have the log file; `None` where the
     /// store keeps none (the embedded one: the log files are all there is).

@@ -32,7 +32,7 @@
 //!   unknown, is never retried: the runner stops and its run is resumed). Commands that are not
 //!   running a run fail at once (exit 4) with the URL, without its password, and a hint.
 
-use super::lease::{LeaseClock, LeaseTiming, host_id};
+use super::lease::{LET_GO_AFTER, LeaseClock, LeaseTiming, host_id};
 use super::record::RunDefinition;
 use super::url::{CertCheck, PgConfig};
 use super::*;
@@ -47,7 +47,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The schema this binary writes: the number of [`MIGRATIONS`].
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 
 /// The key of the advisory lock migrations are made under ("waymark" in ASCII).
 const MIGRATION_LOCK: i64 = 0x0077_6179_6d61_726b;
@@ -56,7 +56,7 @@ const MIGRATION_LOCK: i64 = 0x0077_6179_6d61_726b;
 pub(crate) const TAIL_BYTES: u64 = 64 * 1024;
 
 /// Migration `i` brings the schema from version `i` to `i + 1`.
-const MIGRATIONS: [&str; 2] = [
+const MIGRATIONS: [&str; 3] = [
     "
 CREATE TABLE waymark_runs (
     id          TEXT PRIMARY KEY,
@@ -129,7 +129,19 @@ CREATE TABLE waymark_leases (
 -- NULL, not known, for the attempts recorded before.
 ALTER TABLE waymark_attempts ADD COLUMN killed BOOLEAN;
 ",
+    "
+-- The runs `waymark gc` deleted, and when: every host's gc then deletes the logs it keeps of them.
+CREATE TABLE waymark_deleted_runs (
+    id         TEXT PRIMARY KEY,
+    deleted_at BIGINT NOT NULL
+);
+CREATE INDEX waymark_deleted_runs_by_age ON waymark_deleted_runs (deleted_at);
+",
 ];
+
+/// How long the deletion of a run is remembered for the hosts that keep its logs: a host whose
+/// `gc` does not run for longer keeps the logs of the runs deleted before.
+const DELETIONS_KEPT_MS: i64 = 366 * 86_400_000;
 
 /// How the owner of a lease that `waymark gc` takes starts (`waymark gc:HOST:PID`): such a lease
 /// holds no run.
@@ -152,10 +164,11 @@ enum Fail {
         run_id: String,
         what: String,
     },
+    /// The runner's lease is not the run's any more: `why` says what became of it.
     Lost {
         run_id: String,
         owner: String,
-        holder: String,
+        why: String,
     },
     /// The `COMMIT` failed: whether it committed is unknown, so it is never retried.
     Commit(::postgres::Error),
@@ -591,8 +604,8 @@ impl PgStore {
             Fail::Bad { table, run_id, what } => {
                 StoreError::BadState { location: self.location.clone(), table, run_id, what }
             }
-            Fail::Lost { run_id, owner, holder } => {
-                StoreError::Fenced { run_id, location: self.location.clone(), owner, why: lost_to(&holder) }
+            Fail::Lost { run_id, owner, why } => {
+                StoreError::Fenced { run_id, location: self.location.clone(), owner, why }
             }
             Fail::Commit(e) => StoreError::failed(
                 kind_of(&e),
@@ -779,8 +792,6 @@ fn lost_to(holder: &str) -> String {
     format!("lost its lease to another runner ({holder})")
 }
 
-/// Check, in the writing transaction, that `lease` is still the lease of run `run_id`; the lease
-/// row stays locked until the commit, so a takeover waits for this write.
 /// A transaction of [`PgStore`] with its connection's prepared statements. A statement given
 /// as text is parsed by the server each time, a round trip before the one that runs it; the
 /// runner's statements ([`Tx::exec`] and its siblings) are parsed once per connection and then
@@ -838,25 +849,38 @@ impl Tx<'_, '_> {
     }
 }
 
+/// Check, in the writing transaction, that `lease` is still the lease of run `run_id` and has not
+/// expired (by the database's clock: a write held up on its way, by a network or a runner that
+/// stopped, is refused once the lease is over even if nobody took it yet); the lease row stays
+/// locked until the commit, so a takeover waits for this write.
 fn check_lease(tx: &mut Tx, run_id: &str, lease: &Lease) -> Result<(), Fail> {
     let found = tx.opt(
-        "SELECT l.owner, l.token, l.host, l.pid FROM waymark_leases l
+        "SELECT l.owner, l.token, l.host, l.pid, l.expires_at <= clock_timestamp() FROM waymark_leases l
          WHERE l.lease_key = (SELECT lease_key FROM waymark_runs WHERE id = $1) FOR SHARE",
         &[&run_id],
     )?;
+    let lost = |why: String| Err(Fail::Lost { run_id: run_id.to_owned(), owner: lease.owner.clone(), why });
     match found {
-        Some(r) if r.get::<_, String>(0) == lease.owner && r.get::<_, i64>(1) == lease.token => Ok(()),
-        Some(r) => Err(Fail::Lost {
-            run_id: run_id.to_owned(),
-            owner: lease.owner.clone(),
-            holder: format!("{} on host {}, pid {}", r.get::<_, String>(0), r.get::<_, String>(2), r.get::<_, i64>(3)),
-        }),
-        None => Err(Fail::Lost {
-            run_id: run_id.to_owned(),
-            owner: lease.owner.clone(),
-            holder: "nobody: the run or its lease is gone".to_owned(),
-        }),
+        Some(r) if r.get::<_, String>(0) == lease.owner && r.get::<_, i64>(1) == lease.token => {
+            if r.get::<_, bool>(4) {
+                lost(EXPIRED.to_owned())
+            } else {
+                Ok(())
+            }
+        }
+        Some(r) => lost(lost_to(&holder_of(&r))),
+        None => lost(lost_to("nobody: the run or its lease is gone")),
     }
+}
+
+/// Why a write is refused whose runner's lease expired before the write reached the database,
+/// though nobody took it over yet: the runner had fenced itself off by then (it stops its
+/// attempts a quarter of the lease before it expires), and another may take the run over now.
+const EXPIRED: &str = "could not write before its lease expired (the database answered too late)";
+
+/// A lease row's holder (its columns `owner, token, host, pid`) as messages name it.
+fn holder_of(r: &::postgres::Row) -> String {
+    format!("{} on host {}, pid {}", r.get::<_, String>(0), r.get::<_, String>(2), r.get::<_, i64>(3))
 }
 
 /// The run of attempt `row`, checking that `lease` is still that run's lease.
@@ -868,22 +892,25 @@ fn check_lease_of_attempt(tx: &mut Tx, row: i64, lease: &Lease) -> Result<String
     Ok(run_id)
 }
 
-/// The lease `owner` holds on the flow of run `run_id` (locked for this transaction).
+/// The lease `owner` holds on the flow of run `run_id` (locked for this transaction), if it has
+/// not expired.
 fn held_token(tx: &mut Tx, lease_key: &str, run_id: &str, owner: &str) -> Result<i64, Fail> {
-    let row =
-        tx.opt("SELECT owner, token, host, pid FROM waymark_leases WHERE lease_key = $1 FOR UPDATE", &[&lease_key])?;
+    let row = tx.opt(
+        "SELECT owner, token, host, pid, expires_at <= clock_timestamp() FROM waymark_leases WHERE lease_key = $1 \
+         FOR UPDATE",
+        &[&lease_key],
+    )?;
+    let lost = |why: String| Err(Fail::Lost { run_id: run_id.to_owned(), owner: owner.to_owned(), why });
     match row {
-        Some(r) if r.get::<_, String>(0) == owner => Ok(r.get(1)),
-        Some(r) => Err(Fail::Lost {
-            run_id: run_id.to_owned(),
-            owner: owner.to_owned(),
-            holder: format!("{} on host {}, pid {}", r.get::<_, String>(0), r.get::<_, String>(2), r.get::<_, i64>(3)),
-        }),
-        None => Err(Fail::Lost {
-            run_id: run_id.to_owned(),
-            owner: owner.to_owned(),
-            holder: "nobody: this runner never took the flow's lease".to_owned(),
-        }),
+        Some(r) if r.get::<_, String>(0) == owner => {
+            if r.get::<_, bool>(4) {
+                lost(EXPIRED.to_owned())
+            } else {
+                Ok(r.get(1))
+            }
+        }
+        Some(r) => lost(lost_to(&holder_of(&r))),
+        None => lost(lost_to("nobody: this runner never took the flow's lease")),
     }
 }
 
@@ -1238,7 +1265,21 @@ impl Store for PgStore {
                  AND ended_at IS NOT NULL AND ended_at < $2",
                 &[&id, &cutoff],
             )?;
+            if n > 0 {
+                tx.exec(
+                    "INSERT INTO waymark_deleted_runs (id, deleted_at) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING",
+                    &[&id, &now_ms()],
+                )?;
+            }
             Ok(n > 0)
+        })
+    }
+
+    fn deleted_elsewhere(&mut self, ids: &[String]) -> Result<Vec<String>, StoreError> {
+        self.write("?", "", |tx| {
+            tx.exec("DELETE FROM waymark_deleted_runs WHERE deleted_at < $1", &[&(now_ms() - DELETIONS_KEPT_MS)])?;
+            let rows = tx.all("SELECT id FROM waymark_deleted_runs WHERE id = ANY($1) ORDER BY id", &[&ids])?;
+            Ok(rows.iter().map(|r| r.get(0)).collect())
         })
     }
 
@@ -1664,7 +1705,7 @@ impl Drop for FlowLease {
         drop(self.stop.take());
         if let Some(thread) = self.thread.take() {
             let start = Instant::now();
-            while !thread.is_finished() && start.elapsed() < Duration::from_secs(3) {
+            while !thread.is_finished() && start.elapsed() < LET_GO_AFTER {
                 std::thread::sleep(Duration::from_millis(10));
             }
             if thread.is_finished() {
@@ -1682,6 +1723,19 @@ struct Renewer {
 }
 
 impl Renewer {
+    /// Why a renewal found no lease of this runner's to move: it had expired (a renewal held up
+    /// on its way does not bring it back), or another runner took it over since.
+    fn why_not_renewed(&self) -> String {
+        let still_ours = self.store.client.borrow_mut().query_opt(
+            "SELECT 1 FROM waymark_leases WHERE lease_key = $1 AND owner = $2 AND token = $3",
+            &[&self.lease_key, &self.owner, &self.token],
+        );
+        match still_ours {
+            Ok(Some(_)) => "could not renew its lease before it expired (the database answered too late)".to_owned(),
+            _ => "lost its lease to another runner, which took it over after it expired".to_owned(),
+        }
+    }
+
     fn run(self, clock: &LeaseClock, stopped: &std::sync::mpsc::Receiver<()>) {
         let timing = clock.timing();
         let ttl_ms = i64::try_from(timing.ttl.as_millis()).unwrap_or(i64::MAX) as f64;
@@ -1704,6 +1758,10 @@ impl Renewer {
             if clock.fenced().is_some() {
                 return;
             }
+            if let Err(why) = clock.may_renew() {
+                clock.renewal_failed(why);
+                continue;
+            }
             if self.store.connection_lost()
                 && let Err(e) = self.store.reconnect()
             {
@@ -1713,13 +1771,13 @@ impl Renewer {
             let sent = Instant::now();
             let renewed = self.store.client.borrow_mut().execute(
                 "UPDATE waymark_leases SET expires_at = clock_timestamp() + $4 * interval '1 millisecond'
-                 WHERE lease_key = $1 AND owner = $2 AND token = $3",
+                 WHERE lease_key = $1 AND owner = $2 AND token = $3 AND expires_at > clock_timestamp()",
                 &[&self.lease_key, &self.owner, &self.token, &ttl_ms],
             );
             match renewed {
                 Ok(1) => clock.renewed(sent),
                 Ok(_) => {
-                    clock.lost("lost its lease to another runner, which took it over after it expired".to_owned());
+                    clock.lost(self.why_not_renewed());
                     return;
                 }
                 Err(e) => {

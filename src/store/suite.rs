@@ -391,15 +391,18 @@ fn a_live_lease_keeps_a_second_runner_out_and_a_newer_schema_is_refused() {
     admin.execute("UPDATE waymark_schema SET version = 99", &[]).unwrap();
     let err = PgStore::open(config, location).err().expect("refused");
     assert_eq!(err.kind(), Some(StoreErrorKind::NewerSchema));
-    assert!(err.to_string().contains("(schema 99, this one knows 2)"), "{err}");
+    assert!(err.to_string().contains("(schema 99, this one knows 3)"), "{err}");
     let err = PgStore::open_for_reading(config, location).err().expect("refused to a looking command too");
     assert_eq!(err.kind(), Some(StoreErrorKind::NewerSchema));
 
-    // A schema-1 database (attempts without `killed`) is read as it is by a looking command, which
-    // leaves it so (older waymarks of other hosts go on using it), and brought up to date by the
-    // next runner's open.
+    // A schema-1 database (attempts without `killed`, no deleted runs) is read as it is by a
+    // looking command, which leaves it so (older waymarks of other hosts go on using it), and
+    // brought up to date by the next runner's open.
     admin
-        .batch_execute("UPDATE waymark_schema SET version = 1; ALTER TABLE waymark_attempts DROP COLUMN killed")
+        .batch_execute(
+            "UPDATE waymark_schema SET version = 1; ALTER TABLE waymark_attempts DROP COLUMN killed; \
+             DROP TABLE waymark_deleted_runs",
+        )
         .unwrap();
     let version = |admin: &mut ::postgres::Client| -> i64 {
         admin.query_one("SELECT version FROM waymark_schema", &[]).unwrap().get(0)
@@ -408,8 +411,9 @@ fn a_live_lease_keeps_a_second_runner_out_and_a_newer_schema_is_refused() {
     assert!(looking.attempts("nosuch", None).unwrap().is_empty());
     assert_eq!(version(&mut admin), 1);
     PgStore::open(config, location).unwrap();
-    assert_eq!(version(&mut admin), 2);
+    assert_eq!(version(&mut admin), 3);
     admin.query_one("SELECT count(*) FROM waymark_attempts WHERE killed", &[]).unwrap();
+    admin.query_one("SELECT count(*) FROM waymark_deleted_runs", &[]).unwrap();
 }
 
 /// A runner's connection lost between two writes (the server restarted, a proxy cut it): the
@@ -558,4 +562,59 @@ fn a_column_another_host_adds_does_not_break_reading_the_steps() {
     admin.batch_execute("ALTER TABLE waymark_steps ADD COLUMN added_by_a_newer_waymark TEXT").unwrap();
     let steps = store.steps(&run.id);
     assert!(steps.is_ok(), "{}", steps.unwrap_err());
+}
+
+/// A lease that expired is over, by the database's clock, even while nobody has taken it yet: a
+/// write or a renewal held up on its way (by a connection that stopped answering, or a runner
+/// that was stopped) and arriving late is refused and changes nothing, instead of writing for a
+/// runner that fenced itself off, or bringing its lease back.
+#[test]
+fn a_write_or_renewal_that_arrives_after_the_lease_expired_is_refused() {
+    let Some(db) = fresh_database("a_write_or_renewal_that_arrives_after_the_lease_expired_is_refused") else {
+        return;
+    };
+    let (config, location) = (&db.config, &db.location);
+    let dir = tempfile::tempdir().unwrap();
+    let flow = flow(dir.path(), "name = 'late'\n[[step]]\nname = 'a'\nrun = ['true']\n");
+    let key = lease_key(&FlowKey::named("late"), host_id());
+    let timing = LeaseTiming { ttl: Duration::from_secs(30), renew: Duration::from_millis(100) };
+    let Leased::Taken(held) = FlowLease::try_take(config, location, &key, "h:1:late", timing).unwrap() else {
+        panic!("free")
+    };
+    let mut store = PgStore::open(config, location).unwrap();
+    let (run, lease) = store.create_run(&flow, "hash", "h:1:late").unwrap();
+    let mut admin = {
+        let mut own = db.admin.clone();
+        own.dbname(&db.name);
+        own.connect(::postgres::NoTls).unwrap()
+    };
+    admin.execute("UPDATE waymark_leases SET expires_at = now() - interval '1 second'", &[]).unwrap();
+    let err = store.attempt_starting(&lease, &run.id, "a", 1, false, &dir.path().join("x")).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "run {id} in {location}: this runner (h:1:late) could not write before its lease expired (the database \
+             answered too late); it stopped: its attempts were killed and nothing more of the run is recorded by it; \
+             another runner may take the run over (`waymark status {id}` shows it)",
+            id = run.id
+        )
+    );
+    assert!(store.attempts(&run.id, None).unwrap().is_empty(), "nothing was written");
+    // The renewer finds its lease expired: it does not bring it back, and the runner is fenced off.
+    common_wait("the renewer to find its lease expired", || held.clock().fenced().is_some());
+    assert_eq!(
+        held.clock().fenced().as_deref(),
+        Some("could not renew its lease before it expired (the database answered too late)")
+    );
+    let expired: bool =
+        admin.query_one("SELECT expires_at < clock_timestamp() FROM waymark_leases", &[]).unwrap().get(0);
+    assert!(expired, "the late renewal did not bring the lease back");
+}
+
+fn common_wait(what: &str, mut done: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(start.elapsed() < Duration::from_secs(60), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
