@@ -781,10 +781,12 @@ impl PgStore {
     }
 }
 
-/// A holder as messages name it: `run ID on host H, pid P, lease expires at T`.
+/// A holder as messages name it: `run ID on host H, pid P, its lease expires at T unless
+/// renewed`; a runner that took the lease and has not yet created or claimed its run is `a runner
+/// starting on host H, ...`.
 fn describe_holder(r: &::postgres::Row) -> String {
     let (host, pid, expires, run): (String, i64, String, Option<String>) = (r.get(0), r.get(1), r.get(2), r.get(3));
-    let run = run.map(|r| format!("run {r} ")).unwrap_or_default();
+    let run = run.map_or_else(|| "a runner starting (its run not chosen yet) ".to_owned(), |r| format!("run {r} "));
     format!("{run}on host {host}, pid {pid}, its lease expires at {expires} unless renewed")
 }
 

@@ -380,7 +380,11 @@ fn a_live_lease_keeps_a_second_runner_out_and_a_newer_schema_is_refused() {
         panic!("taken twice")
     };
     assert!(
-        holder.starts_with(&format!("on host {}, pid {}, its lease expires at ", host_id(), std::process::id())),
+        holder.starts_with(&format!(
+            "a runner starting (its run not chosen yet) on host {}, pid {}, its lease expires at ",
+            host_id(),
+            std::process::id()
+        )),
         "{holder}"
     );
     // Given up when dropped: the next runner takes it at once.
