@@ -573,7 +573,7 @@ fn eight_processes_on_a_fresh_database_migrate_it_once_and_all_succeed() {
     let schema = query(&url, "SELECT version FROM waymark_schema");
     assert_eq!(
         schema.iter().map(|r| r.get::<_, i64>(0)).collect::<Vec<_>>(),
-        [2],
+        [3],
         "one row: migrated once, to the current schema"
     );
     let tables = query(
@@ -582,7 +582,14 @@ fn eight_processes_on_a_fresh_database_migrate_it_once_and_all_succeed() {
     );
     assert_eq!(
         tables.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>(),
-        ["waymark_attempts", "waymark_leases", "waymark_runs", "waymark_schema", "waymark_steps"]
+        [
+            "waymark_attempts",
+            "waymark_deleted_runs",
+            "waymark_leases",
+            "waymark_runs",
+            "waymark_schema",
+            "waymark_steps"
+        ]
     );
     let runs = query(&url, "SELECT count(*) FROM waymark_runs WHERE status = 'succeeded'");
     assert_eq!(runs[0].get::<_, i64>(0), 4, "each runner's run was recorded");
