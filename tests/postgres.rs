@@ -850,3 +850,33 @@ fn a_server_that_never_answers_is_unreachable_after_connect_timeout() {
         )
     );
 }
+
+/// Steps inherit `WAYMARK_STORE`, so that a nested waymark reaches the same store; its password
+/// is a secret of the run: a step that prints it shows `***`, in its log and on the terminal.
+#[test]
+fn a_step_printing_the_store_url_shows_its_password_as_a_secret() {
+    let Some((database, url, env)) = fresh_test("a_step_printing_the_store_url_shows_its_password_as_a_secret") else {
+        return;
+    };
+    // A role of its own, whose password is not also its name (as the test server's role's is).
+    let role = format!("printer_{:08x}", fastrand_u64() as u32);
+    let mut admin = postgres::Client::connect(&database.admin, postgres::NoTls).unwrap();
+    admin
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN PASSWORD 'pr1nt-s3cret'; ALTER DATABASE {} OWNER TO {role}",
+            database.name
+        ))
+        .unwrap();
+    let (_, host) = url.split_once('@').unwrap();
+    let url = format!("postgres://{role}:pr1nt-s3cret@{host}");
+    env.write("flow.toml", "name = 'printer'\n[[step]]\nname = 'a'\nshell = 'echo \"store: $WAYMARK_STORE\"'\n");
+    let out = runner(&env, &url, "a", &["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let masked = format!("postgres://{role}:***@{host}");
+    let logs = runner(&env, &url, "a", &["logs", "flow.toml", "a"]).output().unwrap();
+    let logs = String::from_utf8_lossy(&logs.stdout).into_owned();
+    assert_eq!(logs.lines().last(), Some(format!("store: {masked}").as_str()), "{logs}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("a | store: {masked}\n"));
+    drop(database);
+    admin.batch_execute(&format!("DROP ROLE {role}")).unwrap();
+}

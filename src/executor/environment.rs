@@ -99,7 +99,9 @@ pub(crate) fn read_env_file(path: &Path) -> Result<BTreeMap<String, String>, Env
 }
 
 /// The values of `flow`'s `secret_env` variables, from every place an attempt's variable can come
-/// from: the inherited environment, the env file, the flow's `env` and every step's `env`.
+/// from: the inherited environment, the env file, the flow's `env` and every step's `env`; and the
+/// password of the store URL the attempts inherit in `WAYMARK_STORE` (so that a nested waymark
+/// reaches the same store), which a step that prints its environment would otherwise show.
 fn secrets(
     flow: &Flow,
     file: &BTreeMap<String, String>,
@@ -111,6 +113,9 @@ fn secrets(
         values.extend(inherited(name).map(OsStringExt::into_vec));
         let tables = std::iter::once(file).chain(std::iter::once(&flow.env)).chain(flow.steps.iter().map(|s| &s.env));
         values.extend(tables.filter_map(|t| t.get(name)).map(|v| v.as_bytes().to_vec()));
+    }
+    if let Some(url) = inherited("WAYMARK_STORE").and_then(|v| v.into_string().ok()) {
+        values.extend(crate::store::url::passwords(&url).into_iter().map(String::into_bytes));
     }
     Secrets::new(values)
 }
@@ -137,6 +142,21 @@ mod tests {
             "*** *** *** *** not-secret x"
         );
         assert_eq!(env.file["PLAIN"], "not-secret");
+    }
+
+    /// The store URL a nested waymark would use is passed on, its password hidden in everything
+    /// the attempts print.
+    #[test]
+    fn the_inherited_store_url_s_password_is_a_secret() {
+        let dir = tempfile::tempdir().unwrap();
+        let flow = crate::flow::parse("[[step]]\nname = 'a'\nrun = ['true']\n", &dir.path().join("f.toml")).unwrap().0;
+        let url = "postgres://fleet:pa%24%24word@db/waymark";
+        let inherited = |name: &str| (name == "WAYMARK_STORE").then(|| OsString::from(url));
+        let env = RunEnv::prepare(&flow, inherited).unwrap();
+        assert_eq!(
+            env.secrets.redact("WAYMARK_STORE=postgres://fleet:pa%24%24word@db/waymark; pa$$word"),
+            "WAYMARK_STORE=postgres://fleet:***@db/waymark; ***"
+        );
     }
 
     #[test]

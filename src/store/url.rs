@@ -190,6 +190,31 @@ fn ambiguous(rest: &str) -> bool {
     }
 }
 
+/// The password a PostgreSQL URL holds, as written and as the driver reads it (percent-decoded),
+/// from its user part and from a `password` parameter; none for any other store.
+pub(crate) fn passwords(url: &str) -> Vec<String> {
+    let Some(rest) = url.strip_prefix("postgres://").or_else(|| url.strip_prefix("postgresql://")) else {
+        return Vec::new();
+    };
+    let decoded = |v: &str| percent_encoding::percent_decode_str(v).decode_utf8_lossy().into_owned();
+    let mut found = Vec::new();
+    if let Some((credentials, _)) = rest.split_once('@')
+        && let Some((_, password)) = credentials.split_once(':')
+    {
+        found.extend([password.to_owned(), decoded(password)]);
+    }
+    if let Some((_, query)) = rest.split_once('?') {
+        for param in query.split('&') {
+            if let Some((key, value)) = param.split_once('=')
+                && decoded(key) == "password"
+            {
+                found.extend([value.to_owned(), decoded(value)]);
+            }
+        }
+    }
+    found
+}
+
 /// A URL without its password: `postgres://user:secret@host/db` is shown as
 /// `postgres://user@host/db`, and a `password` parameter is dropped with all after it (its value
 /// may hold an unencoded `&`). A URL whose `@` is ambiguous ([`ambiguous`]) is shown as its scheme
@@ -228,6 +253,14 @@ pub(crate) fn redact(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_postgres_url_s_password_is_found_as_written_and_decoded() {
+        assert_eq!(passwords("postgres://u:s%40cret@h/d"), ["s%40cret", "s@cret"]);
+        assert_eq!(passwords("postgresql://u@h/d?sslmode=require&password=p%26w"), ["p%26w", "p&w"]);
+        assert!(passwords("postgres://u@h/d").is_empty());
+        assert!(passwords("sqlite:/srv/w").is_empty());
+    }
 
     #[test]
     fn sqlite_urls_name_the_state_directory() {
