@@ -880,3 +880,35 @@ fn a_step_printing_the_store_url_shows_its_password_as_a_secret() {
     drop(database);
     admin.batch_execute(&format!("DROP ROLE {role}")).unwrap();
 }
+
+/// A flow without a `name` is its file on its host: `history FLOW` and `status FLOW` on one host
+/// show that host's runs of the file, not another host's runs of a file at the same path; plain
+/// `history` lists every host's runs.
+#[test]
+fn a_nameless_flow_s_history_is_its_host_s() {
+    let Some((_database, url, env)) = fresh_test("a_nameless_flow_s_history_is_its_host_s") else {
+        return;
+    };
+    env.write("flow.toml", "[[step]]\nname = 'a'\nshell = 'echo $WAYMARK_RUN_ID >> ids-$WAYMARK_HOST_ID'\n");
+    for host in ["host-a", "host-b"] {
+        let out = runner(&env, &url, host, &["run", "--quiet", "flow.toml"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let id = |host: &str| env.read(&format!("ids-{host}")).trim().to_owned();
+    let listed = |args: &[&str]| {
+        let out = runner(&env, &url, "host-a", args).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut ids: Vec<String> =
+            [id("host-a"), id("host-b")].into_iter().filter(|id| text.contains(id.as_str())).collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(listed(&["history", "flow.toml"]), [id("host-a")]);
+    assert_eq!(listed(&["history", "flow"]), [id("host-a")]);
+    let mut both = vec![id("host-a"), id("host-b")];
+    both.sort();
+    assert_eq!(listed(&["history"]), both);
+    let status = runner(&env, &url, "host-a", &["status", "flow.toml"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&status.stdout).contains(&id("host-a")), "{}", stderr(&status));
+}

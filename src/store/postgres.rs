@@ -997,12 +997,17 @@ fn error_json(e: &ErrorValue) -> String {
 const SELECT_RUNS: &str = "SELECT * FROM waymark_runs";
 
 /// The `WHERE` condition of a filter, on `$1`.
+/// The condition of `filter` on `waymark_runs`, with its value as `$1` and this host as `$2`: a
+/// flow without a `name` is its file on its host, so of such runs only this host's are a flow's
+/// (every host's are listed by `RunFilter::All`).
 fn filter_sql(filter: RunFilter<'_>) -> (&'static str, Option<String>) {
     match filter {
-        RunFilter::All => ("$1::text IS NULL", None),
-        RunFilter::Name(name) => ("flow = $1", Some(name.to_owned())),
-        RunFilter::File(path) => ("flow_path = $1", Some(path.display().to_string())),
-        RunFilter::Key(key) => ("flow_key = $1", Some(key.as_str().to_owned())),
+        RunFilter::All => ("$1::text IS NULL AND $2::text IS NOT NULL", None),
+        RunFilter::Name(name) => ("flow = $1 AND (key_host IS NULL OR key_host = $2)", Some(name.to_owned())),
+        RunFilter::File(path) => {
+            ("flow_path = $1 AND (key_host IS NULL OR key_host = $2)", Some(path.display().to_string()))
+        }
+        RunFilter::Key(key) => ("flow_key = $1 AND (key_host IS NULL OR key_host = $2)", Some(key.as_str().to_owned())),
     }
 }
 
@@ -1085,8 +1090,10 @@ impl Store for PgStore {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let (cond, value) = filter_sql(filter);
         self.read(|tx| {
-            let rows =
-                tx.query(&format!("{SELECT_RUNS} WHERE {cond} ORDER BY seq DESC LIMIT $2"), &[&value, &limit])?;
+            let rows = tx.query(
+                &format!("{SELECT_RUNS} WHERE {cond} ORDER BY seq DESC LIMIT $3"),
+                &[&value, &host_id(), &limit],
+            )?;
             rows.iter().map(Self::run_from_row).collect()
         })
     }
@@ -1097,9 +1104,9 @@ impl Store for PgStore {
         self.read(|tx| {
             let rows = tx.query(
                 &format!(
-                    "{SELECT_RUNS} WHERE status IN ('running', 'interrupted') AND {cond} ORDER BY seq DESC LIMIT $2"
+                    "{SELECT_RUNS} WHERE status IN ('running', 'interrupted') AND {cond} ORDER BY seq DESC LIMIT $3"
                 ),
-                &[&value, &limit],
+                &[&value, &host_id(), &limit],
             )?;
             rows.iter().map(Self::run_from_row).collect()
         })
@@ -1110,7 +1117,7 @@ impl Store for PgStore {
         let rows = self.read(|tx| {
             Ok(tx.query(
                 &format!("SELECT flow_key, flow_path FROM waymark_runs WHERE {cond} ORDER BY seq DESC"),
-                &[&value],
+                &[&value, &host_id()],
             )?)
         })?;
         let mut out: Vec<(FlowKey, PathBuf)> = Vec::new();
