@@ -400,3 +400,28 @@ fn logs_of_a_step_the_failed_run_skipped_says_it_never_ran() {
         newest_run(&env)
     ));
 }
+
+/// `--color always` colors waymark's own `error:` and `hint:` as it colors a flow's diagnostics
+/// (and clap its usage errors); without it, or with `never`, the same text is plain.
+#[test]
+fn color_always_colors_waymark_s_own_errors_and_hints() {
+    let env = Env::new();
+    // Nothing listens on port 1: the store cannot be reached, an error with a hint.
+    let args = ["history", "--store", "postgres://u@127.0.0.1:1/db?connect_timeout=5"];
+    let stderr = |color: &[&str]| {
+        let out = cmd(&env, &[color, &args[..]].concat()).env("NO_COLOR", "1").output().unwrap();
+        assert_eq!(out.status.code(), Some(4));
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let plain = stderr(&[]);
+    assert!(plain.starts_with("error: cannot reach the state database ") && plain.contains("\nhint: "), "{plain}");
+    assert_eq!(
+        stderr(&["--color", "always"]),
+        plain.replacen("error: ", "\x1b[1m\x1b[91merror\x1b[0m\x1b[1m:\x1b[0m ", 1).replacen(
+            "\nhint: ",
+            "\n\x1b[1m\x1b[96mhint\x1b[0m\x1b[1m:\x1b[0m ",
+            1
+        )
+    );
+    assert_eq!(stderr(&["--color", "never"]), plain);
+}

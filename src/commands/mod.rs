@@ -52,8 +52,34 @@ impl CliError {
         }
     }
 
-    /// The message for stderr.
+    /// The message for stderr, its `error:` and `hint:` colored as the flow's diagnostics are
+    /// when stderr is (see [`stderr_color`]).
     pub fn render(&self) -> String {
+        let text = self.text();
+        if !stderr_color() {
+            return text;
+        }
+        let mut out = String::with_capacity(text.len() + 64);
+        for line in text.split_inclusive('\n') {
+            let styled = [
+                ("error: ", "\x1b[1m\x1b[91merror\x1b[0m\x1b[1m:\x1b[0m "),
+                ("hint: ", "\x1b[1m\x1b[96mhint\x1b[0m\x1b[1m:\x1b[0m "),
+            ]
+            .into_iter()
+            .find_map(|(plain, styled)| line.strip_prefix(plain).map(|rest| (styled, rest)));
+            match styled {
+                Some((prefix, rest)) => {
+                    out.push_str(prefix);
+                    out.push_str(rest);
+                }
+                None => out.push_str(line),
+            }
+        }
+        out
+    }
+
+    /// The message for stderr, without color.
+    fn text(&self) -> String {
         match self {
             CliError::StdoutClosed => String::new(),
             CliError::Flow(e) => e.render(stderr_color()),
