@@ -297,6 +297,9 @@ struct Proxy {
     /// While set, nothing is forwarded either way and no new connection is made: the connections
     /// stay open and say nothing, as through a proxy or pooler that hung.
     frozen: Arc<AtomicBool>,
+    /// While set (and `frozen` is not), the connections frozen are those that have not renewed a
+    /// lease: the runner's lease renewals go on while its writes hang.
+    writes_frozen: Arc<AtomicBool>,
     streams: Arc<Mutex<Vec<TcpStream>>>,
     /// The threads forwarding data, while they run.
     forwarding: Arc<std::sync::atomic::AtomicUsize>,
@@ -306,32 +309,40 @@ impl Proxy {
     fn start(target: u16) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let (cut, frozen) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let flag = || Arc::new(AtomicBool::new(false));
+        let (cut, frozen, writes_frozen) = (flag(), flag(), flag());
         let streams: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
         let forwarding = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let (c, f, s, n) = (Arc::clone(&cut), Arc::clone(&frozen), Arc::clone(&streams), Arc::clone(&forwarding));
-        let wait_while_frozen = move |frozen: &AtomicBool| {
-            while frozen.load(Ordering::SeqCst) {
+        let (c, s, n) = (Arc::clone(&cut), Arc::clone(&streams), Arc::clone(&forwarding));
+        let (f, w) = (Arc::clone(&frozen), Arc::clone(&writes_frozen));
+        // Held while `frozen`, or while `writes` and the connection has not renewed a lease.
+        let hold = move |frozen: &AtomicBool, writes: &AtomicBool, renewer: &AtomicBool| {
+            while frozen.load(Ordering::SeqCst) || (writes.load(Ordering::SeqCst) && !renewer.load(Ordering::SeqCst)) {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
         };
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
-                wait_while_frozen(&f);
+                hold(&f, &AtomicBool::new(false), &AtomicBool::new(false));
                 if c.load(Ordering::SeqCst) {
                     drop(client);
                     continue;
                 }
                 let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else { continue };
                 s.lock().unwrap().extend([client.try_clone().unwrap(), server.try_clone().unwrap()]);
-                for (mut from, mut to) in [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)]
-                {
-                    let (f, n) = (Arc::clone(&f), Arc::clone(&n));
+                let renewer = flag();
+                let pairs = [(client.try_clone().unwrap(), server.try_clone().unwrap(), true), (server, client, false)];
+                for (mut from, mut to, to_server) in pairs {
+                    let (f, w, n, renewer) = (Arc::clone(&f), Arc::clone(&w), Arc::clone(&n), Arc::clone(&renewer));
                     n.fetch_add(1, Ordering::SeqCst);
                     std::thread::spawn(move || {
                         let mut buf = [0u8; 16384];
+                        let renewal = b"UPDATE waymark_leases SET expires_at = clock_timestamp() +";
                         while let Ok(got) = from.read(&mut buf) {
-                            wait_while_frozen(&f);
+                            if to_server && buf[..got].windows(renewal.len()).any(|w| w == renewal) {
+                                renewer.store(true, Ordering::SeqCst);
+                            }
+                            hold(&f, &w, &renewer);
                             if got == 0 || to.write_all(&buf[..got]).is_err() {
                                 break;
                             }
@@ -342,7 +353,7 @@ impl Proxy {
                 }
             }
         });
-        Proxy { port, cut, frozen, streams, forwarding }
+        Proxy { port, cut, frozen, writes_frozen, streams, forwarding }
     }
 
     fn cut(&self) {
@@ -354,6 +365,11 @@ impl Proxy {
 
     fn freeze(&self, frozen: bool) {
         self.frozen.store(frozen, Ordering::SeqCst);
+    }
+
+    /// Freeze every connection but those that renew leases.
+    fn freeze_writes(&self) {
+        self.writes_frozen.store(true, Ordering::SeqCst);
     }
 
     /// `url`, through this proxy.
@@ -416,8 +432,10 @@ fn a_runner_cut_off_from_the_database_kills_its_attempts_and_exits_4_and_nothing
 /// The database stops answering (a proxy or pooler in front of it hangs, the connections stay
 /// open) while the runner writes an attempt's end: the runner fences itself off when its lease
 /// would expire and exits with status 4, instead of waiting for the stuck write for as long as
-/// the connection stays frozen; and when the connection comes back, nothing of what it was
-/// writing is committed: the next step never started.
+/// the connection stays frozen. The connection comes back while the runner still waits (its
+/// lease about to expire): the held-up write and renewal then reach the database, which refuses
+/// both, so nothing of what it was writing is committed (the next step never started) and its
+/// lease is not brought back.
 #[test]
 fn a_runner_whose_database_hangs_mid_write_exits_4_and_its_write_is_never_committed() {
     let Some((_database, url, env)) =
@@ -426,11 +444,7 @@ fn a_runner_whose_database_hangs_mid_write_exits_4_and_its_write_is_never_commit
         return;
     };
     let proxy = Proxy::start(port_of(&url));
-    env.write(
-        "flow.toml",
-        "name = 'hung'\n[[step]]\nname = 'a'\nshell = 'while [ ! -e go ]; do sleep 0.05; done'\n\
-         [[step]]\nname = 'b'\nrun = ['touch', 'b-ran']\n",
-    );
+    env.write("flow.toml", HANGS);
     let mut owner = runner(&env, &proxy.in_front_of(&url), "host-a", &["run", "flow.toml"]).spawn().unwrap();
     let seen = watch_stderr(&mut owner);
     wait_until("a's attempt to be recorded with its pid", || {
@@ -439,16 +453,62 @@ fn a_runner_whose_database_hangs_mid_write_exits_4_and_its_write_is_never_commit
     // Frozen, then the step ends: the runner's next write (a's end with b's start) is stuck.
     proxy.freeze(true);
     env.write("go", "");
+    // Thawed once the lease has less left than the runner's margin (0.75 s of 3 s): the runner
+    // has fenced itself off by then, and waits up to 3 s for the stuck write before it exits.
+    let left = || -> f64 {
+        query(&url, "SELECT extract(epoch FROM expires_at - clock_timestamp())::float8 FROM waymark_leases")[0].get(0)
+    };
+    wait_until("the lease to be about to expire", || left() < 0.7);
+    proxy.freeze(false);
     let out = finish(owner);
     wait_until("the runner's stderr to be read to its end", || Arc::strong_count(&seen) == 1);
     let text = seen.lock().unwrap().clone();
     assert_eq!(out.status.code(), Some(4), "{text}");
     assert!(text.contains("(host-a:") && text.contains(") could not renew its lease before it would expire"), "{text}");
-    proxy.freeze(false);
     wait_until("the proxy to pass on what it held, and close", || proxy.forwarding.load(Ordering::SeqCst) == 0);
     let rows = query(&url, "SELECT step, outcome FROM waymark_attempts ORDER BY row_id");
     let rows: Vec<(String, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
     assert_eq!(rows, [("a".to_owned(), "running".to_owned())], "a's end and b's start were not committed");
+    assert!(!env.path("b-ran").exists());
+    assert!(left() < 0.7, "the held-up renewal did not bring the lease back");
+}
+
+/// A step that waits for `go`, then one that leaves `b-ran`.
+const HANGS: &str = "name = 'hung'\n[[step]]\nname = 'a'\nshell = 'while [ ! -e go ]; do sleep 0.05; done'\n\
+                     [[step]]\nname = 'b'\nrun = ['touch', 'b-ran']\n";
+
+/// Only the run's writes hang (their connection stays open and says nothing), while the lease's
+/// renewals, on a connection of their own, go through: the runner does not wait for the stuck
+/// write for ever. A write with no answer for a whole time to live stops the renewals, so the
+/// runner fences itself off, says why, and exits with status 4.
+#[test]
+fn a_runner_whose_writes_hang_while_its_renewals_go_through_exits_4() {
+    let Some((_database, url, env)) = fresh_test("a_runner_whose_writes_hang_while_its_renewals_go_through_exits_4")
+    else {
+        return;
+    };
+    let proxy = Proxy::start(port_of(&url));
+    env.write("flow.toml", HANGS);
+    // In plain text, for the proxy to tell the renewals by their statement.
+    let plain = format!("{}?sslmode=disable", proxy.in_front_of(&url));
+    let mut owner = runner(&env, &plain, "host-a", &["run", "flow.toml"]).spawn().unwrap();
+    let seen = watch_stderr(&mut owner);
+    wait_until("a's attempt to be recorded with its pid", || {
+        seen.lock().unwrap().contains("a: attempt 1/1 started (pid ")
+    });
+    proxy.freeze_writes();
+    env.write("go", "");
+    let out = finish(owner);
+    wait_until("the runner's stderr to be read to its end", || Arc::strong_count(&seen) == 1);
+    let text = seen.lock().unwrap().clone();
+    assert_eq!(out.status.code(), Some(4), "{text}");
+    assert!(
+        text.contains(
+            ") could not renew its lease before it would expire (a write of the run has had no answer from the \
+             database for as long as a lease lasts (3s))"
+        ),
+        "{text}"
+    );
     assert!(!env.path("b-ran").exists());
 }
 

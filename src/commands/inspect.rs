@@ -1041,6 +1041,7 @@ pub(crate) fn gc(state: &StateDir, older_than: Duration) -> Result<i32, CliError
     flows.sort_unstable();
     flows.dedup_by_key(|(key, _)| *key);
     let mut deleted = 0usize;
+    let mut deleted_here: Vec<String> = Vec::new();
     for (key, flow) in flows {
         let runs = candidates.iter().filter(|r| r.key == *key);
         // A flow without a `name` is its file on its host: its lease carries that host.
@@ -1056,19 +1057,24 @@ pub(crate) fn gc(state: &StateDir, older_than: Duration) -> Result<i32, CliError
             }
             deleted += 1;
             remove_logs(state, &run.id);
+            deleted_here.push(run.id.clone());
         }
         drop(lock);
     }
     // A shared store: the logs this host keeps of runs that gc deleted on another host.
+    // (Not those of the runs this gc deleted: their logs were deleted with them, or a warning
+    // said why not.)
     let kept: Vec<String> = match std::fs::read_dir(state.logs()) {
-        Ok(entries) => entries.flatten().filter_map(|e| e.file_name().into_string().ok()).collect(),
+        Ok(entries) => entries
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|id| !deleted_here.contains(id))
+            .collect(),
         Err(_) => Vec::new(),
     };
     let orphans = if kept.is_empty() { Vec::new() } else { store.deleted_elsewhere(&kept)? };
-    for id in &orphans {
-        remove_logs(state, id);
-    }
-    let elsewhere = match orphans.len() {
+    let removed = orphans.iter().filter(|id| remove_logs(state, id)).count();
+    let elsewhere = match removed {
         0 => String::new(),
         n => format!(", and the logs of {n} run(s) deleted by gc on another host"),
     };
@@ -1076,13 +1082,15 @@ pub(crate) fn gc(state: &StateDir, older_than: Duration) -> Result<i32, CliError
     Ok(EXIT_OK)
 }
 
-/// Delete the logs this host keeps of run `id`, saying so if they cannot be.
-fn remove_logs(state: &StateDir, id: &str) {
+/// Delete the logs this host keeps of run `id`, saying so if they cannot be; whether they are gone.
+fn remove_logs(state: &StateDir, id: &str) -> bool {
     let dir = state.run_logs(id);
-    if let Err(e) = crate::os::fs::remove_any(&dir)
-        && e.kind() != std::io::ErrorKind::NotFound
-    {
-        note!("waymark: warning: cannot delete {}: {e}", dir.display());
+    match crate::os::fs::remove_any(&dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            note!("waymark: warning: cannot delete {}: {e}", dir.display());
+            false
+        }
+        _ => true,
     }
 }
 

@@ -413,6 +413,9 @@ pub(crate) struct Dispatcher<'e, L, J, S, C> {
     completed: Vec<usize>,
     /// Compensations and hooks that have run for this run: they do not run again.
     aux_done: BTreeSet<(AuxKind, String)>,
+    /// Steps an earlier runner recorded skipped when the run's wind-down began, not yet said to
+    /// be (with the next compensation or hook, or the run's end).
+    unsaid_skips: Vec<String>,
     /// The outputs of the steps that succeeded, recorded ones included: what an attempt sees.
     outputs: RunOutputs,
     /// Hidden in what is read from an attempt's files before it is recorded.
@@ -506,6 +509,10 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 left_under_way: matches!(rec.state, StepState::InFlight { .. }) || cut_short,
             });
         }
+        let unsaid_skips = (0..steps.len())
+            .filter(|&i| matches!(steps[i].slot, Slot::Skipped))
+            .map(|i| steps[i].step.name.clone())
+            .collect();
         // A step already failed for good (its runner was stopped, or died, before the run was
         // finished): nothing new starts, as if it had just failed. The run failed on the first to
         // fail, by when it ended, whatever the order of the file.
@@ -547,6 +554,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             expired: false,
             completed,
             aux_done,
+            unsaid_skips,
             outputs,
             secrets,
             began: Instant::now(),
@@ -1374,9 +1382,12 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             return Ok(RunOutcome::Interrupted { signal: sig.number() });
         }
         let env = self.hook_env(outcome);
+        // The steps that will not run are recorded so with the first compensation or hook, not
+        // left `pending` (in `status`, and after a kill) while the wind-down goes on.
+        let mut skipped = if failed { self.skip_the_rest() } else { Vec::new() };
         for (kind, name, step, command) in todo {
             let env = if kind == AuxKind::Hook { env.clone() } else { Vec::new() };
-            if let Some(sig) = self.run_aux(kind, &name, step, command, env).await? {
+            if let Some(sig) = self.run_aux(kind, &name, step, command, env, std::mem::take(&mut skipped)).await? {
                 return Ok(RunOutcome::Interrupted { signal: sig.number() });
             }
         }
@@ -1416,7 +1427,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     }
 
     /// Run one compensation or hook to its end, showing its output; `Some(signal)` when a
-    /// signal to the runner stopped it.
+    /// signal to the runner stopped it. Its start also records the steps `skipped`.
     async fn run_aux(
         &mut self,
         kind: AuxKind,
@@ -1424,9 +1435,11 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         step: StepRef,
         command: crate::flow::model::Command,
         env: Vec<(String, String)>,
+        skipped: Vec<String>,
     ) -> Result<Option<Signal>, ExecError> {
         let stem = self.parts.launcher.prepare_aux(kind, name)?;
-        let row = self.parts.journal.aux_starting(kind, name, &stem).await?;
+        let row = self.parts.journal.aux_starting(kind, name, &stem, &skipped).await?;
+        self.say_skipped(skipped);
         self.take_pending_signals();
         let issued = Instant::now();
         if let Some(sig) = self.cancelled {
@@ -1667,30 +1680,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             let others = (0..self.steps.len()).filter(|i| Some(*i) != failed);
             reported.extend(others.filter(|i| matches!(self.steps[*i].slot, Slot::Failed)));
         }
-        // Steps of a failed run that will not run: those whose turn never came, and those waiting
-        // for a retry (the run ends only once no retry can come: the deadline passed, fail_fast, or
-        // a signal), which must not be left `waiting` with a next retry in a finished run.
-        let mut skipped = Vec::new();
-        if outcome == RunOutcome::Failed {
-            for i in 0..self.steps.len() {
-                let s = &self.steps[i];
-                // A step an earlier runner left under way that did not run again (the deadline had
-                // passed, or fail_fast) is skipped too, rather than left `running` in a finished run.
-                let skip = match s.slot {
-                    Slot::Ready { redelivered, .. } | Slot::Queued { redelivered, .. } => {
-                        !redelivered || s.left_under_way
-                    }
-                    // A step whose catch handler did not run (fail_fast, the deadline): it runs again,
-                    // with a fresh budget, when the run is resumed.
-                    Slot::Waiting { .. } | Slot::Catching { .. } => true,
-                    _ => false,
-                };
-                if skip {
-                    skipped.push(s.step.name.clone());
-                    self.set_slot(i, Slot::Skipped);
-                }
-            }
-        }
+        let skipped = if outcome == RunOutcome::Failed { self.skip_the_rest() } else { Vec::new() };
         let status = match outcome {
             RunOutcome::Succeeded => RunStatus::Succeeded,
             RunOutcome::Failed => RunStatus::Failed,
@@ -1698,14 +1688,54 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         };
         let failed_step = failed.map(|i| self.steps[i].step.name.clone());
         self.parts.journal.run_finished(status, failed_step.as_deref(), &skipped).await?;
-        let reason = if self.expired { SkipReason::DeadlinePassed } else { SkipReason::RunFailed };
-        for step in skipped {
-            self.emitter.emit(Event::StepSkipped { step, reason });
-        }
+        self.say_skipped(skipped);
         let failures = reported.into_iter().filter_map(|i| self.failure(i)).collect();
         let duration = self.began.elapsed();
         self.emitter.emit(Event::RunFinished { outcome, duration, failures });
         Ok(outcome)
+    }
+
+    /// Skip the steps of a failed run that will not run, and name them: those whose turn never
+    /// came, and those waiting for a retry (the run ends only once no retry can come: the deadline
+    /// passed, fail_fast, or a signal), which must not be left `waiting` with a next retry in a
+    /// finished run. They are recorded with the first write of the run's wind-down (its first
+    /// compensation or hook), else with its end.
+    fn skip_the_rest(&mut self) -> Vec<String> {
+        let mut skipped = Vec::new();
+        for i in 0..self.steps.len() {
+            let s = &self.steps[i];
+            // A step an earlier runner left under way that did not run again (the deadline had
+            // passed, or fail_fast) is skipped too, rather than left `running` in a finished run.
+            let skip = match s.slot {
+                Slot::Ready { redelivered, .. } | Slot::Queued { redelivered, .. } => !redelivered || s.left_under_way,
+                // A step whose catch handler did not run (fail_fast, the deadline): it runs again,
+                // with a fresh budget, when the run is resumed.
+                Slot::Waiting { .. } | Slot::Catching { .. } => true,
+                _ => false,
+            };
+            if skip {
+                skipped.push(s.step.name.clone());
+                self.set_slot(i, Slot::Skipped);
+            }
+        }
+        skipped
+    }
+
+    /// Say that `skipped` (recorded so), and those an earlier runner recorded so, will not run in
+    /// this run.
+    fn say_skipped(&mut self, skipped: Vec<String>) {
+        let reason = if self.expired { SkipReason::DeadlinePassed } else { SkipReason::RunFailed };
+        let mut all = std::mem::take(&mut self.unsaid_skips);
+        if !all.is_empty() {
+            all.extend(skipped);
+            let at = |name: &String| self.flow.steps.iter().position(|s| s.name == *name);
+            all.sort_by_key(at);
+        } else {
+            all = skipped;
+        }
+        for step in all {
+            self.emitter.emit(Event::StepSkipped { step, reason });
+        }
     }
 
     /// What the failure report says of step `index`, which failed for good (or, past the

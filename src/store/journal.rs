@@ -58,7 +58,7 @@ impl Drop for CloseOnExit {
 enum Write {
     Starting { step: String, attempt: u32, redelivered: bool, log_stem: PathBuf, reply: Reply<i64> },
     HandlerStarting { step: String, attempt: u32, log_stem: PathBuf, reply: Reply<i64> },
-    AuxStarting { kind: AuxKind, name: String, log_stem: PathBuf, reply: Reply<i64> },
+    AuxStarting { kind: AuxKind, name: String, log_stem: PathBuf, skipped: Vec<String>, reply: Reply<i64> },
     AuxFinished { row: i64, result: AttemptResult, reply: Reply<()> },
     Spawned { row: i64, pid: u32, proc_start: Option<u64>, reply: Reply<()> },
     Finished { row: i64, result: AttemptResult, update: StepUpdate, reply: Reply<()> },
@@ -236,8 +236,8 @@ fn apply(log: &mut (dyn RunLog + Send), write: Write, run_id: &str, lease: &Leas
         Write::HandlerStarting { step, attempt, log_stem, reply } => {
             let _ = reply.send(log.handler_starting(lease, run_id, &step, attempt, &log_stem));
         }
-        Write::AuxStarting { kind, name, log_stem, reply } => {
-            let _ = reply.send(log.aux_starting(lease, run_id, kind, &name, &log_stem));
+        Write::AuxStarting { kind, name, log_stem, skipped, reply } => {
+            let _ = reply.send(log.aux_starting(lease, run_id, kind, &name, &log_stem, &skipped));
         }
         Write::AuxFinished { row, result, reply } => {
             let _ = reply.send(log.aux_finished(lease, row, &result));
@@ -319,9 +319,15 @@ impl RunJournal for ThreadJournal {
         self.send(|reply| Write::HandlerStarting { step, attempt, log_stem, reply }).await
     }
 
-    async fn aux_starting(&mut self, kind: AuxKind, name: &str, log_stem: &Path) -> Result<i64, StoreError> {
-        let (name, log_stem) = (name.to_owned(), log_stem.to_owned());
-        self.send(|reply| Write::AuxStarting { kind, name, log_stem, reply }).await
+    async fn aux_starting(
+        &mut self,
+        kind: AuxKind,
+        name: &str,
+        log_stem: &Path,
+        skipped: &[String],
+    ) -> Result<i64, StoreError> {
+        let (name, log_stem, skipped) = (name.to_owned(), log_stem.to_owned(), skipped.to_vec());
+        self.send(|reply| Write::AuxStarting { kind, name, log_stem, skipped, reply }).await
     }
 
     async fn aux_finished(&mut self, row: i64, result: &AttemptResult) -> Result<(), StoreError> {
@@ -567,7 +573,15 @@ mod tests {
             fn handler_starting(&mut self, _: &Lease, _: &str, _: &str, _: u32, _: &Path) -> Result<i64, StoreError> {
                 unreachable!()
             }
-            fn aux_starting(&mut self, _: &Lease, _: &str, _: AuxKind, _: &str, _: &Path) -> Result<i64, StoreError> {
+            fn aux_starting(
+                &mut self,
+                _: &Lease,
+                _: &str,
+                _: AuxKind,
+                _: &str,
+                _: &Path,
+                _: &[String],
+            ) -> Result<i64, StoreError> {
                 unreachable!()
             }
             fn aux_finished(&mut self, _: &Lease, _: i64, _: &AttemptResult) -> Result<(), StoreError> {

@@ -497,7 +497,9 @@ pub trait RunLog {
         log_stem: &std::path::Path,
     ) -> Result<i64, StoreError>;
     /// Commit that a compensation or hook (`name`: its step or hook) is about to be spawned, with
-    /// its files at `log_stem`. Returns its row id; `attempt_spawned` records its pid.
+    /// its files at `log_stem`, and mark `skipped` the steps of a failed run that will not run
+    /// (given with the first of its wind-down, so that they are not left `pending` while it goes
+    /// on). Returns its row id; `attempt_spawned` records its pid.
     fn aux_starting(
         &mut self,
         lease: &Lease,
@@ -505,6 +507,7 @@ pub trait RunLog {
         kind: AuxKind,
         name: &str,
         log_stem: &std::path::Path,
+        skipped: &[String],
     ) -> Result<i64, StoreError>;
     /// Commit how a compensation or hook ended (it changes no step).
     fn aux_finished(&mut self, lease: &Lease, row: i64, result: &AttemptResult) -> Result<(), StoreError>;
@@ -642,7 +645,13 @@ pub(crate) trait RunJournal {
         log_stem: &std::path::Path,
     ) -> Result<i64, StoreError>;
     /// Commit that a compensation or hook is about to be spawned (see [`RunLog::aux_starting`]).
-    async fn aux_starting(&mut self, kind: AuxKind, name: &str, log_stem: &std::path::Path) -> Result<i64, StoreError>;
+    async fn aux_starting(
+        &mut self,
+        kind: AuxKind,
+        name: &str,
+        log_stem: &std::path::Path,
+        skipped: &[String],
+    ) -> Result<i64, StoreError>;
     /// Commit how a compensation or hook ended.
     async fn aux_finished(&mut self, row: i64, result: &AttemptResult) -> Result<(), StoreError>;
     /// Record the spawned child's pid and start time (to kill it after a runner crash).

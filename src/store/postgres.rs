@@ -669,9 +669,15 @@ impl PgStore {
                 return Err(e);
             }
             let mut client = self.client.borrow_mut();
+            let margin_ms = self.clock.as_ref().map_or(0.0, |c| c.timing().margin().as_secs_f64() * 1000.0);
             let attempt = (|| {
-                let mut tx = Tx { tx: client.transaction()?, prepared: &self.prepared };
+                let mut tx = Tx { tx: client.transaction()?, prepared: &self.prepared, margin_ms };
                 let out = f(&mut tx)?;
+                // A runner fenced off while the transaction was under way (its statements held up
+                // on their way to the database) does not commit it.
+                if let Some(why) = self.clock.as_ref().and_then(|c| c.fenced()) {
+                    return Err(Fail::Lost { run_id: run_id.to_owned(), owner: owner.to_owned(), why });
+                }
                 // A failed commit may have committed: never retried.
                 tx.tx.commit().map_err(Fail::Commit)?;
                 Ok(out)
@@ -707,7 +713,7 @@ impl PgStore {
                 .isolation_level(::postgres::IsolationLevel::RepeatableRead)
                 .read_only(true)
                 .start()?;
-            let mut tx = Tx { tx, prepared: &self.prepared };
+            let mut tx = Tx { tx, prepared: &self.prepared, margin_ms: 0.0 };
             let out = f(&mut tx)?;
             tx.tx.commit()?;
             Ok(out)
@@ -802,6 +808,9 @@ fn lost_to(holder: &str) -> String {
 pub(crate) struct Tx<'t, 'c> {
     tx: Transaction<'c>,
     prepared: &'t RefCell<HashMap<&'static str, Statement>>,
+    /// How long before its expiry a runner's lease no longer lets it write (milliseconds): the
+    /// margin at which the runner fences itself off ([`LeaseTiming::margin`]), 0 without a run.
+    margin_ms: f64,
 }
 
 type Params<'p> = &'p [&'p (dyn ::postgres::types::ToSql + Sync)];
@@ -851,15 +860,17 @@ impl Tx<'_, '_> {
     }
 }
 
-/// Check, in the writing transaction, that `lease` is still the lease of run `run_id` and has not
-/// expired (by the database's clock: a write held up on its way, by a network or a runner that
-/// stopped, is refused once the lease is over even if nobody took it yet); the lease row stays
-/// locked until the commit, so a takeover waits for this write.
+/// Check, in the writing transaction, that `lease` is still the lease of run `run_id` and is not
+/// about to expire (by the database's clock, less the margin at which its runner fences itself
+/// off: a write held up on its way, by a network or a runner that was stopped, is refused once
+/// its runner has stopped, even if nobody took the lease yet); the lease row stays locked until
+/// the commit, so a takeover waits for this write.
 fn check_lease(tx: &mut Tx, run_id: &str, lease: &Lease) -> Result<(), Fail> {
+    let margin_ms = tx.margin_ms;
     let found = tx.opt(
-        "SELECT l.owner, l.token, l.host, l.pid, l.expires_at <= clock_timestamp() FROM waymark_leases l
-         WHERE l.lease_key = (SELECT lease_key FROM waymark_runs WHERE id = $1) FOR SHARE",
-        &[&run_id],
+        "SELECT l.owner, l.token, l.host, l.pid, l.expires_at <= clock_timestamp() + $2 * interval '1 millisecond'
+         FROM waymark_leases l WHERE l.lease_key = (SELECT lease_key FROM waymark_runs WHERE id = $1) FOR SHARE",
+        &[&run_id, &margin_ms],
     )?;
     let lost = |why: String| Err(Fail::Lost { run_id: run_id.to_owned(), owner: lease.owner.clone(), why });
     match found {
@@ -875,10 +886,10 @@ fn check_lease(tx: &mut Tx, run_id: &str, lease: &Lease) -> Result<(), Fail> {
     }
 }
 
-/// Why a write is refused whose runner's lease expired before the write reached the database,
-/// though nobody took it over yet: the runner had fenced itself off by then (it stops its
-/// attempts a quarter of the lease before it expires), and another may take the run over now.
-const EXPIRED: &str = "could not write before its lease expired (the database answered too late)";
+/// Why a write is refused that reached the database when its runner's lease was about to expire
+/// (less than the margin left), though nobody took it over yet: the runner had fenced itself off
+/// by then (it stops its attempts a quarter of the lease before it expires).
+const EXPIRED: &str = "could not write in time: its lease was about to expire when the write reached the database";
 
 /// A lease row's holder (its columns `owner, token, host, pid`) as messages name it.
 fn holder_of(r: &::postgres::Row) -> String {
@@ -897,10 +908,11 @@ fn check_lease_of_attempt(tx: &mut Tx, row: i64, lease: &Lease) -> Result<String
 /// The lease `owner` holds on the flow of run `run_id` (locked for this transaction), if it has
 /// not expired.
 fn held_token(tx: &mut Tx, lease_key: &str, run_id: &str, owner: &str) -> Result<i64, Fail> {
+    let margin_ms = tx.margin_ms;
     let row = tx.opt(
-        "SELECT owner, token, host, pid, expires_at <= clock_timestamp() FROM waymark_leases WHERE lease_key = $1 \
-         FOR UPDATE",
-        &[&lease_key],
+        "SELECT owner, token, host, pid, expires_at <= clock_timestamp() + $2 * interval '1 millisecond' \
+         FROM waymark_leases WHERE lease_key = $1 FOR UPDATE",
+        &[&lease_key, &margin_ms],
     )?;
     let lost = |why: String| Err(Fail::Lost { run_id: run_id.to_owned(), owner: owner.to_owned(), why });
     match row {
@@ -1287,7 +1299,12 @@ impl Store for PgStore {
     fn deleted_elsewhere(&mut self, ids: &[String]) -> Result<Vec<String>, StoreError> {
         self.write("?", "", |tx| {
             tx.exec("DELETE FROM waymark_deleted_runs WHERE deleted_at < $1", &[&(now_ms() - DELETIONS_KEPT_MS)])?;
-            let rows = tx.all("SELECT id FROM waymark_deleted_runs WHERE id = ANY($1) ORDER BY id", &[&ids])?;
+            // A run deleted and since created again under the same id (ids are random) is kept.
+            let rows = tx.all(
+                "SELECT id FROM waymark_deleted_runs d WHERE id = ANY($1)
+                   AND NOT EXISTS (SELECT 1 FROM waymark_runs r WHERE r.id = d.id) ORDER BY id",
+                &[&ids],
+            )?;
             Ok(rows.iter().map(|r| r.get(0)).collect())
         })
     }
@@ -1561,11 +1578,13 @@ impl RunLog for PgStore {
         kind: AuxKind,
         name: &str,
         log_stem: &Path,
+        skipped: &[String],
     ) -> Result<i64, StoreError> {
         let now = now_ms();
         let stem = log_stem.display().to_string();
         self.write(run_id, &lease.owner, |tx| {
             check_lease(tx, run_id, lease)?;
+            skip_steps(tx, run_id, skipped)?;
             let row = insert_running(tx, run_id, kind.as_str(), name, 1, false, now, &stem)?;
             Ok(row)
         })
@@ -1641,15 +1660,7 @@ impl RunLog for PgStore {
         self.write(run_id, &lease.owner, |tx| {
             check_lease(tx, run_id, lease)?;
             move_run(tx, run_id, status)?;
-            let sources = sources(StepStatus::Skipped);
-            for step in skipped {
-                let changed = tx.exec(
-                    "UPDATE waymark_steps SET state = 'skipped', next_attempt = NULL, wake_at = NULL, current_row = NULL
-                     WHERE run_id = $1 AND name = $2 AND state = ANY($3)",
-                    &[&run_id, &step, &sources],
-                )?;
-                moved(tx, changed, run_id, step, StepStatus::Skipped)?;
-            }
+            skip_steps(tx, run_id, skipped)?;
             tx.exec(
                 "UPDATE waymark_runs SET status = $2, ended_at = $3, failed_step = $4 WHERE id = $1",
                 &[&run_id, &status.as_str(), &now_ms(), &failed_step],
@@ -1657,6 +1668,20 @@ impl RunLog for PgStore {
             Ok(())
         })
     }
+}
+
+/// Mark `skipped` the steps of run `run_id` that will not run.
+fn skip_steps(tx: &mut Tx, run_id: &str, skipped: &[String]) -> Result<(), Fail> {
+    let sources = sources(StepStatus::Skipped);
+    for step in skipped {
+        let changed = tx.exec(
+            "UPDATE waymark_steps SET state = 'skipped', next_attempt = NULL, wake_at = NULL, current_row = NULL
+             WHERE run_id = $1 AND name = $2 AND state = ANY($3)",
+            &[&run_id, &step, &sources],
+        )?;
+        moved(tx, changed, run_id, step, StepStatus::Skipped)?;
+    }
+    Ok(())
 }
 
 /// A runner's lease on a flow of the shared store, renewed by a thread of its own (on its own
@@ -1709,12 +1734,14 @@ impl FlowLease {
 
 impl Drop for FlowLease {
     /// Stop renewing and give the lease up; a renewer stuck on a dead connection is left behind
-    /// after a moment (the process is about to end, and the lease then expires by itself).
+    /// after a moment (the process is about to end, and the lease then expires by itself), at
+    /// once if the runner is fenced off (it gives nothing up then, and the journal waited).
     fn drop(&mut self) {
         drop(self.stop.take());
         if let Some(thread) = self.thread.take() {
             let start = Instant::now();
-            while !thread.is_finished() && start.elapsed() < LET_GO_AFTER {
+            let wait = if self.clock.fenced().is_some() { Duration::ZERO } else { LET_GO_AFTER };
+            while !thread.is_finished() && start.elapsed() < wait {
                 std::thread::sleep(Duration::from_millis(10));
             }
             if thread.is_finished() {
@@ -1740,14 +1767,21 @@ impl Renewer {
             &[&self.lease_key, &self.owner, &self.token],
         );
         match still_ours {
-            Ok(Some(_)) => "could not renew its lease before it expired (the database answered too late)".to_owned(),
-            _ => "lost its lease to another runner, which took it over after it expired".to_owned(),
+            Ok(Some(_)) => {
+                "could not renew its lease in time: it was about to expire when the renewal reached the database"
+                    .to_owned()
+            }
+            Ok(None) => "lost its lease to another runner, which took it over after it expired".to_owned(),
+            Err(_) => "could not renew its lease: it had expired, or another runner took it over".to_owned(),
         }
     }
 
     fn run(self, clock: &LeaseClock, stopped: &std::sync::mpsc::Receiver<()>) {
         let timing = clock.timing();
         let ttl_ms = i64::try_from(timing.ttl.as_millis()).unwrap_or(i64::MAX) as f64;
+        // A renewal that reaches the database when the lease is about to expire (its runner
+        // fenced itself off by then) does not bring it back.
+        let margin_ms = timing.margin().as_secs_f64() * 1000.0;
         loop {
             match stopped.recv_timeout(timing.renew) {
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
@@ -1780,8 +1814,9 @@ impl Renewer {
             let sent = Instant::now();
             let renewed = self.store.client.borrow_mut().execute(
                 "UPDATE waymark_leases SET expires_at = clock_timestamp() + $4 * interval '1 millisecond'
-                 WHERE lease_key = $1 AND owner = $2 AND token = $3 AND expires_at > clock_timestamp()",
-                &[&self.lease_key, &self.owner, &self.token, &ttl_ms],
+                 WHERE lease_key = $1 AND owner = $2 AND token = $3
+                   AND expires_at > clock_timestamp() + $5 * interval '1 millisecond'",
+                &[&self.lease_key, &self.owner, &self.token, &ttl_ms, &margin_ms],
             );
             match renewed {
                 Ok(1) => clock.renewed(sent),

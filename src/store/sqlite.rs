@@ -800,6 +800,12 @@ impl SqliteStore {
         Ok(self.positions.get_mut().get(run_id).and_then(Option::as_ref).and_then(|p| p.get(step)))
     }
 
+    /// The positions of steps `steps` of run `run_id` whose rows may not be written yet (a
+    /// skipped step may never have moved: its row is written first, see `MIGRATE_TO_10`).
+    fn positions(&mut self, run_id: &str, steps: &[String]) -> Result<Vec<Option<i64>>, StoreError> {
+        steps.iter().map(|step| self.position(run_id, step)).collect()
+    }
+
     /// Step `step` of run `run_id` has a row now, committed: its later attempts need not write
     /// one (an `INSERT` that finds the row was 3% of a failing attempt's instructions).
     fn row_written(&mut self, run_id: &str, step: &str) {
@@ -1651,10 +1657,13 @@ impl RunLog for SqliteStore {
         kind: AuxKind,
         name: &str,
         log_stem: &Path,
+        skipped: &[String],
     ) -> Result<i64, StoreError> {
         let (now, host) = (now_ms(), host_name());
+        let positions = self.positions(run_id, skipped)?;
         self.write(false, |tx| {
             check_lease(tx, run_id, lease)?;
+            skip_steps(tx, run_id, skipped, &positions)?;
             exec(
                 tx,
                 "INSERT INTO attempts (run_id, step, attempt, redelivered, outcome, started_at, log_stem, host, kind)
@@ -1745,24 +1754,11 @@ impl RunLog for SqliteStore {
         failed_step: Option<&str>,
         skipped: &[String],
     ) -> Result<(), StoreError> {
-        // A skipped step may never have moved: its row is written first (see `MIGRATE_TO_10`).
-        let positions = skipped.iter().map(|step| self.position(run_id, step)).collect::<Result<Vec<_>, _>>()?;
+        let positions = self.positions(run_id, skipped)?;
         self.write(true, |tx| {
             check_lease(tx, run_id, lease)?;
             move_run(tx, run_id, status)?;
-            let sources = sources(StepStatus::Skipped);
-            for (step, position) in skipped.iter().zip(&positions) {
-                if let Some(position) = position {
-                    exec(tx, STEP_ROW, params![run_id, position, step])?;
-                }
-                let changed = exec(
-                    tx,
-                    "UPDATE steps SET state = 'skipped', next_attempt = NULL, wake_at = NULL, current_row = NULL
-                     WHERE run_id = ?1 AND name = ?2 AND instr(?3, ',' || state || ',')",
-                    params![run_id, step, sources],
-                )?;
-                moved(tx, changed, run_id, step, StepStatus::Skipped)?;
-            }
+            skip_steps(tx, run_id, skipped, &positions)?;
             exec(
                 tx,
                 "UPDATE runs SET status = ?2, ended_at = ?3, failed_step = ?4 WHERE id = ?1",
@@ -1771,6 +1767,25 @@ impl RunLog for SqliteStore {
             Ok(())
         })
     }
+}
+
+/// Mark `skipped` the steps of run `run_id` that will not run, writing the row of one that never
+/// moved first (at its `positions`, see [`SqliteStore::positions`]).
+fn skip_steps(tx: &Connection, run_id: &str, skipped: &[String], positions: &[Option<i64>]) -> rusqlite::Result<()> {
+    let sources = sources(StepStatus::Skipped);
+    for (step, position) in skipped.iter().zip(positions) {
+        if let Some(position) = position {
+            exec(tx, STEP_ROW, params![run_id, position, step])?;
+        }
+        let changed = exec(
+            tx,
+            "UPDATE steps SET state = 'skipped', next_attempt = NULL, wake_at = NULL, current_row = NULL
+             WHERE run_id = ?1 AND name = ?2 AND instr(?3, ',' || state || ',')",
+            params![run_id, step, sources],
+        )?;
+        moved(tx, changed, run_id, step, StepStatus::Skipped)?;
+    }
+    Ok(())
 }
 
 /// This runner's host, for the record (`--host-id`, else the machine's name): looked up once.
@@ -2009,7 +2024,7 @@ mod tests {
         let (run, lease) = store.create_run(&flow, "hash", "test:1:a").unwrap();
         let row = store.attempt_starting(&lease, &run.id, "a", 1, false, Path::new("x")).unwrap();
         store.attempt_finished(&lease, row, &result(AttemptOutcome::Succeeded), &StepUpdate::Succeeded).unwrap();
-        store.aux_starting(&lease, &run.id, AuxKind::Hook, "on_exit", Path::new("x")).unwrap();
+        store.aux_starting(&lease, &run.id, AuxKind::Hook, "on_exit", Path::new("x"), &[]).unwrap();
         let names = |store: &SqliteStore| -> Vec<String> {
             store.steps(&run.id).unwrap().into_iter().map(|s| s.name).collect()
         };

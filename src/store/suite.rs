@@ -6,6 +6,7 @@ use super::lease::{LeaseTiming, host_id};
 use super::postgres::{FlowLease, Leased, PgStore, lease_key};
 use super::url::PgConfig;
 use super::*;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A fresh database on the test server: its config and location, dropped when the value is (so a
@@ -568,51 +569,60 @@ fn a_column_another_host_adds_does_not_break_reading_the_steps() {
     assert!(steps.is_ok(), "{}", steps.unwrap_err());
 }
 
-/// A lease that expired is over, by the database's clock, even while nobody has taken it yet: a
-/// write or a renewal held up on its way (by a connection that stopped answering, or a runner
-/// that was stopped) and arriving late is refused and changes nothing, instead of writing for a
-/// runner that fenced itself off, or bringing its lease back.
+/// A lease about to expire is over, by the database's clock, even while nobody has taken it yet:
+/// a write or a renewal that reaches the database with less left than the margin at which its
+/// runner fences itself off (held up on its way by a connection that stopped answering, or a
+/// runner that was stopped) is refused and changes nothing, instead of writing for a runner that
+/// stopped, or bringing its lease back.
 #[test]
-fn a_write_or_renewal_that_arrives_after_the_lease_expired_is_refused() {
-    let Some(db) = fresh_database("a_write_or_renewal_that_arrives_after_the_lease_expired_is_refused") else {
+fn a_write_or_renewal_that_arrives_when_the_lease_is_about_to_expire_is_refused() {
+    let Some(db) = fresh_database("a_write_or_renewal_that_arrives_when_the_lease_is_about_to_expire_is_refused")
+    else {
         return;
     };
     let (config, location) = (&db.config, &db.location);
     let dir = tempfile::tempdir().unwrap();
     let flow = flow(dir.path(), "name = 'late'\n[[step]]\nname = 'a'\nrun = ['true']\n");
     let key = lease_key(&FlowKey::named("late"), host_id());
+    // A margin of 7.5 s.
     let timing = LeaseTiming { ttl: Duration::from_secs(30), renew: Duration::from_millis(100) };
     let Leased::Taken(held) = FlowLease::try_take(config, location, &key, "h:1:late", timing).unwrap() else {
         panic!("free")
     };
     let mut store = PgStore::open(config, location).unwrap();
     let (run, lease) = store.create_run(&flow, "hash", "h:1:late").unwrap();
+    // The runner's own clock, just renewed, still holds: only the database can refuse.
+    store.fenced_by(Arc::new(super::lease::LeaseClock::new(timing, std::time::Instant::now())));
     let mut admin = {
         let mut own = db.admin.clone();
         own.dbname(&db.name);
         own.connect(::postgres::NoTls).unwrap()
     };
-    admin.execute("UPDATE waymark_leases SET expires_at = now() - interval '1 second'", &[]).unwrap();
+    // 5 s left: less than the margin.
+    admin.execute("UPDATE waymark_leases SET expires_at = clock_timestamp() + interval '5 seconds'", &[]).unwrap();
     let err = store.attempt_starting(&lease, &run.id, "a", 1, false, &dir.path().join("x")).unwrap_err();
     assert_eq!(
         err.to_string(),
         format!(
-            "run {id} in {location}: this runner (h:1:late) could not write before its lease expired (the database \
-             answered too late); it stopped: its attempts were killed and nothing more of the run is recorded by it; \
-             another runner may take the run over (`waymark status {id}` shows it)",
+            "run {id} in {location}: this runner (h:1:late) could not write in time: its lease was about to expire \
+             when the write reached the database; it stopped: its attempts were killed and nothing more of the run \
+             is recorded by it; another runner may take the run over (`waymark status {id}` shows it)",
             id = run.id
         )
     );
     assert!(store.attempts(&run.id, None).unwrap().is_empty(), "nothing was written");
-    // The renewer finds its lease expired: it does not bring it back, and the runner is fenced off.
-    common_wait("the renewer to find its lease expired", || held.clock().fenced().is_some());
+    // The renewer finds its lease about to expire: it does not bring it back, and the runner is
+    // fenced off.
+    common_wait("the renewer to find its lease about to expire", || held.clock().fenced().is_some());
     assert_eq!(
         held.clock().fenced().as_deref(),
-        Some("could not renew its lease before it expired (the database answered too late)")
+        Some("could not renew its lease in time: it was about to expire when the renewal reached the database")
     );
-    let expired: bool =
-        admin.query_one("SELECT expires_at < clock_timestamp() FROM waymark_leases", &[]).unwrap().get(0);
-    assert!(expired, "the late renewal did not bring the lease back");
+    let left: f64 = admin
+        .query_one("SELECT extract(epoch FROM expires_at - clock_timestamp())::float8 FROM waymark_leases", &[])
+        .unwrap()
+        .get(0);
+    assert!(left < 5.0, "the late renewal did not bring the lease back: {left} s left");
 }
 
 fn common_wait(what: &str, mut done: impl FnMut() -> bool) {

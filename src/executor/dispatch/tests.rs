@@ -244,9 +244,16 @@ impl RunJournal for FakeJournal {
         Ok(self.next_row)
     }
 
-    async fn aux_starting(&mut self, kind: AuxKind, name: &str, _log_stem: &Path) -> Result<i64, StoreError> {
+    async fn aux_starting(
+        &mut self,
+        kind: AuxKind,
+        name: &str,
+        _log_stem: &Path,
+        skipped: &[String],
+    ) -> Result<i64, StoreError> {
         self.next_row += 1;
-        self.write(format!("{} {name} row {}", kind.as_str(), self.next_row));
+        let skipped = if skipped.is_empty() { String::new() } else { format!(" skipped {skipped:?}") };
+        self.write(format!("{} {name} row {}{skipped}", kind.as_str(), self.next_row));
         Ok(self.next_row)
     }
 
@@ -1723,6 +1730,38 @@ async fn a_failed_run_compensates_in_reverse_order_of_completion_then_runs_its_h
         _ => None,
     });
     assert_eq!(failure.as_deref(), Some("c"));
+}
+
+/// The steps of a failed run that will not run are recorded skipped with the first compensation's
+/// start, not with the run's end: while the compensations and hooks run (or if the runner dies
+/// among them), `status` shows them skipped rather than pending; and said so before the first.
+#[tokio::test(start_paused = true)]
+async fn the_steps_that_will_not_run_are_skipped_when_the_wind_down_begins() {
+    let flow = "[hooks]\non_exit = ['cleanup']\n[[step]]\nname = 'a'\nrun = ['a']\ncompensate = ['undo-a']\n\
+                [[step]]\nname = 'b'\nrun = ['b']\nneeds = ['a']\n[[step]]\nname = 'c'\nrun = ['c']\nneeds = ['b']\n";
+    let ran = Test::new(flow).run(|step, _| if step == "b" { exit(1, 1) } else { exit(1, 0) }).await;
+    assert_eq!(ran.outcome(), RunOutcome::Failed);
+    let tail: Vec<&str> = ran.writes.iter().map(String::as_str).filter(|w| !w.starts_with("spawned")).collect();
+    assert_eq!(
+        tail[tail.len() - 5..],
+        [
+            "compensate a row 3 skipped [\"c\"]",
+            "finished row 3 Succeeded",
+            "hook on_exit row 4",
+            "finished row 4 Succeeded",
+            "run Failed Some(\"b\")",
+        ]
+    );
+    let said: Vec<String> = ran
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::StepSkipped { step, .. } => Some(format!("skipped {step}")),
+            Event::AuxStarted { name, .. } => Some(format!("started {name}")),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(said, ["skipped c", "started a", "started on_exit"]);
 }
 
 #[tokio::test(start_paused = true)]
