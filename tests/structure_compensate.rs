@@ -781,3 +781,37 @@ fn handlers_compensations_and_hooks_see_their_own_step_attempt_and_budget() {
     // `broken`'s error is not one its policy retries: its handler takes attempt 1 of 3.
     assert_eq!(seen, "handler broken 1/3\ncompensation made 1/1\nhook on_failure 1/1\n");
 }
+
+/// The steps of a failed run that will not run are recorded skipped when its compensations begin:
+/// a runner stopped among them leaves `status` saying so, not `pending` (as if they might still
+/// run), and saying that the compensations and hooks run when the run is resumed.
+#[test]
+fn status_of_a_run_stopped_in_its_compensations_shows_the_steps_that_will_not_run_skipped() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "[hooks]\non_exit = ['true']\n\
+         [[step]]\nname = 'a'\nrun = ['true']\n\
+         compensate = 'if [ -e second ]; then exit 0; fi; echo x > undo-started; exec sleep 60'\n\
+         [[step]]\nname = 'b'\nrun = ['false']\nneeds = ['a']\n\
+         [[step]]\nname = 'c'\nrun = ['touch', 'c-ran']\nneeds = ['b']\n",
+    );
+    let out = env.run_until("undo-started", "INT");
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    assert_eq!(
+        status_text(&env),
+        "run RUN of flow (PATH): interrupted, started TIME, ended TIME\n  \
+         its steps are done, but its compensations and hooks are not: the compensations, then on_exit, run \
+         when the run is resumed (`waymark resume RUN`)\n  \
+         a                    succeeded  attempts 1/1  Ns\n  \
+         b                    failed     attempts 1/1  Ns\n                       \
+         last error: CalledProcessError(SubprocessError, Exception, BaseException): exit status 1 [exit status]\n  \
+         c                    skipped    attempts 0/1\n\
+         compensating: the run failed, so the compensations of its succeeded steps run, latest step first:\n  \
+         a                    interrupted  a signal stopped it; it runs again on resume\n"
+    );
+    env.write("second", "");
+    let out = env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(!env.path("c-ran").exists());
+}

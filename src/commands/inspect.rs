@@ -591,7 +591,7 @@ fn hooks_left(
                 && flow.steps.iter().any(|f| f.name == s.name && f.compensate.is_some())
                 && !finished(AuxKind::Compensate, &s.name)
         });
-    let verb = if left.len() == 1 { "runs" } else { "run" };
+    let verb = if left.len() == 1 && !compensating { "runs" } else { "run" };
     let what = match compensating {
         true => format!("its compensations and hooks are not: the compensations, then {}, {verb}", left.join(", ")),
         false => format!("its hooks are not: {} {verb}", left.join(", ")),
