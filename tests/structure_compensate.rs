@@ -815,3 +815,50 @@ fn status_of_a_run_stopped_in_its_compensations_shows_the_steps_that_will_not_ru
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(!env.path("c-ran").exists());
 }
+
+/// A runner killed while `fail_fast` stops a step leaves that attempt unfinished: `status` says
+/// that the run fails when resumed without running it again (a step failed for good under
+/// `fail_fast`), not that it runs again, and the resume does so.
+#[test]
+fn status_of_a_fail_fast_run_whose_runner_died_says_the_resume_fails_it() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        r#"
+name = "ffkill"
+fail_fast = true
+max_parallel = 2
+
+[[step]]
+name = "slow"
+needs = []
+kill_grace = "60s"
+shell = "trap 'echo >> ready; trap \"\" TERM; while [ ! -e go ]; do sleep 0.05; done; exit 0' TERM; echo >> started; while :; do sleep 0.05; done"
+
+[[step]]
+name = "bad"
+needs = []
+shell = "while [ ! -e started ]; do sleep 0.02; done; exit 3"
+"#,
+    );
+    let (runner, _seen) = env.spawn_watched(&["run", "flow.toml"]);
+    env.wait_for_lines("ready", 1);
+    common::kill(runner.id(), "KILL");
+    let out = common::finish(runner);
+    assert_eq!(out.status.signal(), Some(9));
+    let text = status_text(&env);
+    let slow: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("  slow ")).take(2).collect();
+    assert_eq!(
+        slow,
+        [
+            "  slow                 interrupted  attempts 1/1  Ns",
+            "                       attempt 1 did not finish: its runner died; the run fails when resumed, without \
+             running it again: a step failed for good under `fail_fast`",
+        ],
+        "{text}"
+    );
+    env.write("go", "");
+    let resumed = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(resumed.status.code(), Some(1), "{}", stderr(&resumed));
+    assert_eq!(env.count("started"), 1, "`slow` was not run again");
+}

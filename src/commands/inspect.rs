@@ -338,7 +338,7 @@ pub(super) fn find_run(store: &dyn Store, state: &StateDir, target: Option<&str>
 fn shown_state(step: &StepRecord, attempts: &[&AttemptRecord], run: &RunRecord, runner_alive: bool) -> &'static str {
     let last = attempts.last().copied();
     let cut_short = step.cut_short(last) && run.status != RunStatus::Failed;
-    match cut_short || stopped_with_runner(step, run, runner_alive).is_some() {
+    match cut_short || stopped_with_runner(step, run, runner_alive, false).is_some() {
         true => "interrupted",
         false => step.state.status().as_str(),
     }
@@ -357,7 +357,7 @@ fn shown_state(step: &StepRecord, attempts: &[&AttemptRecord], run: &RunRecord, 
 /// step again, what was in flight still died with its runner, as `status --attempts` and `logs`
 /// say of it: `its runner died; it runs again on resume`, not `the run was interrupted`. `None`
 /// for any other step.
-fn stopped_with_runner(step: &StepRecord, run: &RunRecord, runner_alive: bool) -> Option<String> {
+fn stopped_with_runner(step: &StepRecord, run: &RunRecord, runner_alive: bool, only_fails: bool) -> Option<String> {
     let (what, again) = match &step.state {
         StepState::InFlight { attempt, .. } => (format!("attempt {attempt}"), " again"),
         StepState::Catching { .. } => {
@@ -371,12 +371,17 @@ fn stopped_with_runner(step: &StepRecord, run: &RunRecord, runner_alive: bool) -
             .lost
             .then(|| format!("{what} did not finish: its runner died; the run's new runner runs it again"));
     }
+    // Under `fail_fast`, once a step failed for good, a resume runs nothing again: it fails.
+    let on_resume = match only_fails {
+        true => "the run fails when resumed, without running it again: a step failed for good under `fail_fast`",
+        false => "it runs again on resume",
+    };
     let why = match run.status {
         RunStatus::Abandoned => format!("the run was abandoned, so it never runs{again}"),
-        RunStatus::Running => "its runner died; it runs again on resume".to_owned(),
+        RunStatus::Running => format!("its runner died; {on_resume}"),
         // What died with an earlier runner did not end with the interruption of the runner after it.
-        RunStatus::Interrupted if step.lost => "its runner died; it runs again on resume".to_owned(),
-        RunStatus::Interrupted => "the run was interrupted; it runs again on resume".to_owned(),
+        RunStatus::Interrupted if step.lost => format!("its runner died; {on_resume}"),
+        RunStatus::Interrupted => format!("the run was interrupted; {on_resume}"),
         RunStatus::Succeeded | RunStatus::Failed => return None,
     };
     Some(format!("{what} did not finish: {why}"))
@@ -634,6 +639,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
     let policy = |name: &str| flow.as_ref().and_then(|f| f.steps.iter().find(|s| s.name == name)).map(|s| &s.retry);
     let allowed = |name: &str| policy(name).map(|r| r.attempts);
     let runner_alive = run.status == RunStatus::Running && !orphaned;
+    let only_fails = flow.as_ref().is_some_and(|f| f.fail_fast) && steps.iter().any(|s| s.state == StepState::Failed);
     let now = SystemTime::now();
     // The step a failed run failed on is skipped only when the workflow's deadline passed while
     // it did not run (a retry waiting out its backoff, an attempt of a dead runner not run again):
@@ -750,7 +756,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         if let Some(e) = &s.last_error {
             out.push_str(&format!("  {:<name_width$} last error: {e} [{}]\n", "", e.source.describe()));
         }
-        if let Some(what) = stopped_with_runner(s, &run, runner_alive) {
+        if let Some(what) = stopped_with_runner(s, &run, runner_alive, only_fails) {
             out.push_str(&format!("  {:<name_width$} {what}\n", ""));
         }
         if let Some(e) = run_failed_with(s) {
