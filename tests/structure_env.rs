@@ -92,6 +92,8 @@ fn an_undeclared_or_missing_parameter_is_exit_2_and_nothing_runs() {
         "error: flow `nightly` needs the parameter `date`, which has no default: add `--param date=VALUE`; \
          nothing ran\n"
     );
+    // No run can be resumed yet: the state directory is not even created.
+    assert!(!env.state().exists(), "refused before the state directory is made");
     let out = env.cmd(&["run", "flow.toml", "--param", "date=1", "--param", "date=2"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(

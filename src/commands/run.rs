@@ -92,6 +92,13 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
         }
         Ok((flow, env))
     };
+    // A required parameter left out where no run can be resumed (`--fresh`, or the state
+    // directory's store without a database yet) is refused before anything is created.
+    if let Err(e @ ParamError::Missing { .. }) = &resolved
+        && (fresh || (!super::shared_store() && !super::configured_state_dir(state_flag)?.join("waymark.db").exists()))
+    {
+        return Err(CliError::Usage(format!("{e}; nothing ran")));
+    }
     let state = &super::state_dir(state_flag)?;
     let name = loaded.flow.name.clone();
     // Runs, the lock and resume belong to the flow's key: its declared name, else its file.
