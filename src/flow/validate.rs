@@ -575,6 +575,7 @@ impl Validator<'_> {
                 tables.push((Some(name), &RawStepMore::of(&raw_step.get_ref().more).env));
             }
             self.secrets_written_here(secrets, &tables);
+            self.secrets_in_defaults(secrets, &tables, &raw.params);
         }
         if raw.step.is_empty() && !raw.bad.contains(&"step") {
             // The file as a whole is at fault; point at its first line so the report has a place.
@@ -726,6 +727,48 @@ impl Validator<'_> {
             d.help = Some(
                 "set it in the `env_file` or in the environment waymark runs in, which are never recorded; it is \
                  shown as *** either way"
+                    .into(),
+            );
+        }
+    }
+
+    /// An error for each parameter default that holds the value the file sets for a secret in an
+    /// `env` table: a run records its parameter values, and refuses such a default; `check` says so
+    /// first, at the default. (Secrets set elsewhere, in the env file or the environment, only
+    /// `run` can see.)
+    fn secrets_in_defaults(
+        &mut self,
+        raw: &Spanned<Vec<Str>>,
+        tables: &[(Option<Option<&str>>, &StrMap)],
+        params: &[(Str, Option<Str>)],
+    ) {
+        let values: Vec<(&str, &str)> = raw
+            .get_ref()
+            .iter()
+            .flat_map(|n| {
+                tables.iter().flat_map(move |(_, table)| {
+                    table
+                        .iter()
+                        .filter(|(k, _)| k.get_ref() == n.get_ref())
+                        .map(move |(_, v)| (n.get_ref().as_str(), v.get_ref().as_str()))
+                })
+            })
+            .filter(|(_, v)| !v.is_empty())
+            .collect();
+        for (name, default) in params {
+            let Some(default) = default else { continue };
+            let Some((secret, _)) = values.iter().find(|(_, v)| default.get_ref().contains(v)) else { continue };
+            let d = self.error(
+                default.span(),
+                &format!(
+                    "the default of parameter `{}` holds the value of secret `{secret}`, which this file sets",
+                    name.get_ref()
+                ),
+            );
+            d.label = "a secret's value".into();
+            d.help = Some(
+                "parameter values are recorded with the run (to resume it with them) and a secret never is: let the \
+                 step read the secret from its environment instead"
                     .into(),
             );
         }
