@@ -35,8 +35,11 @@ pub(crate) struct LiveReporter {
     multi: MultiProgress,
     /// The `done/total` bar, at the bottom.
     overall: ProgressBar,
-    /// One bar per step (or compensation, or hook) on the display.
+    /// One bar per step (or compensation, or hook) running or waiting.
     bars: HashMap<String, StepBar>,
+    /// The steps whose bars are not on the display, oldest first: more run than the terminal has
+    /// rows for beside the overall bar. Each is shown once a shown one goes.
+    hidden: Vec<String>,
     /// Steps finished or skipped: the overall bar's position.
     done: HashSet<String>,
     /// Width of the widest name shown so far, to align the lines.
@@ -58,6 +61,8 @@ pub(crate) struct LiveReporter {
 
 struct StepBar {
     bar: ProgressBar,
+    /// On the display (added to the `MultiProgress`), not kept back for want of rows.
+    shown: bool,
     /// The error class of the last failed attempt, for the retry countdown.
     error: Option<String>,
     max_attempts: u32,
@@ -75,6 +80,7 @@ impl LiveReporter {
             multi,
             overall,
             bars: HashMap::new(),
+            hidden: Vec::new(),
             done: HashSet::new(),
             name_width: 0,
             filter: OutputFilter::new(output),
@@ -112,9 +118,20 @@ impl LiveReporter {
         if !self.bars.contains_key(name) {
             self.show_overall();
             self.name_width = self.name_width.max(name.chars().count());
-            let bar = self.multi.insert_before(&self.overall, ProgressBar::hidden());
+            // Beside the overall bar, as many as the display's rows hold; the others wait, so that
+            // the overall bar at the bottom is always drawn.
+            let room = usize::from(self.screen.height()).saturating_sub(1).max(1);
+            let shown = self.bars.len() - self.hidden.len() < room;
+            let bar = match shown {
+                true => self.multi.insert_before(&self.overall, ProgressBar::hidden()),
+                false => {
+                    self.hidden.push(name.to_owned());
+                    ProgressBar::hidden()
+                }
+            };
             bar.enable_steady_tick(TICK);
-            self.bars.insert(name.to_owned(), StepBar { bar, error: None, max_attempts: 1 });
+            self.bars.insert(name.to_owned(), StepBar { bar, shown, error: None, max_attempts: 1 });
+            self.say_hidden();
         }
         let width = self.name_width;
         let step = self.bars.get_mut(name)?;
@@ -123,9 +140,29 @@ impl LiveReporter {
     }
 
     fn remove(&mut self, name: &str) {
-        if let Some(step) = self.bars.remove(name) {
-            step.bar.finish_and_clear();
+        let Some(step) = self.bars.remove(name) else { return };
+        step.bar.finish_and_clear();
+        if !step.shown {
+            self.hidden.retain(|h| h != name);
+        } else {
             self.multi.remove(&step.bar);
+            // The oldest kept back takes its row.
+            if !self.hidden.is_empty() {
+                let next = self.hidden.remove(0);
+                if let Some(next) = self.bars.get_mut(&next) {
+                    next.bar = self.multi.insert_before(&self.overall, next.bar.clone());
+                    next.shown = true;
+                }
+            }
+        }
+        self.say_hidden();
+    }
+
+    /// Say on the overall bar how many running steps have no line for want of rows.
+    fn say_hidden(&self) {
+        match self.hidden.len() {
+            0 => self.overall.set_message(""),
+            n => self.overall.set_message(format!("  (+{n} more running)")),
         }
     }
 
@@ -145,6 +182,7 @@ impl LiveReporter {
         for (_, step) in self.bars.drain() {
             step.bar.finish_and_clear();
         }
+        self.hidden.clear();
         self.overall.finish_and_clear();
         let _ = self.multi.clear();
         self.screen.lock().clear();
@@ -331,7 +369,7 @@ fn overall_style() -> ProgressStyle {
     let clock = |state: &ProgressState, w: &mut dyn std::fmt::Write| {
         let _ = w.write_str(&short(state.elapsed()));
     };
-    ProgressStyle::with_template("[{bar:30}] {pos}/{len} done  {clock}")
+    ProgressStyle::with_template("[{bar:30}] {pos}/{len} done  {clock}{msg}")
         .unwrap_or_else(|_| ProgressStyle::default_bar())
         .with_key("clock", clock)
         .progress_chars("=> ")
