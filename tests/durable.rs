@@ -798,6 +798,33 @@ fn a_changed_flow_file_resumes_with_the_recorded_definition() {
     assert_eq!(env.read("out"), "old1\nold2\n");
 }
 
+/// `waymark resume ID` of a run whose file was edited since (most often: fixed after the failure
+/// that the report said to resume) says so, as `waymark run` does, and goes on as recorded.
+#[test]
+fn resume_of_a_run_whose_file_changed_says_so_and_goes_on_as_recorded() {
+    let env = Env::new();
+    env.write("flow.toml", "name = 'fixed'\n[[step]]\nname = 'one'\nshell = 'echo old >> out; exit 4'\n");
+    assert_eq!(env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap().status.code(), Some(1));
+    let id = json(&env, &["history", "--json"])[0]["id"].as_str().unwrap().to_owned();
+    env.write("flow.toml", "name = 'fixed'\n[[step]]\nname = 'one'\nshell = 'echo new >> out'\n");
+    let out = env.cmd(&["resume", &id]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let said = common::untimed(&common::stderr(&out));
+    let path = std::fs::canonicalize(env.path("flow.toml")).unwrap();
+    let notice = format!(
+        "waymark: {} changed since run {id} started; resuming with the definition recorded then (`waymark run \
+         --fresh {}` starts over with the new one)\n",
+        path.display(),
+        path.display()
+    );
+    assert!(said.contains(&notice), "{said}");
+    assert_eq!(env.read("out"), "old\nold\n", "the recorded definition ran");
+    // As it was when the run started, nothing is said.
+    env.write("flow.toml", "name = 'fixed'\n[[step]]\nname = 'one'\nshell = 'echo old >> out; exit 4'\n");
+    let out = env.cmd(&["resume", &id]).output().unwrap();
+    assert!(!common::stderr(&out).contains("changed since run"), "{}", common::stderr(&out));
+}
+
 #[test]
 fn history_status_logs_and_gc() {
     let env = Env::new();

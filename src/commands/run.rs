@@ -493,6 +493,21 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, mode: Mode) -> 
     }
     // Its env file is read before the run is touched: a bad one leaves it as it was.
     let flow = recorded_flow(&record, store.location())?;
+    // The run goes on as recorded, whatever its file says now: said, as `waymark run` says it
+    // (here after a failure, the file is often what was just fixed).
+    let now = std::fs::read(&record.flow_path).ok().and_then(|bytes| String::from_utf8(bytes).ok());
+    if now.is_some_and(|text| source_hash(&text) != record.source_hash) {
+        events.notice(
+            NoticeKind::FlowChanged,
+            None,
+            format!(
+                "{} changed since run {run_id} started; resuming with the definition recorded then (`waymark run \
+                 --fresh {}` starts over with the new one)",
+                record.flow_path.display(),
+                shell_word(&record.flow_path.to_string_lossy())
+            ),
+        );
+    }
     let env = run_env(&flow, Some(run_id), EnvFileAt::Recorded { run_id, flow_path: &record.flow_path }, false)?;
     if record.status == RunStatus::Failed {
         store.reopen_failed(run_id)?;
