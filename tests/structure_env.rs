@@ -689,3 +689,21 @@ fn a_recorded_output_too_long_for_a_variable_is_left_out_on_resume_with_a_warnin
         "{said}"
     );
 }
+
+/// The password of an inherited `WAYMARK_STORE` is hidden in what steps print, but it is no
+/// declared secret: a parameter value that holds it is taken, not refused (and shown masked).
+#[test]
+fn a_parameter_holding_the_store_password_is_taken_and_shown_masked() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'greet'\n[params]\nwho = 'hello world'\n[[step]]\nname = 'show'\nshell = 'echo \"$WAYMARK_PARAM_WHO\"'\n",
+    );
+    let out = env
+        .cmd(&["run", "--store", "sqlite:", "flow.toml"])
+        .env("WAYMARK_STORE", "postgres://u:world@127.0.0.1:1/d")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "show | hello ***\n");
+}

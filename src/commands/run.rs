@@ -78,7 +78,7 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
         let values = resolved.clone().map_err(|e| CliError::Usage(format!("{e}; nothing ran")))?;
         flow.param_values = values;
         let env = run_env(&flow, None, here, strict)?;
-        if let Some(name) = flow.param_values.iter().find(|(_, v)| env.secrets.redact(v) != **v).map(|(k, _)| k) {
+        if let Some(name) = flow.param_values.iter().find(|(_, v)| env.declared.redact(v) != **v).map(|(k, _)| k) {
             // Given on the command line, or the default the flow file gives it.
             let whose = match params.iter().any(|(given, _)| given == name) {
                 true => format!("the value of `--param {name}`"),

@@ -24,8 +24,12 @@ const MAX_ENV_FILE: u64 = 16 * 1024 * 1024;
 pub(crate) struct RunEnv {
     /// The env file's variables, as read when this runner started.
     pub(crate) file: BTreeMap<String, String>,
-    /// The values of the `secret_env` variables.
+    /// The values hidden in everything the run prints or stores: those of the `secret_env`
+    /// variables and the inherited store URL's password.
     pub(crate) secrets: Arc<Secrets>,
+    /// Whether a parameter value holds the value of a `secret_env` variable (the store's
+    /// password, which the flow did not declare, is only hidden).
+    pub(crate) declared: Secrets,
     /// What the runner says about them before the run goes on: the env file's variables that
     /// waymark sets over it for every attempt, which no step sees.
     pub(crate) warnings: Vec<String>,
@@ -64,8 +68,13 @@ impl RunEnv {
             Some(path) => read_env_file(path)?,
             None => BTreeMap::new(),
         };
-        let secrets = secrets(flow, &file, inherited);
-        Ok(RunEnv { file, secrets: Arc::new(secrets), warnings: Vec::new() })
+        let declared = declared_secrets(flow, &file, &inherited);
+        let mut hidden = declared.clone();
+        if let Some(url) = inherited("WAYMARK_STORE").and_then(|v| v.into_string().ok()) {
+            hidden.extend(crate::store::url::passwords(&url).into_iter().map(String::into_bytes));
+        }
+        let (secrets, declared) = (Arc::new(Secrets::new(hidden)), Secrets::new(declared));
+        Ok(RunEnv { file, secrets, declared, warnings: Vec::new() })
     }
 
     /// The env file's variables that waymark sets over it for every attempt (one of
@@ -99,14 +108,15 @@ pub(crate) fn read_env_file(path: &Path) -> Result<BTreeMap<String, String>, Env
 }
 
 /// The values of `flow`'s `secret_env` variables, from every place an attempt's variable can come
-/// from: the inherited environment, the env file, the flow's `env` and every step's `env`; and the
-/// password of the store URL the attempts inherit in `WAYMARK_STORE` (so that a nested waymark
-/// reaches the same store), which a step that prints its environment would otherwise show.
-fn secrets(
+/// from: the inherited environment, the env file, the flow's `env` and every step's `env`. (The
+/// run also hides the password of the store URL the attempts inherit in `WAYMARK_STORE`, so that
+/// a nested waymark reaches the same store, which a step that prints its environment would
+/// otherwise show.)
+fn declared_secrets(
     flow: &Flow,
     file: &BTreeMap<String, String>,
-    inherited: impl Fn(&str) -> Option<std::ffi::OsString>,
-) -> Secrets {
+    inherited: &impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Vec<Vec<u8>> {
     use std::os::unix::ffi::OsStringExt;
     let mut values: Vec<Vec<u8>> = Vec::new();
     for name in &flow.secret_env {
@@ -114,10 +124,7 @@ fn secrets(
         let tables = std::iter::once(file).chain(std::iter::once(&flow.env)).chain(flow.steps.iter().map(|s| &s.env));
         values.extend(tables.filter_map(|t| t.get(name)).map(|v| v.as_bytes().to_vec()));
     }
-    if let Some(url) = inherited("WAYMARK_STORE").and_then(|v| v.into_string().ok()) {
-        values.extend(crate::store::url::passwords(&url).into_iter().map(String::into_bytes));
-    }
-    Secrets::new(values)
+    values
 }
 
 #[cfg(test)]

@@ -775,7 +775,8 @@ impl PgStore {
         }
         let holder = client
             .query_opt(
-                "SELECT host, pid, to_char(expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), run_id
+                "SELECT host, pid, to_char(expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), run_id,
+                        owner
                  FROM waymark_leases WHERE lease_key = $1",
                 &[&lease_key],
             )
@@ -787,13 +788,19 @@ impl PgStore {
     }
 }
 
-/// A holder as messages name it: `run ID on host H, pid P, its lease expires at T unless
-/// renewed`; a runner that took the lease and has not yet created or claimed its run is `a runner
-/// starting on host H, ...`.
+/// A holder as messages name it, from its columns `host, pid, expires_at (text), run_id, owner`:
+/// `run ID on host H, pid P, its lease expires at T unless renewed`; a runner that took the lease
+/// and has not yet created or claimed its run is `a runner starting (its run not chosen yet) on
+/// host H, ...`, and `waymark gc` deleting the flow's finished runs is `waymark gc on host H, ...`.
 fn describe_holder(r: &::postgres::Row) -> String {
     let (host, pid, expires, run): (String, i64, String, Option<String>) = (r.get(0), r.get(1), r.get(2), r.get(3));
-    let run = run.map_or_else(|| "a runner starting (its run not chosen yet) ".to_owned(), |r| format!("run {r} "));
-    format!("{run}on host {host}, pid {pid}, its lease expires at {expires} unless renewed")
+    let owner: String = r.get(4);
+    let who = match run {
+        Some(run) => format!("run {run}"),
+        None if owner.starts_with(GC_OWNER) => "`waymark gc` (deleting finished runs)".to_owned(),
+        None => "a runner starting (its run not chosen yet)".to_owned(),
+    };
+    format!("{who} on host {host}, pid {pid}, its lease expires at {expires} unless renewed")
 }
 
 fn lost_to(holder: &str) -> String {
@@ -1342,7 +1349,7 @@ impl PgStore {
         self.read(|tx| {
             let row = tx.opt(
                 "SELECT l.host, l.pid, to_char(l.expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'),
-                        l.run_id
+                        l.run_id, l.owner
                  FROM waymark_leases l JOIN waymark_runs r ON r.lease_key = l.lease_key
                  WHERE r.id = $1 AND l.expires_at > clock_timestamp()
                    AND (l.run_id = r.id OR (l.run_id IS NULL AND l.owner NOT LIKE $2))",

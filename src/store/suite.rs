@@ -364,6 +364,14 @@ fn a_lease_holds_its_own_run_and_not_the_other_runs_of_its_flow() {
     drop(_runner);
     let _gc = take(&format!("{}h:4", super::postgres::GC_OWNER));
     assert_eq!(store.run_lease_holder(&first.id).unwrap(), None, "gc holds no run");
+    // A runner that finds gc holding the lease is told so, not of a runner starting.
+    let Leased::Held(holder) = FlowLease::try_take(config, location, &key, "h:5:fifth", timing).unwrap() else {
+        panic!("gc holds the lease")
+    };
+    assert!(
+        holder.starts_with(&format!("`waymark gc` (deleting finished runs) on host {}, pid ", host_id())),
+        "{holder}"
+    );
 }
 
 #[test]

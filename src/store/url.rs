@@ -204,14 +204,21 @@ pub(crate) fn passwords(url: &str) -> Vec<String> {
         found.extend([password.to_owned(), decoded(password)]);
     }
     if let Some((_, query)) = rest.split_once('?') {
-        for param in query.split('&') {
+        let mut params = query.split('&');
+        while let Some(param) = params.next() {
             if let Some((key, value)) = param.split_once('=')
                 && decoded(key) == "password"
             {
-                found.extend([value.to_owned(), decoded(value)]);
+                // As the driver reads it (to the next `&`), and as `redact` takes it (all that
+                // follows, which may hold an unencoded `&`).
+                let rest: Vec<&str> = std::iter::once(value).chain(params.by_ref()).collect();
+                let all = rest.join("&");
+                found.extend([value.to_owned(), decoded(value), all.clone(), decoded(&all)]);
             }
         }
     }
+    found.sort();
+    found.dedup();
     found
 }
 
@@ -258,6 +265,8 @@ mod tests {
     fn a_postgres_url_s_password_is_found_as_written_and_decoded() {
         assert_eq!(passwords("postgres://u:s%40cret@h/d"), ["s%40cret", "s@cret"]);
         assert_eq!(passwords("postgresql://u@h/d?sslmode=require&password=p%26w"), ["p%26w", "p&w"]);
+        // An unencoded `&` in it: the part the driver reads, and all that `redact` leaves out.
+        assert_eq!(passwords("postgres://u@h/d?password=pa&wd"), ["pa", "pa&wd"]);
         assert!(passwords("postgres://u@h/d").is_empty());
         assert!(passwords("sqlite:/srv/w").is_empty());
     }
