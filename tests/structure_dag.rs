@@ -679,3 +679,27 @@ fn a_ready_step_still_waiting_for_a_slot_at_a_signal_says_it_runs_on_resume() {
         "{err}"
     );
 }
+
+/// A step waiting out its backoff when `fail_fast` stops the run had run: its line and the
+/// summary say that it is not run again (`stopped`), not that it was not run, and its attempt is
+/// counted.
+#[test]
+fn a_step_waiting_for_its_retry_when_the_run_fails_is_said_not_run_again() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "fail_fast = true\n\
+         [[step]]\nname = 'retrier'\nneeds = []\nshell = 'touch tried; exit 1'\n\
+         retry = { attempts = 5, backoff_seconds = 60 }\n\
+         [[step]]\nname = 'bad'\nneeds = []\nshell = 'while [ ! -e tried ]; do sleep 0.02; done; exit 3'\n",
+    );
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let said = stderr(&out);
+    let retrier: Vec<&str> = said.lines().filter(|l| l.contains("retrier")).collect();
+    assert!(retrier.contains(&"waymark: retrier: not run again: the run failed first"), "{said}");
+    let row = retrier.iter().find(|l| l.starts_with("  retrier ")).unwrap_or_else(|| panic!("{said}"));
+    let row: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(row[..3], ["retrier", "stopped", "1/5"], "{said}");
+    assert_eq!(row[4..].join(" "), "not run again: the run failed first", "{said}");
+}

@@ -320,7 +320,7 @@ impl Reporter for LiveReporter {
             }
             _ => {}
         }
-        if let Some(text) = describe(envelope, &self.clock) {
+        if let Some(text) = describe(envelope, &self.clock, &self.history) {
             self.say(text);
         }
     }

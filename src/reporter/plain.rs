@@ -184,7 +184,7 @@ impl Reporter for PlainReporter {
             }
             _ => {}
         }
-        if let Some(text) = describe(envelope, &self.clock) {
+        if let Some(text) = describe(envelope, &self.clock, &self.history) {
             self.line(at, &text);
         }
     }
@@ -198,7 +198,7 @@ fn readable(age: Duration) -> Duration {
 /// Waymark's own line for an event, newline-terminated, without its time; `None` for the events
 /// that have no line (a step's turn, which its start follows; hooks, which say something only
 /// when they fail; the run's end, which [`PlainReporter::finish`] says).
-pub(super) fn describe(envelope: &Envelope, clock: &LocalTime) -> Option<String> {
+pub(super) fn describe(envelope: &Envelope, clock: &LocalTime, history: &super::report::History) -> Option<String> {
     let run_id = envelope.run_id.as_deref().unwrap_or_default();
     let text = match &envelope.event {
         Event::RunStarted { flow, steps_total } => format!("waymark: run {run_id} of {flow}: {steps_total} step(s)"),
@@ -223,6 +223,14 @@ pub(super) fn describe(envelope: &Envelope, clock: &LocalTime) -> Option<String>
         }
         Event::StepSkipped { step, reason: SkipReason::AlreadyFailed } => {
             format!("waymark: {step}: already failed, not run again")
+        }
+        // A step that had run is not run again (its retry waited, or an earlier runner's attempt
+        // did not finish).
+        Event::StepSkipped { step, reason: SkipReason::RunFailed } if history.ran(step) => {
+            format!("waymark: {step}: not run again: the run failed first")
+        }
+        Event::StepSkipped { step, reason: SkipReason::DeadlinePassed } if history.ran(step) => {
+            format!("waymark: {step}: not run again: the workflow's deadline passed")
         }
         Event::StepSkipped { step, reason: SkipReason::RunFailed } => {
             format!("waymark: {step}: not run: the run failed first")
@@ -330,7 +338,7 @@ mod tests {
 
     fn line(run_id: Option<&str>, event: Event) -> Option<String> {
         let envelope = Envelope { seq: 1, at: SystemTime::UNIX_EPOCH, run_id: run_id.map(Into::into), event };
-        describe(&envelope, &LocalTime::new(jiff::tz::TimeZone::UTC))
+        describe(&envelope, &LocalTime::new(jiff::tz::TimeZone::UTC), &crate::reporter::report::History::default())
     }
 
     #[test]

@@ -177,6 +177,11 @@ impl History {
         &mut self.steps[i]
     }
 
+    /// Whether step `step` has had an attempt, in this runner or an earlier one.
+    pub(crate) fn ran(&self, step: &str) -> bool {
+        !self.rows(step).is_empty()
+    }
+
     fn rows(&self, step: &str) -> &[Row] {
         self.index.get(step).map(|i| self.steps[*i].rows.as_slice()).unwrap_or_default()
     }
@@ -544,6 +549,13 @@ fn summary_row(
         (None, Some(SkipReason::AlreadySucceeded)) => ("ok", "succeeded in an earlier runner".to_owned()),
         (None, Some(SkipReason::AlreadyCaught)) => ("caught", "caught in an earlier runner".to_owned()),
         (None, Some(SkipReason::AlreadyFailed)) => ("failed", "failed in an earlier runner".to_owned()),
+        // A step that had run (its retry waited, or an earlier runner's attempt did not finish).
+        (None, Some(SkipReason::RunFailed)) if !s.rows.is_empty() => {
+            ("stopped", "not run again: the run failed first".to_owned())
+        }
+        (None, Some(SkipReason::DeadlinePassed)) if !s.rows.is_empty() => {
+            ("stopped", "not run again: the workflow's deadline passed".to_owned())
+        }
         (None, Some(SkipReason::RunFailed)) => ("not run", "the run failed first".to_owned()),
         (None, Some(SkipReason::DeadlinePassed)) => ("not run", "the workflow's deadline passed".to_owned()),
         (None, None) => match last.map(|r| r.end.as_ref().map(|e| e.outcome)) {
