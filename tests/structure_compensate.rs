@@ -862,3 +862,29 @@ shell = "while [ ! -e started ]; do sleep 0.02; done; exit 3"
     assert_eq!(resumed.status.code(), Some(1), "{}", stderr(&resumed));
     assert_eq!(env.count("started"), 1, "`slow` was not run again");
 }
+
+/// A run abandoned (`--fresh`) while its compensations were under way never runs them again:
+/// `status` of it says so under the one a signal stopped, not that it runs again on resume.
+#[test]
+fn status_of_a_run_abandoned_in_its_compensations_says_they_never_run_again() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "[[step]]\nname = 'a'\nrun = ['true']\n\
+         compensate = 'if [ -e second ]; then exit 0; fi; echo x > undo-started; exec sleep 60'\n\
+         [[step]]\nname = 'b'\nrun = ['false']\nneeds = ['a']\n",
+    );
+    let out = env.run_until("undo-started", "INT");
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    let id = run_id(&env);
+    env.write("second", "");
+    let out = env.cmd(&["run", "--quiet", "--fresh", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stdout(&env.cmd(&["status", &id]).output().unwrap());
+    assert!(
+        text.contains(
+            "\n  a                    interrupted  a signal stopped it; the run was abandoned, so it never runs again\n"
+        ),
+        "{text}"
+    );
+}

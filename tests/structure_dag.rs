@@ -466,6 +466,16 @@ fn a_run_killed_and_resumed_after_its_deadline_fails_at_once_and_waymark_resume_
     let started = json_of(&env, &["status", &id, "--json"])["started_at"].as_str().unwrap().to_owned();
     let deadline = humantime::parse_rfc3339(&started).unwrap() + Duration::from_secs(4);
     wait_until("the deadline to pass", || SystemTime::now() > deadline + Duration::from_millis(50));
+    // Before the resume, `status` says what it will do: fail the run, not run `hang` again.
+    let text = stdout(&env.cmd(&["status", &id]).output().unwrap());
+    assert!(
+        text.contains(&format!(
+            "\n  {:<20} attempt 1 did not finish: its runner died; the run fails when resumed, without running it \
+             again: the workflow's `timeout` (4s) passed\n",
+            ""
+        )),
+        "{text}"
+    );
 
     let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
     let said = stderr(&out);

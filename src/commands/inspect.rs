@@ -338,7 +338,7 @@ pub(super) fn find_run(store: &dyn Store, state: &StateDir, target: Option<&str>
 fn shown_state(step: &StepRecord, attempts: &[&AttemptRecord], run: &RunRecord, runner_alive: bool) -> &'static str {
     let last = attempts.last().copied();
     let cut_short = step.cut_short(last) && run.status != RunStatus::Failed;
-    match cut_short || stopped_with_runner(step, run, runner_alive, false).is_some() {
+    match cut_short || stopped_with_runner(step, run, runner_alive, None).is_some() {
         true => "interrupted",
         false => step.state.status().as_str(),
     }
@@ -357,7 +357,12 @@ fn shown_state(step: &StepRecord, attempts: &[&AttemptRecord], run: &RunRecord, 
 /// step again, what was in flight still died with its runner, as `status --attempts` and `logs`
 /// say of it: `its runner died; it runs again on resume`, not `the run was interrupted`. `None`
 /// for any other step.
-fn stopped_with_runner(step: &StepRecord, run: &RunRecord, runner_alive: bool, only_fails: bool) -> Option<String> {
+fn stopped_with_runner(
+    step: &StepRecord,
+    run: &RunRecord,
+    runner_alive: bool,
+    only_fails: Option<&str>,
+) -> Option<String> {
     let (what, again) = match &step.state {
         StepState::InFlight { attempt, .. } => (format!("attempt {attempt}"), " again"),
         StepState::Catching { .. } => {
@@ -371,10 +376,11 @@ fn stopped_with_runner(step: &StepRecord, run: &RunRecord, runner_alive: bool, o
             .lost
             .then(|| format!("{what} did not finish: its runner died; the run's new runner runs it again"));
     }
-    // Under `fail_fast`, once a step failed for good, a resume runs nothing again: it fails.
+    // Under `fail_fast`, once a step failed for good, or past the workflow's deadline, a resume
+    // runs nothing again: it fails.
     let on_resume = match only_fails {
-        true => "the run fails when resumed, without running it again: a step failed for good under `fail_fast`",
-        false => "it runs again on resume",
+        Some(why) => format!("the run fails when resumed, without running it again: {why}"),
+        None => "it runs again on resume".to_owned(),
     };
     let why = match run.status {
         RunStatus::Abandoned => format!("the run was abandoned, so it never runs{again}"),
@@ -441,6 +447,7 @@ fn aux_ended(
         let next = match (again, run.status) {
             (true, _) => "; it ran again",
             (false, RunStatus::Interrupted | RunStatus::Running) if !runner_alive => "; it runs again on resume",
+            (false, RunStatus::Abandoned) => "; the run was abandoned, so it never runs again",
             (false, _) => "",
         };
         format!("{why}{next}")
@@ -639,8 +646,19 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
     let policy = |name: &str| flow.as_ref().and_then(|f| f.steps.iter().find(|s| s.name == name)).map(|s| &s.retry);
     let allowed = |name: &str| policy(name).map(|r| r.attempts);
     let runner_alive = run.status == RunStatus::Running && !orphaned;
-    let only_fails = flow.as_ref().is_some_and(|f| f.fail_fast) && steps.iter().any(|s| s.state == StepState::Failed);
     let now = SystemTime::now();
+    // Why a resume would fail the run without running again what did not finish: a step failed
+    // for good under `fail_fast`, or the workflow's deadline passed (counted from the run's
+    // start; a failed run reopened by `waymark resume`, whose steps have attempts before their
+    // budget, counts it from the reopening, which is not recorded: not said then).
+    let fail_fast = flow.as_ref().is_some_and(|f| f.fail_fast) && steps.iter().any(|s| s.state == StepState::Failed);
+    let reopened = steps.iter().any(|s| s.budget_base > 0);
+    let deadline = flow.as_ref().and_then(|f| f.timeout).filter(|t| !reopened && run.started_at + *t <= now);
+    let only_fails = match (fail_fast, deadline) {
+        (true, _) => Some("a step failed for good under `fail_fast`".to_owned()),
+        (false, Some(t)) => Some(format!("the workflow's `timeout` ({}) passed", humantime::format_duration(t))),
+        (false, None) => None,
+    };
     // The step a failed run failed on is skipped only when the workflow's deadline passed while
     // it did not run (a retry waiting out its backoff, an attempt of a dead runner not run again):
     // the deadline is what the run failed of there, as the failure report says.
@@ -756,7 +774,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         if let Some(e) = &s.last_error {
             out.push_str(&format!("  {:<name_width$} last error: {e} [{}]\n", "", e.source.describe()));
         }
-        if let Some(what) = stopped_with_runner(s, &run, runner_alive, only_fails) {
+        if let Some(what) = stopped_with_runner(s, &run, runner_alive, only_fails.as_deref()) {
             out.push_str(&format!("  {:<name_width$} {what}\n", ""));
         }
         if let Some(e) = run_failed_with(s) {
