@@ -349,15 +349,37 @@ def bench_postgres(t, waymark, work, rounds, steps=200):
     if not url:
         log("postgres: WAYMARK_TEST_PG is not set (eval \"$(bash .ci/postgres.sh start)\"): left out")
         return
+    if not shutil.which("psql"):
+        log("postgres: psql is not on the PATH (each waymark gets a database of its own): left out")
+        return
+    # A database of its own for each binary: a newer waymark migrates its schema, which an older
+    # one (the baseline) then refuses.
+    base, _, _ = url.rpartition("/")
+    dbs = {binary: f"waymark_bench_{i}_{os.getpid()}" for i, binary in enumerate(b for b in (waymark, BASELINE) if b)}
+
+    def psql(sql):
+        subprocess.run(["psql", url, "-q", "-v", "ON_ERROR_STOP=1", "-c", sql], check=True,
+                       stdout=subprocess.DEVNULL)
+    for db in dbs.values():
+        psql(f"CREATE DATABASE {db}")
+    try:
+        bench_postgres_in(t, waymark, work, rounds, steps, {b: f"{base}/{db}" for b, db in dbs.items()})
+    finally:
+        for db in dbs.values():
+            psql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+
+
+def bench_postgres_in(t, waymark, work, rounds, steps, urls):
+    """`bench_postgres`, each binary on its database in `urls`."""
     with tempfile.TemporaryDirectory(dir=work) as d:
         d = Path(d)
-        env = dict(state_env(d / "state"), WAYMARK_STORE=url)
+        envs = {binary: dict(state_env(d / "state"), WAYMARK_STORE=u) for binary, u in urls.items()}
         flow = d / "pg.toml"
         write_steps(flow, steps, name=f"bench-pg-{os.getpid()}")
 
         def wm(binary):
             def go():
-                sec, code, _ = timed([binary, "run", "--quiet", flow], env=env)
+                sec, code, _ = timed([binary, "run", "--quiet", flow], env=envs[binary])
                 # A run that failed (the server refused it, a newer schema) timed nothing worth a row.
                 if code != 0:
                     sys.exit(f"postgres: `{binary} run {flow}` exited {code} (run it by hand to see why)")
@@ -374,7 +396,7 @@ def bench_postgres(t, waymark, work, rounds, steps=200):
                 for n in (1, 50):
                     write_steps(d / f"m{n}.toml", n, name=f"bench-pg-m{n}-{os.getpid()}")
                     done = subprocess.run(["strace", "-f", "-c", "-e", "trace=sendto", "-o", "/dev/stderr", binary,
-                                           "run", "--quiet", d / f"m{n}.toml"], env=env, stdout=subprocess.DEVNULL,
+                                           "run", "--quiet", d / f"m{n}.toml"], env=envs[binary], stdout=subprocess.DEVNULL,
                                           stderr=subprocess.PIPE, text=True)
                     if done.returncode != 0:
                         sys.exit(f"postgres: `{binary} run` under strace exited {done.returncode}")
