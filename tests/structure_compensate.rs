@@ -863,8 +863,9 @@ shell = "while [ ! -e started ]; do sleep 0.02; done; exit 3"
     assert_eq!(env.count("started"), 1, "`slow` was not run again");
 }
 
-/// A run abandoned (`--fresh`) while its compensations were under way never runs them again:
-/// `status` of it says so under the one a signal stopped, not that it runs again on resume.
+/// A run abandoned (`--fresh`) while its compensations were under way never runs them again: the
+/// abandon warns so, and `status` of it says so under the one a signal stopped, not that it runs
+/// again on resume.
 #[test]
 fn status_of_a_run_abandoned_in_its_compensations_says_they_never_run_again() {
     let env = Env::new();
@@ -878,8 +879,18 @@ fn status_of_a_run_abandoned_in_its_compensations_says_they_never_run_again() {
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
     let id = run_id(&env);
     env.write("second", "");
-    let out = env.cmd(&["run", "--quiet", "--fresh", "flow.toml"]).output().unwrap();
+    let out = env.cmd(&["run", "--fresh", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    // The abandon says what it leaves undone.
+    let said = stderr(&out);
+    assert!(
+        said.contains(&format!(
+            "waymark: warning: run {id} had begun undoing what its steps did (its compensations) when it stopped; \
+             abandoned, it never finishes them, nor runs its hooks: check by hand what its succeeded steps left \
+             (`waymark status {id}` shows which compensations ran)\n"
+        )),
+        "{said}"
+    );
     let text = stdout(&env.cmd(&["status", &id]).output().unwrap());
     assert!(
         text.contains(

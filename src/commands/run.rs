@@ -398,6 +398,7 @@ fn abandon(
     abandoned: Event,
 ) -> Result<(), CliError> {
     events.set_run(&old.id);
+    let aux = store.aux_runs(&old.id)?;
     // What a runner on another host left running is not ours to kill (its pids mean nothing here).
     if old.host == host_id() {
         for step in store.steps(&old.id)? {
@@ -406,7 +407,6 @@ fn abandon(
             }
         }
         // A compensation or hook it was running when its runner died.
-        let aux = store.aux_runs(&old.id)?;
         for run in aux.iter().filter(|run| !run.finished) {
             if let Some(message) = kill_aux_leftovers(state, &old.id, run, !run.superseded(&aux)).map_err(exec_error)? {
                 events.warning(None, message);
@@ -415,6 +415,23 @@ fn abandon(
     }
     store.abandon(&old.id, owner)?;
     events.emit(abandoned);
+    // Its wind-down had begun: what is left of it never runs now.
+    if aux.iter().any(|a| a.kind == crate::store::AuxKind::Compensate) {
+        events.warning(
+            None,
+            format!(
+                "run {} had begun undoing what its steps did (its compensations) when it stopped; abandoned, it \
+                 never finishes them, nor runs its hooks: check by hand what its succeeded steps left (`waymark \
+                 status {}` shows which compensations ran)",
+                old.id, old.id
+            ),
+        );
+    } else if aux.iter().any(|a| a.kind == crate::store::AuxKind::Hook && !a.finished) {
+        events.warning(
+            None,
+            format!("run {} was running its hooks when it stopped; abandoned, it never finishes them", old.id),
+        );
+    }
     Ok(())
 }
 
