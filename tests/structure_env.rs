@@ -691,6 +691,26 @@ fn a_recorded_output_too_long_for_a_variable_is_left_out_on_resume_with_a_warnin
 }
 
 /// The password of an inherited `WAYMARK_STORE` is hidden in what steps print, but it is no
+/// declared secret: a step's output that holds it is passed on as written (it is data), and the
+/// steps after see it whole.
+#[test]
+fn a_step_output_holding_the_store_password_is_passed_on_as_written() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'data'\n[[step]]\nname = 'a'\nshell = 'echo dir=/srv/world-data >> \"$WAYMARK_OUTPUT\"'\n\
+         [[step]]\nname = 'b'\nneeds = ['a']\nshell = 'printf %s \"$WAYMARK_OUTPUT_A_DIR\" > got'\n",
+    );
+    let out = env
+        .cmd(&["run", "--store", "sqlite:", "flow.toml"])
+        .env("WAYMARK_STORE", "postgres://u:world@127.0.0.1:1/d")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(env.read("got"), "/srv/world-data");
+}
+
+/// The password of an inherited `WAYMARK_STORE` is hidden in what steps print, but it is no
 /// declared secret: a parameter value that holds it is taken, not refused (and shown masked).
 #[test]
 fn a_parameter_holding_the_store_password_is_taken_and_shown_masked() {

@@ -648,12 +648,11 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
     let runner_alive = run.status == RunStatus::Running && !orphaned;
     let now = SystemTime::now();
     // Why a resume would fail the run without running again what did not finish: a step failed
-    // for good under `fail_fast`, or the workflow's deadline passed (counted from the run's
-    // start; a failed run reopened by `waymark resume`, whose steps have attempts before their
-    // budget, counts it from the reopening, which is not recorded: not said then).
+    // for good under `fail_fast`, or the workflow's deadline passed. A resume counts the deadline
+    // from the run's start (only the runner that reopens a failed run counts it from then, and
+    // that time is not recorded), so this does too.
     let fail_fast = flow.as_ref().is_some_and(|f| f.fail_fast) && steps.iter().any(|s| s.state == StepState::Failed);
-    let reopened = steps.iter().any(|s| s.budget_base > 0);
-    let deadline = flow.as_ref().and_then(|f| f.timeout).filter(|t| !reopened && run.started_at + *t <= now);
+    let deadline = flow.as_ref().and_then(|f| f.timeout).filter(|t| run.started_at + *t <= now);
     let only_fails = match (fail_fast, deadline) {
         (true, _) => Some("a step failed for good under `fail_fast`".to_owned()),
         (false, Some(t)) => Some(format!("the workflow's `timeout` ({}) passed", humantime::format_duration(t))),

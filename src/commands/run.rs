@@ -512,7 +512,7 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, mode: Mode) -> 
     let flow = recorded_flow(&record, store.location())?;
     // The run goes on as recorded, whatever its file says now: said, as `waymark run` says it
     // (here after a failure, the file is often what was just fixed).
-    let now = std::fs::read(&record.flow_path).ok().and_then(|bytes| String::from_utf8(bytes).ok());
+    let now = read_flow_text(&record.flow_path);
     if now.is_some_and(|text| source_hash(&text) != record.source_hash) {
         events.notice(
             NoticeKind::FlowChanged,
@@ -842,6 +842,23 @@ fn exec_error(e: ExecError) -> anyhow::Error {
 }
 
 /// A stable fingerprint of the flow file's text (FNV-1a), to notice edits between runs.
+/// The text of the flow file at `path` now, if it is a regular file of at most the size a flow
+/// file may have, in UTF-8 (never a FIFO waited on, nor a huge file read whole).
+fn read_flow_text(path: &Path) -> Option<String> {
+    use std::io::Read;
+    // Looked at before it is opened: opening a FIFO waits for a writer.
+    if !std::fs::metadata(path).ok()?.is_file() {
+        return None;
+    }
+    let file = std::fs::File::open(path).ok()?;
+    let mut bytes = Vec::new();
+    file.take(flow::MAX_FLOW_BYTES + 1).read_to_end(&mut bytes).ok()?;
+    if bytes.len() as u64 > flow::MAX_FLOW_BYTES {
+        return None;
+    }
+    String::from_utf8(bytes).ok()
+}
+
 fn source_hash(text: &str) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in text.bytes() {

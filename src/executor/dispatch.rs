@@ -420,6 +420,8 @@ pub(crate) struct Dispatcher<'e, L, J, S, C> {
     outputs: RunOutputs,
     /// Hidden in what is read from an attempt's files before it is recorded.
     secrets: Arc<Secrets>,
+    /// The declared secrets alone (see [`RunEnv::declared`]): taken out of a step's outputs.
+    declared: Arc<Secrets>,
     /// When this runner took the run up, for the run's duration.
     began: Instant,
     /// An outcome waiting to be committed with the next attempt's start (see [`Held`]).
@@ -436,6 +438,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     ) -> Result<Dispatcher<'e, L, J, S, C>, ExecError> {
         let (tx, rx) = mpsc::channel(256);
         let ((outputs, too_long), secrets) = (RunOutputs::recorded(&spec.steps), Arc::clone(&spec.env.secrets));
+        let declared = Arc::clone(&spec.env.declared);
         let flow = spec.flow;
         let steps_total = flow.steps.len();
         let done = |s: &&StepRecord| matches!(s.state, StepState::Succeeded | StepState::Caught);
@@ -557,6 +560,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             unsaid_skips,
             outputs,
             secrets,
+            declared,
             began: Instant::now(),
             held: None,
         })
@@ -998,7 +1002,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
 
     async fn succeeded(&mut self, index: usize, ended: Ended) -> Result<(), ExecError> {
         let name = self.steps[index].step.name.clone();
-        let (found, warnings) = outputs::read(&outputs::path(&ended.stem), &self.secrets);
+        let (found, warnings) = outputs::read(&outputs::path(&ended.stem), &self.declared);
         for message in warnings {
             self.emitter.warning(Some(&name), message);
         }

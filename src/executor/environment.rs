@@ -27,9 +27,11 @@ pub(crate) struct RunEnv {
     /// The values hidden in everything the run prints or stores: those of the `secret_env`
     /// variables and the inherited store URL's password.
     pub(crate) secrets: Arc<Secrets>,
-    /// Whether a parameter value holds the value of a `secret_env` variable (the store's
-    /// password, which the flow did not declare, is only hidden).
-    pub(crate) declared: Secrets,
+    /// The values of the `secret_env` variables only: what a parameter value may not hold, and
+    /// what is taken out of the files a child writes itself (its outputs and error file), which
+    /// are its data. The store's password, which the flow did not declare, is only hidden in what
+    /// the run prints and logs.
+    pub(crate) declared: Arc<Secrets>,
     /// What the runner says about them before the run goes on: the env file's variables that
     /// waymark sets over it for every attempt, which no step sees.
     pub(crate) warnings: Vec<String>,
@@ -73,7 +75,7 @@ impl RunEnv {
         if let Some(url) = inherited("WAYMARK_STORE").and_then(|v| v.into_string().ok()) {
             hidden.extend(crate::store::url::passwords(&url).into_iter().map(String::into_bytes));
         }
-        let (secrets, declared) = (Arc::new(Secrets::new(hidden)), Secrets::new(declared));
+        let (secrets, declared) = (Arc::new(Secrets::new(hidden)), Arc::new(Secrets::new(declared)));
         Ok(RunEnv { file, secrets, declared, warnings: Vec::new() })
     }
 

@@ -408,9 +408,9 @@ impl Launcher for ProcessLauncher {
             Output { pipe: out_r, log: out_log, log_path: stdout_log, lines: self.lines, gate: self.gate.clone() },
             Output { pipe: err_r, log: err_log, log_path: stderr_log, lines: self.lines, gate: self.gate.clone() },
         ];
-        let secrets = Arc::clone(&self.env.secrets);
+        let secrets = Arc::clone(&self.env.declared);
         let supervisor =
-            Supervisor::watch(child, attempt_id, a.step_index, a.row, outputs, Arc::clone(&secrets), events);
+            Supervisor::watch(child, attempt_id, a.step_index, a.row, outputs, Arc::clone(&self.env.secrets), events);
         let pid = supervisor.pid();
         let proc_start = unix::process_start_time(pid);
         let (tx, index, row, deadline) = (events.clone(), a.step_index, a.row, a.deadline);

@@ -179,7 +179,7 @@ impl History {
 
     /// Whether step `step` has had an attempt, in this runner or an earlier one.
     pub(crate) fn ran(&self, step: &str) -> bool {
-        !self.rows(step).is_empty()
+        !self.rows(step).is_empty() || self.earlier.get(step).is_some_and(|rows| !rows.is_empty())
     }
 
     fn rows(&self, step: &str) -> &[Row] {
@@ -300,8 +300,11 @@ impl History {
     /// status` count them, with those before it after (`3/3 (+3 before resume)`); the counts of
     /// all rows, and the `-` of a step without one, line up under `ATTEMPTS`.
     pub(crate) fn summary_table(&self, run_ended: SystemTime) -> String {
-        let cells: Vec<([String; 5], String)> =
-            self.steps.iter().map(|s| summary_row(s, self.left_under_way(s), run_ended, self.ending())).collect();
+        let cells: Vec<([String; 5], String)> = self
+            .steps
+            .iter()
+            .map(|s| summary_row(s, self.left_under_way(s), self.ran(&s.name), run_ended, self.ending()))
+            .collect();
         if cells.is_empty() {
             return String::new();
         }
@@ -497,6 +500,7 @@ pub(crate) fn before_budget(base: u32) -> String {
 fn summary_row(
     s: &StepSeen,
     earlier: Option<(&Row, u32)>,
+    ran: bool,
     run_ended: SystemTime,
     ending: Ending,
 ) -> ([String; 5], String) {
@@ -550,10 +554,8 @@ fn summary_row(
         (None, Some(SkipReason::AlreadyCaught)) => ("caught", "caught in an earlier runner".to_owned()),
         (None, Some(SkipReason::AlreadyFailed)) => ("failed", "failed in an earlier runner".to_owned()),
         // A step that had run (its retry waited, or an earlier runner's attempt did not finish).
-        (None, Some(SkipReason::RunFailed)) if !s.rows.is_empty() => {
-            ("stopped", "not run again: the run failed first".to_owned())
-        }
-        (None, Some(SkipReason::DeadlinePassed)) if !s.rows.is_empty() => {
+        (None, Some(SkipReason::RunFailed)) if ran => ("stopped", "not run again: the run failed first".to_owned()),
+        (None, Some(SkipReason::DeadlinePassed)) if ran => {
             ("stopped", "not run again: the workflow's deadline passed".to_owned())
         }
         (None, Some(SkipReason::RunFailed)) => ("not run", "the run failed first".to_owned()),
@@ -1173,8 +1175,16 @@ mod tests {
             .record(&envelope(3_000, Event::StepSkipped { step: "slow".into(), reason: SkipReason::DeadlinePassed }));
         assert_eq!(
             history.summary_table(at(3_000)),
-            "  STEP  STATUS   ATTEMPTS    DURATION  DETAIL\n  slow  not run       0/1           -  the workflow's deadline passed\n"
+            "  STEP  STATUS   ATTEMPTS    DURATION  DETAIL\n  slow  stopped       0/1           -  not run again: the \
+             workflow's deadline passed\n"
         );
+        // Its line says so too: it ran, in an earlier runner.
+        let line = super::super::plain::describe(
+            &envelope(3_000, Event::StepSkipped { step: "slow".into(), reason: SkipReason::DeadlinePassed }),
+            &crate::reporter::local_time::LocalTime::new(jiff::tz::TimeZone::UTC),
+            &history,
+        );
+        assert_eq!(line.as_deref(), Some("waymark: slow: not run again: the workflow's deadline passed\n"));
     }
 
     #[test]
