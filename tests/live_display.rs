@@ -276,7 +276,7 @@ fn a_display_taller_than_the_terminal_leaves_no_copy_of_itself_in_the_scrollback
     let bar = Regex::new(r"(?m)^. s\d\d +attempt 1/1 +\d+\.\ds$").unwrap();
     // 12 rows: the display takes 11, the overall bar among them, always drawn at the bottom with
     // how many running steps have no line.
-    let overall = Regex::new(r"^\[ +\] 0/20 done  \d+\.\ds  \(\+10 more running\)$").unwrap();
+    let overall = Regex::new(r"^\[ +\] 0/20 done  \d+\.\ds  \(\+10 more under way\)$").unwrap();
     tmux.wait_for("the display to fill the terminal, the overall bar under it", |s| {
         bar.find_iter(s).count() == 10 && s.lines().last().is_some_and(|l| overall.is_match(l))
     });

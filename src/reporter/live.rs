@@ -158,11 +158,12 @@ impl LiveReporter {
         self.say_hidden();
     }
 
-    /// Say on the overall bar how many running steps have no line for want of rows.
+    /// Say on the overall bar how many steps under way (running, or waiting for a retry) have no
+    /// line for want of rows.
     fn say_hidden(&self) {
         match self.hidden.len() {
             0 => self.overall.set_message(""),
-            n => self.overall.set_message(format!("  (+{n} more running)")),
+            n => self.overall.set_message(format!("  (+{n} more under way)")),
         }
     }
 
