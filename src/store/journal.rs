@@ -286,7 +286,8 @@ impl Drop for ThreadJournal {
     /// Close the channel and wait until the thread has made every write sent before. A runner
     /// fenced off makes no write any more: a thread still stuck on a connection that stopped
     /// answering is let go after a moment ([`LET_GO_AFTER`]), and the process's end closes its
-    /// connection, so that what it was writing is never committed.
+    /// connection (what it was writing is refused by the database, see `PgStore::write`; only a
+    /// `COMMIT` already on its way can land, before any takeover).
     fn drop(&mut self) {
         drop(self.writes.take());
         let Some(thread) = self.thread.take() else { return };
