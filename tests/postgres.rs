@@ -297,8 +297,8 @@ struct Proxy {
     /// While set, nothing is forwarded either way and no new connection is made: the connections
     /// stay open and say nothing, as through a proxy or pooler that hung.
     frozen: Arc<AtomicBool>,
-    /// While set (and `frozen` is not), the connections frozen are those that have not renewed a
-    /// lease: the runner's lease renewals go on while its writes hang.
+    /// While set, the connections that have recorded an attempt's pid are frozen too: the runner's
+    /// writes hang while its lease renewals, on a connection of their own, go on.
     writes_frozen: Arc<AtomicBool>,
     streams: Arc<Mutex<Vec<TcpStream>>>,
     /// The threads forwarding data, while they run.
@@ -315,9 +315,9 @@ impl Proxy {
         let forwarding = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let (c, s, n) = (Arc::clone(&cut), Arc::clone(&streams), Arc::clone(&forwarding));
         let (f, w) = (Arc::clone(&frozen), Arc::clone(&writes_frozen));
-        // Held while `frozen`, or while `writes` and the connection has not renewed a lease.
-        let hold = move |frozen: &AtomicBool, writes: &AtomicBool, renewer: &AtomicBool| {
-            while frozen.load(Ordering::SeqCst) || (writes.load(Ordering::SeqCst) && !renewer.load(Ordering::SeqCst)) {
+        // Held while `frozen`, or while `writes` and the connection has recorded a pid.
+        let hold = move |frozen: &AtomicBool, writes: &AtomicBool, writer: &AtomicBool| {
+            while frozen.load(Ordering::SeqCst) || (writes.load(Ordering::SeqCst) && writer.load(Ordering::SeqCst)) {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
         };
@@ -330,19 +330,21 @@ impl Proxy {
                 }
                 let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else { continue };
                 s.lock().unwrap().extend([client.try_clone().unwrap(), server.try_clone().unwrap()]);
-                let renewer = flag();
+                let writer = flag();
                 let pairs = [(client.try_clone().unwrap(), server.try_clone().unwrap(), true), (server, client, false)];
                 for (mut from, mut to, to_server) in pairs {
-                    let (f, w, n, renewer) = (Arc::clone(&f), Arc::clone(&w), Arc::clone(&n), Arc::clone(&renewer));
+                    let (f, w, n, writer) = (Arc::clone(&f), Arc::clone(&w), Arc::clone(&n), Arc::clone(&writer));
                     n.fetch_add(1, Ordering::SeqCst);
                     std::thread::spawn(move || {
                         let mut buf = [0u8; 16384];
-                        let renewal = b"UPDATE waymark_leases SET expires_at = clock_timestamp() +";
+                        // The journal's record of a spawned attempt's pid (not the migration's
+                        // `CREATE TABLE waymark_attempts`, which the lease's connection may make).
+                        let attempts = b"UPDATE waymark_attempts SET pid";
                         while let Ok(got) = from.read(&mut buf) {
-                            if to_server && buf[..got].windows(renewal.len()).any(|w| w == renewal) {
-                                renewer.store(true, Ordering::SeqCst);
+                            if to_server && buf[..got].windows(attempts.len()).any(|w| w == attempts) {
+                                writer.store(true, Ordering::SeqCst);
                             }
-                            hold(&f, &w, &renewer);
+                            hold(&f, &w, &writer);
                             if got == 0 || to.write_all(&buf[..got]).is_err() {
                                 break;
                             }
@@ -367,7 +369,7 @@ impl Proxy {
         self.frozen.store(frozen, Ordering::SeqCst);
     }
 
-    /// Freeze every connection but those that renew leases.
+    /// Freeze the connections that have recorded an attempt's pid (not those that renew leases).
     fn freeze_writes(&self) {
         self.writes_frozen.store(true, Ordering::SeqCst);
     }
@@ -489,7 +491,7 @@ fn a_runner_whose_writes_hang_while_its_renewals_go_through_exits_4() {
     };
     let proxy = Proxy::start(port_of(&url));
     env.write("flow.toml", HANGS);
-    // In plain text, for the proxy to tell the renewals by their statement.
+    // In plain text, for the proxy to tell the run's writes by their statements.
     let plain = format!("{}?sslmode=disable", proxy.in_front_of(&url));
     let mut owner = runner(&env, &plain, "host-a", &["run", "flow.toml"]).spawn().unwrap();
     let seen = watch_stderr(&mut owner);
