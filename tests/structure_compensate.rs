@@ -843,6 +843,12 @@ shell = "while [ ! -e started ]; do sleep 0.02; done; exit 3"
     );
     let (runner, _seen) = env.spawn_watched(&["run", "flow.toml"]);
     env.wait_for_lines("ready", 1);
+    // Killed once `bad`'s failure is recorded (fail_fast's signal may come before its commit).
+    common::wait_until("bad's failure to be recorded", || {
+        let out = env.cmd(&["status", "--json"]).output().unwrap();
+        let st: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        st["steps"].as_array().is_some_and(|s| s.iter().any(|s| s["step"] == "bad" && s["state"] == "failed"))
+    });
     common::kill(runner.id(), "KILL");
     let out = common::finish(runner);
     assert_eq!(out.status.signal(), Some(9));

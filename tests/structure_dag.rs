@@ -695,13 +695,18 @@ fn a_ready_step_still_waiting_for_a_slot_at_a_signal_says_it_runs_on_resume() {
 /// counted.
 #[test]
 fn a_step_waiting_for_its_retry_when_the_run_fails_is_said_not_run_again() {
-    let env = Env::new();
+    let env = setup();
+    // `bad` fails only once `status` shows `retrier` waiting for its retry (its failure recorded).
     env.write(
         "flow.toml",
-        "fail_fast = true\n\
-         [[step]]\nname = 'retrier'\nneeds = []\nshell = 'touch tried; exit 1'\n\
-         retry = { attempts = 5, backoff_seconds = 60 }\n\
-         [[step]]\nname = 'bad'\nneeds = []\nshell = 'while [ ! -e tried ]; do sleep 0.02; done; exit 3'\n",
+        &format!(
+            "fail_fast = true\nenv = {{ WAYMARK_BIN = '{}' }}\n\
+             [[step]]\nname = 'retrier'\nneeds = []\nshell = 'exit 1'\n\
+             retry = {{ attempts = 5, backoff_seconds = 60 }}\n\
+             [[step]]\nname = 'bad'\nneeds = []\n\
+             shell = '''. ./lib.sh; await '\"$WAYMARK_BIN\" status \"$WAYMARK_RUN_ID\" | grep -Eq \"^  retrier +waiting \"'; exit 3'''\n",
+            assert_cmd::cargo::cargo_bin("waymark").display()
+        ),
     );
     let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
