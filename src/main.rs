@@ -10,6 +10,7 @@ fn main() {
     waymark::commands::complete::complete_if_asked();
     // `--color` is read first so that clap's own help and errors follow it too.
     let color = waymark::cli::ColorArg::from_args(std::env::args_os());
+    waymark::commands::set_color(color);
     let parsed =
         waymark::cli::Cli::command().color(color.clap()).try_get_matches_from(waymark::cli::args(std::env::args_os()));
     let matches = match parsed {

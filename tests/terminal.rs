@@ -275,6 +275,21 @@ fn normalized(stderr: &[u8]) -> String {
     common::normalise_plain(&common::untimed(&String::from_utf8_lossy(stderr)))
 }
 
+/// `--help` on a full stdout is an error like any command's, colored as `--color` says.
+#[test]
+fn help_on_a_full_stdout_is_an_error_colored_as_color_says() {
+    let env = Env::new();
+    let help = |color: &str| {
+        let args = ["--color".to_owned(), color.to_owned(), "--help".to_owned()];
+        let out = run_with_stdout(&env, &args, std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap());
+        assert_eq!(out.status.code(), Some(4));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let plain = help("never");
+    assert_eq!(plain, FULL);
+    assert_eq!(help("always"), plain.replacen("error: ", "\x1b[1m\x1b[91merror\x1b[0m\x1b[1m:\x1b[0m ", 1));
+}
+
 #[test]
 fn a_run_goes_on_when_stdout_is_closed_or_full() {
     let args = ["run".to_owned(), "flow.toml".to_owned()];

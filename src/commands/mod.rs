@@ -467,6 +467,12 @@ pub fn print_clap_text(e: &clap::Error) -> i32 {
     }
 }
 
+/// Set `--color` as read before parsing (see [`ColorArg::from_args`]), so that what is printed
+/// before [`dispatch`] (the help and version text, and their errors) follows it too.
+pub fn set_color(color: ColorArg) {
+    let _ = COLOR.set(color);
+}
+
 /// Run the parsed command line.
 pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
     let _ = COLOR.set(cli.color);
