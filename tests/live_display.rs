@@ -256,6 +256,31 @@ fn every_running_parallel_step_has_its_line_and_a_failed_run_ends_with_its_repor
     assert!(end[report..].contains("fetch-c"), "{end}");
 }
 
+/// A step whose attempt `fail_fast` cancelled does not go on in the run: its line goes, rather than
+/// stay on the display while the compensations run.
+#[test]
+fn a_step_cancelled_by_fail_fast_leaves_the_display_while_compensations_run() {
+    if !Tmux::available("a_step_cancelled_by_fail_fast_leaves_the_display_while_compensations_run") {
+        return;
+    }
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = \"ff\"\nfail_fast = true\n\
+         [[step]]\nname = \"made\"\nrun = [\"true\"]\ncompensate = 'while [ ! -e go ]; do sleep 0.02; done'\n\
+         [[step]]\nname = \"slow\"\nneeds = []\nshell = 'touch started; exec sleep 600'\n\
+         [[step]]\nname = \"bad\"\nneeds = [\"made\"]\nshell = 'while [ ! -e started ]; do sleep 0.02; done; exit 3'\n",
+    );
+    let tmux = Tmux::start(&env, &["run", "flow.toml"], false);
+    let compensating = Regex::new(r"(?m)^. made +compensating +\d+\.\ds$").unwrap();
+    let screen = tmux.wait_for("the compensation's line", |s| compensating.is_match(s));
+    let slow = Regex::new(r"(?m)^. slow ").unwrap();
+    assert!(!slow.is_match(&screen), "the cancelled step's line is still shown:\n{screen}");
+    touch(&env, "go");
+    let end = normalise(&tmux.wait_exit());
+    assert!(end.ends_with("\nEXIT=1"), "{end}");
+}
+
 /// More steps running than the terminal has rows: the display takes no more rows than the
 /// terminal has less one, so that each redraw erases the last one whole, and no copy of the bars is
 /// left in the scrollback while waymark's lines and the steps' output scroll above them.

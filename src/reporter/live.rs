@@ -233,6 +233,8 @@ impl LiveReporter {
                     bar.bar.reset_elapsed();
                 }
             }
+            // Cancelled (by fail_fast, or a signal): the step does not go on in this run.
+            Event::AttemptFinished { step, outcome: AttemptEnd::Cancelled, .. } => self.remove(step),
             Event::AttemptFinished { step, error, .. } => {
                 if let Some(bar) = self.bars.get_mut(step) {
                     bar.error = error.as_ref().map(|e| e.class.clone());
