@@ -701,12 +701,7 @@ fn a_step_output_holding_the_store_password_is_passed_on_as_written() {
         "name = 'data'\n[[step]]\nname = 'a'\nshell = 'echo dir=/srv/world-data >> \"$WAYMARK_OUTPUT\"'\n\
          [[step]]\nname = 'b'\nneeds = ['a']\nshell = 'printf %s \"$WAYMARK_OUTPUT_A_DIR\" > got'\n",
     );
-    let out = env
-        .cmd(&["run", "--store", "sqlite:", "flow.toml"])
-        .env("WAYMARK_STORE", "postgres://u:world@127.0.0.1:1/d")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    run_beside_a_store_password(&env);
     assert_eq!(env.read("got"), "/srv/world-data");
 }
 
@@ -719,11 +714,18 @@ fn a_parameter_holding_the_store_password_is_taken_and_shown_masked() {
         "flow.toml",
         "name = 'greet'\n[params]\nwho = 'hello world'\n[[step]]\nname = 'show'\nshell = 'echo \"$WAYMARK_PARAM_WHO\"'\n",
     );
+    let out = run_beside_a_store_password(&env);
+    assert_eq!(stdout(&out), "show | hello ***\n");
+}
+
+/// `waymark run flow.toml` in the state directory's store, with a `WAYMARK_STORE` of password
+/// `world` in its environment (which its steps inherit); it succeeds.
+fn run_beside_a_store_password(env: &Env) -> std::process::Output {
     let out = env
         .cmd(&["run", "--store", "sqlite:", "flow.toml"])
         .env("WAYMARK_STORE", "postgres://u:world@127.0.0.1:1/d")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_eq!(stdout(&out), "show | hello ***\n");
+    out
 }

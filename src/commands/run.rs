@@ -95,7 +95,9 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
     // A required parameter left out where no run can be resumed (`--fresh`, or the state
     // directory's store without a database yet) is refused before anything is created.
     if let Err(e @ ParamError::Missing { .. }) = &resolved
-        && (fresh || (!super::shared_store() && !super::configured_state_dir(state_flag)?.join("waymark.db").exists()))
+        && (fresh
+            || (!super::shared_store()
+                && !crate::store::statedir::has_database_at(&super::configured_state_dir(state_flag)?)))
     {
         return Err(CliError::Usage(format!("{e}; nothing ran")));
     }
@@ -845,18 +847,11 @@ fn exec_error(e: ExecError) -> anyhow::Error {
 /// The text of the flow file at `path` now, if it is a regular file of at most the size a flow
 /// file may have, in UTF-8 (never a FIFO waited on, nor a huge file read whole).
 fn read_flow_text(path: &Path) -> Option<String> {
-    use std::io::Read;
     // Looked at before it is opened: opening a FIFO waits for a writer.
     if !std::fs::metadata(path).ok()?.is_file() {
         return None;
     }
-    let file = std::fs::File::open(path).ok()?;
-    let mut bytes = Vec::new();
-    file.take(flow::MAX_FLOW_BYTES + 1).read_to_end(&mut bytes).ok()?;
-    if bytes.len() as u64 > flow::MAX_FLOW_BYTES {
-        return None;
-    }
-    String::from_utf8(bytes).ok()
+    String::from_utf8(flow::read_bytes(path).ok()?).ok()
 }
 
 fn source_hash(text: &str) -> String {

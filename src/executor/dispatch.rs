@@ -414,8 +414,8 @@ pub(crate) struct Dispatcher<'e, L, J, S, C> {
     /// Compensations and hooks that have run for this run: they do not run again.
     aux_done: BTreeSet<(AuxKind, String)>,
     /// Steps an earlier runner recorded skipped when the run's wind-down began, not yet said to
-    /// be (with the next compensation or hook, or the run's end).
-    unsaid_skips: Vec<String>,
+    /// be (with the next compensation or hook, or the run's end): their indices.
+    unsaid_skips: Vec<usize>,
     /// The outputs of the steps that succeeded, recorded ones included: what an attempt sees.
     outputs: RunOutputs,
     /// Hidden in what is read from an attempt's files before it is recorded.
@@ -512,10 +512,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 left_under_way: matches!(rec.state, StepState::InFlight { .. }) || cut_short,
             });
         }
-        let unsaid_skips = (0..steps.len())
-            .filter(|&i| matches!(steps[i].slot, Slot::Skipped))
-            .map(|i| steps[i].step.name.clone())
-            .collect();
+        let unsaid_skips = (0..steps.len()).filter(|&i| matches!(steps[i].slot, Slot::Skipped)).collect();
         // A step already failed for good (its runner was stopped, or died, before the run was
         // finished): nothing new starts, as if it had just failed. The run failed on the first to
         // fail, by when it ended, whatever the order of the file.
@@ -1439,10 +1436,10 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         step: StepRef,
         command: crate::flow::model::Command,
         env: Vec<(String, String)>,
-        skipped: Vec<String>,
+        skipped: Vec<usize>,
     ) -> Result<Option<Signal>, ExecError> {
         let stem = self.parts.launcher.prepare_aux(kind, name)?;
-        let row = self.parts.journal.aux_starting(kind, name, &stem, &skipped).await?;
+        let row = self.parts.journal.aux_starting(kind, name, &stem, &self.names(&skipped)).await?;
         self.say_skipped(skipped);
         self.take_pending_signals();
         let issued = Instant::now();
@@ -1691,7 +1688,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             RunOutcome::Interrupted { .. } => RunStatus::Interrupted,
         };
         let failed_step = failed.map(|i| self.steps[i].step.name.clone());
-        self.parts.journal.run_finished(status, failed_step.as_deref(), &skipped).await?;
+        self.parts.journal.run_finished(status, failed_step.as_deref(), &self.names(&skipped)).await?;
         self.say_skipped(skipped);
         let failures = reported.into_iter().filter_map(|i| self.failure(i)).collect();
         let duration = self.began.elapsed();
@@ -1699,12 +1696,12 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         Ok(outcome)
     }
 
-    /// Skip the steps of a failed run that will not run, and name them: those whose turn never
+    /// Skip the steps of a failed run that will not run, and give their indices: those whose turn never
     /// came, and those waiting for a retry (the run ends only once no retry can come: the deadline
     /// passed, fail_fast, or a signal), which must not be left `waiting` with a next retry in a
     /// finished run. They are recorded with the first write of the run's wind-down (its first
     /// compensation or hook), else with its end.
-    fn skip_the_rest(&mut self) -> Vec<String> {
+    fn skip_the_rest(&mut self) -> Vec<usize> {
         let mut skipped = Vec::new();
         for i in 0..self.steps.len() {
             let s = &self.steps[i];
@@ -1718,27 +1715,28 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 _ => false,
             };
             if skip {
-                skipped.push(s.step.name.clone());
+                skipped.push(i);
                 self.set_slot(i, Slot::Skipped);
             }
         }
         skipped
     }
 
+    /// The names of steps `indices`.
+    fn names(&self, indices: &[usize]) -> Vec<String> {
+        indices.iter().map(|&i| self.steps[i].step.name.clone()).collect()
+    }
+
     /// Say that `skipped` (recorded so), and those an earlier runner recorded so, will not run in
     /// this run.
-    fn say_skipped(&mut self, skipped: Vec<String>) {
+    fn say_skipped(&mut self, skipped: Vec<usize>) {
         let reason = if self.expired { SkipReason::DeadlinePassed } else { SkipReason::RunFailed };
         let mut all = std::mem::take(&mut self.unsaid_skips);
-        if !all.is_empty() {
-            all.extend(skipped);
-            let at = |name: &String| self.flow.steps.iter().position(|s| s.name == *name);
-            all.sort_by_key(at);
-        } else {
-            all = skipped;
-        }
-        for step in all {
-            self.emitter.emit(Event::StepSkipped { step, reason });
+        all.extend(skipped);
+        // In the file's order, those recorded before among them.
+        all.sort_unstable();
+        for i in all {
+            self.emitter.emit(Event::StepSkipped { step: self.steps[i].step.name.clone(), reason });
         }
     }
 

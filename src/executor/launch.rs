@@ -408,7 +408,8 @@ impl Launcher for ProcessLauncher {
             Output { pipe: out_r, log: out_log, log_path: stdout_log, lines: self.lines, gate: self.gate.clone() },
             Output { pipe: err_r, log: err_log, log_path: stderr_log, lines: self.lines, gate: self.gate.clone() },
         ];
-        let secrets = Arc::clone(&self.env.declared);
+        // The child's own files are its data: only the declared secrets are taken out of them.
+        let declared = Arc::clone(&self.env.declared);
         let supervisor =
             Supervisor::watch(child, attempt_id, a.step_index, a.row, outputs, Arc::clone(&self.env.secrets), events);
         let pid = supervisor.pid();
@@ -423,7 +424,7 @@ impl Launcher for ProcessLauncher {
             // runner reads the error file of a failure and the outputs of a success only, and
             // keeps both. On the blocking pool: a file can be as large as the child made it, and
             // the runner's thread goes on with the other steps meanwhile.
-            if !secrets.is_empty() {
+            if !declared.is_empty() {
                 let paths = outputs::child_files(&stem);
                 let unhidden = |path: &Path, e: &dyn std::fmt::Display| {
                     format!("cannot hide the secrets in {}: {e}; they may still be in it: delete it", path.display())
@@ -432,7 +433,7 @@ impl Launcher for ProcessLauncher {
                     let paths = paths.clone();
                     move || {
                         let failed =
-                            paths.into_iter().filter_map(|path| secrets.scrub_file(&path).err().map(|e| (path, e)));
+                            paths.into_iter().filter_map(|path| declared.scrub_file(&path).err().map(|e| (path, e)));
                         failed.map(|(path, e)| unhidden(&path, &e)).collect()
                     }
                 };

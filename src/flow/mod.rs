@@ -89,9 +89,8 @@ pub(crate) fn toml_quoted(text: &str) -> String {
     out
 }
 
-/// Read, parse and validate the flow file at `path`.
-pub(crate) fn load(path: &Path) -> Result<Loaded, LoadError> {
-    let read_error = |source| LoadError::Read { path: path.to_owned(), source };
+/// The bytes of the flow file at `path`, at most [`MAX_FLOW_BYTES`] of them.
+pub(crate) fn read_bytes(path: &Path) -> Result<Vec<u8>, LoadError> {
     let mut bytes = Vec::new();
     // One byte more than the limit tells a file at the limit from a larger one, and bounds the
     // read of an endless stream. A regular file is read into a buffer of its size (plus the byte
@@ -102,10 +101,17 @@ pub(crate) fn load(path: &Path) -> Result<Loaded, LoadError> {
             bytes.reserve_exact(usize::try_from(size).unwrap_or(0).saturating_add(1));
             f.take(MAX_FLOW_BYTES + 1).read_to_end(&mut bytes)
         })
-        .map_err(read_error)?;
+        .map_err(|source| LoadError::Read { path: path.to_owned(), source })?;
     if bytes.len() as u64 > MAX_FLOW_BYTES {
         return Err(LoadError::TooLarge { path: path.to_owned() });
     }
+    Ok(bytes)
+}
+
+/// Read, parse and validate the flow file at `path`.
+pub(crate) fn load(path: &Path) -> Result<Loaded, LoadError> {
+    let read_error = |source| LoadError::Read { path: path.to_owned(), source };
+    let bytes = read_bytes(path)?;
     let shown = path.display().to_string();
     let source = decode(bytes).map_err(|bad| {
         let (source_text, diagnostic) = *bad;

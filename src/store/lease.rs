@@ -92,6 +92,11 @@ impl LeaseTiming {
     pub(crate) fn margin(&self) -> std::time::Duration {
         self.ttl / 4
     }
+
+    /// [`LeaseTiming::margin`] in milliseconds, as the database's checks take it.
+    pub(crate) fn margin_ms(&self) -> f64 {
+        self.margin().as_secs_f64() * 1000.0
+    }
 }
 
 /// A runner's view of its lease on a shared store: until when it holds for sure (each renewal
@@ -117,7 +122,8 @@ struct ClockState {
 
 /// How long a runner that has fenced itself off waits for a thread still stuck on the database
 /// (a write or a renewal on a connection that no longer answers) before it lets the thread go and
-/// exits: the process's end closes the connection, so the stuck statement can never commit.
+/// exits: the process's end closes the connection (the database refuses what it was writing; see
+/// `PgStore::write`).
 pub(crate) const LET_GO_AFTER: std::time::Duration = std::time::Duration::from_secs(3);
 
 impl LeaseClock {

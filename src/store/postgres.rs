@@ -669,7 +669,7 @@ impl PgStore {
                 return Err(e);
             }
             let mut client = self.client.borrow_mut();
-            let margin_ms = self.clock.as_ref().map_or(0.0, |c| c.timing().margin().as_secs_f64() * 1000.0);
+            let margin_ms = self.clock.as_ref().map_or(0.0, |c| c.timing().margin_ms());
             let attempt = (|| {
                 let mut tx = Tx { tx: client.transaction()?, prepared: &self.prepared, margin_ms };
                 let out = f(&mut tx)?;
@@ -879,17 +879,27 @@ fn check_lease(tx: &mut Tx, run_id: &str, lease: &Lease) -> Result<(), Fail> {
          FROM waymark_leases l WHERE l.lease_key = (SELECT lease_key FROM waymark_runs WHERE id = $1) FOR SHARE",
         &[&run_id, &margin_ms],
     )?;
-    let lost = |why: String| Err(Fail::Lost { run_id: run_id.to_owned(), owner: lease.owner.clone(), why });
+    let mine = |r: &::postgres::Row| r.get::<_, String>(0) == lease.owner && r.get::<_, i64>(1) == lease.token;
+    judge(found, mine, "nobody: the run or its lease is gone").map(drop).map_err(|why| Fail::Lost {
+        run_id: run_id.to_owned(),
+        owner: lease.owner.clone(),
+        why,
+    })
+}
+
+/// The lease row `found` (its columns `owner, token, host, pid, about to expire`) if it is this
+/// runner's (`mine`) and not about to expire; else why the runner may not write (`none`: there is
+/// no row).
+fn judge(
+    found: Option<::postgres::Row>,
+    mine: impl Fn(&::postgres::Row) -> bool,
+    none: &str,
+) -> Result<::postgres::Row, String> {
     match found {
-        Some(r) if r.get::<_, String>(0) == lease.owner && r.get::<_, i64>(1) == lease.token => {
-            if r.get::<_, bool>(4) {
-                lost(EXPIRED.to_owned())
-            } else {
-                Ok(())
-            }
-        }
-        Some(r) => lost(lost_to(&holder_of(&r))),
-        None => lost(lost_to("nobody: the run or its lease is gone")),
+        Some(r) if mine(&r) && r.get::<_, bool>(4) => Err(EXPIRED.to_owned()),
+        Some(r) if mine(&r) => Ok(r),
+        Some(r) => Err(lost_to(&holder_of(&r))),
+        None => Err(lost_to(none)),
     }
 }
 
@@ -921,18 +931,9 @@ fn held_token(tx: &mut Tx, lease_key: &str, run_id: &str, owner: &str) -> Result
          FROM waymark_leases WHERE lease_key = $1 FOR UPDATE",
         &[&lease_key, &margin_ms],
     )?;
-    let lost = |why: String| Err(Fail::Lost { run_id: run_id.to_owned(), owner: owner.to_owned(), why });
-    match row {
-        Some(r) if r.get::<_, String>(0) == owner => {
-            if r.get::<_, bool>(4) {
-                lost(EXPIRED.to_owned())
-            } else {
-                Ok(r.get(1))
-            }
-        }
-        Some(r) => lost(lost_to(&holder_of(&r))),
-        None => lost(lost_to("nobody: this runner never took the flow's lease")),
-    }
+    judge(row, |r| r.get::<_, String>(0) == owner, "nobody: this runner never took the flow's lease")
+        .map(|r| r.get(1))
+        .map_err(|why| Fail::Lost { run_id: run_id.to_owned(), owner: owner.to_owned(), why })
 }
 
 fn run_status(tx: &mut Tx, run_id: &str) -> Result<RunStatus, Fail> {
@@ -1015,7 +1016,6 @@ fn error_json(e: &ErrorValue) -> String {
 
 const SELECT_RUNS: &str = "SELECT * FROM waymark_runs";
 
-/// The `WHERE` condition of a filter, on `$1`.
 /// The condition of `filter` on `waymark_runs`, with its value as `$1` and this host as `$2`: a
 /// flow without a `name` is its file on its host, so of such runs only this host's are a flow's
 /// (every host's are listed by `RunFilter::All`).
@@ -1788,7 +1788,7 @@ impl Renewer {
         let ttl_ms = i64::try_from(timing.ttl.as_millis()).unwrap_or(i64::MAX) as f64;
         // A renewal that reaches the database when the lease is about to expire (its runner
         // fenced itself off by then) does not bring it back.
-        let margin_ms = timing.margin().as_secs_f64() * 1000.0;
+        let margin_ms = timing.margin_ms();
         loop {
             match stopped.recv_timeout(timing.renew) {
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}

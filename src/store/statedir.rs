@@ -212,6 +212,12 @@ pub struct StateDir {
     root: PathBuf,
 }
 
+/// Whether the directory `dir` holds a state database, looked at without checking or creating it
+/// (see [`StateDir::has_database`]).
+pub(crate) fn has_database_at(dir: &Path) -> bool {
+    std::fs::symlink_metadata(dir.join(DB)).is_ok()
+}
+
 impl StateDir {
     /// The state directory `dir`, created if missing, checked and resolved (for a benchmark or a
     /// test; the commands use [`prepare`], which tells why it failed).
@@ -238,7 +244,7 @@ impl StateDir {
     /// Whether the directory holds a state database (a directory without one is not a state
     /// directory, or one that `run` never recorded a run in: either way it holds no runs).
     pub(crate) fn has_database(&self) -> bool {
-        std::fs::symlink_metadata(self.db()).is_ok()
+        has_database_at(&self.root)
     }
 
     /// The state directory itself.
