@@ -384,13 +384,15 @@ fn status_says_which_compensations_ran_and_how_they_ended() {
 }
 
 /// A compensation that wrote nothing to stderr has no `compensate.stderr` (a log is created on its
-/// first byte): `status` says so, and how it ended, instead of pointing at a file that is not there.
+/// first byte): `status` says so, and how it ended, instead of pointing at a file that is not there:
+/// its step's timeout, or a signal it was killed by, named as a step's error (text and `--json`).
 #[test]
 fn status_names_no_log_for_a_compensation_that_wrote_nothing_to_stderr() {
     let env = Env::new();
     env.write(
         "flow.toml",
         "[[step]]\nname = 'a'\nshell = 'true'\ntimeout = '1s'\nkill_grace = 0\ncompensate = 'exec sleep 60'\n\
+         [[step]]\nname = 'k'\nshell = 'true'\ncompensate = 'kill -KILL $$'\n\
          [[step]]\nname = 'c'\nshell = 'exit 1'\n",
     );
     assert_eq!(env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap().status.code(), Some(1));
@@ -406,17 +408,31 @@ fn status_names_no_log_for_a_compensation_that_wrote_nothing_to_stderr() {
         format!(
             "run RUN of flow (PATH): failed, started TIME, ended TIME\n  \
              a                    succeeded  attempts 1/1  Ns\n  \
+             k                    succeeded  attempts 1/1  Ns\n  \
              c                    failed     attempts 1/1  Ns\n  \
              {:20} last error: CalledProcessError(SubprocessError, Exception, BaseException): exit status 1 \
              [exit status]\n\
              compensated: the run failed, so the compensations of its succeeded steps ran, latest step first:\n  \
-             a                    failed     killed, timed out or not started, with nothing on stderr\n\
-             the compensation of `a` did not succeed, so what it did may not be undone (it wrote nothing to stderr: \
-             its line above says how it ended); the run cannot be resumed; `waymark run --fresh PATH` starts the \
-             flow anew\n",
+             k                    failed     ActionExecutionLost(BaseException): killed by signal SIGKILL [signal]\n  \
+             a                    failed     ActionTimeout(BaseException): timed out after 1s [timeout]\n\
+             the compensations of `k`, `a` did not succeed, so what they did may not be undone (`k`, `a` wrote \
+             nothing to stderr: their lines above say how they ended); the run cannot be resumed; `waymark run \
+             --fresh PATH` starts the flow anew\n",
             ""
         )
     );
+    let out = env.cmd(&["status", "--json"]).output().unwrap();
+    let st: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let errors: Vec<(&str, &str, &str)> = st["compensations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let e = &c["error"];
+            (c["step"].as_str().unwrap(), e["class"].as_str().unwrap(), e["source"].as_str().unwrap())
+        })
+        .collect();
+    assert_eq!(errors, [("k", "ActionExecutionLost", "signal"), ("a", "ActionTimeout", "timeout")]);
 }
 
 /// A hook that fails does not change how the run ended (exit 0), but `--quiet`, which otherwise
@@ -504,7 +520,8 @@ fn status_says_which_hooks_ran_how_they_ended_and_where_their_output_is() {
              [exit status]\n\
              hooks:\n  \
              on_failure           failed     exit status 5; its output: {}, {}\n  \
-             on_exit              failed     it could not start\n",
+             on_exit              failed     ActionExecutionNotStarted(Exception, BaseException): program \
+             `/nonexistent/notify` not found [start failure]\n",
             "",
             logs.join("on_failure.stdout").display(),
             logs.join("on_failure.stderr").display(),
@@ -520,7 +537,15 @@ fn status_says_which_hooks_ran_how_they_ended_and_where_their_output_is() {
         .iter()
         .map(|h| {
             assert!(h["started_at"].is_string() && h["ended_at"].is_string() && h["duration_ms"].is_u64(), "{h}");
-            (h["hook"].clone(), h["outcome"].clone(), h["exit_code"].clone(), h["stdout"].clone(), h["stderr"].clone())
+            let class = h["error"]["class"].clone();
+            (
+                h["hook"].clone(),
+                h["outcome"].clone(),
+                h["exit_code"].clone(),
+                class,
+                h["stdout"].clone(),
+                h["stderr"].clone(),
+            )
         })
         .collect();
     assert_eq!(
@@ -530,10 +555,18 @@ fn status_says_which_hooks_ran_how_they_ended_and_where_their_output_is() {
                 Value::from("on_failure"),
                 Value::from("failed"),
                 Value::from(5),
+                Value::from("CalledProcessError"),
                 Value::from(logs.join("on_failure.stdout").display().to_string()),
                 Value::from(logs.join("on_failure.stderr").display().to_string()),
             ),
-            (Value::from("on_exit"), Value::from("failed"), Value::Null, Value::Null, Value::Null),
+            (
+                Value::from("on_exit"),
+                Value::from("failed"),
+                Value::Null,
+                Value::from("ActionExecutionNotStarted"),
+                Value::Null,
+                Value::Null
+            ),
         ]
     );
     // A run with no hooks: no such section, and an empty list.

@@ -461,6 +461,12 @@ fn aux_ended(
     })
 }
 
+/// An error as `status` says it, with where it came from: `ActionTimeout(BaseException): timed
+/// out after 5s [timeout]`.
+fn failed_with(e: &ErrorValue) -> String {
+    format!("{e} [{}]", e.source.describe())
+}
+
 /// A compensation of run `run` as `status` shows it: how it ended ([`attempt_state`]: one whose
 /// runner died is `runner_lost`), and, when it did not finish, whether it ran again (`again`: a
 /// later run of the same step's compensation is recorded) or runs again on resume.
@@ -478,10 +484,12 @@ impl Compensation<'_> {
     /// `interrupted  a signal stopped it; it runs again on resume`.
     fn text(&self, run: &RunRecord, runner_alive: bool) -> (&'static str, String) {
         aux_ended(self.outcome, self.again, run, runner_alive).unwrap_or_else(|| {
-            let how = match (self.aux.exit_code, self.silent) {
-                (Some(code), _) => format!("exit status {code}"),
-                (None, false) => "killed, timed out or not started (its compensate.stderr says more)".to_owned(),
-                (None, true) => "killed, timed out or not started, with nothing on stderr".to_owned(),
+            let how = match (self.aux.exit_code, &self.aux.error, self.silent) {
+                (Some(code), ..) => format!("exit status {code}"),
+                (None, Some(e), _) => failed_with(e),
+                // Recorded by a waymark that did not record how it failed.
+                (None, None, false) => "killed, timed out or not started (its compensate.stderr says more)".to_owned(),
+                (None, None, true) => "killed, timed out or not started, with nothing on stderr".to_owned(),
             };
             ("failed", how)
         })
@@ -496,6 +504,7 @@ impl Compensation<'_> {
             "ended_at": opt_time(ended),
             "duration_ms": took,
             "exit_code": self.aux.exit_code,
+            "error": self.aux.error.as_ref().map(error_json),
         })
     }
 }
@@ -517,10 +526,12 @@ impl HookRun<'_> {
     fn text(&self, run: &RunRecord, runner_alive: bool) -> (&'static str, String) {
         let (word, mut detail) = aux_ended(self.outcome, self.again, run, runner_alive).unwrap_or_else(|| {
             // A hook has no timeout: without an exit status it was killed, or never started.
-            let how = match (self.aux.exit_code, self.aux.pid) {
-                (Some(code), _) => format!("exit status {code}"),
-                (None, Some(_)) => "killed by a signal".to_owned(),
-                (None, None) => "it could not start".to_owned(),
+            let how = match (self.aux.exit_code, &self.aux.error, self.aux.pid) {
+                (Some(code), ..) => format!("exit status {code}"),
+                (None, Some(e), _) => failed_with(e),
+                // Recorded by a waymark that did not record how it failed.
+                (None, None, Some(_)) => "killed by a signal".to_owned(),
+                (None, None, None) => "it could not start".to_owned(),
             };
             ("failed", how)
         });
@@ -542,6 +553,7 @@ impl HookRun<'_> {
             "ended_at": opt_time(ended),
             "duration_ms": took,
             "exit_code": self.aux.exit_code,
+            "error": self.aux.error.as_ref().map(error_json),
             "stdout": self.stdout,
             "stderr": self.stderr,
         })
@@ -771,13 +783,13 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         }
         out.push('\n');
         if let Some(e) = &s.last_error {
-            out.push_str(&format!("  {:<name_width$} last error: {e} [{}]\n", "", e.source.describe()));
+            out.push_str(&format!("  {:<name_width$} last error: {}\n", "", failed_with(e)));
         }
         if let Some(what) = stopped_with_runner(s, &run, runner_alive, only_fails.as_deref()) {
             out.push_str(&format!("  {:<name_width$} {what}\n", ""));
         }
         if let Some(e) = run_failed_with(s) {
-            out.push_str(&format!("  {:<name_width$} the run failed on it: {e} [{}]\n", "", e.source.describe()));
+            out.push_str(&format!("  {:<name_width$} the run failed on it: {}\n", "", failed_with(&e)));
         }
         if list_attempts {
             for a in of_step(&s.name) {

@@ -997,6 +997,23 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         }
     }
 
+    /// The error of a compensation or hook that ended so: named as an attempt's would be, with no
+    /// error file, traceback or `exit_codes` consulted (they are a step's, not its handlers').
+    fn aux_error(&self, ending: &Ending) -> ErrorValue {
+        let none = crate::flow::ExitCodes::default();
+        let evidence = crate::classify::Evidence {
+            classes: &self.flow.classes,
+            step_codes: &none,
+            flow_codes: &none,
+            detect_tracebacks: false,
+            error_file: crate::classify::error_file::ErrorFileOutcome::Empty,
+            stderr_tail: "",
+        };
+        let mut error = crate::classify::classify(ending, evidence).0;
+        self.secrets.redact_error(&mut error);
+        error
+    }
+
     async fn succeeded(&mut self, index: usize, ended: Ended) -> Result<(), ExecError> {
         let name = self.steps[index].step.name.clone();
         let (found, warnings) = outputs::read(&outputs::path(&ended.stem), &self.declared);
@@ -1494,7 +1511,17 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         if pid.is_none() {
             self.emitter.emit(Event::AuxStarted { kind, name: name.to_owned(), pid: None });
         }
-        let result = self.result(outcome, exit_code, None);
+        // Recorded, as an attempt's is, for `status` to say how it failed.
+        let error = (outcome == AttemptOutcome::Failed).then(|| {
+            let ending = match &end {
+                Ok(End::Exited(ExitKind::Code(code))) => Ending::Exited(*code),
+                Ok(End::Exited(ExitKind::Signal(sig))) => Ending::Signaled(*sig),
+                Ok(_) => Ending::TimedOut(step.timeout.unwrap_or_default()),
+                Err(why) => Ending::NotStarted(why.clone()),
+            };
+            self.aux_error(&ending)
+        });
+        let result = AttemptResult { error, ..self.result(outcome, exit_code, None) };
         self.parts.journal.aux_finished(row, &result).await?;
         let end = match outcome {
             AttemptOutcome::Succeeded => AttemptEnd::Succeeded,

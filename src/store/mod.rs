@@ -613,6 +613,19 @@ pub struct AuxRun {
     pub(crate) started_at: SystemTime,
     pub(crate) ended_at: Option<SystemTime>,
     pub(crate) exit_code: Option<i32>,
+    /// How it failed, when it did (not recorded before waymark recorded it for these).
+    pub(crate) error: Option<ErrorValue>,
+}
+
+/// An error as both stores keep it: JSON, as its serde form.
+fn error_json(e: &ErrorValue) -> String {
+    // Strings and a list of them: serialising it cannot fail.
+    serde_json::to_string(e).unwrap_or_default()
+}
+
+/// An error kept by [`error_json`]; `None` for none, or for one this binary cannot read.
+fn parse_error(s: Option<String>) -> Option<ErrorValue> {
+    s.and_then(|s| serde_json::from_str(&s).ok())
 }
 
 impl AuxRun {

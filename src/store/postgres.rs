@@ -1010,10 +1010,6 @@ fn record_tails(tx: &mut Tx, row: i64) -> Result<(), Fail> {
     Ok(())
 }
 
-fn error_json(e: &ErrorValue) -> String {
-    serde_json::to_string(e).unwrap_or_default()
-}
-
 const SELECT_RUNS: &str = "SELECT * FROM waymark_runs";
 
 /// The condition of `filter` on `waymark_runs`, with its value as `$1` and this host as `$2`: a
@@ -1179,7 +1175,7 @@ impl Store for PgStore {
                         started_at: from_millis(r.get(5)),
                         ended_at: r.get::<_, Option<i64>>(6).map(from_millis),
                         redelivered: r.get(7),
-                        error: r.get::<_, Option<String>>(8).and_then(|e| serde_json::from_str(&e).ok()),
+                        error: parse_error(r.get(8)),
                         killed_after_grace: r.get(9),
                     })
                 })
@@ -1228,7 +1224,8 @@ impl Store for PgStore {
     fn aux_runs(&self, run_id: &str) -> Result<Vec<AuxRun>, StoreError> {
         self.read(|tx| {
             let rows = tx.all(
-                "SELECT kind, step, outcome, row_id, pid, proc_start, started_at, ended_at, exit_code FROM waymark_attempts
+                "SELECT kind, step, outcome, row_id, pid, proc_start, started_at, ended_at, exit_code, error
+                 FROM waymark_attempts
                  WHERE run_id = $1 AND kind IN ('compensate', 'hook') ORDER BY row_id",
                 &[&run_id],
             )?;
@@ -1251,6 +1248,7 @@ impl Store for PgStore {
                         started_at: from_millis(r.get(6)),
                         ended_at: r.get::<_, Option<i64>>(7).map(from_millis),
                         exit_code: r.get(8),
+                        error: parse_error(r.get(9)),
                     })
                 })
                 .collect()
@@ -1423,7 +1421,7 @@ fn step_from_row(run_id: &str, r: &::postgres::Row) -> Result<StepRecord, Fail> 
         state,
         attempts_used: u(r.get("attempts_used")),
         budget_base: u(r.get("budget_base")),
-        last_error: r.get::<_, Option<String>>("last_error").and_then(|s| serde_json::from_str(&s).ok()).map(Box::new),
+        last_error: parse_error(r.get("last_error")).map(Box::new),
         started_at: r.get::<_, Option<i64>>("started_at").map(from_millis),
         ended_at: r.get::<_, Option<i64>>("ended_at").map(from_millis),
         outputs,
@@ -1601,9 +1599,16 @@ impl RunLog for PgStore {
         self.write("?", &lease.owner, |tx| {
             check_lease_of_attempt(tx, row, lease)?;
             tx.exec(
-                "UPDATE waymark_attempts SET outcome = $2, ended_at = $3, exit_code = $4, signal = $5
+                "UPDATE waymark_attempts SET outcome = $2, ended_at = $3, exit_code = $4, signal = $5, error = $6
                  WHERE row_id = $1 AND outcome = 'running'",
-                &[&row, &result.outcome.as_str(), &to_millis(result.ended_at), &result.exit_code, &result.signal],
+                &[
+                    &row,
+                    &result.outcome.as_str(),
+                    &to_millis(result.ended_at),
+                    &result.exit_code,
+                    &result.signal,
+                    &result.error.as_ref().map(error_json),
+                ],
             )?;
             record_tails(tx, row)
         })

@@ -398,17 +398,9 @@ fn now_ms() -> i64 {
     to_millis(SystemTime::now())
 }
 
-fn error_json(e: &ErrorValue) -> String {
-    serde_json::to_string(e).unwrap_or_default()
-}
-
 fn outputs_json(outputs: &BTreeMap<String, String>) -> String {
     // A map of strings: serialising it cannot fail.
     serde_json::to_string(outputs).unwrap_or_default()
-}
-
-fn parse_error(s: Option<String>) -> Option<ErrorValue> {
-    s.and_then(|s| serde_json::from_str(&s).ok())
 }
 
 /// The kind of an SQLite failure on the database at `path`: the only place that reads SQLite's
@@ -1172,7 +1164,8 @@ impl SqliteStore {
         let kind = self.attempt_kind_sql;
         // The condition of [`MIGRATE_TO_9`]'s index, written as there, for the index to serve.
         format!(
-            "SELECT {kind} AS k, step, outcome, row, pid, proc_start, started_at, ended_at, exit_code FROM attempts
+            "SELECT {kind} AS k, step, outcome, row, pid, proc_start, started_at, ended_at, exit_code, error
+             FROM attempts
              WHERE run_id = ?1 AND {kind} IN ('compensate', 'hook') ORDER BY row"
         )
     }
@@ -1419,6 +1412,7 @@ impl Store for SqliteStore {
                     started_at: from_millis(r.get("started_at")?),
                     ended_at: r.get::<_, Option<i64>>("ended_at")?.map(from_millis),
                     exit_code: r.get("exit_code")?,
+                    error: parse_error(r.get("error")?),
                 })
             })
             .map_err(|e| self.sql(e))?;
@@ -1679,9 +1673,16 @@ impl RunLog for SqliteStore {
             check_lease_of_attempt(tx, row, lease)?;
             exec(
                 tx,
-                "UPDATE attempts SET outcome = ?2, ended_at = ?3, exit_code = ?4, signal = ?5
+                "UPDATE attempts SET outcome = ?2, ended_at = ?3, exit_code = ?4, signal = ?5, error = ?6
                  WHERE row = ?1 AND outcome = 'running'",
-                params![row, result.outcome.as_str(), to_millis(result.ended_at), result.exit_code, result.signal],
+                params![
+                    row,
+                    result.outcome.as_str(),
+                    to_millis(result.ended_at),
+                    result.exit_code,
+                    result.signal,
+                    result.error.as_ref().map(error_json)
+                ],
             )?;
             Ok(())
         })

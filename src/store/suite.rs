@@ -198,6 +198,35 @@ fn steps_go_through_their_states_alike_on_both_backends() {
     }
 }
 
+/// How a compensation or hook ended is read back as it was written, with the error that says how
+/// it failed (what `status` shows of it).
+#[test]
+fn how_a_compensation_or_hook_ended_is_read_back_alike_on_both_backends() {
+    for mut b in Backend::all("how_a_compensation_or_hook_ended_is_read_back_alike_on_both_backends") {
+        let dir = tempfile::tempdir().unwrap();
+        let name = format!("f{:08x}", fastrand::u32(..));
+        let flow = flow(dir.path(), &format!("name = '{name}'\n[[step]]\nname = 'a'\nrun = ['true']\n"));
+        let _held = b.hold(&FlowKey::named(&name), "host:1:a", Duration::from_secs(30), Duration::from_secs(10));
+        let (run, lease) = b.store.create_run(&flow, "hash", "host:1:a").unwrap();
+        let store = b.store.as_mut();
+        let stem = dir.path().join("x");
+        let error = crate::classify::ErrorValue {
+            class: "ActionTimeout".into(),
+            bases: vec!["BaseException".into()],
+            message: "timed out after 1s".into(),
+            source: crate::classify::ErrorSource::Timeout,
+        };
+        let row = store.aux_starting(&lease, &run.id, AuxKind::Compensate, "a", &stem, &[]).unwrap();
+        let timed_out = AttemptResult { exit_code: None, error: Some(error.clone()), ..result(AttemptOutcome::Failed) };
+        store.aux_finished(&lease, row, &timed_out).unwrap();
+        let row = store.aux_starting(&lease, &run.id, AuxKind::Hook, "on_exit", &stem, &[]).unwrap();
+        store.aux_finished(&lease, row, &result(AttemptOutcome::Succeeded)).unwrap();
+        let read: Vec<_> =
+            b.second().aux_runs(&run.id).unwrap().into_iter().map(|a| (a.kind, a.exit_code, a.error)).collect();
+        assert_eq!(read, [(AuxKind::Compensate, None, Some(error)), (AuxKind::Hook, Some(1), None)], "{}", b.name);
+    }
+}
+
 /// The end of an attempt whose step is in a state it cannot leave that way (here made final
 /// behind the runner's back) is refused, says why, and records nothing of the attempt's end; so is
 /// skipping a step that already ended.

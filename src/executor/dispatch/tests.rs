@@ -258,7 +258,8 @@ impl RunJournal for FakeJournal {
     }
 
     async fn aux_finished(&mut self, row: i64, result: &AttemptResult) -> Result<(), StoreError> {
-        self.write(format!("finished row {row} {:?}", result.outcome));
+        let class = result.error.as_ref().map(|e| format!(" {}", e.class)).unwrap_or_default();
+        self.write(format!("finished row {row} {:?}{class}", result.outcome));
         Ok(())
     }
 
@@ -1714,7 +1715,7 @@ async fn a_failed_run_compensates_in_reverse_order_of_completion_then_runs_its_h
         tail[tail.len() - 9..],
         [
             "compensate b row 4",
-            "finished row 4 Failed",
+            "finished row 4 Failed CalledProcessError",
             "compensate a row 5",
             "finished row 5 Succeeded",
             "hook on_failure row 6",
@@ -1796,6 +1797,7 @@ fn compensation(name: &str, row: i64, finished: bool) -> AuxRun {
         started_at: BASE,
         ended_at: finished.then_some(BASE),
         exit_code: finished.then_some(0),
+        error: None,
     }
 }
 
