@@ -536,9 +536,8 @@ fn history_counts_a_run_whose_runner_died_up_to_the_last_thing_it_recorded() {
     wait_until("1.5s past the last record", || std::time::SystemTime::now() > later);
     let out = env.cmd(&["history"]).output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
-    let took =
-        humantime::format_duration(std::time::Duration::from_secs(last.duration_since(start).unwrap().as_secs()))
-            .to_string();
+    // To the millisecond under a minute, as the times are recorded.
+    let took = humantime::format_duration(last.duration_since(start).unwrap()).to_string();
     let (id, started) = (st["id"].as_str().unwrap(), st["started_at"].as_str().unwrap());
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).lines().nth(1),
@@ -1425,8 +1424,10 @@ fn status_and_history_columns_fit_a_long_step_or_flow_name() {
     for run in json(&env, &["history", "--json"]).as_array().unwrap() {
         text = text.replace(run["id"].as_str().unwrap(), "RUNIDXYZ");
     }
-    let text =
-        regex::Regex::new(r"  +\d+s  ").unwrap().replace_all(&common::normalise_times(&text), "  Ns  ").into_owned();
+    let text = regex::Regex::new(r"  +(?:<1ms|\d+(?:ms|s)(?: \d+ms)?)  ")
+        .unwrap()
+        .replace_all(&common::normalise_times(&text), "  Ns  ")
+        .into_owned();
     assert_eq!(
         text,
         "RUN        FLOW                          STATUS       STARTED                 DURATION  FAILED STEP\n\
@@ -1486,6 +1487,16 @@ fn status_counts_a_running_attempt_and_shows_an_interrupted_step_without_the_tim
     let took = st["steps"][0]["duration_seconds"].as_u64().unwrap();
     let elapsed = began.elapsed().as_secs();
     assert!(took + 2 <= elapsed, "the 3 s the run sat interrupted were counted: {took} s of {elapsed} s");
+    // The same time to the millisecond, which the text shows under a minute (`1s 4ms`).
+    let ms = st["steps"][0]["duration_ms"].as_u64().unwrap();
+    assert_eq!(ms / 1000, took);
+    let shown = humantime::format_duration(std::time::Duration::from_millis(ms)).to_string();
+    let line = env.cmd(&["status", "st"]).output().unwrap().stdout;
+    assert!(
+        String::from_utf8_lossy(&line).lines().nth(1).unwrap().ends_with(&format!("attempts 1/1  {shown}")),
+        "{}",
+        String::from_utf8_lossy(&line)
+    );
 }
 
 /// A retry waiting for its backoff is made by the run's runner: once the run is interrupted,

@@ -6,6 +6,7 @@ use crate::cli::StreamArg;
 use crate::events::EarlierAttempt;
 use crate::flow::Flow;
 use crate::flow::model::shell_word;
+use crate::reporter::short;
 use crate::store::lock::FlowLock;
 use crate::store::{
     AttemptRecord, AttemptState, AuxKind, AuxRun, FlowKey, RunFilter, RunRecord, RunStatus, StateDir, StepRecord,
@@ -88,8 +89,7 @@ fn opt_time(t: Option<SystemTime>) -> Value {
 
 fn took(start: SystemTime, end: Option<SystemTime>) -> Duration {
     let end = end.unwrap_or_else(SystemTime::now);
-    let d = end.duration_since(start).unwrap_or_default();
-    Duration::from_secs(d.as_secs())
+    end.duration_since(start).unwrap_or_default()
 }
 
 fn print_json(v: &Value) -> Result<(), CliError> {
@@ -280,7 +280,7 @@ pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: 
             r.flow,
             if gone.contains_key(r.id.as_str()) { "runner gone" } else { r.status.as_str() },
             time(r.started_at),
-            humantime::format_duration(took(r.started_at, r.ended_at.or(gone.get(r.id.as_str()).copied()))).to_string(),
+            short(took(r.started_at, r.ended_at.or(gone.get(r.id.as_str()).copied()))),
             r.failed_step.as_deref().unwrap_or("-")
         ));
     }
@@ -679,9 +679,15 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
             && s.state == StepState::Skipped;
         flow.as_ref().filter(|_| on_it).map(crate::executor::workflow_timeout)
     };
+    // The time each step's attempts and backoffs took: shown to the millisecond under a minute.
+    let active: Vec<Option<Duration>> = steps
+        .iter()
+        .map(|s| active_time(policy(&s.name).map(|r| &r.backoff), s, &of_step(&s.name), &run, runner_alive, now))
+        .collect();
     let rows: Vec<Value> = steps
         .iter()
-        .map(|s| {
+        .zip(&active)
+        .map(|(s, active)| {
             let mine = of_step(&s.name);
             let state = shown_state(s, mine, &run, runner_alive);
             // An attempt counts as used from its start (the store counts it when it ends).
@@ -701,7 +707,8 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
                 "last_error": s.last_error.as_deref().map(error_json),
                 "started_at": opt_time(s.started_at),
                 "ended_at": opt_time(s.ended_at),
-                "duration_seconds": active_time(policy(&s.name).map(|r| &r.backoff), s, mine, &run, runner_alive, now).map(|d| d.as_secs()),
+                "duration_seconds": active.map(|d| d.as_secs()),
+                "duration_ms": active.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
                 "next_retry_at": opt_time(next),
                 // No runner holds the run (interrupted, or its runner gone): nothing retries the
                 // step until the run is resumed. An abandoned run never is: no retry is held.
@@ -754,7 +761,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
     let state_width = rows.iter().map(|r| r["state"].as_str().map_or(1, str::len) + 1).max().unwrap_or(0).max(10);
     // So does the step column (20 at least), and the lines under a step's line start below its state.
     let name_width = steps.iter().map(|s| s.name.chars().count() + 1).max().unwrap_or(0).max(20);
-    for (s, row) in steps.iter().zip(&rows) {
+    for (i, (s, row)) in steps.iter().zip(&rows).enumerate() {
         // Of the current budget, as the failure report counts (`budget spent: 3 of 3 attempts`),
         // with the attempts of the budgets before it after them.
         let base = u64::from(s.budget_base);
@@ -766,8 +773,8 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
             s.name,
             row["state"].as_str().unwrap_or("?"),
         ));
-        if let Some(secs) = row["duration_seconds"].as_u64() {
-            out.push_str(&format!("  {}", humantime::format_duration(Duration::from_secs(secs))));
+        if let Some(d) = active[i] {
+            out.push_str(&format!("  {}", short(d)));
         }
         // Where it last ran, in a store shared by hosts (in one of this host's, here).
         if let Some(host) = row["host"].as_str().filter(|_| super::shared_store()) {

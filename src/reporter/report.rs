@@ -475,8 +475,8 @@ pub(crate) fn brief(e: &ErrorValue) -> String {
     }
 }
 
-/// A duration for the summary table: to the millisecond under a minute, to the second under an
-/// hour, to the minute beyond.
+/// A duration for the summary table, and for `status` and `history`: to the millisecond under a
+/// minute, to the second under an hour, to the minute beyond.
 pub(crate) fn short(d: Duration) -> String {
     let rounded = match d.as_secs() {
         0..60 => return human(d),

@@ -330,7 +330,9 @@ pub fn normalise_times(text: &str) -> String {
 /// `status` text with each step's duration (whole seconds, which a loaded machine can change)
 /// replaced by `Ns`.
 pub fn normalise_status_durations(text: &str) -> String {
-    let durations = regex::Regex::new(r"(attempts \d+/\d+(?: \(\+\d+ before resume\))?)  \d+s(\n|  )").unwrap();
+    let durations =
+        regex::Regex::new(&format!(r"(attempts \d+/\d+(?: \(\+\d+ before resume\))?)  (?:<1ms|{DURATION})(\n|  )"))
+            .unwrap();
     durations.replace_all(text, "$1  Ns$2").into_owned()
 }
 
