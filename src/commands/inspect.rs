@@ -682,7 +682,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
     // The time each step's attempts and backoffs took: shown to the millisecond under a minute.
     let active: Vec<Option<Duration>> = steps
         .iter()
-        .map(|s| active_time(policy(&s.name).map(|r| &r.backoff), s, &of_step(&s.name), &run, runner_alive, now))
+        .map(|s| active_time(policy(&s.name).map(|r| &r.backoff), s, of_step(&s.name), &run, runner_alive, now))
         .collect();
     let rows: Vec<Value> = steps
         .iter()
