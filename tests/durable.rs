@@ -824,6 +824,28 @@ fn resume_of_a_run_whose_file_changed_says_so_and_goes_on_as_recorded() {
     assert!(!common::stderr(&out).contains("changed since run"), "{}", common::stderr(&out));
 }
 
+/// A flow file saved with CRLF line endings is the same flow as with LF: its multi-line `shell`
+/// script has no CR at the end of its lines (it made a directory `out\r` and then failed), `check`
+/// prints the same plan, and resuming its run says nothing of an edit that did not happen.
+#[test]
+fn a_flow_file_with_crlf_line_endings_is_the_flow_it_is_with_lf() {
+    let env = Env::new();
+    let lf = "name = 'crlf'\n[[step]]\nname = 'a'\nshell = \"\"\"\nmkdir -p out\necho done > out/flag\n\"\"\"\n\
+              [[step]]\nname = 'b'\nshell = '[ -e go ]'\n";
+    env.write("lf.toml", lf);
+    env.write("flow.toml", &lf.replace('\n', "\r\n"));
+    let plan = |file: &str| String::from_utf8(env.cmd(&["check", file]).output().unwrap().stdout).unwrap();
+    assert_eq!(plan("flow.toml").replace("flow.toml", "F"), plan("lf.toml").replace("lf.toml", "F"));
+    assert_eq!(env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap().status.code(), Some(1));
+    assert_eq!(env.read("out/flag"), "done\n");
+    let id = json(&env, &["history", "--json"])[0]["id"].as_str().unwrap().to_owned();
+    env.write("go", "");
+    let out = env.cmd(&["resume", &id]).output().unwrap();
+    let said = common::stderr(&out);
+    let notices: Vec<&str> = said.lines().filter(|l| l.contains("changed since")).collect();
+    assert_eq!((out.status.code(), notices), (Some(0), vec![]), "{said}");
+}
+
 #[test]
 fn history_status_logs_and_gc() {
     let env = Env::new();

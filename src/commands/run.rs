@@ -843,17 +843,18 @@ fn exec_error(e: ExecError) -> anyhow::Error {
     }
 }
 
-/// A stable fingerprint of the flow file's text (FNV-1a), to notice edits between runs.
-/// The text of the flow file at `path` now, if it is a regular file of at most the size a flow
-/// file may have, in UTF-8 (never a FIFO waited on, nor a huge file read whole).
+/// The text of the flow file at `path` now, as loading reads it, if it is a regular file of at
+/// most the size a flow file may have, in UTF-8 (never a FIFO waited on, nor a huge file read
+/// whole).
 fn read_flow_text(path: &Path) -> Option<String> {
     // Looked at before it is opened: opening a FIFO waits for a writer.
     if !std::fs::metadata(path).ok()?.is_file() {
         return None;
     }
-    String::from_utf8(flow::read_bytes(path).ok()?).ok()
+    flow::decode(flow::read_bytes(path).ok()?).ok()
 }
 
+/// A stable fingerprint of the flow file's text (FNV-1a), to notice edits between runs.
 fn source_hash(text: &str) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in text.bytes() {

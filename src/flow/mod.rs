@@ -135,13 +135,20 @@ pub(crate) fn top_level_key_line(source: &str, key: &str) -> Option<usize> {
     Some(diagnostic::Lines::new(source).line_of(span.start) + 1)
 }
 
-/// The flow text in `bytes`; for a file that is not UTF-8, the text to draw instead (invalid
+/// The flow text in `bytes`, its line endings LF (a file saved with CRLF would otherwise give
+/// its multi-line strings, such as a `shell` script, a CR at the end of each line, which TOML
+/// leaves to the reader); for a file that is not UTF-8, the text to draw instead (invalid
 /// bytes replaced, everything before the first one unchanged) and the diagnostic pointing at
 /// the first invalid byte.
 pub fn decode(bytes: Vec<u8>) -> Result<String, Box<(String, Diagnostic)>> {
-    String::from_utf8(bytes).map_err(|e| {
+    let text = String::from_utf8(bytes).map_err(|e| {
         let valid_up_to = e.utf8_error().valid_up_to();
         Box::new(not_utf8(e.as_bytes(), valid_up_to))
+    })?;
+    // Only a CR before an LF is a line ending; a CR elsewhere is TOML's to refuse.
+    Ok(match text.contains("\r\n") {
+        true => text.replace("\r\n", "\n"),
+        false => text,
     })
 }
 
