@@ -451,6 +451,58 @@ fn a_parameter_holding_a_secret_is_refused() {
     assert!(!env.path("ran").exists());
 }
 
+/// A secret's value written in the flow file (here in a command, the secret coming from the
+/// environment or the env file) is recorded with the flow's definition: `run` warns, naming the
+/// line and the secret, and refuses under `--strict`; a value the file sets in an `env` table is
+/// the loader's warning, not said twice.
+#[test]
+fn a_secret_written_in_a_command_is_a_warning_and_refused_under_strict() {
+    let env = Env::new();
+    env.write(".env", "DB_PASS=s3cret-pw\n");
+    env.write(
+        "flow.toml",
+        "env_file = '.env'\nsecret_env = ['API_TOKEN', 'DB_PASS']\n[[step]]\nname = 'a'\n\
+         shell = 'curl -H \"Authorization: Bearer tkn-8f3a9c\" http://127.0.0.1:9/ || true'\n\
+         [[step]]\nname = 'b'\nrun = ['psql', '--password=s3cret-pw']\n",
+    );
+    let out = env.cmd(&["run", "--quiet", "--strict", "flow.toml"]).env("API_TOKEN", "tkn-8f3a9c").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "error: flow.toml:5: the value of secret `API_TOKEN` is written in the flow file, and every run records the \
+         flow's definition in the state database (an error under --strict); nothing ran: let the step read it from \
+         its environment (`$API_TOKEN`) instead\n"
+    );
+    assert_eq!(json_of(&env, &["history", "--json"]), json!([]), "no run was recorded");
+    env.write(
+        "flow.toml",
+        "env_file = '.env'\nsecret_env = ['API_TOKEN', 'DB_PASS']\n[[step]]\nname = 'a'\n\
+         shell = 'echo \"Authorization: Bearer tkn-8f3a9c\"'\n\
+         [[step]]\nname = 'b'\nshell = 'echo --password=s3cret-pw'\n",
+    );
+    let out = env.cmd(&["run", "flow.toml"]).env("API_TOKEN", "tkn-8f3a9c").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let warning = |name: &str, line: usize| {
+        format!(
+            "waymark: warning: flow.toml:{line}: the value of secret `{name}` is written in the flow file, and every \
+             run records the flow's definition in the state database, so it is stored there as written; let the \
+             step read it from its environment (`${name}`) instead"
+        )
+    };
+    let said: Vec<String> =
+        common::untimed(&stderr(&out)).lines().filter(|l| l.contains("warning:")).map(str::to_owned).collect();
+    assert_eq!(said, [warning("API_TOKEN", 5), warning("DB_PASS", 8)]);
+    // Set in an `env` table (and inherited alike): the loader's one warning, at the table.
+    env.write(
+        "flow.toml",
+        "secret_env = ['TOKEN']\nenv = { TOKEN = 'abc123' }\n[[step]]\nname = 'a'\nrun = ['true']\n",
+    );
+    let out = env.cmd(&["run", "--fresh", "flow.toml"]).env("TOKEN", "abc123").output().unwrap();
+    let all = stderr(&out);
+    let said: Vec<&str> = all.lines().filter(|l| l.contains("is written in")).collect();
+    assert_eq!(said.len(), 1, "{all}");
+}
+
 /// Every file under `dir`, recursively, as (path, bytes).
 fn every_file(dir: &Path) -> Vec<(String, Vec<u8>)> {
     let mut found = Vec::new();

@@ -12,7 +12,7 @@
 
 use super::{CliError, EXIT_FAILED, EXIT_OK, FlowGuard, open_store, print_warnings};
 use crate::events::{AbandonReason, Earlier, EarlierAttempt, Emitter, Event, NoticeKind, RunOutcome};
-use crate::executor::environment::{EnvFileError, RunEnv};
+use crate::executor::environment::{EnvFileError, RunEnv, secrets_written_in};
 use crate::executor::{ExecError, RunSpec, RunnerSignals, kill_aux_leftovers, kill_leftovers};
 use crate::flow::model::shell_word;
 use crate::flow::params::ParamError;
@@ -254,6 +254,22 @@ fn run_env(flow: &Flow, resuming: Option<&str>, at: EnvFileAt<'_>, strict: bool)
         }
         let message = format!("{what}; remove {them} from the env file");
         env.warnings.push(message);
+    }
+    // A new run records the file's definition: a secret's value written in it is stored so.
+    if let (EnvFileAt::File { shown, source }, None) = (at, resuming) {
+        let inherited = |name: &str| std::env::var_os(name);
+        for (name, line) in secrets_written_in(flow, &env.file, inherited, source) {
+            let what = format!(
+                "{}:{line}: the value of secret `{name}` is written in the flow file, and every run records the \
+                 flow's definition in the state database",
+                shown.display()
+            );
+            let fix = format!("let the step read it from its environment (`${name}`) instead");
+            if strict {
+                return Err(CliError::Usage(format!("{what} (an error under --strict); nothing ran: {fix}")));
+            }
+            env.warnings.push(format!("{what}, so it is stored there as written; {fix}"));
+        }
     }
     Ok(env)
 }

@@ -129,6 +129,33 @@ fn declared_secrets(
     values
 }
 
+/// The secrets whose value, as this runner has it from its environment or the env file, is
+/// written in the flow file's text `source` (in a command, say), each with the 1-based line where
+/// it first is: every run records the flow's definition, so the value would be stored as written.
+/// A value the file itself sets for the secret in an `env` table is left out: the loader warns of
+/// it, at the table.
+pub(crate) fn secrets_written_in(
+    flow: &Flow,
+    file: &BTreeMap<String, String>,
+    inherited: impl Fn(&str) -> Option<std::ffi::OsString>,
+    source: &str,
+) -> Vec<(String, usize)> {
+    let mut found = Vec::new();
+    for name in &flow.secret_env {
+        let set_in_file = |v: &str| {
+            std::iter::once(&flow.env)
+                .chain(flow.steps.iter().map(|s| &s.env))
+                .any(|t| t.get(name).is_some_and(|x| x == v))
+        };
+        let values = inherited(name).and_then(|v| v.into_string().ok()).into_iter().chain(file.get(name).cloned());
+        let first = values.filter(|v| !v.is_empty() && !set_in_file(v)).filter_map(|v| source.find(&v)).min();
+        if let Some(at) = first {
+            found.push((name.clone(), source[..at].matches('\n').count() + 1));
+        }
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
