@@ -6,7 +6,8 @@
 //!
 //! The syntax, deliberately small: one `key=value` per line; the key is `[A-Za-z_][A-Za-z0-9_]*`,
 //! the value is the rest of the line as written (no quotes, no escapes, no trimming; a final `\r`
-//! is dropped); blank lines are ignored; a key written again keeps its last value. Any other line
+//! is dropped); blank lines are ignored; a key written again keeps its last value (keys that differ only in
+//! case too: they are one variable). Any other line
 //! is reported as a warning and skipped, never fatal. A value cannot span lines: write a file and
 //! pass its path.
 
@@ -90,6 +91,8 @@ pub(crate) fn read(path: &Path, secrets: &Secrets) -> (StepOutputs, Vec<String>)
 /// The outputs in an outputs file's bytes, and what is wrong with its other lines. Pure.
 pub(crate) fn parse(bytes: &[u8]) -> (StepOutputs, Vec<String>) {
     let mut outputs = StepOutputs::new();
+    // Each key's variable name (upper-cased) and the key last written for it.
+    let mut variables: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     let mut warnings = Vec::new();
     let (text, cut) = if bytes.len() > MAX_FILE { (&bytes[..MAX_FILE], true) } else { (bytes, false) };
     let mut lines: Vec<&[u8]> = text.split(|b| *b == b'\n').collect();
@@ -131,6 +134,16 @@ pub(crate) fn parse(bytes: &[u8]) -> (StepOutputs, Vec<String>) {
             warnings
                 .push(format!("line {number}: the value of `{key}` holds a NUL byte, which no variable can; skipped"));
             continue;
+        }
+        // Keys that differ only in case are one variable: the key written last is the one kept,
+        // as a key written again is.
+        let upper = key.to_ascii_uppercase();
+        if let Some(other) = variables.insert(upper, key.to_owned()).filter(|other| other != key) {
+            warnings.push(format!(
+                "line {number}: `{key}` and `{other}`, written before it, name the same variable (a key is \
+                 upper-cased in it); `{key}` is kept, as a key written again is"
+            ));
+            outputs.remove(&other);
         }
         outputs.insert(key.to_owned(), value.to_owned());
     }
@@ -255,6 +268,23 @@ mod tests {
                 "line 6: the value of `nul` holds a NUL byte, which no variable can; skipped",
                 "line 7 is not UTF-8; skipped",
                 "line 8 is not `key=value`; skipped (write `name=value`, one per line)",
+            ]
+        );
+    }
+
+    /// `k` and `K` are one variable (`WAYMARK_OUTPUT_STEP_K`): the key written last is kept, as
+    /// a key written again is, and said; the one before it is not recorded beside it.
+    #[test]
+    fn keys_that_differ_only_in_case_are_one_key_written_again() {
+        let (outputs, warnings) = parse(b"k=lower-first\nother=1\nK=upper-later\nk=last\n");
+        assert_eq!(pairs(&outputs), [("k", "last"), ("other", "1")]);
+        assert_eq!(
+            warnings,
+            [
+                "line 3: `K` and `k`, written before it, name the same variable (a key is upper-cased in it); `K` is \
+                 kept, as a key written again is",
+                "line 4: `k` and `K`, written before it, name the same variable (a key is upper-cased in it); `k` is \
+                 kept, as a key written again is",
             ]
         );
     }
