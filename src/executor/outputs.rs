@@ -6,10 +6,9 @@
 //!
 //! The syntax, deliberately small: one `key=value` per line; the key is `[A-Za-z_][A-Za-z0-9_]*`,
 //! the value is the rest of the line as written (no quotes, no escapes, no trimming; a final `\r`
-//! is dropped); blank lines are ignored; a key written again keeps its last value (keys that differ only in
-//! case too: they are one variable). Any other line
-//! is reported as a warning and skipped, never fatal. A value cannot span lines: write a file and
-//! pass its path.
+//! is dropped); blank lines are ignored; a key written again keeps its last value (so do keys that
+//! differ only in case: they are one variable). Any other line is reported as a warning and
+//! skipped, never fatal. A value cannot span lines: write a file and pass its path.
 
 use crate::flow::validate::MAX_STEP_NAME;
 use crate::os::fs;
