@@ -1605,7 +1605,7 @@ fn status_duration_counts_a_backoff_but_not_a_runner_stopped_during_it() {
         text,
         format!(
             "run RUN of bo (PATH): succeeded, started TIME, ended TIME\n  w                    succeeded  attempts 2/2  Ns\n  \
-         {:20} last error: CalledProcessError(SubprocessError, Exception, BaseException): exit status 1 [exit status]\n",
+         {:20} retried after: CalledProcessError(SubprocessError, Exception, BaseException): exit status 1 [exit status]\n",
             ""
         )
     );

@@ -790,7 +790,9 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         }
         out.push('\n');
         if let Some(e) = &s.last_error {
-            out.push_str(&format!("  {:<name_width$} last error: {}\n", "", failed_with(e)));
+            // A step that succeeded in the end had this error before its last retry: not its end.
+            let label = if s.state == StepState::Succeeded { "retried after" } else { "last error" };
+            out.push_str(&format!("  {:<name_width$} {label}: {}\n", "", failed_with(e)));
         }
         if let Some(what) = stopped_with_runner(s, &run, runner_alive, only_fails.as_deref()) {
             out.push_str(&format!("  {:<name_width$} {what}\n", ""));
