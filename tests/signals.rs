@@ -345,3 +345,32 @@ fn run_id(env: &Env) -> String {
     let history: Value = serde_json::from_slice(&history.stdout).unwrap();
     history[0]["id"].as_str().unwrap().to_owned()
 }
+
+/// A signal that comes while a resuming runner kills what its dead predecessor left running (one
+/// process per step of a wide flow: that takes a while) stops the run before any step starts: it
+/// was seen only once the runtime had polled for it, after the first start.
+#[test]
+fn a_signal_while_a_resume_kills_leftovers_stops_it_before_any_step_starts() {
+    let env = Env::new();
+    let _sweeper = Sweeper(env.mark());
+    let steps = 60;
+    let mut text = format!("max_parallel = {steps}\n");
+    for i in 0..steps {
+        text.push_str(&format!("[[step]]\nname = 's{i}'\nneeds = []\nshell = 'echo $$ >> pids; exec sleep 300'\n"));
+    }
+    env.write("flow.toml", &text);
+    let first = env.spawn(&["run", "flow.toml"]);
+    env.wait_for_lines("pids", steps);
+    kill(first.id(), "KILL");
+    finish(first);
+    let (runner, seen) = env.spawn_watched(&["run", "--progress", "plain", "flow.toml"]);
+    wait_until("the resume to begin", || seen.lock().unwrap().contains(" waymark: resuming run "));
+    kill(runner.id(), "TERM");
+    let out = finish(runner);
+    let said = common::untimed(&seen.lock().unwrap());
+    assert_eq!(out.status.code(), Some(143), "{said}");
+    let started: Vec<&str> = said.lines().filter(|l| l.contains(": started") || l.contains(" started (pid")).collect();
+    assert_eq!(started, Vec::<&str>::new(), "{said}");
+    let pids: Vec<u32> = env.read("pids").lines().map(|l| l.parse().unwrap()).collect();
+    assert_no_survivors(&env.mark(), &pids, "after the resume");
+}
