@@ -110,11 +110,19 @@ pub(crate) enum ExecError {
 }
 
 /// The runner's own signals, as the dispatcher reads them.
-struct OsSignals(crate::os::signals::AsyncSignals);
+/// The runner's signals, and whether the dispatcher has read all that came before its first look
+/// (which comes after it set the run up without awaiting, so it reads the sockets themselves).
+struct OsSignals(crate::os::signals::AsyncSignals, bool);
 
 impl SignalSource for OsSignals {
     fn try_next(&mut self) -> Option<Signal> {
-        self.0.try_next().map(Signal)
+        if self.1 {
+            return self.0.try_next().map(Signal);
+        }
+        // Every signal that came meanwhile, until there is none.
+        let sig = self.0.try_next_unpolled();
+        self.1 = sig.is_none();
+        sig.map(Signal)
     }
 
     async fn next(&mut self) -> Signal {
@@ -132,7 +140,7 @@ pub(crate) async fn execute(
     signals: RunnerSignals,
     emitter: &mut Emitter,
 ) -> Result<RunOutcome, ExecError> {
-    let signals = OsSignals(signals.into_async().map_err(ExecError::Signals)?);
+    let signals = OsSignals(signals.into_async().map_err(ExecError::Signals)?, false);
     let mut launcher = ProcessLauncher::new(Arc::clone(&spec.flow), spec.run_id.clone(), Arc::clone(&spec.env), state);
     launcher.elsewhere = spec.elsewhere.clone();
     launcher.lines = emitter.shows_output();

@@ -121,14 +121,19 @@ impl AsyncSignals {
     /// The next delivered signal, if one is waiting.
     pub(crate) fn try_next(&self) -> Option<NixSignal> {
         let mut byte = [0u8; 1];
-        // The runtime's read first: it clears the readiness it keeps when there is nothing, so
-        // that `next` waits again. It sees a byte only once the runtime has polled for it, which
-        // it does not while the runner works without awaiting (killing a dead runner's leftovers
-        // before the first start, say): the socket itself is read then, so that a signal that
-        // came meanwhile stops what would start next.
-        self.sources.iter().find_map(|(sig, read, _)| {
-            let got = matches!(read.try_read(&mut byte), Ok(1)) || matches!(nix::unistd::read(read, &mut byte), Ok(1));
-            got.then_some(*sig)
+        self.sources.iter().find_map(|(sig, read, _)| matches!(read.try_read(&mut byte), Ok(1)).then_some(*sig))
+    }
+
+    /// [`AsyncSignals::try_next`] for a runner that has worked a while without awaiting (killing
+    /// a dead runner's leftovers before its first start, say): the runtime sees a byte only once
+    /// it has polled for it, so the sockets themselves are read too. (Only then: that is three
+    /// more system calls.)
+    pub(crate) fn try_next_unpolled(&self) -> Option<NixSignal> {
+        let mut byte = [0u8; 1];
+        self.try_next().or_else(|| {
+            self.sources
+                .iter()
+                .find_map(|(sig, read, _)| matches!(nix::unistd::read(read, &mut byte), Ok(1)).then_some(*sig))
         })
     }
 
