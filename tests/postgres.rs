@@ -635,7 +635,7 @@ fn eight_processes_on_a_fresh_database_migrate_it_once_and_all_succeed() {
     let schema = query(&url, "SELECT version FROM waymark_schema");
     assert_eq!(
         schema.iter().map(|r| r.get::<_, i64>(0)).collect::<Vec<_>>(),
-        [3],
+        [4],
         "one row: migrated once, to the current schema"
     );
     let tables = query(

@@ -718,3 +718,38 @@ fn a_step_waiting_for_its_retry_when_the_run_fails_is_said_not_run_again() {
     assert_eq!(row[..3], ["retrier", "stopped", "1/5"], "{said}");
     assert_eq!(row[4..].join(" "), "not run again: the run failed first", "{said}");
 }
+
+/// `waymark resume` of a failed run gives it a new deadline, from the reopening, and records when:
+/// a runner that goes on with it after the resuming runner died counts from then too (it counted
+/// from the run's start, long past, and failed the run at once without running anything); so
+/// does `resume_within` (the run was abandoned as too old).
+#[test]
+fn a_reopened_run_keeps_its_new_deadline_when_its_runner_dies() {
+    let env = setup();
+    let _sweeper = Sweeper(env.mark());
+    env.write(
+        "flow.toml",
+        "name = 'reopened'\ntimeout = 5\nresume_within = '4s'\n[[step]]\nname = 'hang'\n\
+         shell = '[ -e go ] && exit 0; [ -e fail ] && exit 3; echo $$ > pid; touch ready; exec sleep 300'\n",
+    );
+    env.write("fail", "");
+    assert_eq!(env.cmd(&["run", "flow.toml"]).output().unwrap().status.code(), Some(1));
+    let id = run_id(&env);
+    let started = json_of(&env, &["status", &id, "--json"])["started_at"].as_str().unwrap().to_owned();
+    let deadline = humantime::parse_rfc3339(&started).unwrap() + Duration::from_secs(5);
+    wait_until("the run's first deadline to pass", || SystemTime::now() > deadline + Duration::from_millis(50));
+    std::fs::remove_file(env.path("fail")).unwrap();
+    let runner = env.spawn(&["resume", &id]);
+    wait_until("hang to run again", || env.path("ready").exists());
+    kill(runner.id(), "KILL");
+    finish(runner);
+    let status = json_of(&env, &["status", &id, "--json"]);
+    let reopened = humantime::parse_rfc3339(status["reopened_at"].as_str().unwrap()).unwrap();
+    assert!(reopened > deadline, "reopened at {reopened:?}, before the first deadline");
+    let text = stdout(&env.cmd(&["status", &id]).output().unwrap());
+    assert!(text.contains("did not finish: its runner died; it runs again on resume\n"), "{text}");
+    env.write("go", "");
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!((out.status.code(), run_id(&env)), (Some(0), id), "{}", stderr(&out));
+    assert_no_survivors(&env.mark(), &[env.read("pid").trim().parse().unwrap()], &stderr(&out));
+}

@@ -660,11 +660,10 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
     let runner_alive = run.status == RunStatus::Running && !orphaned;
     let now = SystemTime::now();
     // Why a resume would fail the run without running again what did not finish: a step failed
-    // for good under `fail_fast`, or the workflow's deadline passed. A resume counts the deadline
-    // from the run's start (only the runner that reopens a failed run counts it from then, and
-    // that time is not recorded), so this does too.
+    // for good under `fail_fast`, or the workflow's deadline passed (counted, as a resume counts
+    // it, from the run's start or from when `waymark resume` reopened it after it failed).
     let fail_fast = flow.as_ref().is_some_and(|f| f.fail_fast) && steps.iter().any(|s| s.state == StepState::Failed);
-    let deadline = flow.as_ref().and_then(|f| f.timeout).filter(|t| run.started_at + *t <= now);
+    let deadline = flow.as_ref().and_then(|f| f.timeout).filter(|t| run.began() + *t <= now);
     let only_fails = match (fail_fast, deadline) {
         (true, _) => Some("a step failed for good under `fail_fast`".to_owned()),
         (false, Some(t)) => Some(format!("the workflow's `timeout` ({}) passed", humantime::format_duration(t))),
@@ -731,7 +730,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
     if json {
         print_json(&json!({
             "id": run.id, "flow": run.flow, "path": run.flow_path, "status": run.status.as_str(),
-            "started_at": time(run.started_at), "ended_at": opt_time(run.ended_at),
+            "started_at": time(run.started_at), "ended_at": opt_time(run.ended_at), "reopened_at": opt_time(run.reopened_at),
             "failed_step": run.failed_step, "pid": run.pid, "host": run.host,
             "runner_alive": runner_alive, "steps": rows,
             "compensated": !compensations.is_empty(),

@@ -453,9 +453,9 @@ fn abandon(
     Ok(())
 }
 
-/// How long ago a run started (whole milliseconds).
+/// How long ago a run started, or was reopened after it failed (whole milliseconds).
 fn age(run: &RunRecord) -> std::time::Duration {
-    let age = std::time::SystemTime::now().duration_since(run.started_at).unwrap_or_default();
+    let age = std::time::SystemTime::now().duration_since(run.began()).unwrap_or_default();
     std::time::Duration::from_millis(u64::try_from(age.as_millis()).unwrap_or(u64::MAX))
 }
 
@@ -499,7 +499,7 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, mode: Mode) -> 
     // Decide only under the lock, on one snapshot of the run and its steps: a runner we waited
     // for may have changed it, and `waymark gc` may have deleted it before we held the lock (gc
     // takes the lock too, so it cannot delete it from now on).
-    let (record, steps) = store.run_and_steps(run_id).map_err(|e| match e {
+    let (mut record, steps) = store.run_and_steps(run_id).map_err(|e| match e {
         StoreError::NoSuchRun(_) => CliError::Usage(format!(
             "run {run_id} is gone: it was deleted (by `waymark gc`?) before it could be resumed; nothing ran"
         )),
@@ -545,7 +545,10 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, mode: Mode) -> 
     }
     let env = run_env(&flow, Some(run_id), EnvFileAt::Recorded { run_id, flow_path: &record.flow_path }, false)?;
     if record.status == RunStatus::Failed {
-        store.reopen_failed(run_id)?;
+        // As recorded (to the millisecond): its deadline counts from then in this runner and the next.
+        let at = crate::store::from_millis(crate::store::to_millis(std::time::SystemTime::now()));
+        store.reopen_failed(run_id, at)?;
+        record.reopened_at = Some(at);
     }
     let lease = store.claim(run_id, &owner)?;
     let schedule = Schedule { max_parallel: None, reopened: record.status == RunStatus::Failed };
@@ -569,8 +572,8 @@ fn install_signal_handlers() -> Result<RunnerSignals, CliError> {
 }
 
 /// How this runner schedules the run: `--max-parallel` over the flow's `max_parallel`, and
-/// whether the run is a failed one reopened by `waymark resume`, whose workflow deadline then
-/// counts anew from now (otherwise from the run's start, across runners).
+/// whether the run is a failed one reopened by `waymark resume` (whose steps cancelled by
+/// `fail_fast` start anew).
 struct Schedule {
     max_parallel: Option<u32>,
     reopened: bool,
@@ -679,8 +682,8 @@ fn execute(
     let log_dir = state.run_logs(&record.id);
     create_private_dir(&log_dir).with_context(|| format!("cannot create the log directory {}", log_dir.display()))?;
     let max_parallel = schedule.max_parallel.unwrap_or(flow.max_parallel);
-    let since = if schedule.reopened { std::time::SystemTime::now() } else { record.started_at };
-    let deadline = flow.timeout.map(|t| since + t);
+    // From the run's start, or from when `waymark resume` reopened it after it failed.
+    let deadline = flow.timeout.map(|t| record.began() + t);
     let max_parallel = usize::try_from(max_parallel).unwrap_or(usize::MAX);
     let spec = RunSpec {
         flow: Arc::new(flow),

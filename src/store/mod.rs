@@ -346,6 +346,9 @@ pub struct RunRecord {
     pub(crate) pid: u32,
     pub(crate) host: String,
     pub(crate) failed_step: Option<String>,
+    /// When `waymark resume` last reopened it after it failed (not recorded before schema 11 of
+    /// the SQLite store and 4 of PostgreSQL's).
+    pub(crate) reopened_at: Option<SystemTime>,
 }
 
 impl RunRecord {
@@ -374,7 +377,14 @@ impl RunRecord {
             pid: std::process::id(),
             host: host.to_owned(),
             failed_step: None,
+            reopened_at: None,
         }
+    }
+
+    /// What the run's workflow deadline and `resume_within` count from: its start, or when
+    /// `waymark resume` last reopened it after it failed.
+    pub(crate) fn began(&self) -> SystemTime {
+        self.reopened_at.unwrap_or(self.started_at)
     }
 }
 
@@ -739,10 +749,11 @@ pub trait Store: RunLog + Send {
     /// Take over a run in this process for `owner`: status `running`, our pid and host, and a new
     /// lease whose token fences off every earlier owner's writes.
     fn claim(&mut self, run_id: &str, owner: &str) -> Result<Lease, StoreError>;
-    /// Give failed steps a fresh attempt budget (for `waymark resume` of a failed run), and let its
-    /// hooks, which ran for the ending reopened, run again when it ends anew. Made under
+    /// Give failed steps a fresh attempt budget (for `waymark resume` of a failed run), let its
+    /// hooks, which ran for the ending reopened, run again when it ends anew, and record that it
+    /// was reopened `at` (its workflow deadline and `resume_within` count from then). Made under
     /// the flow's lock just before the claim, so it carries no lease (nor does `delete_finished`).
-    fn reopen_failed(&mut self, run_id: &str) -> Result<(), StoreError>;
+    fn reopen_failed(&mut self, run_id: &str, at: SystemTime) -> Result<(), StoreError>;
     /// The compensations and hooks run for run `run_id` so far.
     fn aux_runs(&self, run_id: &str) -> Result<Vec<AuxRun>, StoreError>;
     /// Mark an unfinished run `abandoned` for `owner`, who starts a new run instead. Like a claim,

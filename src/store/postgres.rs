@@ -47,7 +47,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The schema this binary writes: the number of [`MIGRATIONS`].
-const SCHEMA_VERSION: i64 = 3;
+const SCHEMA_VERSION: i64 = 4;
 
 /// The key of the advisory lock migrations are made under ("waymark" in ASCII).
 const MIGRATION_LOCK: i64 = 0x0077_6179_6d61_726b;
@@ -56,7 +56,7 @@ const MIGRATION_LOCK: i64 = 0x0077_6179_6d61_726b;
 pub(crate) const TAIL_BYTES: u64 = 64 * 1024;
 
 /// Migration `i` brings the schema from version `i` to `i + 1`.
-const MIGRATIONS: [&str; 3] = [
+const MIGRATIONS: [&str; 4] = [
     "
 CREATE TABLE waymark_runs (
     id          TEXT PRIMARY KEY,
@@ -136,6 +136,11 @@ CREATE TABLE waymark_deleted_runs (
     deleted_at BIGINT NOT NULL
 );
 CREATE INDEX waymark_deleted_runs_by_age ON waymark_deleted_runs (deleted_at);
+",
+    "
+-- When `waymark resume` last reopened a failed run: its workflow deadline and `resume_within`
+-- count from then, whichever runner goes on with it. NULL for the runs recorded before.
+ALTER TABLE waymark_runs ADD COLUMN reopened_at BIGINT;
 ",
 ];
 
@@ -743,6 +748,8 @@ impl PgStore {
             pid: u32::try_from(r.get::<_, i64>("pid")).unwrap_or(0),
             host: r.get("host"),
             failed_step: r.get("failed_step"),
+            // A database of an older schema, read as it is, has no such column.
+            reopened_at: r.try_get::<_, Option<i64>>("reopened_at").ok().flatten().map(from_millis),
             id,
         })
     }
@@ -1206,7 +1213,7 @@ impl Store for PgStore {
         })
     }
 
-    fn reopen_failed(&mut self, run_id: &str) -> Result<(), StoreError> {
+    fn reopen_failed(&mut self, run_id: &str, at: SystemTime) -> Result<(), StoreError> {
         self.write(run_id, "", |tx| {
             tx.exec(
                 "UPDATE waymark_steps SET state = 'pending', budget_base = attempts_used, ended_at = NULL
@@ -1217,6 +1224,7 @@ impl Store for PgStore {
                 "UPDATE waymark_attempts SET kind = 'hook_before_reopen' WHERE run_id = $1 AND kind = 'hook'",
                 &[&run_id],
             )?;
+            tx.exec("UPDATE waymark_runs SET reopened_at = $2 WHERE id = $1", &[&run_id, &to_millis(at)])?;
             Ok(())
         })
     }

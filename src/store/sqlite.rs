@@ -75,7 +75,7 @@ impl StepPositions {
     }
 }
 
-const SCHEMA_VERSION: i64 = 10;
+const SCHEMA_VERSION: i64 = 11;
 
 /// Prepared statements kept per connection: more than the runner's writes use.
 const STATEMENT_CACHE: usize = 64;
@@ -155,6 +155,13 @@ const MIGRATE_TO_10: &str = "
 ALTER TABLE definitions ADD COLUMN steps TEXT;
 ";
 
+/// Schema 11: a failed run reopened by `waymark resume` records when (`reopened_at`): its workflow
+/// deadline and `resume_within` count from then, whichever runner goes on with it. Runs recorded
+/// before have none (`NULL`).
+const MIGRATE_TO_11: &str = "
+ALTER TABLE runs ADD COLUMN reopened_at INTEGER;
+";
+
 /// A run's definition, as a column of [`select_runs`] (an empty text, which no reader takes for a
 /// definition, where a row of `definitions` is missing).
 const DEFINITION: &str = "COALESCE((SELECT d.definition FROM definitions d WHERE d.run_id = runs.id), '')";
@@ -191,7 +198,8 @@ CREATE TABLE runs (
     failed_step TEXT,
     flow_key    TEXT NOT NULL DEFAULT '',
     lease_owner TEXT,
-    lease_token INTEGER NOT NULL DEFAULT 0
+    lease_token INTEGER NOT NULL DEFAULT 0,
+    reopened_at INTEGER
 );
 CREATE INDEX runs_by_flow ON runs (flow, seq);
 CREATE INDEX runs_by_key ON runs (flow_key, seq);
@@ -311,6 +319,7 @@ fn migrate(tx: &Connection, version: i64) -> rusqlite::Result<()> {
         (8, MIGRATE_TO_8),
         (9, MIGRATE_TO_9),
         (10, MIGRATE_TO_10),
+        (11, MIGRATE_TO_11),
     ];
     for (_, sql) in steps.into_iter().filter(|(to, _)| version < *to) {
         tx.execute_batch(sql)?;
@@ -357,6 +366,9 @@ pub struct SqliteStore {
     /// Whether runs may have steps without rows (schema 10, [`MIGRATE_TO_10`]): a database older
     /// than that, which a read-only command cannot migrate, has a row for every step.
     lazy_steps: bool,
+    /// When a failed run was reopened: the `reopened_at` column, or `NULL` in a database older
+    /// than schema 11 that a read-only command cannot migrate.
+    run_reopened_sql: &'static str,
     /// The position of each step of the runs this store wrote or read, by run, that may still
     /// have no row: where its row goes when it first moves. `None` for a run recorded before
     /// schema 10 (a row per step). Filled when a run is created, or when its steps are read (a
@@ -376,10 +388,10 @@ fn newer_schema(path: &Path, found: i64) -> StoreError {
 /// `SELECT` of a run's columns in the order [`SqliteStore::run_from_row`] reads them by
 /// position, its key last.
 fn select_runs(store: &SqliteStore) -> String {
-    let (definition, key) = (store.definition_sql, store.key_sql);
+    let (definition, key, reopened) = (store.definition_sql, store.key_sql, store.run_reopened_sql);
     format!(
         "SELECT id, flow, flow_path, {definition}, source_hash, status, started_at, ended_at, pid, host, failed_step, \
-         {key} FROM runs"
+         {key}, {reopened} FROM runs"
     )
 }
 
@@ -669,6 +681,8 @@ impl SqliteStore {
             // Before schema 9 a run's definition was a column of its row.
             definition_sql: if schema < 9 { "definition" } else { DEFINITION },
             lazy_steps: schema >= 10,
+            // Runs recorded before schema 11 have no time of reopening.
+            run_reopened_sql: if schema < 11 { "NULL" } else { "reopened_at" },
             positions: RefCell::new(HashMap::new()),
         }
     }
@@ -1137,6 +1151,7 @@ impl SqliteStore {
             pid: r.get(8)?,
             host: r.get(9)?,
             failed_step: r.get(10)?,
+            reopened_at: r.get::<_, Option<i64>>(12)?.map(from_millis),
         })
     }
 }
@@ -1370,7 +1385,7 @@ impl Store for SqliteStore {
         })
     }
 
-    fn reopen_failed(&mut self, run_id: &str) -> Result<(), StoreError> {
+    fn reopen_failed(&mut self, run_id: &str, at: SystemTime) -> Result<(), StoreError> {
         // Not flushed, like the claim that follows it: a power loss before this runner's first
         // flushed commit loses both and leaves the run failed as it was, rather than failed with
         // its steps reopened (the log is written in order: that flush takes both to the disk).
@@ -1386,6 +1401,7 @@ impl Store for SqliteStore {
                 "UPDATE attempts SET kind = 'hook_before_reopen' WHERE run_id = ?1 AND kind = 'hook'",
                 [run_id],
             )?;
+            tx.execute("UPDATE runs SET reopened_at = ?2 WHERE id = ?1", params![run_id, to_millis(at)])?;
             Ok(())
         })
     }
@@ -1830,8 +1846,8 @@ mod tests {
         );
         assert!(busy.hint().unwrap().starts_with(&format!("another process holds {} locked", path.display())));
         assert_eq!(failure(&path, err(rusqlite::ffi::SQLITE_NOTADB)).hint(), None, "the message says what to do");
-        assert_eq!(newer_schema(&path, 11).kind(), Some(StoreErrorKind::NewerSchema));
-        assert!(newer_schema(&path, 11).to_string().contains("(schema 11, this one knows 10)"));
+        assert_eq!(newer_schema(&path, 12).kind(), Some(StoreErrorKind::NewerSchema));
+        assert!(newer_schema(&path, 12).to_string().contains("(schema 12, this one knows 11)"));
     }
 
     fn result(outcome: AttemptOutcome) -> AttemptResult {
@@ -1916,7 +1932,7 @@ mod tests {
         // A store of another process, which did not create the run, reads and writes it the same.
         let mut other = SqliteStore::open(&state).unwrap();
         assert_eq!(states(&other), skipped_failed_skipped);
-        other.reopen_failed(&run.id).unwrap();
+        other.reopen_failed(&run.id, SystemTime::now()).unwrap();
         let lease = other.claim(&run.id, "test:1:b").unwrap();
         let row = other.attempt_starting(&lease, &run.id, "s0", 1, false, Path::new("x")).unwrap();
         assert!(matches!(states(&other)[0].1, StepState::InFlight { row: r, .. } if r == row));
@@ -1962,7 +1978,7 @@ mod tests {
         let state = StateDir::create(dir.path()).unwrap();
         let mut store = SqliteStore::open(&state).unwrap();
         let (run, _) = store.create_run(&flow_of(2, dir.path()), "hash", "test:1:a").unwrap();
-        store.conn.execute_batch(&format!("{UNDO_SCHEMA_10} PRAGMA user_version = 9;")).unwrap();
+        store.conn.execute_batch(&format!("{UNDO_SCHEMA_11} {UNDO_SCHEMA_10} PRAGMA user_version = 9;")).unwrap();
         drop(store);
         let mut store = SqliteStore::open(&state).unwrap();
         let pending = [("s0".to_owned(), "pending".to_owned()), ("s1".into(), "pending".into())];
@@ -2109,7 +2125,7 @@ mod tests {
         store.attempt_finished(&lease, row, &result(AttemptOutcome::Failed), &StepUpdate::Failed).unwrap();
         store.run_finished(&lease, &run.id, RunStatus::Failed, Some("b"), &[]).unwrap();
         assert!(store.find_resumable(&FlowKey::named("f")).unwrap().is_none(), "a failed run is not resumed by `run`");
-        store.reopen_failed(&run.id).unwrap();
+        store.reopen_failed(&run.id, SystemTime::now()).unwrap();
         let b = &store.steps(&run.id).unwrap()[1];
         assert_eq!((b.state.clone(), b.attempts_used, b.budget_base), (StepState::Pending, 2, 2));
         assert_eq!(store.attempts(&run.id, Some("b")).unwrap().len(), 3);
@@ -2147,6 +2163,28 @@ mod tests {
             matches!(&err, StoreError::BadState { what, .. } if what.starts_with("step `a`: its outputs are not a JSON object of strings")),
             "{err}"
         );
+    }
+
+    /// Schema 11 undone: no time of reopening.
+    const UNDO_SCHEMA_11: &str = "ALTER TABLE runs DROP COLUMN reopened_at;";
+
+    /// A run recorded before schema 11 has no time of reopening: a command that only looks reads
+    /// it as it is, and once migrated, `waymark resume` of it after it failed records one.
+    #[test]
+    fn a_run_recorded_before_schema_11_is_read_and_its_reopening_recorded_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::create(dir.path()).unwrap();
+        let mut store = SqliteStore::open(&state).unwrap();
+        let (run, _) = store.create_run(&flow_of(1, dir.path()), "hash", "test:1:a").unwrap();
+        store.conn.execute_batch(&format!("{UNDO_SCHEMA_11} PRAGMA user_version = 10;")).unwrap();
+        drop(store);
+        let old = SqliteStore::open_for_reading(&state).unwrap();
+        assert_eq!(old.run(&run.id).unwrap().reopened_at, None);
+        let mut store = SqliteStore::open(&state).unwrap();
+        assert_eq!(store.run(&run.id).unwrap().reopened_at, None);
+        let at = from_millis(to_millis(SystemTime::now()));
+        store.reopen_failed(&run.id, at).unwrap();
+        assert_eq!(store.run(&run.id).unwrap().reopened_at, Some(at));
     }
 
     /// Schema 10 undone: a row for every step (pending where none was written yet), as schemas 1
@@ -2234,7 +2272,7 @@ mod tests {
         store.run_finished(&lease, &run.id, RunStatus::Failed, Some("s0"), &[]).unwrap();
         drop(store);
         let mut store = SqliteStore::open(&state).unwrap();
-        store.reopen_failed(&run.id).unwrap();
+        store.reopen_failed(&run.id, SystemTime::now()).unwrap();
         store.claim(&run.id, "test:1:b").unwrap();
         assert_eq!(store.flushed, 0, "flushed");
         assert_eq!(store.run(&run.id).unwrap().status, RunStatus::Running);
@@ -2298,7 +2336,9 @@ mod tests {
         // As schema 7 left it: the migration adds the index.
         store
             .conn
-            .execute_batch(&format!("{UNDO_SCHEMA_10} {UNDO_SCHEMA_9} DROP INDEX runs_lease; PRAGMA user_version = 7;"))
+            .execute_batch(&format!(
+                "{UNDO_SCHEMA_11} {UNDO_SCHEMA_10} {UNDO_SCHEMA_9} DROP INDEX runs_lease; PRAGMA user_version = 7;"
+            ))
             .unwrap();
         drop(store);
         let store = SqliteStore::open(&state).unwrap();
@@ -2337,7 +2377,7 @@ mod tests {
         store
             .conn
             .execute_batch(&format!(
-                "{UNDO_SCHEMA_10} {UNDO_SCHEMA_9} DROP INDEX runs_unfinished; PRAGMA user_version = 6;"
+                "{UNDO_SCHEMA_11} {UNDO_SCHEMA_10} {UNDO_SCHEMA_9} DROP INDEX runs_unfinished; PRAGMA user_version = 6;"
             ))
             .unwrap();
         drop(store);

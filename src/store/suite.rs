@@ -163,7 +163,9 @@ fn steps_go_through_their_states_alike_on_both_backends() {
         store.attempt_finished(&lease, row, &result(AttemptOutcome::Failed), &StepUpdate::Failed).unwrap();
         store.run_finished(&lease, &run.id, RunStatus::Failed, Some("b"), &[]).unwrap();
         assert!(store.find_resumable(&key).unwrap().is_none(), "{}: a failed run is not resumed", b.name);
-        store.reopen_failed(&run.id).unwrap();
+        let at = from_millis(to_millis(SystemTime::now()));
+        store.reopen_failed(&run.id, at).unwrap();
+        assert_eq!(store.run(&run.id).unwrap().reopened_at, Some(at), "{}", b.name);
         let s = &store.steps(&run.id).unwrap()[1];
         assert_eq!((s.state.clone(), s.attempts_used, s.budget_base), (StepState::Pending, 2, 2), "{}", b.name);
         let attempts = |step| -> Vec<(String, u32, AttemptState, Option<bool>)> {
@@ -433,17 +435,17 @@ fn a_live_lease_keeps_a_second_runner_out_and_a_newer_schema_is_refused() {
     admin.execute("UPDATE waymark_schema SET version = 99", &[]).unwrap();
     let err = PgStore::open(config, location).err().expect("refused");
     assert_eq!(err.kind(), Some(StoreErrorKind::NewerSchema));
-    assert!(err.to_string().contains("(schema 99, this one knows 3)"), "{err}");
+    assert!(err.to_string().contains("(schema 99, this one knows 4)"), "{err}");
     let err = PgStore::open_for_reading(config, location).err().expect("refused to a looking command too");
     assert_eq!(err.kind(), Some(StoreErrorKind::NewerSchema));
 
-    // A schema-1 database (attempts without `killed`, no deleted runs) is read as it is by a
-    // looking command, which leaves it so (older waymarks of other hosts go on using it), and
-    // brought up to date by the next runner's open.
+    // A schema-1 database (attempts without `killed`, no deleted runs, runs without a time of
+    // reopening) is read as it is by a looking command, which leaves it so (older waymarks of
+    // other hosts go on using it), and brought up to date by the next runner's open.
     admin
         .batch_execute(
             "UPDATE waymark_schema SET version = 1; ALTER TABLE waymark_attempts DROP COLUMN killed; \
-             DROP TABLE waymark_deleted_runs",
+             DROP TABLE waymark_deleted_runs; ALTER TABLE waymark_runs DROP COLUMN reopened_at",
         )
         .unwrap();
     let version = |admin: &mut ::postgres::Client| -> i64 {
@@ -453,9 +455,10 @@ fn a_live_lease_keeps_a_second_runner_out_and_a_newer_schema_is_refused() {
     assert!(looking.attempts("nosuch", None).unwrap().is_empty());
     assert_eq!(version(&mut admin), 1);
     PgStore::open(config, location).unwrap();
-    assert_eq!(version(&mut admin), 3);
+    assert_eq!(version(&mut admin), 4);
     admin.query_one("SELECT count(*) FROM waymark_attempts WHERE killed", &[]).unwrap();
     admin.query_one("SELECT count(*) FROM waymark_deleted_runs", &[]).unwrap();
+    admin.query_one("SELECT count(reopened_at) FROM waymark_runs", &[]).unwrap();
 }
 
 /// A runner's connection lost between two writes (the server restarted, a proxy cut it): the

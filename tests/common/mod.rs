@@ -9,13 +9,15 @@ use std::time::{Duration, Instant};
 pub const PATIENCE: Duration = Duration::from_secs(60);
 
 /// The schema of the state database that a runner of this build leaves.
-pub const SCHEMA: i64 = 10;
+pub const SCHEMA: i64 = 11;
 
-/// SQL that undoes schemas 10 and 9 in a state database: a row for every step (pending where none
-/// was written yet), as schemas 1 to 9 wrote them with their run; its run definitions back in the
-/// runs' rows, where schemas 1 to 8 kept them, no index of compensations and hooks, no record of a
-/// kill after the grace. The first step of turning it into an older schema.
-pub const UNDO_SCHEMA_9: &str = "INSERT OR IGNORE INTO steps (run_id, position, name, state) \
+/// SQL that undoes schemas 11, 10 and 9 in a state database: no time of a failed run's reopening;
+/// a row for every step (pending where none was written yet), as schemas 1 to 9 wrote them with
+/// their run; its run definitions back in the runs' rows, where schemas 1 to 8 kept them, no index
+/// of compensations and hooks, no record of a kill after the grace. The first step of turning it
+/// into an older schema.
+pub const UNDO_SCHEMA_9: &str = "ALTER TABLE runs DROP COLUMN reopened_at; \
+     INSERT OR IGNORE INTO steps (run_id, position, name, state) \
      SELECT d.run_id, j.key, j.value, 'pending' FROM definitions d, json_each(d.steps) j WHERE d.steps IS NOT NULL; \
      ALTER TABLE definitions DROP COLUMN steps; \
      ALTER TABLE runs ADD COLUMN definition TEXT NOT NULL DEFAULT ''; \
