@@ -195,6 +195,7 @@ fn status_shows_a_step_whose_attempt_died_with_an_earlier_runner_interrupted_whi
         text.lines().skip(1).collect::<Vec<_>>(),
         [
             "  a                    interrupted  attempts 0/1  Ns",
+            &format!("  {:20} attempt 1 did not finish: it was cancelled; it runs again on resume", ""),
             "  b                    interrupted  attempts 1/1  Ns",
             &format!("  {:20} attempt 1 did not finish: its runner died; it runs again on resume", ""),
         ],
@@ -208,6 +209,7 @@ fn status_shows_a_step_whose_attempt_died_with_an_earlier_runner_interrupted_whi
         listed.lines().skip(1).collect::<Vec<_>>(),
         [
             "  a                    interrupted  attempts 0/1  Ns",
+            "                       attempt 1 did not finish: it was cancelled; it runs again on resume",
             "                       attempt 1: started TIME, its runner died before it ended",
             "                       attempt 1 (redelivered): started TIME, took DURATION: cancelled",
             "  b                    interrupted  attempts 1/1  Ns",
@@ -266,6 +268,7 @@ fn status_shows_a_step_whose_catch_handler_died_with_an_earlier_runner_interrupt
         text.lines().skip(1).collect::<Vec<_>>(),
         [
             "  x                    interrupted  attempts 0/1  Ns",
+            &format!("  {:20} attempt 1 did not finish: it was cancelled; it runs again on resume", ""),
             "  a                    interrupted  attempts 1/1  Ns",
             &error,
             &format!("{under} it runs again on resume"),
@@ -449,6 +452,7 @@ fn the_summary_table_counts_a_step_left_under_way_by_an_earlier_runner_as_status
         text.lines().skip(1).collect::<Vec<_>>(),
         [
             "  a                    interrupted  attempts 0/1  Ns",
+            "                       attempt 1 did not finish: it was cancelled; it runs again on resume",
             "  b                    interrupted  attempts 1/1  Ns",
             "                       attempt 1 did not finish: its runner died; it runs again on resume",
             "  c                    interrupted  attempts 1/1  Ns",
@@ -488,7 +492,9 @@ fn the_summary_table_counts_a_step_left_under_way_by_an_earlier_runner_as_status
         text.lines().skip(1).collect::<Vec<_>>(),
         [
             "  a                    interrupted  attempts 0/1  Ns",
-            "  b                    interrupted  attempts 0/3  Ns"
+            "                       attempt 1 did not finish: it was cancelled; it runs again on resume",
+            "  b                    interrupted  attempts 0/3  Ns",
+            "                       attempt 1 did not finish: it was cancelled; it runs again on resume",
         ],
         "{text}"
     );
@@ -1488,6 +1494,7 @@ fn status_counts_a_running_attempt_and_shows_an_interrupted_step_without_the_tim
         text,
         "run RUN of st (PATH): interrupted, started TIME, ended TIME\n  \
          slow                 interrupted  attempts 0/1  Ns\n  \
+         \x20                    attempt 1 did not finish: it was cancelled; it runs again on resume\n  \
          next                 pending      attempts 0/1\n",
         "the state column fits `interrupted`"
     );
@@ -1634,5 +1641,44 @@ fn logs_of_an_attempt_whose_runner_died_do_not_call_it_running() {
     assert_eq!(
         stderr(&out),
         "waymark: attempt 1 of step `a` wrote nothing to stdout or stderr (it did not finish: its runner died)\n"
+    );
+}
+
+/// A step whose attempt a signal cancelled shows `interrupted` with a line under it saying what the
+/// next resume does with it: run it again, or, past the workflow's deadline, fail the run without
+/// running it; in a run abandoned since (`--fresh`), nothing.
+#[test]
+fn status_says_what_becomes_of_a_step_a_signal_cancelled() {
+    let env = Env::new();
+    env.write("flow.toml", "name = 'cut'\ntimeout = 2\n[[step]]\nname = 'a'\nshell = '[ -e go ] && exit 0; echo $$ > ready; exec sleep 300'\n");
+    let out = env.run_until("ready", "TERM");
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    let (_, st) = status_text(&env, "cut");
+    let id = st["id"].as_str().unwrap().to_owned();
+    let deadline =
+        humantime::parse_rfc3339(st["started_at"].as_str().unwrap()).unwrap() + std::time::Duration::from_secs(2);
+    wait_until("the deadline to pass", || {
+        std::time::SystemTime::now() > deadline + std::time::Duration::from_millis(50)
+    });
+    let line = |id: &str| {
+        let (text, _) = status_text(&env, id);
+        text.lines().nth(2).map(str::to_owned).unwrap_or_default()
+    };
+    assert_eq!(
+        line(&id),
+        format!(
+            "  {:20} attempt 1 did not finish: it was cancelled; the run fails when resumed, without running it \
+             again: the workflow's `timeout` (2s) passed",
+            ""
+        )
+    );
+    env.write("go", "");
+    env.cmd(&["run", "--quiet", "--fresh", "flow.toml"]).assert().success();
+    assert_eq!(
+        line(&id),
+        format!(
+            "  {:20} attempt 1 did not finish: it was cancelled; the run was abandoned, so it never runs again",
+            ""
+        )
     );
 }

@@ -393,6 +393,29 @@ fn stopped_with_runner(
     Some(format!("{what} did not finish: {why}"))
 }
 
+/// What becomes of a step whose last attempt was cancelled (by a signal to the runner, or by
+/// `fail_fast` just before one) in a run that did not fail, shown `interrupted`, as the line under
+/// its line in `status` says it: `attempt 2 did not finish: it was cancelled; it runs again on
+/// resume` (under its number), `...; the run fails when resumed, without running it again: WHY`,
+/// `...; the run was abandoned, so it never runs again`, or, in a run whose new runner has not run
+/// it yet, `...; the run's runner runs it again`. `None` for any other step.
+fn cancelled(
+    step: &StepRecord,
+    last: Option<&AttemptRecord>,
+    run: &RunRecord,
+    runner_alive: bool,
+    only_fails: Option<&str>,
+) -> Option<String> {
+    let last = last.filter(|_| step.cut_short(last) && run.status != RunStatus::Failed)?;
+    let next = match (run.status, only_fails) {
+        (RunStatus::Abandoned, _) => "the run was abandoned, so it never runs again".to_owned(),
+        (RunStatus::Running, _) if runner_alive => "the run's runner runs it again".to_owned(),
+        (_, Some(why)) => format!("the run fails when resumed, without running it again: {why}"),
+        (_, None) => "it runs again on resume".to_owned(),
+    };
+    Some(format!("attempt {} did not finish: it was cancelled; {next}", last.attempt))
+}
+
 /// The time a step's attempts and backoffs took, `None` before its first attempt. Summed: each
 /// attempt from its start to its end (one still running, to now while its runner lives; one whose
 /// runner died, nothing: its end is unknown), and each backoff, from the end of a failed attempt
@@ -793,7 +816,9 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
             let label = if s.state == StepState::Succeeded { "retried after" } else { "last error" };
             out.push_str(&format!("  {:<name_width$} {label}: {}\n", "", failed_with(e)));
         }
-        if let Some(what) = stopped_with_runner(s, &run, runner_alive, only_fails.as_deref()) {
+        let under = stopped_with_runner(s, &run, runner_alive, only_fails.as_deref())
+            .or_else(|| cancelled(s, of_step(&s.name).last().copied(), &run, runner_alive, only_fails.as_deref()));
+        if let Some(what) = under {
             out.push_str(&format!("  {:<name_width$} {what}\n", ""));
         }
         if let Some(e) = run_failed_with(s) {
