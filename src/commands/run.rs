@@ -180,16 +180,7 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
                 );
             }
             if old.source_hash != hash {
-                events.notice(
-                    NoticeKind::FlowChanged,
-                    None,
-                    format!(
-                        "{} changed since run {} started; resuming with the definition recorded then (use --fresh \
-                         to start over with the new one)",
-                        flow_path.display(),
-                        old.id
-                    ),
-                );
+                events.notice(NoticeKind::FlowChanged, None, flow_changed(flow_path, &old.id));
             }
             let lease = store.claim(&old.id, &owner)?;
             Owned { record: old, lease, resumed: true, flow: recorded, steps: None, env }
@@ -532,16 +523,7 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, mode: Mode) -> 
     // (here after a failure, the file is often what was just fixed).
     let now = read_flow_text(&record.flow_path);
     if now.is_some_and(|text| source_hash(&text) != record.source_hash) {
-        events.notice(
-            NoticeKind::FlowChanged,
-            None,
-            format!(
-                "{} changed since run {run_id} started; resuming with the definition recorded then (`waymark run \
-                 --fresh {}` starts over with the new one)",
-                record.flow_path.display(),
-                shell_word(&record.flow_path.to_string_lossy())
-            ),
-        );
+        events.notice(NoticeKind::FlowChanged, None, flow_changed(&record.flow_path, run_id));
     }
     let env = run_env(&flow, Some(run_id), EnvFileAt::Recorded { run_id, flow_path: &record.flow_path }, false)?;
     if record.status == RunStatus::Failed {
@@ -871,6 +853,17 @@ fn read_flow_text(path: &Path) -> Option<String> {
         return None;
     }
     flow::decode(flow::read_bytes(path).ok()?).ok()
+}
+
+/// What `run` and `resume` say when they resume run `run_id` with the definition it recorded
+/// although its file at `path` changed since.
+fn flow_changed(path: &Path, run_id: &str) -> String {
+    format!(
+        "{} changed since run {run_id} started; resuming with the definition recorded then (`waymark run --fresh \
+         {}` starts over with the new one)",
+        path.display(),
+        shell_word(&path.to_string_lossy())
+    )
 }
 
 /// A stable fingerprint of the flow file's text (FNV-1a), to notice edits between runs.
