@@ -219,6 +219,9 @@ pub(crate) struct KeyIndex {
     entries: Vec<(Range<usize>, u32)>,
     /// The entries' indices in the order of their spans' starts (then in the order walked).
     by_start: Vec<u32>,
+    /// Each item of an array that is not a table (named by its array among `entries`): where it
+    /// starts and its own path (`run[1]`), sorted by start.
+    items: Vec<(usize, u32)>,
 }
 
 #[derive(Debug)]
@@ -256,6 +259,9 @@ impl KeyIndex {
                             let item_path = index.part(Some(path), PartName::Index(i));
                             // A table in an array is named by its index; any other item by the array.
                             let named = if matches!(item.get_ref(), DeValue::Table(_)) { item_path } else { path };
+                            if named == path {
+                                index.items.push((item.span().start, item_path));
+                            }
                             index.entries.push((item.span(), named));
                             pending.push((item, item_path));
                         }
@@ -268,6 +274,7 @@ impl KeyIndex {
         let mut by_start: Vec<u32> = (0..index.entries.len() as u32).collect();
         by_start.sort_by_key(|&e| index.entries[e as usize].0.start);
         index.by_start = by_start;
+        index.items.sort_unstable();
         index
     }
 
@@ -291,6 +298,15 @@ impl KeyIndex {
         }
         // Popped in document order.
         stack.extend(pending.into_iter().rev());
+    }
+
+    /// [`KeyIndex::path_at`], but an item of a list (of strings, say) that starts at `offset` is
+    /// named itself, by its index (`step[2].run[1]`), rather than by its list.
+    pub(crate) fn item_path_at(&self, offset: usize) -> Option<String> {
+        match self.items.binary_search_by_key(&offset, |&(start, _)| start) {
+            Ok(i) => Some(self.write(self.items[i].1)),
+            Err(_) => self.path_at(offset),
+        }
     }
 
     /// The dotted key path (`step[1].retry.attempts`) of the deepest key or value at `offset`:

@@ -424,7 +424,7 @@ mod tests {
         assert_eq!(
             errs,
             [format!(
-                "`step[0].run`: a program or argument is {} bytes, more than the system passes to a program in one \
+                "`step[0].run[1]`: a program or argument is {} bytes, more than the system passes to a program in one \
                  string (at most {most})",
                 most + 1
             )]

@@ -217,6 +217,14 @@ impl Validator<'_> {
         self.diags.last_mut().expect("just pushed")
     }
 
+    /// [`Self::error`] about a value that may be an item of a list: the item is named by its
+    /// index (`step[0].run[1]`).
+    fn item_error(&mut self, span: std::ops::Range<usize>, what: &str) -> &mut Diagnostic {
+        let key = self.keys().item_path_at(span.start).map_or_else(String::new, |k| format!("`{k}`: "));
+        self.diags.push(Diagnostic::error(span, format!("{key}{what}")));
+        self.diags.last_mut().expect("just pushed")
+    }
+
     fn warn(&mut self, span: std::ops::Range<usize>, what: &str) -> &mut Diagnostic {
         let key = self.key(span.start);
         self.diags.push(Diagnostic::warning(span, format!("{key}{what}")));
@@ -225,11 +233,15 @@ impl Validator<'_> {
 
     /// "`step[0].name`: " for the key or value at `offset`, or nothing.
     fn key(&self, offset: usize) -> String {
-        let keys = self.keys.get_or_init(|| match self.doc {
+        self.keys().path_at(offset).map_or_else(String::new, |k| format!("`{k}`: "))
+    }
+
+    /// The index of the file's keys, built on first use.
+    fn keys(&self) -> &KeyIndex {
+        self.keys.get_or_init(|| match self.doc {
             Some(doc) => KeyIndex::of(doc),
             None => KeyIndex::new(self.source),
-        });
-        keys.path_at(offset).map_or_else(String::new, |k| format!("`{k}`: "))
+        })
     }
 
     /// A warning when an item of a step's `run` holds what looks like a shell variable (`$X`,
@@ -420,7 +432,7 @@ impl Validator<'_> {
     fn not_too_long(&mut self, span: std::ops::Range<usize>, len: usize, extra: usize, what: &str) {
         let most = max_arg().saturating_sub(extra);
         if len > most {
-            let d = self.error(
+            let d = self.item_error(
                 span,
                 &format!(
                     "{what} is {len} bytes, more than the system passes to a program in one string (at most {most})"
@@ -436,7 +448,7 @@ impl Validator<'_> {
     fn no_nul(&mut self, raw: &Str, what: &str) {
         if let Some(at) = raw.get_ref().find('\0') {
             let span = raw.span();
-            let d = self.error(span, &format!("{what} cannot hold a NUL byte (at byte {at} of the string)"));
+            let d = self.item_error(span, &format!("{what} cannot hold a NUL byte (at byte {at} of the string)"));
             d.label = "holds a NUL byte".into();
             d.help = Some("remove the `\\u0000` escape; no program can receive a NUL byte".into());
         }
