@@ -66,12 +66,15 @@ pub(crate) enum RunOutcome {
 pub(crate) enum AbandonReason {
     /// `waymark run --fresh`.
     Fresh,
-    /// It started longer ago than the flow's `resume_within`.
+    /// It started (or `waymark resume` reopened it after it failed: `reopened`) longer ago than
+    /// the flow's `resume_within`.
     Stale {
         #[serde(rename = "age_ms", serialize_with = "millis")]
         age: Duration,
         #[serde(rename = "resume_within_ms", serialize_with = "millis")]
         limit: Duration,
+        #[serde(skip)]
+        reopened: bool,
     },
 }
 
@@ -789,6 +792,7 @@ pub(crate) mod tests {
                 reason: AbandonReason::Stale {
                     age: Duration::from_millis(7_200_123),
                     limit: Duration::from_secs(3600),
+                    reopened: false,
                 },
             },
             Event::RunStarted { flow: "nightly".into(), steps_total: 2 },

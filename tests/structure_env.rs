@@ -440,14 +440,17 @@ fn a_parameter_holding_a_secret_is_refused() {
         "secret_env = ['API_TOKEN']\n[params]\nurl = 'https://me:hunter2@example.com'\n\
          [[step]]\nname = 'a'\nrun = ['touch', 'ran']\n",
     );
-    let out = env.cmd(&["run", "flow.toml"]).env("API_TOKEN", "hunter2").output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert_eq!(
-        stderr(&out),
-        "error: the default of parameter `url` (`params.url` in flow.toml) holds the value of a variable of \
-         `secret_env`; parameter values are recorded with the run (to resume it with them) and a secret never is: \
-         let the step read the secret from its environment instead; nothing ran\n"
-    );
+    // Under `--strict` too: the parameter's own error, not that the file holds the value.
+    for args in [&["run", "flow.toml"][..], &["run", "--strict", "flow.toml"]] {
+        let out = env.cmd(args).env("API_TOKEN", "hunter2").output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        assert_eq!(
+            stderr(&out),
+            "error: the default of parameter `url` (`params.url` in flow.toml) holds the value of a variable of \
+             `secret_env`; parameter values are recorded with the run (to resume it with them) and a secret never \
+             is: let the step read the secret from its environment instead; nothing ran\n"
+        );
+    }
     assert!(!env.path("ran").exists());
 }
 
@@ -492,6 +495,31 @@ fn a_secret_written_in_a_command_is_a_warning_and_refused_under_strict() {
     let said: Vec<String> =
         common::untimed(&stderr(&out)).lines().filter(|l| l.contains("warning:")).map(str::to_owned).collect();
     assert_eq!(said, [warning("API_TOKEN", 5), warning("DB_PASS", 8)]);
+    // What is recorded is the definition: a comment is not in it; a value written with an escape
+    // is, at no line the text shows.
+    env.write(
+        "flow.toml",
+        "# the token is tkn-8f3a9c\nsecret_env = ['API_TOKEN']\n[[step]]\nname = 'a'\nrun = ['true']\n",
+    );
+    let out = env
+        .cmd(&["run", "--quiet", "--strict", "--fresh", "flow.toml"])
+        .env("API_TOKEN", "tkn-8f3a9c")
+        .output()
+        .unwrap();
+    assert_eq!((out.status.code(), stderr(&out)), (Some(0), String::new()));
+    env.write("flow.toml", "secret_env = ['API_TOKEN']\n[[step]]\nname = 'a'\nshell = \"echo tkn-8f3\\u0061\"\n");
+    let out =
+        env.cmd(&["run", "--quiet", "--strict", "--fresh", "flow.toml"]).env("API_TOKEN", "tkn-8f3a").output().unwrap();
+    assert_eq!(
+        (out.status.code(), stderr(&out)),
+        (
+            Some(2),
+            "error: flow.toml: the value of secret `API_TOKEN` is written in the flow file, and every run records the \
+             flow's definition in the state database (an error under --strict); nothing ran: let the step read it \
+             from its environment (`$API_TOKEN`) instead\n"
+                .to_owned()
+        )
+    );
     // Set in an `env` table (and inherited alike): the loader's one warning, at the table.
     env.write(
         "flow.toml",

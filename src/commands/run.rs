@@ -77,7 +77,7 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
     let new_run = |mut flow: Flow| -> Result<(Flow, RunEnv), CliError> {
         let values = resolved.clone().map_err(|e| CliError::Usage(format!("{e}; nothing ran")))?;
         flow.param_values = values;
-        let env = run_env(&flow, None, here, strict)?;
+        let mut env = run_env(&flow, None, here, strict)?;
         if let Some(name) = flow.param_values.iter().find(|(_, v)| env.declared.redact(v) != **v).map(|(k, _)| k) {
             // Given on the command line, or the default the flow file gives it.
             let whose = match params.iter().any(|(given, _)| given == name) {
@@ -90,6 +90,8 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
                  instead; nothing ran"
             )));
         }
+        // The definition a new run records: a secret's value written in it is stored so.
+        secrets_in_definition(&flow, &mut env, flow_path, &loaded.source, strict)?;
         Ok((flow, env))
     };
     // A required parameter left out where no run can be resumed (`--fresh`, or the state
@@ -149,7 +151,8 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
         Some(old) if stale.is_some() => {
             let (flow, env) = new_run(loaded.flow)?;
             let (age, limit) = stale.unwrap_or_default();
-            abandon(state, store.as_mut(), &mut events, &old, &owner, abandoned(AbandonReason::Stale { age, limit }))?;
+            let stale = AbandonReason::Stale { age, limit, reopened: old.reopened_at.is_some() };
+            abandon(state, store.as_mut(), &mut events, &old, &owner, abandoned(stale))?;
             let (record, lease) = store.create_run(&flow, &hash, &owner)?;
             Owned::new_run(record, lease, flow, env)
         }
@@ -246,23 +249,34 @@ fn run_env(flow: &Flow, resuming: Option<&str>, at: EnvFileAt<'_>, strict: bool)
         let message = format!("{what}; remove {them} from the env file");
         env.warnings.push(message);
     }
-    // A new run records the file's definition: a secret's value written in it is stored so.
-    if let (EnvFileAt::File { shown, source }, None) = (at, resuming) {
-        let inherited = |name: &str| std::env::var_os(name);
-        for (name, line) in secrets_written_in(flow, &env.file, inherited, source) {
-            let what = format!(
-                "{}:{line}: the value of secret `{name}` is written in the flow file, and every run records the \
-                 flow's definition in the state database",
-                shown.display()
-            );
-            let fix = format!("let the step read it from its environment (`${name}`) instead");
-            if strict {
-                return Err(CliError::Usage(format!("{what} (an error under --strict); nothing ran: {fix}")));
-            }
-            env.warnings.push(format!("{what}, so it is stored there as written; {fix}"));
-        }
-    }
     Ok(env)
+}
+
+/// Warn (refuse under `--strict`) when a new run would record a secret's value: written in the
+/// flow file shown as `shown` (its text `source`), in a command say, while the secret comes from
+/// the environment or the env file.
+fn secrets_in_definition(
+    flow: &Flow,
+    env: &mut RunEnv,
+    shown: &Path,
+    source: &str,
+    strict: bool,
+) -> Result<(), CliError> {
+    let inherited = |name: &str| std::env::var_os(name);
+    for (name, line) in secrets_written_in(flow, &env.file, inherited, source) {
+        let at = line.map(|l| format!(":{l}")).unwrap_or_default();
+        let what = format!(
+            "{}{at}: the value of secret `{name}` is written in the flow file, and every run records the flow's \
+             definition in the state database",
+            shown.display()
+        );
+        let fix = format!("let the step read it from its environment (`${name}`) instead");
+        if strict {
+            return Err(CliError::Usage(format!("{what} (an error under --strict); nothing ran: {fix}")));
+        }
+        env.warnings.push(format!("{what}, so it is stored there as written; {fix}"));
+    }
+    Ok(())
 }
 
 fn read_env(flow: &Flow, resuming: Option<&str>, at: EnvFileAt<'_>) -> Result<RunEnv, CliError> {

@@ -130,28 +130,50 @@ fn declared_secrets(
 }
 
 /// The secrets whose value, as this runner has it from its environment or the env file, is
-/// written in the flow file's text `source` (in a command, say), each with the 1-based line where
-/// it first is: every run records the flow's definition, so the value would be stored as written.
-/// A value the file itself sets for the secret in an `env` table is left out: the loader warns of
-/// it, at the table.
+/// written in the flow's definition (in a command, say), which every run records: each with the
+/// 1-based line of the flow file's text `source` where the value first is, outside a comment
+/// (`None` when the text does not show it as is: written with an escape). A value the file itself
+/// sets for the secret in an `env` table is left out: the loader warns of it, at the table.
 pub(crate) fn secrets_written_in(
     flow: &Flow,
     file: &BTreeMap<String, String>,
     inherited: impl Fn(&str) -> Option<std::ffi::OsString>,
     source: &str,
-) -> Vec<(String, usize)> {
-    let mut found = Vec::new();
+) -> Vec<(String, Option<usize>)> {
+    let set_in_file = |name: &str, v: &str| {
+        std::iter::once(&flow.env).chain(flow.steps.iter().map(|s| &s.env)).any(|t| t.get(name).is_some_and(|x| x == v))
+    };
+    let mut candidates: Vec<(&String, String)> = Vec::new();
     for name in &flow.secret_env {
-        let set_in_file = |v: &str| {
-            std::iter::once(&flow.env)
-                .chain(flow.steps.iter().map(|s| &s.env))
-                .any(|t| t.get(name).is_some_and(|x| x == v))
-        };
         let values = inherited(name).and_then(|v| v.into_string().ok()).into_iter().chain(file.get(name).cloned());
-        let first = values.filter(|v| !v.is_empty() && !set_in_file(v)).filter_map(|v| source.find(&v)).min();
-        if let Some(at) = first {
-            found.push((name.clone(), source[..at].matches('\n').count() + 1));
+        candidates.extend(values.filter(|v| !v.is_empty() && !set_in_file(name, v)).map(|v| (name, v)));
+    }
+    if candidates.is_empty() {
+        return Vec::new(); // the definition is not written out for nothing
+    }
+    // What is recorded, as the store records it: its strings.
+    let recorded: serde_json::Value = crate::store::record::RunDefinition::json_of(flow)
+        .ok()
+        .and_then(|json| serde_json::from_str(&json).ok())
+        .unwrap_or_default();
+    let mut strings = Vec::new();
+    let mut stack = vec![&recorded];
+    while let Some(v) = stack.pop() {
+        match v {
+            serde_json::Value::String(s) => strings.push(s.as_str()),
+            serde_json::Value::Array(items) => stack.extend(items),
+            serde_json::Value::Object(map) => stack.extend(map.values()),
+            _ => {}
         }
+    }
+    let mut found: Vec<(String, Option<usize>)> = Vec::new();
+    for (name, value) in candidates {
+        if found.iter().any(|(n, _)| n == name) || !strings.iter().any(|s| s.contains(value.as_str())) {
+            continue;
+        }
+        let line =
+            source.lines().position(|l| !l.trim_start().starts_with('#') && l.contains(value.as_str())).map(|i| i + 1);
+        found.push((name.clone(), line));
     }
     found
 }

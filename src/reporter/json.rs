@@ -258,7 +258,7 @@ pub(crate) fn wire(envelope: &Envelope) -> Option<Line<'_>> {
         Event::RunAbandoned { flow, file, reason } => {
             let (reason, age_ms, resume_within_ms) = match reason {
                 AbandonReason::Fresh => ("fresh", None, None),
-                AbandonReason::Stale { age, limit } => ("stale", Some(millis(*age)), Some(millis(*limit))),
+                AbandonReason::Stale { age, limit, .. } => ("stale", Some(millis(*age)), Some(millis(*limit))),
             };
             let file = file.display().to_string();
             ("run.abandoned", Fields::RunAbandoned { flow, file, reason, age_ms, resume_within_ms })

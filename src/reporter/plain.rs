@@ -208,9 +208,10 @@ pub(super) fn describe(envelope: &Envelope, clock: &LocalTime, history: &super::
         Event::RunAbandoned { reason: AbandonReason::Fresh, .. } => {
             format!("waymark: abandoned unfinished run {run_id}")
         }
-        Event::RunAbandoned { flow, file, reason: AbandonReason::Stale { age, limit } } => format!(
-            "waymark: abandoned unfinished run {run_id} of flow `{flow}`: it started {} ago, longer than \
+        Event::RunAbandoned { flow, file, reason: AbandonReason::Stale { age, limit, reopened } } => format!(
+            "waymark: abandoned unfinished run {run_id} of flow `{flow}`: it {} {} ago, longer than \
              resume_within = {} in {}; starting a new run (`waymark status {run_id}` shows the abandoned one)",
+            if *reopened { "was reopened by `waymark resume`" } else { "started" },
             humantime::format_duration(readable(*age)),
             humantime::format_duration(*limit),
             file.display(),
@@ -360,12 +361,25 @@ mod tests {
             line(Some("old"), abandoned(AbandonReason::Fresh)).as_deref(),
             Some("waymark: abandoned unfinished run old\n")
         );
-        let stale = AbandonReason::Stale { age: Duration::from_millis(7_200_900), limit: Duration::from_secs(3600) };
+        let stale = |reopened| AbandonReason::Stale {
+            age: Duration::from_millis(7_200_900),
+            limit: Duration::from_secs(3600),
+            reopened,
+        };
         assert_eq!(
-            line(Some("old"), abandoned(stale)).as_deref(),
+            line(Some("old"), abandoned(stale(false))).as_deref(),
             Some(
                 "waymark: abandoned unfinished run old of flow `nightly`: it started 2h ago, longer than \
                  resume_within = 1h in n.toml; starting a new run (`waymark status old` shows the abandoned one)\n"
+            )
+        );
+        // A failed run that `waymark resume` reopened counts from then.
+        assert_eq!(
+            line(Some("old"), abandoned(stale(true))).as_deref(),
+            Some(
+                "waymark: abandoned unfinished run old of flow `nightly`: it was reopened by `waymark resume` 2h ago, \
+                 longer than resume_within = 1h in n.toml; starting a new run (`waymark status old` shows the \
+                 abandoned one)\n"
             )
         );
     }
