@@ -488,6 +488,19 @@ fn a_process_that_leaves_the_group_is_found_and_killed() {
     wait_until("the escaped process to die", || !alive(read_pid(&env.path("esc"))));
 }
 
+/// The same for a hook (or a compensation): the warning names it, not "this attempt".
+#[test]
+fn a_process_that_leaves_a_hook_s_group_is_killed_and_the_hook_named() {
+    let env = Env::new();
+    flow(&env, &format!("[hooks]\non_exit = '{ESCAPE}; echo started'\n[[step]]\nname = 'a'\nrun = ['true']\n"));
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let said = common::untimed(&String::from_utf8_lossy(&out.stderr));
+    let warnings: Vec<&str> = said.lines().filter(|l| l.contains("warning:")).collect();
+    assert_eq!(warnings, ["waymark: warning: killed 1 process(es) of hook on_exit that had left its process group"]);
+    wait_until("the escaped process to die", || !alive(read_pid(&env.path("esc"))));
+}
+
 #[test]
 fn an_escaped_process_holding_only_one_stream_is_found_too() {
     // stdout reaches end-of-file at once, stderr stays held open by the escaped sleep.

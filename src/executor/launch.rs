@@ -411,8 +411,18 @@ impl Launcher for ProcessLauncher {
         ];
         // The child's own files are its data: only the declared secrets are taken out of them.
         let declared = Arc::clone(&self.env.declared);
-        let supervisor =
-            Supervisor::watch(child, attempt_id, a.step_index, a.row, outputs, Arc::clone(&self.env.secrets), events);
+        // What its notes name it: a compensation or hook by its own name.
+        let what = a.aux.as_ref().map_or_else(|| "this attempt".to_owned(), |aux| aux.what.clone());
+        let supervisor = Supervisor::watch(
+            child,
+            attempt_id,
+            what,
+            a.step_index,
+            a.row,
+            outputs,
+            Arc::clone(&self.env.secrets),
+            events,
+        );
         let pid = supervisor.pid();
         let proc_start = unix::process_start_time(pid);
         let (tx, index, row, deadline) = (events.clone(), a.step_index, a.row, a.deadline);

@@ -73,6 +73,8 @@ pub(crate) struct Supervisor {
     child: crate::os::spawn::Child,
     pid: u32,
     attempt_id: String,
+    /// What it is, as its notes name it: `this attempt`, `hook on_exit`, `compensation of step `a``.
+    what: String,
     /// Each output reader sends one message here when it has reached end-of-file: the stderr
     /// reader with the end of what it read.
     readers_done: mpsc::Receiver<Option<StderrTail>>,
@@ -130,6 +132,7 @@ impl Supervisor {
     pub(crate) fn watch(
         child: crate::os::spawn::Child,
         attempt_id: String,
+        what: String,
         step: usize,
         row: i64,
         [stdout, stderr]: [Output; 2],
@@ -174,7 +177,18 @@ impl Supervisor {
                 let _ = done.send(tail).await;
             });
         }
-        Supervisor { child, pid, attempt_id, readers_done, stderr_tail: None, readers_left, abandoned, gate, gated }
+        Supervisor {
+            child,
+            pid,
+            attempt_id,
+            what,
+            readers_done,
+            stderr_tail: None,
+            readers_left,
+            abandoned,
+            gate,
+            gated,
+        }
     }
 
     pub(crate) fn pid(&self) -> u32 {
@@ -417,10 +431,10 @@ impl Supervisor {
         // The leader is gone; whatever else is left in its group goes with it.
         unix::kill_group(pgid);
         let mut notes = Vec::new();
-        let attempt_id = self.attempt_id.clone();
+        let (attempt_id, what) = (self.attempt_id.clone(), self.what.clone());
         let escaped = |notes: &mut Vec<String>, killed: usize| {
             if killed > 0 {
-                notes.push(format!("killed {killed} process(es) of this attempt that had left its process group"));
+                notes.push(format!("killed {killed} process(es) of {what} that had left its process group"));
             }
         };
         // After a timeout or a cancel nothing of the attempt may survive, not even a daemon that
@@ -505,7 +519,8 @@ mod tests {
         };
         let (tx, mut rx) = mpsc::channel(256);
         let outputs = [output(out_r, "stdout"), output(err_r, "stderr")];
-        let supervisor = Supervisor::watch(child, "held".to_owned(), 0, 1, outputs, Arc::default(), &tx);
+        let supervisor =
+            Supervisor::watch(child, "held".to_owned(), "this attempt".to_owned(), 0, 1, outputs, Arc::default(), &tx);
         // The display: a chunk counts as queued when it comes, and is written 12 KiB at a time.
         let (shown, queued) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let display = tokio::spawn({
