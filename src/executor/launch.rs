@@ -415,8 +415,7 @@ impl Launcher for ProcessLauncher {
         let what = a.aux.as_ref().map_or_else(|| "this attempt".to_owned(), |aux| aux.what.clone());
         let supervisor = Supervisor::watch(
             child,
-            attempt_id,
-            what,
+            (attempt_id, what),
             a.step_index,
             a.row,
             outputs,

@@ -128,11 +128,11 @@ impl Log {
 
 impl Supervisor {
     /// Start copying the child's output (a reader task per stream on the runner's event loop,
-    /// tagged with the attempt's step and row, hiding `secrets`) and take charge of it.
+    /// tagged with the attempt's step and row, hiding `secrets`) and take charge of it, with
+    /// its `WAYMARK_ATTEMPT_ID` and what its notes call it (`this attempt`, `hook on_exit`).
     pub(crate) fn watch(
         child: crate::os::spawn::Child,
-        attempt_id: String,
-        what: String,
+        (attempt_id, what): (String, String),
         step: usize,
         row: i64,
         [stdout, stderr]: [Output; 2],
@@ -519,8 +519,15 @@ mod tests {
         };
         let (tx, mut rx) = mpsc::channel(256);
         let outputs = [output(out_r, "stdout"), output(err_r, "stderr")];
-        let supervisor =
-            Supervisor::watch(child, "held".to_owned(), "this attempt".to_owned(), 0, 1, outputs, Arc::default(), &tx);
+        let supervisor = Supervisor::watch(
+            child,
+            ("held".to_owned(), "this attempt".to_owned()),
+            0,
+            1,
+            outputs,
+            Arc::default(),
+            &tx,
+        );
         // The display: a chunk counts as queued when it comes, and is written 12 KiB at a time.
         let (shown, queued) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let display = tokio::spawn({
