@@ -1691,3 +1691,31 @@ fn status_says_what_becomes_of_a_step_a_signal_cancelled() {
         )
     );
 }
+
+/// While the runner of a `fail_fast` run winds it down (here in its `on_failure` hook), a step that
+/// `fail_fast` cancelled is not said to be run again by that runner: it fails the run.
+#[test]
+fn status_during_a_fail_fast_wind_down_says_the_runner_does_not_run_the_cancelled_step_again() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'ff'\nfail_fast = true\n[hooks]\non_failure = 'touch hook; while [ ! -e go ]; do sleep 0.02; done'\n\
+         [[step]]\nname = 'a'\nneeds = []\nshell = 'while [ ! -e b-started ]; do sleep 0.02; done; exit 3'\n\
+         [[step]]\nname = 'b'\nneeds = []\nshell = 'touch b-started; exec sleep 300'\n",
+    );
+    let runner = env.spawn(&["run", "--quiet", "flow.toml"]);
+    wait_until("the on_failure hook to run", || env.path("hook").exists());
+    let (text, _) = status_text(&env, "ff");
+    let b = text.lines().skip_while(|l| !l.starts_with("  b ")).take(2).collect::<Vec<_>>();
+    assert_eq!(
+        b,
+        [
+            "  b                    interrupted  attempts 0/1  Ns",
+            "                       attempt 1 did not finish: it was cancelled; the run's runner does not run it \
+             again: a step failed for good under `fail_fast`",
+        ],
+        "{text}"
+    );
+    env.write("go", "");
+    assert_eq!(finish(runner).status.code(), Some(1));
+}

@@ -397,8 +397,9 @@ fn stopped_with_runner(
 /// `fail_fast` just before one) in a run that did not fail, shown `interrupted`, as the line under
 /// its line in `status` says it: `attempt 2 did not finish: it was cancelled; it runs again on
 /// resume` (under its number), `...; the run fails when resumed, without running it again: WHY`,
-/// `...; the run was abandoned, so it never runs again`, or, in a run whose new runner has not run
-/// it yet, `...; the run's runner runs it again`. `None` for any other step.
+/// `...; the run was abandoned, so it never runs again`, or, in a run whose runner lives, `...; the
+/// run's runner runs it again` (`does not run it again: WHY` when it fails the run). `None` for
+/// any other step.
 fn cancelled(
     step: &StepRecord,
     last: Option<&AttemptRecord>,
@@ -409,7 +410,9 @@ fn cancelled(
     let last = last.filter(|_| step.cut_short(last) && run.status != RunStatus::Failed)?;
     let next = match (run.status, only_fails) {
         (RunStatus::Abandoned, _) => "the run was abandoned, so it never runs again".to_owned(),
-        (RunStatus::Running, _) if runner_alive => "the run's runner runs it again".to_owned(),
+        // `fail_fast` cancelled it, and the runner goes on to fail the run.
+        (RunStatus::Running, Some(why)) if runner_alive => format!("the run's runner does not run it again: {why}"),
+        (RunStatus::Running, None) if runner_alive => "the run's runner runs it again".to_owned(),
         (_, Some(why)) => format!("the run fails when resumed, without running it again: {why}"),
         (_, None) => "it runs again on resume".to_owned(),
     };
