@@ -346,25 +346,3 @@ fn a_run_whose_log_directory_was_deleted_still_resumes() {
     assert!(err.contains("killed 1 leftover process(es) of attempt 1 from the previous runner"), "{err}");
     assert!(!common::alive(pid));
 }
-
-/// A step whose attempt removes its own log directory (a cleanup that went too far) does not stop
-/// its runner at the next attempt: the directory is made again and the retry runs and is logged.
-#[test]
-fn an_attempt_that_removes_its_step_s_log_directory_does_not_stop_the_retry() {
-    let env = Env::new();
-    env.write(
-        "flow.toml",
-        "name = 'rmlogs'\n[[step]]\nname = 'a'\n\
-         shell = 'echo attempt $WAYMARK_ATTEMPT; [ $WAYMARK_ATTEMPT -ge 2 ] || { rm -r \"$(dirname \"$WAYMARK_OUTPUT\")\"; exit 1; }'\n\
-         retry = { attempts = 2, backoff_seconds = 0 }\n",
-    );
-    let out = env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let id = last_run_id(&env);
-    assert_eq!(tree(&env.state().join("logs").join(&id)), ["a/", "a/attempt-2.stdout"]);
-    let logs = env.cmd(&["logs", &id, "a", "--stream", "stdout"]).output().unwrap();
-    assert_eq!(
-        (logs.status.code(), String::from_utf8_lossy(&logs.stdout).into_owned()),
-        (Some(0), "attempt 2\n".into())
-    );
-}

@@ -306,10 +306,9 @@ impl Launcher for ProcessLauncher {
         let attempt_id = attempt_id(&self.run_id, a.row);
         let files_err = |path: &Path, source| ExecError::Files { path: path.to_owned(), source };
         // The attempt's directory, opened once (refusing a symlink anywhere in its path): every
-        // file of the attempt is found relative to it. Made again if it is gone (an earlier
-        // attempt of the step removed it, say): the run goes on.
+        // file of the attempt is found relative to it.
         let dir_path = a.stem.parent().unwrap_or(Path::new("."));
-        let dir = Arc::new(crate::os::fs::open_dir_nofollow(dir_path, true).map_err(|e| files_err(dir_path, e))?);
+        let dir = Arc::new(crate::os::fs::open_dir_nofollow(dir_path, false).map_err(|e| files_err(dir_path, e))?);
         // The child creates its error and outputs files if it writes them: whatever an earlier
         // execution of this attempt (a runner that died, or was stopped) left at their paths
         // goes first, so that it cannot be taken for this execution's.
