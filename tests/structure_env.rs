@@ -520,6 +520,19 @@ fn a_secret_written_in_a_command_is_a_warning_and_refused_under_strict() {
                 .to_owned()
         )
     );
+    // Paths are not looked in: the flow's own directory may hold the value (a user's name).
+    env.write("alice/flow.toml", "secret_env = ['DB_USER']\n[[step]]\nname = 'a'\nrun = ['true']\nworkdir = '.'\n");
+    let out = env.cmd(&["run", "--quiet", "--strict", "alice/flow.toml"]).env("DB_USER", "alice").output().unwrap();
+    assert_eq!((out.status.code(), stderr(&out)), (Some(0), String::new()));
+    // The line named is the one that shows the value outside a comment.
+    env.write(
+        "flow.toml",
+        "secret_env = ['API_TOKEN']\n[[step]]\nname = 'a'\nrun = ['true']  # the old token tkn-77x9\n\
+         [[step]]\nname = 'b'\nshell = 'echo tkn-77x9'\n",
+    );
+    let out =
+        env.cmd(&["run", "--quiet", "--strict", "--fresh", "flow.toml"]).env("API_TOKEN", "tkn-77x9").output().unwrap();
+    assert!(stderr(&out).starts_with("error: flow.toml:7: the value of secret `API_TOKEN`"), "{}", stderr(&out));
     // Set in an `env` table (and inherited alike): the loader's one warning, at the table.
     env.write(
         "flow.toml",

@@ -130,9 +130,9 @@ fn declared_secrets(
 }
 
 /// The secrets whose value, as this runner has it from its environment or the env file, is
-/// written in the flow's definition (in a command, say), which every run records: each with the
-/// 1-based line of the flow file's text `source` where the value first is, outside a comment
-/// (`None` when the text does not show it as is: written with an escape). A value the file itself
+/// written in the flow's definition (in a command, say; paths are not looked in), which every run
+/// records: each with the 1-based line of the flow file's text `source` where the value first is,
+/// outside a comment (`None` when the text does not show it as is: written with an escape). A value the file itself
 /// sets for the secret in an `env` table is left out: the loader warns of it, at the table.
 pub(crate) fn secrets_written_in(
     flow: &Flow,
@@ -151,7 +151,9 @@ pub(crate) fn secrets_written_in(
     if candidates.is_empty() {
         return Vec::new(); // the definition is not written out for nothing
     }
-    // What is recorded, as the store records it: its strings.
+    // What is recorded, as the store records it: its strings, but for the paths (the flow file's,
+    // and the working directories and env file made absolute from it), which name where the file
+    // is, not what it says.
     let recorded: serde_json::Value = crate::store::record::RunDefinition::json_of(flow)
         .ok()
         .and_then(|json| serde_json::from_str(&json).ok())
@@ -162,7 +164,9 @@ pub(crate) fn secrets_written_in(
         match v {
             serde_json::Value::String(s) => strings.push(s.as_str()),
             serde_json::Value::Array(items) => stack.extend(items),
-            serde_json::Value::Object(map) => stack.extend(map.values()),
+            serde_json::Value::Object(map) => stack.extend(
+                map.iter().filter(|(k, _)| !matches!(k.as_str(), "path" | "workdir" | "env_file")).map(|(_, v)| v),
+            ),
             _ => {}
         }
     }
@@ -171,8 +175,14 @@ pub(crate) fn secrets_written_in(
         if found.iter().any(|(n, _)| n == name) || !strings.iter().any(|s| s.contains(value.as_str())) {
             continue;
         }
-        let line =
-            source.lines().position(|l| !l.trim_start().starts_with('#') && l.contains(value.as_str())).map(|i| i + 1);
+        // Where the text shows it before any `#` on its line (not in a comment, as far as one line
+        // tells), else where it shows it at all (a `#` line of a multi-line script).
+        let before_any_hash = |l: &str| l.find(value.as_str()).is_some_and(|at| !l[..at].contains('#'));
+        let line = source
+            .lines()
+            .position(before_any_hash)
+            .or_else(|| source.lines().position(|l| l.contains(value.as_str())))
+            .map(|i| i + 1);
         found.push((name.clone(), line));
     }
     found

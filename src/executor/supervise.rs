@@ -452,10 +452,10 @@ impl Supervisor {
             if !self.drain(LAST_DRAIN).await {
                 self.abandoned.store(true, Ordering::Relaxed);
                 self.stderr_tail = None;
-                notes.push(
-                    "a process outside waymark's reach still holds this attempt's output open; the rest of it is not shown"
-                        .to_owned(),
-                );
+                notes.push(format!(
+                    "a process outside waymark's reach still holds {}'s output open; the rest of it is not shown",
+                    self.what
+                ));
             }
         }
         let end = match (stopping, status) {
