@@ -206,3 +206,37 @@ fn an_escaped_process_without_the_marker_does_not_hold_the_run_forever() {
         assert!(survived, "the unfindable process was found after all: update README.md");
     }
 }
+
+/// A resume kills everything its dead predecessor left running, however many steps were under
+/// way (all of them at once, one look through `/proc` a round), with one warning per step, and
+/// then runs them again.
+#[test]
+fn a_resume_kills_what_every_step_left_running_and_runs_them_again() {
+    let env = Env::new();
+    let _sweeper = common::Sweeper(env.mark());
+    let steps = 40;
+    let mut text = format!("max_parallel = {steps}\n");
+    for i in 0..steps {
+        text.push_str(&format!(
+            "[[step]]\nname = 's{i}'\nneeds = []\nshell = '[ -e go ] && exit 0; sleep 300 & echo $! >> pids; echo $$ >> pids; wait'\n"
+        ));
+    }
+    env.write("flow.toml", &text);
+    let first = env.spawn(&["run", "flow.toml"]);
+    env.wait_for_lines("pids", 2 * steps);
+    common::kill(first.id(), "KILL");
+    common::finish(first);
+    env.write("go", "");
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    let said = common::untimed(&stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    let mut killed: Vec<String> = said.lines().filter(|l| l.contains("leftover")).map(str::to_owned).collect();
+    killed.sort();
+    let mut expected: Vec<String> = (0..steps)
+        .map(|i| format!("waymark: warning: s{i}: killed 2 leftover process(es) of attempt 1 from the previous runner"))
+        .collect();
+    expected.sort();
+    assert_eq!(killed, expected);
+    let pids: Vec<u32> = env.read("pids").lines().map(|l| l.trim().parse().unwrap()).collect();
+    common::assert_no_survivors(&env.mark(), &pids, &said);
+}

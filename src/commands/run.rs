@@ -13,7 +13,7 @@
 use super::{CliError, EXIT_FAILED, EXIT_OK, FlowGuard, open_store, print_warnings};
 use crate::events::{AbandonReason, Earlier, EarlierAttempt, Emitter, Event, NoticeKind, RunOutcome};
 use crate::executor::environment::{EnvFileError, RunEnv, secrets_written_in};
-use crate::executor::{ExecError, RunSpec, RunnerSignals, kill_aux_leftovers, kill_leftovers};
+use crate::executor::{ExecError, LeftRunning, RunSpec, RunnerSignals, kill_leftovers};
 use crate::flow::model::shell_word;
 use crate::flow::params::ParamError;
 use crate::flow::{self, Flow};
@@ -424,16 +424,14 @@ fn abandon(
     let aux = store.aux_runs(&old.id)?;
     // What a runner on another host left running is not ours to kill (its pids mean nothing here).
     if old.host == host_id() {
-        for step in store.steps(&old.id)? {
-            if let Some(message) = kill_leftovers(state, &old.id, &step).map_err(exec_error)? {
-                events.warning(Some(&step.name), message);
-            }
-        }
-        // A compensation or hook it was running when its runner died.
-        for run in aux.iter().filter(|run| !run.finished) {
-            if let Some(message) = kill_aux_leftovers(state, &old.id, run, !run.superseded(&aux)).map_err(exec_error)? {
-                events.warning(None, message);
-            }
+        let steps = store.steps(&old.id)?;
+        // Its steps' attempts and catch handlers, and a compensation or hook it was running.
+        let left = LeftRunning {
+            steps: steps.iter().collect(),
+            aux: aux.iter().filter(|run| !run.finished).map(|run| (run, !run.superseded(&aux))).collect(),
+        };
+        for (step, message) in kill_leftovers(state, &old.id, &left).map_err(exec_error)? {
+            events.warning(step.as_deref(), message);
         }
     }
     store.abandon(&old.id, owner)?;

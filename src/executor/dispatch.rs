@@ -6,7 +6,7 @@
 //! its timers, so a test runs it under a paused clock with fakes (see `tests.rs`).
 
 use super::environment::RunEnv;
-use super::launch::{Attempt, Aux, Launched, Launcher};
+use super::launch::{Attempt, Aux, Launched, Launcher, LeftRunning};
 use super::outputs::{self, RunOutputs};
 use super::supervise::{Control, End};
 use super::{ExecError, Msg, StepRef, evidence};
@@ -451,6 +451,19 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         for (step, message) in too_long {
             emitter.warning(Some(&step), message);
         }
+        // What a dead runner left running (attempts, catch handlers, compensations, hooks) is made
+        // sure dead first, all of it at once: nothing of it may run beside what this one starts.
+        let left = LeftRunning {
+            steps: spec
+                .steps
+                .iter()
+                .filter(|r| matches!(r.state, StepState::InFlight { .. } | StepState::Catching { .. }))
+                .collect(),
+            aux: spec.aux.iter().filter(|aux| !aux.finished).map(|aux| (aux, !aux.superseded(&spec.aux))).collect(),
+        };
+        for (step, message) in parts.launcher.kill_leftovers(&left)? {
+            emitter.warning(step.as_deref(), message);
+        }
         let pending = StepRecord::pending("");
         let record = |index: usize| spec.steps.get(index).unwrap_or(&pending);
         let mut steps = Vec::with_capacity(flow.steps.len());
@@ -472,12 +485,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                     emitter.emit(Event::StepSkipped { step: step.name.clone(), reason: SkipReason::AlreadyCaught });
                     Slot::Caught
                 }
-                StepState::Catching { attempt, .. } => {
-                    if let Some(message) = parts.launcher.kill_leftovers(rec)? {
-                        emitter.warning(Some(&step.name), message);
-                    }
-                    Slot::Catching { attempt: *attempt }
-                }
+                StepState::Catching { attempt, .. } => Slot::Catching { attempt: *attempt },
                 StepState::Waiting { next_attempt, wake_at } => {
                     // A resumed run serves the rest of a recorded backoff.
                     let left = wake_at.duration_since(parts.clock.now()).unwrap_or(Duration::ZERO);
@@ -487,12 +495,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                     emitter.emit(Event::StepWaiting { step: step.name.clone(), next_attempt, max_attempts, retry });
                     Slot::Waiting { attempt: next_attempt, wake: Instant::now() + left }
                 }
-                StepState::InFlight { attempt, .. } => {
-                    if let Some(message) = parts.launcher.kill_leftovers(rec)? {
-                        emitter.warning(Some(&step.name), message);
-                    }
-                    Slot::Ready { attempt: *attempt, redelivered: true }
-                }
+                StepState::InFlight { attempt, .. } => Slot::Ready { attempt: *attempt, redelivered: true },
             };
             steps.push(StepSlot {
                 step: StepRef::InFlow(Arc::clone(&flow), index),
@@ -525,14 +528,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         let agenda = Agenda::new(&steps);
         let mut completed: Vec<usize> = (0..steps.len()).filter(|&i| steps[i].slot.done()).collect();
         completed.sort_by_key(|&i| (record(i).ended_at, i));
-        let mut aux_done = BTreeSet::new();
-        for aux in &spec.aux {
-            if aux.finished {
-                aux_done.insert((aux.kind, aux.name.clone()));
-            } else if let Some(message) = parts.launcher.kill_aux_leftovers(aux, !aux.superseded(&spec.aux))? {
-                emitter.warning(None, message);
-            }
-        }
+        let aux_done: BTreeSet<_> =
+            spec.aux.iter().filter(|aux| aux.finished).map(|aux| (aux.kind, aux.name.clone())).collect();
         // No child of the run is alive: this runner has started none, and a dead runner's are
         // dead (above). The first start is made on the runtime's thread, not handed to the
         // writer thread just started and back (four of a 1-step run's 37 context switches).

@@ -79,10 +79,6 @@ pub(crate) trait Launcher {
     fn prepare_handler(&mut self, step: &Step, attempt: u32) -> Result<PathBuf, ExecError>;
     /// The file stem of a compensation (of step `name`) or a hook (`name`), its directory ready.
     fn prepare_aux(&mut self, kind: AuxKind, name: &str) -> Result<PathBuf, ExecError>;
-    /// Make sure a compensation or hook left running by a dead runner is dead (as
-    /// [`Launcher::kill_leftovers`] does for an attempt).
-    /// `own_files`: the files at its stem are its own (no later run of it made them since).
-    fn kill_aux_leftovers(&mut self, aux: &AuxRun, own_files: bool) -> Result<Option<String>, ExecError>;
     /// Spawn the attempt; its supervisor reports its output and its end to `events`.
     fn spawn(
         &mut self,
@@ -92,9 +88,10 @@ pub(crate) trait Launcher {
     ) -> Result<Launched, ExecError>;
     /// SIGKILL an attempt's whole process group now.
     fn kill(&mut self, pid: u32);
-    /// Make sure an attempt left in flight by a dead runner is dead; a message for the user when
-    /// something had to be killed, an error when something would not die.
-    fn kill_leftovers(&mut self, step: &StepRecord) -> Result<Option<String>, ExecError>;
+    /// Make sure what a dead runner left running (attempts, catch handlers, compensations and
+    /// hooks) is dead; a message for the user, with its step if a step's, for each that had to be
+    /// killed; an error when something would not die.
+    fn kill_leftovers(&mut self, left: &LeftRunning<'_>) -> Result<Vec<(Option<String>, String)>, ExecError>;
     /// Where a step's logs are.
     fn log_dir(&self, step: &str) -> PathBuf;
 }
@@ -474,34 +471,38 @@ impl Launcher for ProcessLauncher {
         Ok(stem)
     }
 
-    fn kill_aux_leftovers(&mut self, aux: &AuxRun, own_files: bool) -> Result<Option<String>, ExecError> {
-        if let Some(host) = &self.elsewhere {
-            return Ok(Some(format!(
-                "{} `{}` was left running on host {host}, whose runner was lost; it is run again here (waymark \
-                 never kills by a pid recorded on another host)",
-                aux.kind.as_str(),
-                aux.name
-            )));
-        }
-        kill_aux_leftovers(&self.state, &self.run_id, aux, own_files)
-    }
-
     fn kill(&mut self, pid: u32) {
         unix::kill_group(pid);
     }
 
-    fn kill_leftovers(&mut self, step: &StepRecord) -> Result<Option<String>, ExecError> {
-        if let Some(host) = &self.elsewhere {
+    fn kill_leftovers(&mut self, left: &LeftRunning<'_>) -> Result<Vec<(Option<String>, String)>, ExecError> {
+        let Some(host) = &self.elsewhere else { return kill_leftovers(&self.state, &self.run_id, left) };
+        let mut said = Vec::new();
+        for step in &left.steps {
             let attempt = match &step.state {
                 StepState::InFlight { attempt, .. } | StepState::Catching { attempt, in_flight: Some(_) } => attempt,
-                _ => return Ok(None),
+                _ => continue,
             };
-            return Ok(Some(format!(
-                "attempt {attempt} was in flight on host {host}, whose runner was lost (ActionExecutionLost); it is \
-                 redelivered here as attempt {attempt} (waymark never kills by a pid recorded on another host)"
-            )));
+            said.push((
+                Some(step.name.clone()),
+                format!(
+                    "attempt {attempt} was in flight on host {host}, whose runner was lost (ActionExecutionLost); it \
+                     is redelivered here as attempt {attempt} (waymark never kills by a pid recorded on another host)"
+                ),
+            ));
         }
-        kill_leftovers(&self.state, &self.run_id, step)
+        for (aux, _) in &left.aux {
+            said.push((
+                None,
+                format!(
+                    "{} `{}` was left running on host {host}, whose runner was lost; it is run again here (waymark \
+                     never kills by a pid recorded on another host)",
+                    aux.kind.as_str(),
+                    aux.name
+                ),
+            ));
+        }
+        Ok(said)
     }
 
     fn log_dir(&self, step: &str) -> PathBuf {
@@ -563,43 +564,82 @@ fn attempt_id(run_id: &str, row: i64) -> String {
     format!("{run_id}.{row}")
 }
 
-/// Make sure an attempt that was in flight when its runner died is dead: its process group
-/// (checked against the recorded start time) and any of its processes that left the group.
-/// Returns a message for the user when something had to be killed.
-/// An error when some would not die: the attempt must not run twice at once.
-pub(crate) fn kill_leftovers(state: &StateDir, run_id: &str, step: &StepRecord) -> Result<Option<String>, ExecError> {
-    let (attempt, row, pid, proc_start, what, stem) = match &step.state {
-        StepState::InFlight { attempt, row, pid, proc_start } => {
-            let stem = state.attempt_stem(run_id, &step.name, *attempt);
-            (attempt, row, pid, proc_start, format!("attempt {attempt}"), stem)
-        }
-        StepState::Catching { attempt, in_flight: Some((row, pid, proc_start)) } => {
-            let stem = state.handler_stem(run_id, &step.name, *attempt);
-            (attempt, row, pid, proc_start, format!("the catch handler of attempt {attempt}"), stem)
-        }
-        _ => return Ok(None),
-    };
-    let killed = unix::kill_leftovers(*pid, *proc_start, &attempt_id(run_id, *row), Duration::from_secs(5));
-    made_sure_dead(killed, &what, Some(&stem), |pids| ExecError::Leftovers {
-        step: step.name.clone(),
-        attempt: *attempt,
-        pids,
-    })
+/// What a dead runner left running of a run, for [`kill_leftovers`]: the steps whose attempt (or
+/// catch handler) was in flight, and the compensations and hooks that had not finished, each with
+/// whether the files at its stem are its own (no later run of the same one made them since).
+pub(crate) struct LeftRunning<'a> {
+    pub(crate) steps: Vec<&'a StepRecord>,
+    pub(crate) aux: Vec<(&'a AuxRun, bool)>,
 }
 
-/// [`kill_leftovers`] for a compensation or hook a dead runner left running; its error and
-/// outputs files are removed only when they are its own (`own_files`: a later run of the same
-/// compensation or hook, at the same paths, keeps its scrubbed files).
-pub(crate) fn kill_aux_leftovers(
+/// Make sure what a dead runner left running of run `run_id` is dead: each execution's process
+/// group (checked against the recorded start time) and its processes that left the group, all
+/// killed at once and waited for together. Returns a message for the user, with the step it is
+/// about (none for a compensation or hook, which names itself), for each that had to be killed;
+/// an error when some would not die: nothing may run twice at once.
+pub(crate) fn kill_leftovers(
     state: &StateDir,
     run_id: &str,
-    aux: &AuxRun,
-    own_files: bool,
-) -> Result<Option<String>, ExecError> {
-    let killed = unix::kill_leftovers(aux.pid, aux.proc_start, &attempt_id(run_id, aux.row), Duration::from_secs(5));
-    let what = format!("{} `{}`", aux.kind.as_str(), aux.name);
-    let stem = own_files.then(|| state.aux_stem(run_id, aux.kind, &aux.name));
-    made_sure_dead(killed, &what, stem.as_deref(), |pids| ExecError::Leftovers { step: what.clone(), attempt: 1, pids })
+    left: &LeftRunning<'_>,
+) -> Result<Vec<(Option<String>, String)>, ExecError> {
+    // What each is: its step (if a step's), its row, group and leader, its name in the message,
+    // the stem of its files (removed once it is dead, if its own) and its attempt number.
+    struct Target {
+        step: Option<String>,
+        id: String,
+        pgid: Option<u32>,
+        leader_start: Option<u64>,
+        what: String,
+        stem: Option<PathBuf>,
+        attempt: u32,
+    }
+    let mut targets = Vec::new();
+    for step in &left.steps {
+        let (attempt, row, pid, proc_start, what, stem) = match &step.state {
+            StepState::InFlight { attempt, row, pid, proc_start } => {
+                let stem = state.attempt_stem(run_id, &step.name, *attempt);
+                (*attempt, row, pid, proc_start, format!("attempt {attempt}"), stem)
+            }
+            StepState::Catching { attempt, in_flight: Some((row, pid, proc_start)) } => {
+                let stem = state.handler_stem(run_id, &step.name, *attempt);
+                (*attempt, row, pid, proc_start, format!("the catch handler of attempt {attempt}"), stem)
+            }
+            _ => continue,
+        };
+        let (id, step) = (attempt_id(run_id, *row), Some(step.name.clone()));
+        targets.push(Target { step, id, pgid: *pid, leader_start: *proc_start, what, stem: Some(stem), attempt });
+    }
+    for (aux, own_files) in &left.aux {
+        targets.push(Target {
+            step: None,
+            id: attempt_id(run_id, aux.row),
+            pgid: aux.pid,
+            leader_start: aux.proc_start,
+            what: format!("{} `{}`", aux.kind.as_str(), aux.name),
+            stem: own_files.then(|| state.aux_stem(run_id, aux.kind, &aux.name)),
+            attempt: 1,
+        });
+    }
+    if targets.is_empty() {
+        return Ok(Vec::new());
+    }
+    let looked_for: Vec<unix::Leftover<'_>> = targets
+        .iter()
+        .map(|t| unix::Leftover { pgid: t.pgid, leader_start: t.leader_start, attempt_id: &t.id })
+        .collect();
+    let killed = unix::kill_leftovers(&looked_for, Duration::from_secs(5));
+    let mut said = Vec::new();
+    for (t, killed) in targets.iter().zip(killed) {
+        let would_not_die = |pids| ExecError::Leftovers {
+            step: t.step.clone().unwrap_or_else(|| t.what.clone()),
+            attempt: t.attempt,
+            pids,
+        };
+        if let Some(message) = made_sure_dead(killed, &t.what, t.stem.as_deref(), would_not_die)? {
+            said.push((t.step.clone(), message));
+        }
+    }
+    Ok(said)
 }
 
 /// What `unix::kill_leftovers` did to what is left of `what`: an error (`would_not_die`) when some

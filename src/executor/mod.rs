@@ -39,7 +39,7 @@ pub(crate) use output::{Chunk, OutputGate};
 
 pub(crate) use dispatch::RunSpec;
 pub(crate) use evidence::workflow_timeout;
-pub(crate) use launch::{kill_aux_leftovers, kill_leftovers};
+pub(crate) use launch::{LeftRunning, kill_leftovers};
 
 /// A step as the dispatcher and the tasks that run its attempts hold it: one of the run's
 /// flow's, shared with the flow (a run of 10,000 steps copies none of them), or one made up for
@@ -148,6 +148,14 @@ pub(crate) async fn execute(
     let hook = |name: &str| if cfg!(debug_assertions) { std::env::var(name).ok() } else { None };
     let (crash_after, crash_at_start) = (hook("WAYMARK_TEST_CRASH_AFTER"), hook("WAYMARK_TEST_CRASH_AT_START"));
     let rng = fastrand::Rng::new();
+    let stall =
+        hook("WAYMARK_TEST_STALL_AT_START").and_then(|ms| ms.parse().ok()).map(std::time::Duration::from_millis);
     let parts = Parts { launcher, journal, signals, clock: SystemClock, rng, crash_after, crash_at_start };
-    Dispatcher::new(spec, parts, emitter)?.run().await
+    let dispatcher = Dispatcher::new(spec, parts, emitter)?;
+    // Test hook, in debug builds only (`WAYMARK_TEST_STALL_AT_START=MS`): work that long without
+    // awaiting before the first start, as a long set-up would.
+    if let Some(stall) = stall {
+        std::thread::sleep(stall);
+    }
+    dispatcher.run().await
 }

@@ -80,35 +80,6 @@ fn stat_fields(stat: &str) -> Option<Vec<&str>> {
     Some(after.split_whitespace().collect())
 }
 
-/// Live processes of a dead runner's attempt in group `pgid`, whose leader (pid == pgid) started
-/// at `leader_start`. The group is the attempt's if its leader is alive with that start time, or
-/// if the leader is gone but members remain (the kernel does not reuse a pid while it names a
-/// live group). Empty when the group is gone or belongs to someone else now.
-fn orphaned_group(pgid: u32, leader_start: Option<u64>) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        // No /proc: trust the pgid only if the leader still lives.
-        return if is_alive(pgid, leader_start) { vec![pgid] } else { Vec::new() };
-    };
-    let mut members = Vec::new();
-    let mut leader_matches = None;
-    for entry in dir.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        let Some(fields) = stat_fields(&stat) else { continue };
-        // fields[0] = state, [2] = pgrp, [19] = starttime
-        let pgrp: Option<u32> = fields.get(2).and_then(|s| s.parse().ok());
-        if pgrp != Some(pgid) || fields.first() == Some(&"Z") {
-            continue;
-        }
-        members.push(pid);
-        if pid == pgid {
-            let start: Option<u64> = fields.get(19).and_then(|s| s.parse().ok());
-            leader_matches = Some(leader_start.is_none() || start == leader_start);
-        }
-    }
-    if leader_matches == Some(false) { Vec::new() } else { members }
-}
-
 /// The variable that tags every process of an attempt, inherited by all its descendants.
 pub(crate) const ATTEMPT_ID_VAR: &str = "WAYMARK_ATTEMPT_ID";
 
@@ -184,27 +155,85 @@ fn pipes_of(pid: &str) -> Option<Vec<u64>> {
     )
 }
 
-/// Kill what is left of a dead runner's attempt (its group, and its processes that left the
-/// group) and wait, up to `limit`, until they are gone. Returns how many processes there were,
-/// and those still alive at the end.
-pub(crate) fn kill_leftovers(
-    pgid: Option<u32>,
-    leader_start: Option<u64>,
-    attempt_id: &str,
-    limit: Duration,
-) -> (usize, Vec<u32>) {
-    let find = || {
-        let mut pids = pgid.map_or_else(Vec::new, |g| orphaned_group(g, leader_start));
-        pids.extend(marked(attempt_id));
-        pids.sort_unstable();
-        pids.dedup();
-        pids
+/// What is left of a dead runner's attempt to look for: the processes of its group (led by
+/// `pgid`, whose leader started at `leader_start`) and those marked with its `attempt_id`.
+pub(crate) struct Leftover<'a> {
+    pub(crate) pgid: Option<u32>,
+    pub(crate) leader_start: Option<u64>,
+    pub(crate) attempt_id: &'a str,
+}
+
+/// A live process as one scan of `/proc` saw it.
+struct Seen {
+    pid: u32,
+    pgrp: Option<u32>,
+    start: Option<u64>,
+    /// Its `WAYMARK_ATTEMPT_ID`, if it has one.
+    attempt: Option<Vec<u8>>,
+}
+
+/// Every live process but this one, with its group, start time and attempt id: one read of
+/// each's `stat` and `environ`. `None` without `/proc`.
+fn scan() -> Option<Vec<Seen>> {
+    let dir = std::fs::read_dir("/proc").ok()?;
+    let me = std::process::id();
+    let prefix = format!("{ATTEMPT_ID_VAR}=");
+    let mut seen = Vec::new();
+    for pid in dir.flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()) {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let Some(fields) = stat_fields(&stat) else { continue };
+        // fields[0] = state, [2] = pgrp, [19] = starttime
+        if pid == me || fields.first() == Some(&"Z") {
+            continue;
+        }
+        let attempt = std::fs::read(format!("/proc/{pid}/environ")).ok().and_then(|env| {
+            env.split(|b| *b == 0).find_map(|var| var.strip_prefix(prefix.as_bytes()).map(<[u8]>::to_vec))
+        });
+        let (pgrp, start) = (fields.get(2).and_then(|s| s.parse().ok()), fields.get(19).and_then(|s| s.parse().ok()));
+        seen.push(Seen { pid, pgrp, start, attempt });
+    }
+    Some(seen)
+}
+
+/// The live processes of `leftover` among `seen` (a scan; `None`: no `/proc`). Its group counts if
+/// its leader is alive with the recorded start time, or if the leader is gone but members remain
+/// (the kernel does not reuse a pid while it names a live group); a group whose leader is another
+/// process now is someone else's.
+fn leftovers_of(leftover: &Leftover<'_>, seen: Option<&[Seen]>) -> Vec<u32> {
+    let Some(seen) = seen else {
+        // No /proc: trust the pgid only if the leader still lives.
+        return leftover.pgid.filter(|g| is_alive(*g, leftover.leader_start)).into_iter().collect();
     };
-    let leftovers = find();
+    let mut pids = Vec::new();
+    if let Some(pgid) = leftover.pgid {
+        let someone_else = seen
+            .iter()
+            .find(|p| p.pid == pgid && p.pgrp == Some(pgid))
+            .is_some_and(|leader| leftover.leader_start.is_some() && leader.start != leftover.leader_start);
+        if !someone_else {
+            pids.extend(seen.iter().filter(|p| p.pgrp == Some(pgid)).map(|p| p.pid));
+        }
+    }
+    pids.extend(seen.iter().filter(|p| p.attempt.as_deref() == Some(leftover.attempt_id.as_bytes())).map(|p| p.pid));
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
+/// Kill what is left of each of a dead runner's attempts (its group, and its processes that left
+/// the group) and wait, up to `limit` for all of them, until they are gone: one scan of `/proc`
+/// a round for all of them, not two per attempt (a resume of 100 steps left running took 1.7 s).
+/// Returns, for each, how many processes there were, and those still alive at the end.
+pub(crate) fn kill_leftovers(leftovers: &[Leftover<'_>], limit: Duration) -> Vec<(usize, Vec<u32>)> {
+    let find = || {
+        let seen = scan();
+        leftovers.iter().map(|l| leftovers_of(l, seen.as_deref())).collect::<Vec<_>>()
+    };
+    let found = find();
     let start = std::time::Instant::now();
-    let mut left = leftovers.clone();
-    while !left.is_empty() && start.elapsed() < limit {
-        for pid in &left {
+    let mut left = found.clone();
+    while left.iter().any(|pids| !pids.is_empty()) && start.elapsed() < limit {
+        for pid in left.iter().flatten() {
             if let Ok(raw) = i32::try_from(*pid) {
                 let _ = signal::kill(Pid::from_raw(raw), NixSignal::SIGKILL);
             }
@@ -212,7 +241,7 @@ pub(crate) fn kill_leftovers(
         std::thread::sleep(Duration::from_millis(10));
         left = find();
     }
-    (leftovers.len(), left)
+    found.iter().zip(left).map(|(found, left)| (found.len(), left)).collect()
 }
 
 /// Mark every file descriptor above 2 close-on-exec: descriptors that whoever started waymark

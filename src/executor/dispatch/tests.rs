@@ -73,12 +73,6 @@ impl Launcher for FakeLauncher {
         Ok(Path::new("/nonexistent/waymark-dispatch-test").join(kind.as_str()).join(name))
     }
 
-    fn kill_aux_leftovers(&mut self, aux: &AuxRun, own_files: bool) -> Result<Option<String>, ExecError> {
-        let files = if own_files { "" } else { " (a later run's files)" };
-        self.leftovers_checked.borrow_mut().push(format!("{}:{}{files}", aux.name, aux.kind.as_str()));
-        Ok(None)
-    }
-
     fn prepare_handler(&mut self, step: &Step, attempt: u32) -> Result<PathBuf, ExecError> {
         Ok(Path::new("/nonexistent/waymark-dispatch-test").join(&step.name).join(format!("catch-{attempt}")))
     }
@@ -165,9 +159,14 @@ impl Launcher for FakeLauncher {
         self.killed.borrow_mut().push(pid);
     }
 
-    fn kill_leftovers(&mut self, step: &StepRecord) -> Result<Option<String>, ExecError> {
-        self.leftovers_checked.borrow_mut().push(step.name.clone());
-        Ok(None)
+    fn kill_leftovers(&mut self, left: &LeftRunning<'_>) -> Result<Vec<(Option<String>, String)>, ExecError> {
+        let mut checked = self.leftovers_checked.borrow_mut();
+        checked.extend(left.steps.iter().map(|step| step.name.clone()));
+        for (aux, own_files) in &left.aux {
+            let files = if *own_files { "" } else { " (a later run's files)" };
+            checked.push(format!("{}:{}{files}", aux.name, aux.kind.as_str()));
+        }
+        Ok(Vec::new())
     }
 
     fn log_dir(&self, step: &str) -> PathBuf {
