@@ -756,7 +756,8 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
     if json {
         print_json(&json!({
             "id": run.id, "flow": run.flow, "path": run.flow_path, "status": run.status.as_str(),
-            "started_at": time(run.started_at), "ended_at": opt_time(run.ended_at), "reopened_at": opt_time(run.reopened_at),
+            "started_at": time(run.started_at), "ended_at": opt_time(run.ended_at),
+            "reopened_at": opt_time(run.reopened_at),
             "failed_step": run.failed_step, "pid": run.pid, "host": run.host,
             "runner_alive": runner_alive, "steps": rows,
             "compensated": !compensations.is_empty(),

@@ -132,8 +132,9 @@ fn declared_secrets(
 /// The secrets whose value, as this runner has it from its environment or the env file, is
 /// written in the flow's definition (in a command, say; paths are not looked in), which every run
 /// records: each with the 1-based line of the flow file's text `source` where the value first is,
-/// outside a comment (`None` when the text does not show it as is: written with an escape). A value the file itself
-/// sets for the secret in an `env` table is left out: the loader warns of it, at the table.
+/// outside a comment (`None` when the text does not show it as is: written with an escape). A
+/// value the file itself sets for the secret in an `env` table is left out: the loader warns of
+/// it, at the table.
 pub(crate) fn secrets_written_in(
     flow: &Flow,
     file: &BTreeMap<String, String>,

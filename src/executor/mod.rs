@@ -109,9 +109,9 @@ pub(crate) enum ExecError {
     Leftovers { step: String, attempt: u32, pids: Vec<u32> },
 }
 
-/// The runner's own signals, as the dispatcher reads them.
-/// The runner's signals, and whether the dispatcher has read all that came before its first look
-/// (which comes after it set the run up without awaiting, so it reads the sockets themselves).
+/// The runner's own signals, as the dispatcher reads them, and whether it has read all that came
+/// before its first look (which comes after it set the run up without awaiting, so it reads the
+/// sockets themselves).
 struct OsSignals(crate::os::signals::AsyncSignals, bool);
 
 impl SignalSource for OsSignals {
