@@ -430,8 +430,12 @@ fn abandon(
             steps: steps.iter().collect(),
             aux: aux.iter().filter(|run| !run.finished).map(|run| (run, !run.superseded(&aux))).collect(),
         };
-        for (step, message) in kill_leftovers(state, &old.id, &left).map_err(exec_error)? {
+        let (said, error) = kill_leftovers(state, &old.id, &left);
+        for (step, message) in said {
             events.warning(step.as_deref(), message);
+        }
+        if let Some(e) = error {
+            return Err(exec_error(e).into());
         }
     }
     store.abandon(&old.id, owner)?;

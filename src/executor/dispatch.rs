@@ -461,8 +461,12 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 .collect(),
             aux: spec.aux.iter().filter(|aux| !aux.finished).map(|aux| (aux, !aux.superseded(&spec.aux))).collect(),
         };
-        for (step, message) in parts.launcher.kill_leftovers(&left)? {
+        let (said, error) = parts.launcher.kill_leftovers(&left);
+        for (step, message) in said {
             emitter.warning(step.as_deref(), message);
+        }
+        if let Some(e) = error {
+            return Err(e);
         }
         let pending = StepRecord::pending("");
         let record = |index: usize| spec.steps.get(index).unwrap_or(&pending);

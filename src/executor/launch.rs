@@ -89,9 +89,8 @@ pub(crate) trait Launcher {
     /// SIGKILL an attempt's whole process group now.
     fn kill(&mut self, pid: u32);
     /// Make sure what a dead runner left running (attempts, catch handlers, compensations and
-    /// hooks) is dead; a message for the user, with its step if a step's, for each that had to be
-    /// killed; an error when something would not die.
-    fn kill_leftovers(&mut self, left: &LeftRunning<'_>) -> Result<Vec<(Option<String>, String)>, ExecError>;
+    /// hooks) is dead: see [`Killed`].
+    fn kill_leftovers(&mut self, left: &LeftRunning<'_>) -> Killed;
     /// Where a step's logs are.
     fn log_dir(&self, step: &str) -> PathBuf;
 }
@@ -475,7 +474,7 @@ impl Launcher for ProcessLauncher {
         unix::kill_group(pid);
     }
 
-    fn kill_leftovers(&mut self, left: &LeftRunning<'_>) -> Result<Vec<(Option<String>, String)>, ExecError> {
+    fn kill_leftovers(&mut self, left: &LeftRunning<'_>) -> Killed {
         let Some(host) = &self.elsewhere else { return kill_leftovers(&self.state, &self.run_id, left) };
         let mut said = Vec::new();
         for step in &left.steps {
@@ -502,7 +501,7 @@ impl Launcher for ProcessLauncher {
                 ),
             ));
         }
-        Ok(said)
+        (said, None)
     }
 
     fn log_dir(&self, step: &str) -> PathBuf {
@@ -572,16 +571,16 @@ pub(crate) struct LeftRunning<'a> {
     pub(crate) aux: Vec<(&'a AuxRun, bool)>,
 }
 
+/// What [`kill_leftovers`] did: a message for the user, with the step it is about (none for a
+/// compensation or hook, which names itself), for each that had to be killed; and the first error,
+/// when some would not die (nothing may run twice at once) or their files could not be removed.
+/// The messages are said either way: what was killed was killed.
+pub(crate) type Killed = (Vec<(Option<String>, String)>, Option<ExecError>);
+
 /// Make sure what a dead runner left running of run `run_id` is dead: each execution's process
 /// group (checked against the recorded start time) and its processes that left the group, all
-/// killed at once and waited for together. Returns a message for the user, with the step it is
-/// about (none for a compensation or hook, which names itself), for each that had to be killed;
-/// an error when some would not die: nothing may run twice at once.
-pub(crate) fn kill_leftovers(
-    state: &StateDir,
-    run_id: &str,
-    left: &LeftRunning<'_>,
-) -> Result<Vec<(Option<String>, String)>, ExecError> {
+/// killed at once and waited for together.
+pub(crate) fn kill_leftovers(state: &StateDir, run_id: &str, left: &LeftRunning<'_>) -> Killed {
     // What each is: its step (if a step's), its row, group and leader, its name in the message,
     // the stem of its files (removed once it is dead, if its own) and its attempt number.
     struct Target {
@@ -621,25 +620,29 @@ pub(crate) fn kill_leftovers(
         });
     }
     if targets.is_empty() {
-        return Ok(Vec::new());
+        return (Vec::new(), None);
     }
     let looked_for: Vec<unix::Leftover<'_>> = targets
         .iter()
         .map(|t| unix::Leftover { pgid: t.pgid, leader_start: t.leader_start, attempt_id: &t.id })
         .collect();
     let killed = unix::kill_leftovers(&looked_for, Duration::from_secs(5));
-    let mut said = Vec::new();
+    let (mut said, mut error) = (Vec::new(), None);
     for (t, killed) in targets.iter().zip(killed) {
         let would_not_die = |pids| ExecError::Leftovers {
             step: t.step.clone().unwrap_or_else(|| t.what.clone()),
             attempt: t.attempt,
             pids,
         };
-        if let Some(message) = made_sure_dead(killed, &t.what, t.stem.as_deref(), would_not_die)? {
-            said.push((t.step.clone(), message));
+        match made_sure_dead(killed, &t.what, t.stem.as_deref(), would_not_die) {
+            Ok(Some(message)) => said.push((t.step.clone(), message)),
+            Ok(None) => {}
+            Err(e) => {
+                error.get_or_insert(e);
+            }
         }
     }
-    Ok(said)
+    (said, error)
 }
 
 /// What `unix::kill_leftovers` did to what is left of `what`: an error (`would_not_die`) when some

@@ -168,53 +168,55 @@ struct Seen {
     pid: u32,
     pgrp: Option<u32>,
     start: Option<u64>,
-    /// Its `WAYMARK_ATTEMPT_ID`, if it has one.
-    attempt: Option<Vec<u8>>,
+    /// The values of `WAYMARK_ATTEMPT_ID` in its environment (a process may hold it twice).
+    attempts: Vec<Vec<u8>>,
 }
 
-/// Every live process but this one, with its group, start time and attempt id: one read of
-/// each's `stat` and `environ`. `None` without `/proc`.
+/// Every live process, this one among them, with its group, start time and attempt ids: one read
+/// of each's `stat` and `environ`. `None` without `/proc`.
 fn scan() -> Option<Vec<Seen>> {
     let dir = std::fs::read_dir("/proc").ok()?;
-    let me = std::process::id();
     let prefix = format!("{ATTEMPT_ID_VAR}=");
     let mut seen = Vec::new();
     for pid in dir.flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()) {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
         let Some(fields) = stat_fields(&stat) else { continue };
         // fields[0] = state, [2] = pgrp, [19] = starttime
-        if pid == me || fields.first() == Some(&"Z") {
+        if fields.first() == Some(&"Z") {
             continue;
         }
-        let attempt = std::fs::read(format!("/proc/{pid}/environ")).ok().and_then(|env| {
-            env.split(|b| *b == 0).find_map(|var| var.strip_prefix(prefix.as_bytes()).map(<[u8]>::to_vec))
-        });
+        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let attempts =
+            env.split(|b| *b == 0).filter_map(|var| var.strip_prefix(prefix.as_bytes()).map(<[u8]>::to_vec)).collect();
         let (pgrp, start) = (fields.get(2).and_then(|s| s.parse().ok()), fields.get(19).and_then(|s| s.parse().ok()));
-        seen.push(Seen { pid, pgrp, start, attempt });
+        seen.push(Seen { pid, pgrp, start, attempts });
     }
     Some(seen)
 }
 
-/// The live processes of `leftover` among `seen` (a scan; `None`: no `/proc`). Its group counts if
-/// its leader is alive with the recorded start time, or if the leader is gone but members remain
-/// (the kernel does not reuse a pid while it names a live group); a group whose leader is another
-/// process now is someone else's.
+/// The live processes of `leftover` among `seen` (a scan; `None`: no `/proc`), never this one. Its
+/// group counts if its leader is alive with the recorded start time, or if the leader is gone but
+/// members remain (the kernel does not reuse a pid while it names a live group); a group whose
+/// leader is another process now (this one too, its pid reused) is someone else's, and so is the
+/// group this process is in.
 fn leftovers_of(leftover: &Leftover<'_>, seen: Option<&[Seen]>) -> Vec<u32> {
+    let me = std::process::id();
     let Some(seen) = seen else {
         // No /proc: trust the pgid only if the leader still lives.
-        return leftover.pgid.filter(|g| is_alive(*g, leftover.leader_start)).into_iter().collect();
+        return leftover.pgid.filter(|g| *g != me && is_alive(*g, leftover.leader_start)).into_iter().collect();
     };
     let mut pids = Vec::new();
     if let Some(pgid) = leftover.pgid {
-        let someone_else = seen
-            .iter()
-            .find(|p| p.pid == pgid && p.pgrp == Some(pgid))
-            .is_some_and(|leader| leftover.leader_start.is_some() && leader.start != leftover.leader_start);
+        let in_it = |p: &&Seen| p.pgrp == Some(pgid);
+        let someone_else = seen.iter().filter(in_it).any(|p| {
+            p.pid == me || (p.pid == pgid && leftover.leader_start.is_some() && p.start != leftover.leader_start)
+        });
         if !someone_else {
-            pids.extend(seen.iter().filter(|p| p.pgrp == Some(pgid)).map(|p| p.pid));
+            pids.extend(seen.iter().filter(in_it).map(|p| p.pid));
         }
     }
-    pids.extend(seen.iter().filter(|p| p.attempt.as_deref() == Some(leftover.attempt_id.as_bytes())).map(|p| p.pid));
+    let id = leftover.attempt_id.as_bytes();
+    pids.extend(seen.iter().filter(|p| p.pid != me && p.attempts.iter().any(|a| a == id)).map(|p| p.pid));
     pids.sort_unstable();
     pids.dedup();
     pids
@@ -223,13 +225,11 @@ fn leftovers_of(leftover: &Leftover<'_>, seen: Option<&[Seen]>) -> Vec<u32> {
 /// Kill what is left of each of a dead runner's attempts (its group, and its processes that left
 /// the group) and wait, up to `limit` for all of them, until they are gone: one scan of `/proc`
 /// a round for all of them, not two per attempt (a resume of 100 steps left running took 1.7 s).
-/// Returns, for each, how many processes there were, and those still alive at the end.
+/// Only those with processes left are looked for again. Returns, for each, how many processes
+/// there were, and those still alive at the end.
 pub(crate) fn kill_leftovers(leftovers: &[Leftover<'_>], limit: Duration) -> Vec<(usize, Vec<u32>)> {
-    let find = || {
-        let seen = scan();
-        leftovers.iter().map(|l| leftovers_of(l, seen.as_deref())).collect::<Vec<_>>()
-    };
-    let found = find();
+    let seen = scan();
+    let found: Vec<Vec<u32>> = leftovers.iter().map(|l| leftovers_of(l, seen.as_deref())).collect();
     let start = std::time::Instant::now();
     let mut left = found.clone();
     while left.iter().any(|pids| !pids.is_empty()) && start.elapsed() < limit {
@@ -239,7 +239,12 @@ pub(crate) fn kill_leftovers(leftovers: &[Leftover<'_>], limit: Duration) -> Vec
             }
         }
         std::thread::sleep(Duration::from_millis(10));
-        left = find();
+        let seen = scan();
+        for (pids, leftover) in left.iter_mut().zip(leftovers) {
+            if !pids.is_empty() {
+                *pids = leftovers_of(leftover, seen.as_deref());
+            }
+        }
     }
     found.iter().zip(left).map(|(found, left)| (found.len(), left)).collect()
 }
@@ -282,6 +287,37 @@ pub(crate) fn is_alive(pid: u32, start: Option<u64>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn seen(pid: u32, pgrp: u32, start: u64, attempts: &[&str]) -> Seen {
+        let attempts = attempts.iter().map(|a| a.as_bytes().to_vec()).collect();
+        Seen { pid, pgrp: Some(pgrp), start: Some(start), attempts }
+    }
+
+    /// What is left of a dead runner's attempt is its group (unless its leader's pid now names
+    /// another process, or the group is this runner's own: a recorded pid reused by this runner,
+    /// which leads or shares its group, must not get its job mates killed) and the processes
+    /// marked with its attempt id, wherever that is in their environment; never this process.
+    #[test]
+    fn leftovers_are_the_group_and_the_marked_never_this_process_nor_its_group() {
+        let me = std::process::id();
+        let left = |pgid, leader_start| Leftover { pgid: Some(pgid), leader_start, attempt_id: "run.7" };
+        let procs = [
+            seen(100, 100, 5, &[]),
+            seen(101, 100, 6, &[]),
+            seen(300, 300, 9, &["decoy", "run.7"]),
+            seen(me, 500, 1, &["run.7"]),
+            seen(501, 500, 2, &[]),
+        ];
+        assert_eq!(leftovers_of(&left(100, Some(5)), Some(&procs)), [100, 101, 300]);
+        assert_eq!(leftovers_of(&left(100, None), Some(&procs)), [100, 101, 300]);
+        // The leader's pid names another process now: the group is someone else's.
+        assert_eq!(leftovers_of(&left(100, Some(4)), Some(&procs)), [300]);
+        // This runner's own group (its pid reused, or a member of it): never.
+        assert_eq!(leftovers_of(&left(500, None), Some(&procs)), [300]);
+        let led = [seen(me, me, 1, &[]), seen(601, me, 2, &[])];
+        assert_eq!(leftovers_of(&left(me, Some(7)), Some(&led)), Vec::<u32>::new());
+        assert_eq!(leftovers_of(&left(me, None), Some(&led)), Vec::<u32>::new());
+    }
 
     #[test]
     fn the_variable_processes_are_found_by_is_the_one_each_attempt_is_given() {

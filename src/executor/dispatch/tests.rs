@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::events::{Envelope, Reporter};
+use crate::executor::launch::Killed;
 use crate::store::{NextAttempt, StoreError, StoreErrorKind};
 use std::cell::{Cell, RefCell};
 use std::path::Path;
@@ -159,14 +160,14 @@ impl Launcher for FakeLauncher {
         self.killed.borrow_mut().push(pid);
     }
 
-    fn kill_leftovers(&mut self, left: &LeftRunning<'_>) -> Result<Vec<(Option<String>, String)>, ExecError> {
+    fn kill_leftovers(&mut self, left: &LeftRunning<'_>) -> Killed {
         let mut checked = self.leftovers_checked.borrow_mut();
         checked.extend(left.steps.iter().map(|step| step.name.clone()));
         for (aux, own_files) in &left.aux {
             let files = if *own_files { "" } else { " (a later run's files)" };
             checked.push(format!("{}:{}{files}", aux.name, aux.kind.as_str()));
         }
-        Ok(Vec::new())
+        (Vec::new(), None)
     }
 
     fn log_dir(&self, step: &str) -> PathBuf {
