@@ -1659,13 +1659,13 @@ fn logs_of_an_attempt_whose_runner_died_do_not_call_it_running() {
 #[test]
 fn status_says_what_becomes_of_a_step_a_signal_cancelled() {
     let env = Env::new();
-    env.write("flow.toml", "name = 'cut'\ntimeout = 2\n[[step]]\nname = 'a'\nshell = '[ -e go ] && exit 0; echo $$ > ready; exec sleep 300'\n");
+    env.write("flow.toml", "name = 'cut'\ntimeout = 5\n[[step]]\nname = 'a'\nshell = '[ -e go ] && exit 0; echo $$ > ready; exec sleep 300'\n");
     let out = env.run_until("ready", "TERM");
     assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
     let (_, st) = status_text(&env, "cut");
     let id = st["id"].as_str().unwrap().to_owned();
     let deadline =
-        humantime::parse_rfc3339(st["started_at"].as_str().unwrap()).unwrap() + std::time::Duration::from_secs(2);
+        humantime::parse_rfc3339(st["started_at"].as_str().unwrap()).unwrap() + std::time::Duration::from_secs(5);
     wait_until("the deadline to pass", || {
         std::time::SystemTime::now() > deadline + std::time::Duration::from_millis(50)
     });
@@ -1677,7 +1677,7 @@ fn status_says_what_becomes_of_a_step_a_signal_cancelled() {
         line(&id),
         format!(
             "  {:20} attempt 1 did not finish: it was cancelled; the run fails when resumed, without running it \
-             again: the workflow's `timeout` (2s) passed",
+             again: the workflow's `timeout` (5s) passed",
             ""
         )
     );

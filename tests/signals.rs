@@ -359,7 +359,7 @@ fn a_signal_while_the_runner_sets_the_run_up_stops_it_before_any_step_starts() {
     let mut runner = std::process::Command::new(assert_cmd::cargo::cargo_bin("waymark"))
         .current_dir(env.dir.path())
         .env("WAYMARK_STATE_DIR", env.state())
-        .env("WAYMARK_TEST_STALL_AT_START", "3000")
+        .env("WAYMARK_TEST_STALL_AT_START", "5000")
         .args(["run", "--progress", "plain", "flow.toml"])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())

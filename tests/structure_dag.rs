@@ -729,14 +729,14 @@ fn a_reopened_run_keeps_its_new_deadline_when_its_runner_dies() {
     let _sweeper = Sweeper(env.mark());
     env.write(
         "flow.toml",
-        "name = 'reopened'\ntimeout = 5\nresume_within = '4s'\n[[step]]\nname = 'hang'\n\
+        "name = 'reopened'\ntimeout = 8\nresume_within = '7s'\n[[step]]\nname = 'hang'\n\
          shell = '[ -e go ] && exit 0; [ -e fail ] && exit 3; echo $$ > pid; touch ready; exec sleep 300'\n",
     );
     env.write("fail", "");
     assert_eq!(env.cmd(&["run", "flow.toml"]).output().unwrap().status.code(), Some(1));
     let id = run_id(&env);
     let started = json_of(&env, &["status", &id, "--json"])["started_at"].as_str().unwrap().to_owned();
-    let deadline = humantime::parse_rfc3339(&started).unwrap() + Duration::from_secs(5);
+    let deadline = humantime::parse_rfc3339(&started).unwrap() + Duration::from_secs(8);
     wait_until("the run's first deadline to pass", || SystemTime::now() > deadline + Duration::from_millis(50));
     std::fs::remove_file(env.path("fail")).unwrap();
     let runner = env.spawn(&["resume", &id]);

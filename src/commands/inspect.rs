@@ -336,9 +336,8 @@ pub(super) fn find_run(store: &dyn Store, state: &StateDir, target: Option<&str>
 /// earlier runner of the run made ([`stopped_with_runner`]): nothing of it is running, whatever
 /// the store says.
 fn shown_state(step: &StepRecord, attempts: &[&AttemptRecord], run: &RunRecord, runner_alive: bool) -> &'static str {
-    let last = attempts.last().copied();
-    let cut_short = step.cut_short(last) && run.status != RunStatus::Failed;
-    match cut_short || stopped_with_runner(step, run, runner_alive, None).is_some() {
+    match cut_short(step, attempts.last().copied(), run) || stopped_with_runner(step, run, runner_alive, None).is_some()
+    {
         true => "interrupted",
         false => step.state.status().as_str(),
     }
@@ -393,6 +392,13 @@ fn stopped_with_runner(
     Some(format!("{what} did not finish: {why}"))
 }
 
+/// Whether `step`, whose last attempt is `last`, shows `interrupted` for an attempt cancelled by a
+/// signal to the runner (or by `fail_fast` just before one): not in a run that failed, where a step
+/// `fail_fast` cancelled stays `pending`.
+fn cut_short(step: &StepRecord, last: Option<&AttemptRecord>, run: &RunRecord) -> bool {
+    step.cut_short(last) && run.status != RunStatus::Failed
+}
+
 /// What becomes of a step whose last attempt was cancelled (by a signal to the runner, or by
 /// `fail_fast` just before one) in a run that did not fail, shown `interrupted`, as the line under
 /// its line in `status` says it: `attempt 2 did not finish: it was cancelled; it runs again on
@@ -407,7 +413,7 @@ fn cancelled(
     runner_alive: bool,
     only_fails: Option<&str>,
 ) -> Option<String> {
-    let last = last.filter(|_| step.cut_short(last) && run.status != RunStatus::Failed)?;
+    let last = last.filter(|_| cut_short(step, last, run))?;
     let next = match (run.status, only_fails) {
         (RunStatus::Abandoned, _) => "the run was abandoned, so it never runs again".to_owned(),
         // `fail_fast` cancelled it, and the runner goes on to fail the run.
@@ -1112,8 +1118,7 @@ pub(crate) fn gc(state: &StateDir, older_than: Duration) -> Result<i32, CliError
     let mut flows: Vec<(&FlowKey, &str)> = candidates.iter().map(|r| (&r.key, r.flow.as_str())).collect();
     flows.sort_unstable();
     flows.dedup_by_key(|(key, _)| *key);
-    let mut deleted = 0usize;
-    let mut deleted_here: Vec<String> = Vec::new();
+    let mut deleted: std::collections::HashSet<&str> = std::collections::HashSet::new();
     for (key, flow) in flows {
         let runs = candidates.iter().filter(|r| r.key == *key);
         // A flow without a `name` is its file on its host: its lease carries that host.
@@ -1127,9 +1132,8 @@ pub(crate) fn gc(state: &StateDir, older_than: Duration) -> Result<i32, CliError
             if !store.delete_finished(&run.id, cutoff)? {
                 continue;
             }
-            deleted += 1;
             remove_logs(state, &run.id);
-            deleted_here.push(run.id.clone());
+            deleted.insert(&run.id);
         }
         drop(lock);
     }
@@ -1140,7 +1144,7 @@ pub(crate) fn gc(state: &StateDir, older_than: Duration) -> Result<i32, CliError
         Ok(entries) => entries
             .flatten()
             .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|id| !deleted_here.contains(id))
+            .filter(|id| !deleted.contains(id.as_str()))
             .collect(),
         Err(_) => Vec::new(),
     };
@@ -1150,7 +1154,7 @@ pub(crate) fn gc(state: &StateDir, older_than: Duration) -> Result<i32, CliError
         0 => String::new(),
         n => format!(", and the logs of {n} run(s) deleted by gc on another host"),
     };
-    note!("waymark: deleted {deleted} finished run(s) older than {}{elsewhere}", age(older_than));
+    note!("waymark: deleted {} finished run(s) older than {}{elsewhere}", deleted.len(), age(older_than));
     Ok(EXIT_OK)
 }
 

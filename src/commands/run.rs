@@ -424,13 +424,9 @@ fn abandon(
     let aux = store.aux_runs(&old.id)?;
     // What a runner on another host left running is not ours to kill (its pids mean nothing here).
     if old.host == host_id() {
-        let steps = store.steps(&old.id)?;
         // Its steps' attempts and catch handlers, and a compensation or hook it was running.
-        let left = LeftRunning {
-            steps: steps.iter().collect(),
-            aux: aux.iter().filter(|run| !run.finished).map(|run| (run, !run.superseded(&aux))).collect(),
-        };
-        let (said, error) = kill_leftovers(state, &old.id, &left);
+        let steps = store.steps(&old.id)?;
+        let (said, error) = kill_leftovers(state, &old.id, &LeftRunning::of(&steps, &aux));
         for (step, message) in said {
             events.warning(step.as_deref(), message);
         }

@@ -453,15 +453,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         }
         // What a dead runner left running (attempts, catch handlers, compensations, hooks) is made
         // sure dead first, all of it at once: nothing of it may run beside what this one starts.
-        let left = LeftRunning {
-            steps: spec
-                .steps
-                .iter()
-                .filter(|r| matches!(r.state, StepState::InFlight { .. } | StepState::Catching { .. }))
-                .collect(),
-            aux: spec.aux.iter().filter(|aux| !aux.finished).map(|aux| (aux, !aux.superseded(&spec.aux))).collect(),
-        };
-        let (said, error) = parts.launcher.kill_leftovers(&left);
+        let (said, error) = parts.launcher.kill_leftovers(&LeftRunning::of(&spec.steps, &spec.aux));
         for (step, message) in said {
             emitter.warning(step.as_deref(), message);
         }

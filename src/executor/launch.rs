@@ -407,7 +407,7 @@ impl Launcher for ProcessLauncher {
         // The child's own files are its data: only the declared secrets are taken out of them.
         let declared = Arc::clone(&self.env.declared);
         // What its notes name it: a compensation or hook by its own name.
-        let what = a.aux.as_ref().map_or_else(|| "this attempt".to_owned(), |aux| aux.what.clone());
+        let what = a.aux.as_ref().map_or("this attempt".into(), |aux| aux.what.clone().into());
         let supervisor = Supervisor::watch(
             child,
             (attempt_id, what),
@@ -569,6 +569,20 @@ fn attempt_id(run_id: &str, row: i64) -> String {
 pub(crate) struct LeftRunning<'a> {
     pub(crate) steps: Vec<&'a StepRecord>,
     pub(crate) aux: Vec<(&'a AuxRun, bool)>,
+}
+
+impl<'a> LeftRunning<'a> {
+    /// What a dead runner left running of a run whose steps and compensation and hook runs are
+    /// recorded as `steps` and `aux`.
+    pub(crate) fn of(steps: &'a [StepRecord], aux: &'a [AuxRun]) -> LeftRunning<'a> {
+        LeftRunning {
+            steps: steps
+                .iter()
+                .filter(|s| matches!(s.state, StepState::InFlight { .. } | StepState::Catching { .. }))
+                .collect(),
+            aux: aux.iter().filter(|run| !run.finished).map(|run| (run, !run.superseded(aux))).collect(),
+        }
+    }
 }
 
 /// What [`kill_leftovers`] did: a message for the user, with the step it is about (none for a

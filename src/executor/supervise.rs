@@ -73,8 +73,9 @@ pub(crate) struct Supervisor {
     child: crate::os::spawn::Child,
     pid: u32,
     attempt_id: String,
-    /// What it is, as its notes name it: `this attempt`, `hook on_exit`, `compensation of step `a``.
-    what: String,
+    /// What it is, as its notes name it: `this attempt`, `hook on_exit`, `compensation of step `a``
+    /// (borrowed for an attempt: nothing is allocated for it).
+    what: std::borrow::Cow<'static, str>,
     /// Each output reader sends one message here when it has reached end-of-file: the stderr
     /// reader with the end of what it read.
     readers_done: mpsc::Receiver<Option<StderrTail>>,
@@ -132,7 +133,7 @@ impl Supervisor {
     /// its `WAYMARK_ATTEMPT_ID` and what its notes call it (`this attempt`, `hook on_exit`).
     pub(crate) fn watch(
         child: crate::os::spawn::Child,
-        (attempt_id, what): (String, String),
+        (attempt_id, what): (String, std::borrow::Cow<'static, str>),
         step: usize,
         row: i64,
         [stdout, stderr]: [Output; 2],
@@ -431,7 +432,7 @@ impl Supervisor {
         // The leader is gone; whatever else is left in its group goes with it.
         unix::kill_group(pgid);
         let mut notes = Vec::new();
-        let (attempt_id, what) = (self.attempt_id.clone(), self.what.clone());
+        let (attempt_id, what) = (self.attempt_id.clone(), std::mem::take(&mut self.what));
         let escaped = |notes: &mut Vec<String>, killed: usize| {
             if killed > 0 {
                 notes.push(format!("killed {killed} process(es) of {what} that had left its process group"));
@@ -453,8 +454,7 @@ impl Supervisor {
                 self.abandoned.store(true, Ordering::Relaxed);
                 self.stderr_tail = None;
                 notes.push(format!(
-                    "a process outside waymark's reach still holds {}'s output open; the rest of it is not shown",
-                    self.what
+                    "a process outside waymark's reach still holds {what}'s output open; the rest of it is not shown"
                 ));
             }
         }
@@ -519,15 +519,8 @@ mod tests {
         };
         let (tx, mut rx) = mpsc::channel(256);
         let outputs = [output(out_r, "stdout"), output(err_r, "stderr")];
-        let supervisor = Supervisor::watch(
-            child,
-            ("held".to_owned(), "this attempt".to_owned()),
-            0,
-            1,
-            outputs,
-            Arc::default(),
-            &tx,
-        );
+        let supervisor =
+            Supervisor::watch(child, ("held".to_owned(), "this attempt".into()), 0, 1, outputs, Arc::default(), &tx);
         // The display: a chunk counts as queued when it comes, and is written 12 KiB at a time.
         let (shown, queued) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let display = tokio::spawn({

@@ -87,18 +87,22 @@ pub(crate) const ATTEMPT_ID_VAR: &str = "WAYMARK_ATTEMPT_ID";
 /// processes, including those that left its process group with setsid(). Reads `/proc`, so it is
 /// only called when something already looks wrong (not on every attempt).
 fn marked(attempt_id: &str) -> Vec<u32> {
-    let entry = format!("{ATTEMPT_ID_VAR}={attempt_id}");
     let me = std::process::id();
     let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
     dir.flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| *pid != me)
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|b| *b == 0).any(|var| var == entry.as_bytes()))
-        })
+        .filter(|pid| attempt_ids(*pid).iter().any(|id| id == attempt_id.as_bytes()))
         .filter(|pid| is_alive(*pid, None))
         .collect()
+}
+
+/// The values of `WAYMARK_ATTEMPT_ID` in the environment of process `pid` (none when it cannot
+/// be read; a process may hold the variable twice).
+fn attempt_ids(pid: u32) -> Vec<Vec<u8>> {
+    let prefix = format!("{ATTEMPT_ID_VAR}=");
+    let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    env.split(|b| *b == 0).filter_map(|var| var.strip_prefix(prefix.as_bytes()).map(<[u8]>::to_vec)).collect()
 }
 
 /// The process group of `pid`, if it is alive.
@@ -176,7 +180,6 @@ struct Seen {
 /// of each's `stat` and `environ`. `None` without `/proc`.
 fn scan() -> Option<Vec<Seen>> {
     let dir = std::fs::read_dir("/proc").ok()?;
-    let prefix = format!("{ATTEMPT_ID_VAR}=");
     let mut seen = Vec::new();
     for pid in dir.flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()) {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
@@ -185,9 +188,7 @@ fn scan() -> Option<Vec<Seen>> {
         if fields.first() == Some(&"Z") {
             continue;
         }
-        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-        let attempts =
-            env.split(|b| *b == 0).filter_map(|var| var.strip_prefix(prefix.as_bytes()).map(<[u8]>::to_vec)).collect();
+        let attempts = attempt_ids(pid);
         let (pgrp, start) = (fields.get(2).and_then(|s| s.parse().ok()), fields.get(19).and_then(|s| s.parse().ok()));
         seen.push(Seen { pid, pgrp, start, attempts });
     }
