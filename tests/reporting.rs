@@ -449,3 +449,36 @@ shell = '''printf 'out \033[2J\r\n'; printf '{"type":"Boom","message":"a \\u001b
         }
     }
 }
+
+/// An error message of many lines (a child's error file) is shown whole under the line that shows
+/// its first, up to ten more lines, in the failure report and in `status`, where it was cut to
+/// its first line; the rest is counted and `status --json` named.
+#[test]
+fn a_multi_line_error_message_is_shown_under_its_first_line_in_the_report_and_status() {
+    let env = Env::new();
+    // A message of 13 lines, with a blank one, written as JSON by the child.
+    let message: Vec<String> = (1..=13).map(|i| if i == 3 { String::new() } else { format!("line {i}") }).collect();
+    let json = serde_json::json!({"type": "Boom", "message": message.join("\n")}).to_string();
+    env.write("error.json", &json);
+    env.write("flow.toml", "[[step]]\nname = 'a'\nshell = 'cp error.json \"$WAYMARK_ERROR_FILE\"; exit 1'\n");
+    let o = env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap();
+    let (code, stdout, stderr) = out(&o);
+    assert_eq!((code, stdout.as_str()), (Some(1), ""), "{stderr}");
+    golden("report/quiet-multi-line-message.stderr", &normalise(&env, &stderr));
+    let status = env.cmd(&["status"]).output().unwrap();
+    let text = normalise(&env, &String::from_utf8_lossy(&status.stdout));
+    let under: String = text.lines().skip(2).map(|l| format!("{l}\n")).collect();
+    let rest: String = (4..=11).map(|i| format!("                         line {i}\n")).collect();
+    assert_eq!(
+        under,
+        format!(
+            "                       last error: Boom(Exception, BaseException): line 1 … [error file]\n\
+             {}line 2\n\n{rest}                         … 2 more lines of the message: `waymark status --json RUN` shows it whole\n",
+            " ".repeat(25)
+        )
+    );
+    // `--json` has it whole.
+    let json = env.cmd(&["status", "--json"]).output().unwrap();
+    let status: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(status["steps"][0]["last_error"]["message"], message.join("\n"));
+}

@@ -58,6 +58,12 @@ impl ErrorValue {
     pub(crate) fn matches_any(&self, names: &[String]) -> bool {
         names.iter().any(|n| *n == self.class || self.bases.iter().any(|b| b == n))
     }
+
+    /// The lines of its message after the first, which is all that [`fmt::Display`] shows: empty
+    /// for a message of one line.
+    pub(crate) fn further_lines(&self) -> impl Iterator<Item = &str> {
+        self.message.trim().lines().skip(1).map(str::trim_end)
+    }
 }
 
 impl fmt::Display for ErrorValue {

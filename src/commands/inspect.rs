@@ -793,6 +793,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
     let state_width = rows.iter().map(|r| r["state"].as_str().map_or(1, str::len) + 1).max().unwrap_or(0).max(10);
     // So does the step column (20 at least), and the lines under a step's line start below its state.
     let name_width = steps.iter().map(|s| s.name.chars().count() + 1).max().unwrap_or(0).max(20);
+    let whole = format!("`waymark status --json {}`", run.id);
     for (i, (s, row)) in steps.iter().zip(&rows).enumerate() {
         // Of the current budget, as the failure report counts (`budget spent: 3 of 3 attempts`),
         // with the attempts of the budgets before it after them.
@@ -825,6 +826,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
             // A step that succeeded in the end had this error before its last retry: not its end.
             let label = if s.state == StepState::Succeeded { "retried after" } else { "last error" };
             out.push_str(&format!("  {:<name_width$} {label}: {}\n", "", failed_with(e)));
+            out.push_str(&crate::reporter::rest_of_message(e, name_width + 5, &whole));
         }
         let under = stopped_with_runner(s, &run, runner_alive, only_fails.as_deref())
             .or_else(|| cancelled(s, of_step(&s.name).last().copied(), &run, runner_alive, only_fails.as_deref()));
@@ -833,6 +835,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         }
         if let Some(e) = run_failed_with(s) {
             out.push_str(&format!("  {:<name_width$} the run failed on it: {}\n", "", failed_with(&e)));
+            out.push_str(&crate::reporter::rest_of_message(&e, name_width + 5, &whole));
         }
         if list_attempts {
             for a in of_step(&s.name) {

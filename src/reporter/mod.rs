@@ -36,7 +36,7 @@ use live::LiveReporter;
 pub(crate) use output_filter::OutputMode;
 use plain::PlainReporter;
 use quiet::QuietReporter;
-pub(crate) use report::{attempt_line, before_budget, short};
+pub(crate) use report::{attempt_line, before_budget, rest_of_message, short};
 
 /// What `run` and `resume` show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -411,6 +411,7 @@ impl History {
         if said != Some(&f.error) {
             let _ = writeln!(out, "    error: {} [{}]", f.error, f.error.source.describe());
         }
+        out.push_str(&rest_of_message(&f.error, 6, &format!("`waymark status --json {run_id}`")));
         let _ = writeln!(out, "    {}", f.stopped.explain(&f.error));
         let exists = |p: &Path| std::fs::symlink_metadata(p).is_ok();
         let seen = self.index.get(&f.step).map(|i| &self.steps[*i]);
@@ -473,6 +474,29 @@ pub(crate) fn brief(e: &ErrorValue) -> String {
         Some(rest) => format!("{}{rest}", e.class),
         None => full,
     }
+}
+
+/// Lines of a multi-line error message shown under the line that shows its first.
+const MESSAGE_LINES: usize = 10;
+
+/// The rest of `e`'s message when it has more than one line (its first line ends with ` …` where
+/// the error is shown), for the failure report and `status`: up to 10 lines, each behind `indent`
+/// spaces, then how many more there are and `where_whole` (a command that shows it whole).
+pub(crate) fn rest_of_message(e: &ErrorValue, indent: usize, where_whole: &str) -> String {
+    let mut out = String::new();
+    let mut more = 0;
+    for (i, line) in e.further_lines().enumerate() {
+        if i < MESSAGE_LINES {
+            let _ = writeln!(out, "{:w$}{line}", "", w = if line.is_empty() { 0 } else { indent });
+        } else {
+            more += 1;
+        }
+    }
+    if more > 0 {
+        let lines = if more == 1 { "line" } else { "lines" };
+        let _ = writeln!(out, "{:indent$}… {more} more {lines} of the message: {where_whole} shows it whole", "");
+    }
+    out
 }
 
 /// A duration for the summary table, and for `status` and `history`: to the millisecond under a
