@@ -300,6 +300,17 @@ impl KeyIndex {
         stack.extend(pending.into_iter().rev());
     }
 
+    /// Where the top-level key `key` is written, from its name to the end of its value
+    /// (`step = []`), if it is.
+    pub(crate) fn top_level(&self, key: &str) -> Option<Range<usize>> {
+        let at = self.entries.iter().position(|&(_, path)| {
+            let part = &self.parts[path as usize];
+            part.above.is_none() && matches!(&part.name, PartName::Key(k) if k == key)
+        })?;
+        let value = self.entries.get(at + 1).filter(|(_, path)| *path == self.entries[at].1)?;
+        Some(self.entries[at].0.start..value.0.end)
+    }
+
     /// [`KeyIndex::path_at`], but an item of a list (of strings, say) that starts at `offset` is
     /// named itself, by its index (`step[2].run[1]`), rather than by its list.
     pub(crate) fn item_path_at(&self, offset: usize) -> Option<String> {
@@ -329,12 +340,30 @@ impl KeyIndex {
             at = part.above;
         }
         let mut out = String::new();
+        // A key that is not bare is written quoted, as the file must write it (`params.""`).
+        let push_key = |out: &mut String, key: &str| {
+            if !key.is_empty() && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+                out.push_str(key);
+            } else {
+                out.push('"');
+                for c in key.chars() {
+                    match c {
+                        '"' | '\\' => {
+                            out.push('\\');
+                            out.push(c);
+                        }
+                        c => out.push(c),
+                    }
+                }
+                out.push('"');
+            }
+        };
         for name in parts.into_iter().rev() {
             match name {
-                PartName::Key(key) if out.is_empty() => out.push_str(key),
+                PartName::Key(key) if out.is_empty() => push_key(&mut out, key),
                 PartName::Key(key) => {
                     out.push('.');
-                    out.push_str(key);
+                    push_key(&mut out, key);
                 }
                 PartName::Index(i) => out.push_str(&format!("[{i}]")),
             }

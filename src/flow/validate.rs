@@ -590,16 +590,15 @@ impl Validator<'_> {
             self.secrets_in_defaults(secrets, &tables, &raw.params);
         }
         if raw.step.is_empty() && !raw.bad.contains(&"step") {
-            // The file as a whole is at fault; point at its first line so the report has a place.
-            let first_line = self.source.find('\n').unwrap_or(self.source.len());
-            self.diags.push(
-                Diagnostic::error(0..first_line, "the flow has no steps").label("no `[[step]]` in this file").help(
-                    Some(
-                        "add at least one step, for example:\n[[step]]\nname = \"hello\"\nrun = [\"echo\", \"hi\"]"
-                            .into(),
-                    ),
-                ),
-            );
+            // At an empty `step = []`; else the file as a whole is at fault: point at its first
+            // line so the report has a place.
+            let (span, label) = match self.keys().top_level("step") {
+                Some(span) => (span, "an empty list of steps"),
+                None => (0..self.source.find('\n').unwrap_or(self.source.len()), "no `[[step]]` in this file"),
+            };
+            self.diags.push(Diagnostic::error(span, "the flow has no steps").label(label).help(Some(
+                "add at least one step, for example:\n[[step]]\nname = \"hello\"\nrun = [\"echo\", \"hi\"]".into(),
+            )));
         }
         Flow {
             name,
@@ -664,9 +663,14 @@ impl Validator<'_> {
                     ),
                 );
                 d.label = "invalid name".into();
+                // An empty name has nothing to mend: say what one looks like.
+                let instead = match fixed.as_str() {
+                    "" => "name it, for example `region`".to_owned(),
+                    fixed => format!("write `{fixed}`"),
+                };
                 d.help = Some(format!(
                     "steps see a parameter as the variable `WAYMARK_PARAM_NAME`, so its name must be one a variable \
-                     can have: write `{fixed}`"
+                     can have: {instead}"
                 ));
                 continue;
             }
@@ -1143,10 +1147,12 @@ impl Validator<'_> {
         let mut entries: Vec<_> = raw.iter().collect();
         entries.sort_by_key(|(key, _)| key.span().start);
         let mut first: HashMap<String, &str> = HashMap::new();
+        // Digits only: Rust's parse would take `+3` for 3.
+        let code_of = |k: &str| k.bytes().all(|b| b.is_ascii_digit()).then(|| k.parse::<u16>().ok()).flatten();
         for (key, class) in entries {
             let k = key.get_ref();
             // The code or signal the key names, however it is written.
-            let number = match k.parse::<u16>() {
+            let number = match code_of(k).ok_or(()) {
                 Ok(code) => code.to_string(),
                 Err(_) => Signal::parse(k).map_or_else(|| k.clone(), |sig| sig.name().to_owned()),
             };
@@ -1158,7 +1164,7 @@ impl Validator<'_> {
                 let d = self.error(key.span(), &format!("`{number}` is mapped twice, as \"{earlier}\" and as \"{k}\""));
                 d.label = "mapped again".into();
                 d.help = Some("keep one of the two".into());
-            } else if let Ok(code) = k.parse::<u16>() {
+            } else if let Some(code) = code_of(k) {
                 match u8::try_from(code) {
                     Ok(c) if c >= 1 => {
                         out.codes.insert(c, class.get_ref().clone());
