@@ -142,7 +142,7 @@ fn a_step_without_needs_after_one_that_needs_it_is_a_cycle() {
     assert!(out.stdout.is_empty());
     assert!(
         common::stderr(&out)
-            .starts_with("error: `step[0].needs`: steps need each other in a cycle: build -> publish -> build\n"),
+            .starts_with("error: `step[0].needs[0]`: steps need each other in a cycle: build -> publish -> build\n"),
         "{}",
         common::stderr(&out)
     );

@@ -34,7 +34,7 @@ fn a_misspelled_class_is_a_warning_naming_the_closest_class() {
     assert!(stdout.starts_with("flow flow (flow.toml): 1 step, run in order\n"), "{stdout}");
     assert_eq!(
         stderr,
-        format!("warning: `step[0].retry.exception_types`: no known class is named `ConectionError`\n{DRAWN}\n")
+        format!("warning: `step[0].retry.exception_types[0]`: no known class is named `ConectionError`\n{DRAWN}\n")
     );
 }
 
@@ -48,7 +48,7 @@ fn strict_check_makes_the_warning_an_error() {
     assert_eq!(
         stderr,
         format!(
-            "error: `step[0].retry.exception_types`: no known class is named `ConectionError` (an error under \
+            "error: `step[0].retry.exception_types[0]`: no known class is named `ConectionError` (an error under \
              --strict)\n{DRAWN}\nerror: flow.toml is not a valid flow (1 error); nothing was run\n"
         )
     );
@@ -113,10 +113,10 @@ run = ["./bin/present"]
     assert_eq!(
         common::stderr(&out),
         format!(
-            "warning: `step[1].run`: program `not-executable` is not on the PATH a run would search: bin (waymark's \
+            "warning: `step[1].run[0]`: program `not-executable` is not on the PATH a run would search: bin (waymark's \
              environment)\n\
              \x20--> flow.toml:7:8\n  |\n7 | run = [\"not-executable\"]\n  |        ^^^^^^^^^^^^^^^^ not found\n  |\n{}\n\
-             warning: `step[2].run`: program `present` is not on the PATH a run would search: /nonexistent (the \
+             warning: `step[2].run[0]`: program `present` is not on the PATH a run would search: /nonexistent (the \
              step's `env`)\n\
              \x20\x20--> flow.toml:11:8\n   |\n11 | run = [\"present\"]\n   |        ^^^^^^^^^ not found\n   |\n{}\n",
             help.replace("{}", "not-executable"),
@@ -156,7 +156,7 @@ compensate = ["undo-missing", "a"]
         common::stderr(&out),
         [
             warning(
-                "hooks.on_failure",
+                "hooks.on_failure[0]",
                 "notify-missing",
                 2,
                 15,
@@ -164,14 +164,14 @@ compensate = ["undo-missing", "a"]
                 "flow's"
             ),
             warning(
-                "step[0].catch[0].run",
+                "step[0].catch[0].run[0]",
                 "catch-missing",
                 8,
                 19,
                 r#"catch = [{ run = ["catch-missing"] }, { shell = "also-missing" }]"#,
                 "step's"
             ),
-            warning("step[0].compensate", "undo-missing", 9, 15, r#"compensate = ["undo-missing", "a"]"#, "step's"),
+            warning("step[0].compensate[0]", "undo-missing", 9, 15, r#"compensate = ["undo-missing", "a"]"#, "step's"),
         ]
         .concat()
     );
@@ -195,7 +195,7 @@ fn a_step_with_a_bad_command_still_has_its_catch_handlers_programs_searched() {
     assert!(said.contains("error: `step[0].run`: a step takes exactly one of `run` and `shell`, not both\n"), "{said}");
     assert!(
         said.contains(
-            "warning: `step[0].catch[0].run`: program `catch-missing` is not on the PATH a run would search: \
+            "warning: `step[0].catch[0].run[0]`: program `catch-missing` is not on the PATH a run would search: \
              /usr/bin:/bin (waymark's environment)\n"
         ),
         "{said}"

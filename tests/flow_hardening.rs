@@ -168,7 +168,10 @@ fn five_thousand_warnings_are_all_reported_and_the_flow_checks() {
     assert_eq!(out.status.code(), Some(0));
     let warnings: Vec<&str> = stderr.lines().filter(|l| l.starts_with("warning: ")).collect();
     assert_eq!(warnings.len(), 5_000);
-    assert_eq!(warnings[4_999], "warning: `step[4999].retry.exception_types`: no known class is named `Unknown4999`");
+    assert_eq!(
+        warnings[4_999],
+        "warning: `step[4999].retry.exception_types[0]`: no known class is named `Unknown4999`"
+    );
 }
 
 /// A flow file was read without a limit: `waymark check /dev/zero` read until memory ran out.
@@ -199,7 +202,7 @@ fn twenty_thousand_unknown_needs_are_all_reported() {
     assert_eq!(out.status.code(), Some(2));
     let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error: `step[")).collect();
     assert_eq!(errors.len(), 20_000);
-    assert_eq!(errors[19_999], "error: `step[19999].needs`: no step named `gone19999`");
+    assert_eq!(errors[19_999], "error: `step[19999].needs[0]`: no step named `gone19999`");
     assert!(stderr.ends_with("\nerror: flow.toml is not a valid flow (20000 errors); nothing was run\n"));
 }
 
@@ -229,7 +232,7 @@ fn fifty_thousand_cycles_report_the_first_ones_shortened() {
     assert_eq!(errors.len(), 20, "{stderr}");
     assert_eq!(
         errors[0],
-        "error: `step[49980].needs`: steps need each other in a cycle: s0 -> s1 -> s2 -> s3 -> s4 -> … 49972 more … \
+        "error: `step[49980].needs[1]`: steps need each other in a cycle: s0 -> s1 -> s2 -> s3 -> s4 -> … 49972 more … \
          -> s49977 -> s49978 -> s49979 -> s49980 -> s0"
     );
     assert!(stderr.contains("only the first 20 cycles are reported"), "{stderr}");

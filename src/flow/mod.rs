@@ -595,18 +595,18 @@ mod tests {
         assert_eq!(
             got,
             [
-                ("`step[1].needs`: no step named `fecth`", "unknown step", Some("did you mean `fetch`?"), 19),
+                ("`step[1].needs[1]`: no step named `fecth`", "unknown step", Some("did you mean `fetch`?"), 19),
                 (
-                    "`step[1].needs`: step `load` cannot need itself",
+                    "`step[1].needs[2]`: step `load` cannot need itself",
                     "its own name",
                     Some(
                         "remove it; without `needs` a step needs the step before it, and `needs = []` makes it a root"
                     ),
                     28
                 ),
-                ("`step[1].needs`: `fetch` is listed twice", "listed again", Some("remove one of the two"), 36),
+                ("`step[1].needs[3]`: `fetch` is listed twice", "listed again", Some("remove one of the two"), 36),
                 (
-                    "`step[1].needs`: no step named `zzz`",
+                    "`step[1].needs[4]`: no step named `zzz`",
                     "unknown step",
                     Some("`needs` lists the `name`s of other steps of this flow"),
                     45
@@ -620,7 +620,7 @@ mod tests {
         let src = steps(&[("a", Some("['b']")), ("b", Some("['c']")), ("c", Some("['a']")), ("d", Some("[]"))]);
         let d = parse(&src, Path::new("/x/f.toml")).unwrap_err();
         assert_eq!(d.len(), 1, "{d:?}");
-        assert_eq!(d[0].message, "`step[2].needs`: steps need each other in a cycle: a -> b -> c -> a");
+        assert_eq!(d[0].message, "`step[2].needs[0]`: steps need each other in a cycle: a -> b -> c -> a");
         assert_eq!(d[0].label, "closes the cycle");
         assert_eq!(d[0].location.unwrap().line, src.lines().position(|l| l == "needs = ['a']").unwrap() + 1);
         assert_eq!(
@@ -634,7 +634,7 @@ mod tests {
         // b has no `needs`, so it needs a; a needs b.
         let d = parse(&steps(&[("a", Some("['b']")), ("b", None)]), Path::new("/x/f.toml")).unwrap_err();
         assert_eq!(d.len(), 1, "{d:?}");
-        assert_eq!(d[0].message, "`step[0].needs`: steps need each other in a cycle: b -> a -> b");
+        assert_eq!(d[0].message, "`step[0].needs[0]`: steps need each other in a cycle: b -> a -> b");
         assert_eq!(
             d[0].help.as_deref(),
             Some(
@@ -650,8 +650,8 @@ mod tests {
         assert_eq!(
             errors(&src),
             [
-                "`step[1].needs`: steps need each other in a cycle: a -> b -> a",
-                "`step[3].needs`: steps need each other in a cycle: c -> d -> c"
+                "`step[1].needs[0]`: steps need each other in a cycle: a -> b -> a",
+                "`step[3].needs[0]`: steps need each other in a cycle: c -> d -> c"
             ]
         );
     }
@@ -741,15 +741,15 @@ mod tests {
             [
                 "`max_parallel`: `max_parallel` must be at least 1, got 0",
                 "`timeout`: a duration must be at least 1 ms, got 0 s",
-                "`secret_env`: `$TOKEN` is not a variable name",
+                "`secret_env[0]`: `$TOKEN` is not a variable name",
                 "`env_file`: the path of the env file is empty",
                 "`params.my-date`: `my-date` is not a parameter name: it must start with a letter or `_` and hold \
                  only ASCII letters, digits and `_`",
                 "`params.ZONE`: parameters `zone` and `ZONE` would both be `WAYMARK_PARAM_ZONE`",
                 "`hooks.on_exit`: a command needs at least a program name",
-                "`step[0].retry.exception_types`: `WorkflowTimeout` is never retried: it ends the run when the \
+                "`step[0].retry.exception_types[0]`: `WorkflowTimeout` is never retried: it ends the run when the \
                  flow's `timeout` passes",
-                "`step[0].catch[0].exception_types`: `WorkflowTimeout` is never caught: it ends the run when the \
+                "`step[0].catch[0].exception_types[0]`: `WorkflowTimeout` is never caught: it ends the run when the \
                  flow's `timeout` passes",
             ]
         );
@@ -815,7 +815,7 @@ mod tests {
         assert_eq!(
             said,
             [
-                "`secret_env`: `T` is listed twice",
+                "`secret_env[1]`: `T` is listed twice",
                 "`env.T`: the value of secret `T` is written in this file (the flow's `env`), and every run records \
                  the flow's definition, its `env` tables included, in the state database"
             ]
@@ -831,7 +831,7 @@ mod tests {
         );
         assert_eq!(
             errors(&src),
-            ["`secret_env`: `WAYMARK_PARAM_TOKEN` is parameter `token`, which cannot be a secret"]
+            ["`secret_env[1]`: `WAYMARK_PARAM_TOKEN` is parameter `token`, which cannot be a secret"]
         );
     }
 

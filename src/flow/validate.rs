@@ -217,23 +217,16 @@ impl Validator<'_> {
         self.diags.last_mut().expect("just pushed")
     }
 
-    /// [`Self::error`] about a value that may be an item of a list: the item is named by its
-    /// index (`step[0].run[1]`).
-    fn item_error(&mut self, span: std::ops::Range<usize>, what: &str) -> &mut Diagnostic {
-        let key = self.keys().item_path_at(span.start).map_or_else(String::new, |k| format!("`{k}`: "));
-        self.diags.push(Diagnostic::error(span, format!("{key}{what}")));
-        self.diags.last_mut().expect("just pushed")
-    }
-
     fn warn(&mut self, span: std::ops::Range<usize>, what: &str) -> &mut Diagnostic {
         let key = self.key(span.start);
         self.diags.push(Diagnostic::warning(span, format!("{key}{what}")));
         self.diags.last_mut().expect("just pushed")
     }
 
-    /// "`step[0].name`: " for the key or value at `offset`, or nothing.
+    /// "`step[0].name`: " for the key or value at `offset`, or nothing; an item of a list that
+    /// starts there is named by its index (`step[0].needs[1]`).
     fn key(&self, offset: usize) -> String {
-        self.keys().path_at(offset).map_or_else(String::new, |k| format!("`{k}`: "))
+        self.keys().item_path_at(offset).map_or_else(String::new, |k| format!("`{k}`: "))
     }
 
     /// The index of the file's keys, built on first use.
@@ -432,7 +425,7 @@ impl Validator<'_> {
     fn not_too_long(&mut self, span: std::ops::Range<usize>, len: usize, extra: usize, what: &str) {
         let most = max_arg().saturating_sub(extra);
         if len > most {
-            let d = self.item_error(
+            let d = self.error(
                 span,
                 &format!(
                     "{what} is {len} bytes, more than the system passes to a program in one string (at most {most})"
@@ -448,7 +441,7 @@ impl Validator<'_> {
     fn no_nul(&mut self, raw: &Str, what: &str) {
         if let Some(at) = raw.get_ref().find('\0') {
             let span = raw.span();
-            let d = self.item_error(span, &format!("{what} cannot hold a NUL byte (at byte {at} of the string)"));
+            let d = self.error(span, &format!("{what} cannot hold a NUL byte (at byte {at} of the string)"));
             d.label = "holds a NUL byte".into();
             d.help = Some("remove the `\\u0000` escape; no program can receive a NUL byte".into());
         }
