@@ -159,6 +159,24 @@ fn logs_of_an_attempt_that_wrote_nothing_say_so_and_gc_deletes_all() {
     assert_eq!(tree(&env.state().join("logs")), Vec::<String>::new());
 }
 
+/// Both logs of an attempt, each under its header: a log that does not end with a newline gets
+/// one before the next header, which is always a line of its own.
+#[test]
+fn logs_put_each_header_on_a_line_of_its_own() {
+    let env = Env::new();
+    env.write("flow.toml", "[[step]]\nname = 'm'\nshell = 'printf abc; printf def >&2'\n");
+    env.cmd(&["run", "-q", "flow.toml"]).assert().success();
+    let id = last_run_id(&env);
+    let stem = env.state().join(format!("logs/{id}/m/attempt-1"));
+    env.cmd(&["logs", &id, "m"]).assert().success().stdout(format!(
+        "==> {} <==\nabc\n==> {} <==\ndef",
+        stem.with_extension("stdout").display(),
+        stem.with_extension("stderr").display()
+    ));
+    // One stream alone is as written.
+    env.cmd(&["logs", &id, "m", "--stream", "stdout"]).assert().success().stdout("abc");
+}
+
 #[test]
 fn a_redelivered_attempt_does_not_take_an_earlier_executions_error_or_outputs_file() {
     let env = Env::new();

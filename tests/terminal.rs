@@ -370,3 +370,32 @@ fn a_stdout_that_is_a_regular_file_gets_every_line_however_fast_they_come() {
     let expected = format!("big | {line}\n").repeat(FILE_LINES);
     assert!(shown == expected.as_bytes(), "{} bytes shown of {}", shown.len(), expected.len());
 }
+
+/// A line longer than 64 KiB is shown in pieces of at least 64 KiB, each on a line behind the
+/// step's name, and nothing else: the newline that ends it right after a piece is no empty line of
+/// its own. Its log has it whole.
+#[test]
+fn a_line_longer_than_64_kib_is_shown_in_pieces_and_no_empty_line() {
+    let env = Env::new();
+    // 66,000 bytes in three writes, then its newline alone; then a line of 200,000 bytes at once.
+    env.write(
+        "flow.toml",
+        "[[step]]\nname = 'l'\nrun = ['python3', '-c', '''\nimport sys, time\nfor i in range(3):\n    \
+         sys.stdout.write(\"x\" * 22000); sys.stdout.flush(); time.sleep(0.05)\nsys.stdout.write(\"\\n\"); \
+         sys.stdout.flush(); time.sleep(0.05)\nsys.stdout.write(\"y\" * 200000 + \"\\n\")\n''']\n",
+    );
+    let out = run_with_stdout(&env, &["run".to_owned(), "flow.toml".to_owned()], Stdio::piped());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let shown = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = shown.lines().collect();
+    assert_eq!(lines[0], format!("l | {}", "x".repeat(66_000)));
+    let pieces: Vec<&str> = lines[1..].iter().map(|l| l.strip_prefix("l | ").expect("behind the name")).collect();
+    assert!(
+        pieces.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b == b'y')),
+        "only pieces of the line: {pieces:?}"
+    );
+    assert!(pieces[..pieces.len() - 1].iter().all(|p| p.len() >= 64 * 1024), "{:?}", pieces.iter().map(|p| p.len()));
+    assert_eq!(pieces.concat().len(), 200_000);
+    let log = env.cmd(&["logs", "flow.toml", "l", "--stream", "stdout"]).output().unwrap();
+    assert_eq!(String::from_utf8(log.stdout).unwrap(), format!("{}\n{}\n", "x".repeat(66_000), "y".repeat(200_000)));
+}

@@ -983,8 +983,15 @@ pub(crate) fn logs(
     };
     // A log file is created on its stream's first byte: a stream that has none gets no header,
     // and one line on stderr says that the attempt wrote nothing to it.
-    let header = |path: &Path| match streams.len() > 1 {
-        true => super::output::print(format!("==> {} <==\n", path.display())),
+    // A log that does not end with a newline has one put after it before the next header, so
+    // that the header is a line of its own, as `tail` does.
+    let mut open_line = false;
+    let header = |path: &Path, open_line: &mut bool| match streams.len() > 1 {
+        true => super::output::print(format!(
+            "{}==> {} <==\n",
+            if std::mem::take(open_line) { "\n" } else { "" },
+            path.display()
+        )),
         false => Ok(()),
     };
     let mut silent: Vec<&str> = Vec::new();
@@ -992,10 +999,13 @@ pub(crate) fn logs(
         let path = chosen.log_stem.with_extension(name);
         match crate::os::fs::open_read_nofollow(&path) {
             Ok(mut file) => {
-                header(&path)?;
+                header(&path, &mut open_line)?;
                 // Streamed: a log may be far larger than memory.
-                if let Err(e) = super::output::copy(&mut file)? {
-                    return Err(CliError::Internal(anyhow::anyhow!("cannot read {}: {e}", path.display())));
+                match super::output::copy(&mut file)? {
+                    Ok(last) => open_line = last.is_some_and(|b| b != b'\n'),
+                    Err(e) => {
+                        return Err(CliError::Internal(anyhow::anyhow!("cannot read {}: {e}", path.display())));
+                    }
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -1004,7 +1014,7 @@ pub(crate) fn logs(
                 let elsewhere = chosen.logs_on(super::shared_store());
                 match store.attempt_tail(run_id, &chosen.log_stem, name)? {
                     Some(tail) if !tail.is_empty() => {
-                        header(&path)?;
+                        header(&path, &mut open_line)?;
                         let kib = crate::store::postgres::TAIL_BYTES / 1024;
                         match elsewhere {
                             Some(host) => {
@@ -1021,6 +1031,7 @@ pub(crate) fn logs(
                             ),
                         }
                         super::output::print(String::from_utf8_lossy(&tail).into_owned())?;
+                        open_line = !tail.ends_with(b"\n");
                     }
                     None if elsewhere.is_some() => {
                         let host = elsewhere.unwrap_or_default();

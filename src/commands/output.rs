@@ -14,11 +14,12 @@ pub(crate) fn print(bytes: impl AsRef<[u8]>) -> Result<(), CliError> {
     out.write_all(bytes.as_ref()).and_then(|()| out.flush()).map_err(failed)
 }
 
-/// Copy a reader (a log file, possibly larger than memory) to stdout. A read error is the
-/// caller's to describe.
-pub(crate) fn copy(from: &mut impl Read) -> Result<Result<(), std::io::Error>, CliError> {
+/// Copy a reader (a log file, possibly larger than memory) to stdout, giving the last byte
+/// copied. A read error is the caller's to describe.
+pub(crate) fn copy(from: &mut impl Read) -> Result<Result<Option<u8>, std::io::Error>, CliError> {
     let mut out = std::io::stdout().lock();
     let mut buf = vec![0u8; 64 * 1024];
+    let mut last = None;
     loop {
         let n = match from.read(&mut buf) {
             Ok(0) => break,
@@ -27,9 +28,10 @@ pub(crate) fn copy(from: &mut impl Read) -> Result<Result<(), std::io::Error>, C
             Err(e) => return Ok(Err(e)),
         };
         out.write_all(&buf[..n]).map_err(failed)?;
+        last = Some(buf[n - 1]);
     }
     out.flush().map_err(failed)?;
-    Ok(Ok(()))
+    Ok(Ok(last))
 }
 
 pub(super) fn failed(e: std::io::Error) -> CliError {

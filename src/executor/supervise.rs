@@ -252,7 +252,7 @@ impl Reader {
         // zeroing 64 KiB for each stream of every attempt was a quarter of a failing attempt's
         // instructions (callgrind).
         let mut buf = vec![0u8; FIRST_CHUNK];
-        let mut out = Copied { partial: Vec::new(), logging: true };
+        let mut out = Copied { partial: Vec::new(), logging: true, cut: false };
         let secrets = Arc::clone(&self.secrets);
         let mut redactor = StreamRedactor::new(&secrets);
         loop {
@@ -302,6 +302,13 @@ impl Reader {
         if !self.lines {
             return;
         }
+        // A line cut into a piece just before its newline ends with that piece: its newline is
+        // no line of its own.
+        let data = match data {
+            [b'\n', rest @ ..] if std::mem::take(&mut out.cut) && out.partial.is_empty() => rest,
+            data => data,
+        };
+        out.cut = false;
         let partial = &mut out.partial;
         // Only the new bytes are searched, so a long line costs linear time.
         let whole = match memchr::memrchr(b'\n', data) {
@@ -323,6 +330,7 @@ impl Reader {
         if out.partial.len() >= CHUNK {
             out.partial.push(b'\n');
             self.send(std::mem::take(&mut out.partial)).await;
+            out.cut = true;
         }
     }
 }
@@ -333,6 +341,8 @@ struct Copied {
     partial: Vec<u8>,
     /// Whether the log still takes writes.
     logging: bool,
+    /// The last line sent was a piece of a longer one, ended by waymark ([`CHUNK`]).
+    cut: bool,
 }
 
 impl Supervisor {
