@@ -313,6 +313,38 @@ fn a_display_taller_than_the_terminal_leaves_no_copy_of_itself_in_the_scrollback
     assert_eq!(history.lines().filter(|l| l.starts_with("s") && l.ends_with("| done")).count(), 20, "{history}");
 }
 
+/// A terminal narrower than the steps' lines: each line is cut to its width (ending `…`) rather
+/// than wrapped onto a second row, which would push the overall bar off the display; the bar
+/// gives way to the count of steps without a line.
+#[test]
+fn on_a_narrow_terminal_each_line_is_cut_to_its_width_and_the_count_stays_at_the_bottom() {
+    if !Tmux::available("on_a_narrow_terminal_each_line_is_cut_to_its_width_and_the_count_stays_at_the_bottom") {
+        return;
+    }
+    let env = Env::new();
+    let mut flow = String::from("name = \"narrow\"\nmax_parallel = 6\n");
+    for i in 0..6 {
+        flow.push_str(&format!(
+            "[[step]]\nname = \"fetch-the-orders-from-upstream-{i}\"\nneeds = []\ntimeout = \"2m\"\n\
+             shell = 'while [ ! -e go ]; do sleep 0.02; done'\n"
+        ));
+    }
+    env.write("flow.toml", &flow);
+    let tmux = Tmux::start_on(&env, &["run", "flow.toml"], false, (40, 6));
+    // 6 rows: 5 for the display, 4 steps and the count under them.
+    let step = Regex::new(r"^. fetch-the-orders-from-upstream-\d  att…$").unwrap();
+    let overall = Regex::new(r"^0/6 done  \d+\.\ds  \(\+2 more under way\)$").unwrap();
+    tmux.wait_for("four cut lines and the count under them", |s| {
+        let lines: Vec<&str> = s.lines().collect();
+        lines.len() >= 5
+            && lines[lines.len() - 5..lines.len() - 1].iter().all(|l| step.is_match(l))
+            && overall.is_match(lines[lines.len() - 1])
+    });
+    touch(&env, "go");
+    let end = tmux.wait_exit();
+    assert!(normalise(&end).ends_with("\nEXIT=0"), "{end}");
+}
+
 const QUICK_FLOW: &str = r#"[exit_codes]
 "75" = "ConnectionResetError"
 

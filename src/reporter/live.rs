@@ -20,6 +20,7 @@ use crate::events::{AttemptEnd, Envelope, Event, Reporter, Stream};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle, TermLike};
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -27,6 +28,29 @@ use std::time::{Duration, Instant, SystemTime};
 const FRAMES_PER_SECOND: u8 = 20;
 /// How often a spinner turns and a clock moves.
 const TICK: Duration = Duration::from_millis(100);
+/// Columns of the `done/total` bar when the terminal has room for them.
+const BAR_COLUMNS: usize = 30;
+
+/// What the lines of the display are drawn to fit: the terminal's columns (read after each
+/// frame), the width of the widest name shown so far, and how many steps under way have no line.
+/// No line is wider than the terminal: one that wrapped would take two rows, and indicatif, which
+/// stops at the last row, would leave the `done/total` bar out.
+#[derive(Debug)]
+struct Layout {
+    columns: AtomicUsize,
+    name_width: AtomicUsize,
+    hidden: AtomicUsize,
+}
+
+impl Layout {
+    /// `text` cut to the columns left after `used` of them, ending `…` when it was cut.
+    fn fit<'a>(&self, text: &'a str, used: usize) -> std::borrow::Cow<'a, str> {
+        match self.columns.load(Ordering::Relaxed).saturating_sub(used) {
+            0 => std::borrow::Cow::Borrowed(""),
+            room => console::truncate_str(text, room, "…"),
+        }
+    }
+}
 /// A frame waits while this much is queued for the terminal and not written yet.
 const FRAME_BACKLOG: usize = 64 * 1024;
 
@@ -42,8 +66,8 @@ pub(crate) struct LiveReporter {
     hidden: Vec<String>,
     /// Steps finished or skipped: the overall bar's position.
     done: HashSet<String>,
-    /// Width of the widest name shown so far, to align the lines.
-    name_width: usize,
+    /// The terminal's width, the names' column and the steps without a line.
+    layout: Arc<Layout>,
     /// Which child output is shown (`--output`).
     filter: OutputFilter,
     /// The local time, for the retry lines' wake-up times.
@@ -70,11 +94,17 @@ struct StepBar {
 
 impl LiveReporter {
     pub(crate) fn new(output: OutputMode) -> LiveReporter {
-        let screen = Screen::new(Terminal::open());
+        let size = terminal_size();
+        let layout = Arc::new(Layout {
+            columns: AtomicUsize::new(usize::from(size.1)),
+            name_width: AtomicUsize::new(0),
+            hidden: AtomicUsize::new(0),
+        });
+        let screen = Screen::new(Terminal::open(), size, Arc::clone(&layout));
         let target = ProgressDrawTarget::term_like_with_hz(Box::new(screen.clone()), FRAMES_PER_SECOND);
         let multi = MultiProgress::with_draw_target(target);
         let overall = ProgressBar::hidden();
-        overall.set_style(overall_style());
+        overall.set_style(overall_style(Arc::clone(&layout)));
         LiveReporter {
             screen,
             multi,
@@ -82,7 +112,7 @@ impl LiveReporter {
             bars: HashMap::new(),
             hidden: Vec::new(),
             done: HashSet::new(),
-            name_width: 0,
+            layout,
             filter: OutputFilter::new(output),
             clock: LocalTime::system(),
             run_id: std::sync::Arc::default(),
@@ -117,26 +147,27 @@ impl LiveReporter {
         }
         if !self.bars.contains_key(name) {
             self.show_overall();
-            self.name_width = self.name_width.max(name.chars().count());
+            self.layout.name_width.fetch_max(console::measure_text_width(name), Ordering::Relaxed);
             // Beside the overall bar, as many as the display's rows hold; the others wait, so that
             // the overall bar at the bottom is always drawn.
             let room = usize::from(self.screen.height()).saturating_sub(1).max(1);
             let shown = self.bars.len() - self.hidden.len() < room;
+            // Its own style from the start: a bar drawn before its first look would be
+            // indicatif's default (an empty bar, `0/0`).
+            let blank = Look::Doing(String::new()).style(name, &self.layout);
+            let bar = ProgressBar::hidden().with_style(blank);
             let bar = match shown {
-                true => self.multi.insert_before(&self.overall, ProgressBar::hidden()),
+                true => self.multi.insert_before(&self.overall, bar),
                 false => {
                     self.hidden.push(name.to_owned());
-                    ProgressBar::hidden()
+                    bar
                 }
             };
             bar.enable_steady_tick(TICK);
             self.bars.insert(name.to_owned(), StepBar { bar, shown, error: None, max_attempts: 1 });
             self.say_hidden();
         }
-        let width = self.name_width;
-        let step = self.bars.get_mut(name)?;
-        step.bar.set_prefix(format!("{name:<width$}"));
-        Some(step)
+        self.bars.get_mut(name)
     }
 
     fn remove(&mut self, name: &str) {
@@ -161,10 +192,7 @@ impl LiveReporter {
     /// Say on the overall bar how many steps under way (running, or waiting for a retry) have no
     /// line for want of rows.
     fn say_hidden(&self) {
-        match self.hidden.len() {
-            0 => self.overall.set_message(""),
-            n => self.overall.set_message(format!("  (+{n} more under way)")),
-        }
+        self.layout.hidden.store(self.hidden.len(), Ordering::Relaxed);
     }
 
     fn finished(&mut self, step: &str) {
@@ -227,9 +255,10 @@ impl LiveReporter {
             Event::RunStarted { steps_total, .. } | Event::RunResumed { steps_total, .. } => self.start(*steps_total),
             Event::AttemptStarted { step, attempt, max_attempts, timeout, .. } => {
                 let look = Look::Running { attempt: *attempt, max_attempts: *max_attempts, timeout: *timeout };
+                let layout = Arc::clone(&self.layout);
                 if let Some(bar) = self.bar(step) {
                     bar.max_attempts = *max_attempts;
-                    bar.bar.set_style(look.style());
+                    bar.bar.set_style(look.style(step, &layout));
                     bar.bar.reset_elapsed();
                 }
             }
@@ -241,6 +270,7 @@ impl LiveReporter {
                 }
             }
             Event::StepWaiting { step, next_attempt, max_attempts, retry } => {
+                let layout = Arc::clone(&self.layout);
                 if let Some(bar) = self.bar(step) {
                     let look = Look::Waiting {
                         attempt: *next_attempt,
@@ -248,12 +278,13 @@ impl LiveReporter {
                         wake_at: retry.wake_at,
                         after: bar.error.clone(),
                     };
-                    bar.bar.set_style(look.style());
+                    bar.bar.set_style(look.style(step, &layout));
                 }
             }
             Event::HandlerStarted { step, error, .. } => {
+                let layout = Arc::clone(&self.layout);
                 if let Some(bar) = self.bar(step) {
-                    bar.bar.set_style(Look::Doing(format!("catch handler for {error}")).style());
+                    bar.bar.set_style(Look::Doing(format!("catch handler for {error}")).style(step, &layout));
                     bar.bar.reset_elapsed();
                 }
             }
@@ -262,8 +293,9 @@ impl LiveReporter {
                     crate::store::AuxKind::Compensate => "compensating",
                     crate::store::AuxKind::Hook => "hook",
                 };
+                let layout = Arc::clone(&self.layout);
                 if let Some(bar) = self.bar(name) {
-                    bar.bar.set_style(Look::Doing(what.to_owned()).style());
+                    bar.bar.set_style(Look::Doing(what.to_owned()).style(name, &layout));
                     bar.bar.reset_elapsed();
                 }
             }
@@ -341,26 +373,34 @@ enum Look {
 }
 
 impl Look {
-    fn style(self) -> ProgressStyle {
+    /// The style of `name`'s line: its name in the names' column, then what it does, cut to the
+    /// terminal's width.
+    fn style(self, name: &str, layout: &Arc<Layout>) -> ProgressStyle {
         let (template, spin) = match self {
-            Look::Waiting { .. } => ("  {prefix}  {line}", false),
-            _ => ("{spinner} {prefix}  {line}", true),
+            Look::Waiting { .. } => ("  {line}", false),
+            _ => ("{spinner} {line}", true),
         };
+        let (name, layout) = (name.to_owned(), Arc::clone(layout));
         let line = move |state: &ProgressState, w: &mut dyn std::fmt::Write| {
             let elapsed = state.elapsed();
+            let width = layout.name_width.load(Ordering::Relaxed);
+            // `measure_text_width` counts columns, as `{:<width$}` does not.
+            let pad = width.saturating_sub(console::measure_text_width(&name));
+            let mut text = format!("{name}{:pad$}  ", "");
             let _ = match &self {
                 Look::Running { attempt, max_attempts, timeout } => {
                     let left = timeout.map(|t| format!("  timeout in {}", short(t.saturating_sub(elapsed))));
-                    write!(w, "attempt {attempt}/{max_attempts}  {}{}", short(elapsed), left.unwrap_or_default())
+                    write!(text, "attempt {attempt}/{max_attempts}  {}{}", short(elapsed), left.unwrap_or_default())
                 }
                 Look::Waiting { attempt, max_attempts, wake_at, after } => {
                     let left = wake_at.duration_since(SystemTime::now()).unwrap_or_default();
                     let after =
                         after.as_ref().map(|e| format!(" after {}", crate::text::visible(e))).unwrap_or_default();
-                    write!(w, "retry {attempt}/{max_attempts} in {}{after}", short(left))
+                    write!(text, "retry {attempt}/{max_attempts} in {}{after}", short(left))
                 }
-                Look::Doing(what) => write!(w, "{}  {}", crate::text::visible(what), short(elapsed)),
+                Look::Doing(what) => write!(text, "{}  {}", crate::text::visible(what), short(elapsed)),
             };
+            let _ = w.write_str(&layout.fit(&text, 2));
         };
         let style = ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_spinner());
         let style = style.with_key("line", line);
@@ -368,14 +408,41 @@ impl Look {
     }
 }
 
-fn overall_style() -> ProgressStyle {
-    let clock = |state: &ProgressState, w: &mut dyn std::fmt::Write| {
-        let _ = w.write_str(&short(state.elapsed()));
+/// The `done/total` bar: `[====>     ] 3/20 done  4.2s  (+10 more under way)`, its bar narrower
+/// (or left out) where the terminal has no room for 30 columns of it.
+fn overall_style(layout: Arc<Layout>) -> ProgressStyle {
+    let overall = move |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+        let (done, total) = (state.pos(), state.len().unwrap_or(0));
+        let (more, fewer) = match layout.hidden.load(Ordering::Relaxed) {
+            0 => (String::new(), String::new()),
+            n => (format!("  (+{n} more under way)"), format!("  +{n} more")),
+        };
+        let text = format!("{done}/{total} done  {}{more}", short(state.elapsed()));
+        let columns = layout.columns.load(Ordering::Relaxed);
+        let room = columns.saturating_sub(console::measure_text_width(&text) + 3);
+        // The bar goes first, then the clock and words: the count of steps without a line stays.
+        let _ = match room.min(BAR_COLUMNS) {
+            width @ 5.. => w.write_str(&format!("[{}] {text}", bar(width, done, total))),
+            _ if text.len() <= columns => w.write_str(&text),
+            _ => w.write_str(&layout.fit(&format!("{done}/{total} done{fewer}"), 0)),
+        };
     };
-    ProgressStyle::with_template("[{bar:30}] {pos}/{len} done  {clock}{msg}")
+    ProgressStyle::with_template("{overall}")
         .unwrap_or_else(|_| ProgressStyle::default_bar())
-        .with_key("clock", clock)
-        .progress_chars("=> ")
+        .with_key("overall", overall)
+}
+
+/// A bar `columns` wide that shows `done` of `total` as indicatif draws `=> `: `====>     `, with
+/// no `>` when nothing or everything is done.
+fn bar(columns: usize, done: u64, total: u64) -> String {
+    if done == 0 || total == 0 {
+        return " ".repeat(columns);
+    }
+    let filled = usize::try_from(done.min(total) * columns as u64 / total).unwrap_or(columns);
+    match columns - filled {
+        0 => "=".repeat(columns),
+        left => format!("{}>{}", "=".repeat(filled), " ".repeat(left - 1)),
+    }
 }
 
 /// A duration on a line of the display: `4.2s`, `3m05s`, `2h07m`.
@@ -404,6 +471,8 @@ struct ScreenState {
     terminal: Option<Terminal>,
     /// The terminal's rows and columns, read after each frame.
     size: (u16, u16),
+    /// Where the lines learn the columns.
+    layout: Arc<Layout>,
     /// The frame indicatif is drawing, and whether it has begun writing its lines (what comes
     /// before is its erasing of the previous frame, which the screen does itself).
     frame: Vec<u8>,
@@ -421,10 +490,11 @@ struct ScreenState {
 }
 
 impl Screen {
-    fn new(terminal: Terminal) -> Screen {
+    fn new(terminal: Terminal, size: (u16, u16), layout: Arc<Layout>) -> Screen {
         Screen(Arc::new(Mutex::new(ScreenState {
             terminal: Some(terminal),
-            size: terminal_size(),
+            size,
+            layout,
             frame: Vec::new(),
             in_frame: false,
             bars: Vec::new(),
@@ -612,6 +682,7 @@ impl TermLike for Screen {
         state.bars_lines = lines_of(&state.bars, usize::from(state.size.1));
         state.shown_current = false;
         state.size = terminal_size();
+        state.layout.columns.store(usize::from(state.size.1), Ordering::Relaxed);
         state.send(false);
         Ok(())
     }
@@ -635,6 +706,24 @@ mod tests {
         assert_eq!(short(Duration::ZERO), "0.0s");
         assert_eq!(short(Duration::from_secs(185)), "3m05s");
         assert_eq!(short(Duration::from_secs(2 * 3600 + 7 * 60 + 5)), "2h07m");
+    }
+
+    #[test]
+    fn the_done_bar_is_drawn_as_indicatif_draws_it_at_any_width() {
+        assert_eq!(bar(10, 0, 20), "          ");
+        assert_eq!(bar(10, 1, 20), ">         ");
+        assert_eq!(bar(10, 9, 20), "====>     ");
+        assert_eq!(bar(10, 20, 20), "==========");
+        assert_eq!(bar(5, 3, 0), "     ");
+    }
+
+    #[test]
+    fn a_line_is_cut_to_the_terminal_s_width() {
+        let layout =
+            Layout { columns: AtomicUsize::new(12), name_width: AtomicUsize::new(0), hidden: AtomicUsize::new(0) };
+        assert_eq!(layout.fit("fetch  attempt 1/3", 2), "fetch  at…");
+        assert_eq!(layout.fit("fetch", 2), "fetch");
+        assert_eq!(layout.fit("fetch  attempt 1/3", 20), "");
     }
 
     #[test]
