@@ -14,6 +14,7 @@ fn stderr(out: &std::process::Output) -> String {
 }
 use serde_json::Value;
 use std::os::unix::process::ExitStatusExt;
+use std::time::Duration;
 
 fn stdout(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -614,6 +615,31 @@ fn status_of_a_run_interrupted_in_its_hooks_says_the_hooks_run_on_resume() {
          on_success           succeeded\n  \
          on_exit              succeeded\n"
     );
+}
+
+/// A run that failed on a step's own error, interrupted in its `on_failure` hook and resumed after
+/// the workflow's deadline, tells the hook that error again, not `WorkflowTimeout`: the deadline
+/// passed after the run had failed (as the failure report and `status` say).
+#[test]
+fn a_hook_run_again_after_the_deadline_is_told_the_error_the_run_failed_on() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "timeout = '1s'
+[hooks]
+on_failure = 'echo \"$WAYMARK_FAILED_STEP $WAYMARK_ERROR_TYPE $WAYMARK_ERROR_MESSAGE\" \
+         >> told; [ -e second ] || exec sleep 60'\n\
+         [[step]]\nname = 'bad'\nshell = 'exit 3'\n",
+    );
+    let started = std::time::Instant::now();
+    let out = env.run_until("told", "INT");
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    // Past the deadline before the resume.
+    std::thread::sleep(Duration::from_millis(1500).saturating_sub(started.elapsed()));
+    env.write("second", "");
+    let out = env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(env.read("told"), "bad CalledProcessError exit status 3\n".repeat(2));
 }
 
 /// A compensation that fails leaves undone what its step did: its warning says how it failed and

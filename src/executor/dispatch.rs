@@ -1412,9 +1412,12 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             RunOutcome::Failed => self.stopping.or_else(|| self.steps.iter().position(|s| !s.slot.done())),
             _ => None,
         };
-        let error = failed.and_then(|i| match self.expired {
-            true => Some(evidence::workflow_timeout(&self.flow)),
-            false => self.steps[i].last_error.as_deref().cloned(),
+        // As the failure report says it ([`Dispatcher::failure`]): a step that failed for good
+        // failed with its own error, even when the deadline has passed since (a resume after it);
+        // one the deadline stopped, with `WorkflowTimeout`.
+        let error = failed.and_then(|i| match (&self.steps[i].slot, self.expired) {
+            (Slot::Failed, _) | (_, false) => self.steps[i].last_error.as_deref().cloned(),
+            (_, true) => Some(evidence::workflow_timeout(&self.flow)),
         });
         vec![
             ("WAYMARK_RUN_STATUS".to_owned(), status.to_owned()),
