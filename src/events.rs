@@ -336,6 +336,10 @@ pub(crate) enum Event {
         /// the failure report; not part of the event's wire form.
         #[serde(skip)]
         why: Option<String>,
+        /// For a cancelled handler, the runner's signal that was forwarded to it (`None`: by
+        /// `fail_fast`); not part of the event's wire form.
+        #[serde(skip)]
+        signal: Option<String>,
     },
     /// A compensation (`name`: its step) or a hook (`name`: `on_success`, `on_failure`,
     /// `on_exit`) started; `pid` is `None` when it could not be started.
@@ -359,6 +363,10 @@ pub(crate) enum Event {
         /// of the event's wire form.
         #[serde(skip)]
         warning: Option<String>,
+        /// For a cancelled one, the runner's signal that was forwarded to it; not part of the
+        /// event's wire form.
+        #[serde(skip)]
+        signal: Option<String>,
     },
     /// Waymark's own failure (the store, the attempts' files) stopped the run before it finished;
     /// the run stays unfinished and resumable. `error` is what the command prints.
@@ -920,6 +928,7 @@ pub(crate) mod tests {
                 outcome: AttemptEnd::Failed,
                 duration: Duration::from_millis(20),
                 warning: None,
+                signal: None,
             },
             Event::HandlerFinished {
                 step: "fetch".into(),
@@ -927,6 +936,7 @@ pub(crate) mod tests {
                 outcome: AttemptEnd::Succeeded,
                 duration: Duration::from_millis(1500),
                 why: None,
+                signal: None,
             },
             Event::RunFinished {
                 outcome: RunOutcome::Succeeded,

@@ -351,3 +351,48 @@ fn a_failed_handler_warning_names_its_logs() {
              not found); it wrote nothing; the step fails with its error",]
     );
 }
+
+/// `fail_fast` cancels a running catch handler as it cancels attempts: a line says so, and the
+/// summary table says that its step's error was left unhandled, where it said only that the step
+/// was not run again.
+#[test]
+fn a_catch_handler_cancelled_by_fail_fast_is_said_and_its_error_left_unhandled() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "fail_fast = true\n\
+         [[step]]\nname = 'a'\nneeds = []\nshell = 'exit 2'\n\
+         catch = [{ shell = 'touch handling; exec sleep 60' }]\n\
+         [[step]]\nname = 'b'\nneeds = []\nshell = 'while [ ! -e handling ]; do sleep 0.02; done; exit 3'\n",
+    );
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let said = stderr(&out);
+    let lines: Vec<&str> = said.lines().filter(|l| l.contains("a: ") || l.starts_with("  a ")).collect();
+    assert_eq!(
+        lines[lines.len() - 3..],
+        [
+            "waymark: a: its catch handler was cancelled by fail_fast; its error is not handled",
+            "waymark: a: not run again: the run failed first",
+            "  a     stopped       1/1    DURATION  its catch handler was cancelled by fail_fast; its error is not handled",
+        ],
+        "{said}"
+    );
+}
+
+/// A signal cancels a running catch handler: a line says so and that it runs again on resume.
+#[test]
+fn a_catch_handler_cancelled_by_a_signal_is_said_to_run_again_on_resume() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "[[step]]\nname = 'a'\nshell = 'exit 2'\ncatch = [{ shell = 'echo x > handling; exec sleep 60' }]\n",
+    );
+    let out = env.run_until("handling", "TERM");
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("\nwaymark: a: its catch handler was cancelled by SIGTERM; it runs again on resume\n"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -340,7 +340,15 @@ fn status_says_which_compensations_ran_and_how_they_ended() {
              compensate = 'if [ -e release ]; then exit 0; fi; echo $$ > ready; exec sleep 60'\n\
              [[step]]\nname = 'c'\nshell = 'exit 1'\n",
         );
-        let _ = env.run_until("ready", signal);
+        let out = env.run_until("ready", signal);
+        if signal == "TERM" {
+            assert!(
+                stderr(&out)
+                    .contains("\nwaymark: a: its compensation was cancelled by SIGTERM; it runs again on resume\n"),
+                "{}",
+                stderr(&out)
+            );
+        }
         assert_eq!(
             status_text(&env),
             format!(
@@ -593,6 +601,12 @@ fn status_of_a_run_interrupted_in_its_hooks_says_the_hooks_run_on_resume() {
     );
     let out = env.run_until("hook-started", "INT");
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    // The plain mode says it, as it says an attempt's cancel.
+    assert!(
+        stderr(&out).contains("\nwaymark: hook on_success cancelled by SIGINT; it runs again on resume\n"),
+        "{}",
+        stderr(&out)
+    );
     assert_eq!(
         status_text(&env),
         "run RUN of flow (PATH): interrupted, started TIME, ended TIME\n  \

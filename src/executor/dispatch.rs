@@ -1342,7 +1342,11 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         let warning = why
             .as_deref()
             .map(|why| format!("its catch handler {}; the step fails with its error", failed_with_logs(why, stem)));
-        self.emitter.emit(Event::HandlerFinished { step: step.clone(), attempt, outcome: end, duration, why });
+        // As an attempt's: the signal's, unless `fail_fast` cancelled it first.
+        let signal = (outcome == AttemptOutcome::Cancelled)
+            .then(|| self.cancelled.filter(|_| !self.fail_fast_first).map(|s| s.name().to_owned()))
+            .flatten();
+        self.emitter.emit(Event::HandlerFinished { step: step.clone(), attempt, outcome: end, duration, why, signal });
         if let Some(message) = warning {
             self.emitter.warning(Some(&step), message);
         }
@@ -1538,8 +1542,16 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 AuxKind::Hook => format!("hook {name} {failed}"),
             }
         });
-        let event =
-            Event::AuxFinished { kind, name: name.to_owned(), outcome: end, duration, warning: warning.clone() };
+        let signal =
+            (outcome == AttemptOutcome::Cancelled).then(|| self.cancelled.map(|s| s.name().to_owned())).flatten();
+        let event = Event::AuxFinished {
+            kind,
+            name: name.to_owned(),
+            outcome: end,
+            duration,
+            warning: warning.clone(),
+            signal,
+        };
         self.emitter.emit(event);
         if let Some(message) = warning {
             let step = (kind == AuxKind::Compensate).then_some(name);

@@ -314,6 +314,7 @@ mod tests {
                 outcome: AttemptEnd::Failed,
                 duration: Duration::ZERO,
                 why: None,
+                signal: None,
             },
             Event::AuxStarted { kind: crate::store::AuxKind::Compensate, name: "b".into(), pid: Some(3) },
             output("b", Stream::Stdout, "undoing\n"),
@@ -323,6 +324,7 @@ mod tests {
                 outcome: AttemptEnd::Succeeded,
                 duration: Duration::ZERO,
                 warning: None,
+                signal: None,
             },
         ];
         assert_eq!(shown(&mut OutputFilter::new(OutputMode::Failed), events), ["a/stdout: handling\n"]);

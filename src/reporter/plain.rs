@@ -239,6 +239,23 @@ pub(super) fn describe(envelope: &Envelope, clock: &LocalTime, history: &super::
         Event::StepSkipped { step, reason: SkipReason::DeadlinePassed } => {
             format!("waymark: {step}: not run: the workflow's deadline passed")
         }
+        // Cancelled: said as an attempt's cancel is (their other ends are said by their warnings,
+        // or need no line).
+        Event::HandlerFinished { step, outcome: AttemptEnd::Cancelled, signal, .. } => match signal {
+            Some(s) => format!("waymark: {step}: its catch handler was cancelled by {s}; it runs again on resume"),
+            None => format!("waymark: {step}: its catch handler was cancelled by fail_fast; its error is not handled"),
+        },
+        Event::AuxFinished { kind, name, outcome: AttemptEnd::Cancelled, signal, .. } => {
+            let by = signal.as_deref().unwrap_or("a signal");
+            match kind {
+                crate::store::AuxKind::Compensate => {
+                    format!("waymark: {name}: its compensation was cancelled by {by}; it runs again on resume")
+                }
+                crate::store::AuxKind::Hook => {
+                    format!("waymark: hook {name} cancelled by {by}; it runs again on resume")
+                }
+            }
+        }
         Event::StepReady { .. }
         | Event::HandlerFinished { .. }
         | Event::AuxStarted { kind: crate::store::AuxKind::Hook, .. }

@@ -96,6 +96,8 @@ struct StepSeen {
     handled: Option<String>,
     /// Its catch handler failed: for the error of which attempt, and why.
     handler_failed: Option<(u32, String)>,
+    /// Its catch handler was cancelled by `fail_fast`: its error was left unhandled.
+    handler_cut: bool,
     /// A retry was scheduled after its last attempt: a failed last attempt without one is the
     /// step's failure for good, for its catch handler.
     retry_scheduled: bool,
@@ -168,6 +170,7 @@ impl History {
                     final_error: None,
                     handled: None,
                     handler_failed: None,
+                    handler_cut: false,
                     retry_scheduled: false,
                 });
                 self.index.insert(step.to_owned(), self.steps.len() - 1);
@@ -248,9 +251,11 @@ impl History {
             }
             Event::RetryStopped { step, error, .. } => self.seen(step).final_error = Some(error.clone()),
             Event::HandlerStarted { step, error, .. } => self.seen(step).handled = Some(error.clone()),
-            Event::HandlerFinished { step, attempt, outcome, why, .. } => {
-                self.seen(step).handler_failed =
+            Event::HandlerFinished { step, attempt, outcome, why, signal, .. } => {
+                let seen = self.seen(step);
+                seen.handler_failed =
                     (*outcome == AttemptEnd::Failed).then(|| (*attempt, why.clone().unwrap_or_default()));
+                seen.handler_cut = *outcome == AttemptEnd::Cancelled && signal.is_none();
             }
             Event::StepFinished { step, outcome, attempts } => {
                 self.failed_for_good |= *outcome == StepOutcome::Failed;
@@ -578,6 +583,9 @@ fn summary_row(
         (None, Some(SkipReason::AlreadyCaught)) => ("caught", "caught in an earlier runner".to_owned()),
         (None, Some(SkipReason::AlreadyFailed)) => ("failed", "failed in an earlier runner".to_owned()),
         // A step that had run (its retry waited, or an earlier runner's attempt did not finish).
+        (None, Some(SkipReason::RunFailed)) if s.handler_cut => {
+            ("stopped", "its catch handler was cancelled by fail_fast; its error is not handled".to_owned())
+        }
         (None, Some(SkipReason::RunFailed)) if ran => ("stopped", "not run again: the run failed first".to_owned()),
         (None, Some(SkipReason::DeadlinePassed)) if ran => {
             ("stopped", "not run again: the workflow's deadline passed".to_owned())
