@@ -224,13 +224,11 @@ fn backoff_line(step: &Step) -> String {
     let shown = retries.min(SHOWN_WAITS);
     let mut waits: Vec<String> = (1..=shown).map(|k| human(b.nominal(k))).collect();
     if retries > SHOWN_WAITS {
-        let steady = b.steady_from(retries);
-        if steady > SHOWN_WAITS {
-            let to = if steady == retries { String::new() } else { format!(" to {retries}") };
-            waits.push(format!("… {} at retry {steady}{to}", human(b.nominal(steady))));
-        } else {
-            waits.push("…".into());
-        }
+        // Where they stop growing; when that is among the waits shown, they stay there from the
+        // next retry on.
+        let steady = b.steady_from(retries).max(SHOWN_WAITS + 1);
+        let to = if steady == retries { String::new() } else { format!(" to {retries}") };
+        waits.push(format!("… {} at retry {steady}{to}", human(b.nominal(steady))));
     }
     let jitter = if b.jitter { " (each times a random 0.5-1.0)" } else { "" };
     format!("{}{jitter}", waits.join(", "))
@@ -448,7 +446,9 @@ mod tests {
         assert_eq!(line(2000, 0.0, 2.0, None), "none: each retry starts at once");
         assert_eq!(line(100, 0.0, 1e9, Some(3.0)), "none: each retry starts at once");
         assert_eq!(line(4, 1.0, 2.0, Some(3.0)), "1s, 2s, 3s");
-        assert_eq!(line(20, 1.0, 2.0, Some(5.0)), "1s, 2s, 4s, 5s, 5s, …");
+        assert_eq!(line(20, 1.0, 2.0, Some(5.0)), "1s, 2s, 4s, 5s, 5s, … 5s at retry 6 to 19");
+        assert_eq!(line(7, 1.0, 2.0, Some(10.0)), "1s, 2s, 4s, 8s, 10s, … 10s at retry 6");
+        assert_eq!(line(7, 3.0, 1.0, None), "3s, 3s, 3s, 3s, 3s, … 3s at retry 6");
         assert_eq!(line(20, 1.0, 2.0, Some(100.0)), "1s, 2s, 4s, 8s, 16s, … 1m 40s at retry 8 to 19");
         assert_eq!(line(9, 1.0, 2.0, None), "1s, 2s, 4s, 8s, 16s, … 2m 8s at retry 8");
         assert_eq!(line(2000, 1.0, 2.0, None), "1s, 2s, 4s, 8s, 16s, … 100years at retry 33 to 1999");
