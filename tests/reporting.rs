@@ -482,3 +482,25 @@ fn a_multi_line_error_message_is_shown_under_its_first_line_in_the_report_and_st
     let status: Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(status["steps"][0]["last_error"]["message"], message.join("\n"));
 }
+
+/// `run.aborted` carries waymark's failure with its causes, as the command's message on stderr
+/// says it (`...: ENOENT: No such file or directory`), not only its first part. Here an attempt
+/// removes its own log directory, so the next attempt's files cannot be made.
+#[test]
+fn run_aborted_says_the_cause_as_the_error_message_does() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "[[step]]\nname = 'a'\nshell = 'rm -rf \"$(dirname \"$WAYMARK_ERROR_FILE\")\"; exit 1'\nretry = { attempts = 2 }\n",
+    );
+    let o = env.cmd(&["run", "--json", "flow.toml"]).output().unwrap();
+    let (code, stdout, stderr) = out(&o);
+    assert_eq!(code, Some(4), "{stderr}");
+    let last: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(last["event"], "run.aborted");
+    let said = stderr.trim_end().split_once("once the cause is fixed: ").unwrap().1;
+    assert_eq!(last["error"], said);
+    let dir = env.state().canonicalize().unwrap().join("logs").join(run_id(&env)).join("a");
+    assert!(said.starts_with(&format!("cannot write attempt files at {}: ", dir.display())), "{said}");
+    assert!(said.ends_with(": ENOENT: No such file or directory"), "{said}");
+}

@@ -709,7 +709,14 @@ fn execute(
         .context("cannot start the thread that writes the run's state")?;
     let outcome = runtime.block_on(crate::executor::execute(spec, state.clone(), journal, signals, &mut events));
     if let Err(e) = &outcome {
-        events.emit(Event::RunAborted { error: format!("{e:#}") });
+        // With its causes, as the command's own message says it (`: No space left on device`).
+        let mut error = e.to_string();
+        let mut cause = std::error::Error::source(e);
+        while let Some(c) = cause {
+            error = format!("{error}: {c}");
+            cause = c.source();
+        }
+        events.emit(Event::RunAborted { error });
     }
     // Only once the runtime (and every attempt task in it) is gone may another runner take over.
     drop(runtime);
