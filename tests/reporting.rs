@@ -504,3 +504,19 @@ fn run_aborted_says_the_cause_as_the_error_message_does() {
     assert!(said.starts_with(&format!("cannot write attempt files at {}: ", dir.display())), "{said}");
     assert!(said.ends_with(": ENOENT: No such file or directory"), "{said}");
 }
+
+/// The report shows the end of a long last line (the last 4 KiB of the attempt's output) behind
+/// `…`, so that it does not read as the whole line.
+#[test]
+fn the_report_marks_a_line_cut_to_its_last_4_kib() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "[[step]]\nname = 'l'\nshell = 'printf BEGIN; head -c 10000 /dev/zero | tr \"\\\\0\" x; echo END; exit 1'\n",
+    );
+    let o = env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap();
+    let (code, _, stderr) = out(&o);
+    assert_eq!(code, Some(1), "{stderr}");
+    let shown = stderr.split_once("stdout of attempt 1, last lines:\n").unwrap().1.lines().next().unwrap();
+    assert_eq!(shown, format!("      …{}END", "x".repeat(4092)));
+}

@@ -81,14 +81,20 @@ pub(crate) fn workflow_timeout(flow: &Flow) -> ErrorValue {
 
 /// The end of an attempt's stderr, for the failure report.
 pub(crate) fn report_tail(stem: &Path, stderr_from: u64) -> String {
-    read_tail(&stem.with_extension("stderr"), stderr_from, REPORT_TAIL).0
+    marked(read_tail(&stem.with_extension("stderr"), stderr_from, REPORT_TAIL))
 }
 
 /// The end of an attempt's stdout, for the failure report. Where an earlier execution of the same
 /// attempt left output (a redelivered attempt), it precedes, before the line that marks where this
 /// execution begins.
 pub(crate) fn report_stdout_tail(stem: &Path) -> String {
-    read_tail(&stem.with_extension("stdout"), 0, REPORT_TAIL).0
+    marked(read_tail(&stem.with_extension("stdout"), 0, REPORT_TAIL))
+}
+
+/// A tail for the report: one that was cut starts with `…`, so that its first line, which the
+/// cut may have taken the start of (a line longer than the tail), does not read as whole.
+fn marked((tail, cut): (String, bool)) -> String {
+    if cut { format!("…{tail}") } else { tail }
 }
 
 /// The last `max` bytes of a file after offset `from`, lossily decoded, and whether there were
