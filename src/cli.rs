@@ -50,7 +50,7 @@ pub(crate) enum Command {
         #[arg(value_hint = ValueHint::FilePath)]
         flow: PathBuf,
         /// Run at most N steps at once, instead of the flow's `max_parallel` (default 4)
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::flow::validate::MAX_PARALLEL)))]
+        #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::flow::validate::MAX_PARALLEL)))]
         max_parallel: Option<u32>,
         /// Set a parameter declared in the flow's `[params]`; repeat for each one
         #[arg(long = "param", value_name = "NAME=VALUE", value_parser = crate::flow::params::parse_arg)]
@@ -129,7 +129,7 @@ pub(crate) enum Command {
         #[arg(value_name = "FLOW", value_hint = ValueHint::FilePath)]
         flow: Option<String>,
         /// How many runs to show
-        #[arg(long, default_value_t = 20)]
+        #[arg(long, default_value_t = 20, allow_negative_numbers = true, value_parser = count)]
         limit: usize,
         /// Print a JSON array
         #[arg(long)]
@@ -172,7 +172,7 @@ pub(crate) enum Command {
         #[arg(value_name = "STEP", value_hint = ValueHint::Other, add = ArgValueCompleter::new(crate::commands::complete::steps))]
         step: String,
         /// Which attempt, from 1 [default: the last one]
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        #[arg(long, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..))]
         attempt: Option<u32>,
         /// Only this stream [default: both]
         #[arg(long, value_enum)]
@@ -366,6 +366,11 @@ impl Command {
             | Command::Man { .. } => None,
         }
     }
+}
+
+/// `history --limit`: how many runs, 0 or more.
+fn count(arg: &str) -> Result<usize, String> {
+    arg.parse().map_err(|_| format!("`{arg}` is not a count of runs: write a whole number, 0 or more"))
 }
 
 /// `gc --older-than`: a duration as flow files write one; 0 is every finished run.

@@ -171,6 +171,34 @@ fn gc_older_than_refuses_what_flow_files_refuse_and_says_what_works() {
     assert!(!env.state().exists(), "a refused gc must not create the state directory");
 }
 
+/// A negative count is the option's value, refused as out of range: not taken for an unknown
+/// option `-1` with a tip (`use '-- -1'`) that does not work.
+#[test]
+fn a_negative_count_is_refused_as_the_option_s_value() {
+    let env = Env::new();
+    env.write("flow.toml", "[[step]]\nname = 'a'\nrun = ['true']\n");
+    for (args, option, why) in [
+        (
+            &["history", "--limit", "-1"][..],
+            "--limit <LIMIT>",
+            "`-1` is not a count of runs: write a whole number, 0 or more",
+        ),
+        (
+            &["history", "--limit", "many"],
+            "--limit <LIMIT>",
+            "`many` is not a count of runs: write a whole number, 0 or more",
+        ),
+        (&["logs", "flow.toml", "a", "--attempt", "-1"], "--attempt <ATTEMPT>", "-1 is not in 1..=4294967295"),
+        (&["run", "--max-parallel", "-1", "flow.toml"], "--max-parallel <N>", "-1 is not in 1..=10000"),
+    ] {
+        let value = if args.contains(&"many") { "many" } else { "-1" };
+        cmd(&env, args).assert().code(2).stdout("").stderr(format!(
+            "error: invalid value '{value}' for '{option}': {why}\n\nFor more information, try '--help'.\n"
+        ));
+    }
+    assert!(!env.state().exists(), "a refused command must not create the state directory");
+}
+
 #[test]
 fn gc_older_than_followed_by_an_option_or_nothing_says_its_value_is_missing() {
     let env = Env::new();
