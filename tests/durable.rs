@@ -1692,6 +1692,42 @@ fn status_says_what_becomes_of_a_step_a_signal_cancelled() {
     );
 }
 
+/// A step waiting out its backoff when a signal stopped the run, looked at past the workflow's
+/// deadline: `status` says that the resume fails the run without the retry, and the resume says no
+/// `retry now` for it before it says that it does not run it again.
+#[test]
+fn a_retry_held_past_the_deadline_is_said_not_to_come() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'held'\ntimeout = 2\n[[step]]\nname = 'bk'\nshell = 'exit 1'\nretry = { attempts = 3, backoff_seconds = 30 }\n",
+    );
+    let runner = env.spawn(&["run", "--quiet", "flow.toml"]);
+    wait_until("the step to wait for its retry", || {
+        let out = env.cmd(&["status", "held", "--json"]).output().unwrap();
+        serde_json::from_slice::<Value>(&out.stdout).is_ok_and(|st| st["steps"][0]["state"] == "waiting")
+    });
+    kill(runner.id(), "TERM");
+    assert_eq!(finish(runner).status.code(), Some(143));
+    let (_, st) = status_text(&env, "held");
+    let deadline =
+        humantime::parse_rfc3339(st["started_at"].as_str().unwrap()).unwrap() + std::time::Duration::from_secs(2);
+    wait_until("the deadline to pass", || {
+        std::time::SystemTime::now() > deadline + std::time::Duration::from_millis(50)
+    });
+    let (text, _) = status_text(&env, "held");
+    assert_eq!(
+        text.lines().nth(1).unwrap(),
+        "  bk                   waiting    attempts 1/3  Ns  no retry (due at TIME): the run fails when resumed: the \
+         workflow's `timeout` (2s) passed"
+    );
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let said: Vec<String> =
+        common::untimed(&stderr(&out)).lines().filter(|l| l.starts_with("waymark: bk:")).map(str::to_owned).collect();
+    assert_eq!(said, ["waymark: bk: not run again: the workflow's deadline passed"]);
+}
+
 /// While the runner of a `fail_fast` run winds it down (here in its `on_failure` hook), a step that
 /// `fail_fast` cancelled is not said to be run again by that runner: it fails the run.
 #[test]

@@ -815,10 +815,12 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         }
         if let StepState::Waiting { wake_at, .. } = s.state {
             let when = time(wake_at);
-            out.push_str(&match (runner_alive, run.status) {
-                (true, _) => format!("  next retry at {when}"),
-                (false, RunStatus::Abandoned) => format!("  no retry (it was due at {when}): the run was abandoned"),
-                (false, _) => format!("  retry due at {when}, held until the run is resumed"),
+            out.push_str(&match (runner_alive, run.status, only_fails.as_deref()) {
+                (true, ..) => format!("  next retry at {when}"),
+                (false, RunStatus::Abandoned, _) => format!("  no retry (it was due at {when}): the run was abandoned"),
+                // As a resume does: it fails the run without the retry.
+                (false, _, Some(why)) => format!("  no retry (due at {when}): the run fails when resumed: {why}"),
+                (false, ..) => format!("  retry due at {when}, held until the run is resumed"),
             });
         }
         out.push('\n');

@@ -462,6 +462,10 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         }
         let pending = StepRecord::pending("");
         let record = |index: usize| spec.steps.get(index).unwrap_or(&pending);
+        // A resume that can only fail the run (past the workflow's deadline, or a step failed for
+        // good under `fail_fast`) serves no retry: none is said to be due.
+        let only_fails = spec.deadline.is_some_and(|at| at <= parts.clock.now())
+            || (flow.fail_fast && spec.steps.iter().any(|r| r.state == StepState::Failed));
         let mut steps = Vec::with_capacity(flow.steps.len());
         for (index, step) in flow.steps.iter().enumerate() {
             let rec = record(index);
@@ -488,7 +492,9 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                     let retry = RetryPlan { delay: left, wake_at: *wake_at };
                     let max_attempts = rec.budget_base.saturating_add(step.retry.attempts);
                     let next_attempt = *next_attempt;
-                    emitter.emit(Event::StepWaiting { step: step.name.clone(), next_attempt, max_attempts, retry });
+                    if !only_fails {
+                        emitter.emit(Event::StepWaiting { step: step.name.clone(), next_attempt, max_attempts, retry });
+                    }
                     Slot::Waiting { attempt: next_attempt, wake: Instant::now() + left }
                 }
                 StepState::InFlight { attempt, .. } => Slot::Ready { attempt: *attempt, redelivered: true },
