@@ -1728,6 +1728,27 @@ fn a_retry_held_past_the_deadline_is_said_not_to_come() {
     assert_eq!(said, ["waymark: bk: not run again: the workflow's deadline passed"]);
 }
 
+/// A step whose backoff the workflow's deadline cut short counts that backoff, until the run's
+/// end, in `status`, as the summary table counts it: it counted only its attempt.
+#[test]
+fn status_counts_a_backoff_the_deadline_cut_short() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'cut'\ntimeout = 1\n[[step]]\nname = 'bk'\nshell = 'exit 1'\nretry = { attempts = 3, backoff_seconds = 30 }\n",
+    );
+    let out = env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let st = json(&env, &["status", "cut", "--json"]);
+    let at = |key: &str| humantime::parse_rfc3339(st[key].as_str().unwrap()).unwrap();
+    let step_started = humantime::parse_rfc3339(st["steps"][0]["started_at"].as_str().unwrap()).unwrap();
+    let until_end = at("ended_at").duration_since(step_started).unwrap().as_millis() as u64;
+    assert_eq!(st["steps"][0]["state"], "skipped");
+    // From its attempt's start to the run's end: the deadline came a second after the run began.
+    assert_eq!(st["steps"][0]["duration_ms"].as_u64().unwrap(), until_end, "{st}");
+    assert!(until_end >= 900, "{st}");
+}
+
 /// While the runner of a `fail_fast` run winds it down (here in its `on_failure` hook), a step that
 /// `fail_fast` cancelled is not said to be run again by that runner: it fails the run.
 #[test]

@@ -429,8 +429,8 @@ fn cancelled(
 /// attempt from its start to its end (one still running, to now while its runner lives; one whose
 /// runner died, nothing: its end is unknown), and each backoff, from the end of a failed attempt
 /// to the start of the next one, at most the longest wait the step's backoff allows before that
-/// retry (a step waiting now: to its wake-up time, or now, or the run's end, whichever is first).
-/// The time after a cancelled attempt, or after a runner stopped during a backoff, while the run
+/// retry (a step waiting now: to its wake-up time, or now, or the run's end, whichever is first;
+/// one skipped while it waited: to when it was skipped). The time after a cancelled attempt, or after a runner stopped during a backoff, while the run
 /// sat interrupted, is not counted.
 fn active_time(
     backoff: Option<&crate::retry::Backoff>,
@@ -459,6 +459,16 @@ fn active_time(
             (None, StepState::Waiting { wake_at, .. }) => {
                 let stop = [Some(*wake_at), Some(now), run.ended_at].into_iter().flatten().min().unwrap_or(now);
                 since(end, stop)
+            }
+            // Skipped while it waited for a retry (the deadline passed, or the run failed): its
+            // backoff until then, as the summary table counts it, at most the longest wait.
+            // (A skip records no end of its own: the run's end, or now while its runner winds it
+            // down, stands for it.)
+            (None, StepState::Skipped) => {
+                step.ended_at.or(run.ended_at).or(runner_alive.then_some(now)).map_or(Duration::ZERO, |skipped| {
+                    let gap = since(end, skipped);
+                    backoff.map_or(gap, |b| gap.min(b.nominal(a.attempt)))
+                })
             }
             (None, _) => Duration::ZERO,
         };
