@@ -396,3 +396,44 @@ fn a_catch_handler_cancelled_by_a_signal_is_said_to_run_again_on_resume() {
         stderr(&out)
     );
 }
+
+/// `status` says how a step's catch handler failed, under the step's own error, and where its
+/// output is; `--json` gives it as `catch`.
+#[test]
+fn status_says_how_a_catch_handler_failed_and_where_its_output_is() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'hf'\n\
+         [[step]]\nname = 'a'\nneeds = []\nshell = 'exit 2'\ncatch = [{ shell = 'echo nope >&2; exit 3' }]\n\
+         [[step]]\nname = 'b'\nneeds = []\nshell = 'exit 4'\ntimeout = '1s'\nkill_grace = 0\n\
+         catch = [{ shell = 'exec sleep 60' }]\n",
+    );
+    let out = env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let st = status(&env);
+    let id = st["id"].as_str().unwrap();
+    let text = env.cmd(&["status"]).output().unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("catch handler")).collect();
+    let log = env.state().join(format!("logs/{id}/a/catch-1.stderr"));
+    assert_eq!(
+        lines,
+        [
+            format!(
+                "                       its catch handler for CalledProcessError failed: CalledProcessError(SubprocessError, \
+                 Exception, BaseException): exit status 3 [exit status]; its output: {}",
+                log.display()
+            ),
+            "                       its catch handler for CalledProcessError failed: ActionTimeout(BaseException): timed \
+             out after 1s [timeout]; it wrote nothing"
+                .to_owned(),
+        ],
+        "{text}"
+    );
+    assert_eq!(st["steps"][0]["last_error"]["message"], "exit status 2");
+    assert_eq!(st["steps"][0]["catch"]["exit_code"], 3);
+    assert_eq!(st["steps"][0]["catch"]["outcome"], "failed");
+    assert_eq!(st["steps"][1]["catch"]["error"]["class"], "ActionTimeout");
+    assert_eq!(st["steps"][1]["last_error"]["message"], "exit status 4");
+}

@@ -725,6 +725,9 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         .iter()
         .map(|s| active_time(policy(&s.name).map(|r| &r.backoff), s, of_step(&s.name), &run, runner_alive, now))
         .collect();
+    // Each step's latest catch handler run, if any.
+    let handlers = store.handlers(&run.id)?;
+    let handled = |name: &str| handlers.iter().rev().find(|h| h.step == name);
     let rows: Vec<Value> = steps
         .iter()
         .zip(&active)
@@ -757,6 +760,12 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
                 "host": host(&s.name),
                 "outputs": s.outputs,
                 "run_failed_with": run_failed_with(s).as_ref().map(error_json),
+                "catch": handled(&s.name).map(|h| json!({
+                    "attempt": h.attempt,
+                    "outcome": seen(h.outcome, runner_alive).as_str(),
+                    "exit_code": h.exit_code,
+                    "error": h.error.as_ref().map(error_json),
+                })),
             });
             if list_attempts {
                 row["attempts"] = mine.iter().map(|a| attempt_json(a, runner_alive)).collect();
@@ -839,6 +848,22 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
             let label = if s.state == StepState::Succeeded { "retried after" } else { "last error" };
             out.push_str(&format!("  {:<name_width$} {label}: {}\n", "", failed_with(e)));
             out.push_str(&crate::reporter::rest_of_message(e, name_width + 5, &whole));
+        }
+        // Why its catch handler did not catch the error: how it failed, and where its output is.
+        if let Some(h) = handled(&s.name).filter(|h| h.outcome == AttemptState::Failed) {
+            let class = s.last_error.as_ref().map(|e| format!(" for {}", e.class)).unwrap_or_default();
+            let how = match (&h.error, h.exit_code) {
+                (Some(e), _) => failed_with(e),
+                (None, Some(code)) => format!("exit status {code}"),
+                // Recorded by a waymark that did not record how it failed.
+                (None, None) => "it was killed, timed out or could not start".to_owned(),
+            };
+            // A store shared by hosts may have its logs on another host: not looked for here.
+            let output = match super::shared_store() {
+                true => String::new(),
+                false => format!("; {}", crate::store::statedir::output_said(&h.log_stem)),
+            };
+            out.push_str(&format!("  {:<name_width$} its catch handler{class} failed: {how}{output}\n", ""));
         }
         let under = stopped_with_runner(s, &run, runner_alive, only_fails.as_deref())
             .or_else(|| cancelled(s, of_step(&s.name).last().copied(), &run, runner_alive, only_fails.as_deref()));

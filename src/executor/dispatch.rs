@@ -162,6 +162,16 @@ struct Ended {
     stderr_tail: Option<super::output::StderrTail>,
 }
 
+/// How a catch handler ended: its outcome and exit status, how long its process ran, why it did
+/// not succeed (for the warning) and its error (for the record).
+struct HandlerEnd {
+    outcome: AttemptOutcome,
+    exit_code: Option<i32>,
+    duration: Duration,
+    why: Option<String>,
+    error: Option<ErrorValue>,
+}
+
 enum Slot {
     /// To start `attempt` once the steps it needs have succeeded.
     Ready {
@@ -1285,8 +1295,16 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             Launched::NotStarted { why, .. } => {
                 let name = step.name.clone();
                 self.emitter.emit(Event::HandlerStarted { step: name, attempt, error: error_class, pid: None });
+                let error = Some(self.aux_error(&Ending::NotStarted(why.clone())));
                 let why = Some(format!("it could not start: {why}"));
-                self.handler_done(index, row, &stem, AttemptOutcome::Failed, None, issued.elapsed(), why).await
+                let end = HandlerEnd {
+                    outcome: AttemptOutcome::Failed,
+                    exit_code: None,
+                    duration: issued.elapsed(),
+                    why,
+                    error,
+                };
+                self.handler_done(index, row, &stem, end).await
             }
         }
     }
@@ -1310,24 +1328,23 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             End::TimedOut => "its step's timeout passed".to_owned(),
             _ => "the workflow's deadline passed".to_owned(),
         });
+        // Recorded, as a compensation's is, for `status` to say how it failed.
+        let step = &self.steps[index].step;
+        let error = (outcome == AttemptOutcome::Failed).then(|| match end {
+            End::Exited(ExitKind::Code(code)) => self.aux_error(&Ending::Exited(code)),
+            End::Exited(ExitKind::Signal(sig)) => self.aux_error(&Ending::Signaled(sig)),
+            End::Expired => evidence::workflow_timeout(&self.flow),
+            _ => self.aux_error(&Ending::TimedOut(step.timeout.unwrap_or_default())),
+        });
         // To its process's exit, as an attempt's (its outcome's commit is not part of it).
         let duration = exited.saturating_duration_since(live.issued);
-        self.handler_done(index, live.row, &live.stem, outcome, exit_code, duration, why).await
+        self.handler_done(index, live.row, &live.stem, HandlerEnd { outcome, exit_code, duration, why, error }).await
     }
 
-    /// Commit how a catch handler ended (after `duration`) and what it does to its step, then say
-    /// it; a failed one (`why`) is a warning, after its end, that says where its output (at `stem`) is.
-    #[allow(clippy::too_many_arguments)]
-    async fn handler_done(
-        &mut self,
-        index: usize,
-        row: i64,
-        stem: &Path,
-        outcome: AttemptOutcome,
-        exit_code: Option<i32>,
-        duration: Duration,
-        why: Option<String>,
-    ) -> Result<(), ExecError> {
+    /// Commit how a catch handler ended and what it does to its step, then say it; a failed one
+    /// (`why`) is a warning, after its end, that says where its output (at `stem`) is.
+    async fn handler_done(&mut self, index: usize, row: i64, stem: &Path, end: HandlerEnd) -> Result<(), ExecError> {
+        let HandlerEnd { outcome, exit_code, duration, why, error } = end;
         let (update, slot) = match outcome {
             AttemptOutcome::Succeeded => (StepUpdate::Caught, Slot::Caught),
             AttemptOutcome::Cancelled => {
@@ -1335,7 +1352,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             }
             AttemptOutcome::Failed => (StepUpdate::Failed, Slot::Failed),
         };
-        let result = self.result(outcome, exit_code, None);
+        let result = AttemptResult { error, ..self.result(outcome, exit_code, None) };
         self.parts.journal.attempt_finished(row, &result, &update).await?;
         self.set_slot(index, slot);
         let s = &self.steps[index];

@@ -627,6 +627,20 @@ pub struct AuxRun {
     pub(crate) error: Option<ErrorValue>,
 }
 
+/// A catch handler's run, as recorded: for the error of which attempt of which step, and how it
+/// ended (what `status` says of a step whose handler failed).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HandlerRun {
+    pub(crate) step: String,
+    /// The attempt whose error it handled.
+    pub(crate) attempt: u32,
+    pub(crate) outcome: AttemptState,
+    pub(crate) exit_code: Option<i32>,
+    /// How it failed, when it did (not recorded before waymark recorded it for handlers).
+    pub(crate) error: Option<ErrorValue>,
+    pub(crate) log_stem: PathBuf,
+}
+
 /// An error as both stores keep it: JSON, as its serde form.
 fn error_json(e: &ErrorValue) -> String {
     // Strings and a list of them: serialising it cannot fail.
@@ -756,6 +770,8 @@ pub trait Store: RunLog + Send {
     fn reopen_failed(&mut self, run_id: &str, at: SystemTime) -> Result<(), StoreError>;
     /// The compensations and hooks run for run `run_id` so far.
     fn aux_runs(&self, run_id: &str) -> Result<Vec<AuxRun>, StoreError>;
+    /// The catch handlers run for run `run_id`'s steps so far, oldest first.
+    fn handlers(&self, run_id: &str) -> Result<Vec<HandlerRun>, StoreError>;
     /// Mark an unfinished run `abandoned` for `owner`, who starts a new run instead. Like a claim,
     /// it takes the run's lease: if its earlier owner still lives (the lock did not keep it out),
     /// its next write is refused and it runs nothing more of the abandoned run.

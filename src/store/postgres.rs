@@ -1229,6 +1229,29 @@ impl Store for PgStore {
         })
     }
 
+    fn handlers(&self, run_id: &str) -> Result<Vec<HandlerRun>, StoreError> {
+        self.read(|tx| {
+            let rows = tx.all(
+                "SELECT step, attempt, outcome, exit_code, error, log_stem FROM waymark_attempts
+                 WHERE run_id = $1 AND kind = 'catch' ORDER BY row_id",
+                &[&run_id],
+            )?;
+            rows.iter()
+                .map(|r| {
+                    let outcome: String = r.get(2);
+                    Ok(HandlerRun {
+                        step: r.get(0),
+                        attempt: u32::try_from(r.get::<_, i64>(1)).unwrap_or(0),
+                        outcome: AttemptState::parse(&outcome).map_err(|e| bad("attempts", run_id, e))?,
+                        exit_code: r.get(3),
+                        error: parse_error(r.get(4)),
+                        log_stem: PathBuf::from(r.get::<_, String>(5)),
+                    })
+                })
+                .collect()
+        })
+    }
+
     fn aux_runs(&self, run_id: &str) -> Result<Vec<AuxRun>, StoreError> {
         self.read(|tx| {
             let rows = tx.all(
@@ -1511,7 +1534,9 @@ fn finish_attempt(
         ],
     )?;
     record_tails(tx, row)?;
+    // A catch handler's error is its own: the step keeps the error it failed with.
     let used = i64::from(result.outcome != AttemptOutcome::Cancelled && kind == "attempt");
+    let step_error = result.error.as_ref().filter(|_| kind == "attempt").map(error_json);
     let (next, wake) = match update {
         StepUpdate::Waiting { next_attempt, wake_at } => (Some(i64::from(*next_attempt)), Some(to_millis(*wake_at))),
         _ => (None, None),
@@ -1535,7 +1560,7 @@ fn finish_attempt(
             &used,
             &next,
             &wake,
-            &result.error.as_ref().map(error_json),
+            &step_error,
             &ended_at,
             &outputs,
             &sources(update.status()),

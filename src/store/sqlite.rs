@@ -1185,6 +1185,16 @@ impl SqliteStore {
         )
     }
 
+    /// The catch handlers of run `?1`, for [`Store::handlers`] (none before schema 6, which
+    /// brought them).
+    fn handlers_sql(&self) -> String {
+        format!(
+            "SELECT step, attempt, outcome, exit_code, error, log_stem FROM attempts
+             WHERE run_id = ?1 AND {} = 'catch' ORDER BY row",
+            self.attempt_kind_sql
+        )
+    }
+
     /// The `WHERE` condition of a filter, with its value as `?1`.
     fn filter_sql(&self, filter: RunFilter<'_>) -> (String, Option<String>) {
         match filter {
@@ -1435,6 +1445,24 @@ impl Store for SqliteStore {
         rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
     }
 
+    fn handlers(&self, run_id: &str) -> Result<Vec<HandlerRun>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&self.handlers_sql()).map_err(|e| self.sql(e))?;
+        let rows = stmt
+            .query_map([run_id], |r| {
+                let outcome: String = r.get(2)?;
+                Ok(HandlerRun {
+                    step: r.get(0)?,
+                    attempt: r.get(1)?,
+                    outcome: AttemptState::parse(&outcome).map_err(|e| bad_row("attempts", run_id, e.to_string()))?,
+                    exit_code: r.get(3)?,
+                    error: parse_error(r.get(4)?),
+                    log_stem: PathBuf::from(r.get::<_, String>(5)?),
+                })
+            })
+            .map_err(|e| self.sql(e))?;
+        rows.collect::<Result<_, _>>().map_err(|e| self.sql(e))
+    }
+
     fn abandon(&mut self, run_id: &str, owner: &str) -> Result<(), StoreError> {
         self.write(true, |tx| {
             move_run(tx, run_id, RunStatus::Abandoned)?;
@@ -1570,8 +1598,10 @@ fn finish_attempt(
             result.killed_after_grace
         ],
     )?;
-    // A catch handler's run uses no attempt of the budget.
+    // A catch handler's run uses no attempt of the budget, and its error is its own: the step
+    // keeps the error it failed with.
     let used = i64::from(result.outcome != AttemptOutcome::Cancelled && kind == "attempt");
+    let step_error = result.error.as_ref().filter(|_| kind == "attempt").map(error_json);
     let state = update.status().as_str();
     let (next, wake) = match update {
         StepUpdate::Waiting { next_attempt, wake_at } => (Some(*next_attempt), Some(to_millis(*wake_at))),
@@ -1593,18 +1623,7 @@ fn finish_attempt(
                 current_row = NULL, last_error = COALESCE(?7, last_error), ended_at = ?8,
                 outputs = COALESCE(?9, outputs)
          WHERE run_id = ?1 AND name = ?2 AND instr(?10, ',' || state || ',')",
-        params![
-            run_id,
-            step,
-            state,
-            used,
-            next,
-            wake,
-            result.error.as_ref().map(error_json),
-            ended_at,
-            outputs,
-            sources(update.status())
-        ],
+        params![run_id, step, state, used, next, wake, step_error, ended_at, outputs, sources(update.status())],
     )?;
     moved(tx, changed, run_id, &step, update.status())
 }

@@ -229,6 +229,56 @@ fn how_a_compensation_or_hook_ended_is_read_back_alike_on_both_backends() {
     }
 }
 
+/// A catch handler's end is read back as it was written, with its own error, and its step keeps
+/// the error it failed with (the handler's does not take its place).
+#[test]
+fn a_catch_handler_s_end_is_read_back_and_its_step_keeps_its_error_on_both_backends() {
+    for mut b in Backend::all("a_catch_handler_s_end_is_read_back_and_its_step_keeps_its_error_on_both_backends") {
+        let dir = tempfile::tempdir().unwrap();
+        let name = format!("f{:08x}", fastrand::u32(..));
+        let flow = flow(
+            dir.path(),
+            &format!("name = '{name}'\n[[step]]\nname = 'a'\nrun = ['false']\ncatch = [{{ run = ['true'] }}]\n"),
+        );
+        let _held = b.hold(&FlowKey::named(&name), "host:1:a", Duration::from_secs(30), Duration::from_secs(10));
+        let (run, lease) = b.store.create_run(&flow, "hash", "host:1:a").unwrap();
+        let store = b.store.as_mut();
+        let error = |message: &str| crate::classify::ErrorValue {
+            class: "CalledProcessError".into(),
+            bases: vec!["SubprocessError".into(), "Exception".into(), "BaseException".into()],
+            message: message.into(),
+            source: crate::classify::ErrorSource::ExitStatus,
+        };
+        let row = store.attempt_starting(&lease, &run.id, "a", 1, false, &dir.path().join("attempt-1")).unwrap();
+        let failed = AttemptResult { error: Some(error("exit status 1")), ..result(AttemptOutcome::Failed) };
+        store.attempt_finished(&lease, row, &failed, &StepUpdate::Catching).unwrap();
+        let stem = dir.path().join("catch-1");
+        let row = store.handler_starting(&lease, &run.id, "a", 1, &stem).unwrap();
+        let handler =
+            AttemptResult { exit_code: Some(3), error: Some(error("exit status 3")), ..result(AttemptOutcome::Failed) };
+        store.attempt_finished(&lease, row, &handler, &StepUpdate::Failed).unwrap();
+        let second = b.second();
+        let expected = HandlerRun {
+            step: "a".into(),
+            attempt: 1,
+            outcome: AttemptState::Failed,
+            exit_code: Some(3),
+            error: Some(error("exit status 3")),
+            log_stem: stem,
+        };
+        assert_eq!(second.handlers(&run.id).unwrap(), [expected], "{}", b.name);
+        let step = &second.steps(&run.id).unwrap()[0];
+        assert_eq!(
+            (&step.state, step.last_error.as_deref()),
+            (&StepState::Failed, Some(&error("exit status 1"))),
+            "{}",
+            b.name
+        );
+        // A handler is no attempt.
+        assert_eq!(second.attempts(&run.id, None).unwrap().len(), 1, "{}", b.name);
+    }
+}
+
 /// The end of an attempt whose step is in a state it cannot leave that way (here made final
 /// behind the runner's back) is refused, says why, and records nothing of the attempt's end; so is
 /// skipping a step that already ended.
