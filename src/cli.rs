@@ -368,9 +368,13 @@ impl Command {
     }
 }
 
-/// `history --limit`: how many runs, 0 or more.
+/// `history --limit`: how many runs, in digits (Rust's parse would take `+5`).
 fn count(arg: &str) -> Result<usize, String> {
-    arg.parse().map_err(|_| format!("`{arg}` is not a count of runs: write a whole number, 0 or more"))
+    match arg.bytes().all(|b| b.is_ascii_digit()).then(|| arg.parse::<usize>().ok()).flatten() {
+        // 0 is `history`'s to refuse, saying why.
+        Some(n) => Ok(n),
+        None => Err(format!("`{arg}` is not a count of runs: write a whole number, 1 or more")),
+    }
 }
 
 /// `gc --older-than`: a duration as flow files write one; 0 is every finished run.

@@ -181,17 +181,22 @@ fn a_negative_count_is_refused_as_the_option_s_value() {
         (
             &["history", "--limit", "-1"][..],
             "--limit <LIMIT>",
-            "`-1` is not a count of runs: write a whole number, 0 or more",
+            "`-1` is not a count of runs: write a whole number, 1 or more",
         ),
         (
             &["history", "--limit", "many"],
             "--limit <LIMIT>",
-            "`many` is not a count of runs: write a whole number, 0 or more",
+            "`many` is not a count of runs: write a whole number, 1 or more",
+        ),
+        (
+            &["history", "--limit", "+5"],
+            "--limit <LIMIT>",
+            "`+5` is not a count of runs: write a whole number, 1 or more",
         ),
         (&["logs", "flow.toml", "a", "--attempt", "-1"], "--attempt <ATTEMPT>", "-1 is not in 1..=4294967295"),
         (&["run", "--max-parallel", "-1", "flow.toml"], "--max-parallel <N>", "-1 is not in 1..=10000"),
     ] {
-        let value = if args.contains(&"many") { "many" } else { "-1" };
+        let value = args.iter().find(|a| ["many", "+5", "-1"].contains(a)).unwrap();
         cmd(&env, args).assert().code(2).stdout("").stderr(format!(
             "error: invalid value '{value}' for '{option}': {why}\n\nFor more information, try '--help'.\n"
         ));

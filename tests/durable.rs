@@ -1721,6 +1721,8 @@ fn a_retry_held_past_the_deadline_is_said_not_to_come() {
         "  bk                   waiting    attempts 1/3  Ns  no retry (due at TIME): the run fails when resumed: the \
          workflow's `timeout` (2s) passed"
     );
+    // `--json` alike: no retry is held for the resume.
+    assert_eq!(json(&env, &["status", "held", "--json"])["steps"][0]["next_retry_held"], false);
     let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let said: Vec<String> =
@@ -1775,4 +1777,39 @@ fn status_during_a_fail_fast_wind_down_says_the_runner_does_not_run_the_cancelle
     );
     env.write("go", "");
     assert_eq!(finish(runner).status.code(), Some(1));
+}
+
+/// A flow file made invalid while a run of it is unfinished: `waymark run` refuses it (exit 2)
+/// and says that `waymark resume ID` still resumes the run with the flow it recorded, which it
+/// does; with no unfinished run there is no such line, and no state directory is made.
+#[test]
+fn an_invalid_flow_file_with_an_unfinished_run_says_resume_still_works() {
+    let env = Env::new();
+    let flow =
+        "name = 'broken'\n[[step]]\nname = 'a'\nshell = '[ -e go ] && exit 0; echo $$ > ready; exec sleep 300'\n";
+    env.write("flow.toml", flow);
+    let out = env.run_until("ready", "TERM");
+    assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
+    let id = json(&env, &["status", "broken", "--json"])["id"].as_str().unwrap().to_owned();
+    env.write("flow.toml", &format!("{flow}nonsense = 1\n"));
+    let out = env.cmd(&["run", "flow.toml"]).env("NO_COLOR", "1").output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let said = stderr(&out);
+    let (_, last) = said.trim_end().rsplit_once('\n').unwrap();
+    assert_eq!(
+        last,
+        format!(
+            "hint: run {id} of this flow file is unfinished: `waymark resume {id}` resumes it with the flow it \
+             recorded when it started; `waymark run` resumes it once the file is valid again"
+        )
+    );
+    env.write("go", "");
+    env.cmd(&["resume", "--quiet", &id]).assert().success();
+    // Without an unfinished run: the diagnostics alone, and nothing is created.
+    let fresh = Env::new();
+    fresh.write("flow.toml", &format!("{flow}nonsense = 1\n"));
+    let out = fresh.cmd(&["run", "flow.toml"]).env("NO_COLOR", "1").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!stderr(&out).contains("hint:"), "{}", stderr(&out));
+    assert!(!fresh.state().exists());
 }

@@ -54,7 +54,7 @@ fn check_shows_the_backoff_that_run_sleeps() {
          \x20 3. saturating\n     command:  false\n     timeout:  none (an attempt may run forever)\n     \
          {retry} 2000 attempts on Exception\n     backoff:  1s, 2s, 4s, 8s, 16s, … 100years at retry 33 to 1999\n\
          \x20 4. steep\n     command:  false\n     timeout:  none (an attempt may run forever)\n     \
-         {retry} 10 attempts on Exception\n     backoff:  500ms, 1m, 1m, 1m, 1m, …\n"
+         {retry} 10 attempts on Exception\n     backoff:  500ms, 1m, 1m, 1m, 1m, … 1m at retry 6 to 9\n"
     ));
 }
 

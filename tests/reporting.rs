@@ -519,4 +519,24 @@ fn the_report_marks_a_line_cut_to_its_last_4_kib() {
     assert_eq!(code, Some(1), "{stderr}");
     let shown = stderr.split_once("stdout of attempt 1, last lines:\n").unwrap().1.lines().next().unwrap();
     assert_eq!(shown, format!("      …{}END", "x".repeat(4092)));
+    // A cut that falls where a line ends marks nothing (8 lines of 511 bytes and their newlines
+    // after `HEAD`), nor one that falls on the newline of a line left out (`HEAD`, then 7 lines of
+    // 511 and one of 510 bytes): the tail is whole lines, the first one 511 bytes long.
+    for sizes in [[511; 8], [511, 511, 511, 511, 511, 511, 511, 510]] {
+        let lines: Vec<String> =
+            sizes.iter().map(|n| format!("head -c {n} /dev/zero | tr \"\\\\0\" 1; echo")).collect();
+        env.write("flow.toml", &format!("[[step]]\nname = 'l'\nshell = 'echo HEAD; {}; exit 1'\n", lines.join("; ")));
+        let o = env.cmd(&["run", "--quiet", "--fresh", "flow.toml"]).output().unwrap();
+        let (_, _, stderr) = out(&o);
+        let tail: Vec<&str> = stderr
+            .split_once("stdout of attempt 1, last lines:\n")
+            .unwrap()
+            .1
+            .lines()
+            .take_while(|l| l.starts_with("      "))
+            .collect();
+        let shown: Vec<usize> = tail.iter().map(|l| l.len() - 6).collect();
+        assert_eq!(shown, sizes, "{stderr}");
+        assert!(tail.iter().all(|l| !l.contains('…')), "{stderr}");
+    }
 }

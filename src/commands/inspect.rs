@@ -755,8 +755,12 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
                 "duration_ms": active.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
                 "next_retry_at": opt_time(next),
                 // No runner holds the run (interrupted, or its runner gone): nothing retries the
-                // step until the run is resumed. An abandoned run never is: no retry is held.
-                "next_retry_held": next.is_some() && !runner_alive && run.status != RunStatus::Abandoned,
+                // step until the run is resumed. An abandoned run never is, and a resume that can
+                // only fail the run retries nothing: no retry is held.
+                "next_retry_held": next.is_some()
+                    && !runner_alive
+                    && run.status != RunStatus::Abandoned
+                    && only_fails.is_none(),
                 "host": host(&s.name),
                 "outputs": s.outputs,
                 "run_failed_with": run_failed_with(s).as_ref().map(error_json),

@@ -28,9 +28,10 @@ pub(crate) const EXIT_INTERNAL: i32 = 4;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
-    /// The flow file is invalid; its diagnostics are already rendered.
+    /// The flow file is invalid; its diagnostics are already rendered. With a hint after them
+    /// (what still works: `waymark resume` of an unfinished run of the file).
     #[error("{0}")]
-    Flow(Box<LoadError>),
+    Flow(Box<LoadError>, Option<String>),
     #[error("{0}")]
     Usage(String),
     #[error(transparent)]
@@ -46,7 +47,7 @@ impl CliError {
     pub fn exit_code(&self) -> i32 {
         match self {
             CliError::StdoutClosed => EXIT_OK,
-            CliError::Flow(_) | CliError::Usage(_) => EXIT_USAGE,
+            CliError::Flow(..) | CliError::Usage(_) => EXIT_USAGE,
             CliError::Locked(LockError::Held { .. }) => EXIT_RUNNING,
             CliError::Locked(_) | CliError::Internal(_) => EXIT_INTERNAL,
         }
@@ -82,7 +83,13 @@ impl CliError {
     fn text(&self) -> String {
         match self {
             CliError::StdoutClosed => String::new(),
-            CliError::Flow(e) => e.render(stderr_color()),
+            CliError::Flow(e, hint) => {
+                let mut text = e.render(stderr_color());
+                if let Some(hint) = hint {
+                    text.push_str(&format!("hint: {hint}\n"));
+                }
+                text
+            }
             CliError::Locked(e @ LockError::Held { .. }) => {
                 // Said by `run` and `resume` alike: both wait with `--wait`.
                 format!("error: {e}\nhint: give the same command `--wait` to wait for it, or see `waymark status`\n")
@@ -104,7 +111,7 @@ impl From<LoadError> for CliError {
     fn from(e: LoadError) -> Self {
         match e {
             LoadError::Read { .. } => CliError::Usage(e.to_string()),
-            invalid => CliError::Flow(Box::new(invalid)),
+            invalid => CliError::Flow(Box::new(invalid), None),
         }
     }
 }
@@ -523,11 +530,24 @@ fn load_flow(path: &std::path::Path, strict: bool) -> Result<crate::flow::Loaded
             d
         })
         .collect();
-    Err(CliError::Flow(Box::new(LoadError::Invalid {
-        shown: path.display().to_string(),
-        source_text: loaded.source,
-        diagnostics,
-    })))
+    Err(CliError::Flow(
+        Box::new(LoadError::Invalid { shown: path.display().to_string(), source_text: loaded.source, diagnostics }),
+        None,
+    ))
+}
+
+/// For the message that the flow file at `path` is invalid: an unfinished run of that file, which
+/// `waymark resume` still resumes with the flow as it recorded it. Looked for without creating
+/// anything; nothing when there is none, or the store cannot be read.
+fn resumable_despite(cli_flag: Option<&std::path::Path>, path: &std::path::Path) -> Option<String> {
+    let store = read_store(&find_state_dir(cli_flag).ok()?).ok()?;
+    let file = std::fs::canonicalize(path).or_else(|_| std::path::absolute(path)).ok()?;
+    let run = store.unfinished_runs(crate::store::RunFilter::File(&file), 1).ok()?.into_iter().next()?;
+    Some(format!(
+        "run {0} of this flow file is unfinished: `waymark resume {0}` resumes it with the flow it recorded \
+         when it started; `waymark run` resumes it once the file is valid again",
+        run.id
+    ))
 }
 
 /// Print a loaded flow's warnings to stderr.

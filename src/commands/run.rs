@@ -46,7 +46,12 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
     // Before any thread is started (see `RunnerSignals::install`); heard once the lock is held.
     let signals = install_signal_handlers()?;
     // The flow file first: an invalid one is reported as such whatever the state directory.
-    let loaded = super::load_flow(flow_path, strict)?;
+    let loaded = match super::load_flow(flow_path, strict) {
+        Err(CliError::Flow(e, None)) => {
+            return Err(CliError::Flow(e, super::resumable_despite(state_flag, flow_path)));
+        }
+        loaded => loaded?,
+    };
     // A run records its flow's paths as text, to resume it and for `status`.
     if loaded.flow.path.to_str().is_none() {
         return Err(CliError::Usage(format!(

@@ -81,20 +81,38 @@ pub(crate) fn workflow_timeout(flow: &Flow) -> ErrorValue {
 
 /// The end of an attempt's stderr, for the failure report.
 pub(crate) fn report_tail(stem: &Path, stderr_from: u64) -> String {
-    marked(read_tail(&stem.with_extension("stderr"), stderr_from, REPORT_TAIL))
+    marked_tail(&stem.with_extension("stderr"), stderr_from)
 }
 
 /// The end of an attempt's stdout, for the failure report. Where an earlier execution of the same
 /// attempt left output (a redelivered attempt), it precedes, before the line that marks where this
 /// execution begins.
 pub(crate) fn report_stdout_tail(stem: &Path) -> String {
-    marked(read_tail(&stem.with_extension("stdout"), 0, REPORT_TAIL))
+    marked_tail(&stem.with_extension("stdout"), 0)
 }
 
-/// A tail for the report: one that was cut starts with `…`, so that its first line, which the
-/// cut may have taken the start of (a line longer than the tail), does not read as whole.
-fn marked((tail, cut): (String, bool)) -> String {
-    if cut { format!("…{tail}") } else { tail }
+/// The last [`REPORT_TAIL`] bytes of a file after offset `from`, for the report: when the cut
+/// falls inside a line, that line's end starts with `…`, so that it does not read as whole; when
+/// it falls at a line's end, the tail starts with the next line. Empty if it cannot be read.
+fn marked_tail(path: &Path, from: u64) -> String {
+    let Ok(mut f) = crate::os::fs::open_read_nofollow(path) else { return String::new() };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    if len.saturating_sub(from) <= REPORT_TAIL {
+        return read_tail(path, from, REPORT_TAIL).0;
+    }
+    // The byte before the tail says whether the tail starts a line.
+    let start = len - REPORT_TAIL - 1;
+    let mut buf = Vec::new();
+    if f.seek(SeekFrom::Start(start)).is_err() || f.take(REPORT_TAIL + 1).read_to_end(&mut buf).is_err() {
+        return String::new();
+    }
+    let (before, tail) = buf.split_first().map_or((b'\n', &[][..]), |(b, t)| (*b, t));
+    match (before, tail) {
+        (b'\n', tail) => String::from_utf8_lossy(tail).into_owned(),
+        // The cut line's own newline starts the tail: nothing of it is left to show.
+        (_, [b'\n', rest @ ..]) => String::from_utf8_lossy(rest).into_owned(),
+        (_, tail) => format!("…{}", String::from_utf8_lossy(tail)),
+    }
 }
 
 /// The last `max` bytes of a file after offset `from`, lossily decoded, and whether there were

@@ -345,6 +345,7 @@ impl KeyIndex {
             if !key.is_empty() && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
                 out.push_str(key);
             } else {
+                // Escaped as a TOML basic string escapes it.
                 out.push('"');
                 for c in key.chars() {
                     match c {
@@ -352,6 +353,12 @@ impl KeyIndex {
                             out.push('\\');
                             out.push(c);
                         }
+                        '\n' => out.push_str("\\n"),
+                        '\t' => out.push_str("\\t"),
+                        '\r' => out.push_str("\\r"),
+                        '\u{8}' => out.push_str("\\b"),
+                        '\u{c}' => out.push_str("\\f"),
+                        c if c.is_control() => out.push_str(&format!("\\u{:04X}", u32::from(c))),
                         c => out.push(c),
                     }
                 }
@@ -441,6 +448,13 @@ mod tests {
         assert_eq!(index.path_at(src.find("'B'").unwrap()).as_deref(), Some("step[0].retry.exception_types"));
         assert_eq!(index.path_at(src.find("retry").unwrap()).as_deref(), Some("step[0].retry"));
         assert_eq!(KeyIndex::new("not = [toml").path_at(0), None);
+        // A key that is not bare is written quoted, with TOML's escapes.
+        let src = "[params]\n\"a\\nb\\u0001\\\"\" = 1\n\"x.y\" = 2\nok = 3\n";
+        let index = KeyIndex::new(src);
+        let at = |needle: &str| index.path_at(src.find(needle).unwrap()).unwrap();
+        assert_eq!(at("\"a"), "params.\"a\\nb\\u0001\\\"\"");
+        assert_eq!(at("\"x.y"), "params.\"x.y\"");
+        assert_eq!(at("ok"), "params.ok");
     }
 
     #[test]

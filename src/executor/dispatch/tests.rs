@@ -1635,7 +1635,9 @@ async fn a_failing_handler_or_an_error_no_handler_matches_fails_the_step() {
     let ran = Test::new(&flow).run(|step, _| if step == "a" { exit(1, 4) } else { exit(1, 1) }).await;
     assert_eq!(ran.outcome(), RunOutcome::Failed);
     assert_eq!(ran.schedule(), [("a", 1, 0.0), ("a:catch", 1, 1.0)]);
-    assert_eq!(ran.writes[5], "finished row 2 Failed -> Failed");
+    // The handler's end is recorded with its own error (its exit status 1, as a compensation's
+    // would be named); the store keeps the step's.
+    assert_eq!(ran.writes[5], "finished row 2 Failed CalledProcessError -> Failed");
     assert_eq!(ran.writes.last().map(String::as_str), Some("run Failed Some(\"a\") skipped [\"b\"]"));
     // The step fails with its own error, not the handler's.
     let failure = ran.events.iter().find_map(|e| match &e.event {
