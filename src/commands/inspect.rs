@@ -430,8 +430,8 @@ fn cancelled(
 /// runner died, nothing: its end is unknown), and each backoff, from the end of a failed attempt
 /// to the start of the next one, at most the longest wait the step's backoff allows before that
 /// retry (a step waiting now: to its wake-up time, or now, or the run's end, whichever is first;
-/// one skipped while it waited: to when it was skipped). The time after a cancelled attempt, or after a runner stopped during a backoff, while the run
-/// sat interrupted, is not counted.
+/// one skipped while it waited: to when it was skipped). The time after a cancelled attempt, or
+/// after a runner stopped during a backoff, while the run sat interrupted, is not counted.
 fn active_time(
     backoff: Option<&crate::retry::Backoff>,
     step: &StepRecord,

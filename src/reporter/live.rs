@@ -51,6 +51,7 @@ impl Layout {
         }
     }
 }
+
 /// A frame waits while this much is queued for the terminal and not written yet.
 const FRAME_BACKLOG: usize = 64 * 1024;
 
@@ -419,11 +420,11 @@ fn overall_style(layout: Arc<Layout>) -> ProgressStyle {
         };
         let text = format!("{done}/{total} done  {}{more}", short(state.elapsed()));
         let columns = layout.columns.load(Ordering::Relaxed);
-        let room = columns.saturating_sub(console::measure_text_width(&text) + 3);
+        let wide = console::measure_text_width(&text);
         // The bar goes first, then the clock and words: the count of steps without a line stays.
-        let _ = match room.min(BAR_COLUMNS) {
+        let _ = match columns.saturating_sub(wide + 3).min(BAR_COLUMNS) {
             width @ 5.. => w.write_str(&format!("[{}] {text}", bar(width, done, total))),
-            _ if text.len() <= columns => w.write_str(&text),
+            _ if wide <= columns => w.write_str(&text),
             _ => w.write_str(&layout.fit(&format!("{done}/{total} done{fewer}"), 0)),
         };
     };
