@@ -38,6 +38,14 @@ pub(crate) fn visible(text: &str) -> Cow<'_, str> {
     )
 }
 
+/// A path on one line, as a header or a diagnostic names a flow file: [`visible`], with a
+/// newline and a tab shown as their pictures too (`␊`, `␉`), so that a path holding one cannot
+/// split the line it is on.
+pub(crate) fn shown_path(path: &std::path::Path) -> String {
+    let text = path.to_string_lossy();
+    visible(&text).replace('\n', "\u{240a}").replace('\t', "\u{2409}")
+}
+
 /// [`visible`], owned: `text` itself when nothing in it needs a picture.
 pub(crate) fn visible_owned(text: String) -> String {
     match visible(&text) {

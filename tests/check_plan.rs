@@ -285,3 +285,28 @@ fn control_characters_in_a_flow_are_shown_never_acted_on() {
         )
     );
 }
+
+/// A flow file whose path holds a newline or a tab keeps each header and diagnostic on one line:
+/// they are shown as their pictures in `check`'s plan and diagnostics, and in `status`.
+#[test]
+fn a_path_with_a_newline_is_shown_on_one_line() {
+    let env = Env::new();
+    std::fs::create_dir(env.path("odd\ndir\there")).unwrap();
+    env.write("odd\ndir\there/f.toml", "[[step]]\nname = 'a'\nrun = ['true']\n");
+    env.write("odd\ndir\there/bad.toml", "x = \n");
+    let out = env.cmd(&["check", "odd\ndir\there/f.toml"]).output().unwrap();
+    let plan = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(plan.lines().next().unwrap(), "flow f (odd␊dir␉here/f.toml): 1 step, run in order");
+    let out = env.cmd(&["check", "odd\ndir\there/bad.toml"]).env("NO_COLOR", "1").output().unwrap();
+    let said = common::stderr(&out);
+    assert_eq!(said.lines().nth(1).unwrap(), " --> odd␊dir␉here/bad.toml:1:5");
+    assert_eq!(
+        said.lines().last().unwrap(),
+        "error: odd␊dir␉here/bad.toml is not a valid flow (1 error); nothing was run"
+    );
+    env.cmd(&["run", "--quiet", "odd\ndir\there/f.toml"]).assert().success();
+    let status = env.cmd(&["status"]).output().unwrap();
+    let header = String::from_utf8(status.stdout).unwrap().lines().next().unwrap().to_owned();
+    let dir = env.path("").canonicalize().unwrap();
+    assert!(header.contains(&format!(" ({}/odd␊dir␉here/f.toml): succeeded", dir.display())), "{header}");
+}

@@ -11,8 +11,9 @@ const SHOWN_WAITS: u32 = 5;
 
 pub(crate) fn check(path: &Path, strict: bool, explain: bool) -> Result<i32, CliError> {
     let loaded = super::load_flow(path, strict)?;
-    print_warnings(&loaded, &path.display().to_string());
-    let mut text = plan(&loaded.flow, &path.display().to_string());
+    let shown = crate::text::shown_path(path);
+    print_warnings(&loaded, &shown);
+    let mut text = plan(&loaded.flow, &shown);
     if explain {
         text.push_str(&explanation(&loaded.flow));
     }

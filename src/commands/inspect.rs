@@ -805,7 +805,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         "run {} of {} ({}): {status}, started {}{}\n",
         run.id,
         run.flow,
-        run.flow_path.display(),
+        crate::text::shown_path(&run.flow_path),
         time(run.started_at),
         run.ended_at.map(|e| format!(", ended {}", time(e))).unwrap_or_default()
     );

@@ -531,7 +531,7 @@ fn load_flow(path: &std::path::Path, strict: bool) -> Result<crate::flow::Loaded
         })
         .collect();
     Err(CliError::Flow(
-        Box::new(LoadError::Invalid { shown: path.display().to_string(), source_text: loaded.source, diagnostics }),
+        Box::new(LoadError::Invalid { shown: crate::text::shown_path(path), source_text: loaded.source, diagnostics }),
         None,
     ))
 }

@@ -62,7 +62,7 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
     }
     // `--quiet` says nothing unless the run fails (`waymark check` shows the warnings).
     if mode != Mode::Quiet {
-        print_warnings(&loaded, &flow_path.display().to_string());
+        print_warnings(&loaded, &crate::text::shown_path(flow_path));
     }
     // A parameter the flow does not declare (or one given twice) is wrong whichever run goes on.
     // A required one left out is wrong only for a new run: a resumed run has its values.

@@ -112,7 +112,7 @@ pub(crate) fn read_bytes(path: &Path) -> Result<Vec<u8>, LoadError> {
 pub(crate) fn load(path: &Path) -> Result<Loaded, LoadError> {
     let read_error = |source| LoadError::Read { path: path.to_owned(), source };
     let bytes = read_bytes(path)?;
-    let shown = path.display().to_string();
+    let shown = crate::text::shown_path(path);
     let source = decode(bytes).map_err(|bad| {
         let (source_text, diagnostic) = *bad;
         LoadError::Invalid { shown: shown.clone(), source_text, diagnostics: vec![diagnostic] }
