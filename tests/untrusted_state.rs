@@ -126,8 +126,8 @@ fn a_step_that_plants_a_symlink_for_a_later_steps_log_directory_is_refused() {
     let run = std::fs::read_dir(env.state().join("logs")).unwrap().next().unwrap().unwrap().path();
     let link = run.join("b");
     let expected = format!(
-        "error: run {id} stopped; `waymark run` resumes it once the cause is fixed: cannot write attempt files at \
-         {l}: {l} is a symbolic link (to {v}); waymark never follows links inside its state directory: remove it \
+        "error: run {id} stopped; `waymark run` resumes it once the cause is fixed: cannot write attempt files: \
+         {l} is a symbolic link (to {v}); waymark never follows links inside its state directory: remove it \
          (`rm {l}`) and run again\n",
         id = run.file_name().unwrap().to_str().unwrap(),
         l = link.display(),

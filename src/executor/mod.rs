@@ -98,7 +98,7 @@ pub(crate) enum Msg {
 pub(crate) enum ExecError {
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("cannot write attempt files at {}", path.display())]
+    #[error("cannot write attempt files{}", at_unless_said(path, source))]
     Files { path: PathBuf, source: std::io::Error },
     #[error("cannot install the runner's signal handlers: {0}")]
     Signals(std::io::Error),
@@ -107,6 +107,16 @@ pub(crate) enum ExecError {
          the attempt is not run again while they live (check them with `ps -o pid,stat,cmd -p PID`)"
     )]
     Leftovers { step: String, attempt: u32, pids: Vec<u32> },
+}
+
+/// ` at PATH` for [`ExecError::Files`], unless its cause names the path already (`PATH: ENOENT:
+/// ...`): the message names it once.
+fn at_unless_said(path: &std::path::Path, source: &std::io::Error) -> String {
+    let path = path.display().to_string();
+    match source.to_string().contains(&path) {
+        true => String::new(),
+        false => format!(" at {path}"),
+    }
 }
 
 /// The runner's own signals, as the dispatcher reads them, and whether it has read all that came
