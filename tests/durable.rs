@@ -1730,6 +1730,39 @@ fn a_retry_held_past_the_deadline_is_said_not_to_come() {
     assert_eq!(said, ["waymark: bk: not run again: the workflow's deadline passed"]);
 }
 
+/// A run that had failed (a step failed for good) before its deadline passed, resumed after it:
+/// the step still waiting for its retry is not run again because the run failed first, as the
+/// run's end says, not because of the deadline.
+#[test]
+fn a_step_skipped_on_resume_after_the_run_failed_first_says_so() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'first'\ntimeout = 2\n\
+         [[step]]\nname = 'bad'\nneeds = []\nshell = 'exit 3'\n\
+         [[step]]\nname = 'bk'\nneeds = []\nshell = 'exit 1'\nretry = { attempts = 3, backoff_seconds = 30 }\n",
+    );
+    let runner = env.spawn(&["run", "--quiet", "flow.toml"]);
+    wait_until("bad to fail and bk to wait for its retry", || {
+        let out = env.cmd(&["status", "first", "--json"]).output().unwrap();
+        serde_json::from_slice::<Value>(&out.stdout)
+            .is_ok_and(|st| st["steps"][0]["state"] == "failed" && st["steps"][1]["state"] == "waiting")
+    });
+    kill(runner.id(), "TERM");
+    assert_eq!(finish(runner).status.code(), Some(143));
+    let (_, st) = status_text(&env, "first");
+    let deadline =
+        humantime::parse_rfc3339(st["started_at"].as_str().unwrap()).unwrap() + std::time::Duration::from_secs(2);
+    wait_until("the deadline to pass", || {
+        std::time::SystemTime::now() > deadline + std::time::Duration::from_millis(50)
+    });
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let said: Vec<String> =
+        common::untimed(&stderr(&out)).lines().filter(|l| l.starts_with("waymark: bk:")).map(str::to_owned).collect();
+    assert_eq!(said, ["waymark: bk: not run again: the run failed first"]);
+}
+
 /// A step whose backoff the workflow's deadline cut short counts that backoff, until the run's
 /// end, in `status`, as the summary table counts it: it counted only its attempt.
 #[test]

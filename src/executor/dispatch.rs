@@ -419,6 +419,9 @@ pub(crate) struct Dispatcher<'e, L, J, S, C> {
     /// When the workflow's deadline passes, and whether it has.
     deadline: Option<Instant>,
     expired: bool,
+    /// A step had failed for good when the deadline passed: the steps skipped since were skipped
+    /// because the run failed (first), not because of the deadline.
+    failed_before_deadline: bool,
     /// Steps in the order they succeeded: by earlier runners (by when), then by this one.
     completed: Vec<usize>,
     /// Compensations and hooks that have run for this run: they do not run again.
@@ -561,6 +564,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             stopping,
             deadline,
             expired: false,
+            failed_before_deadline: false,
             completed,
             aux_done,
             unsaid_skips,
@@ -1659,6 +1663,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     /// fail with `WorkflowTimeout`), and nothing starts any more.
     fn on_deadline(&mut self) {
         self.expired = true;
+        self.failed_before_deadline = self.stopping.is_some();
         for s in &self.steps {
             if let Some(live) = s.slot.live() {
                 let _ = live.control.send(Control::Expire);
@@ -1788,7 +1793,10 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     /// Say that `skipped` (recorded so), and those an earlier runner recorded so, will not run in
     /// this run.
     fn say_skipped(&mut self, skipped: Vec<usize>) {
-        let reason = if self.expired { SkipReason::DeadlinePassed } else { SkipReason::RunFailed };
+        let reason = match self.expired && !self.failed_before_deadline {
+            true => SkipReason::DeadlinePassed,
+            false => SkipReason::RunFailed,
+        };
         let mut all = std::mem::take(&mut self.unsaid_skips);
         all.extend(skipped);
         // In the file's order, those recorded before among them.
