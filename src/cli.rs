@@ -370,11 +370,11 @@ impl Command {
 
 /// `history --limit`: how many runs, in digits (Rust's parse would take `+5`).
 fn count(arg: &str) -> Result<usize, String> {
-    match arg.bytes().all(|b| b.is_ascii_digit()).then(|| arg.parse::<usize>().ok()).flatten() {
-        // 0 is `history`'s to refuse, saying why.
-        Some(n) => Ok(n),
-        None => Err(format!("`{arg}` is not a count of runs: write a whole number, 1 or more")),
+    if arg.is_empty() || !arg.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("`{arg}` is not a count of runs: write a whole number, 1 or more"));
     }
+    // 0 is `history`'s to refuse, saying why; more than it can count is every run there is.
+    Ok(arg.parse::<usize>().unwrap_or(usize::MAX))
 }
 
 /// `gc --older-than`: a duration as flow files write one; 0 is every finished run.

@@ -202,6 +202,8 @@ fn a_negative_count_is_refused_as_the_option_s_value() {
         ));
     }
     assert!(!env.state().exists(), "a refused command must not create the state directory");
+    // More than can be counted is every run there is.
+    cmd(&env, &["history", "--limit", "99999999999999999999999"]).assert().success();
 }
 
 #[test]

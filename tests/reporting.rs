@@ -539,4 +539,19 @@ fn the_report_marks_a_line_cut_to_its_last_4_kib() {
         assert_eq!(shown, sizes, "{stderr}");
         assert!(tail.iter().all(|l| !l.contains('…')), "{stderr}");
     }
+    // A cut inside a character of two bytes shows no half of it, and one that leaves only the
+    // rest of a character before a newline shows no line of `…` alone.
+    for (script, first) in [
+        ("printf %s \"$(head -c 5000 /dev/zero | tr \"\\\\0\" x | sed s/x/é/g)\"; echo", "…éé"),
+        (
+            "head -c 5000 /dev/zero | tr \"\\\\0\" a; printf \"é\\\\n\"; head -c 4093 /dev/zero | tr \"\\\\0\" b; echo",
+            "bbb",
+        ),
+    ] {
+        env.write("flow.toml", &format!("[[step]]\nname = 'l'\nshell = '{script}; exit 1'\n"));
+        let o = env.cmd(&["run", "--quiet", "--fresh", "flow.toml"]).output().unwrap();
+        let (_, _, stderr) = out(&o);
+        let shown = stderr.split_once("stdout of attempt 1, last lines:\n").unwrap().1.lines().next().unwrap();
+        assert!(shown.starts_with(&format!("      {first}")) && !shown.contains('\u{fffd}'), "{script}: {shown}");
+    }
 }

@@ -398,21 +398,23 @@ fn a_catch_handler_cancelled_by_a_signal_is_said_to_run_again_on_resume() {
 }
 
 /// `status` says how a step's catch handler failed, under the step's own error, and where its
-/// output is; `--json` gives it as `catch`.
+/// output is; `--json` gives it as `catch`. A handler of an earlier budget's error is not said of
+/// the step once it ran again.
 #[test]
 fn status_says_how_a_catch_handler_failed_and_where_its_output_is() {
     let env = Env::new();
     env.write(
         "flow.toml",
         "name = 'hf'\n\
-         [[step]]\nname = 'a'\nneeds = []\nshell = 'exit 2'\ncatch = [{ shell = 'echo nope >&2; exit 3' }]\n\
-         [[step]]\nname = 'b'\nneeds = []\nshell = 'exit 4'\ntimeout = '1s'\nkill_grace = 0\n\
-         catch = [{ shell = 'exec sleep 60' }]\n",
+         [[step]]\nname = 'a'\nneeds = []\nshell = '[ -e ok ] && exit 0; exit 2'\n\
+         catch = [{ shell = 'echo nope >&2; exit 3' }]\n\
+         [[step]]\nname = 'b'\nneeds = []\nshell = '[ -e ok ] && exec sleep 60; exit 4'\ntimeout = '1s'\n\
+         kill_grace = 0\ncatch = [{ exception_types = ['CalledProcessError'], shell = 'exec sleep 60' }]\n",
     );
     let out = env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let st = status(&env);
-    let id = st["id"].as_str().unwrap();
+    let id = st["id"].as_str().unwrap().to_owned();
     let text = env.cmd(&["status"]).output().unwrap();
     let text = String::from_utf8(text.stdout).unwrap();
     let lines: Vec<&str> = text.lines().filter(|l| l.contains("catch handler")).collect();
@@ -436,4 +438,12 @@ fn status_says_how_a_catch_handler_failed_and_where_its_output_is() {
     assert_eq!(st["steps"][0]["catch"]["outcome"], "failed");
     assert_eq!(st["steps"][1]["catch"]["error"]["class"], "ActionTimeout");
     assert_eq!(st["steps"][1]["last_error"]["message"], "exit status 4");
+    // Resumed with a fresh budget: `a` succeeds, and `b` times out, which its handler does not
+    // take: neither is said to have had its handler fail.
+    env.write("ok", "");
+    let out = env.cmd(&["resume", "--quiet", &id]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = String::from_utf8(env.cmd(&["status"]).output().unwrap().stdout).unwrap();
+    assert!(!text.contains("catch handler"), "{text}");
+    assert!(text.contains("last error: ActionTimeout(BaseException): timed out after 1s [timeout]"), "{text}");
 }

@@ -192,7 +192,7 @@ fn choose_flow(store: &dyn Store, arg: &str, looked: Looking<'_>) -> Result<Chos
 /// Whether `run` is recorded as running but its runner is gone (killed, or the machine rebooted):
 /// no runner holds its flow's lock for it (on a shared store: nobody's lease on its flow is live).
 /// `status` and `history` say so alike.
-fn runner_gone(store: &dyn Store, state: &StateDir, run: &RunRecord) -> Result<bool, CliError> {
+pub(super) fn runner_gone(store: &dyn Store, state: &StateDir, run: &RunRecord) -> Result<bool, CliError> {
     if run.status != RunStatus::Running {
         return Ok(false);
     }
@@ -429,9 +429,9 @@ fn cancelled(
 /// attempt from its start to its end (one still running, to now while its runner lives; one whose
 /// runner died, nothing: its end is unknown), and each backoff, from the end of a failed attempt
 /// to the start of the next one, at most the longest wait the step's backoff allows before that
-/// retry (a step waiting now: to its wake-up time, or now, or the run's end, whichever is first;
-/// one skipped while it waited: to when it was skipped). The time after a cancelled attempt, or
-/// after a runner stopped during a backoff, while the run sat interrupted, is not counted.
+/// retry (a step waiting now: to its wake-up time, or now, or the run's end, whichever is first).
+/// The time after a cancelled attempt, or after a runner stopped during a backoff, while the run
+/// sat interrupted, is not counted.
 fn active_time(
     backoff: Option<&crate::retry::Backoff>,
     step: &StepRecord,
@@ -459,16 +459,6 @@ fn active_time(
             (None, StepState::Waiting { wake_at, .. }) => {
                 let stop = [Some(*wake_at), Some(now), run.ended_at].into_iter().flatten().min().unwrap_or(now);
                 since(end, stop)
-            }
-            // Skipped while it waited for a retry (the deadline passed, or the run failed): its
-            // backoff until then, as the summary table counts it, at most the longest wait.
-            // (A skip records no end of its own: the run's end, or now while its runner winds it
-            // down, stands for it.)
-            (None, StepState::Skipped) => {
-                step.ended_at.or(run.ended_at).or(runner_alive.then_some(now)).map_or(Duration::ZERO, |skipped| {
-                    let gap = since(end, skipped);
-                    backoff.map_or(gap, |b| gap.min(b.nominal(a.attempt)))
-                })
             }
             (None, _) => Duration::ZERO,
         };
@@ -853,19 +843,26 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
             out.push_str(&format!("  {:<name_width$} {label}: {}\n", "", failed_with(e)));
             out.push_str(&crate::reporter::rest_of_message(e, name_width + 5, &whole));
         }
-        // Why its catch handler did not catch the error: how it failed, and where its output is.
-        if let Some(h) = handled(&s.name).filter(|h| h.outcome == AttemptState::Failed) {
-            let class = s.last_error.as_ref().map(|e| format!(" for {}", e.class)).unwrap_or_default();
+        // Why its catch handler did not catch the error the step failed with: how it failed, and
+        // where its output is. (A handler of an earlier budget's error is not this one's.)
+        let last = of_step(&s.name).last().map(|a| a.attempt);
+        let failed_handler = handled(&s.name)
+            .filter(|h| s.state == StepState::Failed && h.outcome == AttemptState::Failed && Some(h.attempt) == last);
+        if let Some(h) = failed_handler {
+            let handled_error =
+                of_step(&s.name).iter().rev().find(|a| a.attempt == h.attempt).and_then(|a| a.error.as_ref());
+            let class = handled_error.map(|e| format!(" for {}", e.class)).unwrap_or_default();
             let how = match (&h.error, h.exit_code) {
                 (Some(e), _) => failed_with(e),
                 (None, Some(code)) => format!("exit status {code}"),
                 // Recorded by a waymark that did not record how it failed.
                 (None, None) => "it was killed, timed out or could not start".to_owned(),
             };
-            // A store shared by hosts may have its logs on another host: not looked for here.
-            let output = match super::shared_store() {
-                true => String::new(),
-                false => format!("; {}", crate::store::statedir::output_said(&h.log_stem)),
+            // In a store shared by hosts, one that ran on another host has its output there.
+            let here = crate::store::lease::host_id();
+            let output = match h.host.as_deref().filter(|host| super::shared_store() && *host != here) {
+                Some(host) => format!("; its logs are on host {host}"),
+                None => format!("; {}", crate::store::statedir::output_said(&h.log_stem)),
             };
             out.push_str(&format!("  {:<name_width$} its catch handler{class} failed: {how}{output}\n", ""));
         }

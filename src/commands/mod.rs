@@ -536,16 +536,25 @@ fn load_flow(path: &std::path::Path, strict: bool) -> Result<crate::flow::Loaded
     ))
 }
 
-/// For the message that the flow file at `path` is invalid: an unfinished run of that file, which
-/// `waymark resume` still resumes with the flow as it recorded it. Looked for without creating
-/// anything; nothing when there is none, or the store cannot be read.
-fn resumable_despite(cli_flag: Option<&std::path::Path>, path: &std::path::Path) -> Option<String> {
-    let store = read_store(&find_state_dir(cli_flag).ok()?).ok()?;
+/// For the message that the flow file at `path` is invalid (or, under `--strict`, has warnings):
+/// an unfinished run of that file whose runner is gone, which `waymark resume` still resumes with
+/// the flow as it recorded it. Looked for without creating anything; nothing when there is none,
+/// or the store cannot be read. A run whose runner lives goes on with its flow: nothing to say.
+fn resumable_despite(cli_flag: Option<&std::path::Path>, path: &std::path::Path, strict: bool) -> Option<String> {
+    let dir = find_state_dir(cli_flag).ok()?;
+    let store = read_store(&dir).ok()?;
     let file = std::fs::canonicalize(path).or_else(|_| std::path::absolute(path)).ok()?;
     let run = store.unfinished_runs(crate::store::RunFilter::File(&file), 1).ok()?.into_iter().next()?;
+    if run.status == crate::store::RunStatus::Running && !inspect::runner_gone(store.as_ref(), &dir, &run).ok()? {
+        return None;
+    }
+    let then = match strict {
+        true => "`waymark run` without `--strict` resumes it, or with it once the warnings are fixed",
+        false => "`waymark run` resumes it once the file is valid again",
+    };
     Some(format!(
         "run {0} of this flow file is unfinished: `waymark resume {0}` resumes it with the flow it recorded \
-         when it started; `waymark run` resumes it once the file is valid again",
+         when it started; {then}",
         run.id
     ))
 }

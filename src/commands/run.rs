@@ -48,7 +48,7 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
     // The flow file first: an invalid one is reported as such whatever the state directory.
     let loaded = match super::load_flow(flow_path, strict) {
         Err(CliError::Flow(e, None)) => {
-            return Err(CliError::Flow(e, super::resumable_despite(state_flag, flow_path)));
+            return Err(CliError::Flow(e, super::resumable_despite(state_flag, flow_path, strict)));
         }
         loaded => loaded?,
     };

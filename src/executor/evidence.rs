@@ -107,11 +107,15 @@ fn marked_tail(path: &Path, from: u64) -> String {
         return String::new();
     }
     let (before, tail) = buf.split_first().map_or((b'\n', &[][..]), |(b, t)| (*b, t));
-    match (before, tail) {
-        (b'\n', tail) => String::from_utf8_lossy(tail).into_owned(),
+    if before == b'\n' {
+        return String::from_utf8_lossy(tail).into_owned();
+    }
+    // A character the cut split: the rest of it is not shown (up to 3 continuation bytes).
+    let split = tail.iter().take(3).take_while(|&&b| b & 0xC0 == 0x80).count();
+    match &tail[split..] {
         // The cut line's own newline starts the tail: nothing of it is left to show.
-        (_, [b'\n', rest @ ..]) => String::from_utf8_lossy(rest).into_owned(),
-        (_, tail) => format!("…{}", String::from_utf8_lossy(tail)),
+        [b'\n', rest @ ..] => String::from_utf8_lossy(rest).into_owned(),
+        tail => format!("…{}", String::from_utf8_lossy(tail)),
     }
 }
 

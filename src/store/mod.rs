@@ -639,6 +639,8 @@ pub struct HandlerRun {
     /// How it failed, when it did (not recorded before waymark recorded it for handlers).
     pub(crate) error: Option<ErrorValue>,
     pub(crate) log_stem: PathBuf,
+    /// The host it ran on (`None` where the store recorded none).
+    pub(crate) host: Option<String>,
 }
 
 /// An error as both stores keep it: JSON, as its serde form.

@@ -1232,7 +1232,7 @@ impl Store for PgStore {
     fn handlers(&self, run_id: &str) -> Result<Vec<HandlerRun>, StoreError> {
         self.read(|tx| {
             let rows = tx.all(
-                "SELECT step, attempt, outcome, exit_code, error, log_stem FROM waymark_attempts
+                "SELECT step, attempt, outcome, exit_code, error, log_stem, host FROM waymark_attempts
                  WHERE run_id = $1 AND kind = 'catch' ORDER BY row_id",
                 &[&run_id],
             )?;
@@ -1246,6 +1246,7 @@ impl Store for PgStore {
                         exit_code: r.get(3),
                         error: parse_error(r.get(4)),
                         log_stem: PathBuf::from(r.get::<_, String>(5)),
+                        host: Some(r.get(6)),
                     })
                 })
                 .collect()

@@ -1189,9 +1189,9 @@ impl SqliteStore {
     /// brought them).
     fn handlers_sql(&self) -> String {
         format!(
-            "SELECT step, attempt, outcome, exit_code, error, log_stem FROM attempts
+            "SELECT step, attempt, outcome, exit_code, error, log_stem, {} FROM attempts
              WHERE run_id = ?1 AND {} = 'catch' ORDER BY row",
-            self.attempt_kind_sql
+            self.attempt_host_sql, self.attempt_kind_sql
         )
     }
 
@@ -1457,6 +1457,7 @@ impl Store for SqliteStore {
                     exit_code: r.get(3)?,
                     error: parse_error(r.get(4)?),
                     log_stem: PathBuf::from(r.get::<_, String>(5)?),
+                    host: r.get(6)?,
                 })
             })
             .map_err(|e| self.sql(e))?;

@@ -265,6 +265,7 @@ fn a_catch_handler_s_end_is_read_back_and_its_step_keeps_its_error_on_both_backe
             exit_code: Some(3),
             error: Some(error("exit status 3")),
             log_stem: stem,
+            host: Some(host_id().to_owned()),
         };
         assert_eq!(second.handlers(&run.id).unwrap(), [expected], "{}", b.name);
         let step = &second.steps(&run.id).unwrap()[0];
