@@ -187,6 +187,86 @@ fn when_the_owner_is_killed_another_host_takes_the_run_over_and_succeeded_steps_
 /// A step's log directory removed while its attempt ran: the store records no end of its logs
 /// (nothing is known of them), and `logs` says that they are gone rather than that it wrote
 /// nothing.
+/// Taken over while a step's catch handler ran on the lost host: the new host says that the
+/// handler runs again, not that the step's attempt (which had ended) is redelivered.
+#[test]
+fn a_catch_handler_left_running_on_a_lost_host_is_said_to_run_again() {
+    let Some((_database, url, env)) = fresh_test("a_catch_handler_left_running_on_a_lost_host_is_said_to_run_again")
+    else {
+        return;
+    };
+    env.write(
+        "flow.toml",
+        "name = 'handover'\n[[step]]\nname = 's'\nshell = 'echo once >> s.log; exit 1'\n\
+         catch = [{ shell = 'if [ ! -e handler-on-a.pid ]; then echo $$ > handler-on-a.pid; sleep 300; fi' }]\n",
+    );
+    let mut owner = runner(&env, &url, "host-a", &["run", "flow.toml"]).spawn().unwrap();
+    wait_until("the handler to start on host-a", || env.path("handler-on-a.pid").exists());
+    kill(owner.id(), "KILL");
+    owner.wait().unwrap();
+    let out = finish(runner(&env, &url, "host-b", &["run", "--wait", "flow.toml"]).spawn().unwrap());
+    kill_groups(&env, &["handler-on-a.pid"]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains(
+            "s: the catch handler of attempt 1 was left running on host host-a, whose runner was lost; it is run \
+             again here ("
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("redelivered"), "{text}");
+    assert_eq!(env.count("s.log"), 1, "the step's attempt ran once");
+}
+
+/// The logs of an attempt whose host's runner died, asked for on another host once its lease has
+/// expired: its end was not recorded because its runner died, not "recorded when it ends".
+#[test]
+fn logs_of_an_attempt_whose_host_died_say_its_runner_died() {
+    let Some((_database, url, env)) = fresh_test("logs_of_an_attempt_whose_host_died_say_its_runner_died") else {
+        return;
+    };
+    env.write("flow.toml", "name = 'dead'\n[[step]]\nname = 'a'\nshell = 'echo $$ > a.pid; exec sleep 300'\n");
+    let mut owner = runner(&env, &url, "host-a", &["run", "flow.toml"]).spawn().unwrap();
+    wait_until("a to start on host-a", || env.path("a.pid").exists());
+    kill(owner.id(), "KILL");
+    owner.wait().unwrap();
+    kill_groups(&env, &["a.pid"]);
+    wait_until("host-a's lease to expire", || {
+        let out = runner(&env, &url, "host-b", &["status", "dead", "--json"]).output().unwrap();
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).is_ok_and(|st| st["runner_alive"] == false)
+    });
+    let out = runner(&env, &url, "host-b", &["logs", "dead", "a", "--stream", "stdout"]).output().unwrap();
+    let text = stderr(&out);
+    assert!(text.ends_with("; its end was not recorded here: the attempt's runner died\n"), "{text}");
+}
+
+/// On a shared store as on SQLite, `status` names the stderr log of a compensation that wrote to
+/// it and says of one that wrote nothing that it did, rather than name a file that is not there.
+#[test]
+fn status_names_only_the_compensation_logs_that_exist_on_a_shared_store() {
+    let Some((_database, url, env)) =
+        fresh_test("status_names_only_the_compensation_logs_that_exist_on_a_shared_store")
+    else {
+        return;
+    };
+    env.write(
+        "flow.toml",
+        "name = 'undo'\n[[step]]\nname = 'a'\nshell = 'true'\ncompensate = 'exit 7'\n\
+         [[step]]\nname = 'b'\nshell = 'true'\ncompensate = 'echo cannot >&2; exit 8'\n\
+         [[step]]\nname = 'z'\nshell = 'exit 1'\n",
+    );
+    let out = runner(&env, &url, "host-a", &["run", "--quiet", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let status = runner(&env, &url, "host-a", &["status", "undo"]).output().unwrap();
+    let text = String::from_utf8(status.stdout).unwrap();
+    let last = text.lines().last().unwrap();
+    assert!(
+        last.contains("/b/compensate.stderr says why; `a` wrote nothing to stderr: its line above says how it ended)"),
+        "{text}"
+    );
+}
+
 #[test]
 fn logs_removed_while_the_attempt_ran_are_said_to_be_gone() {
     let Some((_database, url, env)) = fresh_test("logs_removed_while_the_attempt_ran_are_said_to_be_gone") else {

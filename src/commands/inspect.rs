@@ -655,8 +655,9 @@ fn hooks_left(
     Some(format!("its steps are done, but {what} when the run is resumed (`waymark resume {}`)", run.id))
 }
 
-/// The compensations recorded of a run, in the order they started ([`Compensation`]).
-fn compensations<'a>(aux: &'a [AuxRun], runner_alive: bool, stderr: &dyn Fn(&str) -> PathBuf) -> Vec<Compensation<'a>> {
+/// The compensations recorded of a run, in the order they started ([`Compensation`]);
+/// `silent`: whether one is known to have written nothing to stderr.
+fn compensations<'a>(aux: &'a [AuxRun], runner_alive: bool, silent: &dyn Fn(&AuxRun) -> bool) -> Vec<Compensation<'a>> {
     let mine: Vec<&AuxRun> = aux.iter().filter(|a| a.kind == AuxKind::Compensate).collect();
     mine.iter()
         .enumerate()
@@ -664,7 +665,7 @@ fn compensations<'a>(aux: &'a [AuxRun], runner_alive: bool, stderr: &dyn Fn(&str
             aux: a,
             outcome: seen(a.outcome, runner_alive),
             again: mine[i + 1..].iter().any(|b| b.name == a.name),
-            silent: !super::shared_store() && !stderr(&a.name).exists(),
+            silent: silent(a),
         })
         .collect()
 }
@@ -769,7 +770,17 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         .collect();
     let aux = store.aux_runs(&run.id)?;
     let stderr = |name: &str| state.aux_stem(&run.id, AuxKind::Compensate, name).with_extension("stderr");
-    let compensations = compensations(&aux, runner_alive, &stderr);
+    // A SQLite state directory keeps every log on this host: no file is nothing written. A shared
+    // store keeps the end of what each wrote: an empty one recorded is nothing written (of one
+    // that ran here; one that ran on another host has its stem there, and is not known silent).
+    let silent = |a: &AuxRun| match super::shared_store() {
+        false => !stderr(&a.name).exists(),
+        true => {
+            let stem = state.aux_stem(&run.id, AuxKind::Compensate, &a.name);
+            store.attempt_tail(&run.id, &stem, "stderr").ok().flatten().is_some_and(|tail| tail.is_empty())
+        }
+    };
+    let compensations = compensations(&aux, runner_alive, &silent);
     let hook_stem = |name: &str| state.aux_stem(&run.id, AuxKind::Hook, name);
     let hooks = hook_runs(&aux, runner_alive, &hook_stem);
     if json {
@@ -1075,9 +1086,14 @@ pub(crate) fn logs(
                         let host = elsewhere.unwrap_or_default();
                         // Recorded when the attempt ends, unless its log directory there was gone
                         // by then, or its runner died first.
+                        // Still running only while its runner lives (the run's status is
+                        // `running` until another runner claims it).
+                        let live = run.status == RunStatus::Running && !runner_gone(store.as_ref(), state, &run)?;
                         let end = match chosen.outcome {
-                            AttemptState::Running => "its end is recorded here when the attempt ends",
-                            AttemptState::RunnerLost => "its end was not recorded here: the attempt's runner died",
+                            AttemptState::Running if live => "its end is recorded here when the attempt ends",
+                            AttemptState::Running | AttemptState::RunnerLost => {
+                                "its end was not recorded here: the attempt's runner died"
+                            }
                             _ => {
                                 "its end was not recorded here: its log could not be read there when the attempt \
                                   ended (its directory was gone, say)"

@@ -478,17 +478,19 @@ impl Launcher for ProcessLauncher {
         let Some(host) = &self.elsewhere else { return kill_leftovers(&self.state, &self.run_id, left) };
         let mut said = Vec::new();
         for step in &left.steps {
-            let attempt = match &step.state {
-                StepState::InFlight { attempt, .. } | StepState::Catching { attempt, in_flight: Some(_) } => attempt,
-                _ => continue,
-            };
-            said.push((
-                Some(step.name.clone()),
-                format!(
+            let message = match &step.state {
+                StepState::InFlight { attempt, .. } => format!(
                     "attempt {attempt} was in flight on host {host}, whose runner was lost (ActionExecutionLost); it \
                      is redelivered here as attempt {attempt} (waymark never kills by a pid recorded on another host)"
                 ),
-            ));
+                // The attempt had ended: its catch handler was running, and runs again.
+                StepState::Catching { attempt, in_flight: Some(_) } => format!(
+                    "the catch handler of attempt {attempt} was left running on host {host}, whose runner was lost; \
+                     it is run again here (waymark never kills by a pid recorded on another host)"
+                ),
+                _ => continue,
+            };
+            said.push((Some(step.name.clone()), message));
         }
         for (aux, _) in &left.aux {
             said.push((
