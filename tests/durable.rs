@@ -1763,6 +1763,33 @@ fn a_step_skipped_on_resume_after_the_run_failed_first_says_so() {
     assert_eq!(said, ["waymark: bk: not run again: the run failed first"]);
 }
 
+/// A step whose attempt died with its runner, skipped by a resume past the workflow's deadline,
+/// counts that attempt as used: it ran (`skipped attempts 0/1` said it never did).
+#[test]
+fn a_step_skipped_after_its_runner_died_counts_the_attempt_it_made() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'lost'\ntimeout = 2\n[[step]]\nname = 'a'\nshell = 'echo $$ > ready; exec sleep 300'\n",
+    );
+    let out = env.run_until("ready", "KILL");
+    assert_eq!(out.status.code(), None);
+    let (_, st) = status_text(&env, "lost");
+    let deadline =
+        humantime::parse_rfc3339(st["started_at"].as_str().unwrap()).unwrap() + std::time::Duration::from_secs(2);
+    wait_until("the deadline to pass", || {
+        std::time::SystemTime::now() > deadline + std::time::Duration::from_millis(50)
+    });
+    let out = env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let (text, st) = status_text(&env, "lost");
+    assert_eq!(
+        (st["steps"][0]["state"].as_str(), st["steps"][0]["attempts_used"].as_u64()),
+        (Some("skipped"), Some(1))
+    );
+    assert_eq!(text.lines().nth(1).unwrap(), "  a                    skipped    attempts 1/1  Ns");
+}
+
 /// While the runner of a `fail_fast` run winds it down (here in its `on_failure` hook), a step that
 /// `fail_fast` cancelled is not said to be run again by that runner: it fails the run.
 #[test]

@@ -726,7 +726,11 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
             let mine = of_step(&s.name);
             let state = shown_state(s, mine, &run, runner_alive);
             // An attempt counts as used from its start (the store counts it when it ends).
-            let used = s.attempts_used + u32::from(matches!(s.state, StepState::InFlight { .. }));
+            // So does one whose runner died, when no runner ran it again (a resume past the
+            // deadline skipped the step): it ran.
+            let lost = s.state == StepState::Skipped
+                && mine.last().is_some_and(|a| a.outcome == AttemptState::RunnerLost && a.attempt > s.attempts_used);
+            let used = s.attempts_used + u32::from(matches!(s.state, StepState::InFlight { .. }) || lost);
             let next = match &s.state {
                 StepState::Waiting { wake_at, .. } => Some(*wake_at),
                 _ => None,
