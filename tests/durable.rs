@@ -1842,6 +1842,9 @@ fn an_invalid_flow_file_with_an_unfinished_run_says_resume_still_works() {
              recorded when it started; `waymark run` resumes it once the file is valid again"
         )
     );
+    // Under `--strict` too, of a file with an error: it is to be made valid.
+    let out = env.cmd(&["run", "--strict", "flow.toml"]).env("NO_COLOR", "1").output().unwrap();
+    assert_eq!(stderr(&out).trim_end().rsplit_once('\n').unwrap().1, last);
     // Under `--strict`, of a file whose only fault is a warning: what works then.
     env.write("flow.toml", &flow.replace("shell = '", "retry = { exception_types = ['ConectionError'] }\nshell = '"));
     let out = env.cmd(&["run", "--strict", "flow.toml"]).env("NO_COLOR", "1").output().unwrap();

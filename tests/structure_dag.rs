@@ -492,10 +492,11 @@ fn a_run_killed_and_resumed_after_its_deadline_fails_at_once_and_waymark_resume_
     assert_eq!((status["status"].as_str(), status["failed_step"].as_str()), (Some("failed"), Some("hang")));
     assert_eq!(status["steps"][1]["state"], "skipped");
     // The dead runner's attempt was not run again: `hang` is skipped, yet the run failed on it,
-    // of the deadline, and `status` says so under it, as the failure report does.
+    // of the deadline, and `status` says so under it, as the failure report does; the attempt it
+    // made counts as used.
     assert_eq!(
         (status["steps"][0]["state"].as_str(), status["steps"][0]["attempts_used"].as_u64()),
-        (Some("skipped"), Some(0))
+        (Some("skipped"), Some(1))
     );
     assert_eq!(status["steps"][0]["run_failed_with"]["class"], "WorkflowTimeout");
     assert_eq!(status["steps"][1]["run_failed_with"], Value::Null);

@@ -536,11 +536,16 @@ fn load_flow(path: &std::path::Path, strict: bool) -> Result<crate::flow::Loaded
     ))
 }
 
-/// For the message that the flow file at `path` is invalid (or, under `--strict`, has warnings):
+/// For the message that the flow file at `path` is invalid (or, under `--strict`, has warnings:
+/// `warnings_only`, when they are all it has):
 /// an unfinished run of that file whose runner is gone, which `waymark resume` still resumes with
 /// the flow as it recorded it. Looked for without creating anything; nothing when there is none,
 /// or the store cannot be read. A run whose runner lives goes on with its flow: nothing to say.
-fn resumable_despite(cli_flag: Option<&std::path::Path>, path: &std::path::Path, strict: bool) -> Option<String> {
+fn resumable_despite(
+    cli_flag: Option<&std::path::Path>,
+    path: &std::path::Path,
+    warnings_only: bool,
+) -> Option<String> {
     let dir = find_state_dir(cli_flag).ok()?;
     let store = read_store(&dir).ok()?;
     let file = std::fs::canonicalize(path).or_else(|_| std::path::absolute(path)).ok()?;
@@ -548,7 +553,7 @@ fn resumable_despite(cli_flag: Option<&std::path::Path>, path: &std::path::Path,
     if run.status == crate::store::RunStatus::Running && !inspect::runner_gone(store.as_ref(), &dir, &run).ok()? {
         return None;
     }
-    let then = match strict {
+    let then = match warnings_only {
         true => "`waymark run` without `--strict` resumes it, or with it once the warnings are fixed",
         false => "`waymark run` resumes it once the file is valid again",
     };

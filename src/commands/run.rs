@@ -48,7 +48,9 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
     // The flow file first: an invalid one is reported as such whatever the state directory.
     let loaded = match super::load_flow(flow_path, strict) {
         Err(CliError::Flow(e, None)) => {
-            return Err(CliError::Flow(e, super::resumable_despite(state_flag, flow_path, strict)));
+            // Under `--strict`, a file whose only faults are its warnings loads without it.
+            let warnings_only = strict && crate::flow::load(flow_path).is_ok();
+            return Err(CliError::Flow(e, super::resumable_despite(state_flag, flow_path, warnings_only)));
         }
         loaded => loaded?,
     };
