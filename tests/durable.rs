@@ -1653,6 +1653,15 @@ fn logs_of_an_attempt_whose_runner_died_do_not_call_it_running() {
     );
 }
 
+/// Wait until the workflow deadline of `secs` seconds of the run `st` (its `status --json`) has
+/// passed, counted from the run's recorded start.
+fn wait_past_deadline(st: &Value, secs: u64) {
+    let deadline = humantime::parse_rfc3339(st["started_at"].as_str().unwrap()).unwrap()
+        + std::time::Duration::from_secs(secs)
+        + std::time::Duration::from_millis(50);
+    wait_until("the deadline to pass", || std::time::SystemTime::now() > deadline);
+}
+
 /// A step whose attempt a signal cancelled shows `interrupted` with a line under it saying what the
 /// next resume does with it: run it again, or, past the workflow's deadline, fail the run without
 /// running it; in a run abandoned since (`--fresh`), nothing.
@@ -1664,11 +1673,7 @@ fn status_says_what_becomes_of_a_step_a_signal_cancelled() {
     assert_eq!(out.status.code(), Some(143), "{}", stderr(&out));
     let (_, st) = status_text(&env, "cut");
     let id = st["id"].as_str().unwrap().to_owned();
-    let deadline =
-        humantime::parse_rfc3339(st["started_at"].as_str().unwrap()).unwrap() + std::time::Duration::from_secs(5);
-    wait_until("the deadline to pass", || {
-        std::time::SystemTime::now() > deadline + std::time::Duration::from_millis(50)
-    });
+    wait_past_deadline(&st, 5);
     let line = |id: &str| {
         let (text, _) = status_text(&env, id);
         text.lines().nth(2).map(str::to_owned).unwrap_or_default()
@@ -1710,11 +1715,7 @@ fn a_retry_held_past_the_deadline_is_said_not_to_come() {
     kill(runner.id(), "TERM");
     assert_eq!(finish(runner).status.code(), Some(143));
     let (_, st) = status_text(&env, "held");
-    let deadline =
-        humantime::parse_rfc3339(st["started_at"].as_str().unwrap()).unwrap() + std::time::Duration::from_secs(2);
-    wait_until("the deadline to pass", || {
-        std::time::SystemTime::now() > deadline + std::time::Duration::from_millis(50)
-    });
+    wait_past_deadline(&st, 2);
     let (text, _) = status_text(&env, "held");
     assert_eq!(
         text.lines().nth(1).unwrap(),
@@ -1751,11 +1752,7 @@ fn a_step_skipped_on_resume_after_the_run_failed_first_says_so() {
     kill(runner.id(), "TERM");
     assert_eq!(finish(runner).status.code(), Some(143));
     let (_, st) = status_text(&env, "first");
-    let deadline =
-        humantime::parse_rfc3339(st["started_at"].as_str().unwrap()).unwrap() + std::time::Duration::from_secs(2);
-    wait_until("the deadline to pass", || {
-        std::time::SystemTime::now() > deadline + std::time::Duration::from_millis(50)
-    });
+    wait_past_deadline(&st, 2);
     let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let said: Vec<String> =
@@ -1775,11 +1772,7 @@ fn a_step_skipped_after_its_runner_died_counts_the_attempt_it_made() {
     let out = env.run_until("ready", "KILL");
     assert_eq!(out.status.code(), None);
     let (_, st) = status_text(&env, "lost");
-    let deadline =
-        humantime::parse_rfc3339(st["started_at"].as_str().unwrap()).unwrap() + std::time::Duration::from_secs(2);
-    wait_until("the deadline to pass", || {
-        std::time::SystemTime::now() > deadline + std::time::Duration::from_millis(50)
-    });
+    wait_past_deadline(&st, 2);
     let out = env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let (text, st) = status_text(&env, "lost");
