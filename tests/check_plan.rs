@@ -309,4 +309,22 @@ fn a_path_with_a_newline_is_shown_on_one_line() {
     let header = String::from_utf8(status.stdout).unwrap().lines().next().unwrap().to_owned();
     let dir = env.path("").canonicalize().unwrap();
     assert!(header.contains(&format!(" ({}/odd␊dir␉here/f.toml): succeeded", dir.display())), "{header}");
+    // The notice that the file changed since an interrupted run started keeps to its line too.
+    env.write(
+        "odd\ndir\there/f.toml",
+        "[[step]]\nname = 'a'\nshell = '[ -e go ] && exit 0; echo $$ > ready; exec sleep 300'\n",
+    );
+    let runner = env.spawn(&["run", "--quiet", "--fresh", "odd\ndir\there/f.toml"]);
+    env.wait_for_lines("odd\ndir\there/ready", 1);
+    common::kill(runner.id(), "TERM");
+    common::finish(runner);
+    env.write("odd\ndir\there/f.toml", "[[step]]\nname = 'a'\nshell = 'true'\n");
+    env.write("odd\ndir\there/go", "");
+    let out = env.cmd(&["run", "odd\ndir\there/f.toml"]).output().unwrap();
+    let notice = common::stderr(&out).lines().find(|l| l.contains("changed since run")).unwrap_or_default().to_owned();
+    assert!(notice.contains("waymark: odd␊dir␉here/f.toml changed since run "), "{}", common::stderr(&out));
+    assert!(
+        notice.ends_with("(`waymark run --fresh $'odd\\ndir\\there/f.toml'` starts over with the new one)"),
+        "{notice}"
+    );
 }

@@ -887,7 +887,7 @@ fn flow_changed(path: &Path, run_id: &str) -> String {
     format!(
         "{} changed since run {run_id} started; resuming with the definition recorded then (`waymark run --fresh \
          {}` starts over with the new one)",
-        path.display(),
+        crate::text::shown_path(path),
         shell_word(&path.to_string_lossy())
     )
 }

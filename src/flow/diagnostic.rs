@@ -340,42 +340,26 @@ impl KeyIndex {
             at = part.above;
         }
         let mut out = String::new();
-        // A key that is not bare is written quoted, as the file must write it (`params.""`).
-        let push_key = |out: &mut String, key: &str| {
-            if !key.is_empty() && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
-                out.push_str(key);
-            } else {
-                // Escaped as a TOML basic string escapes it.
-                out.push('"');
-                for c in key.chars() {
-                    match c {
-                        '"' | '\\' => {
-                            out.push('\\');
-                            out.push(c);
-                        }
-                        '\n' => out.push_str("\\n"),
-                        '\t' => out.push_str("\\t"),
-                        '\r' => out.push_str("\\r"),
-                        '\u{8}' => out.push_str("\\b"),
-                        '\u{c}' => out.push_str("\\f"),
-                        c if c.is_control() => out.push_str(&format!("\\u{:04X}", u32::from(c))),
-                        c => out.push(c),
-                    }
-                }
-                out.push('"');
-            }
-        };
         for name in parts.into_iter().rev() {
             match name {
-                PartName::Key(key) if out.is_empty() => push_key(&mut out, key),
+                PartName::Key(key) if out.is_empty() => out.push_str(&key_in_path(key)),
                 PartName::Key(key) => {
                     out.push('.');
-                    push_key(&mut out, key);
+                    out.push_str(&key_in_path(key));
                 }
                 PartName::Index(i) => out.push_str(&format!("[{i}]")),
             }
         }
         out
+    }
+}
+
+/// A key as a message's key path writes it: as the file must write it, quoted with TOML's escapes
+/// when it is not bare (`params.""`, `env."C=D"`, `params."a\nb"`).
+pub(crate) fn key_in_path(key: &str) -> std::borrow::Cow<'_, str> {
+    match !key.is_empty() && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+        true => std::borrow::Cow::Borrowed(key),
+        false => std::borrow::Cow::Owned(super::toml_quoted(key)),
     }
 }
 

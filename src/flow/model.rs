@@ -264,6 +264,22 @@ impl Command {
 /// quotes, else in single quotes.
 pub(crate) fn shell_word(s: &str) -> String {
     let mut out = String::new();
+    if s.contains(['\n', '\t']) {
+        // On one line, as bash and zsh read it (`$'a\nb'`): a path or a value with a newline
+        // keeps the message that names it on its line.
+        out.push_str("$'");
+        for c in s.chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '\'' => out.push_str("\\'"),
+                '\n' => out.push_str("\\n"),
+                '\t' => out.push_str("\\t"),
+                c => out.push(c),
+            }
+        }
+        out.push('\'');
+        return out;
+    }
     shell_quote(s, &mut out);
     out
 }

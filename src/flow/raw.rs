@@ -247,8 +247,10 @@ fn plain_strings(value: &Value<'_>) -> Option<Spanned<Vec<Str>>> {
     Some(Spanned::new(value.span(), strings))
 }
 
+/// `prefix.key`, the key written as the file must write it ([`super::diagnostic::key_in_path`]).
 fn join(prefix: &str, key: &str) -> String {
-    if prefix.is_empty() { key.to_owned() } else { format!("{prefix}.{key}") }
+    let key = super::diagnostic::key_in_path(key);
+    if prefix.is_empty() { key.into_owned() } else { format!("{prefix}.{key}") }
 }
 
 fn integer(value: &DeValue<'_>) -> Option<i64> {
@@ -416,7 +418,7 @@ impl Reader<'_> {
     fn flow(&mut self, doc: &DeTable<'_>) -> RawFlow {
         let mut raw = RawFlow::default();
         for (key, value) in doc {
-            let path = key.get_ref().to_string();
+            let path = join("", key.get_ref());
             match key.get_ref().as_ref() {
                 "name" => {
                     raw.name = self.string(value, &path, None);
@@ -575,7 +577,7 @@ impl Reader<'_> {
             if read {
                 continue;
             }
-            let path = format!("step[{index}].{k}");
+            let path = join(&format!("step[{index}]"), k);
             match k {
                 "name" => raw.name = self.string(value, &path, None),
                 "run" => {

@@ -648,10 +648,12 @@ impl Validator<'_> {
                 if fixed.starts_with(|c: char| c.is_ascii_digit()) {
                     fixed.insert(0, '_');
                 }
+                // As the file writes it: a name with a newline in it keeps the message on its line.
+                let written = super::diagnostic::key_in_path(n);
                 let d = self.error(
                     name.span(),
                     &format!(
-                        "`{n}` is not a parameter name: it must start with a letter or `_` and hold only ASCII \
+                        "`{written}` is not a parameter name: it must start with a letter or `_` and hold only ASCII \
                          letters, digits and `_`"
                     ),
                 );

@@ -537,7 +537,7 @@ fn summary_row(
     let base = s.budget_base;
     let (attempts, before) = match (last, s.max_attempts.or(earlier.map(|(_, max)| max))) {
         (Some(row), Some(max)) => {
-            let used = used(row, s.skipped.is_some()).saturating_sub(base);
+            let used = used(row).saturating_sub(base);
             (format!("{used}/{}", max.saturating_sub(base)), before_budget(base))
         }
         _ => ("-".to_owned(), String::new()),
@@ -630,13 +630,11 @@ fn summary_row(
 /// The attempts a step whose last attempt is `last` used, counted from the run's first as
 /// attempt numbers are: `last`'s number, less one when a signal cancelled it, since a cancelled
 /// attempt is not counted against the budget (it runs again under its number on resume), as
-/// `waymark status` counts it. `skipped`: the step was then not run (the workflow's deadline had
-/// passed, say); an attempt whose runner died before it ended is not counted then either, as
-/// `status` counts a skipped step's (it counts one only while the step is under way).
-fn used(last: &Row, skipped: bool) -> u32 {
+/// `waymark status` counts it. An attempt whose runner died before it ended counts, whether the
+/// step is under way or was then skipped (the workflow's deadline had passed, say): it ran.
+fn used(last: &Row) -> u32 {
     match &last.end {
         Some(RowEnd { outcome: AttemptEnd::Cancelled, .. }) => last.attempt.saturating_sub(1),
-        None if skipped => last.attempt.saturating_sub(1),
         _ => last.attempt,
     }
 }
@@ -1182,8 +1180,8 @@ mod tests {
     }
 
     /// A step whose attempt's runner died (no end recorded), not run again because the workflow's
-    /// deadline passed first, is counted as `waymark status` counts it once skipped: `0/1`, not
-    /// `1/1` (while such a step is under way, both count the attempt: `1/1`).
+    /// deadline passed first, is counted as `waymark status` counts it once skipped: `1/1`, the
+    /// attempt it made (as while such a step is under way).
     #[test]
     fn a_step_left_under_way_by_a_dead_runner_counts_its_unended_attempt_as_status_does() {
         let mut history = History::default();
@@ -1207,7 +1205,7 @@ mod tests {
             .record(&envelope(3_000, Event::StepSkipped { step: "slow".into(), reason: SkipReason::DeadlinePassed }));
         assert_eq!(
             history.summary_table(at(3_000)),
-            "  STEP  STATUS   ATTEMPTS    DURATION  DETAIL\n  slow  stopped       0/1           -  not run again: the \
+            "  STEP  STATUS   ATTEMPTS    DURATION  DETAIL\n  slow  stopped       1/1           -  not run again: the \
              workflow's deadline passed\n"
         );
         // Its line says so too: it ran, in an earlier runner.
