@@ -1458,6 +1458,13 @@ fn status_and_history_columns_fit_a_long_step_or_flow_name() {
     );
     let out = env.cmd(&["history"]).output().unwrap();
     let mut text = String::from_utf8(out.stdout).unwrap();
+    // Each duration ends where its header does (the start, to the millisecond, fits its column).
+    let end_of = |line: &str, what: &str| line.find(what).map(|i| i + what.len());
+    let header_end = end_of(text.lines().next().unwrap(), "DURATION");
+    for line in text.lines().skip(1) {
+        let value = regex::Regex::new(r"(?:<1ms|\d+(?:ms|s)(?: \d+ms)?)  ").unwrap().find(line).unwrap();
+        assert_eq!(Some(value.end() - 2), header_end, "{text}");
+    }
     for run in json(&env, &["history", "--json"]).as_array().unwrap() {
         text = text.replace(run["id"].as_str().unwrap(), "RUNIDXYZ");
     }
@@ -1467,7 +1474,7 @@ fn status_and_history_columns_fit_a_long_step_or_flow_name() {
         .into_owned();
     assert_eq!(
         text,
-        "RUN        FLOW                          STATUS       STARTED                 DURATION  FAILED STEP\n\
+        "RUN        FLOW                          STATUS       STARTED                    DURATION  FAILED STEP\n\
          RUNIDXYZ   nightly-warehouse-refresh-eu  failed       TIME  Ns  load-customers-into-warehouse\n\
          RUNIDXYZ   short                         succeeded    TIME  Ns  -\n"
     );

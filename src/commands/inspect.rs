@@ -269,13 +269,14 @@ pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: 
     }
     // The flow column fits the longest name shown with two spaces after it (20 at least).
     let flow_width = runs.iter().map(|r| r.flow.chars().count() + 1).max().unwrap_or(0).max(20);
+    // The start is to the millisecond: 24 columns.
     let mut out = format!(
-        "{:<10} {:<flow_width$} {:<12} {:<21} {:>10}  {}\n",
+        "{:<10} {:<flow_width$} {:<12} {:<24} {:>10}  {}\n",
         "RUN", "FLOW", "STATUS", "STARTED", "DURATION", "FAILED STEP"
     );
     for r in &runs {
         out.push_str(&format!(
-            "{:<10} {:<flow_width$} {:<12} {:<21} {:>10}  {}\n",
+            "{:<10} {:<flow_width$} {:<12} {:<24} {:>10}  {}\n",
             r.id,
             r.flow,
             if gone.contains_key(r.id.as_str()) { "runner gone" } else { r.status.as_str() },
