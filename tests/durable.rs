@@ -1461,8 +1461,9 @@ fn status_and_history_columns_fit_a_long_step_or_flow_name() {
     // Each duration ends where its header does (the start, to the millisecond, fits its column).
     let end_of = |line: &str, what: &str| line.find(what).map(|i| i + what.len());
     let header_end = end_of(text.lines().next().unwrap(), "DURATION");
+    let duration = regex::Regex::new(r"(?:<1ms|\d+(?:ms|s)(?: \d+ms)?)  ").unwrap();
     for line in text.lines().skip(1) {
-        let value = regex::Regex::new(r"(?:<1ms|\d+(?:ms|s)(?: \d+ms)?)  ").unwrap().find(line).unwrap();
+        let value = duration.find(line).unwrap();
         assert_eq!(Some(value.end() - 2), header_end, "{text}");
     }
     for run in json(&env, &["history", "--json"]).as_array().unwrap() {
