@@ -1670,6 +1670,12 @@ fn wait_past_deadline(st: &Value, secs: u64) {
     wait_until("the deadline to pass", || std::time::SystemTime::now() > deadline);
 }
 
+/// Waymark's own lines about step `step` in `out`'s stderr, without their times.
+fn step_lines(out: &std::process::Output, step: &str) -> Vec<String> {
+    let prefix = format!("waymark: {step}:");
+    common::untimed(&stderr(out)).lines().filter(|l| l.starts_with(&prefix)).map(str::to_owned).collect()
+}
+
 /// A step whose attempt a signal cancelled shows `interrupted` with a line under it saying what the
 /// next resume does with it: run it again, or, past the workflow's deadline, fail the run without
 /// running it; in a run abandoned since (`--fresh`), nothing.
@@ -1713,7 +1719,7 @@ fn a_retry_held_past_the_deadline_is_said_not_to_come() {
     let env = Env::new();
     env.write(
         "flow.toml",
-        "name = 'held'\ntimeout = 2\n[[step]]\nname = 'bk'\nshell = 'exit 1'\nretry = { attempts = 3, backoff_seconds = 30 }\n",
+        "name = 'held'\ntimeout = 5\n[[step]]\nname = 'bk'\nshell = 'exit 1'\nretry = { attempts = 3, backoff_seconds = 30 }\n",
     );
     let runner = env.spawn(&["run", "--quiet", "flow.toml"]);
     wait_until("the step to wait for its retry", || {
@@ -1723,19 +1729,18 @@ fn a_retry_held_past_the_deadline_is_said_not_to_come() {
     kill(runner.id(), "TERM");
     assert_eq!(finish(runner).status.code(), Some(143));
     let (_, st) = status_text(&env, "held");
-    wait_past_deadline(&st, 2);
+    wait_past_deadline(&st, 5);
     let (text, _) = status_text(&env, "held");
     assert_eq!(
         text.lines().nth(1).unwrap(),
         "  bk                   waiting    attempts 1/3  Ns  no retry (due at TIME): the run fails when resumed: the \
-         workflow's `timeout` (2s) passed"
+         workflow's `timeout` (5s) passed"
     );
     // `--json` alike: no retry is held for the resume.
     assert_eq!(json(&env, &["status", "held", "--json"])["steps"][0]["next_retry_held"], false);
     let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    let said: Vec<String> =
-        common::untimed(&stderr(&out)).lines().filter(|l| l.starts_with("waymark: bk:")).map(str::to_owned).collect();
+    let said = step_lines(&out, "bk");
     assert_eq!(said, ["waymark: bk: not run again: the workflow's deadline passed"]);
 }
 
@@ -1747,7 +1752,7 @@ fn a_step_skipped_on_resume_after_the_run_failed_first_says_so() {
     let env = Env::new();
     env.write(
         "flow.toml",
-        "name = 'first'\ntimeout = 2\n\
+        "name = 'first'\ntimeout = 5\n\
          [[step]]\nname = 'bad'\nneeds = []\nshell = 'exit 3'\n\
          [[step]]\nname = 'bk'\nneeds = []\nshell = 'exit 1'\nretry = { attempts = 3, backoff_seconds = 30 }\n",
     );
@@ -1760,11 +1765,10 @@ fn a_step_skipped_on_resume_after_the_run_failed_first_says_so() {
     kill(runner.id(), "TERM");
     assert_eq!(finish(runner).status.code(), Some(143));
     let (_, st) = status_text(&env, "first");
-    wait_past_deadline(&st, 2);
+    wait_past_deadline(&st, 5);
     let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    let said: Vec<String> =
-        common::untimed(&stderr(&out)).lines().filter(|l| l.starts_with("waymark: bk:")).map(str::to_owned).collect();
+    let said = step_lines(&out, "bk");
     assert_eq!(said, ["waymark: bk: not run again: the run failed first"]);
 }
 
@@ -1775,12 +1779,12 @@ fn a_step_skipped_after_its_runner_died_counts_the_attempt_it_made() {
     let env = Env::new();
     env.write(
         "flow.toml",
-        "name = 'lost'\ntimeout = 2\n[[step]]\nname = 'a'\nshell = 'echo $$ > ready; exec sleep 300'\n",
+        "name = 'lost'\ntimeout = 5\n[[step]]\nname = 'a'\nshell = 'echo $$ > ready; exec sleep 300'\n",
     );
     let out = env.run_until("ready", "KILL");
     assert_eq!(out.status.code(), None);
     let (_, st) = status_text(&env, "lost");
-    wait_past_deadline(&st, 2);
+    wait_past_deadline(&st, 5);
     let out = env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let (text, st) = status_text(&env, "lost");

@@ -505,6 +505,12 @@ fn run_aborted_says_the_cause_as_the_error_message_does() {
     assert_eq!(said, format!("cannot write attempt files: {}: ENOENT: No such file or directory", dir.display()));
 }
 
+/// The failure report's lines of the last attempt's stdout, with their indent.
+fn stdout_tail(report: &str) -> Vec<&str> {
+    let after = report.split_once("stdout of attempt 1, last lines:\n").map_or("", |(_, after)| after);
+    after.lines().take_while(|l| l.starts_with("      ")).collect()
+}
+
 /// The report shows the end of a long last line (the last 4 KiB of the attempt's output) behind
 /// `…`, so that it does not read as the whole line.
 #[test]
@@ -517,8 +523,7 @@ fn the_report_marks_a_line_cut_to_its_last_4_kib() {
     let o = env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap();
     let (code, _, stderr) = out(&o);
     assert_eq!(code, Some(1), "{stderr}");
-    let shown = stderr.split_once("stdout of attempt 1, last lines:\n").unwrap().1.lines().next().unwrap();
-    assert_eq!(shown, format!("      …{}END", "x".repeat(4092)));
+    assert_eq!(stdout_tail(&stderr)[0], format!("      …{}END", "x".repeat(4092)));
     // A cut that falls where a line ends marks nothing (8 lines of 511 bytes and their newlines
     // after `HEAD`), nor one that falls on the newline of a line left out (`HEAD`, then 7 lines of
     // 511 and one of 510 bytes): the tail is whole lines, the first one 511 bytes long.
@@ -528,13 +533,7 @@ fn the_report_marks_a_line_cut_to_its_last_4_kib() {
         env.write("flow.toml", &format!("[[step]]\nname = 'l'\nshell = 'echo HEAD; {}; exit 1'\n", lines.join("; ")));
         let o = env.cmd(&["run", "--quiet", "--fresh", "flow.toml"]).output().unwrap();
         let (_, _, stderr) = out(&o);
-        let tail: Vec<&str> = stderr
-            .split_once("stdout of attempt 1, last lines:\n")
-            .unwrap()
-            .1
-            .lines()
-            .take_while(|l| l.starts_with("      "))
-            .collect();
+        let tail = stdout_tail(&stderr);
         let shown: Vec<usize> = tail.iter().map(|l| l.len() - 6).collect();
         assert_eq!(shown, sizes, "{stderr}");
         assert!(tail.iter().all(|l| !l.contains('…')), "{stderr}");
@@ -551,7 +550,7 @@ fn the_report_marks_a_line_cut_to_its_last_4_kib() {
         env.write("flow.toml", &format!("[[step]]\nname = 'l'\nshell = '{script}; exit 1'\n"));
         let o = env.cmd(&["run", "--quiet", "--fresh", "flow.toml"]).output().unwrap();
         let (_, _, stderr) = out(&o);
-        let shown = stderr.split_once("stdout of attempt 1, last lines:\n").unwrap().1.lines().next().unwrap();
+        let shown = stdout_tail(&stderr)[0];
         assert!(shown.starts_with(&format!("      {first}")) && !shown.contains('\u{fffd}'), "{script}: {shown}");
     }
 }

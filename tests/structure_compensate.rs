@@ -639,17 +639,15 @@ fn a_hook_run_again_after_the_deadline_is_told_the_error_the_run_failed_on() {
     let env = Env::new();
     env.write(
         "flow.toml",
-        "timeout = '1s'
-[hooks]
-on_failure = 'echo \"$WAYMARK_FAILED_STEP $WAYMARK_ERROR_TYPE $WAYMARK_ERROR_MESSAGE\" \
-         >> told; [ -e second ] || exec sleep 60'\n\
+        "timeout = '4s'\n[hooks]\non_failure = 'echo \"$WAYMARK_FAILED_STEP $WAYMARK_ERROR_TYPE \
+         $WAYMARK_ERROR_MESSAGE\" >> told; [ -e second ] || exec sleep 60'\n\
          [[step]]\nname = 'bad'\nshell = 'exit 3'\n",
     );
     let started = std::time::Instant::now();
     let out = env.run_until("told", "INT");
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
     // Past the deadline before the resume.
-    std::thread::sleep(Duration::from_millis(1500).saturating_sub(started.elapsed()));
+    std::thread::sleep(Duration::from_millis(4500).saturating_sub(started.elapsed()));
     env.write("second", "");
     let out = env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));

@@ -719,7 +719,9 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         .collect();
     // Each step's latest catch handler run, if any.
     let handlers = store.handlers(&run.id)?;
-    let handled = |name: &str| handlers.iter().rev().find(|h| h.step == name);
+    let latest: std::collections::HashMap<&str, &crate::store::HandlerRun> =
+        handlers.iter().map(|h| (h.step.as_str(), h)).collect();
+    let handled = |name: &str| latest.get(name).copied();
     let rows: Vec<Value> = steps
         .iter()
         .zip(&active)

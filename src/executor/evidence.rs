@@ -97,14 +97,15 @@ pub(crate) fn report_stdout_tail(stem: &Path) -> String {
 fn marked_tail(path: &Path, from: u64) -> String {
     let Ok(mut f) = crate::os::fs::open_read_nofollow(path) else { return String::new() };
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    if len.saturating_sub(from) <= REPORT_TAIL {
-        return read_tail(path, from, REPORT_TAIL).0;
-    }
-    // The byte before the tail says whether the tail starts a line.
-    let start = len - REPORT_TAIL - 1;
+    // A cut tail is read with the byte before it, which says whether the tail starts a line.
+    let cut = len.saturating_sub(from) > REPORT_TAIL;
+    let start = if cut { len - REPORT_TAIL - 1 } else { from };
     let mut buf = Vec::new();
     if f.seek(SeekFrom::Start(start)).is_err() || f.take(REPORT_TAIL + 1).read_to_end(&mut buf).is_err() {
         return String::new();
+    }
+    if !cut {
+        return String::from_utf8_lossy(&buf).into_owned();
     }
     let (before, tail) = buf.split_first().map_or((b'\n', &[][..]), |(b, t)| (*b, t));
     if before == b'\n' {

@@ -261,7 +261,8 @@ impl Command {
 }
 
 /// `s` as a shell word, for a command a message tells the user to run: as is when it needs no
-/// quotes, else in single quotes.
+/// quotes, in bash's `$'...'` when it holds a newline or a tab (to stay on its line), else in
+/// single quotes.
 pub(crate) fn shell_word(s: &str) -> String {
     let mut out = String::new();
     if s.contains(['\n', '\t']) {
