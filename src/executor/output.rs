@@ -79,6 +79,14 @@ impl Chunk {
     }
 }
 
+#[cfg(test)]
+impl Chunk {
+    /// The memory its buffer holds.
+    pub(crate) fn capacity(&self) -> usize {
+        self.bytes.capacity()
+    }
+}
+
 impl std::ops::Deref for Chunk {
     type Target = [u8];
     fn deref(&self) -> &[u8] {

@@ -224,9 +224,15 @@ struct Reader {
 }
 
 impl Reader {
-    async fn send(&self, bytes: Vec<u8>) {
+    async fn send(&self, mut bytes: Vec<u8>) {
         if self.abandoned.load(Ordering::Relaxed) {
             return;
+        }
+        // A chunk queued for a display that is behind holds at most twice its bytes, so that
+        // the bound on what is queued bounds memory too (a piece of a long line, or the end of
+        // a stream, may be left in a larger buffer).
+        if bytes.capacity() > 2 * bytes.len() {
+            bytes.shrink_to_fit();
         }
         if let Some(gate) = &self.gate {
             self.gated.fetch_add(1, Ordering::SeqCst);
@@ -248,16 +254,25 @@ impl Reader {
 
     /// Copy until end-of-file; returns the end of what passed, for the stderr stream.
     async fn copy(mut self) -> Option<StderrTail> {
-        // Small until a read fills it, then CHUNK: most attempts write little or nothing, and
-        // zeroing 64 KiB for each stream of every attempt was a quarter of a failing attempt's
-        // instructions (callgrind).
-        let mut buf = vec![0u8; FIRST_CHUNK];
-        let mut out = Copied { partial: Vec::new(), logging: true, cut: false };
+        // Without secrets to hide, a read lands in the line buffer itself, after the start of a
+        // line not yet ended, and whole lines go to the runner in the buffer they were read into:
+        // echoing 1 GiB copied it once more in memory (a tenth of the runner's time, perf). With
+        // secrets, a read goes to a buffer of its own and what the redactor lets pass is appended.
+        let mut out = Copied { partial: Vec::new(), room: FIRST_CHUNK, logging: true, cut: false };
         let secrets = Arc::clone(&self.secrets);
-        let mut redactor = StreamRedactor::new(&secrets);
+        let mut redactor = (!secrets.is_empty()).then(|| (StreamRedactor::new(&secrets), Vec::new()));
         loop {
-            // Read what is there; wait for the pipe only when it is empty.
-            let n = match self.pipe.try_read(&mut buf) {
+            let read = match &mut redactor {
+                None => &mut out.partial,
+                Some((_, buf)) => {
+                    buf.clear();
+                    buf
+                }
+            };
+            // Room for the read, uninitialised: a stream that stays small costs no zeroed 64 KiB
+            // (a quarter of a failing attempt's instructions once, callgrind).
+            read.reserve(out.room);
+            let n = match self.pipe.try_read_buf(read) {
                 Ok(0) => break,
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => match self.pipe.readable().await {
@@ -267,15 +282,25 @@ impl Reader {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(_) => break,
             };
-            let data = redactor.feed(&buf[..n]);
-            self.pass(&data, &mut out).await;
-            if n == buf.len() && n < CHUNK {
-                buf.resize(CHUNK, 0);
+            if n >= out.room {
+                out.room = CHUNK;
             }
+            let start = match &mut redactor {
+                None => out.partial.len() - n,
+                Some((redactor, buf)) => {
+                    let start = out.partial.len();
+                    out.partial.extend_from_slice(&redactor.feed(buf));
+                    start
+                }
+            };
+            self.pass(&mut out, start).await;
         }
         // The bytes held back in case they began a secret.
-        let rest = redactor.finish();
-        self.pass(&rest, &mut out).await;
+        if let Some((mut redactor, _)) = redactor {
+            let start = out.partial.len();
+            out.partial.extend_from_slice(&redactor.finish());
+            self.pass(&mut out, start).await;
+        }
         if !out.partial.is_empty() {
             out.partial.push(b'\n');
             self.send(out.partial).await;
@@ -283,8 +308,10 @@ impl Reader {
         self.tail.take()
     }
 
-    /// Write `data` (redacted) to the log, and send the whole lines it completes.
-    async fn pass(&mut self, data: &[u8], out: &mut Copied) {
+    /// Write the bytes that just came, `out.partial[start..]` (redacted), to the log, and send the
+    /// whole lines they complete.
+    async fn pass(&mut self, out: &mut Copied, start: usize) {
+        let data = &out.partial[start..];
         if data.is_empty() {
             return;
         }
@@ -297,33 +324,34 @@ impl Reader {
             let _ = self.events.send(msg).await;
         }
         if let Some(tail) = &mut self.tail {
-            tail.push(data);
+            tail.push(&out.partial[start..]);
         }
         if !self.lines {
+            out.partial.clear();
             return;
         }
         // A line cut into a piece just before its newline ends with that piece: its newline is
         // no line of its own.
-        let data = match data {
-            [b'\n', rest @ ..] if std::mem::take(&mut out.cut) && out.partial.is_empty() => rest,
-            data => data,
-        };
-        out.cut = false;
-        let partial = &mut out.partial;
+        if std::mem::take(&mut out.cut) && start == 0 && out.partial[0] == b'\n' {
+            out.partial.remove(0);
+        }
         // Only the new bytes are searched, so a long line costs linear time.
-        let whole = match memchr::memrchr(b'\n', data) {
-            Some(last_nl) => {
-                partial.extend_from_slice(&data[..=last_nl]);
-                let whole = std::mem::take(partial);
-                partial.extend_from_slice(&data[last_nl + 1..]);
-                Some(whole)
-            }
-            None => {
-                partial.extend_from_slice(data);
-                None
-            }
-        };
-        if let Some(whole) = whole {
+        if let Some(last_nl) = memchr::memrchr(b'\n', &out.partial[start..]) {
+            let end = start + last_nl + 1;
+            let whole = if 2 * end >= out.partial.capacity() {
+                // The buffer is mostly whole lines: it goes as it is, and the start of the next
+                // line moves to a new one.
+                let mut rest = Vec::with_capacity(out.room + out.partial.len() - end);
+                rest.extend_from_slice(&out.partial[end..]);
+                out.partial.truncate(end);
+                std::mem::replace(&mut out.partial, rest)
+            } else {
+                // A few short lines in a large buffer: they are copied out (the buffer stays for
+                // the next read; `send` would shrink it).
+                let whole = out.partial[..end].to_vec();
+                out.partial.drain(..end);
+                whole
+            };
             self.send(whole).await;
         }
         // A line with no end in sight is shown in pieces rather than held in memory.
@@ -337,8 +365,10 @@ impl Reader {
 
 /// What a reader carries from one read to the next.
 struct Copied {
-    /// The start of a line not yet ended.
+    /// The start of a line not yet ended; without secrets, the next read lands after it.
     partial: Vec<u8>,
+    /// How much room a read gets: [`FIRST_CHUNK`] until a read fills it, then [`CHUNK`].
+    room: usize,
     /// Whether the log still takes writes.
     logging: bool,
     /// The last line sent was a piece of a longer one, ended by waymark ([`CHUNK`]).
@@ -494,12 +524,98 @@ fn stop_group(pgid: u32, sig: Signal, grace: Duration) -> Option<Instant> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Control, Log, Output, OutputGate, Supervisor};
+    use super::{CHUNK, Control, Log, Output, OutputGate, Reader, Supervisor};
+    use crate::events::Stream;
     use crate::executor::{Msg, StepRef};
+    use crate::secrets::Secrets;
+    use std::io::Write;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
     use tokio::sync::{mpsc, watch};
+
+    /// What a reader of a pipe sent, chunk by chunk, and what its log holds, when `secrets` (of the
+    /// length of their mask) are hidden and each write that ends a line is read before the next
+    /// one is written.
+    async fn read_writes(secrets: &[&str], writes: &[&[u8]]) -> (Vec<Vec<u8>>, Vec<u8>) {
+        let dir = tempfile::tempdir().unwrap();
+        let (r, mut w) = std::io::pipe().unwrap();
+        // Room for every write: a blocking write would hold the test's only thread.
+        nix::fcntl::fcntl(&w, nix::fcntl::FcntlArg::F_SETPIPE_SZ(1024 * 1024)).unwrap();
+        let (tx, mut rx) = mpsc::channel(256);
+        let log_path = dir.path().join("log");
+        let reader = Reader {
+            pipe: crate::os::process::async_pipe(r).unwrap(),
+            log: Log::Open(std::fs::File::create(&log_path).unwrap()),
+            log_path: log_path.clone(),
+            lines: true,
+            gate: None,
+            gated: Arc::default(),
+            stream: Stream::Stdout,
+            tail: None,
+            step: 0,
+            row: 1,
+            secrets: Arc::new(Secrets::new(secrets)),
+            events: tx,
+            abandoned: Arc::default(),
+        };
+        let copying = tokio::spawn(reader.copy());
+        let mut chunks: Vec<Vec<u8>> = Vec::new();
+        let mut next = async || match tokio::time::timeout(Duration::from_secs(60), rx.recv()).await {
+            Ok(Some(Msg::Output { chunk, .. })) => {
+                assert!(
+                    chunk.capacity() <= 2 * chunk.len(),
+                    "{} bytes in a buffer of {}",
+                    chunk.len(),
+                    chunk.capacity()
+                );
+                Some(chunk.to_vec())
+            }
+            Ok(Some(_)) => panic!("only output is sent"),
+            Ok(None) => None,
+            Err(_) => panic!("no chunk in 60 s"),
+        };
+        let mut written = 0;
+        for write in writes {
+            w.write_all(write).unwrap();
+            written += write.len();
+            while write.ends_with(b"\n") && chunks.iter().map(Vec::len).sum::<usize>() < written {
+                chunks.push(next().await.expect("a chunk for the lines written"));
+            }
+        }
+        drop(w);
+        while let Some(chunk) = next().await {
+            chunks.push(chunk);
+        }
+        copying.await.unwrap();
+        (chunks, std::fs::read(log_path).unwrap())
+    }
+
+    /// Whole lines reach the runner as they were written, in chunks that hold at most twice their
+    /// bytes in memory however large the read buffer grew: a read that fills the buffer, short
+    /// reads after it, a secret split between two writes, a line longer than a read.
+    #[tokio::test]
+    async fn lines_are_sent_whole_in_buffers_no_larger_than_twice_their_bytes() {
+        let fill = b"y\n".repeat(2048);
+        let writes: [&[u8]; 5] = [&fill, b"a\n", b"bc", b"d\ne\n", b"f\n"];
+        for secrets in [&[][..], &["bcd"][..]] {
+            let (chunks, log) = read_writes(secrets, &writes).await;
+            let mut expected = writes.concat();
+            if !secrets.is_empty() {
+                expected = String::from_utf8(expected).unwrap().replace("bcd", "***").into_bytes();
+            }
+            assert_eq!(log, expected, "the log has every byte, secrets hidden");
+            assert_eq!(chunks.concat(), expected, "every line reached the runner");
+            assert_eq!(chunks.last().unwrap(), b"f\n", "each write's lines were sent before the next write");
+        }
+        let long = [&vec![b'x'; 3 * CHUNK][..], b"\nend"].concat();
+        let (chunks, log) = read_writes(&[], &[b"start\n", &long]).await;
+        assert_eq!(log, [&b"start\n"[..], &long].concat());
+        assert!(chunks.len() > 3, "a line longer than a read is sent in pieces: {} chunks", chunks.len());
+        assert_eq!(chunks.last().unwrap(), b"end\n", "the last line, ended by waymark");
+        let pieces: Vec<u8> = chunks.concat().into_iter().filter(|b| *b != b'\n').collect();
+        assert_eq!(pieces.len(), 5 + 3 * CHUNK + 3, "the pieces hold the line's bytes and newlines only");
+    }
 
     /// A child writes 1 MiB into a pipe that takes it all and exits at once, while the display (a
     /// file taking 12 KiB every 100 ms, 8.5 s for it all) holds its reader at the gate: waymark
