@@ -495,10 +495,18 @@ def events(cmd, env):
     return [json.loads(line) for line in out.splitlines()]
 
 
-def pcts(values, digits=0):
+def pct(values, q):
     v = sorted(values)
-    at = lambda q: v[min(len(v) - 1, int(round(q * (len(v) - 1))))]
-    return f"p50 {at(0.5):.{digits}f} ms, p99 {at(0.99):.{digits}f} ms, max {v[-1]:.{digits}f} ms (n={len(v)})"
+    return v[min(len(v) - 1, int(round(q * (len(v) - 1))))]
+
+
+def pcts(values, digits=0):
+    return f"p50 {pct(values, 0.5):.{digits}f} ms, p99 {pct(values, 0.99):.{digits}f} ms, max {max(values):.{digits}f} ms (n={len(values)})"
+
+
+def above(values, floor):
+    """The p50 and p99 of `values` less those of `floor`, in ms."""
+    return f"p50 {pct(values, 0.5) - pct(floor, 0.5):+.2f} ms, p99 {pct(values, 0.99) - pct(floor, 0.99):+.2f} ms"
 
 
 def bench_backoff(t, waymark, floor, peers, work, rounds, attempts=21, backoff=0.05):
@@ -507,7 +515,13 @@ def bench_backoff(t, waymark, floor, peers, work, rounds, attempts=21, backoff=0
     the same tool without a backoff in the same round (the attempt's own cost: the child's run,
     its exit seen, the failure recorded, the next spawn), is the net lateness of the wake-up.
     retry-cli is measured the same way in the same rounds, and a bare `time.sleep` of the backoff
-    in this process gives the machine's own wake-up lateness: the floor under both."""
+    in this process gives the machine's own wake-up lateness.
+
+    A spawn after the machine idled costs more than one right after another (caches, the CPU's
+    clock, the scheduler), so the method charges that to the wake-up. The floor under both tools
+    is measured the same way: `waymark-floor pause`, a loop that spawns the same program with a
+    `clock_nanosleep` of the backoff between spawns, a perfect timer with nothing to record. What
+    a tool's lateness has above the floor's, percentile by percentile, is its own."""
     def gaps(tool, b):
         with tempfile.TemporaryDirectory(dir=work) as d:
             d = Path(d)
@@ -519,6 +533,8 @@ def bench_backoff(t, waymark, floor, peers, work, rounds, attempts=21, backoff=0
                                 f'retry = {{ attempts = {attempts}, backoff_seconds = {b} }}\n')
                 binary = waymark if tool == "waymark" else BASELINE
                 cmd, env = [binary, "run", "--quiet", flow], state_env(d / "state")
+            elif tool == "floor":
+                cmd, env = [floor, "pause", str(attempts), str(round(b * 1000))] + argv, None
             else:
                 # retry-cli: a fixed wait of `b` (factor 1, no jitter).
                 wait = f"{round(b * 1000)}ms"
@@ -536,14 +552,14 @@ def bench_backoff(t, waymark, floor, peers, work, rounds, attempts=21, backoff=0
             out.append((time.perf_counter() - start - backoff) * 1000)
         return out
 
-    late = {"waymark": [], "retry": [], "sleep": [], "baseline": []}
+    late = {"waymark": [], "retry": [], "sleep": [], "baseline": [], "floor": []}
     # The gap less the backoff alone: the attempt's own cost plus the lateness, what a user sees.
     # waymark commits a retry's start while its backoff runs (3 ms ahead), so the gap without a
     # backoff, which waits for that commit, takes off more than the gap with one still holds:
     # this row is the one to compare between waymark binaries.
-    raw = {"waymark": [], "retry": [], "baseline": []}
+    raw = {"waymark": [], "retry": [], "baseline": [], "floor": []}
     own = []
-    tools = ("waymark", "retry") + (("baseline",) if BASELINE else ())
+    tools = ("waymark", "retry", "floor") + (("baseline",) if BASELINE else ())
     for r in range(rounds):
         for tool in (tools if r % 2 == 0 else tools[::-1]):
             base = statistics.median(gaps(tool, 0))
@@ -559,6 +575,10 @@ def bench_backoff(t, waymark, floor, peers, work, rounds, attempts=21, backoff=0
     t.add("backoff net lateness, retry-cli", pcts(late["retry"], 2), note="the same, measured the same way")
     if BASELINE:
         t.add("backoff net lateness, baseline waymark", pcts(late["baseline"], 2), note="the same, measured the same way")
+    t.add("backoff net lateness, the floor (waymark-floor pause)", pcts(late["floor"], 2),
+          note="a perfect timer's: the machine's share of the rows above")
+    t.add("backoff lateness above the floor's", above(late["waymark"], late["floor"]), note="waymark's own share")
+    t.add("backoff lateness above the floor's, retry-cli", above(late["retry"], late["floor"]), note="retry-cli's own share")
     t.add("start-to-start gap less the backoff", pcts(raw["waymark"], 2), note="the attempt's own cost and the lateness")
     t.add("start-to-start gap less the backoff, retry-cli", pcts(raw["retry"], 2), note="the same")
     if BASELINE:

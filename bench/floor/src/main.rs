@@ -1,6 +1,9 @@
 //! `waymark-floor spawn N PROGRAM`, `waymark-floor flush N PROGRAM DB` and `waymark-floor record N
 //! PROGRAM DB`: the floors that
-//! `bench/bench.py` holds waymark against. `waymark-floor stamp FILE CODE` is a step's program
+//! `bench/bench.py` holds waymark against. `waymark-floor pause N MS PROGRAM [ARG...]` spawns
+//! PROGRAM N times with a sleep of MS milliseconds before each spawn but the first (a
+//! `clock_nanosleep`, which the kernel ends at the deadline): a retry loop with a perfect timer and
+//! nothing to record, the floor of the backoff rows. `waymark-floor stamp FILE CODE` is a step's program
 //! instead: it appends the wall-clock time in nanoseconds to FILE and exits with CODE, so that the
 //! benchmark reads when each attempt started from the child's side, to the microsecond. Each iteration spawns PROGRAM (std's `Command`, which
 //! uses posix_spawn on Linux when, as here, no pre-exec hook is set) with stdio inherited and waits
@@ -14,12 +17,14 @@ use std::process::{Command, ExitCode};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("stamp") {
-        return stamp(&args[2..]);
+    match args.get(1).map(String::as_str) {
+        Some("stamp") => return stamp(&args[2..]),
+        Some("pause") => return pause(&args[2..]),
+        _ => {}
     }
     let usage = || {
         eprintln!(
-            "usage: waymark-floor spawn N PROGRAM | waymark-floor flush|record N PROGRAM DB | waymark-floor stamp FILE CODE"
+            "usage: waymark-floor spawn N PROGRAM | waymark-floor flush|record N PROGRAM DB | waymark-floor pause N MS PROGRAM [ARG...] | waymark-floor stamp FILE CODE"
         );
         ExitCode::from(2)
     };
@@ -45,6 +50,24 @@ fn main() -> ExitCode {
             let code = status.code().unwrap_or(-1);
             conn.execute("INSERT INTO t (v) VALUES (?1)", [code]).expect("commit");
         }
+    }
+    ExitCode::SUCCESS
+}
+
+fn pause(args: &[String]) -> ExitCode {
+    let (Some(n), Some(ms), Some(program)) = (
+        args.first().and_then(|n| n.parse::<u64>().ok()),
+        args.get(1).and_then(|ms| ms.parse::<u64>().ok()),
+        args.get(2),
+    ) else {
+        eprintln!("usage: waymark-floor pause N MS PROGRAM [ARG...]");
+        return ExitCode::from(2);
+    };
+    for i in 0..n {
+        if i > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
+        Command::new(program).args(&args[3..]).status().expect("spawn the program");
     }
     ExitCode::SUCCESS
 }
