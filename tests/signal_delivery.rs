@@ -26,10 +26,17 @@ fn an_early_signal_marks_the_run_interrupted_and_exits_130() {
         }
         let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
         if out.status.code() != Some(130) || v["status"] != "interrupted" {
-            wrong.push(format!("{}us: {:?}, run {}", i * 500, out.status, v["status"]));
+            // What the runner said and what the run recorded, to tell which window it fell in.
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            wrong.push(format!(
+                "{}us: {:?}, run {}\n--- stderr:\n{stderr}--- status:\n{v:#}",
+                i * 500,
+                out.status,
+                v["status"]
+            ));
         }
     }
-    assert!(wrong.is_empty(), "the run existed but was not interrupted as documented: {wrong:?}");
+    assert!(wrong.is_empty(), "the run existed but was not interrupted as documented:\n{}", wrong.join("\n"));
 }
 
 /// Whether a signal is pending for any thread of `pid` (not yet delivered to a handler).
