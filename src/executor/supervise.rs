@@ -270,9 +270,10 @@ impl Reader {
                 }
             };
             // Room for the read, uninitialised: a stream that stays small costs no zeroed 64 KiB
-            // (a quarter of a failing attempt's instructions once, callgrind).
+            // (a quarter of a failing attempt's instructions once, callgrind). A read takes at
+            // most `room`, however much more the buffer has.
             read.reserve(out.room);
-            let n = match self.pipe.try_read_buf(read) {
+            let n = match self.pipe.try_read_buf(&mut bytes::BufMut::limit(read, out.room)) {
                 Ok(0) => break,
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => match self.pipe.readable().await {
@@ -293,13 +294,13 @@ impl Reader {
                     start
                 }
             };
-            self.pass(&mut out, start).await;
+            self.pass(&mut out, start, redactor.is_none()).await;
         }
         // The bytes held back in case they began a secret.
         if let Some((mut redactor, _)) = redactor {
             let start = out.partial.len();
             out.partial.extend_from_slice(&redactor.finish());
-            self.pass(&mut out, start).await;
+            self.pass(&mut out, start, false).await;
         }
         if !out.partial.is_empty() {
             out.partial.push(b'\n');
@@ -309,8 +310,8 @@ impl Reader {
     }
 
     /// Write the bytes that just came, `out.partial[start..]` (redacted), to the log, and send the
-    /// whole lines they complete.
-    async fn pass(&mut self, out: &mut Copied, start: usize) {
+    /// whole lines they complete; `reads_here` when the next read lands in `out.partial`.
+    async fn pass(&mut self, out: &mut Copied, start: usize, reads_here: bool) {
         let data = &out.partial[start..];
         if data.is_empty() {
             return;
@@ -340,8 +341,9 @@ impl Reader {
             let end = start + last_nl + 1;
             let whole = if 2 * end >= out.partial.capacity() {
                 // The buffer is mostly whole lines: it goes as it is, and the start of the next
-                // line moves to a new one.
-                let mut rest = Vec::with_capacity(out.room + out.partial.len() - end);
+                // line moves to a new one, with room for the next read when it lands there.
+                let room = if reads_here { out.room } else { 0 };
+                let mut rest = Vec::with_capacity(room + out.partial.len() - end);
                 rest.extend_from_slice(&out.partial[end..]);
                 out.partial.truncate(end);
                 std::mem::replace(&mut out.partial, rest)
@@ -524,7 +526,7 @@ fn stop_group(pgid: u32, sig: Signal, grace: Duration) -> Option<Instant> {
 
 #[cfg(test)]
 mod tests {
-    use super::{CHUNK, Control, Log, Output, OutputGate, Reader, Supervisor};
+    use super::{CHUNK, Control, FIRST_CHUNK, Log, Output, OutputGate, Reader, Supervisor};
     use crate::events::Stream;
     use crate::executor::{Msg, StepRef};
     use crate::secrets::Secrets;
@@ -535,8 +537,7 @@ mod tests {
     use tokio::sync::{mpsc, watch};
 
     /// What a reader of a pipe sent, chunk by chunk, and what its log holds, when `secrets` (of the
-    /// length of their mask) are hidden and each write that ends a line is read before the next
-    /// one is written.
+    /// length of their mask) are hidden and each write is read before the next one is written.
     async fn read_writes(secrets: &[&str], writes: &[&[u8]]) -> (Vec<Vec<u8>>, Vec<u8>) {
         let dir = tempfile::tempdir().unwrap();
         let (r, mut w) = std::io::pipe().unwrap();
@@ -582,6 +583,9 @@ mod tests {
             while write.ends_with(b"\n") && chunks.iter().map(Vec::len).sum::<usize>() < written {
                 chunks.push(next().await.expect("a chunk for the lines written"));
             }
+            // The test's runtime has one thread: while this task sleeps, the reader reads all of
+            // it (a write that sends nothing, such as the start of a secret, too).
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
         drop(w);
         while let Some(chunk) = next().await {
@@ -591,9 +595,21 @@ mod tests {
         (chunks, std::fs::read(log_path).unwrap())
     }
 
+    /// `bytes` in runs of the same byte, `y\n` for one and `x*3` for more: a failure stays legible.
+    fn runs(bytes: &[u8]) -> String {
+        let mut out = String::new();
+        for run in bytes.chunk_by(|a, b| a == b) {
+            out += &String::from_utf8_lossy(&run[..1]);
+            if run.len() > 1 {
+                out += &format!("*{} ", run.len());
+            }
+        }
+        out
+    }
+
     /// Whole lines reach the runner as they were written, in chunks that hold at most twice their
     /// bytes in memory however large the read buffer grew: a read that fills the buffer, short
-    /// reads after it, a secret split between two writes, a line longer than a read.
+    /// reads after it, a secret split between two reads.
     #[tokio::test]
     async fn lines_are_sent_whole_in_buffers_no_larger_than_twice_their_bytes() {
         let fill = b"y\n".repeat(2048);
@@ -604,17 +620,36 @@ mod tests {
             if !secrets.is_empty() {
                 expected = String::from_utf8(expected).unwrap().replace("bcd", "***").into_bytes();
             }
-            assert_eq!(log, expected, "the log has every byte, secrets hidden");
-            assert_eq!(chunks.concat(), expected, "every line reached the runner");
-            assert_eq!(chunks.last().unwrap(), b"f\n", "each write's lines were sent before the next write");
+            let fill = String::from_utf8(fill.clone()).unwrap();
+            let shown = |b: &[u8]| String::from_utf8_lossy(b).replace(&fill, "<fill>");
+            assert_eq!(shown(&log), shown(&expected), "the log has every byte, secrets hidden");
+            assert_eq!(shown(&chunks.concat()), shown(&expected), "every line reached the runner");
         }
-        let long = [&vec![b'x'; 3 * CHUNK][..], b"\nend"].concat();
+    }
+
+    /// A line longer than a read is sent in pieces of what the reads brought (the first read of a
+    /// stream is small; the next ones take up to 64 KiB), each ended by waymark, and a newline that
+    /// comes right after a piece ends that piece rather than making an empty line.
+    #[tokio::test]
+    async fn a_long_line_is_sent_in_pieces_of_what_the_reads_brought() {
+        let x = |n| vec![b'x'; n];
+        let line = |n| [x(n), b"\n".to_vec()].concat();
+        let long = [x(3 * CHUNK), b"\nend".to_vec()].concat();
+        let all = |chunks: &[Vec<u8>]| chunks.iter().map(|c| runs(c)).collect::<Vec<_>>();
         let (chunks, log) = read_writes(&[], &[b"start\n", &long]).await;
-        assert_eq!(log, [&b"start\n"[..], &long].concat());
-        assert!(chunks.len() > 3, "a line longer than a read is sent in pieces: {} chunks", chunks.len());
-        assert_eq!(chunks.last().unwrap(), b"end\n", "the last line, ended by waymark");
-        let pieces: Vec<u8> = chunks.concat().into_iter().filter(|b| *b != b'\n').collect();
-        assert_eq!(pieces.len(), 5 + 3 * CHUNK + 3, "the pieces hold the line's bytes and newlines only");
+        assert_eq!(runs(&log), runs(&[&b"start\n"[..], &long].concat()));
+        let first = FIRST_CHUNK + CHUNK;
+        let last = 3 * CHUNK - first - CHUNK;
+        let expected = [b"start\n".to_vec(), line(first), line(CHUNK), line(last), b"end\n".to_vec()];
+        assert_eq!(all(&chunks), all(&expected));
+        let ended_at_a_piece = [x(first), b"\nend\n".to_vec()].concat();
+        let (chunks, _) = read_writes(&[], &[&ended_at_a_piece]).await;
+        assert_eq!(all(&chunks), all(&[line(first), b"end\n".to_vec()]));
+        // Short reads after a long one leave the buffer larger than a read: a read still takes
+        // at most 64 KiB.
+        let (fill, b) = ([vec![b'z'; FIRST_CHUNK - 1], b"\n".to_vec()].concat(), vec![b'b'; 100]);
+        let (chunks, _) = read_writes(&[], &[&fill, &[&b"a\n"[..], &b].concat(), &line(2 * CHUNK)]).await;
+        assert_eq!(all(&chunks), all(&[fill, b"a\n".to_vec(), [b, line(CHUNK)].concat(), line(CHUNK)]));
     }
 
     /// A child writes 1 MiB into a pipe that takes it all and exits at once, while the display (a
