@@ -29,10 +29,10 @@ fn an_early_signal_marks_the_run_interrupted_and_exits_130() {
             // What the runner said and what the run recorded, to tell which window it fell in.
             let stderr = String::from_utf8_lossy(&out.stderr);
             wrong.push(format!(
-                "{}us: {:?}, run {}\n--- stderr:\n{stderr}--- status:\n{v:#}",
+                "{}us: {:?}\n--- stderr:\n{}\n--- status:\n{v:#}",
                 i * 500,
                 out.status,
-                v["status"]
+                stderr.trim_end()
             ));
         }
     }

@@ -586,6 +586,10 @@ mod tests {
             // The test's runtime has one thread: while this task sleeps, the reader reads all of
             // it (a write that sends nothing, such as the start of a secret, too).
             tokio::time::sleep(Duration::from_millis(1)).await;
+            if secrets.is_empty() {
+                let logged = std::fs::metadata(&log_path).unwrap().len() as usize;
+                assert_eq!(logged, written, "each write is read before the next one");
+            }
         }
         drop(w);
         while let Some(chunk) = next().await {
@@ -624,6 +628,11 @@ mod tests {
             let shown = |b: &[u8]| String::from_utf8_lossy(b).replace(&fill, "<fill>");
             assert_eq!(shown(&log), shown(&expected), "the log has every byte, secrets hidden");
             assert_eq!(shown(&chunks.concat()), shown(&expected), "every line reached the runner");
+            assert!(
+                chunks.iter().all(|c| c.ends_with(b"\n")),
+                "whole lines only: {:?}",
+                chunks.iter().map(|c| runs(c)).collect::<Vec<_>>()
+            );
         }
     }
 

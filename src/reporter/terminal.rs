@@ -364,7 +364,9 @@ pub(crate) fn behind(step: &str, chunk: &[u8]) -> Vec<u8> {
 /// [`behind`], appended to `text` (a write of several chunks copies none of them twice).
 fn behind_into(mut text: Vec<u8>, step: &str, chunk: &[u8]) -> Vec<u8> {
     let prefix = [step.as_bytes(), b" | "].concat();
-    if prefix.len() > PREFIX || count_newlines(&chunk[..chunk.len().min(SAMPLE)]) < 2 {
+    let sparse = |sample: &[u8]| count_newlines(sample) < 2;
+    let (head, tail) = (&chunk[..chunk.len().min(SAMPLE)], &chunk[chunk.len().saturating_sub(SAMPLE)..]);
+    if prefix.len() > PREFIX || sparse(head) && sparse(tail) {
         // A long step name, or long lines: one line at a time, each end found by `memchr`, which
         // passes over a long line many times faster than the word-wise search below.
         text.reserve(chunk.len() + 2 * prefix.len());
@@ -421,8 +423,8 @@ fn behind_into(mut text: Vec<u8>, step: &str, chunk: &[u8]) -> Vec<u8> {
 const PREFIX: usize = 32;
 /// Lines this short are copied at a fixed width of this many bytes.
 const SHORT: usize = 16;
-/// How many bytes at a chunk's start tell short lines from long ones: with fewer than two
-/// newlines in them, its lines are found by `memchr`.
+/// How many bytes at each end of a chunk tell short lines from long ones: with fewer than two
+/// newlines in either, its lines are found by `memchr`.
 const SAMPLE: usize = 256;
 
 /// A chunk's lines copied behind a prefix of at most [`PREFIX`] bytes, one line at a time.
