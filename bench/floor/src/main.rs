@@ -1,9 +1,9 @@
 //! `waymark-floor spawn N PROGRAM`, `waymark-floor flush N PROGRAM DB` and `waymark-floor record N
 //! PROGRAM DB`: the floors that
 //! `bench/bench.py` holds waymark against. `waymark-floor pause N MS PROGRAM [ARG...]` spawns
-//! PROGRAM N times with a sleep of MS milliseconds before each spawn but the first (a
-//! `clock_nanosleep`, which the kernel ends at the deadline): a retry loop with a perfect timer and
-//! nothing to record, the floor of the backoff rows. `waymark-floor stamp FILE CODE` is a step's program
+//! PROGRAM N times with a sleep of MS milliseconds (a decimal) before each spawn but the first
+//! (`nanosleep`: the kernel's timer, with its slack of 50 us): a retry loop with nothing to record,
+//! the floor of the backoff rows. `waymark-floor stamp FILE CODE` is a step's program
 //! instead: it appends the wall-clock time in nanoseconds to FILE and exits with CODE, so that the
 //! benchmark reads when each attempt started from the child's side, to the microsecond. Each iteration spawns PROGRAM (std's `Command`, which
 //! uses posix_spawn on Linux when, as here, no pre-exec hook is set) with stdio inherited and waits
@@ -28,7 +28,8 @@ fn main() -> ExitCode {
         );
         ExitCode::from(2)
     };
-    let (Some(mode), Some(n), Some(program)) = (args.get(1), args.get(2).and_then(|n| n.parse::<u64>().ok()), args.get(3))
+    let (Some(mode), Some(n), Some(program)) =
+        (args.get(1), args.get(2).and_then(|n| n.parse::<u64>().ok()), args.get(3))
     else {
         return usage();
     };
@@ -55,9 +56,11 @@ fn main() -> ExitCode {
 }
 
 fn pause(args: &[String]) -> ExitCode {
-    let (Some(n), Some(ms), Some(program)) = (
+    let (Some(n), Some(wait), Some(program)) = (
         args.first().and_then(|n| n.parse::<u64>().ok()),
-        args.get(1).and_then(|ms| ms.parse::<u64>().ok()),
+        args.get(1)
+            .and_then(|ms| ms.parse::<f64>().ok())
+            .and_then(|ms| std::time::Duration::try_from_secs_f64(ms / 1000.0).ok()),
         args.get(2),
     ) else {
         eprintln!("usage: waymark-floor pause N MS PROGRAM [ARG...]");
@@ -65,7 +68,7 @@ fn pause(args: &[String]) -> ExitCode {
     };
     for i in 0..n {
         if i > 0 {
-            std::thread::sleep(std::time::Duration::from_millis(ms));
+            std::thread::sleep(wait);
         }
         Command::new(program).args(&args[3..]).status().expect("spawn the program");
     }
