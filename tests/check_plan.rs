@@ -304,10 +304,24 @@ fn a_path_with_a_newline_is_shown_on_one_line() {
         said.lines().last().unwrap(),
         "error: odd␊dir␉here/bad.toml is not a valid flow (1 error); nothing was run"
     );
-    env.cmd(&["run", "--quiet", "odd\ndir\there/f.toml"]).assert().success();
-    let status = env.cmd(&["status"]).output().unwrap();
-    let header = String::from_utf8(status.stdout).unwrap().lines().next().unwrap().to_owned();
     let dir = env.path("").canonicalize().unwrap();
+    let none = env.cmd(&["status", "odd\ndir\there/f.toml"]).output().unwrap();
+    let said = common::stderr(&none);
+    let no_runs = format!("error: no runs of the flow file {}/odd␊dir␉here/f.toml: ", dir.display());
+    assert!(said.starts_with(&no_runs) && said.lines().count() == 1, "{said}");
+    // A secret's value written in the file is warned of with the path on its line.
+    env.write("odd\ndir\there/s.toml", "secret_env = ['S']\n[[step]]\nname = 'a'\nrun = ['echo', 'hunter2']\n");
+    let out = env.cmd(&["run", "odd\ndir\there/s.toml"]).env("S", "hunter2").output().unwrap();
+    let warning =
+        common::stderr(&out).lines().find(|l| l.contains("the value of secret")).unwrap_or_default().to_owned();
+    assert!(
+        warning.contains("waymark: warning: odd␊dir␉here/s.toml:4: the value of secret `S`"),
+        "{}",
+        common::stderr(&out)
+    );
+    env.cmd(&["run", "--quiet", "odd\ndir\there/f.toml"]).assert().success();
+    let status = env.cmd(&["status", "f"]).output().unwrap();
+    let header = String::from_utf8(status.stdout).unwrap().lines().next().unwrap().to_owned();
     assert!(header.contains(&format!(" ({}/odd␊dir␉here/f.toml): succeeded", dir.display())), "{header}");
     // The notice that the file changed since an interrupted run started keeps to its line too.
     env.write(

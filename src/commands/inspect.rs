@@ -12,6 +12,7 @@ use crate::store::{
     AttemptRecord, AttemptState, AuxKind, AuxRun, FlowKey, RunFilter, RunRecord, RunStatus, StateDir, StepRecord,
     StepState, Store, StoreError,
 };
+use crate::text::shown_path;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -121,10 +122,10 @@ impl Chosen {
     fn missing_file(&self, arg: &str) -> Option<String> {
         let what = match self {
             Chosen::File(path) if path.is_dir() => {
-                format!("{} is a directory, not a flow file, and no run was started from that path", path.display())
+                format!("{} is a directory, not a flow file, and no run was started from that path", shown_path(path))
             }
             Chosen::File(path) if !path.is_file() => {
-                format!("there is no flow file {}, and no run was started from that path", path.display())
+                format!("there is no flow file {}, and no run was started from that path", shown_path(path))
             }
             Chosen::Unknown if arg.ends_with(".toml") => {
                 let here = std::env::current_dir().map(|d| format!(" in {}", d.display())).unwrap_or_default();
@@ -181,7 +182,7 @@ fn choose_flow(store: &dyn Store, arg: &str, looked: Looking<'_>) -> Result<Chos
             for (key, path) in &flows {
                 match key.file() {
                     Some(file) => message.push_str(&format!("\n  {file}")),
-                    None => message.push_str(&format!("\n  {} (declares `name = \"{arg}\"`)", path.display())),
+                    None => message.push_str(&format!("\n  {} (declares `name = \"{arg}\"`)", shown_path(path))),
                 }
             }
             Err(CliError::Usage(message))
@@ -305,7 +306,7 @@ pub(super) fn find_run(store: &dyn Store, state: &StateDir, target: Option<&str>
                     }
                     match chosen {
                         Chosen::File(path) => CliError::Usage(super::no_runs(
-                            &format!("no runs of the flow file {}", path.display()),
+                            &format!("no runs of the flow file {}", shown_path(&path)),
                             Some(&format!("`waymark run {}` starts one", shell_word(t))),
                             true,
                             state,
@@ -813,7 +814,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         "run {} of {} ({}): {status}, started {}{}\n",
         run.id,
         run.flow,
-        crate::text::shown_path(&run.flow_path),
+        shown_path(&run.flow_path),
         time(run.started_at),
         run.ended_at.map(|e| format!(", ended {}", time(e))).unwrap_or_default()
     );

@@ -24,6 +24,7 @@ use crate::store::{
     AuxKind, FlowKey, Lease, RunRecord, RunStatus, StateDir, StepRecord, StepState, Store, StoreError, ThreadJournal,
     create_private_dir,
 };
+use crate::text::shown_path;
 use anyhow::Context;
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -64,7 +65,7 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
     }
     // `--quiet` says nothing unless the run fails (`waymark check` shows the warnings).
     if mode != Mode::Quiet {
-        print_warnings(&loaded, &crate::text::shown_path(flow_path));
+        print_warnings(&loaded, &shown_path(flow_path));
     }
     // A parameter the flow does not declare (or one given twice) is wrong whichever run goes on.
     // A required one left out is wrong only for a new run: a resumed run has its values.
@@ -89,7 +90,7 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
             // Given on the command line, or the default the flow file gives it.
             let whose = match params.iter().any(|(given, _)| given == name) {
                 true => format!("the value of `--param {name}`"),
-                false => format!("the default of parameter `{name}` (`params.{name}` in {})", flow_path.display()),
+                false => format!("the default of parameter `{name}` (`params.{name}` in {})", shown_path(flow_path)),
             };
             return Err(CliError::Usage(format!(
                 "{whose} holds the value of a variable of `secret_env`; parameter values are recorded with the run \
@@ -275,7 +276,7 @@ fn secrets_in_definition(
         let what = format!(
             "{}{at}: the value of secret `{name}` is written in the flow file, and every run records the flow's \
              definition in the state database",
-            shown.display()
+            shown_path(shown)
         );
         let fix = format!("let the step read it from its environment (`${name}`) instead");
         if strict {
@@ -887,7 +888,7 @@ fn flow_changed(path: &Path, run_id: &str) -> String {
     format!(
         "{} changed since run {run_id} started; resuming with the definition recorded then (`waymark run --fresh \
          {}` starts over with the new one)",
-        crate::text::shown_path(path),
+        shown_path(path),
         shell_word(&path.to_string_lossy())
     )
 }
