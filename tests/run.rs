@@ -664,3 +664,43 @@ fn a_program_moved_between_attempts_is_found_again_on_path() {
     let ran = env.read("ran").replace(&dir.display().to_string(), "DIR/");
     assert_eq!(ran, "DIR/first/tool\nDIR/second/tool\n");
 }
+
+/// Many steps at once under the usual soft limit on open files: waymark raises its own soft limit
+/// as far as `max_parallel` needs (about 200 attempts at once stopped a run at 1024 with `Too many
+/// open files`), and says what to do when the hard limit is too low for it.
+#[test]
+fn many_steps_at_once_get_the_open_files_they_need_within_the_hard_limit() {
+    let env = Env::new();
+    let mut body = String::from("name = 'fd'\nmax_parallel = 60\n");
+    for i in 0..60 {
+        body += &format!("[[step]]\nname = 's{i}'\nneeds = []\nshell = 'echo out; echo err >&2; sleep 2'\n");
+    }
+    env.write("fd.toml", &body);
+    let under = |limits: &str, mode: &str| {
+        let waymark = assert_cmd::cargo::cargo_bin("waymark");
+        let script = format!("{limits} && exec \"$0\" run {mode} fd.toml");
+        std::process::Command::new("sh")
+            .args(["-c", &script])
+            .arg(waymark)
+            .current_dir(env.path(""))
+            .env("WAYMARK_STATE_DIR", env.state())
+            .output()
+            .unwrap()
+    };
+    // 60 attempts at once hold about 300 descriptors: past a soft limit of 200, within the hard one.
+    let out = under("ulimit -Sn 200", "--quiet");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "");
+    // A hard limit of 300 cannot be raised: waymark warns before the first step starts.
+    let out = under("ulimit -Sn 300 && ulimit -Hn 300", "--progress plain");
+    let said = stderr(&out);
+    let warning = said.lines().find(|l| l.contains("open files")).unwrap_or_default();
+    assert!(
+        warning.ends_with(
+            "waymark: warning: 60 steps at once may need 736 open files, and this process may open at most 300 \
+             (`ulimit -Hn`): a step that cannot start stops the run; lower `max_parallel` (or `--max-parallel`) \
+             to 5, or raise the limit"
+        ),
+        "{said}"
+    );
+}

@@ -250,6 +250,35 @@ pub(crate) fn kill_leftovers(leftovers: &[Leftover<'_>], limit: Duration) -> Vec
     found.iter().zip(left).map(|(found, left)| (found.len(), left)).collect()
 }
 
+/// Descriptors one running attempt may hold: its two pipes, their log files, its pidfd, its
+/// step's directory, with room to spare.
+const FILES_PER_ATTEMPT: u64 = 8;
+/// Descriptors the runner holds besides its attempts': the store, its lock, the terminal.
+const FILES_OF_THE_RUNNER: u64 = 256;
+
+/// Raise the soft limit on open files, within the hard one, as far as `at_once` attempts running
+/// side by side need, and no further: the steps inherit it. At the usual soft limit of 1024,
+/// about 200 attempts at once stopped the run (`Too many open files`). `Err` with what to do
+/// when even the hard limit falls short.
+pub(crate) fn allow_open_files_for(at_once: usize) -> Result<(), String> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else { return Ok(()) };
+    let need = (at_once as u64).saturating_mul(FILES_PER_ATTEMPT).saturating_add(FILES_OF_THE_RUNNER);
+    if need <= soft {
+        return Ok(());
+    }
+    let _ = setrlimit(Resource::RLIMIT_NOFILE, need.min(hard), hard);
+    match need <= hard {
+        true => Ok(()),
+        false => Err(format!(
+            "{at_once} steps at once may need {need} open files, and this process may open at most {hard} \
+             (`ulimit -Hn`): a step that cannot start stops the run; lower `max_parallel` (or \
+             `--max-parallel`) to {}, or raise the limit",
+            hard.saturating_sub(FILES_OF_THE_RUNNER) / FILES_PER_ATTEMPT
+        )),
+    }
+}
+
 /// Mark every file descriptor above 2 close-on-exec: descriptors that whoever started waymark
 /// leaked to it (opened without `O_CLOEXEC`) must not reach the steps. Called once at startup,
 /// before waymark opens anything of its own (everything it opens later is close-on-exec), so
