@@ -42,7 +42,7 @@ impl Secrets {
         // environment can hold; without a matcher nothing would be hidden, so fall back to one
         // value per pattern search rather than to nothing. The crate's own choice, a DFA for up to
         // 100 values, took 90 s to build for one value of 100 KB repeating a byte: past
-        // `DFA_BYTES` of values, a contiguous NFA, which builds in linear time.
+        // `DFA_BYTES` of values, a contiguous NFA, built in milliseconds for it.
         let total: usize = values.iter().map(Vec::len).sum();
         let kind = (total > DFA_BYTES).then_some(AhoCorasickKind::ContiguousNFA);
         let matcher = AhoCorasick::builder().match_kind(MatchKind::LeftmostLongest).kind(kind).build(&values).ok();
