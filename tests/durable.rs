@@ -1670,6 +1670,21 @@ fn wait_past_deadline(st: &Value, secs: u64) {
     wait_until("the deadline to pass", || std::time::SystemTime::now() > deadline);
 }
 
+/// Run `flow.toml` (flow `flow`, whose `timeout` is `secs` seconds) until its steps are in
+/// `states`, in file order; stop its runner with SIGTERM, then wait until the deadline has passed.
+fn interrupt_in_states_past_deadline(env: &Env, flow: &str, states: &[&str], secs: u64) {
+    let runner = env.spawn(&["run", "--quiet", "flow.toml"]);
+    wait_until(&format!("the steps to be {states:?}"), || {
+        let out = env.cmd(&["status", flow, "--json"]).output().unwrap();
+        serde_json::from_slice::<Value>(&out.stdout)
+            .is_ok_and(|st| states.iter().enumerate().all(|(i, s)| st["steps"][i]["state"] == *s))
+    });
+    kill(runner.id(), "TERM");
+    assert_eq!(finish(runner).status.code(), Some(143));
+    let (_, st) = status_text(env, flow);
+    wait_past_deadline(&st, secs);
+}
+
 /// Waymark's own lines about step `step` in `out`'s stderr, without their times.
 fn step_lines(out: &std::process::Output, step: &str) -> Vec<String> {
     let prefix = format!("waymark: {step}:");
@@ -1721,15 +1736,7 @@ fn a_retry_held_past_the_deadline_is_said_not_to_come() {
         "flow.toml",
         "name = 'held'\ntimeout = 5\n[[step]]\nname = 'bk'\nshell = 'exit 1'\nretry = { attempts = 3, backoff_seconds = 30 }\n",
     );
-    let runner = env.spawn(&["run", "--quiet", "flow.toml"]);
-    wait_until("the step to wait for its retry", || {
-        let out = env.cmd(&["status", "held", "--json"]).output().unwrap();
-        serde_json::from_slice::<Value>(&out.stdout).is_ok_and(|st| st["steps"][0]["state"] == "waiting")
-    });
-    kill(runner.id(), "TERM");
-    assert_eq!(finish(runner).status.code(), Some(143));
-    let (_, st) = status_text(&env, "held");
-    wait_past_deadline(&st, 5);
+    interrupt_in_states_past_deadline(&env, "held", &["waiting"], 5);
     let (text, _) = status_text(&env, "held");
     assert_eq!(
         text.lines().nth(1).unwrap(),
@@ -1756,16 +1763,7 @@ fn a_step_skipped_on_resume_after_the_run_failed_first_says_so() {
          [[step]]\nname = 'bad'\nneeds = []\nshell = 'exit 3'\n\
          [[step]]\nname = 'bk'\nneeds = []\nshell = 'exit 1'\nretry = { attempts = 3, backoff_seconds = 30 }\n",
     );
-    let runner = env.spawn(&["run", "--quiet", "flow.toml"]);
-    wait_until("bad to fail and bk to wait for its retry", || {
-        let out = env.cmd(&["status", "first", "--json"]).output().unwrap();
-        serde_json::from_slice::<Value>(&out.stdout)
-            .is_ok_and(|st| st["steps"][0]["state"] == "failed" && st["steps"][1]["state"] == "waiting")
-    });
-    kill(runner.id(), "TERM");
-    assert_eq!(finish(runner).status.code(), Some(143));
-    let (_, st) = status_text(&env, "first");
-    wait_past_deadline(&st, 5);
+    interrupt_in_states_past_deadline(&env, "first", &["failed", "waiting"], 5);
     let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let said = step_lines(&out, "bk");
