@@ -684,9 +684,11 @@ fn many_steps_at_once_get_the_open_files_they_need_within_the_hard_limit() {
         body += &format!("[[step]]\nname = 's{i}'\nneeds = []\nshell = 'echo out; echo err >&2; sleep 2'\n");
     }
     env.write("fd.toml", &body);
-    let under = |limits: &str, mode: &str| {
+    // The same, each step holding its descriptors a shorter while.
+    env.write("short.toml", &body.replace("sleep 2", "sleep 0.2"));
+    let under = |limits: &str, mode: &str, file: &str| {
         let waymark = assert_cmd::cargo::cargo_bin("waymark");
-        let script = format!("{limits} && exec \"$0\" run {mode} fd.toml");
+        let script = format!("{limits} && exec \"$0\" run {mode} {file}");
         std::process::Command::new("sh")
             .args(["-c", &script])
             .arg(waymark)
@@ -696,19 +698,80 @@ fn many_steps_at_once_get_the_open_files_they_need_within_the_hard_limit() {
             .unwrap()
     };
     // 60 attempts at once hold about 300 descriptors: past a soft limit of 200, within the hard one.
-    let out = under("ulimit -Sn 200", "--quiet");
+    let out = under("ulimit -Sn 200", "--quiet", "fd.toml");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(stderr(&out), "");
-    // A hard limit of 300 cannot be raised: waymark warns before the first step starts.
-    let out = under("ulimit -Sn 300 && ulimit -Hn 300", "--progress plain");
-    let said = stderr(&out);
-    let warning = said.lines().find(|l| l.contains("open files")).unwrap_or_default();
-    assert!(
-        warning.ends_with(
-            "waymark: warning: 60 steps at once may need 736 open files, and this process may open at most 300 \
-             (`ulimit -Hn`): a step that cannot start stops the run; lower `max_parallel` (or `--max-parallel`) \
-             to 5, or raise the limit"
-        ),
-        "{said}"
+    // A hard limit of 300 cannot be raised: waymark warns before the first step starts, and starts
+    // no more steps at once than it allows (60 at once would run out of descriptors).
+    let out = under("ulimit -Sn 300 && ulimit -Hn 300", "--json", "short.toml");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let events: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let warnings: Vec<&str> =
+        events.iter().filter(|e| e["kind"] == "warning").map(|e| e["message"].as_str().unwrap()).collect();
+    assert_eq!(
+        warnings,
+        ["60 steps at once may need 736 open files, and this process may open at most 300 (`ulimit -Hn`): \
+          this runner starts at most 5 at once; raise the hard limit to run more side by side"]
     );
+    let (mut running, mut most, mut succeeded) = (0, 0, 0);
+    for e in &events {
+        match e["event"].as_str().unwrap() {
+            "attempt.started" => running += 1,
+            "attempt.finished" => running -= 1,
+            "step.finished" if e["status"] == "succeeded" => succeeded += 1,
+            _ => {}
+        }
+        most = most.max(running);
+    }
+    assert_eq!((most, succeeded), (5, 60));
+}
+
+/// Out of file descriptors, an attempt does not start: it fails with `ActionExecutionNotStarted`
+/// (retried as its policy says) rather than stop the run as waymark's own failure would (exit 4).
+/// The limit is lowered one descriptor at a time from where waymark cannot even start to where the
+/// step succeeds, so that every point between falls on one of waymark's descriptors.
+#[test]
+fn an_attempt_without_descriptors_fails_as_not_started_and_the_run_goes_on() {
+    let env = Env::new();
+    env.write("fd.toml", "name = 'fd'\n[[step]]\nname = 's'\nrun = ['true']\nretry = { attempts = 2 }\n");
+    let waymark = assert_cmd::cargo::cargo_bin("waymark");
+    let not_started = "cannot start `true`: no file descriptor left for its logs, pipes and stdin, waymark's \
+                       own limit (`ulimit -n`) is reached; fewer steps at once (`max_parallel`) or a higher limit leaves room";
+    let mut starved = 0;
+    for limit in 8..=256 {
+        let _ = std::fs::remove_dir_all(env.state());
+        let out = std::process::Command::new("sh")
+            .args(["-c", &format!("ulimit -n {limit} && exec \"$0\" run --json fd.toml")])
+            .arg(&waymark)
+            .current_dir(env.path(""))
+            .env("WAYMARK_STATE_DIR", env.state())
+            .output()
+            .unwrap();
+        let events: Vec<serde_json::Value> =
+            String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        // Too few to read the flow, open the store or start the runtime: refused before the run.
+        if !events.iter().any(|e| e["event"] == "run.started") {
+            assert!(matches!(out.status.code(), Some(2 | 4)), "limit {limit}: {}", stderr(&out));
+            continue;
+        }
+        let errors: Vec<(&str, &str)> = events
+            .iter()
+            .filter(|e| e["event"] == "attempt.finished" && !e["error"].is_null())
+            .map(|e| (e["error"]["type"].as_str().unwrap(), e["error"]["message"].as_str().unwrap()))
+            .collect();
+        match out.status.code() {
+            Some(0) => {
+                assert!(errors.is_empty(), "limit {limit}: {errors:?}");
+                break;
+            }
+            Some(1) => {
+                assert_eq!(errors, [("ActionExecutionNotStarted", not_started); 2], "limit {limit}");
+                starved += 1;
+            }
+            code => panic!("limit {limit}: exit status {code:?} once the run started: {}", stderr(&out)),
+        }
+    }
+    // At least the step's log directory, its two pipes and its logs' directory lie between.
+    assert!(starved >= 3, "{starved} limits left the step without descriptors");
 }

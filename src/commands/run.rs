@@ -686,9 +686,10 @@ fn execute(
     let max_parallel = schedule.max_parallel.unwrap_or(flow.max_parallel);
     // From the run's start, or from when `waymark resume` reopened it after it failed.
     let deadline = flow.timeout.map(|t| record.began() + t);
-    let max_parallel = usize::try_from(max_parallel).unwrap_or(usize::MAX);
-    if let Err(message) = crate::os::process::allow_open_files_for(max_parallel.min(flow.steps.len())) {
+    let mut max_parallel = usize::try_from(max_parallel).unwrap_or(usize::MAX);
+    if let Err((fits, message)) = crate::os::process::allow_open_files_for(max_parallel.min(flow.steps.len())) {
         events.warning(None, message);
+        max_parallel = fits;
     }
     let spec = RunSpec {
         flow: Arc::new(flow),

@@ -276,11 +276,11 @@ struct StepVars {
 }
 
 impl ProcessLauncher {
-    /// Make sure the step's log directory exists (once per runner).
-    fn log_dir_ready(&mut self, step: &Step) -> Result<(), ExecError> {
+    /// Make sure the step's log directory exists (once per runner); `Err` with its path.
+    fn log_dir_ready(&mut self, step: &Step) -> Result<(), (PathBuf, std::io::Error)> {
         if !self.log_dirs.contains(&step.name) {
             let dir = self.state.step_logs(&self.run_id, &step.name);
-            crate::store::create_private_dir(&dir).map_err(|source| ExecError::Files { path: dir, source })?;
+            crate::store::create_private_dir(&dir).map_err(|e| (dir, e))?;
             self.log_dirs.insert(step.name.clone());
         }
         Ok(())
@@ -288,8 +288,9 @@ impl ProcessLauncher {
 }
 
 impl Launcher for ProcessLauncher {
+    /// The attempt's stem; its directory is made by `spawn`, where want of descriptors is the
+    /// attempt's failure rather than the runner's.
     fn prepare(&mut self, step: &Step, attempt: u32) -> Result<PathBuf, ExecError> {
-        self.log_dir_ready(step)?;
         Ok(self.stem(&step.name, attempt))
     }
 
@@ -304,7 +305,25 @@ impl Launcher for ProcessLauncher {
         // The attempt's directory, opened once (refusing a symlink anywhere in its path): every
         // file of the attempt is found relative to it.
         let dir_path = a.stem.parent().unwrap_or(Path::new("."));
-        let dir = Arc::new(crate::os::fs::open_dir_nofollow(dir_path, false).map_err(|e| files_err(dir_path, e))?);
+        let program = &a.aux.as_ref().map_or(&a.step.command, |aux| &aux.command).argv()[0];
+        // Out of descriptors (this process's limit or the system's), the attempt does not start:
+        // it fails with `ActionExecutionNotStarted`, which a retry policy retries after its
+        // backoff, and the steps already running go on. Any other failure to make its files is
+        // the runner's own.
+        let refused = |path: &Path, e, stderr_from| match out_of_files(program, &e) {
+            Some(why) => Ok(Launched::NotStarted { why, stderr_from }),
+            None => Err(files_err(path, e)),
+        };
+        // A step's (compensations and hooks have theirs made by `prepare_aux`).
+        if a.aux.is_none()
+            && let Err((path, e)) = self.log_dir_ready(&a.step)
+        {
+            return refused(&path, e, u64::MAX);
+        }
+        let dir = match crate::os::fs::open_dir_nofollow(dir_path, false) {
+            Ok(dir) => Arc::new(dir),
+            Err(e) => return refused(dir_path, e, u64::MAX),
+        };
         // The child creates its error and outputs files if it writes them: whatever an earlier
         // execution of this attempt (a runner that died, or was stopped) left at their paths
         // goes first, so that it cannot be taken for this execution's.
@@ -314,8 +333,14 @@ impl Launcher for ProcessLauncher {
         }
         let stdout_log = a.stem.with_extension("stdout");
         let stderr_log = a.stem.with_extension("stderr");
-        let (out_log, _) = open_log(&dir, &stdout_log, &a).map_err(|e| files_err(&stdout_log, e))?;
-        let (err_log, stderr_from) = open_log(&dir, &stderr_log, &a).map_err(|e| files_err(&stderr_log, e))?;
+        let (out_log, _) = match open_log(&dir, &stdout_log, &a) {
+            Ok(log) => log,
+            Err(e) => return refused(&stdout_log, e, u64::MAX),
+        };
+        let (err_log, stderr_from) = match open_log(&dir, &stderr_log, &a) {
+            Ok(log) => log,
+            Err(e) => return refused(&stderr_log, e, u64::MAX),
+        };
         drop(dir);
         let step = a.step.clone();
         if !step.workdir.is_dir() {
@@ -323,7 +348,12 @@ impl Launcher for ProcessLauncher {
             return Ok(Launched::NotStarted { why, stderr_from });
         }
         let argv = a.aux.as_ref().map_or(&step.command, |aux| &aux.command).argv();
-        let pipe_err = |e| files_err(Path::new("pipe"), e);
+        // A pipe is refused only for want of descriptors.
+        let no_pipe = |e: std::io::Error| Launched::NotStarted {
+            why: out_of_files(program, &e)
+                .unwrap_or_else(|| format!("cannot start `{program}`: cannot make a pipe for its output: {e}")),
+            stderr_from,
+        };
         let own = ProcessLauncher::attempt_vars(&a, &attempt_id);
         let step_env = match self.step_env(&a) {
             Ok(i) => &self.step_envs[i],
@@ -335,7 +365,8 @@ impl Launcher for ProcessLauncher {
             match std::fs::File::open("/dev/null") {
                 Ok(null) => self.devnull = Some(null),
                 Err(e) => {
-                    let why = format!("cannot open /dev/null for its stdin: {e}");
+                    let why = out_of_files(program, &e)
+                        .unwrap_or_else(|| format!("cannot open /dev/null for its stdin: {e}"));
                     return Ok(Launched::NotStarted { why, stderr_from });
                 }
             }
@@ -351,8 +382,11 @@ impl Launcher for ProcessLauncher {
         // by its name, looked up on PATH as ever.
         let mut by_name = found.is_none();
         let (child, out_r, err_r) = loop {
-            let (out_r, out_w) = std::io::pipe().map_err(pipe_err)?;
-            let (err_r, err_w) = std::io::pipe().map_err(pipe_err)?;
+            let pipes = std::io::pipe().and_then(|out| Ok((out, std::io::pipe()?)));
+            let ((out_r, out_w), (err_r, err_w)) = match pipes {
+                Ok(pipes) => pipes,
+                Err(e) => return Ok(no_pipe(e)),
+            };
             let spawned = match (&found, by_name) {
                 // The common case: the program's path is known, and the environment is the
                 // runner's (made once) with the step's (made by an earlier attempt, most often)
@@ -380,8 +414,14 @@ impl Launcher for ProcessLauncher {
                         .envs(step_env.vars.iter().chain(&own).map(|(k, v)| (k, v)))
                         .current_dir(&step.workdir)
                         .stdin(std::process::Stdio::null())
-                        .stdout(out_w.try_clone().map_err(pipe_err)?)
-                        .stderr(err_w.try_clone().map_err(pipe_err)?)
+                        .stdout(match out_w.try_clone() {
+                            Ok(w) => w,
+                            Err(e) => return Ok(no_pipe(e)),
+                        })
+                        .stderr(match err_w.try_clone() {
+                            Ok(w) => w,
+                            Err(e) => return Ok(no_pipe(e)),
+                        })
                         .process_group(0);
                     crate::os::spawn::Child::spawned(&mut cmd)
                 }
@@ -457,7 +497,7 @@ impl Launcher for ProcessLauncher {
     }
 
     fn prepare_handler(&mut self, step: &Step, attempt: u32) -> Result<PathBuf, ExecError> {
-        self.log_dir_ready(step)?;
+        self.log_dir_ready(step).map_err(|(path, source)| ExecError::Files { path, source })?;
         Ok(self.state.handler_stem(&self.run_id, &step.name, attempt))
     }
 
@@ -539,6 +579,20 @@ fn open_log(dir: &Arc<OwnedFd>, path: &Path, a: &Attempt) -> std::io::Result<(Lo
         len += text.len() as u64;
     }
     Ok((Log::Open(file), len))
+}
+
+/// Why an attempt of `program` could not start for want of file descriptors (this process's limit
+/// or the system's), or `None` when `e` is another failure.
+fn out_of_files(program: &str, e: &std::io::Error) -> Option<String> {
+    let limit = match crate::os::fs::errno(e)? {
+        libc::EMFILE => "waymark's own limit (`ulimit -n`)",
+        libc::ENFILE => "the system's limit (`sysctl fs.file-max`)",
+        _ => return None,
+    };
+    Some(format!(
+        "cannot start `{program}`: no file descriptor left for its logs, pipes and stdin, {limit} is reached; fewer \
+         steps at once (`max_parallel`) or a higher limit leaves room"
+    ))
 }
 
 /// Why the program could not be executed, in words that say what to fix.

@@ -16,6 +16,24 @@ use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path};
 
+/// A system call's failure on a path, naming it (`/tmp: EMFILE: Too many open files`), its errno
+/// still there for [`errno`].
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {errno}")]
+struct AtPath {
+    path: String,
+    errno: Errno,
+}
+
+fn at_path(path: &Path, errno: Errno) -> io::Error {
+    io::Error::new(io::Error::from(errno).kind(), AtPath { path: path.display().to_string(), errno })
+}
+
+/// The errno of a failed system call, whether `e` is its own or names the path it failed on.
+pub(crate) fn errno(e: &io::Error) -> Option<i32> {
+    e.raw_os_error().or_else(|| Some(e.get_ref()?.downcast_ref::<AtPath>()?.errno as i32))
+}
+
 /// The error for a symbolic link met where waymark allows none.
 pub(crate) fn symlink_refused(path: &Path) -> io::Error {
     let target = std::fs::read_link(path).map(|t| format!(" (to {})", t.display())).unwrap_or_default();
@@ -48,7 +66,7 @@ pub(crate) fn open_dir_nofollow(path: &Path, create: bool) -> io::Result<OwnedFd
                 match nix::sys::stat::mkdirat(&parent, name, Mode::S_IRWXU) {
                     Ok(()) | Err(Errno::EEXIST) => {}
                     Err(e) => {
-                        return Err(io::Error::new(io::Error::from(e).kind(), format!("{}: {e}", path.display())));
+                        return Err(at_path(path, e));
                     }
                 }
                 match nix::fcntl::openat(&parent, name, flags, Mode::empty()) {
@@ -82,7 +100,7 @@ pub(crate) fn open_dir_nofollow(path: &Path, create: bool) -> io::Result<OwnedFd
         if create && matches!(opened, Err(Errno::ENOENT)) {
             match nix::sys::stat::mkdirat(at(&dir), name, Mode::S_IRWXU) {
                 Ok(()) | Err(Errno::EEXIST) => {}
-                Err(e) => return Err(io::Error::new(io::Error::from(e).kind(), format!("{}: {e}", walked.display()))),
+                Err(e) => return Err(at_path(&walked, e)),
             }
             opened = nix::fcntl::openat(at(&dir), name, flags, Mode::empty());
         }
@@ -92,7 +110,7 @@ pub(crate) fn open_dir_nofollow(path: &Path, create: bool) -> io::Result<OwnedFd
             Err(Errno::ELOOP | Errno::ENOTDIR) if is_symlink_at(at(&dir), name) => {
                 return Err(symlink_refused(&walked));
             }
-            Err(e) => return Err(io::Error::new(io::Error::from(e).kind(), format!("{}: {e}", walked.display()))),
+            Err(e) => return Err(at_path(&walked, e)),
         });
     }
     match dir {

@@ -258,9 +258,10 @@ const FILES_OF_THE_RUNNER: u64 = 256;
 
 /// Raise the soft limit on open files, within the hard one, as far as `at_once` attempts running
 /// side by side need, and no further: the steps inherit it. At the usual soft limit of 1024,
-/// about 200 attempts at once stopped the run (`Too many open files`). `Err` with what to do
-/// when even the hard limit falls short.
-pub(crate) fn allow_open_files_for(at_once: usize) -> Result<(), String> {
+/// about 200 attempts at once stopped the run (`Too many open files`). When even the hard limit
+/// falls short, `Err` with how many attempts at once it allows (at least 1) and the warning that
+/// says so: the runner then starts no more than that, rather than fail the steps it cannot start.
+pub(crate) fn allow_open_files_for(at_once: usize) -> Result<(), (usize, String)> {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else { return Ok(()) };
     let need = (at_once as u64).saturating_mul(FILES_PER_ATTEMPT).saturating_add(FILES_OF_THE_RUNNER);
@@ -268,15 +269,17 @@ pub(crate) fn allow_open_files_for(at_once: usize) -> Result<(), String> {
         return Ok(());
     }
     let _ = setrlimit(Resource::RLIMIT_NOFILE, need.min(hard), hard);
-    match need <= hard {
-        true => Ok(()),
-        false => Err(format!(
-            "{at_once} steps at once may need {need} open files, and this process may open at most {hard} \
-             (`ulimit -Hn`): a step that cannot start stops the run; lower `max_parallel` (or \
-             `--max-parallel`) to {}, or raise the limit",
-            hard.saturating_sub(FILES_OF_THE_RUNNER) / FILES_PER_ATTEMPT
-        )),
+    if need <= hard {
+        return Ok(());
     }
+    let fits = (hard.saturating_sub(FILES_OF_THE_RUNNER) / FILES_PER_ATTEMPT).max(1);
+    let fits = usize::try_from(fits).unwrap_or(1);
+    let steps = if at_once == 1 { "step" } else { "steps" };
+    let message = format!(
+        "{at_once} {steps} at once may need {need} open files, and this process may open at most {hard} \
+         (`ulimit -Hn`): this runner starts at most {fits} at once; raise the hard limit to run more side by side"
+    );
+    Err((fits, message))
 }
 
 /// Mark every file descriptor above 2 close-on-exec: descriptors that whoever started waymark
