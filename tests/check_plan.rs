@@ -342,3 +342,26 @@ fn a_path_with_a_newline_is_shown_on_one_line() {
         "{notice}"
     );
 }
+
+/// The plan hides the flow's secrets as a run does: a value from the environment, and one
+/// written in the file's `env` (which the loader warns of).
+#[test]
+fn secrets_are_hidden_in_the_plan() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "secret_env = ['TOK', 'KEY']\nenv = { KEY = 'k3y-in-file' }\n[[step]]\nname = 'a'\n\
+         run = ['curl', '-H', 'auth: hunter2secret', 'k3y-in-file']\ncompensate = ['echo', 'hunter2secret']\n",
+    );
+    let out = env.cmd(&["check", "flow.toml"]).env("NO_COLOR", "1").env("TOK", "hunter2secret").output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "flow flow (flow.toml): 1 step, run in order\n  secret_env:   TOK, KEY (shown as ***)\n  1. a\n\
+         \x20    command:  curl -H 'auth: ***' ***\n"
+            .to_owned()
+            + NO_TIMEOUT
+            + RUNS_ONCE
+            + "     compensate: echo ***\n"
+    );
+}

@@ -18,7 +18,9 @@ pub(crate) fn check(path: &Path, strict: bool, explain: bool) -> Result<i32, Cli
         text.push_str(&explanation(&loaded.flow));
     }
     // A flow's commands and names as written, but never a control character the terminal would
-    // act on: `check` is how a flow is reviewed before it runs.
+    // act on: `check` is how a flow is reviewed before it runs. Its secrets are hidden as a run
+    // hides them.
+    let text = crate::executor::environment::secrets_for_check(&loaded.flow).redact_string(text);
     super::output::print(crate::text::visible_owned(text))?;
     // The process exits next: freeing a flow of 10,000 steps piece by piece would cost about as
     // much as printing its plan.

@@ -170,12 +170,12 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
                 Some(flow) => flow,
                 None => recorded_flow(&old, store.location())?,
             };
-            params_differ(&old, &recorded, params, flow_path)?;
             let at = match recorded.env_file == env_file_here {
                 true => here,
                 false => EnvFileAt::Recorded { run_id: &old.id, flow_path: &old.flow_path },
             };
             let env = run_env(&recorded, Some(&old.id), at, strict)?;
+            params_differ(&old, &recorded, params, flow_path, &env.secrets)?;
             events.set_run(&old.id);
             if moved {
                 events.notice(
@@ -307,16 +307,18 @@ fn read_env(flow: &Flow, resuming: Option<&str>, at: EnvFileAt<'_>) -> Result<Ru
 }
 
 /// Refuse `--param`s that differ from the values run `old` was started with: it resumes with its
-/// own. The same values (or none) are fine.
+/// own. The same values (or none) are fine. The values are shown with the run's `secrets` hidden.
 fn params_differ(
     old: &RunRecord,
     recorded: &Flow,
     given: &[(String, String)],
     flow_path: &Path,
+    secrets: &crate::secrets::Secrets,
 ) -> Result<(), CliError> {
-    fn args<'a>(values: impl Iterator<Item = (&'a String, &'a String)>) -> String {
-        values.map(|(k, v)| format!("--param {k}={}", shell_word(v))).collect::<Vec<_>>().join(" ")
-    }
+    let args = |values: &mut dyn Iterator<Item = (&String, &String)>| {
+        let args = values.map(|(k, v)| format!("--param {k}={}", shell_word(v))).collect::<Vec<_>>().join(" ");
+        secrets.redact_string(args)
+    };
     let differs: Vec<(&String, &String)> = given
         .iter()
         .filter(|(name, value)| recorded.param_values.get(name) != Some(value))
@@ -327,7 +329,7 @@ fn params_differ(
     }
     let started = match recorded.param_values.is_empty() {
         true => "no parameters".to_owned(),
-        false => format!("`{}`", args(recorded.param_values.iter())),
+        false => format!("`{}`", args(&mut recorded.param_values.iter())),
     };
     Err(CliError::Usage(format!(
         "run {} of {} is unfinished and resumes with the values it started with ({started}), but `{}` \
@@ -335,7 +337,7 @@ fn params_differ(
          and start a new run with the new values; nothing ran",
         old.id,
         flow_path.display(),
-        args(differs.into_iter())
+        args(&mut differs.into_iter())
     )))
 }
 

@@ -109,6 +109,14 @@ pub(crate) fn read_env_file(path: &Path) -> Result<BTreeMap<String, String>, Env
     dotenv::parse(&text).map_err(|errors| EnvFileError::Syntax { path: path.to_owned(), errors })
 }
 
+/// The secrets a run of `flow` would hide, for `waymark check` to hide them in the plan it prints
+/// too: from the environment, the flow's `env` tables and the env file (none from one that cannot
+/// be read; `run` says why).
+pub(crate) fn secrets_for_check(flow: &Flow) -> Secrets {
+    let file = flow.env_file.as_deref().and_then(|path| read_env_file(path).ok()).unwrap_or_default();
+    Secrets::new(declared_secrets(flow, &file, &|name: &str| std::env::var_os(name)))
+}
+
 /// The values of `flow`'s `secret_env` variables, from every place an attempt's variable can come
 /// from: the inherited environment, the env file, the flow's `env` and every step's `env`. (The
 /// run also hides the password of the store URL the attempts inherit in `WAYMARK_STORE`, so that

@@ -22,9 +22,10 @@ pub enum ParamError {
          (at most {most} under this name); put it in a file and pass the file's path"
     )]
     TooLong { name: String, bytes: usize, most: usize },
-    /// The same name given twice.
-    #[error("`--param {name}` is given twice (`{first}` and `{second}`); give each parameter once")]
-    Repeated { name: String, first: String, second: String },
+    /// The same name given twice. Its values are not repeated: one may hold a secret, and this is
+    /// said before the secrets are known.
+    #[error("`--param {name}` is given twice; give each parameter once")]
+    Repeated { name: String },
     /// Parameters without a default that were not given.
     #[error("{}", missing(flow, names))]
     Missing { flow: String, names: Vec<String> },
@@ -104,8 +105,8 @@ pub fn resolve(flow: &Flow, given: &[(String, String)]) -> Result<BTreeMap<Strin
         if value.len() > most {
             return Err(ParamError::TooLong { name: name.clone(), bytes: value.len(), most });
         }
-        if let Some(first) = set.insert(name, value) {
-            return Err(ParamError::Repeated { name: name.clone(), first: first.to_owned(), second: value.clone() });
+        if set.insert(name, value).is_some() {
+            return Err(ParamError::Repeated { name: name.clone() });
         }
     }
     let mut values = BTreeMap::new();
@@ -198,7 +199,7 @@ mod tests {
         let f = flow("date = 'today'");
         assert_eq!(
             resolve(&f, &given(&["date=1", "date=2"])).unwrap_err().to_string(),
-            "`--param date` is given twice (`1` and `2`); give each parameter once"
+            "`--param date` is given twice; give each parameter once"
         );
     }
 
