@@ -66,14 +66,16 @@ fn a_failed_run_compensates_in_reverse_order_and_runs_its_hooks_once() {
     ] {
         assert!(err.lines().any(|l| l == line), "missing {line:?} in:\n{err}");
     }
-    // A compensated run cannot be resumed: its steps' work was undone.
+    // A compensated run cannot be resumed: its steps' work was undone, but for b's, whose
+    // compensation failed.
     let id = run_id(&env);
     let out = env.cmd(&["resume", &id]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         stderr(&out),
         format!(
-            "error: run {id} failed and its compensations ran, undoing what its steps did, so it cannot be resumed; \
+            "error: run {id} failed and its compensations ran (but the compensation of `b` did not succeed: what \
+             that step did may not be undone; `waymark status {id}` shows how each ended), so it cannot be resumed; \
              `waymark run --fresh {}` starts the flow anew\n",
             env.path("flow.toml").canonicalize().unwrap().display()
         )
@@ -974,5 +976,28 @@ fn status_of_a_run_abandoned_in_its_compensations_says_they_never_run_again() {
             "\n  a                    interrupted  a signal stopped it; the run was abandoned, so it never runs again\n"
         ),
         "{text}"
+    );
+}
+
+/// A run whose compensations all succeeded is refused on resume as undone.
+#[test]
+fn a_run_undone_by_its_compensations_is_not_resumed() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "[[step]]\nname = 'a'\nrun = ['true']\ncompensate = ['true']\n[[step]]\nname = 'b'\nrun = ['false']\n",
+    );
+    let out = env.cmd(&["run", "-q", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let id = run_id(&env);
+    let out = env.cmd(&["resume", &id]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "error: run {id} failed and its compensations ran, undoing what its steps did, so it cannot be resumed; \
+             `waymark run --fresh {}` starts the flow anew\n",
+            env.path("flow.toml").canonicalize().unwrap().display()
+        )
     );
 }

@@ -529,15 +529,32 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, mode: Mode) -> 
                 "run {run_id} was abandoned and cannot be resumed; `waymark run` starts a new one"
             )));
         }
-        // Its compensations undid what its succeeded steps did: resuming it would skip them.
-        RunStatus::Failed if compensated(&store.aux_runs(run_id)?) => {
-            return Err(CliError::Usage(format!(
-                "run {run_id} failed and its compensations ran, undoing what its steps did, so it cannot be \
-                 resumed; `waymark run --fresh {}` starts the flow anew",
-                shell_word(&record.flow_path.to_string_lossy())
-            )));
+        // Its compensations were to undo what its succeeded steps did: resuming it would skip them.
+        RunStatus::Failed => {
+            let aux = store.aux_runs(run_id)?;
+            if compensated(&aux) {
+                let undone = match not_undone(&aux).as_slice() {
+                    [] => "its compensations ran, undoing what its steps did".to_owned(),
+                    names => {
+                        let (of, steps) = match names.len() {
+                            1 => ("the compensation", "that step"),
+                            _ => ("the compensations", "those steps"),
+                        };
+                        let names = names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
+                        format!(
+                            "its compensations ran (but {of} of {names} did not succeed: what {steps} did may not \
+                             be undone; `waymark status {run_id}` shows how each ended)"
+                        )
+                    }
+                };
+                return Err(CliError::Usage(format!(
+                    "run {run_id} failed and {undone}, so it cannot be resumed; `waymark run --fresh {}` starts \
+                     the flow anew",
+                    shell_word(&record.flow_path.to_string_lossy())
+                )));
+            }
         }
-        RunStatus::Failed | RunStatus::Running | RunStatus::Interrupted => {}
+        RunStatus::Running | RunStatus::Interrupted => {}
     }
     // Its env file is read before the run is touched: a bad one leaves it as it was.
     let flow = recorded_flow(&record, store.location())?;
@@ -791,6 +808,23 @@ fn cut_short(
 /// was undone, so it cannot be resumed.
 fn compensated(aux: &[crate::store::AuxRun]) -> bool {
     aux.iter().any(|a| a.kind == AuxKind::Compensate)
+}
+
+/// The steps whose compensation did not succeed (as its latest execution ended), in the order
+/// the compensations ran.
+fn not_undone(aux: &[crate::store::AuxRun]) -> Vec<&str> {
+    let compensations = || aux.iter().filter(|a| a.kind == AuxKind::Compensate);
+    let mut names: Vec<&str> = Vec::new();
+    for a in compensations() {
+        let latest = compensations().filter(|b| b.name == a.name).max_by_key(|b| b.row).map(|b| b.row);
+        if latest == Some(a.row)
+            && a.outcome != crate::store::state::AttemptState::Succeeded
+            && !names.contains(&a.name.as_str())
+        {
+            names.push(&a.name);
+        }
+    }
+    names
 }
 
 /// The loaded flow, with the parameter values a new run would get, if it records as exactly the
