@@ -236,6 +236,18 @@ fn parse_by(
 /// A TOML syntax error, as the parser words it, at the place it names. The parser names no place
 /// for a dotted key nested past its limit: that one points at the deepest dotted key.
 fn syntax_error(e: &toml::de::Error, source: &str) -> Diagnostic {
+    // A string left open at its line's end is reported where the parser stumbles next, a line
+    // further down (`key with no value`): it is named where it opens, which is the mistake.
+    if let Some(open) = open_string(source).filter(|open| e.span().is_none_or(|at| open.start <= at.start)) {
+        let quote = &source[open.start..open.start + 1];
+        return Diagnostic::error(open, "a string in quotes is not closed on its line")
+            .label(format!("no closing {quote} on this line"))
+            .help(Some(format!(
+                "a value of several lines goes in triple quotes ({q}{q}{q}, then the lines, then {q}{q}{q}); \
+                 else close it with {quote} before the line ends",
+                q = quote
+            )));
+    }
     let message = e.message().trim().to_owned();
     match e.span() {
         Some(span) => {
@@ -291,6 +303,26 @@ fn syntax_advice(message: &str, source: &str, span: std::ops::Range<usize>) -> (
         return ("not quoted".to_owned(), quoted.map(|q| format!("write it in quotes: `{q}`")));
     }
     (String::new(), None)
+}
+
+/// The span of the first one-line string (in `'` or `"`, not tripled) that its line ends before
+/// it is closed, found with the TOML lexer, which ends such a string at the line's end.
+fn open_string(source: &str) -> Option<std::ops::Range<usize>> {
+    use toml_parser::lexer::TokenKind;
+    toml_parser::Source::new(source).lex().find_map(|token| {
+        let span = token.span();
+        let text = source.get(span.start()..span.end())?;
+        let quote = match token.kind() {
+            TokenKind::BasicString => "\"",
+            TokenKind::LiteralString => "'",
+            _ => return None,
+        };
+        let tripled = text.starts_with(&quote.repeat(3));
+        // In `"`, a quote behind an odd number of backslashes is escaped: not the closing one.
+        let escapes = text[..text.len() - 1].bytes().rev().take_while(|b| *b == b'\\').count();
+        let closed = text.len() >= 2 && text.ends_with(quote) && (quote == "'" || escapes % 2 == 0);
+        (!tripled && !closed).then(|| span.start()..span.end())
+    })
 }
 
 /// The most parts the TOML reader accepts in a dotted key (its recursion limit).
