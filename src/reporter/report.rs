@@ -230,6 +230,14 @@ impl History {
             } => {
                 let seen = self.seen(step);
                 seen.max_attempts = Some(*max_attempts);
+                // The step's time counts from its first attempt's issue, as the attempt's duration
+                // does: one that waited for a free slot (and timed out there, never started) began
+                // then, not when its start was said.
+                if let Some(issued) = at.checked_sub(*duration)
+                    && seen.started.is_none_or(|started| issued < started)
+                {
+                    seen.started = Some(issued);
+                }
                 let end = RowEnd {
                     duration: *duration,
                     outcome: *outcome,
@@ -297,8 +305,9 @@ impl History {
     ///   fetch  flaky        3/4      1s 3ms  ok on attempt 3 after ConnectionResetError x2
     /// ```
     ///
-    /// The duration is the step's time in this runner, from its first attempt's start to its end
-    /// (backoffs included), or until the run ended when it did not end.
+    /// The duration is the step's time in this runner, from its first attempt's issue (its timeout
+    /// counts from then, a wait for a free slot included) to its end (backoffs included), or until
+    /// the run ended when it did not end.
     ///
     /// The attempts of a step that `waymark resume` of a failed run gave a fresh budget are those
     /// of that budget, as the failure report (`budget spent: 3 of 3 attempts`) and `waymark
@@ -1068,6 +1077,34 @@ mod tests {
 
     fn step_event(step: &str, outcome: StepOutcome, attempts: u32) -> Event {
         Event::StepFinished { step: step.into(), outcome, attempts }
+    }
+
+    /// An attempt that waited 300 ms for a free slot and timed out there, never started: its step
+    /// took those 300 ms, as the attempt's duration and the failure report say, not the instant
+    /// between its start being said and its end.
+    #[test]
+    fn a_step_that_timed_out_waiting_for_a_slot_took_the_time_it_waited() {
+        let mut history = History::default();
+        let timeout =
+            error("ActionTimeout", "timed out after 300ms before its program was started", ErrorSource::Timeout);
+        let stop =
+            RetryStop { reason: StopReason::NotRetryable, exception_types: vec![], attempts: 1, attempts_allowed: 1 };
+        let events = [
+            envelope(1000, Event::StepStarted { step: "ping".into() }),
+            envelope(1000, started("ping", 1, false)),
+            envelope(1000, finished("ping", 1, timeout.clone(), 300, false)),
+            envelope(1000, Event::RetryStopped { step: "ping".into(), attempt: 1, error: timeout, stop }),
+            envelope(1000, step_event("ping", StepOutcome::Failed, 1)),
+        ];
+        for e in &events {
+            history.record(e);
+        }
+        assert_eq!(
+            history.summary_table(at(1000)),
+            "  STEP  STATUS  ATTEMPTS    DURATION  DETAIL
+  ping  failed       1/3       300ms  ActionTimeout: timed out after 300ms before its program was started
+"
+        );
     }
 
     #[test]
