@@ -4,8 +4,8 @@
 //! outputs are recorded, the emitter before reporters see an event).
 //!
 //! A secret is a value, matched byte for byte: empty values are not secrets, and a transformed
-//! secret (base64 of it, a slice of it, its characters spaced out) is not recognised. Where two
-//! secrets overlap, the longer one at the leftmost place is replaced.
+//! secret (base64 of it, a slice of it, its characters spaced out) is not recognised. Where
+//! secrets overlap, all they cover together is replaced, once.
 
 use crate::classify::ErrorValue;
 use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
@@ -45,7 +45,7 @@ impl Secrets {
         // `DFA_BYTES` of values, a contiguous NFA, built in milliseconds for it.
         let total: usize = values.iter().map(Vec::len).sum();
         let kind = (total > DFA_BYTES).then_some(AhoCorasickKind::ContiguousNFA);
-        let matcher = AhoCorasick::builder().match_kind(MatchKind::LeftmostLongest).kind(kind).build(&values).ok();
+        let matcher = AhoCorasick::builder().match_kind(MatchKind::Standard).kind(kind).build(&values).ok();
         Secrets { values, matcher }
     }
 
@@ -54,29 +54,29 @@ impl Secrets {
         self.values.is_empty()
     }
 
-    /// Every match in `bytes` as (start, end), leftmost-longest, not overlapping.
+    /// The stretches of `bytes` that secrets cover, as (start, end) in order: every occurrence of
+    /// every secret, those that overlap joined into one (`abcdef` and `defghi` in `abcdefghi`
+    /// cover it all), so that no part of a secret stays visible beside another.
     fn matches(&self, bytes: &[u8]) -> Vec<(usize, usize)> {
-        match &self.matcher {
-            Some(m) => m.find_iter(bytes).map(|m| (m.start(), m.end())).collect(),
-            None => {
-                // No automaton (see `new`): scan for each value, longest first.
-                let mut found: Vec<(usize, usize)> = Vec::new();
-                let mut by_length: Vec<&Vec<u8>> = self.values.iter().collect();
-                by_length.sort_by_key(|v| std::cmp::Reverse(v.len()));
-                let mut at = 0;
-                'scan: while at < bytes.len() {
-                    for v in &by_length {
-                        if bytes[at..].starts_with(v) {
-                            found.push((at, at + v.len()));
-                            at += v.len();
-                            continue 'scan;
-                        }
-                    }
-                    at += 1;
-                }
-                found
+        let mut found: Vec<(usize, usize)> = match &self.matcher {
+            Some(m) => m.find_overlapping_iter(bytes).map(|m| (m.start(), m.end())).collect(),
+            // No automaton (see `new`): every value looked for at every place.
+            None => (0..bytes.len())
+                .flat_map(|at| {
+                    let rest = &bytes[at..];
+                    self.values.iter().filter(move |v| rest.starts_with(v)).map(move |v| (at, at + v.len()))
+                })
+                .collect(),
+        };
+        found.sort_unstable();
+        let mut joined: Vec<(usize, usize)> = Vec::with_capacity(found.len());
+        for (start, end) in found {
+            match joined.last_mut() {
+                Some(last) if start < last.1 => last.1 = last.1.max(end),
+                _ => joined.push((start, end)),
             }
         }
+        joined
     }
 
     /// `bytes` with every secret replaced by [`MASK`].
@@ -209,13 +209,16 @@ impl Secrets {
 pub(crate) struct StreamRedactor<'s> {
     secrets: &'s Secrets,
     held: Vec<u8>,
-    /// How many secrets were replaced so far.
+    /// How many of the held bytes a mask already sent stands for: the end of a secret that may
+    /// go on into another one, which then adds no second mask.
+    covered: usize,
+    /// How many masks were sent so far.
     replaced: usize,
 }
 
 impl<'s> StreamRedactor<'s> {
     pub(crate) fn new(secrets: &'s Secrets) -> StreamRedactor<'s> {
-        StreamRedactor { secrets, held: Vec::new(), replaced: 0 }
+        StreamRedactor { secrets, held: Vec::new(), covered: 0, replaced: 0 }
     }
 
     /// The redacted bytes that `piece` (after what was held back) makes final.
@@ -226,30 +229,43 @@ impl<'s> StreamRedactor<'s> {
         let mut buf = std::mem::take(&mut self.held);
         buf.extend_from_slice(piece);
         let safe = buf.len() - self.secrets.unfinished_tail(&buf);
+        Cow::Owned(self.pass(buf, safe))
+    }
+
+    /// What was held back, redacted: the stream has ended.
+    pub(crate) fn finish(&mut self) -> Vec<u8> {
+        let held = std::mem::take(&mut self.held);
+        let end = held.len();
+        self.pass(held, end)
+    }
+
+    /// `buf` (what was held, then what came) redacted up to `safe`, where what may be the start
+    /// of a secret begins: that end is held back, with how much of it a mask sent covers.
+    fn pass(&mut self, buf: Vec<u8>, safe: usize) -> Vec<u8> {
         let mut out = Vec::with_capacity(buf.len());
-        let mut from = 0;
+        // The covered bytes went out as a mask already.
+        let (covered, mut from) = (self.covered, self.covered);
         for (start, end) in self.secrets.matches(&buf) {
             // A match that starts in the held-back end may be part of a longer secret.
             if start >= safe {
                 break;
+            }
+            if start < covered {
+                // It goes on from the mask sent: that mask stands for it too.
+                from = from.max(end);
+                continue;
             }
             out.extend_from_slice(&buf[from..start]);
             out.extend_from_slice(MASK.as_bytes());
             from = end;
             self.replaced += 1;
         }
-        let keep = from.max(safe);
-        out.extend_from_slice(&buf[from..keep]);
-        self.held = buf[keep..].to_vec();
-        Cow::Owned(out)
-    }
-
-    /// What was held back, redacted: the stream has ended.
-    pub(crate) fn finish(&mut self) -> Vec<u8> {
-        let held = std::mem::take(&mut self.held);
-        let found = self.secrets.matches(&held);
-        self.replaced += found.len();
-        self.secrets.redact_bytes(&held).into_owned()
+        if from <= safe {
+            out.extend_from_slice(&buf[from..safe]);
+        }
+        self.covered = from.saturating_sub(safe);
+        self.held = buf[safe..].to_vec();
+        out
     }
 
     /// How many bytes are held back at most: one less than the longest secret.
@@ -293,10 +309,14 @@ mod tests {
     }
 
     #[test]
-    fn the_longest_secret_wins_where_two_overlap() {
+    fn secrets_that_overlap_are_replaced_with_all_they_cover() {
         let s = secrets(&["abc", "abcdef", "cde"]);
         assert_eq!(s.redact("xabcdefx"), "x***x");
-        assert_eq!(s.redact("xabcdex"), "x***dex");
+        assert_eq!(s.redact("xabcdex"), "x***x");
+        // Side by side, not overlapping: one mask each.
+        assert_eq!(s.redact("abcabc"), "******");
+        let s = secrets(&["abcdef", "defghi"]);
+        assert_eq!(s.redact("abcdefghi defghi abcdefgh"), "*** *** ***gh");
     }
 
     #[test]
@@ -336,6 +356,28 @@ mod tests {
         }
     }
 
+    /// Secrets that overlap, cut anywhere: the stream gives what the whole text gives, one mask
+    /// for a chain of overlapping secrets however the pieces fall, none of their bytes shown.
+    #[test]
+    fn overlapping_secrets_split_across_pieces_are_replaced_whole() {
+        let s = secrets(&["abcdef", "defghi", "ghijkl", "aa"]);
+        let text = b"1 abcdefghijkl 2 abcdefghi 3 abcdefgh 4 defghijk 5 aaaaa 6 abcdef";
+        let whole = s.redact_bytes(text).into_owned();
+        assert_eq!(String::from_utf8_lossy(&whole), "1 *** 2 *** 3 ***gh 4 ***jk 5 *** 6 ***");
+        for i in 0..=text.len() {
+            for j in i..=text.len() {
+                let mut r = StreamRedactor::new(&s);
+                let mut out = Vec::new();
+                for piece in [&text[..i], &text[i..j], &text[j..]] {
+                    out.extend_from_slice(&r.feed(piece));
+                    assert!(r.held.len() <= r.most_held(), "held {} bytes", r.held.len());
+                }
+                out.extend(r.finish());
+                assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(&whole), "cut at {i} and {j}");
+            }
+        }
+    }
+
     #[test]
     fn without_secrets_a_stream_passes_through_untouched() {
         let s = Secrets::default();
@@ -348,7 +390,7 @@ mod tests {
     fn without_an_automaton_the_scan_finds_the_same() {
         let mut s = secrets(&["abc", "abcdef", "cde"]);
         s.matcher = None;
-        assert_eq!(s.redact("xabcdefx xabcdex"), "x***x x***dex");
+        assert_eq!(s.redact("xabcdefx xabcdex abcabc"), "x***x x***x ******");
     }
 
     /// A file without a secret is only read: nothing is written beside it (a step's 3 GB sparse
