@@ -319,7 +319,8 @@ fn open_string(source: &str) -> Option<std::ops::Range<usize>> {
         };
         let tripled = text.starts_with(&quote.repeat(3));
         // In `"`, a quote behind an odd number of backslashes is escaped: not the closing one.
-        let escapes = text[..text.len() - 1].bytes().rev().take_while(|b| *b == b'\\').count();
+        let before_last = &text.as_bytes()[..text.len().saturating_sub(1)];
+        let escapes = before_last.iter().rev().take_while(|b| **b == b'\\').count();
         let closed = text.len() >= 2 && text.ends_with(quote) && (quote == "'" || escapes % 2 == 0);
         (!tripled && !closed).then(|| span.start()..span.end())
     })
@@ -362,6 +363,18 @@ fn deepest_dotted_key(source: &str) -> (std::ops::Range<usize>, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A string left open is found whatever its last character: a multi-byte one, an escaped
+    /// quote; one closed behind an escaped backslash, and triple-quoted ones, are not open.
+    #[test]
+    fn a_string_left_open_at_its_lines_end_is_found_where_it_opens() {
+        assert_eq!(open_string("a = 'x\n"), Some(4..6));
+        assert_eq!(open_string("a = \"é\nb = 1\n"), Some(4..7));
+        assert_eq!(open_string("a = 'é\n"), Some(4..7));
+        assert_eq!(open_string("a = \"x\\\"\n"), Some(4..8));
+        assert_eq!(open_string("a = \"x\\\\\"\nb = 'é'\n"), None);
+        assert_eq!(open_string("a = '''x\ny'''\nb = \"\"\"\nz\"\"\"\n"), None);
+    }
 
     #[test]
     fn a_value_is_quoted_back_as_one_line_of_toml() {
