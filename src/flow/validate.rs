@@ -164,6 +164,17 @@ pub(crate) fn number(x: f64) -> String {
     if x == 0.0 || !x.is_finite() || (1e-4..1e15).contains(&x.abs()) { format!("{x}") } else { format!("{x:e}") }
 }
 
+/// Whose list of arguments holds what looks like a shell variable: the fix differs.
+#[derive(Clone, Copy)]
+enum ListOf {
+    /// A step's `run`.
+    Step,
+    /// A catch handler's `run`.
+    Handler,
+    /// A command written as a list (`compensate`, a hook).
+    Command,
+}
+
 /// Where `run` is a shell given a script (`["sh", "-c", "SCRIPT", ...]`, `["bash", "-euc", ...]`,
 /// `["bash", "-o", "pipefail", "-c", ...]`), the script's index: that shell expands the
 /// variables in it. The script is the first argument after the options, one of which holds `c`.
@@ -237,19 +248,24 @@ impl Validator<'_> {
         })
     }
 
-    /// A warning when an item of a step's `run` holds what looks like a shell variable (`$X`,
+    /// A warning when an item of a step's `run`, or of a command written as a list (a catch
+    /// handler's, a compensation's, a hook's), holds what looks like a shell variable (`$X`,
     /// `${X}`): no shell runs, so the program receives it as written.
-    fn shell_variable(&mut self, raw: &Str) {
+    fn shell_variable(&mut self, raw: &Str, of: ListOf) {
         let Some(var) = shell_variable(raw.get_ref()) else { return };
         let name = var.trim_start_matches("${").trim_start_matches('$').trim_end_matches('}');
+        let (passes, instead) = match of {
+            ListOf::Step => ("`run` passes", "write the step as `shell = \"...\"`"),
+            ListOf::Handler => ("`run` passes", "write the handler as `shell = \"...\"`"),
+            ListOf::Command => ("a command written as a list passes", "write the command as one string, `\"...\"`"),
+        };
         let d = self.warn(
             raw.span(),
-            &format!("`{var}` looks like a shell variable, but `run` passes it to the program literally"),
+            &format!("`{var}` looks like a shell variable, but {passes} it to the program literally"),
         );
         d.label = "not expanded".into();
         d.help = Some(format!(
-            "to expand it, write the step as `shell = \"...\"` (run by /bin/sh -c), or read `{name}` from the \
-             environment inside the program"
+            "to expand it, {instead} (run by /bin/sh -c), or read `{name}` from the environment inside the program"
         ));
     }
 
@@ -831,8 +847,12 @@ impl Validator<'_> {
                     );
                     return None;
                 }
-                for arg in argv {
+                let script = shell_script(argv);
+                for (i, arg) in argv.iter().enumerate() {
                     self.passable(arg, "a program or argument");
+                    if Some(i) != script {
+                        self.shell_variable(arg, ListOf::Command);
+                    }
                 }
                 Some(Command::Run(argv.iter().map(|a| a.get_ref().clone()).collect()))
             }
@@ -1421,8 +1441,12 @@ impl Validator<'_> {
                     self.error(run.span(), "`run` needs at least a program name").help =
                         Some("write `run = [\"program\", \"arg\"]`, or leave out `run` to swallow the error".into());
                 }
-                for arg in run.get_ref() {
+                let script = shell_script(run.get_ref());
+                for (i, arg) in run.get_ref().iter().enumerate() {
                     self.passable(arg, "a program or argument");
+                    if Some(i) != script {
+                        self.shell_variable(arg, ListOf::Handler);
+                    }
                 }
                 Some(Command::Run(run.get_ref().iter().map(|a| a.get_ref().clone()).collect()))
             }
@@ -1600,7 +1624,7 @@ impl Validator<'_> {
                 for (i, arg) in run.get_ref().iter().enumerate() {
                     self.passable(arg, "a program or argument");
                     if Some(i) != script {
-                        self.shell_variable(arg);
+                        self.shell_variable(arg, ListOf::Step);
                     }
                 }
                 // The arguments, moved out of `raw.run` once its program has been searched.
