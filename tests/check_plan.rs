@@ -350,18 +350,35 @@ fn secrets_are_hidden_in_the_plan() {
     let env = Env::new();
     env.write(
         "flow.toml",
-        "secret_env = ['TOK', 'KEY']\nenv = { KEY = 'k3y-in-file' }\n[[step]]\nname = 'a'\n\
-         run = ['curl', '-H', 'auth: hunter2secret', 'k3y-in-file']\ncompensate = ['echo', 'hunter2secret']\n",
+        "secret_env = ['TOK', 'KEY']\nenv = { KEY = \"k3y\\nin-file\" }\n[[step]]\nname = 'a'\n\
+         run = ['curl', '-H', \"auth: it's-hunter2\", \"k3y\\nin-file\"]\ncompensate = ['echo', \"it's-hunter2\"]\n",
     );
-    let out = env.cmd(&["check", "flow.toml"]).env("NO_COLOR", "1").env("TOK", "hunter2secret").output().unwrap();
+    // Hidden before quoting: a `'` or a newline in a secret would be written another way.
+    let out = env.cmd(&["check", "flow.toml"]).env("NO_COLOR", "1").env("TOK", "it's-hunter2").output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
     assert_eq!(
         String::from_utf8(out.stdout).unwrap(),
         "flow flow (flow.toml): 1 step, run in order\n  secret_env:   TOK, KEY (shown as ***)\n  1. a\n\
-         \x20    command:  curl -H 'auth: ***' ***\n"
+         \x20    command:  curl -H 'auth: ***' '***'\n"
             .to_owned()
             + NO_TIMEOUT
             + RUNS_ONCE
-            + "     compensate: echo ***\n"
+            + "     compensate: echo '***'\n"
+    );
+}
+
+/// An env file that cannot be read leaves the secrets it would set unknown: `check` says they are
+/// not hidden, rather than print them as if there were none.
+#[test]
+fn an_env_file_that_cannot_be_read_is_said_to_leave_its_secrets_shown() {
+    let env = Env::new();
+    env.write("flow.toml", "secret_env = ['TOK']\nenv_file = 'missing.env'\n[[step]]\nname = 'a'\nrun = ['true']\n");
+    let out = env.cmd(&["check", "flow.toml"]).env("NO_COLOR", "1").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let dir = env.dir.path().canonicalize().unwrap();
+    assert_eq!(
+        common::stderr(&out).replace(dir.to_str().unwrap(), "DIR"),
+        "warning: cannot read the env file DIR/missing.env: No such file or directory (os error 2); the values of \
+         `secret_env` variables it sets are not hidden in this plan\n"
     );
 }

@@ -123,13 +123,13 @@ fn a_differing_parameter_that_holds_a_secret_is_not_shown() {
     );
     let out = env.cmd(&["run", "flow.toml"]).env("WAYMARK_TEST_CRASH_AFTER", "a").output().unwrap();
     assert_eq!(out.status.signal(), Some(9), "{}", stderr(&out));
-    let out =
-        env.cmd(&["run", "flow.toml", "--param", "p=hunter2secret"]).env("TOK", "hunter2secret").output().unwrap();
+    // Hidden before quoting: a `'` in a secret would be written `'\''`.
+    let out = env.cmd(&["run", "flow.toml", "--param", "p=hunter2's"]).env("TOK", "hunter2's").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         normalise(&env, &stderr(&out)),
         "error: run ID of flow.toml is unfinished and resumes with the values it started with (`--param p=x`), \
-         but `--param p=***` differs: run without `--param` (or with the same values) to resume it, or add \
+         but `--param p='***'` differs: run without `--param` (or with the same values) to resume it, or add \
          `--fresh` to abandon it and start a new run with the new values; nothing ran\n"
     );
 }

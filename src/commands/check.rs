@@ -10,17 +10,21 @@ use std::path::Path;
 const SHOWN_WAITS: u32 = 5;
 
 pub(crate) fn check(path: &Path, strict: bool, explain: bool) -> Result<i32, CliError> {
-    let loaded = super::load_flow(path, strict)?;
+    let mut loaded = super::load_flow(path, strict)?;
     let shown = crate::text::shown_path(path);
     print_warnings(&loaded, &shown);
+    // Its secrets are hidden as a run hides them, before the commands are quoted.
+    let (secrets, unread) = crate::executor::environment::secrets_to_hide(&loaded.flow);
+    if let Some(why) = unread {
+        note!("warning: {why}; the values of `secret_env` variables it sets are not hidden in this plan");
+    }
+    loaded.flow.hide_in_commands(&secrets);
     let mut text = plan(&loaded.flow, &shown);
     if explain {
         text.push_str(&explanation(&loaded.flow));
     }
     // A flow's commands and names as written, but never a control character the terminal would
-    // act on: `check` is how a flow is reviewed before it runs. Its secrets are hidden as a run
-    // hides them.
-    let text = crate::executor::environment::secrets_for_check(&loaded.flow).redact_string(text);
+    // act on: `check` is how a flow is reviewed before it runs.
     super::output::print(crate::text::visible_owned(text))?;
     // The process exits next: freeing a flow of 10,000 steps piece by piece would cost about as
     // much as printing its plan.

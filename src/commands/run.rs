@@ -170,12 +170,12 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
                 Some(flow) => flow,
                 None => recorded_flow(&old, store.location())?,
             };
+            params_differ(&old, &recorded, params, flow_path)?;
             let at = match recorded.env_file == env_file_here {
                 true => here,
                 false => EnvFileAt::Recorded { run_id: &old.id, flow_path: &old.flow_path },
             };
             let env = run_env(&recorded, Some(&old.id), at, strict)?;
-            params_differ(&old, &recorded, params, flow_path, &env.secrets)?;
             events.set_run(&old.id);
             if moved {
                 events.notice(
@@ -307,17 +307,18 @@ fn read_env(flow: &Flow, resuming: Option<&str>, at: EnvFileAt<'_>) -> Result<Ru
 }
 
 /// Refuse `--param`s that differ from the values run `old` was started with: it resumes with its
-/// own. The same values (or none) are fine. The values are shown with the run's `secrets` hidden.
+/// own. The same values (or none) are fine. The values are shown with the run's secrets hidden.
 fn params_differ(
     old: &RunRecord,
     recorded: &Flow,
     given: &[(String, String)],
     flow_path: &Path,
-    secrets: &crate::secrets::Secrets,
 ) -> Result<(), CliError> {
+    let secrets = std::cell::OnceCell::new();
+    // Each value hidden before it is quoted (quoting rewrites a secret that holds a `'`).
     let args = |values: &mut dyn Iterator<Item = (&String, &String)>| {
-        let args = values.map(|(k, v)| format!("--param {k}={}", shell_word(v))).collect::<Vec<_>>().join(" ");
-        secrets.redact_string(args)
+        let secrets = &secrets.get_or_init(|| crate::executor::environment::secrets_to_hide(recorded).0);
+        values.map(|(k, v)| format!("--param {k}={}", shell_word(&secrets.redact(v)))).collect::<Vec<_>>().join(" ")
     };
     let differs: Vec<(&String, &String)> = given
         .iter()

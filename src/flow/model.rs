@@ -211,6 +211,24 @@ impl<'de> Deserialize<'de> for Needs {
 }
 
 impl Flow {
+    /// Every command of the flow (its steps', their catch handlers' and compensations', its
+    /// hooks') with `secrets` hidden: what `waymark check` shows.
+    pub(crate) fn hide_in_commands(&mut self, secrets: &crate::secrets::Secrets) {
+        if secrets.is_empty() {
+            return;
+        }
+        let hooks = [&mut self.hooks.on_success, &mut self.hooks.on_failure, &mut self.hooks.on_exit];
+        for command in hooks.into_iter().flatten() {
+            command.hide(secrets);
+        }
+        for step in &mut self.steps {
+            step.command.hide(secrets);
+            for command in step.catch.iter_mut().filter_map(|h| h.command.as_mut()).chain(step.compensate.as_mut()) {
+                command.hide(secrets);
+            }
+        }
+    }
+
     /// Whether some step declares `needs`, so that steps may run side by side.
     pub(crate) fn has_explicit_needs(&self) -> bool {
         self.steps.iter().any(|s| s.needs_explicit)
@@ -231,6 +249,17 @@ impl Command {
         match self {
             Command::Run(argv) => argv.clone(),
             Command::Shell(script) => vec!["/bin/sh".into(), "-c".into(), script.clone()],
+        }
+    }
+
+    /// Every secret in its program, arguments or command line replaced by `***`, before it is
+    /// quoted for display (quoting rewrites a secret holding `'` or a newline, so that it would no
+    /// longer be found as written).
+    pub(crate) fn hide(&mut self, secrets: &crate::secrets::Secrets) {
+        let hide = |text: &mut String| *text = secrets.redact_string(std::mem::take(text));
+        match self {
+            Command::Run(argv) => argv.iter_mut().for_each(hide),
+            Command::Shell(script) => hide(script),
         }
     }
 

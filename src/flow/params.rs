@@ -66,7 +66,10 @@ pub fn env_name(name: &str) -> String {
 /// One `--param` argument, `NAME=VALUE`, split at the first `=` (the value may hold more). A
 /// clap value parser: a malformed argument is a usage error (exit status 2).
 pub fn parse_arg(arg: &str) -> Result<(String, String), ParamError> {
-    let malformed = |why: String| ParamError::Malformed { arg: arg.to_owned(), why };
+    // Named by what is before its `=`: the value may be a secret, and this is said before the
+    // secrets are known.
+    let shown = arg.split_once('=').map_or_else(|| arg.to_owned(), |(name, _)| format!("{name}=..."));
+    let malformed = |why: String| ParamError::Malformed { arg: shown.clone(), why };
     let Some((name, value)) = arg.split_once('=') else {
         // An empty argument has no name to suggest `NAME=VALUE` with.
         let name = if arg.is_empty() { "NAME" } else { arg };
@@ -210,11 +213,16 @@ mod tests {
         assert_eq!(msg(""), "`` is not NAME=VALUE: it has no `=`; write `--param NAME=VALUE`");
         assert_eq!(
             msg("=x"),
-            "`=x` is not NAME=VALUE: the name before `=` is empty; write `--param NAME=VALUE`, e.g. \
+            "`=...` is not NAME=VALUE: the name before `=` is empty; write `--param NAME=VALUE`, e.g. \
              `--param date=2026-01-31`"
         );
         assert!(msg("1day=x").contains("`1day` is not a parameter name"), "{}", msg("1day=x"));
-        assert!(msg("my-date=x").contains("`my-date` is not a parameter name"));
+        // The value is never repeated: it may be a secret.
+        assert_eq!(
+            msg("my-tok=hunter2"),
+            "`my-tok=...` is not NAME=VALUE: `my-tok` is not a parameter name (ASCII letters, digits and `_`, not \
+             starting with a digit); give one of the names the flow declares under `[params]`"
+        );
         assert_eq!(parse_arg("a=b=c").unwrap(), ("a".into(), "b=c".into()));
         assert_eq!(parse_arg("_x=").unwrap(), ("_x".into(), String::new()));
     }
