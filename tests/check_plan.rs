@@ -366,19 +366,3 @@ fn secrets_are_hidden_in_the_plan() {
             + "     compensate: echo '***'\n"
     );
 }
-
-/// An env file that cannot be read leaves the secrets it would set unknown: `check` says they are
-/// not hidden, rather than print them as if there were none.
-#[test]
-fn an_env_file_that_cannot_be_read_is_said_to_leave_its_secrets_shown() {
-    let env = Env::new();
-    env.write("flow.toml", "secret_env = ['TOK']\nenv_file = 'missing.env'\n[[step]]\nname = 'a'\nrun = ['true']\n");
-    let out = env.cmd(&["check", "flow.toml"]).env("NO_COLOR", "1").output().unwrap();
-    assert_eq!(out.status.code(), Some(0));
-    let dir = env.dir.path().canonicalize().unwrap();
-    assert_eq!(
-        common::stderr(&out).replace(dir.to_str().unwrap(), "DIR"),
-        "warning: cannot read the env file DIR/missing.env: No such file or directory (os error 2); the values of \
-         `secret_env` variables it sets are not hidden in this plan\n"
-    );
-}

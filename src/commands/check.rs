@@ -14,11 +14,9 @@ pub(crate) fn check(path: &Path, strict: bool, explain: bool) -> Result<i32, Cli
     let shown = crate::text::shown_path(path);
     print_warnings(&loaded, &shown);
     // Its secrets are hidden as a run hides them, before the commands are quoted.
-    let (secrets, unread) = crate::executor::environment::secrets_to_hide(&loaded.flow);
-    if let Some(why) = unread {
-        note!("warning: {why}; the values of `secret_env` variables it sets are not hidden in this plan");
-    }
-    loaded.flow.hide_in_commands(&secrets);
+    // (A secret from an env file that cannot be read is not known here: its value can be in the
+    // flow's commands only as the literal text that `run` warns of.)
+    loaded.flow.hide_in_commands(&crate::executor::environment::secrets_to_hide(&loaded.flow));
     let mut text = plan(&loaded.flow, &shown);
     if explain {
         text.push_str(&explanation(&loaded.flow));

@@ -317,7 +317,7 @@ fn params_differ(
     let secrets = std::cell::OnceCell::new();
     // Each value hidden before it is quoted (quoting rewrites a secret that holds a `'`).
     let args = |values: &mut dyn Iterator<Item = (&String, &String)>| {
-        let secrets = &secrets.get_or_init(|| crate::executor::environment::secrets_to_hide(recorded).0);
+        let secrets = &secrets.get_or_init(|| crate::executor::environment::secrets_to_hide(recorded));
         values.map(|(k, v)| format!("--param {k}={}", shell_word(&secrets.redact(v)))).collect::<Vec<_>>().join(" ")
     };
     let differs: Vec<(&String, &String)> = given

@@ -110,15 +110,10 @@ pub(crate) fn read_env_file(path: &Path) -> Result<BTreeMap<String, String>, Env
 }
 
 /// The secrets a run of `flow` would hide, for what is said before (or without) a run: from the
-/// environment, the flow's `env` tables and the env file; with why the env file could not be
-/// read, when it holds secrets that are then not known.
-pub(crate) fn secrets_to_hide(flow: &Flow) -> (Secrets, Option<String>) {
-    let (file, unread) = match flow.env_file.as_deref().map(read_env_file) {
-        Some(Ok(file)) => (file, None),
-        Some(Err(e)) if !flow.secret_env.is_empty() => (BTreeMap::new(), Some(e.to_string())),
-        _ => (BTreeMap::new(), None),
-    };
-    (Secrets::new(declared_secrets(flow, &file, &|name: &str| std::env::var_os(name))), unread)
+/// environment, the flow's `env` tables and the env file (none from one that cannot be read).
+pub(crate) fn secrets_to_hide(flow: &Flow) -> Secrets {
+    let file = flow.env_file.as_deref().and_then(|path| read_env_file(path).ok()).unwrap_or_default();
+    Secrets::new(declared_secrets(flow, &file, &|name: &str| std::env::var_os(name)))
 }
 
 /// The values of `flow`'s `secret_env` variables, from every place an attempt's variable can come
