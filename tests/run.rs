@@ -709,11 +709,19 @@ fn many_steps_at_once_get_the_open_files_they_need_within_the_hard_limit() {
         String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let warnings: Vec<&str> =
         events.iter().filter(|e| e["kind"] == "warning").map(|e| e["message"].as_str().unwrap()).collect();
-    assert_eq!(
-        warnings,
-        ["60 steps at once may need 736 open files, and this process may open at most 300 (`ulimit -Hn`): \
-          this runner starts at most 5 at once; raise the hard limit to run more side by side"]
-    );
+    // What the runner holds itself is counted when it starts: the figures depend on it.
+    let said = regex::Regex::new(
+        "^60 steps at once may need about ([0-9]+) open files, and this process may open at most 300 \
+         \\(`ulimit -Hn`\\): this runner starts at most ([0-9]+) at once \\(the others wait for a slot, and a \
+         step's timeout counts that wait\\); raise the hard limit to run more side by side$",
+    )
+    .unwrap();
+    let [warning] = warnings[..] else { panic!("one warning expected: {warnings:?}") };
+    let figures = said.captures(warning).unwrap_or_else(|| panic!("{warning}"));
+    let (need, fits): (usize, usize) = (figures[1].parse().unwrap(), figures[2].parse().unwrap());
+    // 8 files a step beside the runner's own (a few dozen, more if whoever started it leaked some).
+    assert!(need > 300 && need - 60 * 8 < 250, "{warning}");
+    assert_eq!(fits, (300 - (need - 60 * 8)) / 8, "{warning}");
     let (mut running, mut most, mut succeeded) = (0, 0, 0);
     for e in &events {
         match e["event"].as_str().unwrap() {
@@ -724,7 +732,7 @@ fn many_steps_at_once_get_the_open_files_they_need_within_the_hard_limit() {
         }
         most = most.max(running);
     }
-    assert_eq!((most, succeeded), (5, 60));
+    assert_eq!((most, succeeded), (fits, 60));
 }
 
 /// Out of file descriptors, an attempt does not start: it fails with `ActionExecutionNotStarted`
@@ -736,8 +744,9 @@ fn an_attempt_without_descriptors_fails_as_not_started_and_the_run_goes_on() {
     let env = Env::new();
     env.write("fd.toml", "name = 'fd'\n[[step]]\nname = 's'\nrun = ['true']\nretry = { attempts = 2 }\n");
     let waymark = assert_cmd::cargo::cargo_bin("waymark");
-    let not_started = "cannot start `true`: no file descriptor left for its logs, pipes and stdin, waymark's \
-                       own limit (`ulimit -n`) is reached; fewer steps at once (`max_parallel`) or a higher limit leaves room";
+    let not_started = "cannot start `true`: no file descriptor left to start it with (its log directory, pipes, \
+                       stdin), waymark's own limit (`ulimit -n`) is reached; fewer steps at once (`max_parallel`) \
+                       or a higher limit leaves room";
     let mut starved = 0;
     for limit in 8..=256 {
         let _ = std::fs::remove_dir_all(env.state());

@@ -67,10 +67,11 @@ pub(crate) enum Launched {
 
 /// How the dispatcher starts and stops attempts.
 pub(crate) trait Launcher {
-    /// Make the attempt's step's log directory ready; returns the attempt's file stem. No file of
-    /// the attempt is created: its logs are created on their first byte, its error and outputs
-    /// files by the child if it writes them (what an earlier execution left there is removed
-    /// when it is spawned).
+    /// Make the attempt's step's log directory ready (or leave it to `spawn`, when no descriptor
+    /// is left to make it: there the attempt fails as not started); returns the attempt's file
+    /// stem. No file of the attempt is created: its logs are created on their first byte, its
+    /// error and outputs files by the child if it writes them (what an earlier execution left
+    /// there is removed when it is spawned).
     fn prepare(&mut self, step: &Step, attempt: u32) -> Result<PathBuf, ExecError>;
     /// An attempt's file stem, whether or not it was prepared by this runner.
     fn stem(&self, step: &str, attempt: u32) -> PathBuf;
@@ -288,9 +289,13 @@ impl ProcessLauncher {
 }
 
 impl Launcher for ProcessLauncher {
-    /// The attempt's stem; its directory is made by `spawn`, where want of descriptors is the
-    /// attempt's failure rather than the runner's.
     fn prepare(&mut self, step: &Step, attempt: u32) -> Result<PathBuf, ExecError> {
+        match self.log_dir_ready(step) {
+            // Made by `spawn`, where want of descriptors is the attempt's failure, not the runner's.
+            Err((_, e)) if lacks_files(&e) => {}
+            Err((path, source)) => return Err(ExecError::Files { path, source }),
+            Ok(()) => {}
+        }
         Ok(self.stem(&step.name, attempt))
     }
 
@@ -314,7 +319,8 @@ impl Launcher for ProcessLauncher {
             Some(why) => Ok(Launched::NotStarted { why, stderr_from }),
             None => Err(files_err(path, e)),
         };
-        // A step's (compensations and hooks have theirs made by `prepare_aux`).
+        // A step's, unless `prepare` made it (compensations and hooks have theirs made by
+        // `prepare_aux`).
         if a.aux.is_none()
             && let Err((path, e)) = self.log_dir_ready(&a.step)
         {
@@ -430,6 +436,9 @@ impl Launcher for ProcessLauncher {
             drop((out_w, err_w));
             match spawned {
                 Ok(child) => break (child, out_r, err_r),
+                Err(e) if let Some(why) = out_of_files(program, &e) => {
+                    return Ok(Launched::NotStarted { why, stderr_from });
+                }
                 Err(_) if !by_name => {
                     self.programs.forget(&argv[0], path);
                     by_name = true;
@@ -581,8 +590,13 @@ fn open_log(dir: &Arc<OwnedFd>, path: &Path, a: &Attempt) -> std::io::Result<(Lo
     Ok((Log::Open(file), len))
 }
 
-/// Why an attempt of `program` could not start for want of file descriptors (this process's limit
-/// or the system's), or `None` when `e` is another failure.
+/// Whether `e` is the want of a file descriptor (this process's limit or the system's).
+fn lacks_files(e: &std::io::Error) -> bool {
+    matches!(crate::os::fs::errno(e), Some(libc::EMFILE | libc::ENFILE))
+}
+
+/// Why an attempt of `program` could not start for want of file descriptors, or `None` when `e`
+/// is another failure.
 fn out_of_files(program: &str, e: &std::io::Error) -> Option<String> {
     let limit = match crate::os::fs::errno(e)? {
         libc::EMFILE => "waymark's own limit (`ulimit -n`)",
@@ -590,8 +604,8 @@ fn out_of_files(program: &str, e: &std::io::Error) -> Option<String> {
         _ => return None,
     };
     Some(format!(
-        "cannot start `{program}`: no file descriptor left for its logs, pipes and stdin, {limit} is reached; fewer \
-         steps at once (`max_parallel`) or a higher limit leaves room"
+        "cannot start `{program}`: no file descriptor left to start it with (its log directory, pipes, stdin), \
+         {limit} is reached; fewer steps at once (`max_parallel`) or a higher limit leaves room"
     ))
 }
 

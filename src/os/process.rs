@@ -253,18 +253,23 @@ pub(crate) fn kill_leftovers(leftovers: &[Leftover<'_>], limit: Duration) -> Vec
 /// Descriptors one running attempt may hold: its two pipes, their log files, its pidfd, its
 /// step's directory, with room to spare.
 const FILES_PER_ATTEMPT: u64 = 8;
-/// Descriptors the runner holds besides its attempts': the store, its lock, the terminal.
-const FILES_OF_THE_RUNNER: u64 = 256;
+/// Descriptors the runner may open besides those it holds already and its attempts': a store's
+/// new connection or journal, the terminal's, with room to spare.
+const FILES_OF_THE_RUNNER: u64 = 32;
 
 /// Raise the soft limit on open files, within the hard one, as far as `at_once` attempts running
-/// side by side need, and no further: the steps inherit it. At the usual soft limit of 1024,
-/// about 200 attempts at once stopped the run (`Too many open files`). When even the hard limit
-/// falls short, `Err` with how many attempts at once it allows (at least 1) and the warning that
-/// says so: the runner then starts no more than that, rather than fail the steps it cannot start.
+/// side by side need beside what the runner holds now, and no further: the steps inherit it. At
+/// the usual soft limit of 1024, about 200 attempts at once stopped the run (`Too many open
+/// files`). When even the hard limit falls short, `Err` with how many attempts at once it allows
+/// (at least 1) and the warning that says so: the runner then starts no more than that, rather
+/// than fail the steps it cannot start.
 pub(crate) fn allow_open_files_for(at_once: usize) -> Result<(), (usize, String)> {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else { return Ok(()) };
-    let need = (at_once as u64).saturating_mul(FILES_PER_ATTEMPT).saturating_add(FILES_OF_THE_RUNNER);
+    // What the runner holds now (the store, its lock, the runtime's), else a generous guess.
+    let held = std::fs::read_dir("/proc/self/fd").map_or(256, |dir| dir.count() as u64);
+    let runner = held.saturating_add(FILES_OF_THE_RUNNER);
+    let need = (at_once as u64).saturating_mul(FILES_PER_ATTEMPT).saturating_add(runner);
     if need <= soft {
         return Ok(());
     }
@@ -272,14 +277,21 @@ pub(crate) fn allow_open_files_for(at_once: usize) -> Result<(), (usize, String)
     if need <= hard {
         return Ok(());
     }
-    let fits = (hard.saturating_sub(FILES_OF_THE_RUNNER) / FILES_PER_ATTEMPT).max(1);
-    let fits = usize::try_from(fits).unwrap_or(1);
-    let steps = if at_once == 1 { "step" } else { "steps" };
-    let message = format!(
-        "{at_once} {steps} at once may need {need} open files, and this process may open at most {hard} \
-         (`ulimit -Hn`): this runner starts at most {fits} at once; raise the hard limit to run more side by side"
-    );
-    Err((fits, message))
+    let fits = usize::try_from(hard.saturating_sub(runner) / FILES_PER_ATTEMPT).unwrap_or(usize::MAX);
+    let message = match fits {
+        0 => format!(
+            "this process may open at most {hard} files (`ulimit -Hn`), fewer than waymark may need for itself \
+             and one step (about {}): a step that finds none left fails with ActionExecutionNotStarted; raise the \
+             hard limit",
+            runner + FILES_PER_ATTEMPT
+        ),
+        _ => format!(
+            "{at_once} steps at once may need about {need} open files, and this process may open at most {hard} \
+             (`ulimit -Hn`): this runner starts at most {fits} at once (the others wait for a slot, and a \
+             step's timeout counts that wait); raise the hard limit to run more side by side"
+        ),
+    };
+    Err((fits.max(1), message))
 }
 
 /// Mark every file descriptor above 2 close-on-exec: descriptors that whoever started waymark

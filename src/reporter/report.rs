@@ -85,7 +85,7 @@ struct StepSeen {
     /// it a fresh one): as recorded when the run was resumed ([`History::prefill`]), and once it
     /// ended, its attempt number less the attempts of the budget.
     budget_base: u32,
-    /// When its first attempt in this runner started.
+    /// When its first attempt in this runner was issued (or said to start, if earlier).
     started: Option<SystemTime>,
     /// How it ended, and when.
     ended: Option<(StepOutcome, SystemTime)>,
