@@ -266,10 +266,16 @@ const FILES_OF_THE_RUNNER: u64 = 32;
 pub(crate) fn allow_open_files_for(at_once: usize) -> Result<(), (usize, String)> {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else { return Ok(()) };
-    // What the runner holds now (the store, its lock, the runtime's), else a generous guess.
-    let held = std::fs::read_dir("/proc/self/fd").map_or(256, |dir| dir.count() as u64);
+    // What the runner holds now (the store, its lock, the runtime's), else a generous guess; not
+    // counted where the soft limit leaves room even for that guess (4 steps under 1024).
+    const GUESS: u64 = 256;
+    let attempts = (at_once as u64).saturating_mul(FILES_PER_ATTEMPT);
+    if attempts.saturating_add(GUESS) <= soft {
+        return Ok(());
+    }
+    let held = std::fs::read_dir("/proc/self/fd").map_or(GUESS, |dir| dir.count() as u64);
     let runner = held.saturating_add(FILES_OF_THE_RUNNER);
-    let need = (at_once as u64).saturating_mul(FILES_PER_ATTEMPT).saturating_add(runner);
+    let need = attempts.saturating_add(runner);
     if need <= soft {
         return Ok(());
     }
