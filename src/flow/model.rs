@@ -263,6 +263,23 @@ impl Command {
         }
     }
 
+    /// [`argv`](Self::argv), borrowed where the command holds it as is (a `run` list): an
+    /// attempt's spawn makes no copy of it.
+    pub(crate) fn argv_ref(&self) -> std::borrow::Cow<'_, [String]> {
+        match self {
+            Command::Run(argv) => std::borrow::Cow::Borrowed(argv),
+            Command::Shell(_) => std::borrow::Cow::Owned(self.argv()),
+        }
+    }
+
+    /// The program it runs (`argv()[0]`, without making the rest).
+    pub(crate) fn program(&self) -> &str {
+        match self {
+            Command::Run(argv) => argv.first().map_or("", String::as_str),
+            Command::Shell(_) => "/bin/sh",
+        }
+    }
+
     /// A one-line rendering for plans and reports.
     pub(crate) fn display(&self) -> String {
         let mut out = String::new();
