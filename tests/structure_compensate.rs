@@ -1001,3 +1001,28 @@ fn a_run_undone_by_its_compensations_is_not_resumed() {
         )
     );
 }
+
+/// A run stopped in its hooks has run its compensations: `status` says they ran, not that they
+/// run.
+#[test]
+fn status_of_a_run_stopped_in_its_hooks_says_its_compensations_ran() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "[hooks]\non_failure = 'if [ -e second ]; then exit 0; fi; echo x > hook-started; exec sleep 60'\n\
+         [[step]]\nname = 'a'\nrun = ['true']\ncompensate = ['true']\n\
+         [[step]]\nname = 'b'\nrun = ['false']\nneeds = ['a']\n",
+    );
+    let out = env.run_until("hook-started", "INT");
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    let text = status_text(&env);
+    let said: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("compensat")).take(2).collect();
+    assert_eq!(
+        said,
+        [
+            "compensated: the run failed, so the compensations of its succeeded steps ran, latest step first:",
+            "  a                    succeeded",
+        ],
+        "{text}"
+    );
+}

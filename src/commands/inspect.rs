@@ -906,8 +906,9 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         }
     }
     if !compensations.is_empty() {
-        let (verb, tense) =
-            if run.status == RunStatus::Failed { ("compensated", "ran") } else { ("compensating", "run") };
+        // Over once the run failed, or once a hook began (hooks run after every compensation).
+        let over = run.status == RunStatus::Failed || aux.iter().any(|a| a.kind == AuxKind::Hook);
+        let (verb, tense) = if over { ("compensated", "ran") } else { ("compensating", "run") };
         out.push_str(&format!(
             "{verb}: the run failed, so the compensations of its succeeded steps {tense}, latest step first:\n"
         ));
