@@ -1053,9 +1053,16 @@ pub(crate) fn logs(
         false => Ok(()),
     };
     let mut silent: Vec<&str> = Vec::new();
+    // Ran on another host: its logs are there, whatever a file at the same path here holds (an
+    // earlier execution's, on hosts that lay out their state directories alike).
+    let elsewhere = chosen.logs_on(super::shared_store());
     for name in streams {
         let path = chosen.log_stem.with_extension(name);
-        match crate::os::fs::open_read_nofollow(&path) {
+        let opened = match elsewhere {
+            Some(_) => Err(std::io::ErrorKind::NotFound.into()),
+            None => crate::os::fs::open_read_nofollow(&path),
+        };
+        match opened {
             Ok(mut file) => {
                 header(&path, &mut open_line)?;
                 // Streamed: a log may be far larger than memory.
@@ -1069,7 +1076,6 @@ pub(crate) fn logs(
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 // Ran on another host: the end of its output is in the shared store.
                 // A stream that stayed empty left no file, here or there.
-                let elsewhere = chosen.logs_on(super::shared_store());
                 match store.attempt_tail(run_id, &chosen.log_stem, name)? {
                     Some(tail) if !tail.is_empty() => {
                         header(&path, &mut open_line)?;
