@@ -376,3 +376,61 @@ fn a_signal_while_the_runner_sets_the_run_up_stops_it_before_any_step_starts() {
     let lines: Vec<&str> = said.lines().filter(|l| !l.starts_with("waymark: run ") && !l.starts_with("  ")).collect();
     assert_eq!(lines, ["waymark: got SIGTERM, stopping running steps (send it again to kill them)"], "{said}");
 }
+
+/// A signal heard while the run is set up, the set-up stuck in a store call (here the state
+/// database's write lock held by another process, which waymark waits up to 10 s for; a
+/// PostgreSQL server that stopped answering would hold it for good), stops the runner a few
+/// seconds later with 128 + the signal, before any step started, rather than when the store
+/// gives up, if ever.
+#[test]
+fn a_signal_while_the_set_up_is_stuck_on_the_store_stops_the_runner() {
+    let env = Env::new();
+    env.write("flow.toml", "name = 'stuck'\n[[step]]\nname = 'a'\nshell = 'touch ran'\n");
+    // The state database, made by a first run.
+    let out = env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    std::fs::remove_file(env.path("ran")).unwrap();
+    let db = env.state().join("waymark.db");
+    let lock = "import sqlite3, sys, time\n\
+                c = sqlite3.connect(sys.argv[1], isolation_level=None)\n\
+                c.execute('BEGIN EXCLUSIVE')\nprint('locked', flush=True)\ntime.sleep(120)\n";
+    let mut locker = std::process::Command::new("python3")
+        .args(["-c", lock])
+        .arg(&db)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(locker.stdout.take().unwrap()), &mut said).unwrap();
+    assert_eq!(said, "locked\n");
+    let runner = std::process::Command::new(assert_cmd::cargo::cargo_bin("waymark"))
+        .current_dir(env.dir.path())
+        .env("WAYMARK_STATE_DIR", env.state())
+        .args(["run", "--quiet", "flow.toml"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // It has the database open once it listens for signals (it opens it right after).
+    let has_db = || {
+        std::fs::read_dir(format!("/proc/{}/fd", runner.id()))
+            .map(|fds| fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t == db)))
+            .unwrap_or(false)
+    };
+    wait_until("the runner to open its database", has_db);
+    kill(runner.id(), "TERM");
+    let out = finish(runner);
+    kill(locker.id(), "KILL");
+    let _ = locker.wait();
+    assert_eq!(
+        (out.status.code(), stderr(&out).as_str()),
+        (
+            Some(143),
+            "waymark: SIGTERM came 3s ago while the run was being set up, which has not finished (is the state \
+             database answering?); stopped before any step started, and nothing is lost: run it again once the \
+             database answers\n"
+        )
+    );
+    assert!(!env.path("ran").exists());
+}

@@ -54,7 +54,15 @@ pub(crate) struct RunnerSignals<S = std::os::unix::net::UnixStream> {
     sources: Vec<(NixSignal, S, Registration)>,
     /// True until the runner listens: a signal then ends the process as by default.
     unheard: Arc<AtomicBool>,
+    /// Set once the event loop reads the signals (or they are dropped): the set-up's watchdog
+    /// ([`RunnerSignals::listen`]) stops.
+    settled: Arc<AtomicBool>,
 }
+
+/// How long a signal heard while the run is set up may wait for the event loop before the
+/// runner stops without it: set-up takes milliseconds, unless a store call is stuck on a
+/// database that stopped answering, which nothing else would interrupt.
+const SETUP_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Removes the handler's actions when the signal is no longer listened for.
 struct Registration([signal_hook::SigId; 2]);
@@ -98,22 +106,66 @@ impl RunnerSignals {
         };
         let sources = signals.iter().map(|sig| register(*sig)).collect::<std::io::Result<Vec<_>>>();
         pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&before), None)?;
-        Ok(RunnerSignals { sources: sources?, unheard })
+        Ok(RunnerSignals { sources: sources?, unheard, settled: Arc::new(AtomicBool::new(false)) })
     }
 
     /// Hear the signals from now on: each waits for the event loop rather than ending the process.
+    /// Until the loop reads them, a watchdog thread looks at the sockets: a signal that waited
+    /// [`SETUP_GRACE`] there (the set-up stuck in a store call) stops the runner, with 128 + its
+    /// number, before any step has started.
     pub(crate) fn listen(&self) {
         self.unheard.store(false, Ordering::SeqCst);
+        let watched: Vec<(NixSignal, std::os::unix::net::UnixStream)> =
+            self.sources.iter().filter_map(|(sig, read, _)| Some((*sig, read.try_clone().ok()?))).collect();
+        let settled = Arc::clone(&self.settled);
+        let _ = std::thread::Builder::new()
+            .name("waymark-setup-watch".into())
+            .spawn(move || watch_setup(&watched, &settled));
     }
 
     /// The same signals, read by the event loop's runtime (which must be running).
-    pub(crate) fn into_async(self) -> std::io::Result<AsyncSignals> {
-        let sources = self
-            .sources
+    pub(crate) fn into_async(mut self) -> std::io::Result<AsyncSignals> {
+        self.settled.store(true, Ordering::SeqCst);
+        let sources = std::mem::take(&mut self.sources)
             .into_iter()
             .map(|(sig, read, id)| Ok((sig, tokio::net::UnixStream::from_std(read)?, id)))
             .collect::<std::io::Result<_>>()?;
-        Ok(RunnerSignals { sources, unheard: self.unheard })
+        Ok(RunnerSignals { sources, unheard: Arc::clone(&self.unheard), settled: Arc::clone(&self.settled) })
+    }
+}
+
+impl<S> Drop for RunnerSignals<S> {
+    fn drop(&mut self) {
+        self.settled.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The set-up's watchdog: until `settled`, look (without reading: the bytes are the event
+/// loop's) for a signal on the sockets `watched`; one that is still unread after [`SETUP_GRACE`]
+/// ends the process.
+fn watch_setup(watched: &[(NixSignal, std::os::unix::net::UnixStream)], settled: &AtomicBool) {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let mut first: Option<(std::time::Instant, NixSignal)> = None;
+    while !settled.load(Ordering::SeqCst) {
+        let mut fds: Vec<PollFd<'_>> = watched.iter().map(|(_, s)| PollFd::new(s.as_fd(), PollFlags::POLLIN)).collect();
+        let _ = poll(&mut fds, PollTimeout::from(100u16));
+        let ready = fds.iter().position(|fd| fd.revents().is_some_and(|r| r.contains(PollFlags::POLLIN)));
+        if first.is_none() {
+            first = ready.map(|i| (std::time::Instant::now(), watched[i].0));
+        }
+        if let Some((at, sig)) = first
+            && at.elapsed() >= SETUP_GRACE
+            && !settled.load(Ordering::SeqCst)
+        {
+            note!(
+                "waymark: {sig:?} came {}s ago while the run was being set up, which has not finished (is the state \
+                 database answering?); stopped before any step started, and nothing is lost: run it again once the \
+                 database answers",
+                SETUP_GRACE.as_secs()
+            );
+            std::process::exit(128 + sig as i32);
+        }
     }
 }
 
