@@ -514,6 +514,11 @@ struct Compensation<'a> {
 }
 
 impl Compensation<'_> {
+    /// Its latest execution did not succeed: what its step did may not be undone.
+    fn left_undone(&self) -> bool {
+        self.outcome != AttemptState::Succeeded && !self.again
+    }
+
     /// Its state word and what follows it on its line: `succeeded`, `failed  exit status 3`,
     /// `interrupted  a signal stopped it; it runs again on resume`.
     fn text(&self, run: &RunRecord, runner_alive: bool) -> (&'static str, String) {
@@ -659,6 +664,13 @@ fn hooks_left(
 
 /// The compensations recorded of a run, in the order they started ([`Compensation`]);
 /// `silent`: whether one is known to have written nothing to stderr.
+/// The steps whose compensation did not succeed (as its latest execution ended), in the order
+/// the compensations ran: what `resume` of a compensated run names.
+pub(super) fn not_undone(aux: &[AuxRun]) -> Vec<&str> {
+    let all = compensations(aux, false, &|_| false);
+    all.iter().filter(|c| c.left_undone()).map(|c| c.aux.name.as_str()).collect()
+}
+
 fn compensations<'a>(aux: &'a [AuxRun], runner_alive: bool, silent: &dyn Fn(&AuxRun) -> bool) -> Vec<Compensation<'a>> {
     let mine: Vec<&AuxRun> = aux.iter().filter(|a| a.kind == AuxKind::Compensate).collect();
     mine.iter()
@@ -921,8 +933,7 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         }
         if run.status == RunStatus::Failed {
             // Only what a compensation that succeeded undid is undone.
-            let undone: Vec<&Compensation> =
-                compensations.iter().filter(|c| c.outcome != AttemptState::Succeeded && !c.again).collect();
+            let undone: Vec<&Compensation> = compensations.iter().filter(|c| c.left_undone()).collect();
             let what = match undone.as_slice() {
                 [] => "what its steps did was undone, so the run cannot be resumed".to_owned(),
                 all => {

@@ -534,7 +534,7 @@ pub(crate) fn resume(state: &StateDir, run_id: &str, wait: bool, mode: Mode) -> 
         RunStatus::Failed => {
             let aux = store.aux_runs(run_id)?;
             if compensated(&aux) {
-                let undone = match not_undone(&aux).as_slice() {
+                let undone = match super::inspect::not_undone(&aux).as_slice() {
                     [] => "its compensations ran, undoing what its steps did".to_owned(),
                     names => {
                         let (of, steps) = match names.len() {
@@ -809,23 +809,6 @@ fn cut_short(
 /// was undone, so it cannot be resumed.
 fn compensated(aux: &[crate::store::AuxRun]) -> bool {
     aux.iter().any(|a| a.kind == AuxKind::Compensate)
-}
-
-/// The steps whose compensation did not succeed (as its latest execution ended), in the order
-/// the compensations ran.
-fn not_undone(aux: &[crate::store::AuxRun]) -> Vec<&str> {
-    let compensations = || aux.iter().filter(|a| a.kind == AuxKind::Compensate);
-    let mut names: Vec<&str> = Vec::new();
-    for a in compensations() {
-        let latest = compensations().filter(|b| b.name == a.name).max_by_key(|b| b.row).map(|b| b.row);
-        if latest == Some(a.row)
-            && a.outcome != crate::store::state::AttemptState::Succeeded
-            && !names.contains(&a.name.as_str())
-        {
-            names.push(&a.name);
-        }
-    }
-    names
 }
 
 /// The loaded flow, with the parameter values a new run would get, if it records as exactly the

@@ -310,7 +310,9 @@ impl Launcher for ProcessLauncher {
         // The attempt's directory, opened once (refusing a symlink anywhere in its path): every
         // file of the attempt is found relative to it.
         let dir_path = a.stem.parent().unwrap_or(Path::new("."));
-        let program = a.aux.as_ref().map_or(&a.step.command, |aux| &aux.command).program();
+        // The attempt's command: its step's, or the compensation's or hook's it runs.
+        let command = a.aux.as_ref().map_or(&a.step.command, |aux| &aux.command);
+        let program = command.program();
         // Out of descriptors (this process's limit or the system's), the attempt does not start:
         // it fails with `ActionExecutionNotStarted`, which a retry policy retries after its
         // backoff, and the steps already running go on. Any other failure to make its files is
@@ -353,7 +355,7 @@ impl Launcher for ProcessLauncher {
             let why = format!("working directory {} does not exist or is not a directory", step.workdir.display());
             return Ok(Launched::NotStarted { why, stderr_from });
         }
-        let argv = a.aux.as_ref().map_or(&step.command, |aux| &aux.command).argv_ref();
+        let argv = command.argv_ref();
         // A pipe is refused only for want of descriptors.
         let no_pipe = |e: std::io::Error| Launched::NotStarted {
             why: out_of_files(program, &e)
