@@ -381,6 +381,9 @@ struct Proxy {
     /// While set, the connections that have recorded an attempt's pid are frozen too: the runner's
     /// writes hang while its lease renewals, on a connection of their own, go on.
     writes_frozen: Arc<AtomicBool>,
+    /// Once a connection sends this (in plain text), everything is frozen, as by `freeze`, before
+    /// it is passed on.
+    freeze_on: Arc<Mutex<Option<&'static [u8]>>>,
     streams: Arc<Mutex<Vec<TcpStream>>>,
     /// The threads forwarding data, while they run.
     forwarding: Arc<std::sync::atomic::AtomicUsize>,
@@ -396,6 +399,8 @@ impl Proxy {
         let forwarding = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let (c, s, n) = (Arc::clone(&cut), Arc::clone(&streams), Arc::clone(&forwarding));
         let (f, w) = (Arc::clone(&frozen), Arc::clone(&writes_frozen));
+        let freeze_on: Arc<Mutex<Option<&'static [u8]>>> = Arc::default();
+        let on = Arc::clone(&freeze_on);
         // Held while `frozen`, or while `writes` and the connection has recorded a pid.
         let hold = move |frozen: &AtomicBool, writes: &AtomicBool, writer: &AtomicBool| {
             while frozen.load(Ordering::SeqCst) || (writes.load(Ordering::SeqCst) && writer.load(Ordering::SeqCst)) {
@@ -415,6 +420,7 @@ impl Proxy {
                 let pairs = [(client.try_clone().unwrap(), server.try_clone().unwrap(), true), (server, client, false)];
                 for (mut from, mut to, to_server) in pairs {
                     let (f, w, n, writer) = (Arc::clone(&f), Arc::clone(&w), Arc::clone(&n), Arc::clone(&writer));
+                    let on = Arc::clone(&on);
                     n.fetch_add(1, Ordering::SeqCst);
                     std::thread::spawn(move || {
                         let mut buf = [0u8; 16384];
@@ -424,6 +430,10 @@ impl Proxy {
                         while let Ok(got) = from.read(&mut buf) {
                             if to_server && buf[..got].windows(attempts.len()).any(|w| w == attempts) {
                                 writer.store(true, Ordering::SeqCst);
+                            }
+                            let seen = |p: &[u8]| buf[..got].windows(p.len()).any(|w| w == p);
+                            if to_server && on.lock().unwrap().is_some_and(seen) {
+                                f.store(true, Ordering::SeqCst);
                             }
                             hold(&f, &w, &writer);
                             if got == 0 || to.write_all(&buf[..got]).is_err() {
@@ -436,7 +446,7 @@ impl Proxy {
                 }
             }
         });
-        Proxy { port, cut, frozen, writes_frozen, streams, forwarding }
+        Proxy { port, cut, frozen, writes_frozen, freeze_on, streams, forwarding }
     }
 
     fn cut(&self) {
@@ -453,6 +463,11 @@ impl Proxy {
     /// Freeze the connections that have recorded an attempt's pid (not those that renew leases).
     fn freeze_writes(&self) {
         self.writes_frozen.store(true, Ordering::SeqCst);
+    }
+
+    /// Freeze everything once a connection sends `text` (before it reaches the server).
+    fn freeze_on(&self, text: &'static [u8]) {
+        *self.freeze_on.lock().unwrap() = Some(text);
     }
 
     /// `url`, through this proxy.
@@ -992,6 +1007,54 @@ fn a_server_that_never_answers_is_unreachable_after_connect_timeout() {
             )
         )
     );
+}
+
+/// The database stops answering after the handshake (a proxy or pooler in front of it hung) while
+/// a command waits for a statement's answer: after `connect_timeout` a new connection is tried,
+/// and when it gets no answer either, the command exits with status 4 saying so, instead of
+/// waiting for ever. `history` looks; a runner stalled in its set-up (after it took the flow's
+/// lease) has started no step, and the next runner runs the flow once that lease expires. (A
+/// statement of a server that still answers a new connection is waited for: the lock test above.)
+#[test]
+fn a_database_that_stops_answering_after_the_handshake_ends_a_command_with_status_4() {
+    let Some((_database, url, env)) =
+        fresh_test("a_database_that_stops_answering_after_the_handshake_ends_a_command_with_status_4")
+    else {
+        return;
+    };
+    env.write("flow.toml", "name = 'stalled'\n[[step]]\nname = 'a'\nrun = ['touch', 'ran']\n");
+    env.write("first.toml", "name = 'first'\n[[step]]\nname = 'a'\nrun = ['true']\n");
+    assert_eq!(runner(&env, &url, "a", &["run", "--quiet", "first.toml"]).output().unwrap().status.code(), Some(0));
+    let cases: [(&[&str], &'static [u8]); 2] =
+        [(&["history"], b"FROM waymark_runs"), (&["run", "--quiet", "flow.toml"], b"INSERT INTO waymark_runs")];
+    for (args, statement) in cases {
+        let proxy = Proxy::start(port_of(&url));
+        let plain = format!("{}?connect_timeout=1&sslmode=disable", proxy.in_front_of(&url));
+        proxy.freeze_on(statement);
+        let out = finish(runner(&env, &plain, "a", args).spawn().unwrap());
+        let shown = without_password(&plain);
+        assert_eq!(
+            (out.status.code(), stderr(&out)),
+            (
+                Some(4),
+                format!(
+                    "error: cannot reach the state database {shown}: a statement had no answer within 1s, and a new \
+                     connection got none either (the server took the connection but did not finish the handshake \
+                     within 1s (`connect_timeout`)): the server, or a proxy or pooler in front of it, has stopped \
+                     answering\n\
+                     hint: check that PostgreSQL runs at {shown} and takes connections from this host (host, port, \
+                     firewall, sslmode), then try again (nothing is lost: a run resumes where it stopped); --store or \
+                     WAYMARK_STORE selects another store\n"
+                )
+            ),
+            "{args:?}"
+        );
+        proxy.freeze(false);
+    }
+    assert!(!env.path("ran").exists());
+    let out = runner(&env, &url, "a", &["run", "--quiet", "--wait", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(env.path("ran").exists());
 }
 
 /// Steps inherit `WAYMARK_STORE`, so that a nested waymark reaches the same store; its password

@@ -483,6 +483,12 @@ pub fn set_color(color: ColorArg) {
 /// Run the parsed command line.
 pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
     let _ = COLOR.set(cli.color);
+    crate::store::on_stall(|e| {
+        let e = CliError::from(e);
+        // A closed or full stderr leaves nothing to tell: the exit status still does.
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), e.render().as_bytes());
+        std::process::exit(e.exit_code())
+    });
     let store_dir = configure(&cli)?;
     // `--store sqlite:DIR` names the state directory, as `--state-dir DIR` before the command does.
     let flag = cli.state_dir.as_deref().or(store_dir.as_deref());

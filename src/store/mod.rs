@@ -24,6 +24,8 @@ pub(crate) mod lease;
 pub(crate) mod postgres;
 pub(crate) mod record;
 pub(crate) mod sqlite;
+mod stall;
+pub(crate) use stall::on_stall;
 pub(crate) mod state;
 #[cfg(test)]
 mod suite;

@@ -34,6 +34,7 @@
 
 use super::lease::{LET_GO_AFTER, LeaseClock, LeaseTiming, host_id};
 use super::record::RunDefinition;
+use super::stall::{Armed, Probe, Watch};
 use super::url::{CertCheck, PgConfig};
 use super::*;
 use crate::flow::Flow;
@@ -246,6 +247,15 @@ const SESSION_LIMIT_MS: u64 = 30_000;
 /// for it (`prefer`, the default, uses it when the server offers it; the others insist), checking
 /// the server's certificate as [`CertCheck`] says.
 fn connect(config: &PgConfig, location: &str) -> Result<Client, StoreError> {
+    connect_then(config, location, None)
+}
+
+/// [`connect`], and then `then` on the thread that made the handshake (if it ever ends).
+fn connect_then(
+    config: &PgConfig,
+    location: &str,
+    then: Option<Box<dyn FnOnce() + Send>>,
+) -> Result<Client, StoreError> {
     let mut conn = config.conn.clone();
     if conn.get_connect_timeout().is_none() {
         conn.connect_timeout(Duration::from_secs(10));
@@ -297,6 +307,9 @@ fn connect(config: &PgConfig, location: &str) -> Result<Client, StoreError> {
                 Some(tls) => conn.connect(tls),
             };
             let _ = done.send(connected);
+            if let Some(then) = then {
+                then();
+            }
         })
         .map_err(|e| StoreError::failed(StoreErrorKind::Other, location, format!("cannot start a thread: {e}")))?;
     match result.recv_timeout(limit) {
@@ -528,9 +541,35 @@ fn installed(client: &mut Client) -> Result<Option<i64>, ::postgres::Error> {
     Ok(client.query_opt("SELECT version FROM waymark_schema", &[])?.map(|r| r.get(0)))
 }
 
+/// How long a statement made outside a run may go unanswered before the server is probed, and
+/// how long the probe may take (see `stall`): the URL's `connect_timeout`, else 10 s.
+fn patience(config: &PgConfig) -> Duration {
+    config.conn.get_connect_timeout().copied().unwrap_or(Duration::from_secs(10))
+}
+
+/// A connection to the database of `config` whose statements outside a run are watched (see
+/// `stall`), by the thread that made its handshake.
+fn connect_watched(config: &PgConfig, location: &str) -> Result<(Client, Watch), StoreError> {
+    let patience = patience(config);
+    let (for_probe, at) = (config.clone(), location.to_owned());
+    let probe: Probe = Box::new(move || {
+        let mut client = connect(&for_probe, &at).map_err(|e| match e {
+            StoreError::Failed { detail, .. } => detail,
+            other => other.to_string(),
+        })?;
+        client.is_valid(patience).map_err(|e| detail(&e))
+    });
+    let watch = Watch::new(patience, location, probe);
+    let client = connect_then(config, location, Some(watch.run_later()))?;
+    Ok((client, watch))
+}
+
 /// The shared store. See the module documentation.
 pub(crate) struct PgStore {
     client: RefCell<Client>,
+    /// The watch of its statements made outside a run; `None` for a lease's renewals (a runner's
+    /// lease clock bounds those).
+    watch: Option<Watch>,
     /// A statement of `client` failed for want of an answer from the server. The client learns
     /// that its connection is gone a moment later, on its own thread (`is_closed`): until then a
     /// write made at once would go to the dead connection again. See [`Self::connection_lost`].
@@ -550,21 +589,25 @@ pub(crate) struct PgStore {
 impl PgStore {
     /// Connect and bring the schema up to date.
     pub(crate) fn open(config: &PgConfig, location: &str) -> Result<PgStore, StoreError> {
-        let mut client = connect(config, location)?;
+        let (mut client, watch) = connect_watched(config, location)?;
+        let armed = watch.arm();
         migrate(&mut client, location)?;
-        Ok(PgStore::with(client, config, location, SCHEMA_VERSION))
+        drop(armed);
+        Ok(PgStore::with(client, watch, config, location, SCHEMA_VERSION))
     }
 
     /// [`PgStore::open`] of a database where something was recorded: `None`, creating nothing, where
     /// waymark's schema is not (no run was ever recorded there).
     pub(crate) fn open_existing(config: &PgConfig, location: &str) -> Result<Option<PgStore>, StoreError> {
-        let mut client = connect(config, location)?;
+        let (mut client, watch) = connect_watched(config, location)?;
+        let armed = watch.arm();
         let found = installed(&mut client).map_err(|e| StoreError::failed(kind_of(&e), location, detail(&e)))?;
         if found.is_none() {
             return Ok(None);
         }
         migrate(&mut client, location)?;
-        Ok(Some(PgStore::with(client, config, location, SCHEMA_VERSION)))
+        drop(armed);
+        Ok(Some(PgStore::with(client, watch, config, location, SCHEMA_VERSION)))
     }
 
     /// Connect for a command that only looks: a database of an older schema is read as it is,
@@ -572,7 +615,8 @@ impl PgStore {
     /// migrates it). `None` for a database without waymark's schema: no run was ever recorded
     /// there, and a looking command writes nothing (the database may be a read-only one).
     pub(crate) fn open_for_reading(config: &PgConfig, location: &str) -> Result<Option<PgStore>, StoreError> {
-        let mut client = connect(config, location)?;
+        let (mut client, watch) = connect_watched(config, location)?;
+        let armed = watch.arm();
         let found = installed(&mut client).map_err(|e| StoreError::failed(kind_of(&e), location, detail(&e)))?;
         let schema = match found {
             None => return Ok(None),
@@ -583,12 +627,14 @@ impl PgStore {
                 SCHEMA_VERSION
             }
         };
-        Ok(Some(PgStore::with(client, config, location, schema)))
+        drop(armed);
+        Ok(Some(PgStore::with(client, watch, config, location, schema)))
     }
 
-    fn with(client: Client, config: &PgConfig, location: &str, schema: i64) -> PgStore {
+    fn with(client: Client, watch: Watch, config: &PgConfig, location: &str, schema: i64) -> PgStore {
         PgStore {
             client: RefCell::new(client),
+            watch: Some(watch),
             lost: Cell::new(false),
             prepared: RefCell::default(),
             config: config.clone(),
@@ -623,6 +669,11 @@ impl PgStore {
     /// Why a write was refused when a fenced-off runner made it.
     fn fenced(&self, run_id: &str, owner: &str, why: String) -> StoreError {
         StoreError::Fenced { run_id: run_id.to_owned(), location: self.location.clone(), owner: owner.to_owned(), why }
+    }
+
+    /// Watch a statement made outside a run (see `stall`); a run's are bounded by its lease clock.
+    fn watched(&self) -> Option<Armed<'_>> {
+        self.watch.as_ref().filter(|_| self.clock.is_none()).map(Watch::arm)
     }
 
     /// Whether the connection is gone: closed, or a statement on it went unanswered.
@@ -673,6 +724,7 @@ impl PgStore {
                 }
                 return Err(e);
             }
+            let armed = self.watched();
             let mut client = self.client.borrow_mut();
             let margin_ms = self.clock.as_ref().map_or(0.0, |c| c.timing().margin_ms());
             let attempt = (|| {
@@ -688,6 +740,7 @@ impl PgStore {
                 Ok(out)
             })();
             drop(client);
+            drop(armed);
             if let Err(Fail::Pg(e) | Fail::Commit(e)) = &attempt {
                 self.note_failure(e);
             }
@@ -711,6 +764,7 @@ impl PgStore {
 
     /// Run `f` in a read-only transaction (one consistent snapshot).
     fn read<T>(&self, f: impl FnOnce(&mut Tx) -> Result<T, Fail>) -> Result<T, StoreError> {
+        let armed = self.watched();
         let mut client = self.client.borrow_mut();
         let result = (|| {
             let tx = client
@@ -724,6 +778,7 @@ impl PgStore {
             Ok(out)
         })();
         drop(client);
+        drop(armed);
         if result.is_err() {
             self.prepared.borrow_mut().clear();
         }
@@ -764,6 +819,7 @@ impl PgStore {
     ) -> Result<Result<i64, String>, StoreError> {
         let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         let pid = i64::from(std::process::id());
+        let _armed = self.watched();
         let mut client = self.client.borrow_mut();
         let taken = client
             .query_opt(
@@ -1367,6 +1423,7 @@ impl Store for PgStore {
 
     fn fenced_by(&mut self, clock: Arc<LeaseClock>) {
         self.clock = Some(clock);
+        self.watch = None;
     }
 }
 
@@ -1756,13 +1813,15 @@ impl FlowLease {
         owner: &str,
         timing: LeaseTiming,
     ) -> Result<Leased, StoreError> {
-        let store = PgStore::open(config, location)?;
+        let mut store = PgStore::open(config, location)?;
         let sent = Instant::now();
         let token = match store.try_lease(lease_key, owner, timing.ttl)? {
             Ok(token) => token,
             Err(holder) => return Ok(Leased::Held(holder)),
         };
         let clock = Arc::new(LeaseClock::new(timing, sent));
+        // Its renewals are bounded by the lease clock, which fences the runner off in time.
+        store.watch = None;
         let (stop, stopped) = std::sync::mpsc::channel();
         let renewer = Renewer { store, lease_key: lease_key.to_owned(), owner: owner.to_owned(), token };
         let for_thread = Arc::clone(&clock);
