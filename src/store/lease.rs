@@ -118,6 +118,8 @@ struct ClockState {
     last_error: Option<String>,
     /// Since when the run's write on the database has waited for its answer, while one does.
     writing_since: Option<std::time::Instant>,
+    /// When the renewal under way was sent, while one is.
+    renewing_since: Option<std::time::Instant>,
 }
 
 /// How long a runner that has fenced itself off waits for a thread still stuck on the database
@@ -129,7 +131,13 @@ pub(crate) const LET_GO_AFTER: std::time::Duration = std::time::Duration::from_s
 impl LeaseClock {
     /// A lease taken (or renewed) by a statement sent at `sent`.
     pub(crate) fn new(timing: LeaseTiming, sent: std::time::Instant) -> LeaseClock {
-        let state = ClockState { valid_until: sent + timing.ttl, fenced: None, last_error: None, writing_since: None };
+        let state = ClockState {
+            valid_until: sent + timing.ttl,
+            fenced: None,
+            last_error: None,
+            writing_since: None,
+            renewing_since: None,
+        };
         LeaseClock { timing, state: std::sync::Mutex::new(state) }
     }
 
@@ -146,6 +154,11 @@ impl LeaseClock {
         let mut s = self.lock();
         s.valid_until = s.valid_until.max(sent + self.timing.ttl);
         s.last_error = None;
+    }
+
+    /// A renewal was sent at `sent` (`Some`), or answered (`None`).
+    pub(crate) fn renewing(&self, sent: Option<std::time::Instant>) {
+        self.lock().renewing_since = sent;
     }
 
     /// A renewal failed (the database could not be reached, say).
@@ -190,9 +203,17 @@ impl LeaseClock {
     pub(crate) fn fenced(&self) -> Option<String> {
         let mut s = self.lock();
         if s.fenced.is_none() && std::time::Instant::now() >= s.valid_until - self.timing.margin() {
-            let why = match &s.last_error {
-                Some(e) => format!("could not renew its lease before it would expire ({e})"),
-                None => "could not renew its lease before it would expire".to_owned(),
+            // A renewal under way for longer than the time between two (not one merely on its
+            // way) is the latest word: an earlier failure is not why.
+            let stuck = s.renewing_since.filter(|sent| sent.elapsed() > self.timing.renew);
+            let why = match (stuck, &s.last_error) {
+                (Some(sent), _) => format!(
+                    "could not renew its lease before it would expire (its renewal, sent {:.1}s before, has had no \
+                     answer from the database)",
+                    sent.elapsed().as_secs_f64()
+                ),
+                (None, Some(e)) => format!("could not renew its lease before it would expire ({e})"),
+                (None, None) => "could not renew its lease before it would expire".to_owned(),
             };
             s.fenced = Some(why);
         }
@@ -232,6 +253,38 @@ mod tests {
         );
         clock.writing(false);
         assert_eq!(clock.may_renew(), Ok(()), "the write was answered");
+    }
+
+    /// A renewal that has had no answer for longer than the time between two when the lease is
+    /// about to expire is why the runner is fenced off; without one, or with one just sent, the
+    /// last renewal's failure is.
+    #[test]
+    fn a_renewal_left_unanswered_is_why_the_lease_ran_out() {
+        let timing = LeaseTiming { ttl: Duration::from_millis(400), renew: Duration::from_millis(200) };
+        let refused = "could not renew its lease before it would expire (the database refused it)";
+        // `Some(true)`: a renewal sent at the start; `Some(false)`: one sent as the lease runs out.
+        let fenced = |renewal: Option<bool>| {
+            let clock = LeaseClock::new(timing, Instant::now());
+            clock.renewal_failed("the database refused it".to_owned());
+            if renewal == Some(true) {
+                clock.renewing(Some(Instant::now()));
+            }
+            std::thread::sleep(timing.ttl - timing.margin());
+            if renewal == Some(false) {
+                clock.renewing(Some(Instant::now()));
+            }
+            clock.fenced().expect("fenced off once the margin is reached")
+        };
+        let why = fenced(Some(true));
+        let (head, tail) = (
+            "could not renew its lease before it would expire (its renewal, sent ",
+            "s before, has had no answer from the database)",
+        );
+        assert!(why.starts_with(head) && why.ends_with(tail), "{why}");
+        let seconds: f64 = why[head.len()..why.len() - tail.len()].parse().unwrap();
+        assert!(seconds >= 0.3, "{why}");
+        assert_eq!(fenced(Some(false)), refused);
+        assert_eq!(fenced(None), refused);
     }
 
     #[test]

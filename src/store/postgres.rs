@@ -1917,12 +1917,14 @@ impl Renewer {
                 continue;
             }
             let sent = Instant::now();
+            clock.renewing(Some(sent));
             let renewed = self.store.client.borrow_mut().execute(
                 "UPDATE waymark_leases SET expires_at = clock_timestamp() + $4 * interval '1 millisecond'
                  WHERE lease_key = $1 AND owner = $2 AND token = $3
                    AND expires_at > clock_timestamp() + $5 * interval '1 millisecond'",
                 &[&self.lease_key, &self.owner, &self.token, &ttl_ms, &margin_ms],
             );
+            clock.renewing(None);
             match renewed {
                 Ok(1) => clock.renewed(sent),
                 Ok(_) => {
