@@ -114,7 +114,13 @@ pub(crate) fn parse(text: &str) -> Result<StoreUrl, UrlError> {
                 .into()));
         }
         let (text, mode, roots) = take_tls_params(text).map_err(bad)?;
-        let conn: postgres::Config = text.parse().map_err(|e: postgres::Error| bad(e.to_string()))?;
+        let conn: postgres::Config = text.parse().map_err(|e: postgres::Error| {
+            // The driver's words (`invalid connection string`), then which parameter it refused.
+            match std::error::Error::source(&e) {
+                Some(why) => bad(format!("{e}: {why}")),
+                None => bad(e.to_string()),
+            }
+        })?;
         if conn.get_hosts().is_empty() {
             return Err(bad("it names no host".into()));
         }
@@ -334,6 +340,21 @@ mod tests {
                      the form is `postgres://USER:PASSWORD@HOST:PORT/DATABASE?sslmode=require`"
                 ),
                 "{url}"
+            );
+        }
+        // A parameter or port the driver refuses is named.
+        for (url, why) in [
+            ("postgres://u:pw@h/db?bogus=1", "unknown option `bogus`"),
+            ("postgres://u:pw@h:99999/db", "invalid value for option `port`"),
+            ("postgres://u:pw@h/db?connect_timeout=abc", "invalid value for option `connect_timeout`"),
+        ] {
+            assert_eq!(
+                parse(url).unwrap_err().to_string(),
+                format!(
+                    "store `{}` is not a valid PostgreSQL URL: invalid connection string: {why}; the form is \
+                     `postgres://USER:PASSWORD@HOST:PORT/DATABASE?sslmode=require`",
+                    url.replace(":pw@", "@")
+                ),
             );
         }
         // Not a URL (`:/` for `://`): its scheme alone is shown.
