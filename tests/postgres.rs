@@ -1122,4 +1122,33 @@ fn a_nameless_flow_s_history_is_its_host_s() {
     assert_eq!(listed(&["history"]), both);
     let status = runner(&env, &url, "host-a", &["status", "flow.toml"]).output().unwrap();
     assert!(String::from_utf8_lossy(&status.stdout).contains(&id("host-a")), "{}", stderr(&status));
+    // A host without runs of its own of the file is told of the other hosts' and how to see them.
+    let store = without_password(&url);
+    let path = std::fs::canonicalize(env.path("flow.toml")).unwrap();
+    let elsewhere = "a flow without `name` is its file on each host, and hosts host-a and host-b have runs of \
+                     their own of it: `waymark history` lists every host's runs (a `name` in the flow makes one flow \
+                     of them), `--store URL` (or WAYMARK_STORE) looks in another";
+    let history = runner(&env, &url, "host-c", &["history", "flow.toml"]).output().unwrap();
+    assert_eq!(
+        (history.status.code(), stderr(&history)),
+        (
+            Some(0),
+            format!(
+                "no runs yet of flow `flow.toml` on this host (host-c) in the store {store} (chosen by \
+                 WAYMARK_STORE); {elsewhere}\n"
+            )
+        )
+    );
+    let status = runner(&env, &url, "host-c", &["status", "flow.toml"]).output().unwrap();
+    assert_eq!(
+        (status.status.code(), stderr(&status)),
+        (
+            Some(2),
+            format!(
+                "error: no runs of the flow file {} on this host (host-c) in the store {store} (chosen by \
+                 WAYMARK_STORE); {elsewhere}\n",
+                path.display()
+            )
+        )
+    );
 }

@@ -7,6 +7,7 @@ use crate::events::EarlierAttempt;
 use crate::flow::Flow;
 use crate::flow::model::shell_word;
 use crate::reporter::short;
+use crate::store::lease::host_id;
 use crate::store::lock::FlowLock;
 use crate::store::{
     AttemptRecord, AttemptState, AuxKind, AuxRun, FlowKey, RunFilter, RunRecord, RunStatus, StateDir, StepRecord,
@@ -228,15 +229,19 @@ pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: 
         ));
     }
     let store = read_store(state)?;
-    let runs = match flow {
-        None => store.list_runs(RunFilter::All, limit)?,
+    let (runs, others) = match flow {
+        None => (store.list_runs(RunFilter::All, limit)?, None),
         Some(f) => {
             let chosen = choose_flow(store.as_ref(), f, Looking { state, for_run: false })?;
             let runs = store.list_runs(chosen.filter(f), limit)?;
             if let Some(mistake) = runs.is_empty().then(|| chosen.missing_file(f)).flatten() {
                 return Err(CliError::Usage(mistake));
             }
-            runs
+            let others = match runs.is_empty() {
+                true => other_hosts(store.as_ref(), chosen.filter(f))?,
+                false => None,
+            };
+            (runs, others)
         }
     };
     // The runs recorded as running whose runner is gone, as `status` tells them, with the last
@@ -263,9 +268,12 @@ pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: 
         return Ok(EXIT_OK);
     }
     if runs.is_empty() {
-        let what = format!("no runs yet{}", flow.map(|f| format!(" of flow `{f}`")).unwrap_or_default());
+        let mut what = format!("no runs yet{}", flow.map(|f| format!(" of flow `{f}`")).unwrap_or_default());
+        if others.is_some() {
+            what.push_str(&format!(" on this host ({})", host_id()));
+        }
         // Where it looked: runs kept elsewhere are the usual reason for none here.
-        note!("{}", super::no_runs(&what, None, false, state));
+        note!("{}", super::no_runs(&what, others.as_deref(), false, state));
         return Ok(EXIT_OK);
     }
     // The flow column fits the longest name shown with two spaces after it (20 at least).
@@ -293,6 +301,24 @@ pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: 
     Ok(EXIT_OK)
 }
 
+/// For a flow argument that found no runs of this host's (`filter`): the other hosts of a shared
+/// store that have runs of it as a flow without `name` (which is its file on each host), and how
+/// to see them; `None` if none has.
+fn other_hosts(store: &dyn Store, filter: RunFilter<'_>) -> Result<Option<String>, CliError> {
+    let hosts = store.other_hosts(filter)?;
+    let named = match hosts.as_slice() {
+        [] => return Ok(None),
+        [one] => format!("host {one} has runs"),
+        [a, b] => format!("hosts {a} and {b} have runs"),
+        [a, b, c] => format!("hosts {a}, {b} and {c} have runs"),
+        [a, b, rest @ ..] => format!("hosts {a}, {b} and {} more have runs", rest.len()),
+    };
+    Ok(Some(format!(
+        "a flow without `name` is its file on each host, and {named} of their own of it: `waymark history` \
+         lists every host's runs (a `name` in the flow makes one flow of them)"
+    )))
+}
+
 /// A run by id, or the newest run of a flow (by file path or name), or the newest run of all.
 pub(super) fn find_run(store: &dyn Store, state: &StateDir, target: Option<&str>) -> Result<RunRecord, CliError> {
     match target {
@@ -300,9 +326,26 @@ pub(super) fn find_run(store: &dyn Store, state: &StateDir, target: Option<&str>
             Ok(r) => Ok(r),
             Err(StoreError::NoSuchRun(_)) => {
                 let chosen = choose_flow(store, t, Looking { state, for_run: true })?;
-                store.list_runs(chosen.filter(t), 1)?.into_iter().next().ok_or_else(|| {
+                let found = store.list_runs(chosen.filter(t), 1)?.into_iter().next();
+                let others = match found {
+                    Some(_) => None,
+                    None => other_hosts(store, chosen.filter(t))?,
+                };
+                found.ok_or_else(|| {
                     if let Some(mistake) = chosen.missing_file(t) {
                         return CliError::Usage(format!("no run has the id `{t}`; {mistake}"));
+                    }
+                    if let Some(others) = others {
+                        let what = match chosen {
+                            Chosen::File(path) => format!("no runs of the flow file {}", shown_path(&path)),
+                            _ => format!("no run with id `{t}` and no runs of a flow named `{t}`"),
+                        };
+                        return CliError::Usage(super::no_runs(
+                            &format!("{what} on this host ({})", host_id()),
+                            Some(&others),
+                            false,
+                            state,
+                        ));
                     }
                     match chosen {
                         Chosen::File(path) => CliError::Usage(super::no_runs(

@@ -800,6 +800,12 @@ pub trait Store: RunLog + Send {
     ) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(None)
     }
+    /// The other hosts with runs of a flow without `name` that `filter` selects there (such a
+    /// flow is its file on each host, and `filter` selects only this host's): none where the store
+    /// is one host's.
+    fn other_hosts(&self, _filter: RunFilter<'_>) -> Result<Vec<String>, StoreError> {
+        Ok(Vec::new())
+    }
     /// Who holds the lease on run `run_id`'s flow now, for a shared store whose leases are rows
     /// of its own (`Ok(None)` when nobody's lease is live); `None` where leases are file locks (the
     /// embedded store: see `lock.rs`).

@@ -1417,6 +1417,24 @@ impl Store for PgStore {
         })
     }
 
+    fn other_hosts(&self, filter: RunFilter<'_>) -> Result<Vec<String>, StoreError> {
+        let (column, value) = match filter {
+            RunFilter::All => return Ok(Vec::new()),
+            RunFilter::Name(name) => ("flow", name.to_owned()),
+            RunFilter::File(path) => ("flow_path", path.display().to_string()),
+            RunFilter::Key(key) => ("flow_key", key.as_str().to_owned()),
+        };
+        self.read(|tx| {
+            let rows = tx.query(
+                &format!(
+                    "SELECT DISTINCT key_host FROM waymark_runs WHERE {column} = $1 AND key_host <> $2 ORDER BY 1"
+                ),
+                &[&value, &host_id()],
+            )?;
+            Ok(rows.iter().map(|r| r.get(0)).collect())
+        })
+    }
+
     fn lease_holder(&self, run_id: &str) -> Option<Result<Option<String>, StoreError>> {
         Some(self.run_lease_holder(run_id))
     }
