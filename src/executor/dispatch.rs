@@ -1010,6 +1010,21 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         }
     }
 
+    /// [`Self::result`] of an attempt that ended at `ended`: its end is recorded as that moment,
+    /// not as when the dispatcher came to it (after a write of its pid that the database was slow
+    /// to answer, say).
+    fn result_at(
+        &self,
+        ended: Instant,
+        outcome: AttemptOutcome,
+        exit_code: Option<i32>,
+        signal: Option<String>,
+    ) -> AttemptResult {
+        let mut result = self.result(outcome, exit_code, signal);
+        result.ended_at = result.ended_at.checked_sub(ended.elapsed()).unwrap_or(result.ended_at);
+        result
+    }
+
     /// The error of a compensation or hook that ended so: named as an attempt's would be, with no
     /// error file, traceback or `exit_codes` consulted (they are a step's, not its handlers').
     fn aux_error(&self, ending: &Ending) -> ErrorValue {
@@ -1033,7 +1048,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         for message in warnings {
             self.emitter.warning(Some(&name), message);
         }
-        let result = AttemptResult { outputs: found, ..self.result(AttemptOutcome::Succeeded, Some(0), None) };
+        let result =
+            AttemptResult { outputs: found, ..self.result_at(ended.ended, AttemptOutcome::Succeeded, Some(0), None) };
         // The steps it lets start are started in this turn of the loop: the success is committed
         // with the first one's start (see `Held`), unless the crash hook is to stop the runner
         // right after it.
@@ -1078,7 +1094,10 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     async fn cancelled(&mut self, index: usize, ended: Ended) -> Result<(), ExecError> {
         let signal = self.cancelled.filter(|_| !self.fail_fast_first).map(|s| s.name().to_owned());
         let killed_after_grace = ended.killed_after_grace;
-        let result = AttemptResult { killed_after_grace, ..self.result(AttemptOutcome::Cancelled, None, signal) };
+        let result = AttemptResult {
+            killed_after_grace,
+            ..self.result_at(ended.ended, AttemptOutcome::Cancelled, None, signal)
+        };
         self.parts.journal.attempt_finished(ended.row, &result, &StepUpdate::Pending).await?;
         let signal = result.signal;
         self.set_slot(index, Slot::Ready { attempt: ended.attempt, redelivered: true });
@@ -1157,7 +1176,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         let result = AttemptResult {
             error: Some(error.clone()),
             killed_after_grace: ended.killed_after_grace,
-            ..self.result(AttemptOutcome::Failed, exit_code, signal)
+            ..self.result_at(ended.ended, AttemptOutcome::Failed, exit_code, signal)
         };
         // A retry due at once is started in this turn of the loop: the outcome is committed with
         // its start (see `Held`), unless the crash hook is to stop the runner right after it.

@@ -183,8 +183,12 @@ struct FakeJournal {
     /// locked).
     start_takes: Duration,
     finish_takes: Duration,
-    /// Whether recording a spawned child's pid fails (the store is gone mid-run).
+    /// Whether recording a spawned child's pid fails (the store is gone mid-run), and how long it
+    /// takes (a database slow to answer).
     spawned_fails: bool,
+    spawned_takes: Duration,
+    /// Each attempt's row and recorded end, since the start.
+    ends: Shared<(i64, Duration)>,
     /// What the dispatcher last said of its children (see `RunJournal::children_alive`), and the
     /// launcher's count of those running.
     alive: bool,
@@ -270,6 +274,7 @@ impl RunJournal for FakeJournal {
     }
 
     async fn attempt_spawned(&mut self, row: i64, _pid: u32, _proc_start: Option<u64>) -> Result<(), StoreError> {
+        tokio::time::sleep(self.spawned_takes).await;
         if self.spawned_fails {
             return Err(StoreError::failed(StoreErrorKind::Full, "fake", "disk full"));
         }
@@ -284,6 +289,7 @@ impl RunJournal for FakeJournal {
         update: &StepUpdate,
     ) -> Result<(), StoreError> {
         tokio::time::sleep(self.finish_takes).await;
+        self.ends.borrow_mut().push((row, since_base(result.ended_at)));
         self.write(Self::finished(row, result, update));
         Ok(())
     }
@@ -296,6 +302,7 @@ impl RunJournal for FakeJournal {
         next: &NextAttempt<'_>,
     ) -> Result<i64, StoreError> {
         tokio::time::sleep(self.finish_takes.max(self.start_takes)).await;
+        self.ends.borrow_mut().push((row, since_base(result.ended_at)));
         let finished = Self::finished(row, result, update);
         self.next_row += 1;
         let again = if next.redelivered { " redelivered" } else { "" };
@@ -375,6 +382,8 @@ struct Ran {
     /// Writes made while the dispatcher said no child was alive (every journal write checks that
     /// none was: see `FakeJournal::write`).
     idle_writes: usize,
+    /// Each attempt's row and recorded end, since the start.
+    ends: Vec<(i64, Duration)>,
 }
 
 impl Ran {
@@ -446,6 +455,7 @@ struct Test {
     start_takes: Duration,
     finish_takes: Duration,
     spawned_fails: bool,
+    spawned_takes: Duration,
 }
 
 fn flow(toml: &str) -> Arc<Flow> {
@@ -473,6 +483,7 @@ impl Test {
             start_takes: Duration::ZERO,
             finish_takes: Duration::ZERO,
             spawned_fails: false,
+            spawned_takes: Duration::ZERO,
         }
     }
 
@@ -482,6 +493,7 @@ impl Test {
         let (leftovers, killed): (Shared<String>, Shared<u32>) = Default::default();
         let looked = Rc::new(std::cell::Cell::new(0));
         let (live, idle_writes) = (Arc::new(AtomicUsize::new(0)), Rc::new(Cell::new(0)));
+        let ends: Shared<(i64, Duration)> = Default::default();
         let (sig_tx, sig_rx) = mpsc::unbounded_channel();
         for (after, sig) in self.signals {
             let tx = sig_tx.clone();
@@ -506,6 +518,8 @@ impl Test {
                 start_takes: self.start_takes,
                 finish_takes: self.finish_takes,
                 spawned_fails: self.spawned_fails,
+                spawned_takes: self.spawned_takes,
+                ends: Rc::clone(&ends),
                 alive: true,
                 live,
                 idle_writes: Rc::clone(&idle_writes),
@@ -543,6 +557,7 @@ impl Test {
             took,
             turns: looked.get(),
             idle_writes: idle_writes.get(),
+            ends: take(ends),
         }
     }
 }
@@ -2167,4 +2182,16 @@ timeout = 20
     // (`d`'s attempt counts from when it was issued, at 0, as its timeout does.)
     assert_eq!(ran.took, secs(11));
     assert_eq!(ran.outcome(), RunOutcome::Succeeded);
+}
+
+/// A child that ends while the write of its pid waits for the database: its end is recorded as
+/// when it ended, not as when the dispatcher, once the write was answered, came to it.
+#[tokio::test(start_paused = true)]
+async fn an_attempt_that_ends_while_its_pid_is_written_is_recorded_ending_when_it_did() {
+    let mut test = Test::new("[[step]]\nname = 'a'\nrun = ['quick']\n[[step]]\nname = 'b'\nrun = ['quick']\n");
+    test.spawned_takes = secs(5);
+    let ran = test.run(|_, _| exit(1, 0)).await;
+    assert!(matches!(ran.result, Ok(RunOutcome::Succeeded)), "{:?}", ran.result);
+    // a ends 1 s after its spawn (at 0), b 1 s after its own (at 5, when a's pid was written).
+    assert_eq!(ran.ends, [(1, secs(1)), (2, secs(6))]);
 }
