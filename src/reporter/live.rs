@@ -572,16 +572,8 @@ impl ScreenState {
         if self.text.is_empty() && self.shown_current {
             return;
         }
-        let mut out = Vec::with_capacity(self.text.len() + self.bars.len() + 16);
-        // From the end of the last line of bars: to the start of their first line, then erase
-        // everything below.
-        if self.shown_lines > 0 {
-            out.push(b'\r');
-            if self.shown_lines > 1 {
-                let _ = write!(Bytes(&mut out), "\x1b[{}A", self.shown_lines - 1);
-            }
-            out.extend_from_slice(b"\x1b[J");
-        }
+        let mut out = Vec::with_capacity(self.text.len() + self.bars.len() + 16 + 8 * self.shown_lines);
+        erase_lines(&mut out, self.shown_lines);
         out.append(&mut self.text);
         out.extend_from_slice(&self.bars);
         sink.queue(out, std::mem::take(&mut self.text_child));
@@ -589,6 +581,30 @@ impl ScreenState {
         self.shown_current = true;
         self.last_sent = Some(Instant::now());
     }
+}
+
+/// Erase the `lines` rows of bars the cursor ends (from the end of their last row), leaving it at
+/// the start of their first. Row by row (erase in line), not by erasing the screen below: tmux
+/// takes an erase from the top left corner (bars at the top of an empty screen) for a clearing of
+/// the screen and keeps what it shows in the scrollback.
+fn erase_lines(out: &mut Vec<u8>, lines: usize) {
+    if lines == 0 {
+        return;
+    }
+    out.push(b'\r');
+    let up = |out: &mut Vec<u8>| {
+        if lines > 1 {
+            let _ = write!(Bytes(out), "\x1b[{}A", lines - 1);
+        }
+    };
+    up(out);
+    for row in 0..lines {
+        out.extend_from_slice(b"\x1b[2K");
+        if row + 1 < lines {
+            out.extend_from_slice(b"\x1b[B");
+        }
+    }
+    up(out);
 }
 
 /// `write!` into bytes.
@@ -725,6 +741,18 @@ mod tests {
         assert_eq!(layout.fit("fetch  attempt 1/3", 2), "fetch  at…");
         assert_eq!(layout.fit("fetch", 2), "fetch");
         assert_eq!(layout.fit("fetch  attempt 1/3", 20), "");
+    }
+
+    #[test]
+    fn the_bars_are_erased_row_by_row_leaving_the_cursor_at_their_start() {
+        let erased = |lines| {
+            let mut out = Vec::new();
+            erase_lines(&mut out, lines);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(erased(0), "");
+        assert_eq!(erased(1), "\r\x1b[2K");
+        assert_eq!(erased(3), "\r\x1b[2A\x1b[2K\x1b[B\x1b[2K\x1b[B\x1b[2K\x1b[2A");
     }
 
     #[test]
