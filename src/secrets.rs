@@ -184,6 +184,80 @@ impl Secrets {
         std::fs::rename(&temp, path)
     }
 
+    /// [`Secrets::scrub_file`] of a file that may be JSON (an error file): a secret that a string
+    /// of it holds written in JSON's escapes (`\u00e9`, `\"`, as Python's `json.dump` writes every
+    /// character beyond ASCII), which its bytes do not show, is hidden too. Its bytes are scrubbed
+    /// first; then a JSON file of at most `limit` bytes whose strings (or keys) still hold a secret
+    /// is written anew from its parsed form, each secret hidden.
+    pub(crate) fn scrub_json_file(&self, path: &Path, limit: u64) -> std::io::Result<()> {
+        if self.is_empty() {
+            return Ok(());
+        }
+        self.scrub_file(path)?;
+        let mut bytes = Vec::new();
+        match crate::os::fs::open_read_nofollow(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+            Ok(file) if file.metadata()?.is_file() => {
+                file.take(limit + 1).read_to_end(&mut bytes)?;
+            }
+            Ok(_) => return Ok(()),
+        }
+        let text = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
+        if bytes.len() as u64 > limit {
+            return Ok(());
+        }
+        let Ok(value) = serde_json::from_slice::<serde_json::Value>(text) else { return Ok(()) };
+        let mut hidden = false;
+        let value = self.hide_in_json(value, &mut hidden);
+        if !hidden {
+            return Ok(());
+        }
+        let mut name = path.file_name().unwrap_or_default().to_owned();
+        name.push(".scrubbed");
+        let temp = path.with_file_name(name);
+        crate::os::fs::remove_any(&temp)?;
+        let written = crate::os::fs::open_append_private(&temp)
+            .and_then(|mut out| out.write_all(&serde_json::to_vec(&value).unwrap_or_default()));
+        if let Err(e) = written.and_then(|()| std::fs::rename(&temp, path)) {
+            let _ = std::fs::remove_file(&temp);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// `value` with every secret in its strings and keys hidden; `hidden` is set if one was.
+    fn hide_in_json(&self, value: serde_json::Value, hidden: &mut bool) -> serde_json::Value {
+        use serde_json::Value;
+        let mut text = |t: String| match self.redact(&t) {
+            Cow::Borrowed(_) => t,
+            Cow::Owned(masked) => {
+                *hidden = true;
+                masked
+            }
+        };
+        match value {
+            Value::String(t) => Value::String(text(t)),
+            Value::Array(items) => Value::Array(items.into_iter().map(|v| self.hide_in_json(v, hidden)).collect()),
+            Value::Object(map) => {
+                let pairs: Vec<(String, Value)> = map.into_iter().collect();
+                let mut out = serde_json::Map::new();
+                for (k, v) in pairs {
+                    let k = match self.redact(&k) {
+                        Cow::Borrowed(_) => k,
+                        Cow::Owned(masked) => {
+                            *hidden = true;
+                            masked
+                        }
+                    };
+                    out.insert(k, self.hide_in_json(v, hidden));
+                }
+                Value::Object(out)
+            }
+            other => other,
+        }
+    }
+
     /// The longest end of `bytes` that is the start (not the whole) of some secret: the bytes
     /// that may turn out to be a secret once more come.
     fn unfinished_tail(&self, bytes: &[u8]) -> usize {
@@ -428,6 +502,39 @@ mod tests {
         std::fs::write(&clean, "hunter2").unwrap();
         assert!(s.scrub_file(&dir.path().join("link")).is_err());
         assert_eq!(std::fs::read_to_string(&clean).unwrap(), "hunter2");
+    }
+
+    /// A secret that an error file's JSON holds in escapes (as Python's `json.dump` writes any
+    /// character beyond ASCII, and a `"` always) is hidden in the file too; a file that is not JSON
+    /// is scrubbed as bytes.
+    #[test]
+    fn a_secret_written_in_json_escapes_is_hidden_in_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("attempt-1.error.json");
+        let s = secrets(&["pässwörd", "a\"b", "hunter2"]);
+        let written = r#"{"class": "AuthError", "message": "p\u00e4ssw\u00f6rd and a\"b refused", "n": 42,
+            "bases": ["Exception"], "detail": {"hunter2": ["hunter2"]}}"#;
+        std::fs::write(&path, written).unwrap();
+        s.scrub_json_file(&path, 64 * 1024).unwrap();
+        let kept: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(
+            kept,
+            serde_json::json!({"class": "AuthError", "message": "*** and *** refused", "n": 42,
+                "bases": ["Exception"], "detail": {"***": ["***"]}})
+        );
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names.len(), 1, "no temporary file left: {names:?}");
+        // A secret written as it is: the bytes are scrubbed, the file keeps its form.
+        std::fs::write(&path, "{\"message\": \"hunter2\"}").unwrap();
+        s.scrub_json_file(&path, 64 * 1024).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"message\": \"***\"}");
+        // Not JSON, or larger than the limit: its bytes are scrubbed.
+        std::fs::write(&path, "{\"message\": \"hunter2 and p\\u00e4ssw\\u00f6rd").unwrap();
+        s.scrub_json_file(&path, 64 * 1024).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"message\": \"*** and p\\u00e4ssw\\u00f6rd");
+        std::fs::write(&path, written).unwrap();
+        s.scrub_json_file(&path, 16).unwrap();
+        assert!(std::fs::read_to_string(&path).unwrap().contains(r#"p\u00e4ssw\u00f6rd and a\"b"#));
     }
 
     #[test]

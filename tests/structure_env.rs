@@ -596,7 +596,8 @@ fn secrets_never_reach_the_terminal_the_logs_status_or_the_state_directory() {
          shell = '''\n\
          printf 'token=%s' \"${API_TOKEN%-token}-\"; sleep 0.3; printf 'token region=%s\\n' \"$REGION\"\n\
          echo \"tok=$API_TOKEN\" >> \"$WAYMARK_OUTPUT\"\n\
-         printf '{\"type\": \"Unused\", \"message\": \"%s\"}' \"$API_TOKEN\" > \"$WAYMARK_ERROR_FILE\"\n\
+         printf '{\"type\": \"Unused\", \"message\": \"%s\", \"escaped\": \"hunter2\\\\u002dtoken\"}' \"$API_TOKEN\" \
+         > \"$WAYMARK_ERROR_FILE\"\n\
          '''\n\
          [[step]]\nname = 'load'\nretry = { attempts = 2 }\n\
          shell = '''\n\
@@ -680,6 +681,13 @@ fn secrets_never_reach_the_terminal_the_logs_status_or_the_state_directory() {
     assert_eq!(
         std::fs::read_to_string(error_file).unwrap(),
         "{\"type\": \"PermissionError\", \"message\": \"login *** refused\"}"
+    );
+    // A success's error file that holds the token in JSON's escapes too (`\u002d` for its `-`):
+    // written anew, with both hidden.
+    let unused = env.state().join(format!("logs/{id}/fetch/attempt-1.error.json"));
+    assert_eq!(
+        std::fs::read_to_string(unused).unwrap(),
+        "{\"escaped\":\"***\",\"message\":\"***\",\"type\":\"Unused\"}"
     );
     for secret in [token, password] {
         assert!(!holds(&out.stdout, secret) && !holds(&out.stderr, secret), "{secret} on the terminal");

@@ -488,8 +488,14 @@ impl Launcher for ProcessLauncher {
                 let scrub = {
                     let paths = paths.clone();
                     move || {
-                        let failed =
-                            paths.into_iter().filter_map(|path| declared.scrub_file(&path).err().map(|e| (path, e)));
+                        let failed = paths.into_iter().filter_map(|path| {
+                            let scrubbed = match path.extension().is_some_and(|e| e == "json") {
+                                // The error file: its strings may hold a secret in JSON's escapes.
+                                true => declared.scrub_json_file(&path, outputs::MAX_FILE as u64),
+                                false => declared.scrub_file(&path),
+                            };
+                            scrubbed.err().map(|e| (path, e))
+                        });
                         failed.map(|(path, e)| unhidden(&path, &e)).collect()
                     }
                 };
