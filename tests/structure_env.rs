@@ -852,3 +852,26 @@ fn run_beside_a_store_password(env: &Env) -> std::process::Output {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     out
 }
+
+/// A secret that is part of the error class a step reports in its error file: the retry policy
+/// matches the class as the step wrote it (the attempt is retried), and the class is recorded and
+/// shown with the secret hidden.
+#[test]
+fn a_secret_inside_an_error_class_does_not_change_what_the_policy_retries() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "secret_env = ['TENANT']\n[errors]\nAcmeBusyError = ['Exception']\n\
+         [[step]]\nname = 'call'\nretry = { attempts = 2, exception_types = ['AcmeBusyError'] }\n\
+         shell = '''printf '{\"type\": \"AcmeBusyError\", \"message\": \"busy\"}' > \"$WAYMARK_ERROR_FILE\"; exit 1'''\n",
+    );
+    let out = env.cmd(&["run", "--quiet", "flow.toml"]).env("TENANT", "Acme").output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let status = json_of(&env, &["status", "--json", "--attempts"]);
+    let classes: Vec<&Value> =
+        status["steps"][0]["attempts"].as_array().unwrap().iter().map(|a| &a["error"]["class"]).collect();
+    assert_eq!(classes, [&json!("***BusyError"), &json!("***BusyError")], "{status}");
+    let id = run_id(&env);
+    let kept = std::fs::read_to_string(env.state().join(format!("logs/{id}/call/attempt-1.error.json"))).unwrap();
+    assert_eq!(kept, "{\"type\": \"***BusyError\", \"message\": \"busy\"}");
+}

@@ -158,8 +158,8 @@ struct Ended {
     ended: Instant,
     /// Stopping it took SIGKILL after the grace period.
     killed_after_grace: bool,
-    /// The end of its stderr as it passed (`None`: read from its log).
-    stderr_tail: Option<super::output::StderrTail>,
+    /// Its evidence as its end found it.
+    left: super::Left,
 }
 
 /// How a catch handler ended: its outcome and exit status, how long its process ran, why it did
@@ -878,7 +878,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 issued,
                 ended: Instant::now(),
                 killed_after_grace: false,
-                stderr_tail: None,
+                left: Default::default(),
             };
             return self.failed(index, ended, Ending::TimedOutBeforeStart(timeout), None).await;
         }
@@ -913,7 +913,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                     issued,
                     ended: Instant::now(),
                     killed_after_grace: false,
-                    stderr_tail: None,
+                    left: Default::default(),
                 };
                 self.failed(index, ended, Ending::NotStarted(why), None).await
             }
@@ -935,7 +935,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 }
                 Err(ExecError::Files { path, source: error })
             }
-            Msg::Done { step: index, row, end, exited, killed_after_grace, notes, stderr_tail } => {
+            Msg::Done { step: index, row, end, exited, killed_after_grace, notes, left } => {
                 if !self.is_current(index, row) {
                     return Ok(()); // the end of an attempt that is over already: nothing to do
                 }
@@ -945,7 +945,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 if let Slot::Handling(_) = self.steps[index].slot {
                     return self.handler_ended(index, end, exited).await;
                 }
-                let ended = self.take_running(index, exited, killed_after_grace, stderr_tail);
+                let ended = self.take_running(index, exited, killed_after_grace, left);
                 match end {
                     End::Exited(ExitKind::Code(0)) => self.succeeded(index, ended).await,
                     End::Exited(ExitKind::Code(code)) => {
@@ -972,18 +972,12 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     }
 
     /// Take the running attempt of a step that just ended (at `ended`, as [`Msg::Done`] says).
-    fn take_running(
-        &mut self,
-        index: usize,
-        ended: Instant,
-        killed_after_grace: bool,
-        stderr_tail: Option<super::output::StderrTail>,
-    ) -> Ended {
+    fn take_running(&mut self, index: usize, ended: Instant, killed_after_grace: bool, left: super::Left) -> Ended {
         match self.set_slot(index, Slot::Failed) {
             Slot::Running(live) => {
                 let Live { attempt, row, stem, stderr_from, issued, .. } = *live;
                 self.child_ended();
-                Ended { attempt, row, stem, stderr_from, issued, ended, killed_after_grace, stderr_tail }
+                Ended { attempt, row, stem, stderr_from, issued, ended, killed_after_grace, left }
             }
             _ => unreachable!("an attempt ends only once, and only while its step runs"),
         }
@@ -1129,16 +1123,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         exit_code: Option<i32>,
     ) -> Result<(), ExecError> {
         let step = self.steps[index].step.clone();
-        let (error, warnings) = evidence::read(
-            &self.flow,
-            &step,
-            ended.attempt,
-            &ending,
-            &ended.stem,
-            ended.stderr_from,
-            ended.stderr_tail.as_ref(),
-            &self.secrets,
-        );
+        let (error, warnings) =
+            evidence::read(&self.flow, &step, ended.attempt, &ending, &ended.stem, ended.stderr_from, ended.left);
         for message in warnings {
             self.emitter.warning(Some(&step.name), message);
         }
@@ -1173,6 +1159,9 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             Ending::Signaled(s) => Some(s.name().to_owned()),
             _ => None,
         };
+        // Matched as the step reported it; recorded and shown with the run's secrets hidden.
+        let mut error = error;
+        self.secrets.redact_error(&mut error);
         let result = AttemptResult {
             error: Some(error.clone()),
             killed_after_grace: ended.killed_after_grace,

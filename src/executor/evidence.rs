@@ -2,14 +2,14 @@
 //! behind (its error file, the tail of its stderr) and how it ended. The classification itself is
 //! `classify`'s; this part reads the files, no-follow, and never fails: what cannot be read is
 //! no evidence. The tail of stderr comes from memory (kept by the output reader as it passed)
-//! when the reader finished; the log is read only when it did not. The error it returns has the
-//! run's secrets hidden (it is recorded and shown); the error file was scrubbed when the attempt
-//! ended, and the stderr log never held them.
+//! when the reader finished; the log is read only when it did not. The error it returns is as the
+//! step reported it: the dispatcher matches it against the retry policy and the catch handlers,
+//! then hides the run's secrets in it before it is recorded and shown (the error file was read
+//! before it was scrubbed, when the attempt ended, and the stderr log never held them).
 
 use super::output::StderrTail;
 use crate::classify::{self, Ending, ErrorSource, ErrorValue, Evidence, error_file};
 use crate::flow::{Flow, Step};
-use crate::secrets::Secrets;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
@@ -19,9 +19,11 @@ const STDERR_TAIL: u64 = StderrTail::KEEP as u64;
 const REPORT_TAIL: u64 = 4096;
 
 /// The error of attempt `attempt` of `step`, whose files are at `stem` and whose stderr starts at
-/// `stderr_from` in its log, with `secrets` hidden, and warnings for the user about the evidence.
-/// The end of its stderr is `tail`, kept as it passed, when there is one; else it is read from
-/// the log.
+/// `stderr_from` in its log, as the step reported it (the caller hides the run's secrets in it
+/// once its retry policy and catch handlers have matched it), and warnings for the user about the
+/// evidence.
+/// What `left` holds (the end of its stderr as it passed, its error file as it ended) is taken
+/// as it is; the rest is read from the files.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn read(
     flow: &Flow,
@@ -30,10 +32,9 @@ pub(crate) fn read(
     ending: &Ending,
     stem: &Path,
     stderr_from: u64,
-    tail: Option<&StderrTail>,
-    secrets: &Secrets,
+    left: super::Left,
 ) -> (ErrorValue, Vec<String>) {
-    let (stderr_tail, stderr_cut) = match tail {
+    let (stderr_tail, stderr_cut) = match &left.stderr_tail {
         Some(tail) => tail.last(STDERR_TAIL as usize),
         None => read_tail(&stem.with_extension("stderr"), stderr_from, STDERR_TAIL),
     };
@@ -42,12 +43,10 @@ pub(crate) fn read(
         step_codes: &step.exit_codes,
         flow_codes: &flow.exit_codes,
         detect_tracebacks: step.detect_tracebacks,
-        error_file: error_file::read_error_file(&stem.with_extension("error.json")),
+        error_file: left.error_file.unwrap_or_else(|| error_file::read_error_file(&stem.with_extension("error.json"))),
         stderr_tail: &stderr_tail,
     };
     let (mut error, mut warnings) = classify::classify(ending, evidence);
-    // (The file itself was scrubbed when the attempt ended, as every attempt's is.)
-    secrets.redact_error(&mut error);
     // A traceback longer than the tail has lost its header and is not recognised: say so rather
     // than report a plain exit status as if nothing were there.
     if stderr_cut

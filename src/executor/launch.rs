@@ -475,7 +475,8 @@ impl Launcher for ProcessLauncher {
         tokio::spawn(async move {
             let f = supervisor.supervise(step, deadline, control).await;
             let (end, exited, killed_after_grace) = (f.end, f.exited, f.killed_after_grace);
-            let (mut notes, stderr_tail) = (f.notes, f.stderr_tail);
+            let mut notes = f.notes;
+            let mut left = super::Left { stderr_tail: f.stderr_tail, error_file: None };
             // The files the child may have written itself hide the secrets however it ended: the
             // runner reads the error file of a failure and the outputs of a success only, and
             // keeps both. On the blocking pool: a file can be as large as the child made it, and
@@ -488,6 +489,9 @@ impl Launcher for ProcessLauncher {
                 let scrub = {
                     let paths = paths.clone();
                     move || {
+                        // Its error is read from the file as the step wrote it: a secret in its
+                        // class name does not change the class its retry policy matches.
+                        let error_file = crate::classify::error_file::read_error_file(&paths[0]);
                         let failed = paths.into_iter().filter_map(|path| {
                             let scrubbed = match path.extension().is_some_and(|e| e == "json") {
                                 // The error file: its strings may hold a secret in JSON's escapes.
@@ -496,15 +500,18 @@ impl Launcher for ProcessLauncher {
                             };
                             scrubbed.err().map(|e| (path, e))
                         });
-                        failed.map(|(path, e)| unhidden(&path, &e)).collect()
+                        (failed.map(|(path, e)| unhidden(&path, &e)).collect::<Vec<String>>(), error_file)
                     }
                 };
                 match tokio::task::spawn_blocking(scrub).await {
-                    Ok(failed) => notes.extend::<Vec<String>>(failed),
+                    Ok((failed, error_file)) => {
+                        notes.extend(failed);
+                        left.error_file = Some(error_file);
+                    }
                     Err(e) => notes.extend(paths.iter().map(|path| unhidden(path, &e))),
                 }
             }
-            let _ = tx.send(Msg::Done { step: index, row, end, exited, killed_after_grace, notes, stderr_tail }).await;
+            let _ = tx.send(Msg::Done { step: index, row, end, exited, killed_after_grace, notes, left }).await;
         });
         Ok(Launched::Running { pid, proc_start, stderr_from })
     }

@@ -78,8 +78,8 @@ pub(crate) enum Msg {
     /// same step may still send some; the row tells it apart).
     Output { step: usize, row: i64, stream: Stream, chunk: Arc<Chunk> },
     /// The attempt recorded as `row` of `step` ended (after SIGKILL followed the grace period
-    /// when `killed_after_grace`), its leader at `exited`; `notes` are for the user; `stderr_tail`
-    /// is the end of its stderr as it passed (`None`: read it from the log).
+    /// when `killed_after_grace`), its leader at `exited`; `notes` are for the user; `left` is
+    /// its evidence as the end found it.
     Done {
         step: usize,
         row: i64,
@@ -87,10 +87,20 @@ pub(crate) enum Msg {
         exited: tokio::time::Instant,
         killed_after_grace: bool,
         notes: Vec<String>,
-        stderr_tail: Option<output::StderrTail>,
+        left: Left,
     },
     /// An attempt's output could not be written to its log: waymark's own failure.
     LogFailed { row: i64, path: PathBuf, error: std::io::Error },
+}
+
+/// What an attempt left that its error is read from, as its end found it.
+#[derive(Debug, Default)]
+pub(crate) struct Left {
+    /// The end of its stderr as it passed (`None`: read it from the log).
+    pub(crate) stderr_tail: Option<output::StderrTail>,
+    /// Its error file, read before the run's secrets were hidden in it: a secret in its class
+    /// name does not change the class its retry policy matches (`None`: read it from the file).
+    pub(crate) error_file: Option<crate::classify::error_file::ErrorFileOutcome>,
 }
 
 /// Waymark's own failures while running (not a step's).

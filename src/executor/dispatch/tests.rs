@@ -125,7 +125,7 @@ impl Launcher for FakeLauncher {
                         exited: Instant::now(),
                         killed_after_grace: true,
                         notes: Vec::new(),
-                        stderr_tail: None,
+                        left: Default::default(),
                     })
                     .await;
                 return;
@@ -149,7 +149,7 @@ impl Launcher for FakeLauncher {
                     exited: Instant::now(),
                     killed_after_grace: false,
                     notes: Vec::new(),
-                    stderr_tail: None,
+                    left: Default::default(),
                 })
                 .await;
         });
