@@ -853,25 +853,54 @@ fn run_beside_a_store_password(env: &Env) -> std::process::Output {
     out
 }
 
-/// A secret that is part of the error class a step reports in its error file: the retry policy
-/// matches the class as the step wrote it (the attempt is retried), and the class is recorded and
-/// shown with the secret hidden.
+/// A secret that is part of the error class a step reports, by its error file, an exit code
+/// mapping or a traceback: its retry policy and catch handlers match the class as the step
+/// reported it (each is retried, the right handler runs, the report says the budget was spent),
+/// and the class is recorded and shown with the secret hidden.
 #[test]
 fn a_secret_inside_an_error_class_does_not_change_what_the_policy_retries() {
     let env = Env::new();
     env.write(
         "flow.toml",
-        "secret_env = ['TENANT']\n[errors]\nAcmeBusyError = ['Exception']\n\
-         [[step]]\nname = 'call'\nretry = { attempts = 2, exception_types = ['AcmeBusyError'] }\n\
-         shell = '''printf '{\"type\": \"AcmeBusyError\", \"message\": \"busy\"}' > \"$WAYMARK_ERROR_FILE\"; exit 1'''\n",
+        r#"secret_env = ['TENANT']
+[errors]
+AcmeBusyError = ['ConnectionError']
+[[step]]
+name = 'file'
+retry = { attempts = 2, exception_types = ['AcmeBusyError'] }
+shell = '''printf '{"type": "AcmeBusyError", "message": "busy"}' > "$WAYMARK_ERROR_FILE"; exit 1'''
+[[step]]
+name = 'code'
+needs = []
+exit_codes = { "75" = "AcmeBusyError" }
+retry = { attempts = 2, exception_types = ['AcmeBusyError'] }
+shell = 'exit 75'
+catch = [
+  { exception_types = ['AcmeBusyError'], run = ['touch', 'caught-as-acme'] },
+  { exception_types = ['Exception'], run = ['touch', 'caught-as-exception'] },
+]
+[[step]]
+name = 'trace'
+needs = []
+retry = { attempts = 2, exception_types = ['AcmeBusyError'] }
+shell = '''printf 'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\nAcmeBusyError: busy\n' >&2; exit 1'''
+"#,
     );
     let out = env.cmd(&["run", "--quiet", "flow.toml"]).env("TENANT", "Acme").output().unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
     let status = json_of(&env, &["status", "--json", "--attempts"]);
-    let classes: Vec<&Value> =
-        status["steps"][0]["attempts"].as_array().unwrap().iter().map(|a| &a["error"]["class"]).collect();
-    assert_eq!(classes, [&json!("***BusyError"), &json!("***BusyError")], "{status}");
+    for (i, step) in ["file", "code", "trace"].into_iter().enumerate() {
+        let attempts = status["steps"][i]["attempts"].as_array().unwrap();
+        let classes: Vec<&Value> = attempts.iter().map(|a| &a["error"]["class"]).collect();
+        assert_eq!(classes, [&json!("***BusyError"), &json!("***BusyError")], "{step}: {status}");
+    }
+    assert_eq!(status["steps"][1]["state"], "caught", "{status}");
+    assert!(env.path("caught-as-acme").exists() && !env.path("caught-as-exception").exists());
+    // The failure report says why the two that failed stopped, as the live lines did.
+    assert_eq!(err.matches("    budget spent: 2 of 2 attempts\n").count(), 2, "{err}");
+    assert!(!err.contains("not retried"), "{err}");
     let id = run_id(&env);
-    let kept = std::fs::read_to_string(env.state().join(format!("logs/{id}/call/attempt-1.error.json"))).unwrap();
+    let kept = std::fs::read_to_string(env.state().join(format!("logs/{id}/file/attempt-1.error.json"))).unwrap();
     assert_eq!(kept, "{\"type\": \"***BusyError\", \"message\": \"busy\"}");
 }

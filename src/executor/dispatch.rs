@@ -195,9 +195,12 @@ enum Slot {
     /// where it was 200, and a 10,000-step run's are new memory, a page fault per 4 KB.)
     Running(Box<Live>),
     /// Failed for good with an error its catch handler (with a command) matches: the handler of
-    /// the error of attempt `attempt` is to run.
+    /// the error of attempt `attempt` is to run: `handler`, the one the error matched as the step
+    /// reported it (its class may hold a secret, hidden in the error recorded); `None`: the one
+    /// the recorded error matches (a resumed run's).
     Catching {
         attempt: u32,
+        handler: Option<u16>,
     },
     /// Its catch handler runs.
     Handling(Box<Live>),
@@ -239,6 +242,10 @@ struct StepSlot {
     /// Left under way by an earlier runner (its attempt was in flight when the runner died, or a
     /// signal to the runner cancelled it), and not run again by this one yet.
     left_under_way: bool,
+    /// Why its retrying stopped, when it failed for good in this runner: as decided on its error
+    /// as the step reported it (its class may hold a secret, hidden in the error kept), for the
+    /// failure report.
+    stopped_by: Option<StopReason>,
 }
 
 impl StepSlot {
@@ -498,7 +505,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                     emitter.emit(Event::StepSkipped { step: step.name.clone(), reason: SkipReason::AlreadyCaught });
                     Slot::Caught
                 }
-                StepState::Catching { attempt, .. } => Slot::Catching { attempt: *attempt },
+                StepState::Catching { attempt, .. } => Slot::Catching { attempt: *attempt, handler: None },
                 StepState::Waiting { next_attempt, wake_at } => {
                     // A resumed run serves the rest of a recorded backoff.
                     let left = wake_at.duration_since(parts.clock.now()).unwrap_or(Duration::ZERO);
@@ -528,6 +535,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 said_ready: false,
                 said_started: false,
                 left_under_way: matches!(rec.state, StepState::InFlight { .. }) || cut_short,
+                stopped_by: None,
             });
         }
         let unsaid_skips = (0..steps.len()).filter(|&i| matches!(steps[i].slot, Slot::Skipped)).collect();
@@ -1148,8 +1156,10 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         // swallows it), or its handler is to run; the deadline's error is never caught.
         let handler = match (&update, &ending) {
             (_, Ending::WorkflowTimeout(_)) | (StepUpdate::Waiting { .. }, _) => None,
-            _ => step.catch.iter().find(|h| error.matches_any(&h.exception_types)),
+            _ => step.catch.iter().position(|h| error.matches_any(&h.exception_types)),
         };
+        let handler_index = handler.and_then(|i| u16::try_from(i).ok());
+        let handler = handler.map(|i| &step.catch[i]);
         let update = match handler {
             Some(h) if h.command.is_none() => StepUpdate::Caught,
             Some(_) => StepUpdate::Catching,
@@ -1180,13 +1190,14 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         let slot = match (retry, &update) {
             (Some(plan), _) => Slot::Waiting { attempt: ended.attempt + 1, wake: Instant::now() + plan.delay },
             (None, StepUpdate::Caught) => Slot::Caught,
-            (None, StepUpdate::Catching) => Slot::Catching { attempt: ended.attempt },
+            (None, StepUpdate::Catching) => Slot::Catching { attempt: ended.attempt, handler: handler_index },
             (None, _) => Slot::Failed,
         };
         self.set_slot(index, slot);
         let s = &mut self.steps[index];
         (s.last_attempt, s.last_stderr_from) = (ended.attempt, ended.stderr_from);
         s.last_error = Some(Box::new(error.clone()));
+        s.stopped_by = stopped;
         let max_attempts = s.max_attempts();
         // The error is moved into `AttemptFinished`; `RetryStopped`, when there is one, gets a clone.
         let error_stopped = stopped.map(|_| error.clone());
@@ -1253,11 +1264,15 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
     /// Start the catch handler of step `index`, for the error of its last attempt; its clock is
     /// the step's `timeout`. Like an attempt's, its start is durable before the child exists.
     async fn start_handler(&mut self, index: usize) -> Result<(), ExecError> {
-        let Slot::Catching { attempt } = self.steps[index].slot else { return Ok(()) };
+        let Slot::Catching { attempt, handler } = self.steps[index].slot else { return Ok(()) };
         let step = self.steps[index].step.clone();
         let error =
             self.steps[index].last_error.as_deref().cloned().unwrap_or_else(|| evidence::workflow_timeout(&self.flow));
-        let command = step.catch.iter().find(|h| error.matches_any(&h.exception_types)).and_then(|h| h.command.clone());
+        let handler = match handler {
+            Some(i) => step.catch.get(usize::from(i)),
+            None => step.catch.iter().find(|h| error.matches_any(&h.exception_types)),
+        };
+        let command = handler.and_then(|h| h.command.clone());
         let Some(command) = command else {
             // The recorded error no longer matches a handler with a command (an edited database):
             // the step fails with it.
@@ -1360,7 +1375,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         let (update, slot) = match outcome {
             AttemptOutcome::Succeeded => (StepUpdate::Caught, Slot::Caught),
             AttemptOutcome::Cancelled => {
-                (StepUpdate::Catching, Slot::Catching { attempt: self.steps[index].last_attempt })
+                (StepUpdate::Catching, Slot::Catching { attempt: self.steps[index].last_attempt, handler: None })
             }
             AttemptOutcome::Failed => (StepUpdate::Failed, Slot::Failed),
         };
@@ -1825,9 +1840,14 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             _ => s.last_error.as_deref().cloned(),
         }?;
         let k = s.within_budget(s.last_attempt);
-        let reason = match s.step.retry.decide(&error, k) {
-            Decision::Exhausted if error.class != crate::classify::classes::WORKFLOW_TIMEOUT => StopReason::Exhausted,
-            _ => StopReason::NotRetryable,
+        let reason = match (s.stopped_by, &s.slot) {
+            (Some(reason), Slot::Failed) => reason,
+            _ => match s.step.retry.decide(&error, k) {
+                Decision::Exhausted if error.class != crate::classify::classes::WORKFLOW_TIMEOUT => {
+                    StopReason::Exhausted
+                }
+                _ => StopReason::NotRetryable,
+            },
         };
         let launcher = &self.parts.launcher;
         let stem = launcher.stem(&s.step.name, s.last_attempt);
