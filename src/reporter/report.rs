@@ -89,6 +89,10 @@ struct StepSeen {
     started: Option<SystemTime>,
     /// How it ended, and when.
     ended: Option<(StepOutcome, SystemTime)>,
+    /// When its last attempt, cancelled, or its catch handler ended in this runner, if nothing of
+    /// it ran or waited after: where the time of a step cut short (by a signal, or `fail_fast`)
+    /// ends.
+    last_end: Option<SystemTime>,
     skipped: Option<SkipReason>,
     /// The error it failed with for good (not retried after it).
     final_error: Option<ErrorValue>,
@@ -166,6 +170,7 @@ impl History {
                     budget_base,
                     started: None,
                     ended: None,
+                    last_end: None,
                     skipped: None,
                     final_error: None,
                     handled: None,
@@ -230,6 +235,9 @@ impl History {
             } => {
                 let seen = self.seen(step);
                 seen.max_attempts = Some(*max_attempts);
+                // Cut short: the step stopped there. A failed attempt leaves it waiting (for a
+                // retry, or its catch handler).
+                seen.last_end = (*outcome == AttemptEnd::Cancelled).then_some(at);
                 // The step's time counts from its first attempt's issue, as the attempt's duration
                 // does: one that waited for a free slot (and timed out there, never started) began
                 // then, not when its start was said.
@@ -258,8 +266,13 @@ impl History {
                 }
             }
             Event::RetryStopped { step, error, .. } => self.seen(step).final_error = Some(error.clone()),
-            Event::HandlerStarted { step, error, .. } => self.seen(step).handled = Some(error.clone()),
+            Event::HandlerStarted { step, error, .. } => {
+                let seen = self.seen(step);
+                seen.handled = Some(error.clone());
+                seen.last_end = None;
+            }
             Event::HandlerFinished { step, attempt, outcome, why, signal, .. } => {
+                self.seen(step).last_end = Some(at);
                 let seen = self.seen(step);
                 seen.handler_failed =
                     (*outcome == AttemptEnd::Failed).then(|| (*attempt, why.clone().unwrap_or_default()));
@@ -306,8 +319,9 @@ impl History {
     /// ```
     ///
     /// The duration is the step's time in this runner, from its first attempt's issue (its timeout
-    /// counts from then, a wait for a free slot included) to its end (backoffs included), or until
-    /// the run ended when it did not end.
+    /// counts from then, a wait for a free slot included) to its end (backoffs included); for one
+    /// that did not end, to its last attempt's (or catch handler's) end, or to the run's end when
+    /// it was waiting for a retry then.
     ///
     /// The attempts of a step that `waymark resume` of a failed run gave a fresh budget are those
     /// of that budget, as the failure report (`budget spent: 3 of 3 attempts`) and `waymark
@@ -553,7 +567,10 @@ fn summary_row(
     };
     let duration = match s.started {
         Some(from) => {
-            let to = s.ended.map_or(run_ended, |(_, at)| at);
+            // A step that did not end stopped when its attempt (or handler) was cut short, unless
+            // it was waiting for a retry when the run ended.
+            let stopped = s.last_end.filter(|_| !s.retry_scheduled);
+            let to = s.ended.map(|(_, at)| at).or(stopped).unwrap_or(run_ended);
             short(to.duration_since(from).unwrap_or_default())
         }
         None => "-".to_owned(),
@@ -1280,6 +1297,33 @@ mod tests {
         history.record(&envelope(61_500, cancelled(None)));
         let table = history.summary_table(at(61_500));
         assert_eq!(table.lines().nth(1), Some("  slow  interrupted       1/3       1m 1s  runs again on resume"));
+        // The run ended later (another step's kill grace): the step's time is its own, to its
+        // attempt's end; a step waiting for a retry when the run ended, to the run's end.
+        let table = history.summary_table(at(64_500));
+        assert_eq!(table.lines().nth(1), Some("  slow  interrupted       1/3       1m 1s  runs again on resume"));
+        let mut waiting = History::default();
+        waiting.record(&envelope(0, started("slow", 1, true)));
+        let failed = Event::AttemptFinished {
+            step: "slow".into(),
+            attempt: 1,
+            max_attempts: 3,
+            outcome: AttemptEnd::Failed,
+            error: None,
+            duration: Duration::from_millis(61_500),
+            retry: None,
+            stopped: None,
+            exit_code: Some(1),
+            signal: None,
+            killed_after_grace: false,
+        };
+        waiting.record(&envelope(61_500, failed));
+        let retry = crate::events::RetryPlan { delay: Duration::from_secs(10), wake_at: at(71_500) };
+        waiting.record(&envelope(
+            61_500,
+            Event::StepWaiting { step: "slow".into(), next_attempt: 2, max_attempts: 3, retry },
+        ));
+        let table = waiting.summary_table(at(64_500));
+        assert!(table.lines().nth(1).is_some_and(|l| l.contains("  1m 4s  ")), "{table}");
         // A step failed for good under `fail_fast`, and a signal interrupted the run before its
         // compensations or hooks: the resume runs those and fails the run, and runs this step no
         // more, whether `fail_fast` cancelled it (no signal) or the signal came first. Without
