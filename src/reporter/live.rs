@@ -43,6 +43,14 @@ struct Layout {
 }
 
 impl Layout {
+    /// The names' column: as wide as the longest name shown, but at most two fifths of the
+    /// terminal (and no less than 12 columns), so that one long name leaves every line room to
+    /// say what its step does; a longer name is cut to it.
+    fn name_column(&self) -> usize {
+        let cap = (self.columns.load(Ordering::Relaxed) * 2 / 5).max(12);
+        self.name_width.load(Ordering::Relaxed).min(cap)
+    }
+
     /// `text` cut to the columns left after `used` of them, ending `…` when it was cut.
     fn fit<'a>(&self, text: &'a str, used: usize) -> std::borrow::Cow<'a, str> {
         match self.columns.load(Ordering::Relaxed).saturating_sub(used) {
@@ -384,7 +392,8 @@ impl Look {
         let (name, layout) = (name.to_owned(), Arc::clone(layout));
         let line = move |state: &ProgressState, w: &mut dyn std::fmt::Write| {
             let elapsed = state.elapsed();
-            let width = layout.name_width.load(Ordering::Relaxed);
+            let width = layout.name_column();
+            let name = cut_name(&name, width);
             // `measure_text_width` counts columns, as `{:<width$}` does not.
             let pad = width.saturating_sub(console::measure_text_width(&name));
             let mut text = format!("{name}{:pad$}  ", "");
@@ -607,6 +616,20 @@ fn erase_lines(out: &mut Vec<u8>, lines: usize) {
     up(out);
 }
 
+/// `name` in at most `width` columns: a longer one keeps its start and its end, around `…`, where
+/// the names of steps alike differ (`fetch-t…stream-3`).
+fn cut_name(name: &str, width: usize) -> std::borrow::Cow<'_, str> {
+    let chars = name.chars().count();
+    if chars <= width || width < 3 {
+        return console::truncate_str(name, width, "…");
+    }
+    let head = (width - 1) / 2;
+    let tail = width - 1 - head;
+    let start: String = name.chars().take(head).collect();
+    let end: String = name.chars().skip(chars - tail).collect();
+    std::borrow::Cow::Owned(format!("{start}…{end}"))
+}
+
 /// `write!` into bytes.
 struct Bytes<'a>(&'a mut Vec<u8>);
 
@@ -732,6 +755,21 @@ mod tests {
         assert_eq!(bar(10, 9, 20), "====>     ");
         assert_eq!(bar(10, 20, 20), "==========");
         assert_eq!(bar(5, 3, 0), "     ");
+    }
+
+    #[test]
+    fn a_long_name_is_cut_to_two_fifths_of_the_terminal_and_leaves_the_others_their_room() {
+        let layout =
+            Layout { columns: AtomicUsize::new(80), name_width: AtomicUsize::new(50), hidden: AtomicUsize::new(0) };
+        assert_eq!(layout.name_column(), 32);
+        layout.name_width.store(9, Ordering::Relaxed);
+        assert_eq!(layout.name_column(), 9, "short names keep their own width");
+        layout.columns.store(20, Ordering::Relaxed);
+        layout.name_width.store(50, Ordering::Relaxed);
+        assert_eq!(layout.name_column(), 12, "at least 12 columns");
+        assert_eq!(cut_name("fetch-the-orders-from-upstream-3", 16), "fetch-t…stream-3");
+        assert_eq!(cut_name("fetch", 16), "fetch");
+        assert_eq!(cut_name("fetch-orders", 12), "fetch-orders");
     }
 
     #[test]
