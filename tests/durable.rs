@@ -681,7 +681,7 @@ fn one_runner_per_flow_exit_3_or_wait() {
     let hint = "hint: give the same command `--wait` to wait for it, or see `waymark status`\n";
     env.cmd(&["run", "flow.toml"]).assert().code(3).stderr(
         predicate::str::contains("flow `gated` is already running: run ")
-            .and(predicate::str::contains(format!("pid {pid}, started ")))
+            .and(predicate::str::contains(format!(", by pid {pid} since ")))
             .and(predicate::str::ends_with(hint)),
     );
     // `waymark resume` of the run says the same: it waits with `--wait` too.

@@ -249,6 +249,20 @@ fn syntax_error(e: &toml::de::Error, source: &str) -> Diagnostic {
             )));
     }
     let message = e.message().trim().to_owned();
+    // A key whose value is not on its line (left out, or written on the next one) is reported
+    // where the reader stumbles, often a line further down: it is named where it is.
+    if let Some((span, key)) =
+        key_without_value(source).filter(|(span, _)| e.span().is_none_or(|at| span.start <= at.start))
+    {
+        let key = source[key].trim();
+        return Diagnostic::error(span, format!("`{key}` has no value on its line")).label("nothing after `=`").help(
+            Some(
+                "write its value after `=`, on the same line (a list or a table in brackets may then go on over \
+                 several lines): a string in quotes, a number, true or false, a list `[...]` or a table `{...}`"
+                    .to_owned(),
+            ),
+        );
+    }
     match e.span() {
         Some(span) => {
             let (label, help) = syntax_advice(&message, source, span.clone());
@@ -326,6 +340,35 @@ fn open_string(source: &str) -> Option<std::ops::Range<usize>> {
     })
 }
 
+/// The first `key =` with nothing after it on its line (a comment at most), found with the TOML
+/// lexer (a line inside a string of several lines is not one): its span (from the key to the
+/// `=`), and the key's.
+fn key_without_value(source: &str) -> Option<(std::ops::Range<usize>, std::ops::Range<usize>)> {
+    use toml_parser::lexer::TokenKind;
+    // The key read on this line so far, and the end of its `=` once one follows it.
+    let (mut key, mut equals): (Option<std::ops::Range<usize>>, Option<usize>) = (None, None);
+    for token in toml_parser::Source::new(source).lex() {
+        let span = token.span();
+        match (token.kind(), equals) {
+            (TokenKind::Whitespace, _) => {}
+            (TokenKind::Newline | TokenKind::Comment | TokenKind::Eof, Some(end)) => {
+                let key = key?;
+                return Some((key.start..end, key));
+            }
+            (TokenKind::Newline, None) => key = None,
+            (TokenKind::Equals, None) => equals = key.as_ref().map(|_| span.end()),
+            (TokenKind::Atom | TokenKind::BasicString | TokenKind::LiteralString | TokenKind::Dot, None) => {
+                let start = key.as_ref().map_or(span.start(), |k| k.start);
+                key = Some(start..span.end());
+            }
+            // A value (or anything else): not this mistake, on this line.
+            (_, Some(_)) => (key, equals) = (None, None),
+            _ => key = None,
+        }
+    }
+    None
+}
+
 /// The most parts the TOML reader accepts in a dotted key (its recursion limit).
 const DOTTED_KEY_LIMIT: usize = 80;
 
@@ -369,6 +412,13 @@ mod tests {
     #[test]
     fn a_string_left_open_at_its_lines_end_is_found_where_it_opens() {
         assert_eq!(open_string("a = 'x\n"), Some(4..6));
+        fn missing(source: &str) -> Option<(&str, &str)> {
+            key_without_value(source).map(|(span, key)| (&source[span], &source[key]))
+        }
+        assert_eq!(missing("a = 1\nrun =\n  ['x']\n"), Some(("run =", "run")));
+        assert_eq!(missing("a.b = # later\n"), Some(("a.b =", "a.b")));
+        assert_eq!(missing("x = '''\nk =\n'''\nrun = [\n  'a',\n]\nt = { a = 1 }\n"), None);
+        assert_eq!(missing("last ="), Some(("last =", "last")));
         assert_eq!(open_string("a = \"é\nb = 1\n"), Some(4..7));
         assert_eq!(open_string("a = 'é\n"), Some(4..7));
         assert_eq!(open_string("a = \"x\\\"\n"), Some(4..8));

@@ -47,7 +47,9 @@ impl Row {
     /// An attempt as the store recorded it; `earlier` when an earlier runner made it.
     fn recorded(a: &EarlierAttempt, earlier: bool) -> Row {
         let end = a.end.map(|(ended, outcome)| RowEnd {
-            duration: ended.duration_since(a.started).unwrap_or_default(),
+            // Recorded to the millisecond: one that took less is `<1ms`, as this runner says of
+            // its own, not `0s`.
+            duration: ended.duration_since(a.started).unwrap_or_default().max(Duration::from_nanos(1)),
             outcome,
             error: a.error.clone(),
             killed_after_grace: a.killed_after_grace,
@@ -1042,6 +1044,41 @@ mod tests {
                 "    logs (on host `far-away`): /far/logs/r1/load/attempt-1.stdout",
                 "                               /far/logs/r1/load/attempt-1.stderr"
             ]
+        );
+    }
+
+    /// An earlier runner's attempt recorded as ending in the millisecond it started took `<1ms`,
+    /// as this runner says of its own, not `0s`.
+    #[test]
+    fn an_earlier_attempt_quicker_than_a_millisecond_took_under_one() {
+        let value = error("ValueError", "bad", ErrorSource::Traceback);
+        let mut history = History::default();
+        history.prefill(&Earlier {
+            attempts: vec![EarlierAttempt {
+                step: "load".into(),
+                attempt: 1,
+                redelivered: false,
+                started: at(0),
+                end: Some((at(0), AttemptEnd::Failed)),
+                error: Some(value.clone()),
+                killed_after_grace: false,
+                log_stem: "/logs/r1/load/attempt-1".into(),
+                logs_on: None,
+            }],
+            compensated: false,
+            budget_bases: Vec::new(),
+            under_way: Vec::new(),
+        });
+        let stopped =
+            RetryStop { reason: StopReason::NotRetryable, exception_types: vec![], attempts: 1, attempts_allowed: 1 };
+        let report = history.report("r1", &[failure("load", value, stopped, 1)]);
+        assert_eq!(
+            report.lines().nth(2),
+            Some(
+                "    attempt 1 (by an earlier runner): started 2026-01-02T03:04:05Z, took <1ms: ValueError(Exception, \
+                 BaseException): bad [traceback]"
+            ),
+            "{report}"
         );
     }
 

@@ -115,7 +115,7 @@ impl FlowLock {
         let mut lock =
             FlowLock { file, since: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string() };
         // Say who holds it at once; the run id follows once the run is chosen.
-        lock.write_holder(&format!("pid {}, started {}", std::process::id(), lock.since));
+        lock.write_holder(&format!("pid {} since {}", std::process::id(), lock.since));
         Ok(lock)
     }
 
@@ -132,7 +132,7 @@ impl FlowLock {
         }
         let mut lock =
             FlowLock { file, since: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string() };
-        lock.write_holder(&format!("{GC_HOLDER}, pid {}, started {}", std::process::id(), lock.since));
+        lock.write_holder(&format!("{GC_HOLDER}, pid {} since {}", std::process::id(), lock.since));
         Ok(Some(lock))
     }
 
@@ -154,7 +154,8 @@ impl FlowLock {
 
     /// Say who holds the lock, for a second runner's message.
     pub(crate) fn describe_holder(&mut self, run_id: &str) {
-        let text = format!("run {run_id}, pid {}, started {}", std::process::id(), self.since);
+        // Since when this runner holds it: a resumed run began earlier (`waymark status` says).
+        let text = format!("run {run_id}, by pid {} since {}", std::process::id(), self.since);
         self.write_holder(&text);
     }
 
