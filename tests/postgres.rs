@@ -378,9 +378,16 @@ struct Proxy {
     /// While set, nothing is forwarded either way and no new connection is made: the connections
     /// stay open and say nothing, as through a proxy or pooler that hung.
     frozen: Arc<AtomicBool>,
-    /// While set, the connections that have recorded an attempt's pid are frozen too: the runner's
-    /// writes hang while its lease renewals, on a connection of their own, go on.
+    /// While set, the connections that have recorded an attempt's pid (or sent `writer`) are frozen
+    /// too: the runner's writes hang while its lease renewals, on a connection of their own, and
+    /// new connections go on.
     writes_frozen: Arc<AtomicBool>,
+    /// What makes a connection one that `writes_frozen` freezes.
+    writer: Arc<Mutex<&'static [u8]>>,
+    /// While set, a new connection is answered as a server at `max_connections` answers.
+    reject: Arc<AtomicBool>,
+    /// The connections that have sent `writer`.
+    writers: Arc<std::sync::atomic::AtomicUsize>,
     /// Once a connection sends this (in plain text), everything is frozen, as by `freeze`, before
     /// it is passed on.
     freeze_on: Arc<Mutex<Option<&'static [u8]>>>,
@@ -394,13 +401,20 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let flag = || Arc::new(AtomicBool::new(false));
-        let (cut, frozen, writes_frozen) = (flag(), flag(), flag());
+        let (cut, frozen, writes_frozen, reject) = (flag(), flag(), flag(), flag());
+        let r = Arc::clone(&reject);
+        let writers = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let ws = Arc::clone(&writers);
         let streams: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
         let forwarding = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let (c, s, n) = (Arc::clone(&cut), Arc::clone(&streams), Arc::clone(&forwarding));
         let (f, w) = (Arc::clone(&frozen), Arc::clone(&writes_frozen));
         let freeze_on: Arc<Mutex<Option<&'static [u8]>>> = Arc::default();
         let on = Arc::clone(&freeze_on);
+        // The journal's record of a spawned attempt's pid (not the migration's
+        // `CREATE TABLE waymark_attempts`, which the lease's connection may make).
+        let writer_text: Arc<Mutex<&'static [u8]>> = Arc::new(Mutex::new(b"UPDATE waymark_attempts SET pid"));
+        let wt = Arc::clone(&writer_text);
         // Held while `frozen`, or while `writes` and the connection has recorded a pid.
         let hold = move |frozen: &AtomicBool, writes: &AtomicBool, writer: &AtomicBool| {
             while frozen.load(Ordering::SeqCst) || (writes.load(Ordering::SeqCst) && writer.load(Ordering::SeqCst)) {
@@ -414,24 +428,30 @@ impl Proxy {
                     drop(client);
                     continue;
                 }
+                if r.load(Ordering::SeqCst) {
+                    let mut client = client;
+                    let fields = b"SFATAL\0VFATAL\0C53300\0Msorry, too many clients already\0\0";
+                    let mut error = vec![b'E'];
+                    error.extend_from_slice(&u32::try_from(fields.len() + 4).unwrap().to_be_bytes());
+                    error.extend_from_slice(fields);
+                    let _ = client.write_all(&error);
+                    continue;
+                }
                 let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else { continue };
                 s.lock().unwrap().extend([client.try_clone().unwrap(), server.try_clone().unwrap()]);
                 let writer = flag();
                 let pairs = [(client.try_clone().unwrap(), server.try_clone().unwrap(), true), (server, client, false)];
                 for (mut from, mut to, to_server) in pairs {
                     let (f, w, n, writer) = (Arc::clone(&f), Arc::clone(&w), Arc::clone(&n), Arc::clone(&writer));
-                    let on = Arc::clone(&on);
+                    let (on, wt, ws) = (Arc::clone(&on), Arc::clone(&wt), Arc::clone(&ws));
                     n.fetch_add(1, Ordering::SeqCst);
                     std::thread::spawn(move || {
                         let mut buf = [0u8; 16384];
-                        // The journal's record of a spawned attempt's pid (not the migration's
-                        // `CREATE TABLE waymark_attempts`, which the lease's connection may make).
-                        let attempts = b"UPDATE waymark_attempts SET pid";
                         while let Ok(got) = from.read(&mut buf) {
-                            if to_server && buf[..got].windows(attempts.len()).any(|w| w == attempts) {
-                                writer.store(true, Ordering::SeqCst);
-                            }
                             let seen = |p: &[u8]| buf[..got].windows(p.len()).any(|w| w == p);
+                            if to_server && seen(*wt.lock().unwrap()) && !writer.swap(true, Ordering::SeqCst) {
+                                ws.fetch_add(1, Ordering::SeqCst);
+                            }
                             if to_server && on.lock().unwrap().is_some_and(seen) {
                                 f.store(true, Ordering::SeqCst);
                             }
@@ -446,7 +466,7 @@ impl Proxy {
                 }
             }
         });
-        Proxy { port, cut, frozen, writes_frozen, freeze_on, streams, forwarding }
+        Proxy { port, cut, frozen, writes_frozen, writer: writer_text, reject, writers, freeze_on, streams, forwarding }
     }
 
     fn cut(&self) {
@@ -463,6 +483,23 @@ impl Proxy {
     /// Freeze the connections that have recorded an attempt's pid (not those that renew leases).
     fn freeze_writes(&self) {
         self.writes_frozen.store(true, Ordering::SeqCst);
+    }
+
+    /// Freeze the connection that sends `text` (before it reaches the server), and only it: new
+    /// connections, and the others, go on.
+    fn freeze_connection_on(&self, text: &'static [u8]) {
+        *self.writer.lock().unwrap() = text;
+        self.writes_frozen.store(true, Ordering::SeqCst);
+    }
+
+    /// Answer new connections as a server at `max_connections` does (`too many clients`), or not.
+    fn reject(&self, reject: bool) {
+        self.reject.store(reject, Ordering::SeqCst);
+    }
+
+    /// Let the connections `freeze_connection_on` froze go on.
+    fn thaw_connections(&self) {
+        self.writes_frozen.store(false, Ordering::SeqCst);
     }
 
     /// Freeze everything once a connection sends `text` (before it reaches the server).
@@ -1058,6 +1095,119 @@ fn a_database_that_stops_answering_after_the_handshake_ends_a_command_with_statu
     }
     assert!(!env.path("ran").exists());
     let out = runner(&env, &url, "a", &["run", "--quiet", "--wait", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(env.path("ran").exists());
+}
+
+/// Only the connection a statement went on hangs (a pooler stuck on one session), while new
+/// connections are answered: the probe finds the statement's session waiting for it (idle, in its
+/// transaction) for as long as the statement waited, so the statement is stuck on the way, and the
+/// command exits with status 4 instead of waiting for ever. A runner stuck so in its set-up no
+/// longer keeps its lease renewed for ever: the next runner takes the flow once it expires.
+#[test]
+fn a_statement_stuck_on_its_own_connection_ends_the_command_with_status_4() {
+    let Some((_database, url, env)) =
+        fresh_test("a_statement_stuck_on_its_own_connection_ends_the_command_with_status_4")
+    else {
+        return;
+    };
+    env.write("flow.toml", "name = 'stuck'\n[[step]]\nname = 'a'\nrun = ['touch', 'ran']\n");
+    env.write("first.toml", "name = 'first'\n[[step]]\nname = 'a'\nrun = ['true']\n");
+    assert_eq!(runner(&env, &url, "a", &["run", "--quiet", "first.toml"]).output().unwrap().status.code(), Some(0));
+    let waited = regex::Regex::new(r"while the server has waited \d+\.\ds for the next one").unwrap();
+    let cases: [(&[&str], &'static [u8]); 2] =
+        [(&["history"], b"FROM waymark_runs"), (&["run", "--quiet", "flow.toml"], b"INSERT INTO waymark_runs")];
+    for (args, statement) in cases {
+        let proxy = Proxy::start(port_of(&url));
+        let plain = format!("{}?connect_timeout=1&sslmode=disable", proxy.in_front_of(&url));
+        proxy.freeze_connection_on(statement);
+        let out = finish(runner(&env, &plain, "a", args).spawn().unwrap());
+        let shown = without_password(&plain);
+        let err = waited.replace(&stderr(&out), "while the server has waited Ns for the next one").into_owned();
+        assert_eq!(
+            (out.status.code(), err),
+            (
+                Some(4),
+                format!(
+                    "error: cannot reach the state database {shown}: a statement had no answer within 1s, while the \
+                     server has waited Ns for the next one on its connection: what it answered, or the statement \
+                     itself, is stuck on the way, in a proxy or pooler between waymark and the server\n\
+                     hint: check that PostgreSQL runs at {shown} and takes connections from this host (host, port, \
+                     firewall, sslmode), then try again (nothing is lost: a run resumes where it stopped); --store or \
+                     WAYMARK_STORE selects another store\n"
+                )
+            ),
+            "{args:?}"
+        );
+        // Its session on the server ends with the proxy's connections (else it would hold the
+        // lease's row locked until the server ends it as idle in its transaction, 30 s on).
+        proxy.cut();
+    }
+    assert!(!env.path("ran").exists());
+    let out = runner(&env, &url, "b", &["run", "--quiet", "--wait", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(env.path("ran").exists());
+}
+
+/// A statement held up while the server answers new connections with an error (at its
+/// `max_connections`): the server is there, so the command waits for the statement, rather than
+/// saying the server does not answer; it ends as usual once the statement is answered.
+#[test]
+fn a_server_that_answers_the_probe_with_an_error_is_waited_for() {
+    let Some((_database, url, env)) = fresh_test("a_server_that_answers_the_probe_with_an_error_is_waited_for") else {
+        return;
+    };
+    env.write("first.toml", "name = 'first'\n[[step]]\nname = 'a'\nrun = ['true']\n");
+    assert_eq!(runner(&env, &url, "a", &["run", "--quiet", "first.toml"]).output().unwrap().status.code(), Some(0));
+    let proxy = Proxy::start(port_of(&url));
+    let plain = format!("{}?connect_timeout=1&sslmode=disable", proxy.in_front_of(&url));
+    proxy.freeze_connection_on(b"FROM waymark_runs");
+    let mut history = runner(&env, &plain, "a", &["history"]).spawn().unwrap();
+    wait_until("history's statement to be held", || proxy.writers.load(Ordering::SeqCst) == 1);
+    proxy.reject(true);
+    // Twice as long as the probe takes to give up on a server that does not answer.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    if history.try_wait().unwrap().is_some() {
+        let out = history.wait_with_output().unwrap();
+        panic!("the command gave up on a server that answers: {}", stderr(&out));
+    }
+    proxy.reject(false);
+    proxy.thaw_connections();
+    let out = finish(history);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(" first "), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+/// The lease's row is locked by another session for longer than a lease lasts (a runner's set-up
+/// left in its transaction, until the server ends it): the runner waits for it, and its lease
+/// counts from when the database set it, not from when it asked, so it runs the flow instead of
+/// fencing itself off at once.
+#[test]
+fn a_lease_taken_after_waiting_for_a_lock_counts_from_when_it_was_taken() {
+    let Some((_database, url, env)) =
+        fresh_test("a_lease_taken_after_waiting_for_a_lock_counts_from_when_it_was_taken")
+    else {
+        return;
+    };
+    env.write("flow.toml", "name = 'late'\n[[step]]\nname = 'a'\nrun = ['touch', 'ran']\n");
+    env.write("first.toml", "name = 'first'\n[[step]]\nname = 'a'\nrun = ['true']\n");
+    assert_eq!(runner(&env, &url, "a", &["run", "--quiet", "first.toml"]).output().unwrap().status.code(), Some(0));
+    let (locked, held) = std::sync::mpsc::channel();
+    let holder = {
+        let url = url.clone();
+        std::thread::spawn(move || {
+            let mut session = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            let mut tx = session.transaction().unwrap();
+            tx.batch_execute("LOCK TABLE waymark_leases IN ACCESS EXCLUSIVE MODE").unwrap();
+            locked.send(()).unwrap();
+            // Longer than the lease lasts (3 s in these tests).
+            std::thread::sleep(std::time::Duration::from_secs(4));
+            tx.commit().unwrap();
+        })
+    };
+    held.recv().unwrap();
+    let out = runner(&env, &url, "a", &["run", "--quiet", "flow.toml"]).output().unwrap();
+    holder.join().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(env.path("ran").exists());
 }

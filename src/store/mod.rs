@@ -94,11 +94,7 @@ pub enum StoreError {
     /// A runner of a shared store that fenced itself off: it lost its lease to another runner, or
     /// could not renew it in time (`why` says which). It stopped its attempts; nothing more of it
     /// is recorded.
-    #[error(
-        "run {run_id} in {location}: this runner ({owner}) {why}; it stopped: its attempts were killed and \
-         nothing more of the run is recorded by it; another runner may take the run over (`waymark status \
-         {run_id}` shows it)"
-    )]
+    #[error("{}", fenced_message(run_id, location, owner, why))]
     Fenced { run_id: String, location: String, owner: String, why: String },
     /// A write by a runner whose lease was taken: another runner claimed the run since (see
     /// `lease`). The write changed nothing.
@@ -558,6 +554,23 @@ pub trait RunLog {
         failed_step: Option<&str>,
         skipped: &[String],
     ) -> Result<(), StoreError>;
+}
+
+/// The run id a runner's writes carry before its run is created (`create_run`), for messages.
+pub(crate) const NEW_RUN: &str = "(new)";
+
+/// [`StoreError::Fenced`] in words: of a run, or of one a runner was creating ([`NEW_RUN`]).
+fn fenced_message(run_id: &str, location: &str, owner: &str, why: &str) -> String {
+    if run_id == NEW_RUN {
+        return format!(
+            "the state database {location}: this runner ({owner}) {why}, while it created the flow's run; it \
+             stopped before any step ran, and recorded nothing of the run; run the flow again"
+        );
+    }
+    format!(
+        "run {run_id} in {location}: this runner ({owner}) {why}; it stopped: its attempts were killed and nothing \
+         more of the run is recorded by it; another runner may take the run over (`waymark status {run_id}` shows it)"
+    )
 }
 
 /// What to do about a failure of a networked store (`location` its URL without the password).

@@ -551,17 +551,82 @@ fn patience(config: &PgConfig) -> Duration {
 /// `stall`), by the thread that made its handshake.
 fn connect_watched(config: &PgConfig, location: &str) -> Result<(Client, Watch), StoreError> {
     let patience = patience(config);
+    // The session's name tells it apart in `pg_stat_activity`, where the probe looks for it.
+    let session = session_name(config.conn.get_application_name());
+    let mut named = config.clone();
+    named.conn.application_name(&session);
     let (for_probe, at) = (config.clone(), location.to_owned());
+    let waited = humantime::format_duration(patience).to_string();
+    // Whether the probe has found the session: one it no longer finds was ended by the server.
+    let found = std::sync::atomic::AtomicBool::new(false);
     let probe: Probe = Box::new(move || {
-        let mut client = connect(&for_probe, &at).map_err(|e| match e {
-            StoreError::Failed { detail, .. } => detail,
-            other => other.to_string(),
-        })?;
-        client.is_valid(patience).map_err(|e| detail(&e))
+        let unanswered = |why: String| {
+            format!(
+                "a statement had no answer within {waited}, and a new connection got none either ({why}): the \
+                 server, or a proxy or pooler in front of it, has stopped answering"
+            )
+        };
+        let mut client = match connect(&for_probe, &at) {
+            Ok(client) => client,
+            // The server answered, with an error (it is at `max_connections`, say): it is there.
+            Err(StoreError::Failed { kind, .. }) if kind != StoreErrorKind::Unreachable => return Ok(()),
+            Err(StoreError::Failed { detail, .. }) => return Err(unanswered(detail)),
+            Err(other) => return Err(unanswered(other.to_string())),
+        };
+        client.is_valid(patience).map_err(|e| unanswered(detail(&e)))?;
+        let seen = client.query_opt(
+            "SELECT state, extract(epoch FROM clock_timestamp() - state_change)::float8 FROM pg_stat_activity
+             WHERE application_name = $1",
+            &[&session],
+        );
+        let ordering = std::sync::atomic::Ordering::Relaxed;
+        match seen {
+            Ok(Some(row)) => {
+                found.store(true, ordering);
+                let state: Option<String> = row.get(0);
+                let idle = row.get::<_, Option<f64>>(1).unwrap_or_default();
+                match state.as_deref() {
+                    // The server waits for the next statement, or for the end of the transaction,
+                    // and has for as long as the statement waited: what it answered, or the
+                    // statement itself, is stuck on the way.
+                    Some(s) if s.starts_with("idle") && idle >= patience.as_secs_f64() => Err(format!(
+                        "a statement had no answer within {waited}, while the server has waited {:.1}s for the \
+                         next one on its connection: what it answered, or the statement itself, is stuck on the \
+                         way, in a proxy or pooler between waymark and the server",
+                        idle
+                    )),
+                    _ => Ok(()),
+                }
+            }
+            Ok(None) if found.load(ordering) => Err(format!(
+                "a statement had no answer within {waited}, and the server has since ended the connection it was \
+                 sent on (its end is stuck on the way, in a proxy or pooler between waymark and the server)"
+            )),
+            // Not found (a pooler may name its server connections otherwise), or not readable:
+            // the server answers, and is waited for.
+            _ => Ok(()),
+        }
     });
     let watch = Watch::new(patience, location, probe);
-    let client = connect_then(config, location, Some(watch.run_later()))?;
+    let client = connect_then(&named, location, Some(watch.run_later()))?;
     Ok((client, watch))
+}
+
+/// The `application_name` of a watched connection: `waymark ` and a random tag, after the URL's
+/// own name if it gives one (cut so that the tag stays within the 63 bytes the server keeps).
+fn session_name(own: Option<&str>) -> String {
+    let tag = format!("waymark {:08x}", fastrand::u32(..));
+    match own.filter(|o| !o.is_empty()) {
+        None => tag,
+        Some(own) => {
+            let room = 63 - tag.len() - 3;
+            let mut end = own.len().min(room);
+            while !own.is_char_boundary(end) {
+                end -= 1;
+            }
+            format!("{} ({tag})", &own[..end])
+        }
+    }
 }
 
 /// The shared store. See the module documentation.
@@ -810,31 +875,36 @@ impl PgStore {
     }
 
     /// Take the lease of `lease_key` for `owner` if nobody holds it or its holder's lease has
-    /// expired (raising the token); otherwise who holds it, as a message names them.
+    /// expired (raising the token), with when it was taken for the runner's clock (see [`WAITED`]);
+    /// otherwise who holds it, as a message names them.
     pub(crate) fn try_lease(
         &self,
         lease_key: &str,
         owner: &str,
         ttl: Duration,
-    ) -> Result<Result<i64, String>, StoreError> {
+    ) -> Result<Result<(i64, Instant), String>, StoreError> {
         let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         let pid = i64::from(std::process::id());
         let _armed = self.watched();
         let mut client = self.client.borrow_mut();
-        let taken = client
-            .query_opt(
+        // Prepared first: a lock another session holds on the table may hold up its parsing too.
+        let taking = client
+            .prepare(&format!(
                 "INSERT INTO waymark_leases (lease_key, owner, host, pid, token, expires_at)
                  VALUES ($1, $2, $3, $4, 1, clock_timestamp() + $5 * interval '1 millisecond')
                  ON CONFLICT (lease_key) DO UPDATE
                  SET owner = EXCLUDED.owner, host = EXCLUDED.host, pid = EXCLUDED.pid, run_id = NULL,
-                     token = waymark_leases.token + 1, expires_at = EXCLUDED.expires_at
+                     token = waymark_leases.token + 1, expires_at = clock_timestamp() + $5 * interval '1 millisecond'
                  WHERE waymark_leases.expires_at < clock_timestamp()
-                 RETURNING token",
-                &[&lease_key, &owner, &host_id(), &pid, &(ttl_ms as f64)],
-            )
+                 RETURNING token, {WAITED}"
+            ))
+            .map_err(|e| self.pg(&e))?;
+        let sent = Instant::now();
+        let taken = client
+            .query_opt(&taking, &[&lease_key, &owner, &host_id(), &pid, &(ttl_ms as f64)])
             .map_err(|e| self.pg(&e))?;
         if let Some(row) = taken {
-            return Ok(Ok(row.get(0)));
+            return Ok(Ok((row.get(0), sent + waited(&row, 1))));
         }
         let holder = client
             .query_opt(
@@ -849,6 +919,19 @@ impl PgStore {
             None => "another runner holds its lease".to_owned(),
         }))
     }
+}
+
+/// How long a statement that set a lease's `expires_at` (to the time then plus the time to live,
+/// `$5` milliseconds) waited in the database before it did (for a lock), as seconds: the time
+/// from its arrival to then. The runner counts the lease from its sending (once prepared: a lock
+/// may hold up the parsing too) plus this, a time the database's own expiry is never earlier
+/// than.
+const WAITED: &str =
+    "greatest(0, extract(epoch FROM expires_at - $5 * interval '1 millisecond' - statement_timestamp()))::float8";
+
+/// Column `i` of `row`, [`WAITED`].
+fn waited(row: &::postgres::Row, i: usize) -> Duration {
+    Duration::try_from_secs_f64(row.get::<_, f64>(i)).unwrap_or_default()
 }
 
 /// A holder as messages name it, from its columns `host, pid, expires_at (text), run_id, owner`:
@@ -1103,8 +1186,8 @@ impl Store for PgStore {
         let pid = i64::from(std::process::id());
         let started = now_ms();
         let names: Vec<&str> = flow.steps.iter().map(|s| s.name.as_str()).collect();
-        let (id, token) = self.write("(new)", owner, |tx| {
-            let token = held_token(tx, &lkey, "(new)", owner)?;
+        let (id, token) = self.write(super::NEW_RUN, owner, |tx| {
+            let token = held_token(tx, &lkey, super::NEW_RUN, owner)?;
             let mut id = new_run_id();
             while tx.opt("SELECT 1 FROM waymark_runs WHERE id = $1", &[&id])?.is_some() {
                 id = new_run_id();
@@ -1832,12 +1915,11 @@ impl FlowLease {
         timing: LeaseTiming,
     ) -> Result<Leased, StoreError> {
         let mut store = PgStore::open(config, location)?;
-        let sent = Instant::now();
-        let token = match store.try_lease(lease_key, owner, timing.ttl)? {
-            Ok(token) => token,
+        let (token, taken) = match store.try_lease(lease_key, owner, timing.ttl)? {
+            Ok(taken) => taken,
             Err(holder) => return Ok(Leased::Held(holder)),
         };
-        let clock = Arc::new(LeaseClock::new(timing, sent));
+        let clock = Arc::new(LeaseClock::new(timing, taken));
         // Its renewals are bounded by the lease clock, which fences the runner off in time.
         store.watch = None;
         let (stop, stopped) = std::sync::mpsc::channel();
@@ -1934,18 +2016,29 @@ impl Renewer {
                 clock.renewal_failed(e.to_string());
                 continue;
             }
-            let sent = Instant::now();
-            clock.renewing(Some(sent));
-            let renewed = self.store.client.borrow_mut().execute(
-                "UPDATE waymark_leases SET expires_at = clock_timestamp() + $4 * interval '1 millisecond'
-                 WHERE lease_key = $1 AND owner = $2 AND token = $3
-                   AND expires_at > clock_timestamp() + $5 * interval '1 millisecond'",
-                &[&self.lease_key, &self.owner, &self.token, &ttl_ms, &margin_ms],
-            );
+            clock.renewing(Some(Instant::now()));
+            // Prepared first, and the lease counted from the statement's sending (see `WAITED`).
+            let mut sent = Instant::now();
+            let renewed = {
+                let mut client = self.store.client.borrow_mut();
+                client
+                    .prepare(&format!(
+                        "UPDATE waymark_leases SET expires_at = clock_timestamp() + $4 * interval '1 millisecond'
+                         WHERE lease_key = $1 AND owner = $2 AND token = $3
+                           AND expires_at > clock_timestamp() + $5 * interval '1 millisecond'
+                         RETURNING {}",
+                        WAITED.replace("$5", "$4")
+                    ))
+                    .and_then(|renewal| {
+                        sent = Instant::now();
+                        client.query_opt(&renewal, &[&self.lease_key, &self.owner, &self.token, &ttl_ms, &margin_ms])
+                    })
+            };
             clock.renewing(None);
             match renewed {
-                Ok(1) => clock.renewed(sent),
-                Ok(_) => {
+                // From when the database set it: after a lock it waited for, if any.
+                Ok(Some(row)) => clock.renewed(sent + waited(&row, 0)),
+                Ok(None) => {
                     clock.lost(self.why_not_renewed());
                     return;
                 }
