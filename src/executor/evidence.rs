@@ -43,7 +43,10 @@ pub(crate) fn read(
         step_codes: &step.exit_codes,
         flow_codes: &flow.exit_codes,
         detect_tracebacks: step.detect_tracebacks,
-        error_file: left.error_file.unwrap_or_else(|| error_file::read_error_file(&stem.with_extension("error.json"))),
+        error_file: match left.error_file {
+            Some(read) => *read,
+            None => error_file::read_error_file(&stem.with_extension("error.json")),
+        },
         stderr_tail: &stderr_tail,
     };
     let (mut error, mut warnings) = classify::classify(ending, evidence);

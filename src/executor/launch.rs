@@ -506,7 +506,7 @@ impl Launcher for ProcessLauncher {
                 match tokio::task::spawn_blocking(scrub).await {
                     Ok((failed, error_file)) => {
                         notes.extend(failed);
-                        left.error_file = Some(error_file);
+                        left.error_file = Some(Box::new(error_file));
                     }
                     Err(e) => notes.extend(paths.iter().map(|path| unhidden(path, &e))),
                 }

@@ -100,7 +100,9 @@ pub(crate) struct Left {
     pub(crate) stderr_tail: Option<output::StderrTail>,
     /// Its error file, read before the run's secrets were hidden in it: a secret in its class
     /// name does not change the class its retry policy matches (`None`: read it from the file).
-    pub(crate) error_file: Option<crate::classify::error_file::ErrorFileOutcome>,
+    /// Boxed: every message to the dispatcher, each piece of output too, is as large as the
+    /// largest.
+    pub(crate) error_file: Option<Box<crate::classify::error_file::ErrorFileOutcome>>,
 }
 
 /// Waymark's own failures while running (not a step's).
