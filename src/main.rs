@@ -1,5 +1,4 @@
 use clap::{CommandFactory, FromArgMatches};
-use std::io::Write;
 
 fn main() {
     // Before anything else is opened: descriptors leaked to waymark must not reach the steps.
@@ -23,11 +22,7 @@ fn main() {
     let cli = waymark::cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let code = match waymark::commands::dispatch(cli) {
         Ok(code) => code,
-        Err(e) => {
-            // A closed or full stderr leaves nothing to tell: the exit status still does.
-            let _ = std::io::stderr().write_all(e.render().as_bytes());
-            e.exit_code()
-        }
+        Err(e) => e.tell(),
     };
     std::process::exit(code);
 }

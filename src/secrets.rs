@@ -32,8 +32,16 @@ pub(crate) struct Secrets {
 impl Secrets {
     /// The secrets among `values`; empty values are dropped (an empty string is not a secret).
     pub(crate) fn new<V: AsRef<[u8]>>(values: impl IntoIterator<Item = V>) -> Secrets {
-        let distinct: BTreeSet<Vec<u8>> =
+        let mut distinct: BTreeSet<Vec<u8>> =
             values.into_iter().map(|v| v.as_ref().to_vec()).filter(|v| !v.is_empty()).collect();
+        // A value that is not UTF-8 is also hidden as text shows it (each invalid byte a U+FFFD):
+        // an error read from a step's output as text (a traceback's message) has it so.
+        let lossy: Vec<Vec<u8>> = distinct
+            .iter()
+            .filter(|v| std::str::from_utf8(v).is_err())
+            .map(|v| String::from_utf8_lossy(v).into_owned().into_bytes())
+            .collect();
+        distinct.extend(lossy);
         let values: Vec<Vec<u8>> = distinct.into_iter().collect();
         if values.is_empty() {
             return Secrets::default();
@@ -171,17 +179,7 @@ impl Secrets {
         if pass(&mut file, None)? == 0 {
             return Ok(());
         }
-        let mut name = path.file_name().unwrap_or_default().to_owned();
-        name.push(".scrubbed");
-        let temp = path.with_file_name(name);
-        crate::os::fs::remove_any(&temp)?;
-        let mut out = crate::os::fs::open_append_private(&temp)?;
-        let copied = file.seek(std::io::SeekFrom::Start(0)).and_then(|_| pass(&mut file, Some(&mut out)));
-        if let Err(e) = copied {
-            let _ = std::fs::remove_file(&temp);
-            return Err(e);
-        }
-        std::fs::rename(&temp, path)
+        replace(path, |out| file.seek(std::io::SeekFrom::Start(0)).and_then(|_| pass(&mut file, Some(out))).map(drop))
     }
 
     /// [`Secrets::scrub_file`] of a file that may be JSON (an error file): a secret that a string
@@ -213,23 +211,13 @@ impl Secrets {
         if !hidden {
             return Ok(());
         }
-        let mut name = path.file_name().unwrap_or_default().to_owned();
-        name.push(".scrubbed");
-        let temp = path.with_file_name(name);
-        crate::os::fs::remove_any(&temp)?;
-        let written = crate::os::fs::open_append_private(&temp)
-            .and_then(|mut out| out.write_all(&serde_json::to_vec(&value).unwrap_or_default()));
-        if let Err(e) = written.and_then(|()| std::fs::rename(&temp, path)) {
-            let _ = std::fs::remove_file(&temp);
-            return Err(e);
-        }
-        Ok(())
+        replace(path, |out| out.write_all(&serde_json::to_vec(&value).unwrap_or_default()))
     }
 
     /// `value` with every secret in its strings and keys hidden; `hidden` is set if one was.
     fn hide_in_json(&self, value: serde_json::Value, hidden: &mut bool) -> serde_json::Value {
         use serde_json::Value;
-        let mut text = |t: String| match self.redact(&t) {
+        let text = |t: String, hidden: &mut bool| match self.redact(&t) {
             Cow::Borrowed(_) => t,
             Cow::Owned(masked) => {
                 *hidden = true;
@@ -237,22 +225,11 @@ impl Secrets {
             }
         };
         match value {
-            Value::String(t) => Value::String(text(t)),
+            Value::String(t) => Value::String(text(t, hidden)),
             Value::Array(items) => Value::Array(items.into_iter().map(|v| self.hide_in_json(v, hidden)).collect()),
+            // (Two keys hidden alike are one: the last one's value is kept.)
             Value::Object(map) => {
-                let pairs: Vec<(String, Value)> = map.into_iter().collect();
-                let mut out = serde_json::Map::new();
-                for (k, v) in pairs {
-                    let k = match self.redact(&k) {
-                        Cow::Borrowed(_) => k,
-                        Cow::Owned(masked) => {
-                            *hidden = true;
-                            masked
-                        }
-                    };
-                    out.insert(k, self.hide_in_json(v, hidden));
-                }
-                Value::Object(out)
+                Value::Object(map.into_iter().map(|(k, v)| (text(k, hidden), self.hide_in_json(v, hidden))).collect())
             }
             other => other,
         }
@@ -274,6 +251,21 @@ impl Secrets {
         }
         longest
     }
+}
+
+/// Put what `write` writes in place of the file at `path`: written beside it, then renamed over it
+/// (a reader never finds it half written); nothing is left beside it if writing fails.
+fn replace(path: &Path, write: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>) -> std::io::Result<()> {
+    let mut name = path.file_name().unwrap_or_default().to_owned();
+    name.push(".scrubbed");
+    let temp = path.with_file_name(name);
+    crate::os::fs::remove_any(&temp)?;
+    let written = crate::os::fs::open_append_private(&temp).and_then(|mut out| write(&mut out));
+    if let Err(e) = written.and_then(|()| std::fs::rename(&temp, path)) {
+        let _ = std::fs::remove_file(&temp);
+        return Err(e);
+    }
+    Ok(())
 }
 
 /// Redacts a stream that arrives in pieces: a secret split across two pieces is still replaced.
@@ -535,6 +527,16 @@ mod tests {
         std::fs::write(&path, written).unwrap();
         s.scrub_json_file(&path, 16).unwrap();
         assert!(std::fs::read_to_string(&path).unwrap().contains(r#"p\u00e4ssw\u00f6rd and a\"b"#));
+    }
+
+    /// A secret that is not UTF-8, read as text (invalid bytes turned into U+FFFD, as a traceback's
+    /// message is read from the stderr the step wrote), is hidden too.
+    #[test]
+    fn a_secret_that_is_not_utf8_is_hidden_in_text_made_from_it() {
+        let s = Secrets::new([b"longsecretprefix\xe4suffix".to_vec()]);
+        let text = String::from_utf8_lossy(b"bad longsecretprefix\xe4suffix here").into_owned();
+        assert_eq!(s.redact(&text), "bad *** here");
+        assert_eq!(&*s.redact_bytes(b"bad longsecretprefix\xe4suffix here"), b"bad *** here");
     }
 
     #[test]

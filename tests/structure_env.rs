@@ -904,3 +904,21 @@ shell = '''printf 'Traceback (most recent call last):\n  File "x.py", line 1, in
     let kept = std::fs::read_to_string(env.state().join(format!("logs/{id}/file/attempt-1.error.json"))).unwrap();
     assert_eq!(kept, "{\"type\": \"***BusyError\", \"message\": \"busy\"}");
 }
+
+/// An error file the step wrote that reports no usable error (a `type` that is no class name),
+/// holding a secret: the warning that quotes it, cut to 60 characters, shows no part of the
+/// secret (it quotes the file scrubbed).
+#[test]
+fn the_warning_about_a_bad_error_file_shows_no_part_of_a_secret() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "secret_env = ['TOKEN']\n[[step]]\nname = 'a'\n\
+         shell = '''printf '{\"type\": \"%s-%s\"}' \"$(printf 'x%.0s' $(seq 50))\" \"$TOKEN\" > \"$WAYMARK_ERROR_FILE\"; exit 1'''\n",
+    );
+    let out = env.cmd(&["run", "flow.toml"]).env("TOKEN", "SuperSecretToken123").output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("ignored the error file"), "{err}");
+    assert!(!err.contains("SuperSe") && !err.contains("Token123"), "{err}");
+}

@@ -237,7 +237,8 @@ pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: 
             if let Some(mistake) = runs.is_empty().then(|| chosen.missing_file(f)).flatten() {
                 return Err(CliError::Usage(mistake));
             }
-            let others = match runs.is_empty() {
+            // Said only in words, when there are none here.
+            let others = match runs.is_empty() && !json {
                 true => other_hosts(store.as_ref(), chosen.filter(f))?,
                 false => None,
             };
@@ -327,25 +328,27 @@ pub(super) fn find_run(store: &dyn Store, state: &StateDir, target: Option<&str>
             Err(StoreError::NoSuchRun(_)) => {
                 let chosen = choose_flow(store, t, Looking { state, for_run: true })?;
                 let found = store.list_runs(chosen.filter(t), 1)?.into_iter().next();
-                let others = match found {
-                    Some(_) => None,
-                    None => other_hosts(store, chosen.filter(t))?,
+                let mistake = found.is_none().then(|| chosen.missing_file(t)).flatten();
+                let others = match (&found, &mistake) {
+                    (None, None) => other_hosts(store, chosen.filter(t))?,
+                    _ => None,
                 };
                 found.ok_or_else(|| {
-                    if let Some(mistake) = chosen.missing_file(t) {
+                    if let Some(mistake) = mistake {
                         return CliError::Usage(format!("no run has the id `{t}`; {mistake}"));
                     }
                     if let Some(others) = others {
+                        // Run ids are every host's: only the flow's runs are this host's.
+                        let host = host_id();
                         let what = match chosen {
-                            Chosen::File(path) => format!("no runs of the flow file {}", shown_path(&path)),
-                            _ => format!("no run with id `{t}` and no runs of a flow named `{t}`"),
+                            Chosen::File(path) => {
+                                format!("no runs of the flow file {} on this host ({host})", shown_path(&path))
+                            }
+                            _ => {
+                                format!("no run with id `{t}`, and no runs on this host ({host}) of a flow named `{t}`")
+                            }
                         };
-                        return CliError::Usage(super::no_runs(
-                            &format!("{what} on this host ({})", host_id()),
-                            Some(&others),
-                            false,
-                            state,
-                        ));
+                        return CliError::Usage(super::no_runs(&what, Some(&others), false, state));
                     }
                     match chosen {
                         Chosen::File(path) => CliError::Usage(super::no_runs(

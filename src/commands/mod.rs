@@ -55,6 +55,13 @@ impl CliError {
 
     /// The message for stderr, its `error:` and `hint:` colored as the flow's diagnostics are
     /// when stderr is (see [`stderr_color`]).
+    /// Say it on stderr, as every command ends with its error; its exit status. A closed or full
+    /// stderr leaves nothing to tell: the exit status still does.
+    pub fn tell(&self) -> i32 {
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), self.render().as_bytes());
+        self.exit_code()
+    }
+
     pub fn render(&self) -> String {
         let text = self.text();
         if !stderr_color() {
@@ -466,11 +473,7 @@ pub fn print_clap_text(e: &clap::Error) -> i32 {
     let printed = e.print().and_then(|()| std::io::stdout().flush());
     match printed.map_err(output::failed) {
         Ok(()) => EXIT_OK,
-        Err(e) => {
-            // A closed or full stderr leaves nothing to tell: the exit status still does.
-            let _ = std::io::stderr().write_all(e.render().as_bytes());
-            e.exit_code()
-        }
+        Err(e) => e.tell(),
     }
 }
 
@@ -483,12 +486,7 @@ pub fn set_color(color: ColorArg) {
 /// Run the parsed command line.
 pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
     let _ = COLOR.set(cli.color);
-    crate::store::on_stall(|e| {
-        let e = CliError::from(e);
-        // A closed or full stderr leaves nothing to tell: the exit status still does.
-        let _ = std::io::Write::write_all(&mut std::io::stderr(), e.render().as_bytes());
-        std::process::exit(e.exit_code())
-    });
+    crate::store::on_stall(|e| std::process::exit(CliError::from(e).tell()));
     let store_dir = configure(&cli)?;
     // `--store sqlite:DIR` names the state directory, as `--state-dir DIR` before the command does.
     let flag = cli.state_dir.as_deref().or(store_dir.as_deref());

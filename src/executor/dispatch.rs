@@ -162,11 +162,12 @@ struct Ended {
     left: super::Left,
 }
 
-/// How a catch handler ended: its outcome and exit status, how long its process ran, why it did
-/// not succeed (for the warning) and its error (for the record).
+/// How a catch handler ended: its outcome and exit status, when (its leader exited) and how long
+/// its process ran, why it did not succeed (for the warning) and its error (for the record).
 struct HandlerEnd {
     outcome: AttemptOutcome,
     exit_code: Option<i32>,
+    ended: Instant,
     duration: Duration,
     why: Option<String>,
     error: Option<ErrorValue>,
@@ -1327,6 +1328,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 let end = HandlerEnd {
                     outcome: AttemptOutcome::Failed,
                     exit_code: None,
+                    ended: Instant::now(),
                     duration: issued.elapsed(),
                     why,
                     error,
@@ -1365,13 +1367,14 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         });
         // To its process's exit, as an attempt's (its outcome's commit is not part of it).
         let duration = exited.saturating_duration_since(live.issued);
-        self.handler_done(index, live.row, &live.stem, HandlerEnd { outcome, exit_code, duration, why, error }).await
+        let end = HandlerEnd { outcome, exit_code, ended: exited, duration, why, error };
+        self.handler_done(index, live.row, &live.stem, end).await
     }
 
     /// Commit how a catch handler ended and what it does to its step, then say it; a failed one
     /// (`why`) is a warning, after its end, that says where its output (at `stem`) is.
     async fn handler_done(&mut self, index: usize, row: i64, stem: &Path, end: HandlerEnd) -> Result<(), ExecError> {
-        let HandlerEnd { outcome, exit_code, duration, why, error } = end;
+        let HandlerEnd { outcome, exit_code, ended, duration, why, error } = end;
         let (update, slot) = match outcome {
             AttemptOutcome::Succeeded => (StepUpdate::Caught, Slot::Caught),
             AttemptOutcome::Cancelled => {
@@ -1379,7 +1382,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             }
             AttemptOutcome::Failed => (StepUpdate::Failed, Slot::Failed),
         };
-        let result = AttemptResult { error, ..self.result(outcome, exit_code, None) };
+        let result = AttemptResult { error, ..self.result_at(ended, outcome, exit_code, None) };
         self.parts.journal.attempt_finished(row, &result, &update).await?;
         self.set_slot(index, slot);
         let s = &self.steps[index];

@@ -490,8 +490,15 @@ impl Launcher for ProcessLauncher {
                     let paths = paths.clone();
                     move || {
                         // Its error is read from the file as the step wrote it: a secret in its
-                        // class name does not change the class its retry policy matches.
-                        let error_file = crate::classify::error_file::read_error_file(&paths[0]);
+                        // class name does not change the class its retry policy matches. A file
+                        // that reports none is read again once scrubbed: the warning about it
+                        // quotes the file, cut, where a secret would not be found whole.
+                        let error_file = match crate::classify::error_file::read_error_file(&paths[0]) {
+                            reported @ crate::classify::error_file::ErrorFileOutcome::Reported(_) => {
+                                Some(Box::new(reported))
+                            }
+                            _ => None,
+                        };
                         let failed = paths.into_iter().filter_map(|path| {
                             let scrubbed = match path.extension().is_some_and(|e| e == "json") {
                                 // The error file: its strings may hold a secret in JSON's escapes.
@@ -506,7 +513,7 @@ impl Launcher for ProcessLauncher {
                 match tokio::task::spawn_blocking(scrub).await {
                     Ok((failed, error_file)) => {
                         notes.extend(failed);
-                        left.error_file = Some(Box::new(error_file));
+                        left.error_file = error_file;
                     }
                     Err(e) => notes.extend(paths.iter().map(|path| unhidden(path, &e))),
                 }

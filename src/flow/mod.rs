@@ -340,24 +340,32 @@ fn open_string(source: &str) -> Option<std::ops::Range<usize>> {
     })
 }
 
-/// The first `key =` with nothing after it on its line (a comment at most), found with the TOML
-/// lexer (a line inside a string of several lines is not one): its span (from the key to the
-/// `=`), and the key's.
+/// The first `key =` that begins its line with nothing after it on the line (a comment at most),
+/// found with the TOML lexer (a line inside a string of several lines is not one): its span (from
+/// the key to the `=`), and the key's.
 fn key_without_value(source: &str) -> Option<(std::ops::Range<usize>, std::ops::Range<usize>)> {
     use toml_parser::lexer::TokenKind;
-    // The key read on this line so far, and the end of its `=` once one follows it.
+    // The key read on this line so far, the end of its `=` once one follows it, and whether only
+    // whitespace came before on the line.
     let (mut key, mut equals): (Option<std::ops::Range<usize>>, Option<usize>) = (None, None);
+    let mut fresh = true;
     for token in toml_parser::Source::new(source).lex() {
         let span = token.span();
         match (token.kind(), equals) {
-            (TokenKind::Whitespace, _) => {}
+            (TokenKind::Whitespace, _) => continue,
             (TokenKind::Newline | TokenKind::Comment | TokenKind::Eof, Some(end)) => {
                 let key = key?;
                 return Some((key.start..end, key));
             }
-            (TokenKind::Newline, None) => key = None,
+            (TokenKind::Newline, None) => {
+                key = None;
+                fresh = true;
+                continue;
+            }
             (TokenKind::Equals, None) => equals = key.as_ref().map(|_| span.end()),
-            (TokenKind::Atom | TokenKind::BasicString | TokenKind::LiteralString | TokenKind::Dot, None) => {
+            (TokenKind::Atom | TokenKind::BasicString | TokenKind::LiteralString | TokenKind::Dot, None)
+                if fresh || key.is_some() =>
+            {
                 let start = key.as_ref().map_or(span.start(), |k| k.start);
                 key = Some(start..span.end());
             }
@@ -365,6 +373,7 @@ fn key_without_value(source: &str) -> Option<(std::ops::Range<usize>, std::ops::
             (_, Some(_)) => (key, equals) = (None, None),
             _ => key = None,
         }
+        fresh = false;
     }
     None
 }
@@ -419,6 +428,9 @@ mod tests {
         assert_eq!(missing("a.b = # later\n"), Some(("a.b =", "a.b")));
         assert_eq!(missing("x = '''\nk =\n'''\nrun = [\n  'a',\n]\nt = { a = 1 }\n"), None);
         assert_eq!(missing("last ="), Some(("last =", "last")));
+        // Not at its line's start: another mistake (two keys on a line, a key on a header's).
+        assert_eq!(missing("timeout = \"1s\" x =\n"), None);
+        assert_eq!(missing("[[step]] name =\n"), None);
         assert_eq!(open_string("a = \"é\nb = 1\n"), Some(4..7));
         assert_eq!(open_string("a = 'é\n"), Some(4..7));
         assert_eq!(open_string("a = \"x\\\"\n"), Some(4..8));

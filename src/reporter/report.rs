@@ -222,6 +222,7 @@ impl History {
                 seen.max_attempts = Some(*max_attempts);
                 seen.rows.push(row);
                 seen.retry_scheduled = false;
+                seen.last_end = None;
             }
             Event::StepWaiting { step, .. } => self.seen(step).retry_scheduled = true,
             Event::AttemptFinished {
@@ -274,8 +275,8 @@ impl History {
                 seen.last_end = None;
             }
             Event::HandlerFinished { step, attempt, outcome, why, signal, .. } => {
-                self.seen(step).last_end = Some(at);
                 let seen = self.seen(step);
+                seen.last_end = Some(at);
                 seen.handler_failed =
                     (*outcome == AttemptEnd::Failed).then(|| (*attempt, why.clone().unwrap_or_default()));
                 seen.handler_cut = *outcome == AttemptEnd::Cancelled && signal.is_none();

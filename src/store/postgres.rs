@@ -300,7 +300,8 @@ fn connect_then(
     };
     let (done, result) = std::sync::mpsc::channel();
     std::thread::Builder::new()
-        .name("waymark-pg-connect".into())
+        // Named for what it goes on to do, when it does.
+        .name(if then.is_some() { "waymark-pg-watch" } else { "waymark-pg-connect" }.into())
         .spawn(move || {
             let connected = match tls {
                 None => conn.connect(::postgres::NoTls),
@@ -548,11 +549,12 @@ fn patience(config: &PgConfig) -> Duration {
 }
 
 /// A connection to the database of `config` whose statements outside a run are watched (see
-/// `stall`), by the thread that made its handshake.
-fn connect_watched(config: &PgConfig, location: &str) -> Result<(Client, Watch), StoreError> {
+/// `stall`), by the thread that made its handshake; with `config` as it names the connection, for
+/// the connections made again in its place.
+fn connect_watched(config: &PgConfig, location: &str) -> Result<(Client, Watch, PgConfig), StoreError> {
     let patience = patience(config);
     // The session's name tells it apart in `pg_stat_activity`, where the probe looks for it.
-    let session = session_name(config.conn.get_application_name());
+    let (tag, session) = session_name(config.conn.get_application_name());
     let mut named = config.clone();
     named.conn.application_name(&session);
     let (for_probe, at) = (config.clone(), location.to_owned());
@@ -573,12 +575,28 @@ fn connect_watched(config: &PgConfig, location: &str) -> Result<(Client, Watch),
             Err(StoreError::Failed { detail, .. }) => return Err(unanswered(detail)),
             Err(other) => return Err(unanswered(other.to_string())),
         };
-        client.is_valid(patience).map_err(|e| unanswered(detail(&e)))?;
-        let seen = client.query_opt(
-            "SELECT state, extract(epoch FROM clock_timestamp() - state_change)::float8 FROM pg_stat_activity
-             WHERE application_name = $1",
-            &[&session],
-        );
+        // On a thread of its own, as long as a handshake may take: the probe's connection may
+        // stop answering too.
+        let (done, asked) = std::sync::mpsc::channel();
+        let tag = format!("{tag}%");
+        let asking = std::thread::Builder::new().name("waymark-pg-probe".into()).spawn(move || {
+            let seen = client.is_valid(patience).map(|()| {
+                client.query_opt(
+                    "SELECT state, extract(epoch FROM clock_timestamp() - state_change)::float8
+                     FROM pg_stat_activity WHERE application_name LIKE $1",
+                    &[&tag],
+                )
+            });
+            let _ = done.send(seen);
+        });
+        if asking.is_err() {
+            return Ok(());
+        }
+        let seen = match asked.recv_timeout(patience * 2) {
+            Ok(Ok(seen)) => seen,
+            Ok(Err(e)) => return Err(unanswered(detail(&e))),
+            Err(_) => return Err(unanswered(format!("it did not answer within {waited}"))),
+        };
         let ordering = std::sync::atomic::Ordering::Relaxed;
         match seen {
             Ok(Some(row)) => {
@@ -609,24 +627,19 @@ fn connect_watched(config: &PgConfig, location: &str) -> Result<(Client, Watch),
     });
     let watch = Watch::new(patience, location, probe);
     let client = connect_then(&named, location, Some(watch.run_later()))?;
-    Ok((client, watch))
+    Ok((client, watch, named))
 }
 
-/// The `application_name` of a watched connection: `waymark ` and a random tag, after the URL's
-/// own name if it gives one (cut so that the tag stays within the 63 bytes the server keeps).
-fn session_name(own: Option<&str>) -> String {
+/// A watched connection's tag (`waymark ` and a random one) and `application_name`: the tag, then
+/// the URL's own name if it gives one, in parentheses (the server keeps 63 bytes of it, and may
+/// rewrite what is not ASCII: the tag comes first, and is looked for as the name's start).
+fn session_name(own: Option<&str>) -> (String, String) {
     let tag = format!("waymark {:08x}", fastrand::u32(..));
-    match own.filter(|o| !o.is_empty()) {
-        None => tag,
-        Some(own) => {
-            let room = 63 - tag.len() - 3;
-            let mut end = own.len().min(room);
-            while !own.is_char_boundary(end) {
-                end -= 1;
-            }
-            format!("{} ({tag})", &own[..end])
-        }
-    }
+    let name = match own.filter(|o| !o.is_empty()) {
+        None => tag.clone(),
+        Some(own) => format!("{tag} ({own})"),
+    };
+    (tag, name)
 }
 
 /// The shared store. See the module documentation.
@@ -654,17 +667,17 @@ pub(crate) struct PgStore {
 impl PgStore {
     /// Connect and bring the schema up to date.
     pub(crate) fn open(config: &PgConfig, location: &str) -> Result<PgStore, StoreError> {
-        let (mut client, watch) = connect_watched(config, location)?;
+        let (mut client, watch, config) = connect_watched(config, location)?;
         let armed = watch.arm();
         migrate(&mut client, location)?;
         drop(armed);
-        Ok(PgStore::with(client, watch, config, location, SCHEMA_VERSION))
+        Ok(PgStore::with(client, watch, &config, location, SCHEMA_VERSION))
     }
 
     /// [`PgStore::open`] of a database where something was recorded: `None`, creating nothing, where
     /// waymark's schema is not (no run was ever recorded there).
     pub(crate) fn open_existing(config: &PgConfig, location: &str) -> Result<Option<PgStore>, StoreError> {
-        let (mut client, watch) = connect_watched(config, location)?;
+        let (mut client, watch, config) = connect_watched(config, location)?;
         let armed = watch.arm();
         let found = installed(&mut client).map_err(|e| StoreError::failed(kind_of(&e), location, detail(&e)))?;
         if found.is_none() {
@@ -672,7 +685,7 @@ impl PgStore {
         }
         migrate(&mut client, location)?;
         drop(armed);
-        Ok(Some(PgStore::with(client, watch, config, location, SCHEMA_VERSION)))
+        Ok(Some(PgStore::with(client, watch, &config, location, SCHEMA_VERSION)))
     }
 
     /// Connect for a command that only looks: a database of an older schema is read as it is,
@@ -680,7 +693,7 @@ impl PgStore {
     /// migrates it). `None` for a database without waymark's schema: no run was ever recorded
     /// there, and a looking command writes nothing (the database may be a read-only one).
     pub(crate) fn open_for_reading(config: &PgConfig, location: &str) -> Result<Option<PgStore>, StoreError> {
-        let (mut client, watch) = connect_watched(config, location)?;
+        let (mut client, watch, config) = connect_watched(config, location)?;
         let armed = watch.arm();
         let found = installed(&mut client).map_err(|e| StoreError::failed(kind_of(&e), location, detail(&e)))?;
         let schema = match found {
@@ -693,7 +706,7 @@ impl PgStore {
             }
         };
         drop(armed);
-        Ok(Some(PgStore::with(client, watch, config, location, schema)))
+        Ok(Some(PgStore::with(client, watch, &config, location, schema)))
     }
 
     fn with(client: Client, watch: Watch, config: &PgConfig, location: &str, schema: i64) -> PgStore {

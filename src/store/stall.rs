@@ -215,14 +215,22 @@ mod tests {
         assert!(stalled.recv_timeout(Duration::from_secs(60)).is_ok());
     }
 
+    /// A statement answered is no longer watched: its start is forgotten, and the next one's
+    /// counts from its own (a watch that kept the first one's would probe a later quick one).
     #[test]
-    fn statements_answered_within_the_patience_start_no_probe() {
+    fn a_statement_answered_is_no_longer_watched() {
         let (answers, probes) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
         let (watch, stalled) = watch(60_000, answers, Arc::clone(&probes));
-        for _ in 0..100 {
-            drop(watch.arm());
-        }
-        std::thread::sleep(Duration::from_millis(50));
+        let first = watch.arm();
+        let since = watch.shared.lock().since.expect("watched");
+        drop(first);
+        assert_eq!(watch.shared.lock().since, None, "answered: not watched");
+        std::thread::sleep(Duration::from_millis(2));
+        let _second = watch.arm();
+        let state = watch.shared.lock();
+        assert!(state.since.is_some_and(|s| s > since), "the next statement counts from its own start");
+        assert_eq!(state.statement, 2);
+        drop(state);
         assert_eq!(probes.load(Ordering::SeqCst), 0);
         assert!(stalled.try_recv().is_err());
     }
