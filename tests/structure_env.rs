@@ -853,10 +853,11 @@ fn run_beside_a_store_password(env: &Env) -> std::process::Output {
     out
 }
 
-/// A secret that is part of the error class a step reports, by its error file, an exit code
-/// mapping or a traceback: its retry policy and catch handlers match the class as the step
-/// reported it (each is retried, the right handler runs, the report says the budget was spent),
-/// and the class is recorded and shown with the secret hidden.
+/// A secret that is part of the error class a step reports, by its error file or an exit code
+/// mapping: its retry policy and catch handlers match the class as the step reported it (each is
+/// retried, the right handler runs, the report says the budget was spent), and the class is
+/// recorded and shown with the secret hidden. A traceback is read from stderr as its log keeps it,
+/// the secret hidden: its class is not one (`***BusyError`), and the exit status is the error.
 #[test]
 fn a_secret_inside_an_error_class_does_not_change_what_the_policy_retries() {
     let env = Env::new();
@@ -890,16 +891,23 @@ shell = '''printf 'Traceback (most recent call last):\n  File "x.py", line 1, in
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
     let status = json_of(&env, &["status", "--json", "--attempts"]);
-    for (i, step) in ["file", "code", "trace"].into_iter().enumerate() {
+    for (i, step) in ["file", "code"].into_iter().enumerate() {
         let attempts = status["steps"][i]["attempts"].as_array().unwrap();
         let classes: Vec<&Value> = attempts.iter().map(|a| &a["error"]["class"]).collect();
         assert_eq!(classes, [&json!("***BusyError"), &json!("***BusyError")], "{step}: {status}");
     }
+    let traced = status["steps"][2]["attempts"].as_array().unwrap();
+    let classes: Vec<&Value> = traced.iter().map(|a| &a["error"]["class"]).collect();
+    assert_eq!(classes, [&json!("CalledProcessError")], "{status}");
     assert_eq!(status["steps"][1]["state"], "caught", "{status}");
     assert!(env.path("caught-as-acme").exists() && !env.path("caught-as-exception").exists());
-    // The failure report says why the two that failed stopped, as the live lines did.
-    assert_eq!(err.matches("    budget spent: 2 of 2 attempts\n").count(), 2, "{err}");
-    assert!(!err.contains("not retried"), "{err}");
+    // The failure report says why each that failed stopped, as the live lines did.
+    assert_eq!(err.matches("    budget spent: 2 of 2 attempts\n").count(), 1, "{err}");
+    assert!(
+        err.contains("    not retried: CalledProcessError is not in exception_types [\"AcmeBusyError\"]\n"),
+        "{err}"
+    );
+    assert!(!err.contains("not retried: ***"), "{err}");
     let id = run_id(&env);
     let kept = std::fs::read_to_string(env.state().join(format!("logs/{id}/file/attempt-1.error.json"))).unwrap();
     assert_eq!(kept, "{\"type\": \"***BusyError\", \"message\": \"busy\"}");
@@ -921,4 +929,28 @@ fn the_warning_about_a_bad_error_file_shows_no_part_of_a_secret() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("ignored the error file"), "{err}");
     assert!(!err.contains("SuperSe") && !err.contains("Token123"), "{err}");
+}
+
+/// A secret whose value ends in a newline (a mounted secret file's), in the message of a traceback
+/// the step prints: the message is recorded with it hidden (the traceback is read from stderr with
+/// the secret already hidden, before its lines are trimmed).
+#[test]
+fn a_secret_ending_in_a_newline_is_hidden_in_a_traceback_s_message() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        r#"secret_env = ['TOKEN']
+[[step]]
+name = 'a'
+shell = '''printf 'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\nValueError: bad token %s' "$TOKEN" >&2; exit 1'''
+"#,
+    );
+    let out = env.cmd(&["run", "flow.toml"]).env("TOKEN", "abc123\n").output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let status = json_of(&env, &["status", "--json"]);
+    assert_eq!(status["steps"][0]["last_error"]["class"], "ValueError", "{status}");
+    assert_eq!(status["steps"][0]["last_error"]["message"], "bad token ***", "{status}");
+    for (path, bytes) in every_file(&env.state()) {
+        assert!(!holds(&bytes, "abc123"), "the secret is in {path}");
+    }
 }

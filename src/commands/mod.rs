@@ -53,8 +53,6 @@ impl CliError {
         }
     }
 
-    /// The message for stderr, its `error:` and `hint:` colored as the flow's diagnostics are
-    /// when stderr is (see [`stderr_color`]).
     /// Say it on stderr, as every command ends with its error; its exit status. A closed or full
     /// stderr leaves nothing to tell: the exit status still does.
     pub fn tell(&self) -> i32 {
@@ -62,6 +60,8 @@ impl CliError {
         self.exit_code()
     }
 
+    /// The message for stderr, its `error:` and `hint:` colored as the flow's diagnostics are
+    /// when stderr is (see [`stderr_color`]).
     pub fn render(&self) -> String {
         let text = self.text();
         if !stderr_color() {

@@ -4,8 +4,9 @@
 //! no evidence. The tail of stderr comes from memory (kept by the output reader as it passed)
 //! when the reader finished; the log is read only when it did not. The error it returns is as the
 //! step reported it: the dispatcher matches it against the retry policy and the catch handlers,
-//! then hides the run's secrets in it before it is recorded and shown (the error file was read
-//! before it was scrubbed, when the attempt ended, and the stderr log never held them).
+//! then hides the run's secrets in it before it is recorded and shown (an error file that reports
+//! an error was read before it was scrubbed, when the attempt ended; the stderr log and its tail
+//! never held them).
 
 use super::output::StderrTail;
 use crate::classify::{self, Ending, ErrorSource, ErrorValue, Evidence, error_file};

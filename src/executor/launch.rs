@@ -490,24 +490,38 @@ impl Launcher for ProcessLauncher {
                     let paths = paths.clone();
                     move || {
                         // Its error is read from the file as the step wrote it: a secret in its
-                        // class name does not change the class its retry policy matches. A file
-                        // that reports none is read again once scrubbed: the warning about it
-                        // quotes the file, cut, where a secret would not be found whole.
-                        let error_file = match crate::classify::error_file::read_error_file(&paths[0]) {
-                            reported @ crate::classify::error_file::ErrorFileOutcome::Reported(_) => {
-                                Some(Box::new(reported))
-                            }
-                            _ => None,
+                        // class name does not change the class its retry policy matches.
+                        use crate::classify::error_file::{ErrorFileOutcome, read_error_file};
+                        let first = read_error_file(&paths[0]);
+                        let failed: Vec<(PathBuf, std::io::Error)> = paths
+                            .iter()
+                            .filter_map(|path| {
+                                let scrubbed = match path.extension().is_some_and(|e| e == "json") {
+                                    // The error file: its strings may hold a secret in JSON's escapes.
+                                    true => declared.scrub_json_file(path, outputs::MAX_FILE as u64),
+                                    false => declared.scrub_file(path),
+                                };
+                                scrubbed.err().map(|e| (path.clone(), e))
+                            })
+                            .collect();
+                        // A file it cannot take is said with a warning that quotes it, cut (where
+                        // a secret would not be found whole): quoted as scrubbed. One that only
+                        // the scrubbing made valid is not taken, and not quoted.
+                        let error_file = match first {
+                            ErrorFileOutcome::Invalid(_) => match read_error_file(&paths[0]) {
+                                again @ ErrorFileOutcome::Invalid(_) => again,
+                                _ => ErrorFileOutcome::Invalid(format!(
+                                    "error file {}: not valid as the step wrote it (not quoted: it holds a secret)",
+                                    paths[0].display()
+                                )),
+                            },
+                            taken => taken,
                         };
-                        let failed = paths.into_iter().filter_map(|path| {
-                            let scrubbed = match path.extension().is_some_and(|e| e == "json") {
-                                // The error file: its strings may hold a secret in JSON's escapes.
-                                true => declared.scrub_json_file(&path, outputs::MAX_FILE as u64),
-                                false => declared.scrub_file(&path),
-                            };
-                            scrubbed.err().map(|e| (path, e))
-                        });
-                        (failed.map(|(path, e)| unhidden(&path, &e)).collect::<Vec<String>>(), error_file)
+                        let failed = failed.into_iter();
+                        (
+                            failed.map(|(path, e)| unhidden(&path, &e)).collect::<Vec<String>>(),
+                            Some(Box::new(error_file)),
+                        )
                     }
                 };
                 match tokio::task::spawn_blocking(scrub).await {

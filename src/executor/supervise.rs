@@ -289,12 +289,6 @@ impl Reader {
             let start = match &mut redactor {
                 None => out.partial.len() - n,
                 Some((redactor, buf)) => {
-                    // The tail is the step's evidence, read as it wrote it (a secret inside the
-                    // class of a traceback does not change it); the error it gives is recorded
-                    // with the secrets hidden. It never leaves the runner's memory.
-                    if let Some(tail) = &mut self.tail {
-                        tail.push(buf);
-                    }
                     let start = out.partial.len();
                     out.partial.extend_from_slice(&redactor.feed(buf));
                     start
@@ -316,8 +310,7 @@ impl Reader {
     }
 
     /// Write the bytes that just came, `out.partial[start..]` (redacted), to the log, and send the
-    /// whole lines they complete; `reads_here` when the next read lands in `out.partial` (no
-    /// secrets to hide: else the stderr tail took the bytes as read).
+    /// whole lines they complete; `reads_here` when the next read lands in `out.partial`.
     async fn pass(&mut self, out: &mut Copied, start: usize, reads_here: bool) {
         let data = &out.partial[start..];
         if data.is_empty() {
@@ -331,7 +324,7 @@ impl Reader {
             let msg = Msg::LogFailed { row: self.row, path: self.log_path.clone(), error };
             let _ = self.events.send(msg).await;
         }
-        if reads_here && let Some(tail) = &mut self.tail {
+        if let Some(tail) = &mut self.tail {
             tail.push(&out.partial[start..]);
         }
         if !self.lines {

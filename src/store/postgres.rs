@@ -583,7 +583,7 @@ fn connect_watched(config: &PgConfig, location: &str) -> Result<(Client, Watch, 
             let seen = client.is_valid(patience).map(|()| {
                 client.query_opt(
                     "SELECT state, extract(epoch FROM clock_timestamp() - state_change)::float8
-                     FROM pg_stat_activity WHERE application_name LIKE $1",
+                     FROM pg_stat_activity WHERE application_name LIKE $1 ORDER BY backend_start DESC LIMIT 1",
                     &[&tag],
                 )
             });
@@ -595,7 +595,10 @@ fn connect_watched(config: &PgConfig, location: &str) -> Result<(Client, Watch, 
         let seen = match asked.recv_timeout(patience * 2) {
             Ok(Ok(seen)) => seen,
             Ok(Err(e)) => return Err(unanswered(detail(&e))),
-            Err(_) => return Err(unanswered(format!("it did not answer within {waited}"))),
+            Err(_) => {
+                let twice = humantime::format_duration(patience * 2);
+                return Err(unanswered(format!("it did not answer within {twice}")));
+            }
         };
         let ordering = std::sync::atomic::Ordering::Relaxed;
         match seen {
