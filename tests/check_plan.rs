@@ -299,7 +299,7 @@ fn a_path_with_a_newline_is_shown_on_one_line() {
     assert_eq!(plan.lines().next().unwrap(), "flow f (odd␊dir␉here/f.toml): 1 step, run in order");
     let out = env.cmd(&["check", "odd\ndir\there/bad.toml"]).env("NO_COLOR", "1").output().unwrap();
     let said = common::stderr(&out);
-    assert_eq!(said.lines().nth(1).unwrap(), " --> odd␊dir␉here/bad.toml:1:5");
+    assert_eq!(said.lines().nth(1).unwrap(), " --> odd␊dir␉here/bad.toml:1:1");
     assert_eq!(
         said.lines().last().unwrap(),
         "error: odd␊dir␉here/bad.toml is not a valid flow (1 error); nothing was run"
