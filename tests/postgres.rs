@@ -514,6 +514,12 @@ impl Proxy {
     }
 }
 
+/// waymark's tables in the database of `url`: a run of a flow of its own (`first`) makes them.
+fn make_tables(env: &Env, url: &str) {
+    env.write("first.toml", "name = 'first'\n[[step]]\nname = 'a'\nrun = ['true']\n");
+    assert_eq!(runner(env, url, "a", &["run", "--quiet", "first.toml"]).output().unwrap().status.code(), Some(0));
+}
+
 /// The port of the server of `url`.
 fn port_of(url: &str) -> u16 {
     url.rsplit_once(':').unwrap().1.split('/').next().unwrap().parse().unwrap()
@@ -1001,9 +1007,7 @@ fn a_lock_held_by_a_silent_session_stops_a_runner_as_busy_instead_of_blocking_it
         return;
     };
     env.write("flow.toml", "name = 'held'\n[[step]]\nname = 'a'\nrun = ['touch', 'ran']\n");
-    // The tables first: a run of another flow makes them.
-    env.write("first.toml", "name = 'first'\n[[step]]\nname = 'a'\nrun = ['true']\n");
-    assert_eq!(runner(&env, &url, "a", &["run", "--quiet", "first.toml"]).output().unwrap().status.code(), Some(0));
+    make_tables(&env, &url);
     let mut silent = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     let mut held = silent.transaction().unwrap();
     held.batch_execute("LOCK TABLE waymark_leases IN ACCESS EXCLUSIVE MODE").unwrap();
@@ -1065,8 +1069,7 @@ fn a_database_that_stops_answering_after_the_handshake_ends_a_command_with_statu
         return;
     };
     env.write("flow.toml", "name = 'stalled'\n[[step]]\nname = 'a'\nrun = ['touch', 'ran']\n");
-    env.write("first.toml", "name = 'first'\n[[step]]\nname = 'a'\nrun = ['true']\n");
-    assert_eq!(runner(&env, &url, "a", &["run", "--quiet", "first.toml"]).output().unwrap().status.code(), Some(0));
+    make_tables(&env, &url);
     let cases: [(&[&str], &'static [u8]); 2] =
         [(&["history"], b"FROM waymark_runs"), (&["run", "--quiet", "flow.toml"], b"INSERT INTO waymark_runs")];
     for (args, statement) in cases {
@@ -1112,8 +1115,7 @@ fn a_statement_stuck_on_its_own_connection_ends_the_command_with_status_4() {
         return;
     };
     env.write("flow.toml", "name = 'stuck'\n[[step]]\nname = 'a'\nrun = ['touch', 'ran']\n");
-    env.write("first.toml", "name = 'first'\n[[step]]\nname = 'a'\nrun = ['true']\n");
-    assert_eq!(runner(&env, &url, "a", &["run", "--quiet", "first.toml"]).output().unwrap().status.code(), Some(0));
+    make_tables(&env, &url);
     let waited = regex::Regex::new(r"while the server has waited \d+\.\ds for the next one").unwrap();
     let cases: [(&[&str], &'static [u8]); 2] =
         [(&["history"], b"FROM waymark_runs"), (&["run", "--quiet", "flow.toml"], b"INSERT INTO waymark_runs")];
@@ -1157,8 +1159,7 @@ fn a_server_that_answers_the_probe_with_an_error_is_waited_for() {
     let Some((_database, url, env)) = fresh_test("a_server_that_answers_the_probe_with_an_error_is_waited_for") else {
         return;
     };
-    env.write("first.toml", "name = 'first'\n[[step]]\nname = 'a'\nrun = ['true']\n");
-    assert_eq!(runner(&env, &url, "a", &["run", "--quiet", "first.toml"]).output().unwrap().status.code(), Some(0));
+    make_tables(&env, &url);
     let proxy = Proxy::start(port_of(&url));
     let plain = format!("{}?connect_timeout=1&sslmode=disable", proxy.in_front_of(&url));
     proxy.freeze_connection_on(b"FROM waymark_runs");
@@ -1190,8 +1191,7 @@ fn a_lease_taken_after_waiting_for_a_lock_counts_from_when_it_was_taken() {
         return;
     };
     env.write("flow.toml", "name = 'late'\n[[step]]\nname = 'a'\nrun = ['touch', 'ran']\n");
-    env.write("first.toml", "name = 'first'\n[[step]]\nname = 'a'\nrun = ['true']\n");
-    assert_eq!(runner(&env, &url, "a", &["run", "--quiet", "first.toml"]).output().unwrap().status.code(), Some(0));
+    make_tables(&env, &url);
     let (locked, held) = std::sync::mpsc::channel();
     let holder = {
         let url = url.clone();

@@ -1023,22 +1023,7 @@ mod tests {
         assert_eq!(lines(&here, &[]), ["    logs: none (attempt 1 wrote nothing to stdout or stderr)"]);
         // Made by an earlier runner on another host: its logs are there, whatever is here.
         let mut elsewhere = History::default();
-        elsewhere.prefill(&Earlier {
-            attempts: vec![EarlierAttempt {
-                step: "load".into(),
-                attempt: 1,
-                redelivered: false,
-                started: at(0),
-                end: Some((at(5), AttemptEnd::Failed)),
-                error: Some(value.clone()),
-                killed_after_grace: false,
-                log_stem: "/far/logs/r1/load/attempt-1".into(),
-                logs_on: Some("far-away".into()),
-            }],
-            compensated: false,
-            budget_bases: Vec::new(),
-            under_way: Vec::new(),
-        });
+        elsewhere.prefill(&earlier_failure(&value, 5, Some("far-away")));
         assert_eq!(
             lines(&elsewhere, &[]),
             [
@@ -1048,28 +1033,35 @@ mod tests {
         );
     }
 
+    /// Attempt 1 of step `load` by an earlier runner, failed with `error` after `took_ms`, on host
+    /// `far` (its logs there) or here.
+    fn earlier_failure(error: &ErrorValue, took_ms: u64, far: Option<&str>) -> Earlier {
+        let stem = if far.is_some() { "/far/logs/r1/load/attempt-1" } else { "/logs/r1/load/attempt-1" };
+        Earlier {
+            attempts: vec![EarlierAttempt {
+                step: "load".into(),
+                attempt: 1,
+                redelivered: false,
+                started: at(0),
+                end: Some((at(took_ms), AttemptEnd::Failed)),
+                error: Some(error.clone()),
+                killed_after_grace: false,
+                log_stem: stem.into(),
+                logs_on: far.map(str::to_owned),
+            }],
+            compensated: false,
+            budget_bases: Vec::new(),
+            under_way: Vec::new(),
+        }
+    }
+
     /// An earlier runner's attempt recorded as ending in the millisecond it started took `<1ms`,
     /// as this runner says of its own, not `0s`.
     #[test]
     fn an_earlier_attempt_quicker_than_a_millisecond_took_under_one() {
         let value = error("ValueError", "bad", ErrorSource::Traceback);
         let mut history = History::default();
-        history.prefill(&Earlier {
-            attempts: vec![EarlierAttempt {
-                step: "load".into(),
-                attempt: 1,
-                redelivered: false,
-                started: at(0),
-                end: Some((at(0), AttemptEnd::Failed)),
-                error: Some(value.clone()),
-                killed_after_grace: false,
-                log_stem: "/logs/r1/load/attempt-1".into(),
-                logs_on: None,
-            }],
-            compensated: false,
-            budget_bases: Vec::new(),
-            under_way: Vec::new(),
-        });
+        history.prefill(&earlier_failure(&value, 0, None));
         let stopped =
             RetryStop { reason: StopReason::NotRetryable, exception_types: vec![], attempts: 1, attempts_allowed: 1 };
         let report = history.report("r1", &[failure("load", value, stopped, 1)]);
