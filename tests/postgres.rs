@@ -1177,6 +1177,23 @@ fn a_server_that_answers_the_probe_with_an_error_is_waited_for() {
     let out = finish(history);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains(" first "), "{}", String::from_utf8_lossy(&out.stdout));
+    // Not without end: after six times `connect_timeout` of refusals, the command gives up.
+    let proxy = Proxy::start(port_of(&url));
+    let plain = format!("{}?connect_timeout=1&sslmode=disable", proxy.in_front_of(&url));
+    proxy.freeze_connection_on(b"FROM waymark_runs");
+    let history = runner(&env, &plain, "a", &["history"]).spawn().unwrap();
+    wait_until("history's statement to be held", || proxy.writers.load(Ordering::SeqCst) == 1);
+    proxy.reject(true);
+    let out = finish(history);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains(
+            ": a statement had no answer within 1s, and for 6s the server has refused every new connection (sorry, \
+             too many clients already), so it cannot say whether it is at work on it\n"
+        ),
+        "{err}"
+    );
 }
 
 /// The lease's row is locked by another session for longer than a lease lasts (a runner's set-up

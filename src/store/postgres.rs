@@ -561,7 +561,10 @@ fn connect_watched(config: &PgConfig, location: &str) -> Result<(Client, Watch, 
     let waited = humantime::format_duration(patience).to_string();
     // Whether the probe has found the session: one it no longer finds was ended by the server.
     let found = std::sync::atomic::AtomicBool::new(false);
+    // Since when every new connection has been answered with an error while statements waited.
+    let refused_since: std::sync::Mutex<Option<Instant>> = std::sync::Mutex::default();
     let probe: Probe = Box::new(move || {
+        let mut refused = refused_since.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let unanswered = |why: String| {
             format!(
                 "a statement had no answer within {waited}, and a new connection got none either ({why}): the \
@@ -570,13 +573,25 @@ fn connect_watched(config: &PgConfig, location: &str) -> Result<(Client, Watch, 
         };
         let mut client = match connect(&for_probe, &at) {
             Ok(client) => client,
-            // The server answered, with an error (it is at `max_connections`, say): it is there.
-            Err(StoreError::Failed { kind, .. }) if kind != StoreErrorKind::Unreachable => return Ok(()),
+            // The server answered, with an error (it is at `max_connections`, say): it is there,
+            // and is waited for, though not without end: it cannot say how the statement is.
+            Err(StoreError::Failed { kind, detail, .. }) if kind != StoreErrorKind::Unreachable => {
+                let since = *refused.get_or_insert_with(Instant::now);
+                if since.elapsed() >= patience * REFUSED_PROBES {
+                    return Err(format!(
+                        "a statement had no answer within {waited}, and for {} the server has refused every new \
+                         connection ({detail}), so it cannot say whether it is at work on it",
+                        humantime::format_duration(patience * REFUSED_PROBES)
+                    ));
+                }
+                return Ok(());
+            }
             Err(StoreError::Failed { detail, .. }) => return Err(unanswered(detail)),
             Err(other) => return Err(unanswered(other.to_string())),
         };
         // On a thread of its own, as long as a handshake may take: the probe's connection may
         // stop answering too.
+        *refused = None;
         let (done, asked) = std::sync::mpsc::channel();
         let tag = format!("{tag}%");
         let asking = std::thread::Builder::new().name("waymark-pg-probe".into()).spawn(move || {
@@ -632,6 +647,10 @@ fn connect_watched(config: &PgConfig, location: &str) -> Result<(Client, Watch, 
     let client = connect_then(&named, location, Some(watch.run_later()))?;
     Ok((client, watch, named))
 }
+
+/// How many times `connect_timeout` a statement's watch waits, while the server answers every new
+/// connection with an error (it is at `max_connections`, say), before it gives up on it.
+const REFUSED_PROBES: u32 = 6;
 
 /// A watched connection's tag (`waymark ` and a random one) and `application_name`: the tag, then
 /// the URL's own name if it gives one, in parentheses (the server keeps 63 bytes of it, and may
