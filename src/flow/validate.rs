@@ -1593,8 +1593,15 @@ impl Validator<'_> {
         if let Some(name) = name
             && !is_name(name.get_ref(), "-")
         {
-            let fixed: String =
-                name.get_ref().chars().map(|c| if is_name(&c.to_string(), "-") { c } else { '-' }).collect();
+            // A letter with an accent is suggested without it (`étape`: `etape`): the accent is a
+            // mark of its own once the letter is decomposed, and goes.
+            use unicode_normalization::{UnicodeNormalization, char::is_combining_mark};
+            let fixed: String = name
+                .get_ref()
+                .nfd()
+                .filter(|c| !is_combining_mark(*c))
+                .map(|c| if is_name(&c.to_string(), "-") { c } else { '-' })
+                .collect();
             let d = self.error(name.span(), "a step name may only hold letters, digits, `_` and `-`");
             d.label = "invalid name".into();
             d.help =
