@@ -64,7 +64,8 @@ pub(crate) fn resolve(raw: &RawDuration, allow_zero: bool) -> Result<Duration, I
     }
     if secs < 0.0 || (secs < MIN_DURATION.as_secs_f64() && !(allow_zero && secs == 0.0)) {
         return Err(Invalid {
-            message: format!("a duration must be {floor}, got {} s", number(secs)),
+            // (`-0.0` is 0: said without its sign.)
+            message: format!("a duration must be {floor}, got {} s", number(secs + 0.0)),
             label: Some("out of range"),
             help: (secs > 0.0).then_some("waymark counts time in milliseconds; write at least `0.001` or \"1ms\""),
         });
@@ -118,6 +119,12 @@ mod tests {
         assert_eq!(from_arg("2m 30s", false), Ok(Duration::from_secs(150)));
         assert_eq!(from_arg("0", true), Ok(Duration::ZERO));
         assert_eq!(from_arg("0s", true), Ok(Duration::ZERO));
+    }
+
+    #[test]
+    fn minus_zero_is_zero_in_the_message() {
+        let said = resolve(&RawDuration::Seconds(-0.0), false).unwrap_err().message;
+        assert_eq!(said, "a duration must be at least 1 ms, got 0 s");
     }
 
     #[test]
