@@ -1134,9 +1134,8 @@ fn a_statement_stuck_on_its_own_connection_ends_the_command_with_status_4() {
                     "error: cannot reach the state database {shown}: a statement had no answer within 1s, while the \
                      server has waited Ns for the next one on its connection: what it answered, or the statement \
                      itself, is stuck on the way, in a proxy or pooler between waymark and the server\n\
-                     hint: check that PostgreSQL runs at {shown} and takes connections from this host (host, port, \
-                     firewall, sslmode), then try again (nothing is lost: a run resumes where it stopped); --store or \
-                     WAYMARK_STORE selects another store\n"
+                     hint: the server at {shown} answers: check the proxy or pooler between this host and it, then \
+                     try again (nothing is lost: a run resumes where it stopped)\n"
                 )
             ),
             "{args:?}"

@@ -153,8 +153,15 @@ impl StoreError {
     /// What to do about a store failure, from its kind (a line for `hint:`); `None` where the
     /// message already says it.
     pub(crate) fn hint(&self) -> Option<String> {
-        let StoreError::Failed { kind, location, .. } = self else { return None };
+        let StoreError::Failed { kind, location, detail } = self else { return None };
         if location.starts_with("postgres") {
+            // The server answers; what is between it and this host does not.
+            if detail.ends_with(IN_BETWEEN) || detail.ends_with(&format!("{IN_BETWEEN})")) {
+                return Some(format!(
+                    "the server at {location} answers: check the proxy or pooler between this host and it, then try \
+                     again (nothing is lost: a run resumes where it stopped)"
+                ));
+            }
             return network_hint(*kind, location);
         }
         let dir = std::path::Path::new(location).parent().map_or(location.clone(), |d| d.display().to_string());
@@ -555,6 +562,10 @@ pub trait RunLog {
         skipped: &[String],
     ) -> Result<(), StoreError>;
 }
+
+/// Where a shared store's statement or its answer is stuck, as its error says it (and its hint
+/// tells from a server that does not answer).
+pub(crate) const IN_BETWEEN: &str = "in a proxy or pooler between waymark and the server";
 
 /// The run id a runner's writes carry before its run is created (`create_run`), for messages.
 pub(crate) const NEW_RUN: &str = "(new)";

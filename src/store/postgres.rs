@@ -32,6 +32,7 @@
 //!   unknown, is never retried: the runner stops and its run is resumed). Commands that are not
 //!   running a run fail at once (exit 4) with the URL, without its password, and a hint.
 
+use super::IN_BETWEEN;
 use super::lease::{LET_GO_AFTER, LeaseClock, LeaseTiming, host_id};
 use super::record::RunDefinition;
 use super::stall::{Armed, Probe, Watch};
@@ -628,7 +629,7 @@ fn connect_watched(config: &PgConfig, location: &str) -> Result<(Client, Watch, 
                     Some(s) if s.starts_with("idle") && idle >= patience.as_secs_f64() => Err(format!(
                         "a statement had no answer within {waited}, while the server has waited {:.1}s for the \
                          next one on its connection: what it answered, or the statement itself, is stuck on the \
-                         way, in a proxy or pooler between waymark and the server",
+                         way, {IN_BETWEEN}",
                         idle
                     )),
                     _ => Ok(()),
@@ -636,7 +637,7 @@ fn connect_watched(config: &PgConfig, location: &str) -> Result<(Client, Watch, 
             }
             Ok(None) if found.load(ordering) => Err(format!(
                 "a statement had no answer within {waited}, and the server has since ended the connection it was \
-                 sent on (its end is stuck on the way, in a proxy or pooler between waymark and the server)"
+                 sent on (its end is stuck on the way, {IN_BETWEEN})"
             )),
             // Not found (a pooler may name its server connections otherwise), or not readable:
             // the server answers, and is waited for.
