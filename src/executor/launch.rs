@@ -488,45 +488,42 @@ impl Launcher for ProcessLauncher {
                 };
                 let scrub = {
                     let paths = paths.clone();
+                    // A success's error file is not read: only scrubbed.
+                    let reads_error = !matches!(end, super::End::Exited(crate::os::process::ExitKind::Code(0)));
                     move || {
+                        use crate::classify::error_file::{ErrorFileOutcome, read_error_file};
+                        let [error_path, outputs_path] = &paths;
                         // Its error is read from the file as the step wrote it: a secret in its
                         // class name does not change the class its retry policy matches.
-                        use crate::classify::error_file::{ErrorFileOutcome, read_error_file};
-                        let first = read_error_file(&paths[0]);
-                        let failed: Vec<(PathBuf, std::io::Error)> = paths
-                            .iter()
-                            .filter_map(|path| {
-                                let scrubbed = match path.extension().is_some_and(|e| e == "json") {
-                                    // The error file: its strings may hold a secret in JSON's escapes.
-                                    true => declared.scrub_json_file(path, outputs::MAX_FILE as u64),
-                                    false => declared.scrub_file(path),
-                                };
-                                scrubbed.err().map(|e| (path.clone(), e))
-                            })
+                        let first = reads_error.then(|| read_error_file(error_path));
+                        // The error file's strings may hold a secret in JSON's escapes.
+                        let unscrubbed = [
+                            (error_path, declared.scrub_json_file(error_path, outputs::MAX_FILE as u64)),
+                            (outputs_path, declared.scrub_file(outputs_path)),
+                        ];
+                        let notes: Vec<String> = unscrubbed
+                            .into_iter()
+                            .filter_map(|(path, done)| done.err().map(|e| unhidden(path, &e)))
                             .collect();
                         // A file it cannot take is said with a warning that quotes it, cut (where
                         // a secret would not be found whole): quoted as scrubbed. One that only
                         // the scrubbing made valid is not taken, and not quoted.
-                        let error_file = match first {
-                            ErrorFileOutcome::Invalid(_) => match read_error_file(&paths[0]) {
+                        let error_file = first.map(|first| match first {
+                            ErrorFileOutcome::Invalid(_) => match read_error_file(error_path) {
                                 again @ ErrorFileOutcome::Invalid(_) => again,
                                 _ => ErrorFileOutcome::Invalid(format!(
                                     "error file {}: not valid as the step wrote it (not quoted: it holds a secret)",
-                                    paths[0].display()
+                                    error_path.display()
                                 )),
                             },
                             taken => taken,
-                        };
-                        let failed = failed.into_iter();
-                        (
-                            failed.map(|(path, e)| unhidden(&path, &e)).collect::<Vec<String>>(),
-                            Some(Box::new(error_file)),
-                        )
+                        });
+                        (notes, error_file.map(Box::new))
                     }
                 };
                 match tokio::task::spawn_blocking(scrub).await {
-                    Ok((failed, error_file)) => {
-                        notes.extend(failed);
+                    Ok((unhidden_in, error_file)) => {
+                        notes.extend(unhidden_in);
                         left.error_file = error_file;
                     }
                     Err(e) => notes.extend(paths.iter().map(|path| unhidden(path, &e))),

@@ -35,7 +35,7 @@
 use super::IN_BETWEEN;
 use super::lease::{LET_GO_AFTER, LeaseClock, LeaseTiming, host_id};
 use super::record::RunDefinition;
-use super::stall::{Armed, Probe, Watch};
+use super::stall::{Armed, Watch};
 use super::url::{CertCheck, PgConfig};
 use super::*;
 use crate::flow::Flow;
@@ -558,100 +558,143 @@ fn connect_watched(config: &PgConfig, location: &str) -> Result<(Client, Watch, 
     let (tag, session) = session_name(config.conn.get_application_name());
     let mut named = config.clone();
     named.conn.application_name(&session);
-    let (for_probe, at) = (config.clone(), location.to_owned());
-    let waited = humantime::format_duration(patience).to_string();
-    // Whether the probe has found the session: one it no longer finds was ended by the server.
-    let found = std::sync::atomic::AtomicBool::new(false);
-    // Since when every new connection has been answered with an error while statements waited.
-    let refused_since: std::sync::Mutex<Option<Instant>> = std::sync::Mutex::default();
-    let probe: Probe = Box::new(move || {
-        let mut refused = refused_since.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let unanswered = |why: String| {
-            format!(
-                "a statement had no answer within {waited}, and a new connection got none either ({why}): the \
-                 server, or a proxy or pooler in front of it, has stopped answering"
-            )
-        };
-        let mut client = match connect(&for_probe, &at) {
-            Ok(client) => client,
-            // The server answered, with an error (it is at `max_connections`, say): it is there,
-            // and is waited for, though not without end: it cannot say how the statement is.
-            Err(StoreError::Failed { kind, detail, .. }) if kind != StoreErrorKind::Unreachable => {
-                let since = *refused.get_or_insert_with(Instant::now);
-                if since.elapsed() >= patience * REFUSED_PROBES {
-                    return Err(format!(
-                        "a statement had no answer within {waited}, and for {} the server has refused every new \
-                         connection ({detail}), so it cannot say whether it is at work on it",
-                        humantime::format_duration(patience * REFUSED_PROBES)
-                    ));
-                }
-                return Ok(());
-            }
-            Err(StoreError::Failed { detail, .. }) => return Err(unanswered(detail)),
-            Err(other) => return Err(unanswered(other.to_string())),
-        };
-        // On a thread of its own, as long as a handshake may take: the probe's connection may
-        // stop answering too.
-        *refused = None;
-        let (done, asked) = std::sync::mpsc::channel();
-        let tag = format!("{tag}%");
-        let asking = std::thread::Builder::new().name("waymark-pg-probe".into()).spawn(move || {
-            let seen = client.is_valid(patience).map(|()| {
-                client.query_opt(
-                    "SELECT state, extract(epoch FROM clock_timestamp() - state_change)::float8
-                     FROM pg_stat_activity WHERE application_name LIKE $1 ORDER BY backend_start DESC LIMIT 1",
-                    &[&tag],
-                )
-            });
-            let _ = done.send(seen);
-        });
-        if asking.is_err() {
-            return Ok(());
-        }
-        let seen = match asked.recv_timeout(patience * 2) {
-            Ok(Ok(seen)) => seen,
-            Ok(Err(e)) => return Err(unanswered(detail(&e))),
-            Err(_) => {
-                let twice = humantime::format_duration(patience * 2);
-                return Err(unanswered(format!("it did not answer within {twice}")));
-            }
-        };
-        let ordering = std::sync::atomic::Ordering::Relaxed;
-        match seen {
-            Ok(Some(row)) => {
-                found.store(true, ordering);
-                let state: Option<String> = row.get(0);
-                let idle = row.get::<_, Option<f64>>(1).unwrap_or_default();
-                match state.as_deref() {
-                    // The server waits for the next statement, or for the end of the transaction,
-                    // and has for as long as the statement waited: what it answered, or the
-                    // statement itself, is stuck on the way.
-                    Some(s) if s.starts_with("idle") && idle >= patience.as_secs_f64() => Err(format!(
-                        "a statement had no answer within {waited}, while the server has waited {:.1}s for the \
-                         next one on its connection: what it answered, or the statement itself, is stuck on the \
-                         way, {IN_BETWEEN}",
-                        idle
-                    )),
-                    _ => Ok(()),
-                }
-            }
-            Ok(None) if found.load(ordering) => Err(format!(
-                "a statement had no answer within {waited}, and the server has since ended the connection it was \
-                 sent on (its end is stuck on the way, {IN_BETWEEN})"
-            )),
-            // Not found (a pooler may name its server connections otherwise), or not readable:
-            // the server answers, and is waited for.
-            _ => Ok(()),
-        }
-    });
-    let watch = Watch::new(patience, location, probe);
+    let probe = SessionProbe {
+        config: config.clone(),
+        location: location.to_owned(),
+        like: format!("{tag}%"),
+        patience,
+        found: std::sync::atomic::AtomicBool::new(false),
+        refused_since: std::sync::Mutex::default(),
+    };
+    let watch = Watch::new(patience, location, Box::new(move || probe.probe()));
     let client = connect_then(&named, location, Some(watch.run_later()))?;
     Ok((client, watch, named))
+}
+
+/// A watched session as the probe finds it in `pg_stat_activity`.
+enum Session {
+    /// Its state, and for how long it has been in it.
+    Found(::postgres::Row),
+    Missing,
+    /// It could not be read.
+    Unknown,
 }
 
 /// How many times `connect_timeout` a statement's watch waits, while the server answers every new
 /// connection with an error (it is at `max_connections`, say), before it gives up on it.
 const REFUSED_PROBES: u32 = 6;
+
+/// The probe of a watched connection's statement (see `stall`): a new connection asks the server,
+/// in `pg_stat_activity`, how the session named `like` is.
+struct SessionProbe {
+    config: PgConfig,
+    location: String,
+    /// The session's name as matched: its tag, then anything.
+    like: String,
+    patience: Duration,
+    /// Whether the probe has found the session: one it no longer finds was ended by the server.
+    found: std::sync::atomic::AtomicBool,
+    /// Since when every new connection has been answered with an error while statements waited.
+    refused_since: std::sync::Mutex<Option<Instant>>,
+}
+
+impl SessionProbe {
+    /// `Ok` while the statement is worth waiting for; else why not, as the error says it.
+    fn probe(&self) -> Result<(), String> {
+        let mut refused = self.refused_since.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let client = match connect(&self.config, &self.location) {
+            Ok(client) => client,
+            // The server answered, with an error (it is at `max_connections`, say): it is there,
+            // and is waited for, though not without end: it cannot say how the statement is.
+            Err(StoreError::Failed { kind, detail, .. }) if kind != StoreErrorKind::Unreachable => {
+                let limit = self.patience * REFUSED_PROBES;
+                return match refused.get_or_insert_with(Instant::now).elapsed() >= limit {
+                    true => Err(format!(
+                        "{}, and for {} the server has refused every new connection ({detail}), so it cannot say \
+                         whether it is at work on it",
+                        self.unanswered(),
+                        humantime::format_duration(limit)
+                    )),
+                    false => Ok(()),
+                };
+            }
+            Err(StoreError::Failed { detail, .. }) => return Err(self.no_new_connection(&detail)),
+            Err(other) => return Err(self.no_new_connection(&other.to_string())),
+        };
+        *refused = None;
+        match self.ask(client)? {
+            Session::Found(row) => {
+                self.found.store(true, std::sync::atomic::Ordering::Relaxed);
+                let state: Option<String> = row.get(0);
+                let idle = row.get::<_, Option<f64>>(1).unwrap_or_default();
+                // The server waits for the next statement, or for the end of the transaction, and
+                // has for as long as the statement waited: what it answered, or the statement
+                // itself, is stuck on the way.
+                match state.as_deref() {
+                    Some(s) if s.starts_with("idle") && idle >= self.patience.as_secs_f64() => Err(format!(
+                        "{}, while the server has waited {idle:.1}s for the next one on its connection: what it \
+                         answered, or the statement itself, is stuck on the way, {IN_BETWEEN}",
+                        self.unanswered()
+                    )),
+                    _ => Ok(()),
+                }
+            }
+            Session::Missing if self.found.load(std::sync::atomic::Ordering::Relaxed) => Err(format!(
+                "{}, and the server has since ended the connection it was sent on (its end is stuck on the way, \
+                 {IN_BETWEEN})",
+                self.unanswered()
+            )),
+            // Not found (a pooler may name its server connections otherwise), or not readable:
+            // the server answers, and is waited for.
+            Session::Missing | Session::Unknown => Ok(()),
+        }
+    }
+
+    /// The session (its state, and for how long it has been in it) as `client` finds it: on a
+    /// thread of its own, for at most twice the patience (the probe's connection may stop
+    /// answering too).
+    fn ask(&self, mut client: Client) -> Result<Session, String> {
+        let (done, asked) = std::sync::mpsc::channel();
+        let (like, patience) = (self.like.clone(), self.patience);
+        let asking = std::thread::Builder::new().name("waymark-pg-probe".into()).spawn(move || {
+            let seen = client.is_valid(patience).map(|()| {
+                client.query_opt(
+                    "SELECT state, extract(epoch FROM clock_timestamp() - state_change)::float8
+                     FROM pg_stat_activity WHERE application_name LIKE $1 ORDER BY backend_start DESC LIMIT 1",
+                    &[&like],
+                )
+            });
+            let _ = done.send(seen);
+        });
+        if asking.is_err() {
+            return Ok(Session::Unknown);
+        }
+        match asked.recv_timeout(patience * 2) {
+            Ok(Ok(Ok(Some(row)))) => Ok(Session::Found(row)),
+            Ok(Ok(Ok(None))) => Ok(Session::Missing),
+            Ok(Ok(Err(_))) => Ok(Session::Unknown),
+            Ok(Err(e)) => Err(self.no_new_connection(&detail(&e))),
+            Err(_) => {
+                let twice = humantime::format_duration(patience * 2);
+                Err(self.no_new_connection(&format!("it did not answer within {twice}")))
+            }
+        }
+    }
+
+    /// How every reason to give up begins.
+    fn unanswered(&self) -> String {
+        format!("a statement had no answer within {}", humantime::format_duration(self.patience))
+    }
+
+    /// Why to give up when a new connection got no answer either (`why`).
+    fn no_new_connection(&self, why: &str) -> String {
+        format!(
+            "{}, and a new connection got none either ({why}): the server, or a proxy or pooler in front of it, \
+             has stopped answering",
+            self.unanswered()
+        )
+    }
+}
 
 /// A watched connection's tag (`waymark ` and a random one) and `application_name`: the tag, then
 /// the URL's own name if it gives one, in parentheses (the server keeps 63 bytes of it, and may
