@@ -576,7 +576,7 @@ fn a_runner_cut_off_from_the_database_kills_its_attempts_and_exits_4_and_nothing
     assert_eq!(out.status.code(), Some(4), "{text}");
     assert!(text.contains("(host-a:") && text.contains(") could not renew its lease before it would expire"), "{text}");
     assert!(
-        text.contains("it stopped: its attempts were killed and nothing more of the run is recorded by it"),
+        text.contains("it stopped, killing any attempt it had running, and nothing more of the run is recorded by it"),
         "{text}"
     );
     assert!(!alive(pid), "the attempt was killed when the runner fenced itself off");
