@@ -364,3 +364,46 @@ fn a_run_whose_log_directory_was_deleted_still_resumes() {
     assert!(err.contains("killed 1 leftover process(es) of attempt 1 from the previous runner"), "{err}");
     assert!(!common::alive(pid));
 }
+
+/// A state directory moved (or restored elsewhere) keeps its logs: they are read where the
+/// database now is, not at the paths recorded when the attempts ran; and a copy's logs are the
+/// copy's, never those of the directory it was copied from.
+#[test]
+fn a_moved_or_copied_state_directory_reads_its_own_logs() {
+    let env = Env::new();
+    env.write("flow.toml", "[[step]]\nname = 'm'\nshell = 'echo out; echo err >&2'\n");
+    env.cmd(&["run", "-q", "flow.toml"]).assert().success();
+    let id = last_run_id(&env);
+    let moved = env.path("moved");
+    std::fs::rename(env.state(), &moved).unwrap();
+    let stem = moved.join(format!("logs/{id}/m/attempt-1"));
+    let in_dir = |dir: &Path, args: &[&str]| {
+        let mut c = env.cmd(args);
+        c.env("WAYMARK_STATE_DIR", dir);
+        c
+    };
+    in_dir(&moved, &["logs", &id, "m"])
+        .assert()
+        .success()
+        .stdout(format!("==> {stem}.stdout <==\nout\n==> {stem}.stderr <==\nerr\n", stem = stem.display()));
+    let out = in_dir(&moved, &["status", &id, "--json", "--attempts"]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let attempt = &status["steps"][0]["attempts"][0];
+    assert_eq!(
+        (&attempt["stdout"], &attempt["stderr"]),
+        (&Value::from(format!("{}.stdout", stem.display())), &Value::from(format!("{}.stderr", stem.display()))),
+        "{status}"
+    );
+    // A copy whose step logs were removed: they are gone from it, not read from `moved`.
+    let copy = env.path("copy");
+    assert!(std::process::Command::new("cp").arg("-a").arg(&moved).arg(&copy).status().unwrap().success());
+    let dir = copy.join(format!("logs/{id}/m"));
+    std::fs::remove_dir_all(&dir).unwrap();
+    in_dir(&copy, &["logs", &id, "m"]).assert().code(4).stdout("").stderr(format!(
+        "error: cannot show the logs of attempt 1 of step `m`: its log directory {} is gone (removed or moved since \
+         the attempt ran; waymark keeps an attempt's logs there until `waymark gc` deletes its run); `waymark status \
+         {id} --attempts` says how it ended\n",
+        dir.display()
+    ));
+}

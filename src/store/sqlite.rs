@@ -346,6 +346,8 @@ pub struct SqliteStore {
     path: PathBuf,
     /// `path` as shown in messages (see [`Store::location`]).
     location: String,
+    /// The directory of the logs beside the database, ending with `/` (see [`Self::here`]).
+    logs: Option<String>,
     /// The SQL for a run's [`FlowKey`]: the `flow_key` column, or, in a schema-1 database that a
     /// read-only command cannot migrate, [`LEGACY_KEY`].
     key_sql: &'static str,
@@ -661,6 +663,8 @@ impl SqliteStore {
     /// command reads an older database as it is (a runner migrates it first).
     fn with(conn: Connection, path: PathBuf, schema: i64) -> SqliteStore {
         let location = path.display().to_string();
+        // The database is the state directory's: its logs are beside it.
+        let logs = path.parent().map(|dir| format!("{}/", dir.join(statedir::LOGS).display()));
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         SqliteStore {
             conn,
@@ -668,6 +672,7 @@ impl SqliteStore {
             flushed: 0,
             path,
             location,
+            logs,
             // A schema-1 database is migrated by the next runner; until then its keys are computed.
             key_sql: if schema < 2 { LEGACY_KEY } else { "flow_key" },
             // Attempts recorded before schema 3 have no host.
@@ -1157,6 +1162,22 @@ impl SqliteStore {
 }
 
 impl SqliteStore {
+    /// An attempt's log stem as recorded (`.../logs/RUN_ID/STEP/attempt-N`, a path of the state
+    /// directory it ran in), in the state directory the database is in now: the two move
+    /// together (a state directory moved or restored elsewhere), and a copy's logs are the copy's,
+    /// not those of the directory it was copied from.
+    fn here(&self, run_id: &str, recorded: String) -> PathBuf {
+        // Compared as text: a run's attempts are read by the thousand on resume.
+        let Some(logs) = self.logs.as_deref().filter(|logs| !recorded.starts_with(logs)) else {
+            return PathBuf::from(recorded);
+        };
+        let under = format!("/{}/", statedir::LOGS);
+        match recorded.rfind(&format!("{under}{run_id}/")) {
+            Some(at) => PathBuf::from(format!("{logs}{}", &recorded[at + under.len()..])),
+            None => PathBuf::from(recorded),
+        }
+    }
+
     /// The attempts of run `?1`, or of its step `?2` if `one_step`, for [`Store::attempts`].
     fn attempts_sql(&self, one_step: bool) -> String {
         // One step's are found in the index by its name too (`?2 IS NULL OR step = ?2` read every
@@ -1352,7 +1373,7 @@ impl Store for SqliteStore {
                     AttemptRecord {
                         step,
                         attempt,
-                        log_stem: PathBuf::from(r.get::<_, String>(4)?),
+                        log_stem: self.here(run_id, r.get(4)?),
                         host: r.get(5)?,
                         outcome,
                         started_at: from_millis(r.get(6)?),
@@ -1456,7 +1477,7 @@ impl Store for SqliteStore {
                     outcome: AttemptState::parse(&outcome).map_err(|e| bad_row("attempts", run_id, e.to_string()))?,
                     exit_code: r.get(3)?,
                     error: parse_error(r.get(4)?),
-                    log_stem: PathBuf::from(r.get::<_, String>(5)?),
+                    log_stem: self.here(run_id, r.get(5)?),
                     host: r.get(6)?,
                 })
             })

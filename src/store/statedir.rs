@@ -182,7 +182,7 @@ const DB: &str = "waymark.db";
 /// The directory of the lock files.
 pub(crate) const LOCKS: &str = "locks";
 /// The directory of the logs.
-const LOGS: &str = "logs";
+pub(crate) const LOGS: &str = "logs";
 
 /// What waymark keeps in the state directory, checked whenever it is opened.
 const ENTRIES: [(&str, SFlag, &str); 5] = [
