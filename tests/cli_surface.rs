@@ -363,13 +363,13 @@ fn history_and_status_take_a_flow_file_or_a_flow_name() {
             .stdout("")
             .stderr(format!("no runs yet of flow `{flow}` {place}; {elsewhere}\n"));
     }
-    // What cannot be a flow's name is not one with no runs yet.
+    // What cannot be a declared name, and is no flow file's name here, is not one with no runs yet.
     let long = "n".repeat(251);
     for (arg, shown) in [("", ""), ("bad\nname", "bad\\nname"), ("two words", "two words"), (&long, &long)] {
         let said = format!(
-            "`{shown}` is neither a flow name (letters, digits, `_`, `.` and `-`, at most 250 bytes) nor a flow \
-             file; give the flow's name, or the path of its flow file (`waymark history` lists the runs kept there, \
-             `--state-dir DIR` looks in another)\n"
+            "`{shown}` is neither the name of a flow with runs here nor a flow file; give the flow's name (its \
+             `name`, else its file's name without `.toml`), or the path of its flow file (`waymark history` lists \
+             the runs kept there, `--state-dir DIR` looks in another)\n"
         );
         cmd(&env, &["history", arg]).assert().code(2).stdout("").stderr(format!("error: {said}"));
         // A RUN was looked for as a run id first.

@@ -479,3 +479,29 @@ fn a_run_of_a_flow_file_that_was_moved_is_named_not_silently_left() {
     env.cmd(&["resume", &old]).assert().success();
     assert_eq!(env.read("b.log"), "x\nx\nx\n");
 }
+
+/// Without a `name`, the file's stem is only the flow's display name: a file named as people name
+/// files (`nightly backup.toml`) runs and is looked up by its path, as any file is; a stem no line
+/// can show (a control character) is refused, naming it.
+#[test]
+fn a_flow_file_whose_stem_is_no_flow_name_runs_under_its_stem() {
+    let env = Env::new();
+    let step = "[[step]]\nname = 'a'\nshell = 'echo \"$WAYMARK_FLOW\" >> ran'\n";
+    env.write("nightly backup.toml", step);
+    env.cmd(&["run", "-q", "nightly backup.toml"]).assert().success().stdout("").stderr("");
+    assert_eq!(env.read("ran"), "nightly backup\n");
+    let history = json(&env, &["history", "./nightly backup.toml", "--json"]);
+    assert_eq!(
+        (history[0]["flow"].as_str(), history[0]["status"].as_str()),
+        (Some("nightly backup"), Some("succeeded"))
+    );
+    // Its name, as `history` shows it, finds it too.
+    assert_eq!(json(&env, &["history", "nightly backup", "--json"]), history);
+    let tab = env.write("bad\tname.toml", step);
+    env.cmd(&["check", tab.to_str().unwrap()]).assert().code(2).stdout("").stderr(format!(
+        "error: the file name `bad\u{2409}name` cannot name the flow: it holds a character that a line cannot show \
+         as it is (a control character, or one that reorders text)\n--> {file}\n = help: set `name = \"...\"` at the top of the file (letters, digits, `_`, `.`, `-`; at most 250 \
+         bytes)\n\nerror: {file} is not a valid flow (1 error); nothing was run\n",
+        file = env.path("bad\u{2409}name.toml").display()
+    ));
+}

@@ -160,7 +160,9 @@ fn choose_flow(store: &dyn Store, arg: &str, looked: Looking<'_>) -> Result<Chos
             canonical.map_err(|e| CliError::Usage(format!("cannot resolve the flow file path `{arg}`: {e}")))?;
         return Ok(Chosen::File(canonical));
     }
-    if !crate::flow::validate::is_flow_name(arg) {
+    let flows = store.flows(RunFilter::Name(arg))?;
+    // A flow file's stem is its name too, whatever it holds (`nightly backup`).
+    if flows.is_empty() && !crate::flow::validate::is_flow_name(arg) {
         let shown = arg.escape_debug();
         let run = match looked.for_run {
             true => format!("no run has the id `{shown}`, and "),
@@ -168,12 +170,10 @@ fn choose_flow(store: &dyn Store, arg: &str, looked: Looking<'_>) -> Result<Chos
         };
         let listing = super::Looked::at(looked.state).listing.map(|l| format!(" ({l})")).unwrap_or_default();
         return Err(CliError::Usage(format!(
-            "{run}`{shown}` is neither a flow name (letters, digits, `_`, `.` and `-`, at most {} bytes) nor a flow \
-             file; give the flow's name, or the path of its flow file{listing}",
-            crate::flow::validate::MAX_FLOW_NAME
+            "{run}`{shown}` is neither the name of a flow with runs here nor a flow file; give the flow's name (its \
+             `name`, else its file's name without `.toml`), or the path of its flow file{listing}"
         )));
     }
-    let flows = store.flows(RunFilter::Name(arg))?;
     match flows.len() {
         0 => Ok(Chosen::Unknown),
         1 => Ok(Chosen::Key(flows.into_iter().next().map(|(k, _)| k).expect("one"))),

@@ -502,15 +502,23 @@ impl Validator<'_> {
             }
             None => {
                 let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-                // A `name` of the wrong type is reported already; the stem is not what was meant.
-                if !is_flow_name(&stem) && !raw.bad.contains(&"name") {
+                // Only shown (the flow is its file, and its lock file's name is made safe), so a
+                // stem like `nightly backup` is fine; one a line cannot show is not. A `name` of
+                // the wrong type is reported already; the stem is not what was meant.
+                let shown = crate::text::shown_path(Path::new(&stem));
+                if shown != stem && !raw.bad.contains(&"name") {
                     self.diags.push(
-                        Diagnostic::error(None, format!("the file name `{stem}` is not a valid flow name")).help(Some(
+                        Diagnostic::error(
+                            None,
                             format!(
-                                "set `name = \"...\"` at the top of the file (letters, digits, `_`, `.`, `-`; at most \
-                                 {MAX_FLOW_NAME} bytes)"
+                                "the file name `{shown}` cannot name the flow: it holds a character that a line \
+                                 cannot show as it is (a control character, or one that reorders text)"
                             ),
-                        )),
+                        )
+                        .help(Some(format!(
+                            "set `name = \"...\"` at the top of the file (letters, digits, `_`, `.`, `-`; at most \
+                                 {MAX_FLOW_NAME} bytes)"
+                        ))),
                     );
                 }
                 stem
