@@ -1087,6 +1087,14 @@ fn looking_creates_no_state() {
         "error: no runs of the flow file {}: {nowhere}; `waymark run flow.toml` starts one, {elsewhere}\n",
         flow.display()
     ));
+    // A state directory an option chose: the run it suggests is in that directory too.
+    let other = env.path("other");
+    env.cmd(&["status", "flow.toml", "--state-dir", "other"]).assert().code(2).stdout("").stderr(format!(
+        "error: no runs of the flow file {}: the state directory {dir} does not exist, so no run was ever recorded \
+         there; `waymark run --state-dir {dir} flow.toml` starts one, {elsewhere}\n",
+        flow.display(),
+        dir = other.display()
+    ));
     let missing = |what: &str| {
         format!(
             "error: {what}: the state directory {} does not exist, so no run was ever recorded there; `--state-dir \

@@ -353,7 +353,7 @@ pub(super) fn find_run(store: &dyn Store, state: &StateDir, target: Option<&str>
                     match chosen {
                         Chosen::File(path) => CliError::Usage(super::no_runs(
                             &format!("no runs of the flow file {}", shown_path(&path)),
-                            Some(&format!("`waymark run {}` starts one", shell_word(t))),
+                            Some(&format!("`waymark run{} {}` starts one", super::AGAIN, shell_word(t))),
                             true,
                             state,
                         )),
@@ -369,7 +369,7 @@ pub(super) fn find_run(store: &dyn Store, state: &StateDir, target: Option<&str>
         None => store.list_runs(RunFilter::All, 1)?.into_iter().next().ok_or_else(|| {
             CliError::Usage(super::no_runs(
                 "there are no runs yet",
-                Some("`waymark run FLOW` starts one"),
+                Some(&format!("`waymark run{} FLOW` starts one", super::AGAIN)),
                 false,
                 state,
             ))

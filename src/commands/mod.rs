@@ -146,12 +146,13 @@ fn not_found(what: &str, state: &StateDir) -> CliError {
 }
 
 /// That there are no runs (`what`: `there are no runs yet`, `no runs of the flow file F`) where
-/// the command looked: `what` with the place, then `then` (what starts one, if anything), the
+/// the command looked: `what` with the place, then `then` (what starts one, if anything, with
+/// [`AGAIN`] where the options that reach the same store go), the
 /// command that lists the runs kept there if `listing` (and there can be some), and how to look
 /// elsewhere.
 fn no_runs(what: &str, then: Option<&str>, listing: bool, state: &StateDir) -> String {
     let looked = Looked::at(state);
-    let mut next: Vec<String> = then.map(str::to_owned).into_iter().collect();
+    let mut next: Vec<String> = then.map(|then| then.replace(AGAIN, &looked.again)).into_iter().collect();
     match looked.listing.filter(|_| listing) {
         // It says how to look elsewhere, or names the directory again.
         Some(listing) => next.push(listing),
@@ -159,6 +160,9 @@ fn no_runs(what: &str, then: Option<&str>, listing: bool, state: &StateDir) -> S
     }
     format!("{what}{}; {}", looked.place, next.join(", "))
 }
+
+/// In a command that [`no_runs`] suggests, where the options that reach the same store go.
+pub(super) const AGAIN: &str = "{again}";
 
 /// Where a command that reads runs looked for them, as its messages say it.
 struct Looked {
@@ -170,6 +174,9 @@ struct Looked {
     listing: Option<String>,
     /// How to look in another place, naming the option or variable that chose this one.
     elsewhere: String,
+    /// What a command needs to reach the same place (` --state-dir D`), when its defaults and
+    /// the environment would not: a command it suggests names it.
+    again: String,
 }
 
 impl Looked {
@@ -185,6 +192,26 @@ impl Looked {
             Some("WAYMARK_STORE") => "`--store URL` (or WAYMARK_STORE) looks in another".to_owned(),
             _ => "`--store URL` looks in another".to_owned(),
         };
+        // The same store needs the option again where an option chose it: a state directory other
+        // than the environment's (or the default), or a store URL given as `--store`.
+        let dir_again = || {
+            let by_default = match chosen_by {
+                Some(v) => v == "WAYMARK_STORE",
+                // As the state directory was resolved: a missing one cannot be canonicalized.
+                None => configured_state_dir(None)
+                    .ok()
+                    .and_then(|d| std::fs::canonicalize(&d).or_else(|_| std::path::absolute(&d)).ok())
+                    .is_some_and(|d| d == state.root()),
+            };
+            match by_default {
+                true => String::new(),
+                false => format!(" --state-dir {}", crate::flow::model::shell_word(&state.root().to_string_lossy())),
+            }
+        };
+        let store_again = match chosen_by {
+            Some("--store") => " --store URL".to_owned(),
+            _ => String::new(),
+        };
         match backend() {
             Backend::Postgres { shown, .. } if EMPTY_STORE.load(std::sync::atomic::Ordering::Relaxed) => Looked {
                 place: format!(
@@ -192,6 +219,7 @@ impl Looked {
                 ),
                 listing: None,
                 elsewhere: elsewhere_store,
+                again: store_again,
             },
             Backend::Postgres { shown, .. } => Looked {
                 place: format!(" in the store {shown}{by}"),
@@ -203,11 +231,13 @@ impl Looked {
                     _ => "`waymark history` lists the runs kept there".into(),
                 }),
                 elsewhere: elsewhere_store,
+                again: store_again,
             },
             Backend::Sqlite if !state.exists() => Looked {
                 place: format!(": the state directory {dir}{by} does not exist, so no run was ever recorded there"),
                 listing: None,
                 elsewhere,
+                again: dir_again(),
             },
             Backend::Sqlite if !state.has_database() => Looked {
                 place: format!(
@@ -215,32 +245,19 @@ impl Looked {
                 ),
                 listing: None,
                 elsewhere,
+                again: dir_again(),
             },
             Backend::Sqlite => {
-                let dir = state.root();
                 // `waymark history` alone reads the directory that the environment names (or the
                 // default one); a directory given by an option needs it again.
-                let by_default = match chosen_by {
-                    Some(v) => v == "WAYMARK_STORE",
-                    None => configured_state_dir(None)
-                        .ok()
-                        .and_then(|d| std::fs::canonicalize(d).ok())
-                        .is_some_and(|d| d == dir),
-                };
-                let listing = match by_default {
+                let again = dir_again();
+                let listing = match again.is_empty() {
                     true => {
                         "`waymark history` lists the runs kept there, `--state-dir DIR` looks in another".to_owned()
                     }
-                    false => format!(
-                        "`waymark history --state-dir {}` lists the runs kept there",
-                        crate::flow::model::shell_word(&dir.to_string_lossy())
-                    ),
+                    false => format!("`waymark history{again}` lists the runs kept there"),
                 };
-                Looked {
-                    place: format!(" in the state directory {}{by}", dir.display()),
-                    listing: Some(listing),
-                    elsewhere,
-                }
+                Looked { place: format!(" in the state directory {dir}{by}"), listing: Some(listing), elsewhere, again }
             }
         }
     }
