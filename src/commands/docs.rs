@@ -23,11 +23,22 @@ pub(crate) fn man(command: Option<&str>) -> Result<i32, CliError> {
     Ok(EXIT_OK)
 }
 
-/// The environment variables waymark itself reads, for the main page.
-const ENVIRONMENT: [(&str, &str); 3] = [
+/// The environment variables waymark itself reads, for the main page (README's "Environment"
+/// lists the same).
+const ENVIRONMENT: [(&str, &str); 9] = [
     ("WAYMARK_STATE_DIR", "Where runs and logs are kept, unless --state-dir is given."),
     ("XDG_STATE_HOME", "Without WAYMARK_STATE_DIR, runs and logs are kept in $XDG_STATE_HOME/waymark."),
     ("HOME", "Without either, runs and logs are kept in ~/.local/state/waymark."),
+    (
+        "WAYMARK_STORE",
+        "The store that keeps the runs, unless --store is given: postgres://... for one shared by hosts, \
+         sqlite:DIR for a state directory.",
+    ),
+    ("WAYMARK_HOST_ID", "This host's name in a shared store, unless --host-id is given; else the host name."),
+    ("WAYMARK_LEASE_TTL", "How long a runner's lease on a flow lasts in a shared store (15s)."),
+    ("WAYMARK_LEASE_RENEW", "How often a runner renews its lease (5s); at most half WAYMARK_LEASE_TTL."),
+    ("NO_COLOR", "Set, waymark's messages are not colored, unless --color always is given."),
+    ("WAYMARK_COMPLETE", "Set, waymark answers a shell's completion request instead of running a command."),
 ];
 
 fn page(command: Option<&str>) -> std::io::Result<Vec<u8>> {
