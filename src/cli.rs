@@ -413,6 +413,32 @@ pub fn args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi:
     out
 }
 
+/// A usage error for an option of the top level (`--state-dir`, `--store`, `--host-id`) given
+/// after a command that does not take it (`waymark check --state-dir DIR`): what to say instead
+/// of clap's words, whose tip (pass it after `--`, as a value) is wrong here.
+pub fn misplaced_option(error: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if error.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = error.get(ContextKind::InvalidArg) else { return None };
+    let option = arg.split('=').next().unwrap_or_default();
+    let (takes, others) = match option {
+        "--state-dir" | "--store" => ("run, resume, history, status, logs and gc", "keep or read no runs"),
+        "--host-id" => ("run, resume and gc", "take no lease"),
+        _ => return None,
+    };
+    // The command, as clap's usage line names it (`Usage: waymark check [OPTIONS] <FLOW>`).
+    let Some(ContextValue::StyledStr(usage)) = error.get(ContextKind::Usage) else { return None };
+    let usage = usage.to_string();
+    let command = usage.split_whitespace().skip_while(|w| *w != "waymark").nth(1)?;
+    <Cli as clap::CommandFactory>::command().find_subcommand(command)?;
+    Some(format!(
+        "`waymark {command}` takes no `{option}`: only {takes} do; before the command (`waymark {option} ... \
+         {command}`) every command takes it, and those that {others} ignore it"
+    ))
+}
+
 /// `graph --format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum GraphFormat {

@@ -14,6 +14,9 @@ fn main() {
         waymark::cli::Cli::command().color(color.clap()).try_get_matches_from(waymark::cli::args(std::env::args_os()));
     let matches = match parsed {
         Ok(matches) => matches,
+        Err(e) if let Some(said) = waymark::cli::misplaced_option(&e) => {
+            std::process::exit(waymark::commands::CliError::Usage(said).tell())
+        }
         // Usage errors go to stderr with exit status 2, as clap words them.
         Err(e) if e.use_stderr() => e.exit(),
         // Help and version text, printed as every command's output is.

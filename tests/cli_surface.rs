@@ -235,9 +235,12 @@ fn state_dir_is_offered_only_by_the_commands_that_keep_or_read_runs() {
         let help = String::from_utf8(help.stdout).unwrap();
         assert_eq!(help.contains("--state-dir"), with.contains(&name), "waymark {name} --help:\n{help}");
     }
+    // Given after one that does not take it, it is said so, with where it may go (not clap's tip
+    // to pass it after `--`, as a value).
     cmd(&env, &["completions", "--state-dir", "x", "bash"]).assert().code(2).stdout("").stderr(
-        "error: unexpected argument '--state-dir' found\n\n  tip: to pass '--state-dir' as a value, use '-- --state-dir'\n\n\
-         Usage: waymark completions [OPTIONS] <SHELL>\n\nFor more information, try '--help'.\n",
+        "error: `waymark completions` takes no `--state-dir`: only run, resume, history, status, logs and gc do; \
+         before the command (`waymark --state-dir ... completions`) every command takes it, and those that keep or \
+         read no runs ignore it\n",
     );
 }
 
@@ -253,8 +256,18 @@ fn store_and_host_id_are_offered_only_by_the_commands_they_apply_to() {
         assert_eq!(help.contains("--store"), store.contains(&name), "waymark {name} --help:\n{help}");
         assert_eq!(help.contains("--host-id"), host.contains(&name), "waymark {name} --help:\n{help}");
     }
-    cmd(&env, &["graph", "--store", "sqlite:x", "f.toml"]).assert().code(2).stdout("").stderr(
-        "error: unexpected argument '--store' found\n\n  tip: to pass '--store' as a value, use '-- --store'\n\n\
+    cmd(&env, &["graph", "--store=sqlite:x", "f.toml"]).assert().code(2).stdout("").stderr(
+        "error: `waymark graph` takes no `--store`: only run, resume, history, status, logs and gc do; before the \
+         command (`waymark --store ... graph`) every command takes it, and those that keep or read no runs ignore \
+         it\n",
+    );
+    cmd(&env, &["history", "--host-id", "h1"]).assert().code(2).stdout("").stderr(
+        "error: `waymark history` takes no `--host-id`: only run, resume and gc do; before the command (`waymark \
+         --host-id ... history`) every command takes it, and those that take no lease ignore it\n",
+    );
+    // Another unknown option keeps clap's words.
+    cmd(&env, &["graph", "--bogus", "f.toml"]).assert().code(2).stdout("").stderr(
+        "error: unexpected argument '--bogus' found\n\n  tip: to pass '--bogus' as a value, use '-- --bogus'\n\n\
          Usage: waymark graph [OPTIONS] <FLOW>\n\nFor more information, try '--help'.\n",
     );
     // Before the command, every command takes them; those that keep no runs ignore them, a bad
