@@ -403,7 +403,7 @@ fn status_names_no_log_for_a_compensation_that_wrote_nothing_to_stderr() {
     env.write(
         "flow.toml",
         "[[step]]\nname = 'a'\nshell = 'true'\ntimeout = '1s'\nkill_grace = 0\ncompensate = 'exec sleep 60'\n\
-         [[step]]\nname = 'k'\nshell = 'true'\ncompensate = 'kill -KILL $$'\n\
+         [[step]]\nname = 'k'\nshell = 'true'\ncompensate = 'echo undoing k; kill -KILL $$'\n\
          [[step]]\nname = 'c'\nshell = 'exit 1'\n",
     );
     assert_eq!(env.cmd(&["run", "--quiet", "flow.toml"]).output().unwrap().status.code(), Some(1));
@@ -427,9 +427,11 @@ fn status_names_no_log_for_a_compensation_that_wrote_nothing_to_stderr() {
              k                    failed     ActionExecutionLost(BaseException): killed by signal SIGKILL [signal]\n  \
              a                    failed     ActionTimeout(BaseException): timed out after 1s [timeout]\n\
              the compensations of `k`, `a` did not succeed, so what they did may not be undone (`k`, `a` wrote \
-             nothing to stderr: their lines above say how they ended); the run cannot be resumed; `waymark run \
-             --fresh PATH` starts the flow anew\n",
-            ""
+             nothing to stderr: their lines above say how they ended; what `k` wrote to stdout is in \
+             {}/logs/RUN/k/compensate.stdout); the run cannot be resumed; `waymark run --fresh PATH` starts the \
+             flow anew\n",
+            "",
+            env.state().display()
         )
     );
     let out = env.cmd(&["status", "--json"]).output().unwrap();

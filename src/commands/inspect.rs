@@ -1004,6 +1004,13 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
                             many.join(", ")
                         )),
                     }
+                    // What one of them wrote to stdout may say more (a log exists only if it did).
+                    for c in all.iter().filter(|c| c.silent) {
+                        let stdout = stderr(&c.aux.name).with_extension("stdout");
+                        if stdout.exists() {
+                            why.push(format!("what {} wrote to stdout is in {}", quoted(c), stdout.display()));
+                        }
+                    }
                     let names: Vec<String> = all.iter().map(quoted).collect();
                     match names.as_slice() {
                         [one] => format!(
