@@ -9,11 +9,14 @@ Builds waymark (release) and the floor helper (bench/floor, its own package), in
 (names for --only): scale (start-up against 1 and 10,000 earlier runs, a 10,000-step flow's first
 spawn (in a new state directory, and in one a run used before), its resume half done, `check` of it
 and of 5,000 unknown names in one `needs`), step (a succeeding durable step, on disk and on tmpfs,
-against the spawn and flush floors; fsyncs per step and per run), postgres (the same step with the
+against the spawn and flush floors, and the kept flush floor: the flush floor plus what README's
+guarantees add, the step's own process group, its output through pipes read to their end, its pid
+committed while it runs; fsyncs per step and per run), postgres (the same step with the
 shared store on the PostgreSQL server at
 `$WAYMARK_TEST_PG`, as `bash .ci/postgres.sh start` prints it, and the writes the runner makes
 to its socket per step; left out without one), dispatch (a step's cost in flows of 100, 1,000 and 10,000 steps), attempt (a failing
-attempt against the retry CLIs), backoff (lateness of a retry after its backoff, read from the
+attempt against the retry CLIs, the spawn and record floors, and the kept floor: the record floor
+plus what the guarantees add, as for a step), backoff (lateness of a retry after its backoff, read from the
 child's side to the microsecond, beside a floor's: a spawn loop sleeping the backoff between
 spawns), timeout (from a step's timeout to its child's death), output
 (throughput and peak RSS against `sh -c 'cmd | cat > file'` with the echo on and
@@ -309,18 +312,23 @@ def bench_step(t, waymark, floor, work, rounds, steps=200):
                         return timed([binary, "run", "--quiet", flow], env=state_env(state))[0] / steps
                 return go
 
-            def flush():
-                with tempfile.TemporaryDirectory(dir=d) as db:
-                    return timed([floor, "flush", str(steps), true, os.path.join(db, "floor.db")])[0] / steps
+            def flush(mode="flush"):
+                def go():
+                    with tempfile.TemporaryDirectory(dir=d) as db:
+                        return timed([floor, mode, str(steps), true, os.path.join(db, "floor.db")])[0] / steps
+                return go
 
             spawn = lambda: timed([floor, "spawn", str(steps), true])[0] / steps
-            res = interleave(rounds, {"waymark": wm(waymark), "flush": flush, "spawn": spawn,
-                                      **({"baseline": wm(BASELINE)} if BASELINE else {})})
+            res = interleave(rounds, {"waymark": wm(waymark), "flush": flush(), "kept": flush("kept-flush"),
+                                      "spawn": spawn, **({"baseline": wm(BASELINE)} if BASELINE else {})})
             if where == "disk":
                 t.add("spawn floor (posix_spawn+wait of true)", med_range(res["spawn"]))
             t.add(f"flush floor (+1 FULL commit, {where})", med_range(res["flush"]))
+            t.add(f"kept flush floor (flush + own group, pipes read, pid committed, {where})", med_range(res["kept"]))
             t.add(f"succeeding durable step ({where}, {steps}-step flow)", med_range(res["waymark"]),
                   ratio_str(ratios(res["waymark"], res["flush"])), "flush floor")
+            t.add(f"succeeding durable step ({where}) against the kept flush floor", "",
+                  ratio_str(ratios(res["waymark"], res["kept"])), "kept flush floor")
             against_baseline(t, f"succeeding durable step ({where})", res)
         finally:
             shutil.rmtree(d, ignore_errors=True)
@@ -451,9 +459,11 @@ def bench_attempt(t, waymark, floor, peers, work, rounds, n=200):
     # The least an attempt recorded so that it survives a SIGKILL of the runner costs: a spawn and
     # one synchronous=NORMAL commit of the same database (waymark commits an attempt's outcome with
     # its retry's start, then its pid).
-    def record():
-        with tempfile.TemporaryDirectory(dir=work) as db:
-            return timed([floor, "record", str(n), false, os.path.join(db, "floor.db")])[0] / n
+    def record(mode="record"):
+        def go():
+            with tempfile.TemporaryDirectory(dir=work) as db:
+                return timed([floor, mode, str(n), false, os.path.join(db, "floor.db")])[0] / n
+        return go
 
     res = interleave(rounds, {
         "waymark": wm(waymark),
@@ -464,11 +474,16 @@ def bench_attempt(t, waymark, floor, peers, work, rounds, n=200):
         # attempt-cli: fixed schedule of 0 s, retry on a failing status, quiet.
         "attempt": lambda: timed([peers / "attempt", "fixed", "-w", "0", "-a", str(n), "-F", "-qq", "--", false])[0] / n,
         "spawn": lambda: timed([floor, "spawn", str(n), false])[0] / n,
-        "record": record,
+        "record": record(),
+        # What README's guarantees add to the record: the attempt's own process group, its output
+        # through pipes read to their end, and its pid committed while it runs.
+        "kept": record("kept-record"),
     })
     fastest = [min(a, b) for a, b in zip(res["retry"], res["attempt"])]
     t.add("spawn floor (posix_spawn+wait of false)", med_range(res["spawn"]))
     t.add("record floor (+1 NORMAL commit, disk)", med_range(res["record"]))
+    t.add("kept floor (record + own group, pipes read, pid committed)", med_range(res["kept"]),
+          ratio_str(ratios(res["kept"], fastest)), "fastest retry CLI of the round")
     t.add("failing attempt, retry-cli", med_range(res["retry"]))
     t.add("failing attempt, attempt-cli", med_range(res["attempt"]))
     t.add(f"failing attempt, waymark ({n} attempts, disk)", med_range(res["waymark"]), ratio_str(ratios(res["waymark"], fastest)),
@@ -477,6 +492,8 @@ def bench_attempt(t, waymark, floor, peers, work, rounds, n=200):
           "spawn floor")
     t.add("failing attempt, waymark against the record floor", "", ratio_str(ratios(res["waymark"], res["record"])),
           "record floor: the least an attempt recorded to survive a SIGKILL costs")
+    t.add("failing attempt, waymark against the kept floor", "", ratio_str(ratios(res["waymark"], res["kept"])),
+          "kept floor: the least an attempt that keeps README's guarantees costs")
     against_baseline(t, "failing attempt", res)
 
 

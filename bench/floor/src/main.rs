@@ -12,6 +12,13 @@
 //! (no fsync: the commit survives a SIGKILL of the process, not a power loss, as a failed
 //! attempt's record in waymark does). It prints nothing: the benchmark times the whole process
 //! from outside, as it times waymark.
+//!
+//! `waymark-floor kept-record N PROGRAM DB` and `kept-flush` are the floors of an attempt that
+//! keeps README's guarantees, not only its record: PROGRAM is spawned in a process group of its
+//! own (a timeout kills the whole group), with its stdout and stderr through pipes read to their
+//! end (its output is logged), its pid committed once it runs (so that the next runner finds and
+//! kills what a runner killed with SIGKILL left running), and its end committed after it
+//! (`kept-flush`: with synchronous=FULL, as a step's success is; the pid's commit stays NORMAL).
 
 use std::process::{Command, ExitCode};
 
@@ -24,7 +31,7 @@ fn main() -> ExitCode {
     }
     let usage = || {
         eprintln!(
-            "usage: waymark-floor spawn N PROGRAM | waymark-floor flush|record N PROGRAM DB | waymark-floor pause N MS PROGRAM [ARG...] | waymark-floor stamp FILE CODE"
+            "usage: waymark-floor spawn N PROGRAM | waymark-floor flush|record|kept-flush|kept-record N PROGRAM DB | waymark-floor pause N MS PROGRAM [ARG...] | waymark-floor stamp FILE CODE"
         );
         ExitCode::from(2)
     };
@@ -35,16 +42,23 @@ fn main() -> ExitCode {
     };
     let db = match (mode.as_str(), args.get(4)) {
         ("spawn", None) => None,
-        ("flush" | "record", Some(path)) => {
+        ("flush" | "record" | "kept-flush" | "kept-record", Some(path)) => {
             let conn = rusqlite::Connection::open(path).expect("open the database");
             conn.pragma_update(None, "journal_mode", "WAL").expect("WAL");
-            let sync = if mode == "flush" { "FULL" } else { "NORMAL" };
+            let sync = if mode.ends_with("flush") { "FULL" } else { "NORMAL" };
             conn.pragma_update(None, "synchronous", sync).expect("synchronous");
             conn.execute_batch("CREATE TABLE IF NOT EXISTS t (i INTEGER PRIMARY KEY, v INTEGER)").expect("table");
             Some(conn)
         }
         _ => return usage(),
     };
+    if let Some(conn) = db.as_ref().filter(|_| mode.starts_with("kept-")) {
+        // The pid's commits on a connection of their own, never synced (as waymark's are).
+        let pids = rusqlite::Connection::open(&args[4]).expect("open the database");
+        pids.pragma_update(None, "synchronous", "NORMAL").expect("synchronous");
+        kept(n, program, &pids, conn);
+        return ExitCode::SUCCESS;
+    }
     for _ in 0..n {
         let status = Command::new(program).status().expect("spawn the program");
         if let Some(conn) = &db {
@@ -53,6 +67,24 @@ fn main() -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// `kept-record` and `kept-flush` (see the module documentation): each pid committed on `pids`,
+/// each end on `ends` (synced as its mode says).
+fn kept(n: u64, program: &str, pids: &rusqlite::Connection, ends: &rusqlite::Connection) {
+    use std::os::unix::process::CommandExt;
+    for _ in 0..n {
+        let child = Command::new(program)
+            .process_group(0)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn the program");
+        pids.execute("INSERT INTO t (v) VALUES (?1)", [child.id()]).expect("commit the pid");
+        // Both pipes read to their end on this thread (poll), then the child waited for.
+        let out = child.wait_with_output().expect("read the output");
+        ends.execute("INSERT INTO t (v) VALUES (?1)", [out.status.code().unwrap_or(-1)]).expect("commit the end");
+    }
 }
 
 fn pause(args: &[String]) -> ExitCode {
