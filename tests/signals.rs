@@ -434,3 +434,48 @@ fn a_signal_while_the_set_up_is_stuck_on_the_store_stops_the_runner() {
     );
     assert!(!env.path("ran").exists());
 }
+
+/// A signal sent to the runner and its steps at once, as `systemctl stop` sends SIGTERM to every
+/// process of the service and a terminal's Ctrl-C to its foreground group: steps that exit on it
+/// before the runner has passed the cancel on, one with status 0 from a TERM handler, one killed
+/// by the signal, are cancelled all the same, not recorded succeeded or failed; the run is
+/// interrupted, and the next `waymark run` runs both again, then the step that needs them.
+#[test]
+fn steps_signalled_with_their_runner_are_cancelled_whatever_they_exit_with() {
+    for round in 0..iterations(3, 10) {
+        let env = Env::new();
+        let _sweeper = Sweeper(env.mark());
+        env.write(
+            "flow.toml",
+            &format!(
+                "name = 'sig'\nmax_parallel = 2\n{}\
+                 [[step]]\nname = 'clean'\nneeds = []\n\
+                 shell = '''echo x >> clean.fx; [ -e release ] && exit 0; trap 'exit 0' TERM; echo $$ >> pids; \
+                 echo ready >> ready; sleep 300 & wait'''\n\
+                 [[step]]\nname = 'plain'\nneeds = []\n\
+                 shell = '''echo x >> plain.fx; [ -e release ] && exit 0; echo $$ >> pids; echo ready >> ready; \
+                 exec sleep 300'''\n\
+                 [[step]]\nname = 'after'\nneeds = ['clean', 'plain']\nshell = 'echo x >> after.fx'\n",
+                env.mark_env()
+            ),
+        );
+        let runner = env.spawn(&["run", "flow.toml"]);
+        env.wait_for_lines("ready", 2);
+        // One kill(1) for all three: they get it as good as at once.
+        let mut everyone: Vec<String> = pids(&env).iter().map(u32::to_string).collect();
+        everyone.push(runner.id().to_string());
+        assert!(std::process::Command::new("kill").arg("-TERM").args(&everyone).status().unwrap().success());
+        let out = finish(runner);
+        let context = format!("round {round}: {}", stderr(&out));
+        assert_eq!(out.status.code(), Some(143), "{context}");
+        let st = status(&env).expect("status");
+        let states: Vec<&str> = (0..3).map(|i| st["steps"][i]["state"].as_str().unwrap()).collect();
+        let cut_short = vec!["interrupted", "interrupted", "pending"];
+        assert_eq!((st["status"].as_str(), states), (Some("interrupted"), cut_short), "{context}");
+        env.write("release", "");
+        let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{context}; the resume: {}", stderr(&out));
+        assert_eq!((env.count("clean.fx"), env.count("plain.fx"), env.count("after.fx")), (2, 2, 1), "{context}");
+        assert_no_survivors(&env.mark(), &pids(&env), &context);
+    }
+}

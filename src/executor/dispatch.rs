@@ -948,6 +948,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 if !self.is_current(index, row) {
                     return Ok(()); // the end of an attempt that is over already: nothing to do
                 }
+                let end = self.signalled(end, Self::take_pending_signals);
                 for message in notes {
                     self.emitter.warning(Some(&self.steps[index].step.name), message);
                 }
@@ -972,6 +973,21 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                     End::Cancelled => self.cancelled(index, ended).await,
                 }
             }
+        }
+    }
+
+    /// How a child's `end` counts once the runner got a signal (`signalled` takes those that came
+    /// and says whether one has): an exit, whatever its status, is a cancellation. A terminal's
+    /// Ctrl-C, `systemctl stop` or `kill -TERM -- -PGID` signal the steps with their runner, and
+    /// one may end (exit 0 from a TERM handler, or be killed by the signal, which reaches a child
+    /// being spawned before it is in a group of its own) before the runner has passed the cancel
+    /// on: a child that ends as or after its runner is signalled is cancelled, and runs again on
+    /// resume, as one the runner's cancel stopped does. A timeout or the deadline, which the
+    /// runner itself ended it for, stays what it is.
+    fn signalled(&mut self, end: End, signalled: impl FnOnce(&mut Self) -> bool) -> End {
+        match end {
+            End::Exited(_) if signalled(self) => End::Cancelled,
+            end => end,
         }
     }
 
@@ -1625,6 +1641,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         name: &str,
         control: &watch::Sender<Control>,
     ) -> Result<(End, Instant), ExecError> {
+        let mut heard = false;
         loop {
             tokio::select! {
                 Some(msg) = self.rx.recv() => match msg {
@@ -1635,6 +1652,15 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                         for message in notes {
                             self.emitter.warning(None, message);
                         }
+                        // A signal that came while it ran, heard or not yet (one heard before
+                        // it started did not stop it from starting).
+                        let end = self.signalled(end, |d| match d.parts.signals.try_next() {
+                            Some(sig) => {
+                                d.aux_signal(sig, control);
+                                true
+                            }
+                            None => heard,
+                        });
                         return Ok((end, exited));
                     }
                     Msg::LogFailed { row: r, path, error } if r == row => {
@@ -1643,13 +1669,19 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                     _ => {}
                 },
                 sig = self.parts.signals.next() => {
-                    let forced = self.cancelled.is_some();
-                    self.cancelled.get_or_insert(sig);
-                    let _ = control.send(if forced { Control::Kill } else { Control::Cancel(sig) });
-                    self.emitter.emit(Event::Cancelling { signal: sig.number(), forced });
+                    self.aux_signal(sig, control);
+                    heard = true;
                 }
             }
         }
+    }
+
+    /// The runner got `sig` while a compensation or hook ran: passed on to it through `control`.
+    fn aux_signal(&mut self, sig: Signal, control: &watch::Sender<Control>) {
+        let forced = self.cancelled.is_some();
+        self.cancelled.get_or_insert(sig);
+        let _ = control.send(if forced { Control::Kill } else { Control::Cancel(sig) });
+        self.emitter.emit(Event::Cancelling { signal: sig.number(), forced });
     }
 
     /// Step `index` failed for good: no new step starts from now on (issued steps that have not

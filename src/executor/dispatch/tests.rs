@@ -2195,3 +2195,41 @@ async fn an_attempt_that_ends_while_its_pid_is_written_is_recorded_ending_when_i
     // a ends 1 s after its spawn (at 0), b 1 s after its own (at 5, when a's pid was written).
     assert_eq!(ran.ends, [(1, secs(1)), (2, secs(6))]);
 }
+
+/// A signal that reaches the runner and its child at once (Ctrl-C at a terminal, `systemctl stop`,
+/// `kill -TERM -- -PGID`): the child may end before the runner has passed the cancel on, with
+/// exit status 0 from a TERM handler, or killed by the signal. Either way it is cancelled, not
+/// taken as the step's success or failure: the run is interrupted, and the step runs again on
+/// resume. Here the child ends (at 1 s) and the signal comes (at 2 s) while the dispatcher waits
+/// for the write of its pid (until 3 s), so both are there when it turns to them.
+#[tokio::test(start_paused = true)]
+async fn a_child_that_ends_as_its_runner_is_signalled_is_cancelled_whatever_its_status() {
+    for code in [0, 143] {
+        let mut test = Test::new("[[step]]\nname = 'a'\nrun = ['trap']\n[[step]]\nname = 'b'\nrun = ['next']\n");
+        test.spawned_takes = secs(3);
+        test.signals = vec![(secs(2), Signal(nix::sys::signal::Signal::SIGTERM))];
+        let ran = test.run(move |_, _| exit(1, code)).await;
+        assert_eq!(ran.outcome(), RunOutcome::Interrupted { signal: 15 }, "exit status {code}");
+        assert_eq!(ran.attempt_finished(), [(1, AttemptEnd::Cancelled, None, None)], "exit status {code}");
+        assert_eq!(ran.schedule(), [("a", 1, 0.0)], "exit status {code}");
+    }
+}
+
+/// The same for a compensation: one that exits 0 as its runner is signalled was cancelled, and
+/// runs again on resume. (Each pid's write takes 3 s: `b:compensate` is spawned at 9 s, exits at
+/// 10 s, and the signal comes at 11 s, while its pid is still being written.)
+#[tokio::test(start_paused = true)]
+async fn a_compensation_that_ends_as_its_runner_is_signalled_is_cancelled() {
+    let mut test = Test::new(COMPENSATED);
+    test.spawned_takes = secs(3);
+    test.signals = vec![(secs(11), Signal(nix::sys::signal::Signal::SIGTERM))];
+    let ran = test
+        .run(|step, _| match step {
+            "c" => exit(1, 1),
+            _ => exit(1, 0),
+        })
+        .await;
+    assert_eq!(ran.outcome(), RunOutcome::Interrupted { signal: 15 });
+    assert_eq!(names(&ran), ["a", "b", "c", "b:compensate"]);
+    assert!(ran.writes.contains(&"finished row 4 Cancelled".to_owned()), "{:?}", ran.writes);
+}
