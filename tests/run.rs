@@ -140,6 +140,34 @@ fn kill_grace_escalates_to_sigkill() {
     assert!(!alive(read_pid(&env.path("pid"))));
 }
 
+/// A wrapper script that dies of the timeout's SIGTERM at once leaves its worker the rest of
+/// `kill_grace` to clean up (the whole group has the grace, not only its leader): the worker's
+/// cleanup is done, and the step ends when the worker does, long before the grace is over. A
+/// worker that outlives the grace is killed at its end, as ever.
+#[test]
+fn kill_grace_is_the_whole_group_s_even_after_its_leader_died() {
+    for (cleanup, grace, cleaned) in [("sleep 1", "30s", true), ("sleep 300", "1s", false)] {
+        let env = Env::new();
+        flow(
+            &env,
+            &format!(
+                "[[step]]\nname = 'wrapped'\nshell = '''sh -c 'trap \"{cleanup}; echo done > cleaned; exit 0\" TERM; \
+                 echo $$ > worker; sleep 300 & wait' & wait'''\ntimeout = 1\nkill_grace = '{grace}'\n"
+            ),
+        );
+        let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(1), "{said}");
+        assert!(said.contains("ActionTimeout"), "{said}");
+        assert_eq!(env.path("cleaned").exists(), cleaned, "{cleanup}: {said}");
+        // Killed after the grace only when the worker outlived it.
+        let st = env.cmd(&["status", "--json", "--attempts"]).output().unwrap();
+        let st: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+        assert_eq!(st["steps"][0]["attempts"][0]["killed_after_grace"], !cleaned, "{cleanup}: {st}");
+        assert!(!alive(read_pid(&env.path("worker"))), "{cleanup}");
+    }
+}
+
 #[test]
 fn a_self_killed_child_is_execution_lost_and_not_retried() {
     let env = Env::new();

@@ -471,6 +471,12 @@ impl Supervisor {
             }
         };
         let exited = Instant::now();
+        // Stopped (a timeout, a cancel, the deadline) and its leader gone within its grace (a
+        // wrapper script dies on SIGTERM at once, its worker cleans up): the rest of the group
+        // has the rest of the grace, as the whole group does, unless a second signal kills it.
+        if let Some(at) = kill_at {
+            killed_after_grace = rest_of_the_grace(pgid, at, &mut control).await;
+        }
         // The leader is gone; whatever else is left in its group goes with it.
         unix::kill_group(pgid);
         let mut notes = Vec::new();
@@ -510,6 +516,30 @@ impl Supervisor {
         };
         let stderr_tail = if self.readers_left == 0 { self.stderr_tail.take() } else { None };
         Finished { end, exited, killed_after_grace, notes, stderr_tail }
+    }
+}
+
+/// Wait until group `pgid`, whose leader is gone, is empty, or until `kill_at`, or a kill from
+/// `control`: whether the grace ran out with processes left in the group. The group is looked at
+/// every 10 ms (no event says that the last of a group's processes, none of them waymark's child,
+/// has ended).
+async fn rest_of_the_grace(pgid: u32, kill_at: Instant, control: &mut watch::Receiver<Control>) -> bool {
+    loop {
+        if !unix::group_alive(pgid) {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= kill_at {
+            return true;
+        }
+        tokio::select! {
+            _ = crate::os::timer::sleep_until(kill_at.min(now + Duration::from_millis(10))) => {}
+            changed = control.changed() => {
+                if changed.is_err() || matches!(*control.borrow_and_update(), Control::Kill) {
+                    return false;
+                }
+            }
+        }
     }
 }
 

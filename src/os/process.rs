@@ -22,6 +22,13 @@ pub(crate) fn kill_group(pgid: u32) {
     signal_group(pgid, NixSignal::SIGKILL);
 }
 
+/// Whether a process of ours is still in group `pgid` (its leader may be gone).
+pub(crate) fn group_alive(pgid: u32) -> bool {
+    let Ok(raw) = i32::try_from(pgid) else { return false };
+    // Signal 0 checks without sending; EPERM: the group is someone else's now.
+    raw > 1 && signal::killpg(Pid::from_raw(raw), None).is_ok()
+}
+
 /// The read end of a child's output pipe, non-blocking and registered with the runner's event
 /// loop, so one thread reads every running attempt's output. The write end, the child's, stays
 /// blocking: a child that writes faster than waymark reads waits on the full pipe.
