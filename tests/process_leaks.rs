@@ -240,3 +240,16 @@ fn a_resume_kills_what_every_step_left_running_and_runs_them_again() {
     let pids: Vec<u32> = env.read("pids").lines().map(|l| l.trim().parse().unwrap()).collect();
     common::assert_no_survivors(&env.mark(), &pids, &said);
 }
+
+/// An escaped process that keeps forking escaped children (`while :; do setsid cmd & done`): the
+/// ones it made between waymark's look at `/proc` and its kill are found by the next look, and
+/// killed too, on a timeout as on a cancel.
+#[test]
+fn an_escaped_loop_that_keeps_forking_is_killed_with_all_it_made() {
+    let spawner = "( setsid sh -c 'echo $$ >> pids; while :; do setsid sleep 300 > /dev/null 2>&1 & sleep 0.005; done' \
+                   > /dev/null 2>&1 & ); until [ -s pids ]; do sleep 0.01; done; sleep 0.3; echo ready > ready; exec sleep 300";
+    let timed_out: &'static str = format!("shell = '''{spawner}'''\ntimeout = 1\nkill_grace = 0").leak();
+    trials(&Case { step: timed_out, end: End::Exit(1), says: "had left its process group" });
+    let cancelled: &'static str = format!("shell = '''{spawner}'''").leak();
+    trials(&Case { step: cancelled, end: End::Signal("TERM", 143), says: "had left its process group" });
+}

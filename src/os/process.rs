@@ -138,17 +138,33 @@ pub(crate) fn kill_marked_holding_output(attempt_id: &str, group: u32) -> usize 
 }
 
 /// SIGKILL the processes of an attempt, found by its id, that left its group and that `which`
-/// picks; how many.
+/// picks; how many. `/proc` is read again until it shows none not killed already (at most
+/// [`ESCAPED_PASSES`] times): one that kept forking (`while :; do setsid cmd & done`) made new
+/// ones between a read and its kill, which a single pass left alive.
 fn kill_escaped(attempt_id: &str, group: u32, which: impl Fn(u32) -> bool) -> usize {
-    let pids: Vec<u32> =
-        marked(attempt_id).into_iter().filter(|pid| group_of(*pid) != Some(group) && which(*pid)).collect();
-    for pid in &pids {
-        if let Ok(raw) = i32::try_from(*pid) {
-            let _ = signal::kill(Pid::from_raw(raw), NixSignal::SIGKILL);
+    let mut killed = std::collections::HashSet::new();
+    for _ in 0..ESCAPED_PASSES {
+        let found: Vec<u32> = marked(attempt_id)
+            .into_iter()
+            .filter(|pid| !killed.contains(pid) && group_of(*pid) != Some(group) && which(*pid))
+            .collect();
+        if found.is_empty() {
+            break;
+        }
+        for pid in found {
+            if let Ok(raw) = i32::try_from(pid) {
+                let _ = signal::kill(Pid::from_raw(raw), NixSignal::SIGKILL);
+            }
+            killed.insert(pid);
         }
     }
-    pids.len()
+    killed.len()
 }
+
+/// How many times [`kill_escaped`] reads `/proc` at most: a bound on a fork bomb, far above what
+/// an escaped loop that forks as fast as it can takes (a pass kills its forker, the next the
+/// children it made meanwhile).
+const ESCAPED_PASSES: usize = 64;
 
 /// The pipes (their inodes) among the open files of process `pid` (`self`: this one); `None`
 /// when they cannot be read (none: it is gone).
