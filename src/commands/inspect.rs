@@ -202,7 +202,12 @@ pub(super) fn runner_gone(store: &dyn Store, state: &StateDir, run: &RunRecord) 
         Some(holder) => holder?.is_some(),
         None => FlowLock::is_held_for(state, &run.key, &run.id),
     };
-    Ok(!held)
+    if held {
+        return Ok(false);
+    }
+    // Read again: a runner that ended the run after `run` was read, and let its lock go before
+    // the look at the lock, is not gone (monitoring read that as a false alarm).
+    Ok(store.run(&run.id).map(|now| now.status == RunStatus::Running).unwrap_or(true))
 }
 
 /// The last time run `run` recorded anything: its start, or the latest start or end of one of
@@ -1340,5 +1345,28 @@ fn age(d: Duration) -> String {
         0 => humantime::format_duration(rest).to_string(),
         days if rest.is_zero() => words(days, "day"),
         days => format!("{} {}", words(days, "day"), humantime::format_duration(rest)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{RunLog, SqliteStore};
+
+    /// A run read while it ran, whose runner ended it and let its lock go before the look at the
+    /// lock, is not said to have lost its runner (`history` and `status` said so, and `--json` had
+    /// `runner_alive: false`, for a run that was about to succeed).
+    #[test]
+    fn a_run_that_ended_after_it_was_read_has_not_lost_its_runner() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::create(dir.path()).unwrap();
+        let mut store = SqliteStore::open(&state).unwrap();
+        let toml = "[[step]]\nname = 'a'\nrun = ['true']\n";
+        let (flow, _) = crate::flow::parse(toml, &dir.path().join("f.toml")).unwrap();
+        let (run, lease) = store.create_run(&flow, "hash", "test:1:a").unwrap();
+        assert!(runner_gone(&store, &state, &run).unwrap(), "running, and no runner holds its lock");
+        store.run_finished(&lease, &run.id, RunStatus::Succeeded, None, &[]).unwrap();
+        assert_eq!(run.status, RunStatus::Running);
+        assert!(!runner_gone(&store, &state, &run).unwrap(), "it ended since it was read");
     }
 }
