@@ -699,6 +699,36 @@ fn one_runner_per_flow_exit_3_or_wait() {
     assert_eq!(runs.as_array().unwrap().len(), 2);
 }
 
+/// A runner that finds `waymark gc` holding its flow's lock waits for it, with or without
+/// `--wait`; when gc takes long (stopped, or deleting thousands of runs), it says so after 2 s,
+/// naming gc, instead of waiting without a word; once gc lets go, it runs the flow.
+#[test]
+fn a_runner_held_up_by_gc_says_whom_it_waits_for() {
+    let env = Env::new();
+    env.write("flow.toml", "name = 'swept'\n[[step]]\nname = 'a'\nshell = 'echo x >> ran'\n");
+    env.cmd(&["run", "flow.toml"]).assert().success();
+    // The lock as a gc holds it (gc's own lock of the flow, while it deletes its runs).
+    let lock = std::fs::OpenOptions::new().write(true).open(env.state().join("locks/swept.lock")).unwrap();
+    lock.lock().unwrap();
+    std::fs::write(env.state().join("locks/swept.lock"), "waymark gc, pid 4242 since 2026-12-05T00:00:00Z\n").unwrap();
+    let (runner, said) = env.spawn_watched(&["run", "flow.toml"]);
+    wait_until("the runner to say whom it waits for", || said.lock().unwrap().contains("waiting for it to finish"));
+    assert_eq!(env.count("ran"), 1, "nothing ran while gc held the lock");
+    drop(lock);
+    let out = finish(runner);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(env.count("ran"), 2);
+    let said = said.lock().unwrap().clone();
+    let line = said.lines().find(|l| l.contains("waiting")).unwrap_or_default();
+    assert!(
+        line.ends_with(
+            "waymark: flow `swept` is locked by waymark gc, pid 4242 since 2026-12-05T00:00:00Z, deleting its old \
+             runs; waiting for it to finish"
+        ),
+        "{said}"
+    );
+}
+
 #[test]
 fn fresh_abandons_an_interrupted_run() {
     let env = Env::new();

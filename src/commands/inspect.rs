@@ -1275,10 +1275,20 @@ pub(crate) fn gc(state: &StateDir, older_than: Duration) -> Result<i32, CliError
         let runs = candidates.iter().filter(|r| r.key == *key);
         // A flow without a `name` is its file on its host: its lease carries that host.
         let host = candidates.iter().find(|r| r.key == *key).map_or("", |r| r.host.as_str());
-        let Some(lock) = super::FlowGuard::for_gc(state, key, host)? else {
-            let n = runs.count();
-            note!("waymark: kept {n} finished run(s) of flow `{flow}`: a runner holds its lock; run gc again later");
-            continue;
+        let lock = match super::FlowGuard::for_gc(state, key, host)? {
+            Ok(lock) => lock,
+            Err(super::GcHeld::ByRunner) => {
+                let n = runs.count();
+                note!(
+                    "waymark: kept {n} finished run(s) of flow `{flow}`: a runner holds its lock; run gc again later"
+                );
+                continue;
+            }
+            Err(super::GcHeld::ByGc) => {
+                let n = runs.count();
+                note!("waymark: left {n} finished run(s) of flow `{flow}` to another waymark gc, which holds its lock");
+                continue;
+            }
         };
         for run in runs {
             if !store.delete_finished(&run.id, cutoff)? {

@@ -426,20 +426,33 @@ impl FlowGuard {
     }
 
     /// The guard of flow `key` for `waymark gc`, if no runner holds it (`None` if one does).
-    fn for_gc(state: &StateDir, key: &FlowKey, host: &str) -> Result<Option<FlowGuard>, CliError> {
+    /// The flow's lock or lease for `waymark gc`, if nobody holds it; else whether another gc does.
+    fn for_gc(state: &StateDir, key: &FlowKey, host: &str) -> Result<Result<FlowGuard, GcHeld>, CliError> {
         match backend() {
-            Backend::Sqlite => {
-                Ok(FlowLock::try_acquire_for_gc(state, key).map_err(CliError::Locked)?.map(FlowGuard::File))
-            }
+            Backend::Sqlite => Ok(match FlowLock::try_acquire_for_gc(state, key).map_err(CliError::Locked)? {
+                Ok(lock) => Ok(FlowGuard::File(lock)),
+                Err(holder) if crate::store::held_by_gc(&holder) => Err(GcHeld::ByGc),
+                Err(_) => Err(GcHeld::ByRunner),
+            }),
             Backend::Postgres { config, shown, timing } => {
-                let owner = format!("{}{}:{}", crate::store::postgres::GC_OWNER, host_id(), std::process::id());
+                let gc = crate::store::postgres::GC_OWNER;
+                let owner = format!("{gc}{}:{}", host_id(), std::process::id());
                 match FlowLease::try_take(config, shown, &lease_key(key, host), &owner, *timing)? {
-                    Leased::Taken(lease) => Ok(Some(FlowGuard::Lease(lease))),
-                    Leased::Held(_) => Ok(None),
+                    Leased::Taken(lease) => Ok(Ok(FlowGuard::Lease(lease))),
+                    Leased::Held(holder) if holder.starts_with(gc) => Ok(Err(GcHeld::ByGc)),
+                    Leased::Held(_) => Ok(Err(GcHeld::ByRunner)),
                 }
             }
         }
     }
+}
+
+/// Who holds a flow that `waymark gc` leaves alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum GcHeld {
+    ByRunner,
+    /// Another `waymark gc`, deleting the flow's runs itself.
+    ByGc,
 }
 
 /// Choose the store and this runner's host id, from the command line and the environment.

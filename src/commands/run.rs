@@ -358,7 +358,10 @@ fn take_lock(
     wait: bool,
 ) -> Result<FlowGuard, CliError> {
     FlowGuard::acquire(state, key, flow, owner, wait, |holder| {
-        let message = format!("flow `{flow}` is already running ({holder}); waiting for it to finish");
+        let message = match crate::store::held_by_gc(holder) {
+            true => format!("flow `{flow}` is locked by {holder}, deleting its old runs; waiting for it to finish"),
+            false => format!("flow `{flow}` is already running ({holder}); waiting for it to finish"),
+        };
         events.notice(NoticeKind::WaitingForLock, None, message);
     })
 }

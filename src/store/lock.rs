@@ -19,6 +19,14 @@ use std::path::PathBuf;
 /// runner that finds the lock held by gc waits for it instead of saying that the flow is running.
 const GC_HOLDER: &str = "waymark gc";
 
+/// How long a runner waits for `waymark gc` to let go of its flow's lock before it says so.
+const GC_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether a lock's holder, as [`FlowLock::acquire`] tells it to `waiting`, is `waymark gc`.
+pub(crate) fn held_by_gc(holder: &str) -> bool {
+    holder.starts_with(GC_HOLDER)
+}
+
 /// A held lock; dropping it releases the lock.
 #[derive(Debug)]
 pub(crate) struct FlowLock {
@@ -73,9 +81,10 @@ fn open_lock_file(state_dir: &StateDir, key: &FlowKey, create: bool) -> Result<O
 }
 
 impl FlowLock {
-    /// Take the lock of flow `key` (shown as `flow`) in `state_dir`, waiting for it if `wait`.
-    /// Before it waits for another runner, `waiting` is told who holds the lock (this module never
-    /// prints: the command says so through its reporters).
+    /// Take the lock of flow `key` (shown as `flow`) in `state_dir`, waiting for it if `wait`, and
+    /// for `waymark gc` always. Before it waits for another runner, or for gc once [`GC_PATIENCE`]
+    /// has passed, `waiting` is told who holds the lock (this module never prints: the command says
+    /// so through its reporters).
     pub(crate) fn acquire(
         state_dir: &StateDir,
         key: &FlowKey,
@@ -104,11 +113,25 @@ impl FlowLock {
             }
             Err(TryLockError::WouldBlock) => {
                 let holder = holder(&mut file);
-                if !holder.starts_with(GC_HOLDER) {
+                if !held_by_gc(&holder) {
                     return Err(LockError::Held { flow: flow.to_owned(), holder });
                 }
-                // gc holds it only while it deletes finished runs: wait for it.
-                file.lock().map_err(io)?
+                // gc holds it only while it deletes finished runs: wait for it, and, if that takes
+                // long (a gc stopped, or deleting thousands of runs), say whom it waits for.
+                let patience = std::time::Instant::now() + GC_PATIENCE;
+                loop {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    match file.try_lock() {
+                        Ok(()) => break,
+                        Err(TryLockError::WouldBlock) if std::time::Instant::now() < patience => {}
+                        Err(TryLockError::WouldBlock) => {
+                            waiting(&holder);
+                            file.lock().map_err(io)?;
+                            break;
+                        }
+                        Err(TryLockError::Error(e)) => return Err(io(e)),
+                    }
+                }
             }
             Err(TryLockError::Error(e)) => return Err(io(e)),
         }
@@ -119,21 +142,25 @@ impl FlowLock {
         Ok(lock)
     }
 
-    /// Take the lock of flow `key` for `waymark gc` if no runner holds it (`None` if one does), so
-    /// that gc never deletes a run that a runner holds or is about to hold.
-    pub(crate) fn try_acquire_for_gc(state_dir: &StateDir, key: &FlowKey) -> Result<Option<FlowLock>, LockError> {
+    /// Take the lock of flow `key` for `waymark gc` if nobody holds it (`Err` with who does, as
+    /// they wrote it, if one does), so that gc never deletes a run that a runner holds or is about
+    /// to hold.
+    pub(crate) fn try_acquire_for_gc(
+        state_dir: &StateDir,
+        key: &FlowKey,
+    ) -> Result<Result<FlowLock, String>, LockError> {
         let path = state_dir.lock_file(key);
         let not_found = || LockError::Io { path: path.clone(), source: std::io::ErrorKind::NotFound.into() };
-        let file = open_lock_file(state_dir, key, true)?.ok_or_else(not_found)?;
+        let mut file = open_lock_file(state_dir, key, true)?.ok_or_else(not_found)?;
         match file.try_lock() {
             Ok(()) => {}
-            Err(TryLockError::WouldBlock) => return Ok(None),
+            Err(TryLockError::WouldBlock) => return Ok(Err(holder(&mut file))),
             Err(TryLockError::Error(source)) => return Err(LockError::Io { path, source }),
         }
         let mut lock =
             FlowLock { file, since: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string() };
         lock.write_holder(&format!("{GC_HOLDER}, pid {} since {}", std::process::id(), lock.since));
-        Ok(Some(lock))
+        Ok(Ok(lock))
     }
 
     /// Whether a live runner holds the lock of flow `key` for run `run_id` (checked without
@@ -198,6 +225,13 @@ mod tests {
         assert!(!FlowLock::is_held_for(&state, &key, "r1"), "released");
         let gc = FlowLock::try_acquire_for_gc(&state, &key).unwrap().expect("free");
         assert!(!FlowLock::is_held_for(&state, &key, "r1"), "gc runs no run");
+        // A second gc is told that a gc holds it, not a runner.
+        let held = FlowLock::try_acquire_for_gc(&state, &key).unwrap().expect_err("held");
+        assert!(held_by_gc(&held), "{held}");
         drop(gc);
+        let mut lock = FlowLock::acquire(&state, &key, "f", false, |_| {}).unwrap();
+        lock.describe_holder("r1");
+        let held = FlowLock::try_acquire_for_gc(&state, &key).unwrap().expect_err("held");
+        assert!(!held_by_gc(&held) && held.starts_with("run r1, by pid "), "{held}");
     }
 }

@@ -39,6 +39,7 @@ use std::time::SystemTime;
 pub(crate) use journal::ThreadJournal;
 pub use lease::Lease;
 pub use lock::LockError;
+pub(crate) use lock::held_by_gc;
 pub use record::RecordError;
 pub use sqlite::SqliteStore;
 pub use state::{AttemptOutcome, RunStatus};
