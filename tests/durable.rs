@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Env, alive, finish, have_root, kill, on_tmpfs_state, read_pid, stderr, wait_until};
+use common::{Env, alive, finish, have_root, iterations, kill, on_tmpfs_state, read_pid, stderr, wait_until};
 use predicates::prelude::*;
 use serde_json::Value;
 
@@ -727,6 +727,96 @@ fn a_runner_held_up_by_gc_says_whom_it_waits_for() {
         ),
         "{said}"
     );
+}
+
+/// `waymark gc` killed at any moment leaves no logs that no run owns: it deletes a run's logs
+/// before its rows, so what a killed gc left is a run (without some of its logs), which the next
+/// gc deletes, never a directory under `logs/` that no gc would find again.
+#[test]
+fn a_gc_killed_midway_leaves_no_logs_without_a_run() {
+    let env = Env::new();
+    env.write("flow.toml", "name = 'swept'\n[[step]]\nname = 'a'\nshell = 'echo hi; echo ho >&2'\n");
+    for _ in 0..200 {
+        env.cmd(&["run", "-q", "flow.toml"]).assert().success();
+    }
+    let dirs = |state: &std::path::Path| -> Vec<String> {
+        let mut dirs: Vec<String> = std::fs::read_dir(state.join("logs"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        dirs.sort();
+        dirs
+    };
+    for trial in 0..iterations(6, 20) {
+        let copy = env.path(&format!("copy-{trial}"));
+        assert!(std::process::Command::new("cp").arg("-a").arg(env.state()).arg(&copy).status().unwrap().success());
+        let in_copy = |args: &[&str]| {
+            let mut c = env.cmd(args);
+            c.env("WAYMARK_STATE_DIR", &copy);
+            c
+        };
+        let gc = std::process::Command::new(assert_cmd::cargo::cargo_bin("waymark"))
+            .args(["gc", "--older-than", "0s"])
+            .env("WAYMARK_STATE_DIR", &copy)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(10 + (15 * trial as u64) % 120));
+        kill(gc.id(), "KILL");
+        let _ = finish(gc);
+        let out = in_copy(&["history", "--json", "--limit", "1000"]).output().unwrap();
+        let runs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let mut ids: Vec<String> =
+            runs.as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap().to_owned()).collect();
+        ids.sort();
+        let orphans: Vec<String> = dirs(&copy).into_iter().filter(|d| !ids.contains(d)).collect();
+        assert!(orphans.is_empty(), "trial {trial}: logs of no run: {orphans:?} ({} runs left)", ids.len());
+        // The next gc deletes what is left, logs and all.
+        in_copy(&["gc", "--older-than", "0s"]).assert().success();
+        assert_eq!(dirs(&copy), Vec::<String>::new(), "trial {trial}");
+    }
+}
+
+/// A log that `waymark gc` cannot delete (here an immutable file, `chattr +i`) keeps its run: gc
+/// warns, naming the directory and that the run is kept, deletes the other runs, and the next gc,
+/// once the file can go, deletes the run and its logs. (It deleted the run and left its logs to
+/// no one.)
+#[test]
+fn a_log_gc_cannot_delete_keeps_its_run_for_the_next_gc() {
+    if !have_root("a_log_gc_cannot_delete_keeps_its_run_for_the_next_gc", "chattr +i") {
+        return;
+    }
+    let env = Env::new();
+    env.write("flow.toml", "name = 'stuck'\n[[step]]\nname = 'a'\nshell = 'echo hi'\n");
+    for _ in 0..2 {
+        env.cmd(&["run", "-q", "flow.toml"]).assert().success();
+    }
+    let history = |env: &Env| -> Vec<String> {
+        let out = env.cmd(&["history", "--json"]).output().unwrap();
+        let runs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        runs.as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap().to_owned()).collect()
+    };
+    let ids = history(&env);
+    let log = env.state().join(format!("logs/{}/a/attempt-1.stdout", ids[0]));
+    let chattr = |flag: &str| std::process::Command::new("chattr").arg(flag).arg(&log).status().unwrap().success();
+    assert!(chattr("+i"), "chattr +i {}", log.display());
+    let out = env.cmd(&["gc", "--older-than", "0s"]).output().unwrap();
+    let said = stderr(&out);
+    assert!(chattr("-i"));
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert_eq!(
+        said,
+        format!(
+            "waymark: warning: cannot delete {}: Operation not permitted (os error 1); run {id} is kept, and the next \
+             gc deletes it and them once it can\nwaymark: deleted 1 finished run(s) older than 0s\n",
+            env.state().join(format!("logs/{}", ids[0])).display(),
+            id = ids[0]
+        )
+    );
+    assert_eq!(history(&env), [ids[0].clone()]);
+    env.cmd(&["gc", "--older-than", "0s"]).assert().success();
+    assert!(history(&env).is_empty());
+    assert_eq!(std::fs::read_dir(env.state().join("logs")).unwrap().count(), 0);
 }
 
 #[test]

@@ -1291,11 +1291,24 @@ pub(crate) fn gc(state: &StateDir, older_than: Duration) -> Result<i32, CliError
             }
         };
         for run in runs {
-            if !store.delete_finished(&run.id, cutoff)? {
+            // Its logs first, then its rows: a gc stopped in between (killed, or a log it cannot
+            // delete) leaves a run that the next gc deletes, never logs that no run owns, which no
+            // gc would find. So first, under the lock, that it is still to be deleted (a resume
+            // may have reopened it, and ended it again, since the list was read).
+            let now = match store.run(&run.id) {
+                Ok(now) => now,
+                Err(crate::store::StoreError::NoSuchRun(_)) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let still = matches!(now.status, RunStatus::Succeeded | RunStatus::Failed | RunStatus::Abandoned)
+                && now.ended_at.is_some_and(|ended| ended < cutoff);
+            let kept = format!("run {} is kept, and the next gc deletes it and them once it can", run.id);
+            if !still || !remove_logs(state, &run.id, &kept) {
                 continue;
             }
-            remove_logs(state, &run.id);
-            deleted.insert(&run.id);
+            if store.delete_finished(&run.id, cutoff)? {
+                deleted.insert(&run.id);
+            }
         }
         drop(lock);
     }
@@ -1311,7 +1324,7 @@ pub(crate) fn gc(state: &StateDir, older_than: Duration) -> Result<i32, CliError
         Err(_) => Vec::new(),
     };
     let orphans = if kept.is_empty() { Vec::new() } else { store.deleted_elsewhere(&kept)? };
-    let removed = orphans.iter().filter(|id| remove_logs(state, id)).count();
+    let removed = orphans.iter().filter(|id| remove_logs(state, id, "the next gc tries again")).count();
     let elsewhere = match removed {
         0 => String::new(),
         n => format!(", and the logs of {n} run(s) deleted by gc on another host"),
@@ -1320,12 +1333,13 @@ pub(crate) fn gc(state: &StateDir, older_than: Duration) -> Result<i32, CliError
     Ok(EXIT_OK)
 }
 
-/// Delete the logs this host keeps of run `id`, saying so if they cannot be; whether they are gone.
-fn remove_logs(state: &StateDir, id: &str) -> bool {
+/// Delete the logs this host keeps of run `id`, saying so if they cannot be (then `what_then`);
+/// whether they are gone.
+fn remove_logs(state: &StateDir, id: &str, what_then: &str) -> bool {
     let dir = state.run_logs(id);
     match crate::os::fs::remove_any(&dir) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            note!("waymark: warning: cannot delete {}: {e}", dir.display());
+            note!("waymark: warning: cannot delete {}: {e}; {what_then}", dir.display());
             false
         }
         _ => true,
