@@ -207,3 +207,46 @@ fn a_state_directory_deleted_under_a_runner_stops_it_with_exit_4() {
     assert!(!common::alive(b), "the attempt running beside is killed");
     assert!(!env.path("c.ran").exists(), "no step starts after the database is gone");
 }
+
+/// The database's write-ahead log deleted while a runner uses it (a clean-up of `*-wal` files):
+/// it holds every write since the last checkpoint, all of them in a new state directory, and the
+/// next runner would have found none of them and run the finished steps again. The runner copies
+/// what the log held into the database (SQLite still reads the deleted file), stops with exit 4
+/// saying so, and the next `waymark run` resumes the run: no step that succeeded runs again.
+#[test]
+fn a_write_ahead_log_deleted_under_a_runner_is_saved_and_the_run_resumes() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'f'\n[[step]]\nname = 'a'\nshell = 'echo x >> a.log'\n\
+         [[step]]\nname = 'b'\nshell = 'echo x >> b.log; touch b.started; while [ ! -e go ]; do sleep 0.05; done'\n",
+    );
+    let child = env.spawn(&["run", "--quiet", "flow.toml"]);
+    common::wait_until("step b to start", || env.path("b.started").exists());
+    std::fs::remove_file(env.state().join("waymark.db-wal")).unwrap();
+    std::fs::write(env.path("go"), "").unwrap();
+    let out = common::finish(child);
+    let db = env.state().join("waymark.db");
+    let db = db.display();
+    assert_eq!(
+        (out.status.code(), stderr(&out)),
+        (
+            Some(4),
+            format!(
+                "error: state database {db}: its write-ahead log {db}-wal was deleted or replaced while waymark was \
+                 using it; what was recorded is saved in the database (copied from the deleted log through the \
+                 descriptor SQLite still had), so nothing is lost; waymark stops here (a runner kills its attempts \
+                 first)\n\
+                 hint: do not delete or replace the files of a state directory while a runner uses it; the next \
+                 `waymark run` resumes the run from what was saved\n"
+            )
+        )
+    );
+    // Both succeeded, b's success the write that found the log gone: saved with the rest, the
+    // resume runs neither again, and ends the one run.
+    env.cmd(&["run", "--quiet", "flow.toml"]).assert().success();
+    assert_eq!((env.count("a.log"), env.count("b.log")), (1, 1), "no step ran twice");
+    let out = env.cmd(&["history", "--json"]).output().unwrap();
+    let runs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((runs.as_array().map(Vec::len), runs[0]["status"].as_str()), (Some(1), Some("succeeded")));
+}

@@ -124,6 +124,8 @@ fn failure_message(kind: StoreErrorKind, location: &str, detail: &str) -> String
         StoreErrorKind::Unreachable => format!("cannot reach the state database {location}: {detail}"),
         StoreErrorKind::Auth => format!("the state database {location} refused this user's credentials: {detail}"),
         StoreErrorKind::ReadOnly => format!("the state database {location} takes no writes: {detail}"),
+        // A file beside it (its write-ahead log): the detail says which, and what became of it.
+        StoreErrorKind::Deleted if !detail.is_empty() => format!("state database {location}: {detail}"),
         StoreErrorKind::Deleted => format!(
             "state database {location} was deleted or moved while waymark was using it (its state directory \
              removed?): nothing written to it reaches a later runner, and the flow's lock no longer keeps a second \
@@ -170,6 +172,11 @@ impl StoreError {
         let resumes = "try again (nothing is lost: a run resumes where it stopped)";
         match kind {
             StoreErrorKind::Corrupt | StoreErrorKind::NewerSchema => None,
+            StoreErrorKind::Deleted if !detail.is_empty() => Some(
+                "do not delete or replace the files of a state directory while a runner uses it; the next `waymark \
+                 run` resumes the run from what was saved"
+                    .to_owned(),
+            ),
             StoreErrorKind::Deleted => Some(format!(
                 "do not delete or move a state directory while a runner uses it; the next `waymark run` starts \
                  the flow anew in {dir} (what was recorded went with the file)"

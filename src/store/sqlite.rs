@@ -348,6 +348,8 @@ pub struct SqliteStore {
     location: String,
     /// The directory of the logs beside the database, ending with `/` (see [`Self::here`]).
     logs: Option<String>,
+    /// The write-ahead log's path and identity, once a write made it (see [`Self::check_wal`]).
+    wal: Option<(PathBuf, Option<(u64, u64)>)>,
     /// The SQL for a run's [`FlowKey`]: the `flow_key` column, or, in a schema-1 database that a
     /// read-only command cannot migrate, [`LEGACY_KEY`].
     key_sql: &'static str,
@@ -673,6 +675,7 @@ impl SqliteStore {
             path,
             location,
             logs,
+            wal: None,
             // A schema-1 database is migrated by the next runner; until then its keys are computed.
             key_sql: if schema < 2 { LEGACY_KEY } else { "flow_key" },
             // Attempts recorded before schema 3 have no host.
@@ -1127,7 +1130,54 @@ impl SqliteStore {
         {
             return Err(StoreError::failed(StoreErrorKind::Deleted, &self.location, ""));
         }
+        self.check_wal()?;
         Ok(out)
+    }
+
+    /// One more `lstat`: the write-ahead log, which holds every write since the last checkpoint
+    /// (all of a new state directory's first thousand pages), is still the file this connection
+    /// writes to. Deleted under it (a clean-up of `*-wal` files, say), it would take every write
+    /// since then with it when the connection closes, and the next runner would run the finished
+    /// steps again: what it holds is copied into the database first (SQLite still reads it
+    /// through its descriptor), then the writer stops as for a deleted database.
+    fn check_wal(&mut self) -> Result<(), StoreError> {
+        if self.file_id.is_none() {
+            return Ok(());
+        }
+        let wal = self.wal.get_or_insert_with(|| {
+            let mut wal = self.path.clone().into_os_string();
+            wal.push("-wal");
+            (PathBuf::from(wal), None)
+        });
+        let now = file_id(&wal.0).ok();
+        match wal.1 {
+            // Known from the first write that made it.
+            None => {
+                wal.1 = now;
+                return Ok(());
+            }
+            Some(id) if now == Some(id) => return Ok(()),
+            Some(_) => {}
+        }
+        let shown = wal.0.display().to_string();
+        let saved = self.conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get::<_, i64>(0));
+        let what = match saved {
+            Ok(0) => "what was recorded is saved in the database (copied from the deleted log through the \
+                      descriptor SQLite still had), so nothing is lost"
+                .to_owned(),
+            Ok(_) => "what was recorded since the last checkpoint could not all be copied into the database (a \
+                      reader held it back) and may be lost"
+                .to_owned(),
+            Err(e) => format!("what was recorded since the last checkpoint could not be saved ({e}) and may be lost"),
+        };
+        Err(StoreError::failed(
+            StoreErrorKind::Deleted,
+            &self.location,
+            format!(
+                "its write-ahead log {shown} was deleted or replaced while waymark was using it; {what}; waymark \
+                 stops here (a runner kills its attempts first)"
+            ),
+        ))
     }
 
     /// A row of [`select_runs`], read by column position (a name would be looked up per column).
