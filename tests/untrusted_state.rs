@@ -103,6 +103,14 @@ fn a_group_writable_state_directory_is_refused_and_0755_is_fine() {
         s = state.display()
     );
     run_exits_4_with(&env, &expected);
+    // Given through a symbolic link, the directory it leads to is named: `chmod` (or `chown -R`)
+    // of the link would change the link alone.
+    let link = env.path("link");
+    symlink(&state, &link).unwrap();
+    let out = env.cmd(&["run", "flow.toml"]).env("WAYMARK_STATE_DIR", &link).output().unwrap();
+    let canonical = std::fs::canonicalize(&state).unwrap();
+    let resolved = expected.replace(&state.display().to_string(), &canonical.display().to_string());
+    assert_eq!((out.status.code(), stderr(&out)), (Some(4), resolved));
     chmod(&state, 0o755);
     env.cmd(&["run", "flow.toml"]).assert().success();
     assert_eq!(env.count("a.log"), 1);

@@ -321,11 +321,12 @@ pub(crate) fn prepare(dir: &Path, create: bool) -> Result<Option<StateDir>, Trus
         Err(e) => return Err(io(e.into())),
     };
     let st = nix::sys::stat::fstat(&fd).map_err(|e| io(e.into()))?;
-    check_owner_and_mode(what, dir, &st)?;
-    for (name, want, what) in ENTRIES {
-        check_entry(&fd, dir, name, want, what)?;
-    }
+    // Messages name what is checked: a `chown -R` of the link would change the link alone.
     let resolved = std::fs::canonicalize(dir).map_err(io)?;
+    check_owner_and_mode(what, &resolved, &st)?;
+    for (name, want, what) in ENTRIES {
+        check_entry(&fd, &resolved, name, want, what)?;
+    }
     Ok(Some(StateDir { root: resolved }))
 }
 
