@@ -764,12 +764,16 @@ fn execute(
         Ok(RunOutcome::Succeeded) => Ok(EXIT_OK),
         Ok(RunOutcome::Failed) => Ok(EXIT_FAILED),
         Ok(RunOutcome::Interrupted { signal }) => Ok(128 + signal),
-        // Another runner owns the run now, or the run went with its deleted database: resuming it
-        // is not this runner's to suggest.
+        // Another runner owns the run now, or the run went with its deleted database, or it is in
+        // a corrupt one (only moving it aside starts afresh): resuming it is not this runner's to
+        // suggest.
         Err(e @ ExecError::Store(StoreError::LeaseLost { .. } | StoreError::Fenced { .. }))
-        | Err(e @ ExecError::Store(StoreError::Failed { kind: crate::store::StoreErrorKind::Deleted, .. })) => {
-            Err(CliError::Internal(exec_error(e)))
-        }
+        | Err(
+            e @ ExecError::Store(StoreError::Failed {
+                kind: crate::store::StoreErrorKind::Deleted | crate::store::StoreErrorKind::Corrupt,
+                ..
+            }),
+        ) => Err(CliError::Internal(exec_error(e))),
         Err(e) => {
             let context = format!("run {} stopped; `waymark run` resumes it once the cause is fixed", record.id);
             Err(CliError::Internal(exec_error(e).context(context)))
