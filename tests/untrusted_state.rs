@@ -68,6 +68,17 @@ fn a_symlink_planted_at_the_lock_file_is_refused_and_its_target_kept() {
     assert_eq!(env.read("victim"), "secret\n", "the link's target was not written");
 
     std::fs::remove_file(&lock).unwrap();
+    // A directory there is said to be one (not a permission to fix).
+    std::fs::create_dir(&lock).unwrap();
+    run_exits_4_with(
+        &env,
+        &format!(
+            "error: refusing to use the lock file {}: it is a directory; remove it, or choose another state \
+             directory with --state-dir or WAYMARK_STATE_DIR\n",
+            lock.display()
+        ),
+    );
+    std::fs::remove_dir(&lock).unwrap();
     env.cmd(&["run", "flow.toml"]).assert().success();
     assert_eq!(env.count("a.log"), 1);
 }

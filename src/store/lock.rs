@@ -72,6 +72,10 @@ fn open_lock_file(state_dir: &StateDir, key: &FlowKey, create: bool) -> Result<O
     match nix::fcntl::openat(&locks, name.as_str(), flags, Mode::S_IRUSR | Mode::S_IWUSR) {
         Ok(fd) => Ok(Some(File::from(fd))),
         Err(nix::errno::Errno::ENOENT) if !create => Ok(None),
+        // Not a file that permissions would fix.
+        Err(nix::errno::Errno::EISDIR) => {
+            Err(TrustError::WrongKind { what: "lock file", path, found: "a directory" }.into())
+        }
         Err(nix::errno::Errno::ELOOP) => {
             let target = std::fs::read_link(&path).map(|t| format!(" (to {})", t.display())).unwrap_or_default();
             Err(TrustError::Symlink { what: "lock file", path, target }.into())
