@@ -436,10 +436,11 @@ fn a_signal_while_the_set_up_is_stuck_on_the_store_stops_the_runner() {
 }
 
 /// A signal sent to the runner and its steps at once, as `systemctl stop` sends SIGTERM to every
-/// process of the service and a terminal's Ctrl-C to its foreground group: steps that exit on it
-/// before the runner has passed the cancel on, one with status 0 from a TERM handler, one killed
-/// by the signal, are cancelled all the same, not recorded succeeded or failed; the run is
-/// interrupted, and the next `waymark run` runs both again, then the step that needs them.
+/// process of the service and a terminal's Ctrl-C to its foreground group: steps that end of it
+/// before the runner has passed the cancel on (here, for sure: the runner is stopped meanwhile),
+/// one with status 0 from a TERM handler, one killed by the signal, are cancelled all the same,
+/// not recorded succeeded or failed; the run is interrupted, and the next `waymark run` runs both
+/// again, then the step that needs them.
 #[test]
 fn steps_signalled_with_their_runner_are_cancelled_whatever_they_exit_with() {
     for round in 0..iterations(3, 10) {
@@ -461,10 +462,16 @@ fn steps_signalled_with_their_runner_are_cancelled_whatever_they_exit_with() {
         );
         let runner = env.spawn(&["run", "flow.toml"]);
         env.wait_for_lines("ready", 2);
-        // One kill(1) for all three: they get it as good as at once.
-        let mut everyone: Vec<String> = pids(&env).iter().map(u32::to_string).collect();
-        everyone.push(runner.id().to_string());
-        assert!(std::process::Command::new("kill").arg("-TERM").args(&everyone).status().unwrap().success());
+        // The steps end of the signal before the runner gets to it, for sure: the runner is
+        // stopped while it is sent to all three, and goes on once both steps have ended.
+        let steps = pids(&env);
+        kill(runner.id(), "STOP");
+        kill(runner.id(), "TERM");
+        for pid in &steps {
+            kill(*pid, "TERM");
+        }
+        wait_until("both steps to end", || steps.iter().all(|pid| !common::alive(*pid)));
+        kill(runner.id(), "CONT");
         let out = finish(runner);
         let context = format!("round {round}: {}", stderr(&out));
         assert_eq!(out.status.code(), Some(143), "{context}");

@@ -948,7 +948,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 if !self.is_current(index, row) {
                     return Ok(()); // the end of an attempt that is over already: nothing to do
                 }
-                let end = self.signalled(end, Self::take_pending_signals);
+                self.signal_first(&end);
                 for message in notes {
                     self.emitter.warning(Some(&self.steps[index].step.name), message);
                 }
@@ -976,18 +976,13 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         }
     }
 
-    /// How a child's `end` counts once the runner got a signal (`signalled` takes those that came
-    /// and says whether one has): an exit, whatever its status, is a cancellation. A terminal's
-    /// Ctrl-C, `systemctl stop` or `kill -TERM -- -PGID` signal the steps with their runner, and
-    /// one may end (exit 0 from a TERM handler, or be killed by the signal, which reaches a child
-    /// being spawned before it is in a group of its own) before the runner has passed the cancel
-    /// on: a child that ends as or after its runner is signalled is cancelled, and runs again on
-    /// resume, as one the runner's cancel stopped does. A timeout or the deadline, which the
-    /// runner itself ended it for, stays what it is.
-    fn signalled(&mut self, end: End, signalled: impl FnOnce(&mut Self) -> bool) -> End {
-        match end {
-            End::Exited(_) if signalled(self) => End::Cancelled,
-            end => end,
+    /// A child its supervisor found cancelled by one of the runner's signals that the runner has
+    /// not passed on yet (it reached the child first: Ctrl-C, `systemctl stop`): the signal is taken
+    /// before the child's end, so that it is the signal's cancel (recorded with its name, and
+    /// nothing starts after it).
+    fn signal_first(&mut self, end: &End) {
+        if matches!(end, End::Cancelled) {
+            self.take_pending_signals();
         }
     }
 
@@ -1641,7 +1636,6 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         name: &str,
         control: &watch::Sender<Control>,
     ) -> Result<(End, Instant), ExecError> {
-        let mut heard = false;
         loop {
             tokio::select! {
                 Some(msg) = self.rx.recv() => match msg {
@@ -1652,15 +1646,13 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                         for message in notes {
                             self.emitter.warning(None, message);
                         }
-                        // A signal that came while it ran, heard or not yet (one heard before
-                        // it started did not stop it from starting).
-                        let end = self.signalled(end, |d| match d.parts.signals.try_next() {
-                            Some(sig) => {
-                                d.aux_signal(sig, control);
-                                true
+                        // Cancelled by a signal that reached it before the runner passed it
+                        // on: the signal first (see `signal_first`), whose it is.
+                        if matches!(end, End::Cancelled) {
+                            while let Some(sig) = self.parts.signals.try_next() {
+                                self.aux_signal(sig, control);
                             }
-                            None => heard,
-                        });
+                        }
                         return Ok((end, exited));
                     }
                     Msg::LogFailed { row: r, path, error } if r == row => {
@@ -1668,10 +1660,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                     }
                     _ => {}
                 },
-                sig = self.parts.signals.next() => {
-                    self.aux_signal(sig, control);
-                    heard = true;
-                }
+                sig = self.parts.signals.next() => self.aux_signal(sig, control),
             }
         }
     }

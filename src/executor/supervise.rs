@@ -85,6 +85,10 @@ pub(crate) struct Supervisor {
     readers_left: usize,
     /// Set when waymark stops waiting for the readers: they then send nothing more.
     abandoned: Arc<AtomicBool>,
+    /// Whether one of the runner's signals had come before it started ([`runner_signalled`]).
+    ///
+    /// [`runner_signalled`]: crate::os::signals::runner_signalled
+    signalled_before: bool,
     /// The gate the readers wait at, if any ([`OutputGate`]), and how many of them wait there now.
     gate: Option<Arc<OutputGate>>,
     gated: Arc<AtomicUsize>,
@@ -187,6 +191,7 @@ impl Supervisor {
             stderr_tail: None,
             readers_left,
             abandoned,
+            signalled_before: crate::os::signals::runner_signalled(),
             gate,
             gated,
         }
@@ -471,6 +476,14 @@ impl Supervisor {
             }
         };
         let exited = Instant::now();
+        // Ended once one of the runner's signals had come, before the runner passed it on (a
+        // terminal's Ctrl-C, `systemctl stop` or `kill -TERM -- -PGID` signal the steps with their
+        // runner: one may exit 0 from its TERM handler, or be killed by the signal, first): it
+        // ended of the signal, whatever its exit status says, and is cancelled as the runner's
+        // cancel would have. Not one that started after the signal, nor one that ended before.
+        if stopping.is_none() && !self.signalled_before && crate::os::signals::runner_signalled() {
+            stopping = Some(End::Cancelled);
+        }
         // Stopped (a timeout, a cancel, the deadline) and its leader gone within its grace (a
         // wrapper script dies on SIGTERM at once, its worker cleans up): the rest of the group
         // has the rest of the grace, as the whole group does, unless a second signal kills it.

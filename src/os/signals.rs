@@ -65,7 +65,19 @@ pub(crate) struct RunnerSignals<S = std::os::unix::net::UnixStream> {
 const SETUP_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Removes the handler's actions when the signal is no longer listened for.
-struct Registration([signal_hook::SigId; 2]);
+struct Registration([signal_hook::SigId; 3]);
+
+/// Set by the handler itself the moment one of the runner's signals comes (see
+/// [`runner_signalled`]).
+static SIGNALLED: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
+
+/// Whether one of the runner's own signals (SIGINT, SIGTERM, SIGHUP) has come, by the handler's
+/// flag: as of the moment it came, not of when the event loop got to it. A child that ends once
+/// it has, before the runner passed the signal on (Ctrl-C and `systemctl stop` signal the steps
+/// with their runner), ended of it: its supervisor counts it cancelled.
+pub(crate) fn runner_signalled() -> bool {
+    SIGNALLED.get().is_some_and(|flag| flag.load(Ordering::SeqCst))
+}
 
 impl Drop for Registration {
     fn drop(&mut self) {
@@ -91,6 +103,7 @@ impl RunnerSignals {
             .filter(|sig| !ignored_at_start(*sig as i32))
             .collect();
         let unheard = Arc::new(AtomicBool::new(true));
+        let signalled = SIGNALLED.get_or_init(|| Arc::new(AtomicBool::new(false)));
         let mut blocked = SigSet::empty();
         signals.iter().for_each(|sig| blocked.add(*sig));
         let mut before = SigSet::empty();
@@ -100,9 +113,10 @@ impl RunnerSignals {
             read.set_nonblocking(true)?;
             // The byte first, then (while unheard) the default action: a process that goes on
             // has the byte to read.
+            let flagged = signal_hook::flag::register(sig as i32, Arc::clone(signalled))?;
             let piped = signal_hook::low_level::pipe::register(sig as i32, write)?;
             let by_default = signal_hook::flag::register_conditional_default(sig as i32, Arc::clone(&unheard))?;
-            Ok((sig, read, Registration([piped, by_default])))
+            Ok((sig, read, Registration([flagged, piped, by_default])))
         };
         let sources = signals.iter().map(|sig| register(*sig)).collect::<std::io::Result<Vec<_>>>();
         pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&before), None)?;

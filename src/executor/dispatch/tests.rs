@@ -23,6 +23,9 @@ enum Script {
     NotStarted,
     /// Run until a cancel, then take this long to end (a child in its `kill_grace`).
     Linger(Duration),
+    /// End after this long as its supervisor reports a child that one of the runner's signals
+    /// reached before the runner passed it on (Ctrl-C to the terminal's group): cancelled.
+    Signalled(Duration),
 }
 
 fn secs(s: u64) -> Duration {
@@ -109,7 +112,8 @@ impl Launcher for FakeLauncher {
         live.fetch_add(1, Ordering::SeqCst);
         tokio::spawn(async move {
             let exit = match script {
-                Script::Exit { after, code } => Some((Instant::now() + after, code)),
+                Script::Exit { after, code } => Some((Instant::now() + after, Some(code))),
+                Script::Signalled(after) => Some((Instant::now() + after, None)),
                 _ => None,
             };
             let never = Instant::now() + secs(1_000_000_000);
@@ -132,7 +136,10 @@ impl Launcher for FakeLauncher {
             }
             let end = tokio::select! {
                 () = tokio::time::sleep_until(exit.map_or(never, |e| e.0)), if exit.is_some() => {
-                    End::Exited(ExitKind::Code(exit.map_or(0, |e| e.1)))
+                    match exit.and_then(|e| e.1) {
+                        Some(code) => End::Exited(ExitKind::Code(code)),
+                        None => End::Cancelled,
+                    }
                 }
                 () = tokio::time::sleep_until(deadline.unwrap_or(never)), if deadline.is_some() => End::TimedOut,
                                 _ = control.changed() => match *control.borrow() {
@@ -2197,39 +2204,61 @@ async fn an_attempt_that_ends_while_its_pid_is_written_is_recorded_ending_when_i
 }
 
 /// A signal that reaches the runner and its child at once (Ctrl-C at a terminal, `systemctl stop`,
-/// `kill -TERM -- -PGID`): the child may end before the runner has passed the cancel on, with
-/// exit status 0 from a TERM handler, or killed by the signal. Either way it is cancelled, not
-/// taken as the step's success or failure: the run is interrupted, and the step runs again on
-/// resume. Here the child ends (at 1 s) and the signal comes (at 2 s) while the dispatcher waits
-/// for the write of its pid (until 3 s), so both are there when it turns to them.
+/// `kill -TERM -- -PGID`): the child's supervisor reports it cancelled (it ended once the signal
+/// had come), before the runner has taken the signal. Here both come at 1 s while the dispatcher
+/// waits for the write of the child's pid (until 3 s): the signal is taken first, so the attempt
+/// is the signal's cancel (recorded with its name), the run is interrupted, and nothing starts.
+/// A child that ended before the signal came keeps its own end: `b` exits 0 at 1 s, the signal
+/// comes at 2 s, and `b` is recorded succeeded.
 #[tokio::test(start_paused = true)]
-async fn a_child_that_ends_as_its_runner_is_signalled_is_cancelled_whatever_its_status() {
-    for code in [0, 143] {
-        let mut test = Test::new("[[step]]\nname = 'a'\nrun = ['trap']\n[[step]]\nname = 'b'\nrun = ['next']\n");
-        test.spawned_takes = secs(3);
-        test.signals = vec![(secs(2), Signal(nix::sys::signal::Signal::SIGTERM))];
-        let ran = test.run(move |_, _| exit(1, code)).await;
-        assert_eq!(ran.outcome(), RunOutcome::Interrupted { signal: 15 }, "exit status {code}");
-        assert_eq!(ran.attempt_finished(), [(1, AttemptEnd::Cancelled, None, None)], "exit status {code}");
-        assert_eq!(ran.schedule(), [("a", 1, 0.0)], "exit status {code}");
-    }
+async fn a_child_the_runner_s_signal_reached_first_is_the_signal_s_cancel() {
+    let flow = "[[step]]\nname = 'a'\nrun = ['trap']\n[[step]]\nname = 'b'\nrun = ['next']\n";
+    let term = Signal(nix::sys::signal::Signal::SIGTERM);
+    let mut test = Test::new(flow);
+    test.spawned_takes = secs(3);
+    test.signals = vec![(secs(1), term)];
+    let ran = test.run(|_, _| Script::Signalled(secs(1))).await;
+    assert_eq!(ran.outcome(), RunOutcome::Interrupted { signal: 15 });
+    assert_eq!(ran.schedule(), [("a", 1, 0.0)]);
+    let signals: Vec<Option<String>> = ran
+        .events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::AttemptFinished { signal, .. } => Some(signal.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(signals, [Some("SIGTERM".to_owned())]);
+    assert_eq!(ran.attempt_finished(), [(1, AttemptEnd::Cancelled, None, None)]);
+    // Ended (at 1 s) before the signal came (at 2 s), both heard once the pid is written (3 s):
+    // its own end, not the signal's.
+    let mut test = Test::new(flow);
+    test.spawned_takes = secs(3);
+    test.signals = vec![(secs(2), term)];
+    let ran = test.run(|_, _| exit(1, 0)).await;
+    assert_eq!(ran.outcome(), RunOutcome::Interrupted { signal: 15 });
+    assert_eq!(ran.attempt_finished(), [(1, AttemptEnd::Succeeded, None, None)]);
+    assert_eq!(ran.schedule(), [("a", 1, 0.0)]);
 }
 
-/// The same for a compensation: one that exits 0 as its runner is signalled was cancelled, and
-/// runs again on resume. (Each pid's write takes 3 s: `b:compensate` is spawned at 9 s, exits at
-/// 10 s, and the signal comes at 11 s, while its pid is still being written.)
+/// The same for a compensation: one its supervisor found cancelled by a signal the runner has not
+/// taken yet is that signal's cancel, and the run is interrupted by it (its compensations go on
+/// when it resumes). Each pid's write takes 3 s: `b:compensate` starts at 9 s, and both its end and the
+/// signal come at 10 s, while its pid is being written.
 #[tokio::test(start_paused = true)]
-async fn a_compensation_that_ends_as_its_runner_is_signalled_is_cancelled() {
+async fn a_compensation_the_runner_s_signal_reached_first_is_the_signal_s_cancel() {
     let mut test = Test::new(COMPENSATED);
     test.spawned_takes = secs(3);
-    test.signals = vec![(secs(11), Signal(nix::sys::signal::Signal::SIGTERM))];
+    test.signals = vec![(secs(10), Signal(nix::sys::signal::Signal::SIGINT))];
     let ran = test
         .run(|step, _| match step {
             "c" => exit(1, 1),
+            "b:compensate" => Script::Signalled(secs(1)),
             _ => exit(1, 0),
         })
         .await;
-    assert_eq!(ran.outcome(), RunOutcome::Interrupted { signal: 15 });
+    // The signal's own number (not SIGTERM's, as a cancel with no signal heard is taken for).
+    assert_eq!(ran.outcome(), RunOutcome::Interrupted { signal: 2 });
     assert_eq!(names(&ran), ["a", "b", "c", "b:compensate"]);
     assert!(ran.writes.contains(&"finished row 4 Cancelled".to_owned()), "{:?}", ran.writes);
 }
