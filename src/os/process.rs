@@ -22,11 +22,23 @@ pub(crate) fn kill_group(pgid: u32) {
     signal_group(pgid, NixSignal::SIGKILL);
 }
 
-/// Whether a process of ours is still in group `pgid` (its leader may be gone).
+/// Whether a live process is still in group `pgid` (its leader may be gone). A zombie is not
+/// one: it has ended, and waits for a parent (init, or waymark when it is a container's first
+/// process) to reap it, which may take long.
 pub(crate) fn group_alive(pgid: u32) -> bool {
     let Ok(raw) = i32::try_from(pgid) else { return false };
-    // Signal 0 checks without sending; EPERM: the group is someone else's now.
-    raw > 1 && signal::killpg(Pid::from_raw(raw), None).is_ok()
+    // Signal 0 checks without sending (ESRCH: none is left; EPERM: the group is someone else's
+    // now); only a group that has members is looked for in `/proc`.
+    if raw <= 1 || signal::killpg(Pid::from_raw(raw), None).is_err() {
+        return false;
+    }
+    let Ok(dir) = std::fs::read_dir("/proc") else { return true };
+    let pgid = pgid.to_string();
+    dir.flatten().filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))).any(|e| {
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        // fields[0] = state, [2] = pgrp
+        stat_fields(&stat).is_some_and(|f| f.first() != Some(&"Z") && f.get(2) == Some(&pgid.as_str()))
+    })
 }
 
 /// The read end of a child's output pipe, non-blocking and registered with the runner's event
