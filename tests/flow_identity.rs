@@ -500,7 +500,7 @@ fn a_flow_file_whose_stem_is_no_flow_name_runs_under_its_stem() {
     let tab = env.write("bad\tname.toml", step);
     env.cmd(&["check", tab.to_str().unwrap()]).assert().code(2).stdout("").stderr(format!(
         "error: the file name `bad\u{2409}name` cannot name the flow: it holds a character that a line cannot show \
-         as it is (a control character, or one that reorders text)\n--> {file}\n = help: set `name = \"...\"` at the top of the file (letters, digits, `_`, `.`, `-`; at most 250 \
+         as it is (a control character, one that reorders text, or a byte that is not UTF-8)\n--> {file}\n = help: set `name = \"...\"` at the top of the file (letters, digits, `_`, `.`, `-`; at most 250 \
          bytes)\n\nerror: {file} is not a valid flow (1 error); nothing was run\n",
         file = env.path("bad\u{2409}name.toml").display()
     ));

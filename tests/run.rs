@@ -155,11 +155,14 @@ fn kill_grace_is_the_whole_group_s_even_after_its_leader_died() {
                  echo $$ > worker; sleep 300 & wait' & wait'''\ntimeout = 1\nkill_grace = '{grace}'\n"
             ),
         );
+        let start = std::time::Instant::now();
         let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
         let said = String::from_utf8_lossy(&out.stderr).into_owned();
         assert_eq!(out.status.code(), Some(1), "{said}");
         assert!(said.contains("ActionTimeout"), "{said}");
         assert_eq!(env.path("cleaned").exists(), cleaned, "{cleanup}: {said}");
+        // A bound only: the worker's end (about 2 s in), not the 30 s grace's.
+        assert!(start.elapsed() < std::time::Duration::from_secs(20), "{cleanup}: {:?}", start.elapsed());
         // Killed after the grace only when the worker outlived it.
         let st = env.cmd(&["status", "--json", "--attempts"]).output().unwrap();
         let st: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();

@@ -222,7 +222,19 @@ fn a_write_ahead_log_deleted_under_a_runner_is_saved_and_the_run_resumes() {
          [[step]]\nname = 'b'\nshell = 'echo x >> b.log; touch b.started; while [ ! -e go ]; do sleep 0.05; done'\n",
     );
     let child = env.spawn(&["run", "--quiet", "flow.toml"]);
-    common::wait_until("step b to start", || env.path("b.started").exists());
+    // Once b's pid is recorded (read with a connection of the test's own, closed at once): the
+    // next write is b's end.
+    common::wait_until("step b's pid to be recorded", || {
+        let Ok(db) = rusqlite::Connection::open_with_flags(
+            env.state().join("waymark.db"),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        ) else {
+            return false;
+        };
+        let pid: Option<i64> =
+            db.query_row("SELECT pid FROM attempts WHERE step = 'b'", [], |r| r.get(0)).unwrap_or(None);
+        pid.is_some()
+    });
     std::fs::remove_file(env.state().join("waymark.db-wal")).unwrap();
     std::fs::write(env.path("go"), "").unwrap();
     let out = common::finish(child);

@@ -25,7 +25,7 @@ pub(crate) fn man(command: Option<&str>) -> Result<i32, CliError> {
 
 /// The environment variables waymark itself reads, for the main page (README's "Environment"
 /// lists the same).
-const ENVIRONMENT: [(&str, &str); 9] = [
+const ENVIRONMENT: [(&str, &str); 11] = [
     ("WAYMARK_STATE_DIR", "Where runs and logs are kept, unless --state-dir is given."),
     ("XDG_STATE_HOME", "Without WAYMARK_STATE_DIR, runs and logs are kept in $XDG_STATE_HOME/waymark."),
     ("HOME", "Without either, runs and logs are kept in ~/.local/state/waymark."),
@@ -37,7 +37,12 @@ const ENVIRONMENT: [(&str, &str); 9] = [
     ("WAYMARK_HOST_ID", "This host's name in a shared store, unless --host-id is given; else the host name."),
     ("WAYMARK_LEASE_TTL", "How long a runner's lease on a flow lasts in a shared store (15s)."),
     ("WAYMARK_LEASE_RENEW", "How often a runner renews its lease (5s); at most half WAYMARK_LEASE_TTL."),
-    ("NO_COLOR", "Set, waymark's messages are not colored, unless --color always is given."),
+    (
+        "NO_COLOR",
+        "Set to anything but the empty string, waymark's messages are not colored, unless --color always is given.",
+    ),
+    ("TERM", "`dumb`: no live display on a terminal (--progress auto shows plain lines)."),
+    ("TZ", "The time zone of the times waymark shows (else /etc/localtime)."),
     ("WAYMARK_COMPLETE", "Set, waymark answers a shell's completion request instead of running a command."),
 ];
 

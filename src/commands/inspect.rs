@@ -207,7 +207,12 @@ pub(super) fn runner_gone(store: &dyn Store, state: &StateDir, run: &RunRecord) 
     }
     // Read again: a runner that ended the run after `run` was read, and let its lock go before
     // the look at the lock, is not gone (monitoring read that as a false alarm).
-    Ok(store.run(&run.id).map(|now| now.status == RunStatus::Running).unwrap_or(true))
+    match store.run(&run.id) {
+        Ok(now) => Ok(now.status == RunStatus::Running),
+        // Ended, and deleted by gc since.
+        Err(crate::store::StoreError::NoSuchRun(_)) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The last time run `run` recorded anything: its start, or the latest start or end of one of

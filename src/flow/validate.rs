@@ -506,13 +506,15 @@ impl Validator<'_> {
                 // stem like `nightly backup` is fine; one a line cannot show is not. A `name` of
                 // the wrong type is reported already; the stem is not what was meant.
                 let shown = crate::text::shown_path(Path::new(&stem));
-                if shown != stem && !raw.bad.contains(&"name") {
+                // Not UTF-8 (shown with U+FFFD): `run` refuses such a path, so `check` does too.
+                let lossy = path.file_stem().is_some_and(|s| s.to_str().is_none());
+                if (shown != stem || lossy) && !raw.bad.contains(&"name") {
                     self.diags.push(
                         Diagnostic::error(
                             None,
                             format!(
                                 "the file name `{shown}` cannot name the flow: it holds a character that a line \
-                                 cannot show as it is (a control character, or one that reorders text)"
+                                 cannot show as it is (a control character, one that reorders text, or a byte that is not UTF-8)"
                             ),
                         )
                         .help(Some(format!(

@@ -127,6 +127,10 @@ impl FlowLock {
                     std::thread::sleep(std::time::Duration::from_millis(20));
                     match file.try_lock() {
                         Ok(()) => break,
+                        // gc let go and a runner took it meanwhile: as for any runner.
+                        Err(TryLockError::WouldBlock) if !held_by_gc(&self::holder(&mut file)) => {
+                            return Err(LockError::Held { flow: flow.to_owned(), holder: self::holder(&mut file) });
+                        }
                         Err(TryLockError::WouldBlock) if std::time::Instant::now() < patience => {}
                         Err(TryLockError::WouldBlock) => {
                             waiting(&holder);
@@ -200,9 +204,11 @@ impl FlowLock {
     }
 }
 
-/// Who holds a lock, as its holder wrote it.
+/// Who holds a lock, as its holder wrote it (read from its start, each time).
 fn holder(file: &mut File) -> String {
+    use std::io::Seek;
     let mut text = String::new();
+    let _ = file.seek(std::io::SeekFrom::Start(0));
     let _ = file.read_to_string(&mut text);
     match text.trim() {
         "" => "another waymark holds its lock".to_owned(),

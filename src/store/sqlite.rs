@@ -725,6 +725,8 @@ impl SqliteStore {
         if found > SCHEMA_VERSION {
             return Err(newer_schema(&store.path, found));
         }
+        // The write-ahead log as it is now (opening made it): from here on it must stay.
+        store.check_wal()?;
         Ok(store)
     }
 

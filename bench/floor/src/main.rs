@@ -18,7 +18,8 @@
 //! own (a timeout kills the whole group), with its stdout and stderr through pipes read to their
 //! end (its output is logged), its pid committed once it runs (so that the next runner finds and
 //! kills what a runner killed with SIGKILL left running), and its end committed after it
-//! (`kept-flush`: with synchronous=FULL, as a step's success is; the pid's commit stays NORMAL).
+//! (`kept-flush`: with synchronous=FULL, as a step's success is; the pid's commit stays NORMAL),
+//! on one connection, as waymark's are.
 
 use std::process::{Command, ExitCode};
 
@@ -53,10 +54,7 @@ fn main() -> ExitCode {
         _ => return usage(),
     };
     if let Some(conn) = db.as_ref().filter(|_| mode.starts_with("kept-")) {
-        // The pid's commits on a connection of their own, never synced (as waymark's are).
-        let pids = rusqlite::Connection::open(&args[4]).expect("open the database");
-        pids.pragma_update(None, "synchronous", "NORMAL").expect("synchronous");
-        kept(n, program, &pids, conn);
+        kept(n, program, conn, mode == "kept-flush");
         return ExitCode::SUCCESS;
     }
     for _ in 0..n {
@@ -69,10 +67,14 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `kept-record` and `kept-flush` (see the module documentation): each pid committed on `pids`,
-/// each end on `ends` (synced as its mode says).
-fn kept(n: u64, program: &str, pids: &rusqlite::Connection, ends: &rusqlite::Connection) {
+/// `kept-record` and `kept-flush` (see the module documentation), on one connection as waymark
+/// does: with `flush`, the end's commit is synced (synchronous=FULL around it), the pid's not.
+fn kept(n: u64, program: &str, conn: &rusqlite::Connection, flush: bool) {
     use std::os::unix::process::CommandExt;
+    let sync = |level: &str| conn.pragma_update(None, "synchronous", level).expect("synchronous");
+    if flush {
+        sync("NORMAL");
+    }
     for _ in 0..n {
         let child = Command::new(program)
             .process_group(0)
@@ -80,10 +82,16 @@ fn kept(n: u64, program: &str, pids: &rusqlite::Connection, ends: &rusqlite::Con
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("spawn the program");
-        pids.execute("INSERT INTO t (v) VALUES (?1)", [child.id()]).expect("commit the pid");
+        conn.execute("INSERT INTO t (v) VALUES (?1)", [child.id()]).expect("commit the pid");
         // Both pipes read to their end on this thread (poll), then the child waited for.
         let out = child.wait_with_output().expect("read the output");
-        ends.execute("INSERT INTO t (v) VALUES (?1)", [out.status.code().unwrap_or(-1)]).expect("commit the end");
+        if flush {
+            sync("FULL");
+        }
+        conn.execute("INSERT INTO t (v) VALUES (?1)", [out.status.code().unwrap_or(-1)]).expect("commit the end");
+        if flush {
+            sync("NORMAL");
+        }
     }
 }
 
