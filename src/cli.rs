@@ -423,16 +423,29 @@ pub fn misplaced_option(error: &clap::Error) -> Option<String> {
     }
     let Some(ContextValue::String(arg)) = error.get(ContextKind::InvalidArg) else { return None };
     let option = arg.split('=').next().unwrap_or_default();
-    let (takes, others) = match option {
-        "--state-dir" | "--store" => ("run, resume, history, status, logs and gc", "keep or read no runs"),
-        "--host-id" => ("run, resume and gc", "take no lease"),
+    let others = match option {
+        "--state-dir" | "--store" => "keep or read no runs",
+        "--host-id" => "take no lease",
         _ => return None,
     };
     // The command, as clap's usage line names it (`Usage: waymark check [OPTIONS] <FLOW>`).
     let Some(ContextValue::StyledStr(usage)) = error.get(ContextKind::Usage) else { return None };
     let usage = usage.to_string();
     let command = usage.split_whitespace().skip_while(|w| *w != "waymark").nth(1)?;
-    <Cli as clap::CommandFactory>::command().find_subcommand(command)?;
+    let cli = <Cli as clap::CommandFactory>::command();
+    cli.find_subcommand(command)?;
+    // The commands that take it, as their definitions say.
+    let long = option.trim_start_matches('-');
+    let taking: Vec<&str> = cli
+        .get_subcommands()
+        .filter(|c| c.get_arguments().any(|a| a.get_long() == Some(long)))
+        .map(clap::Command::get_name)
+        .collect();
+    let takes = match taking.split_last() {
+        Some((last, [])) => (*last).to_owned(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => return None,
+    };
     Some(format!(
         "`waymark {command}` takes no `{option}`: only {takes} do; before the command (`waymark {option} ... \
          {command}`) every command takes it, and those that {others} ignore it"

@@ -1307,8 +1307,8 @@ pub(crate) fn gc(state: &StateDir, older_than: Duration) -> Result<i32, CliError
             };
             let still = matches!(now.status, RunStatus::Succeeded | RunStatus::Failed | RunStatus::Abandoned)
                 && now.ended_at.is_some_and(|ended| ended < cutoff);
-            let kept = format!("run {} is kept, and the next gc deletes it and them once it can", run.id);
-            if !still || !remove_logs(state, &run.id, &kept) {
+            let kept = || format!("run {} is kept, and the next gc deletes it and them once it can", run.id);
+            if !still || !remove_logs(state, &run.id, kept) {
                 continue;
             }
             if store.delete_finished(&run.id, cutoff)? {
@@ -1329,7 +1329,7 @@ pub(crate) fn gc(state: &StateDir, older_than: Duration) -> Result<i32, CliError
         Err(_) => Vec::new(),
     };
     let orphans = if kept.is_empty() { Vec::new() } else { store.deleted_elsewhere(&kept)? };
-    let removed = orphans.iter().filter(|id| remove_logs(state, id, "the next gc tries again")).count();
+    let removed = orphans.iter().filter(|id| remove_logs(state, id, || "the next gc tries again".into())).count();
     let elsewhere = match removed {
         0 => String::new(),
         n => format!(", and the logs of {n} run(s) deleted by gc on another host"),
@@ -1340,11 +1340,11 @@ pub(crate) fn gc(state: &StateDir, older_than: Duration) -> Result<i32, CliError
 
 /// Delete the logs this host keeps of run `id`, saying so if they cannot be (then `what_then`);
 /// whether they are gone.
-fn remove_logs(state: &StateDir, id: &str, what_then: &str) -> bool {
+fn remove_logs(state: &StateDir, id: &str, what_then: impl FnOnce() -> String) -> bool {
     let dir = state.run_logs(id);
     match crate::os::fs::remove_any(&dir) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            note!("waymark: warning: cannot delete {}: {e}; {what_then}", dir.display());
+            note!("waymark: warning: cannot delete {}: {e}; {}", dir.display(), what_then());
             false
         }
         _ => true,

@@ -425,7 +425,6 @@ impl FlowGuard {
         }
     }
 
-    /// The guard of flow `key` for `waymark gc`, if no runner holds it (`None` if one does).
     /// The flow's lock or lease for `waymark gc`, if nobody holds it; else whether another gc does.
     fn for_gc(state: &StateDir, key: &FlowKey, host: &str) -> Result<Result<FlowGuard, GcHeld>, CliError> {
         match backend() {

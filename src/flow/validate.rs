@@ -501,25 +501,27 @@ impl Validator<'_> {
                 n.get_ref().clone()
             }
             None => {
-                let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+                let raw_stem = path.file_stem().unwrap_or_default();
+                let stem = raw_stem.to_string_lossy().into_owned();
                 // Only shown (the flow is its file, and its lock file's name is made safe), so a
                 // stem like `nightly backup` is fine; one a line cannot show is not. A `name` of
                 // the wrong type is reported already; the stem is not what was meant.
                 let shown = crate::text::shown_path(Path::new(&stem));
                 // Not UTF-8 (shown with U+FFFD): `run` refuses such a path, so `check` does too.
-                let lossy = path.file_stem().is_some_and(|s| s.to_str().is_none());
+                let lossy = raw_stem.to_str().is_none();
                 if (shown != stem || lossy) && !raw.bad.contains(&"name") {
                     self.diags.push(
                         Diagnostic::error(
                             None,
                             format!(
                                 "the file name `{shown}` cannot name the flow: it holds a character that a line \
-                                 cannot show as it is (a control character, one that reorders text, or a byte that is not UTF-8)"
+                                 cannot show as it is (a control character, one that reorders text, or a byte that \
+                                 is not UTF-8)"
                             ),
                         )
                         .help(Some(format!(
                             "set `name = \"...\"` at the top of the file (letters, digits, `_`, `.`, `-`; at most \
-                                 {MAX_FLOW_NAME} bytes)"
+                             {MAX_FLOW_NAME} bytes)"
                         ))),
                     );
                 }

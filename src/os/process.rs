@@ -32,13 +32,19 @@ pub(crate) fn group_alive(pgid: u32) -> bool {
     if raw <= 1 || signal::killpg(Pid::from_raw(raw), None).is_err() {
         return false;
     }
-    let Ok(dir) = std::fs::read_dir("/proc") else { return true };
+    let Some(mut pids) = proc_pids() else { return true };
     let pgid = pgid.to_string();
-    dir.flatten().filter(|e| e.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))).any(|e| {
-        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+    pids.any(|pid| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         // fields[0] = state, [2] = pgrp
         stat_fields(&stat).is_some_and(|f| f.first() != Some(&"Z") && f.get(2) == Some(&pgid.as_str()))
     })
+}
+
+/// The pids of the processes `/proc` shows; `None` without it.
+fn proc_pids() -> Option<impl Iterator<Item = u32>> {
+    let dir = std::fs::read_dir("/proc").ok()?;
+    Some(dir.flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()))
 }
 
 /// The read end of a child's output pipe, non-blocking and registered with the runner's event
@@ -107,10 +113,8 @@ pub(crate) const ATTEMPT_ID_VAR: &str = "WAYMARK_ATTEMPT_ID";
 /// only called when something already looks wrong (not on every attempt).
 fn marked(attempt_id: &str) -> Vec<u32> {
     let me = std::process::id();
-    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| *pid != me)
+    let Some(pids) = proc_pids() else { return Vec::new() };
+    pids.filter(|pid| *pid != me)
         .filter(|pid| attempt_ids(*pid).iter().any(|id| id == attempt_id.as_bytes()))
         .filter(|pid| is_alive(*pid, None))
         .collect()
@@ -214,9 +218,8 @@ struct Seen {
 /// Every live process, this one among them, with its group, start time and attempt ids: one read
 /// of each's `stat` and `environ`. `None` without `/proc`.
 fn scan() -> Option<Vec<Seen>> {
-    let dir = std::fs::read_dir("/proc").ok()?;
     let mut seen = Vec::new();
-    for pid in dir.flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()) {
+    for pid in proc_pids()? {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
         let Some(fields) = stat_fields(&stat) else { continue };
         // fields[0] = state, [2] = pgrp, [19] = starttime

@@ -127,15 +127,17 @@ impl FlowLock {
                     std::thread::sleep(std::time::Duration::from_millis(20));
                     match file.try_lock() {
                         Ok(()) => break,
-                        // gc let go and a runner took it meanwhile: as for any runner.
-                        Err(TryLockError::WouldBlock) if !held_by_gc(&self::holder(&mut file)) => {
-                            return Err(LockError::Held { flow: flow.to_owned(), holder: self::holder(&mut file) });
-                        }
-                        Err(TryLockError::WouldBlock) if std::time::Instant::now() < patience => {}
                         Err(TryLockError::WouldBlock) => {
-                            waiting(&holder);
-                            file.lock().map_err(io)?;
-                            break;
+                            // gc let go and a runner took it meanwhile: as for any runner.
+                            let now = self::holder(&mut file);
+                            if !held_by_gc(&now) {
+                                return Err(LockError::Held { flow: flow.to_owned(), holder: now });
+                            }
+                            if std::time::Instant::now() >= patience {
+                                waiting(&now);
+                                file.lock().map_err(io)?;
+                                break;
+                            }
                         }
                         Err(TryLockError::Error(e)) => return Err(io(e)),
                     }

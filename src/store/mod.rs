@@ -587,8 +587,9 @@ fn fenced_message(run_id: &str, location: &str, owner: &str, why: &str) -> Strin
         );
     }
     format!(
-        "run {run_id} in {location}: this runner ({owner}) {why}; it stopped, killing any attempt it had running, and nothing \
-         more of the run is recorded by it; another runner may take the run over (`waymark status {run_id}` shows it)"
+        "run {run_id} in {location}: this runner ({owner}) {why}; it stopped, killing any attempt it had running, \
+         and nothing more of the run is recorded by it; another runner may take the run over (`waymark status \
+         {run_id}` shows it)"
     )
 }
 

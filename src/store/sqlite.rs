@@ -348,8 +348,10 @@ pub struct SqliteStore {
     location: String,
     /// The directory of the logs beside the database, ending with `/` (see [`Self::here`]).
     logs: Option<String>,
-    /// The write-ahead log's path and identity, once a write made it (see [`Self::check_wal`]).
-    wal: Option<(PathBuf, Option<(u64, u64)>)>,
+    /// The write-ahead log beside the database, and its identity once it exists (see
+    /// [`Self::check_wal`]).
+    wal: PathBuf,
+    wal_id: Option<(u64, u64)>,
     /// The SQL for a run's [`FlowKey`]: the `flow_key` column, or, in a schema-1 database that a
     /// read-only command cannot migrate, [`LEGACY_KEY`].
     key_sql: &'static str,
@@ -667,6 +669,8 @@ impl SqliteStore {
         let location = path.display().to_string();
         // The database is the state directory's: its logs are beside it.
         let logs = path.parent().map(|dir| format!("{}/", dir.join(statedir::LOGS).display()));
+        let mut wal = path.clone().into_os_string();
+        wal.push("-wal");
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         SqliteStore {
             conn,
@@ -675,7 +679,8 @@ impl SqliteStore {
             path,
             location,
             logs,
-            wal: None,
+            wal: PathBuf::from(wal),
+            wal_id: None,
             // A schema-1 database is migrated by the next runner; until then its keys are computed.
             key_sql: if schema < 2 { LEGACY_KEY } else { "flow_key" },
             // Attempts recorded before schema 3 have no host.
@@ -1146,22 +1151,17 @@ impl SqliteStore {
         if self.file_id.is_none() {
             return Ok(());
         }
-        let wal = self.wal.get_or_insert_with(|| {
-            let mut wal = self.path.clone().into_os_string();
-            wal.push("-wal");
-            (PathBuf::from(wal), None)
-        });
-        let now = file_id(&wal.0).ok();
-        match wal.1 {
-            // Known from the first write that made it.
+        let now = file_id(&self.wal).ok();
+        match self.wal_id {
+            // Known from when the store opened (or the first write after, had it none then).
             None => {
-                wal.1 = now;
+                self.wal_id = now;
                 return Ok(());
             }
             Some(id) if now == Some(id) => return Ok(()),
             Some(_) => {}
         }
-        let shown = wal.0.display().to_string();
+        let shown = self.wal.display().to_string();
         let saved = self.conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get::<_, i64>(0));
         let what = match saved {
             Ok(0) => "what was recorded is saved in the database (copied from the deleted log through the \

@@ -696,8 +696,8 @@ fn a_write_or_renewal_that_arrives_when_the_lease_is_about_to_expire_is_refused(
         err.to_string(),
         format!(
             "run {id} in {location}: this runner (h:1:late) could not write in time: its lease was about to expire \
-             when the write reached the database; it stopped, killing any attempt it had running, and nothing more of the run \
-             is recorded by it; another runner may take the run over (`waymark status {id}` shows it)",
+             when the write reached the database; it stopped, killing any attempt it had running, and nothing more \
+             of the run is recorded by it; another runner may take the run over (`waymark status {id}` shows it)",
             id = run.id
         )
     );
