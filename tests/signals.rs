@@ -1,4 +1,4 @@
-//! Signals to the runner: SIGINT and SIGTERM as early as possible after start (while the first
+//! Signals to the runner: every one it listens for during an attempt; SIGINT and SIGTERM as early as possible after start (while the first
 //! attempt is being spawned), during an attempt, during a backoff, twice (the second once the
 //! first was forwarded), and a SIGKILL of the runner during a cancel's grace period. Each time:
 //! the exit status of README's table (130, 143), the run resumable by the next `waymark run`
@@ -15,6 +15,10 @@ use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 
 const SIGNALS: [(&str, i32); 2] = [("INT", 130), ("TERM", 143)];
+
+/// Every signal the runner listens for (README): those whose default action would end it.
+const ALL_SIGNALS: [(&str, i32); 7] =
+    [("INT", 130), ("TERM", 143), ("HUP", 129), ("QUIT", 131), ("USR1", 138), ("USR2", 140), ("ALRM", 142)];
 
 /// Each signal once, five times under `WAYMARK_LONG=1`.
 fn rounds() -> Vec<(&'static str, i32)> {
@@ -72,7 +76,7 @@ fn waiting_step(signal: &str) -> String {
 
 #[test]
 fn a_signal_during_an_attempt_cancels_it_and_the_run_resumes() {
-    for (signal, code) in rounds() {
+    for (signal, code) in ALL_SIGNALS.repeat(iterations(1, 5)) {
         let env = Env::new();
         let _sweeper = Sweeper(env.mark());
         flow(&env, &waiting_step(signal));

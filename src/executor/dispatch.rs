@@ -46,7 +46,7 @@ fn issue_at(wake: Instant, deadline: Option<Instant>) -> Instant {
     }
 }
 
-/// Where the runner's own signals (SIGINT, SIGTERM, SIGHUP) come from.
+/// Where the runner's own signals (SIGINT, SIGTERM, SIGHUP, and the others of `os::signals`) come from.
 pub(crate) trait SignalSource {
     /// A signal delivered before the dispatcher listened, if one is waiting.
     fn try_next(&mut self) -> Option<Signal>;

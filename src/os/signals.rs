@@ -26,12 +26,26 @@ pub fn unblock_inherited_signals() {
     let _ = nix::sys::signal::SigSet::empty().thread_set_mask();
 }
 
+/// The signals the runner listens for: those whose default action would end it (leaving its
+/// steps unsupervised, and its run `running` until a later runner finds it dead). Each is
+/// forwarded to the running steps as itself, as a terminal or a service manager would have
+/// signalled them without waymark in between.
+const RUNNER_SIGNALS: [NixSignal; 7] = [
+    NixSignal::SIGINT,
+    NixSignal::SIGTERM,
+    NixSignal::SIGHUP,
+    NixSignal::SIGQUIT,
+    NixSignal::SIGUSR1,
+    NixSignal::SIGUSR2,
+    NixSignal::SIGALRM,
+];
+
 /// Put the runner's own signals back to their default action, once the run is over and
 /// nothing listens for them any more, so that a signal during the last writes still ends the
 /// process.
 pub(crate) fn restore_default_signals() {
     use nix::sys::signal::{SigHandler, signal as set_handler};
-    for sig in [NixSignal::SIGINT, NixSignal::SIGTERM, NixSignal::SIGHUP] {
+    for sig in RUNNER_SIGNALS {
         if ignored_at_start(sig as i32) {
             continue;
         }
@@ -41,7 +55,8 @@ pub(crate) fn restore_default_signals() {
     }
 }
 
-/// The runner's own SIGINT, SIGTERM and SIGHUP, each delivery counted: the handler (from
+/// The runner's own signals ([`RUNNER_SIGNALS`]: SIGINT, SIGTERM, SIGHUP and the others whose
+/// default action ends a process), each delivery counted: the handler (from
 /// signal-hook's registry) writes one byte per delivery to a socket pair, and every byte read is
 /// one signal. Installed before the runner starts any thread, and heard from [`RunnerSignals::listen`]
 /// on, called before the run is created or claimed: until then a signal ends the process as its
@@ -71,7 +86,7 @@ struct Registration([signal_hook::SigId; 3]);
 /// [`runner_signalled`]).
 static SIGNALLED: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
 
-/// Whether one of the runner's own signals (SIGINT, SIGTERM, SIGHUP) has come, by the handler's
+/// Whether one of the runner's own signals ([`RUNNER_SIGNALS`]) has come, by the handler's
 /// flag: as of the moment it came, not of when the event loop got to it. A child that ends once
 /// it has, before the runner passed the signal on (Ctrl-C and `systemctl stop` signal the steps
 /// with their runner), ended of it: its supervisor counts it cancelled.
@@ -98,10 +113,7 @@ impl RunnerSignals {
     /// default action then); blocked, it waits, and comes once they are in place.
     pub(crate) fn install() -> std::io::Result<RunnerSignals> {
         use nix::sys::signal::{SigSet, SigmaskHow, pthread_sigmask};
-        let signals: Vec<NixSignal> = [NixSignal::SIGINT, NixSignal::SIGTERM, NixSignal::SIGHUP]
-            .into_iter()
-            .filter(|sig| !ignored_at_start(*sig as i32))
-            .collect();
+        let signals: Vec<NixSignal> = RUNNER_SIGNALS.into_iter().filter(|sig| !ignored_at_start(*sig as i32)).collect();
         let unheard = Arc::new(AtomicBool::new(true));
         let signalled = SIGNALLED.get_or_init(|| Arc::new(AtomicBool::new(false)));
         let mut blocked = SigSet::empty();
@@ -205,21 +217,16 @@ impl AsyncSignals {
 
     /// Wait for the next delivered signal; pending forever when none is listened for.
     pub(crate) async fn next(&self) -> NixSignal {
-        let readable = |i: usize| async move {
-            match self.sources.get(i) {
-                Some((_, read, _)) => drop(read.readable().await),
-                None => std::future::pending().await,
-            }
-        };
         loop {
             if let Some(sig) = self.try_next() {
                 return sig;
             }
-            tokio::select! {
-                () = readable(0) => {}
-                () = readable(1) => {}
-                () = readable(2) => {}
-            }
+            // Until one of the sockets is readable (each polled, so that each wakes the task).
+            std::future::poll_fn(|cx| {
+                let ready = self.sources.iter().filter(|(_, read, _)| read.poll_read_ready(cx).is_ready()).count();
+                if ready > 0 { std::task::Poll::Ready(()) } else { std::task::Poll::Pending }
+            })
+            .await;
         }
     }
 }

@@ -442,6 +442,9 @@ fn assert_not_ignored(signal: &str) {
         "INT" => 2,
         "QUIT" => 3,
         "TERM" => 15,
+        "USR1" => 10,
+        "USR2" => 12,
+        "ALRM" => 14,
         _ => return,
     };
     let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return };
