@@ -413,6 +413,28 @@ pub fn args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi:
     out
 }
 
+/// The arguments to parse again when `waymark help` was given `-h` or `--help` (`waymark help
+/// --help`, `waymark help run --help`), which clap's `help` command takes for the name of a
+/// command: the help of `help` itself, or of the command named. `None` for any other error.
+pub fn help_asked_of_help(args: &[std::ffi::OsString], error: &clap::Error) -> Option<Vec<std::ffi::OsString>> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let flag = |a: &std::ffi::OsString| a == "--help" || a == "-h";
+    if error.kind() != ErrorKind::InvalidSubcommand {
+        return None;
+    }
+    let Some(ContextValue::String(named)) = error.get(ContextKind::InvalidSubcommand) else { return None };
+    if named != "--help" && named != "-h" {
+        return None;
+    }
+    let help = args.iter().skip(1).position(|a| a == "help")? + 1;
+    let mut again: Vec<std::ffi::OsString> = args[..=help].to_vec();
+    again.extend(args[help + 1..].iter().filter(|a| !flag(a)).cloned());
+    if again.len() == help + 1 {
+        again.push("help".into());
+    }
+    Some(again)
+}
+
 /// A usage error for an option of the top level (`--state-dir`, `--store`, `--host-id`) given
 /// after a command that does not take it (`waymark check --state-dir DIR`): what to say instead
 /// of clap's words, whose tip (pass it after `--`, as a value) is wrong here.

@@ -10,8 +10,13 @@ fn main() {
     // `--color` is read first so that clap's own help and errors follow it too.
     let color = waymark::cli::ColorArg::from_args(std::env::args_os());
     waymark::commands::set_color(color);
-    let parsed =
-        waymark::cli::Cli::command().color(color.clap()).try_get_matches_from(waymark::cli::args(std::env::args_os()));
+    let args = waymark::cli::args(std::env::args_os());
+    let parse =
+        |args: &[std::ffi::OsString]| waymark::cli::Cli::command().color(color.clap()).try_get_matches_from(args);
+    let parsed = match parse(&args) {
+        Err(e) if let Some(again) = waymark::cli::help_asked_of_help(&args, &e) => parse(&again),
+        parsed => parsed,
+    };
     let matches = match parsed {
         Ok(matches) => matches,
         Err(e) if let Some(said) = waymark::cli::misplaced_option(&e) => {

@@ -473,3 +473,26 @@ fn color_always_colors_waymark_s_own_errors_and_hints() {
     );
     assert_eq!(stderr(&["--color", "never"]), plain);
 }
+
+#[test]
+fn help_given_to_the_help_command_shows_the_help_asked_for() {
+    let env = Env::new();
+    let help_of_help = cmd(&env, &["help", "help"]).output().unwrap();
+    assert!(help_of_help.status.success());
+    let run_help = cmd(&env, &["run", "--help"]).output().unwrap();
+    assert!(run_help.status.success());
+    for (args, expected) in [
+        (&["help", "--help"][..], &help_of_help.stdout),
+        (&["help", "-h"], &help_of_help.stdout),
+        (&["--color", "never", "help", "--help"], &help_of_help.stdout),
+        (&["help", "run", "--help"], &run_help.stdout),
+        (&["help", "-h", "run"], &run_help.stdout),
+    ] {
+        let out = cmd(&env, args).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "waymark {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(expected), "waymark {args:?}");
+    }
+    assert!(String::from_utf8_lossy(&help_of_help.stdout).starts_with("Print this message or the help of the given"));
+    // A command that does not exist is still an error.
+    cmd(&env, &["help", "nosuch", "--help"]).assert().code(2);
+}
