@@ -954,3 +954,30 @@ shell = '''printf 'Traceback (most recent call last):\n  File "x.py", line 1, in
         assert!(!holds(&bytes, "abc123"), "the secret is in {path}");
     }
 }
+
+#[test]
+fn the_variables_of_an_outer_runs_hook_or_catch_handler_reach_no_command_of_a_nested_run() {
+    let env = Env::new();
+    let show = "env | grep -E '^WAYMARK_(RUN_STATUS|FAILED_STEP|ERROR_)' | grep -v ERROR_FILE | sort";
+    env.write(
+        "flow.toml",
+        &format!("name = 'nest'\n[hooks]\non_exit = \"{show}\"\n[[step]]\nname = 'show'\nshell = \"{show}; true\"\n"),
+    );
+    // As a hook or catch handler of an outer run that starts `waymark run` has them.
+    let out = env
+        .cmd(&["run", "flow.toml"])
+        .env("WAYMARK_RUN_STATUS", "failed")
+        .env("WAYMARK_FAILED_STEP", "outer")
+        .env("WAYMARK_ERROR_TYPE", "OuterError")
+        .env("WAYMARK_ERROR_BASES", "Exception")
+        .env("WAYMARK_ERROR_MESSAGE", "outer")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // The step sees none of them; the hook sees its own run's.
+    assert_eq!(
+        stdout(&out),
+        "on_exit | WAYMARK_ERROR_MESSAGE=\non_exit | WAYMARK_ERROR_TYPE=\non_exit | WAYMARK_FAILED_STEP=\n\
+         on_exit | WAYMARK_RUN_STATUS=succeeded\n"
+    );
+}

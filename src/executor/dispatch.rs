@@ -1316,9 +1316,9 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 what: format!("catch handler for attempt {attempt}"),
                 command,
                 env: vec![
-                    ("WAYMARK_ERROR_TYPE".to_owned(), error.class.clone()),
-                    ("WAYMARK_ERROR_BASES".to_owned(), error.bases.join(",")),
-                    ("WAYMARK_ERROR_MESSAGE".to_owned(), error.message.clone()),
+                    (crate::flow::model::var::ERROR_TYPE.to_owned(), error.class.clone()),
+                    (crate::flow::model::var::ERROR_BASES.to_owned(), error.bases.join(",")),
+                    (crate::flow::model::var::ERROR_MESSAGE.to_owned(), error.message.clone()),
                 ],
             }),
         };
@@ -1488,10 +1488,16 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             (_, true) => Some(evidence::workflow_timeout(&self.flow)),
         });
         vec![
-            ("WAYMARK_RUN_STATUS".to_owned(), status.to_owned()),
-            ("WAYMARK_FAILED_STEP".to_owned(), failed.map(|i| self.steps[i].step.name.clone()).unwrap_or_default()),
-            ("WAYMARK_ERROR_TYPE".to_owned(), error.as_ref().map(|e| e.class.clone()).unwrap_or_default()),
-            ("WAYMARK_ERROR_MESSAGE".to_owned(), error.map(|e| e.message).unwrap_or_default()),
+            (crate::flow::model::var::RUN_STATUS.to_owned(), status.to_owned()),
+            (
+                crate::flow::model::var::FAILED_STEP.to_owned(),
+                failed.map(|i| self.steps[i].step.name.clone()).unwrap_or_default(),
+            ),
+            (
+                crate::flow::model::var::ERROR_TYPE.to_owned(),
+                error.as_ref().map(|e| e.class.clone()).unwrap_or_default(),
+            ),
+            (crate::flow::model::var::ERROR_MESSAGE.to_owned(), error.map(|e| e.message).unwrap_or_default()),
         ]
     }
 

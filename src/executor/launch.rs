@@ -174,7 +174,9 @@ impl ProcessLauncher {
             .map(|(name, _)| name)
             .filter(|name| {
                 let name = name.as_encoded_bytes();
-                name.starts_with(b"WAYMARK_PARAM_") || name.starts_with(b"WAYMARK_OUTPUT")
+                name.starts_with(b"WAYMARK_PARAM_")
+                    || name.starts_with(b"WAYMARK_OUTPUT")
+                    || crate::flow::model::AUX_VARS.iter().any(|v| v.as_bytes() == name)
             })
             .collect();
         let base_env = crate::os::spawn::BaseEnv::capture(|name| foreign.iter().any(|f| f == name));

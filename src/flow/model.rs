@@ -68,11 +68,23 @@ pub(crate) mod var {
     pub(crate) const OUTPUT: &str = "WAYMARK_OUTPUT";
     /// Also the one waymark finds an attempt's processes by (`os::process::ATTEMPT_ID_VAR`).
     pub(crate) const ATTEMPT_ID: &str = "WAYMARK_ATTEMPT_ID";
+    // Those of a catch handler (the error it handles) and of a hook (how the run ended).
+    pub(crate) const RUN_STATUS: &str = "WAYMARK_RUN_STATUS";
+    pub(crate) const FAILED_STEP: &str = "WAYMARK_FAILED_STEP";
+    pub(crate) const ERROR_TYPE: &str = "WAYMARK_ERROR_TYPE";
+    pub(crate) const ERROR_BASES: &str = "WAYMARK_ERROR_BASES";
+    pub(crate) const ERROR_MESSAGE: &str = "WAYMARK_ERROR_MESSAGE";
 }
 
 /// All of [`var`]: a value an `env` table gives one of them never reaches a step.
 pub(crate) const WAYMARK_VARS: [&str; 8] =
     [var::RUN_ID, var::FLOW, var::STEP, var::MAX_ATTEMPTS, var::ATTEMPT, var::ERROR_FILE, var::OUTPUT, var::ATTEMPT_ID];
+
+/// The variables waymark sets for a catch handler or a hook alone: one that waymark itself
+/// inherited (a nested run, started by an outer run's hook) reaches none of this run's commands,
+/// as a step of this run would read it for its own.
+pub(crate) const AUX_VARS: [&str; 5] =
+    [var::RUN_STATUS, var::FAILED_STEP, var::ERROR_TYPE, var::ERROR_BASES, var::ERROR_MESSAGE];
 
 fn default_max_parallel() -> u32 {
     DEFAULT_MAX_PARALLEL
