@@ -373,6 +373,33 @@ fn shell_helper_reports_a_named_error_with_bases() {
     assert!(ran.error_file_warnings().is_empty(), "{}", ran.stderr);
 }
 
+/// The helpers' documented call names the nearest base only: the bases it has are the class's
+/// too, as in Python, so a policy on any of them (the default one, on `Exception`, included)
+/// retries it.
+#[test]
+fn a_reported_base_brings_its_own_bases() {
+    let helpers = helpers_dir().display().to_string();
+    for types in ["[\"OSError\"]", "[\"Exception\"]"] {
+        let env = Env::new();
+        let script = format!(
+            "import sys; sys.path.insert(0, {helpers:?}); import waymark_errors\n\
+             open({runs:?}, 'a').write('ran\\n')\n\
+             waymark_errors.report('DownloadFailed', 'HTTP 503', bases=['ConnectionError'])\nsys.exit(1)",
+            runs = runs_file(&env),
+        );
+        let flow = one_step(
+            "",
+            &format!("run = [\"python3\", \"-c\", {}]", toml_str(&script)),
+            &format!("{{ attempts = 2, exception_types = {types} }}"),
+            "",
+        );
+        let ran = run(&env, &flow, 1);
+        assert_eq!(ran.runs, 2, "{types}: {}", ran.stderr);
+        let error = "DownloadFailed(ConnectionError, OSError, Exception, BaseException): HTTP 503";
+        ran.attempt_failed(1, 2, error, ERROR_FILE, true).reported(error, ERROR_FILE, 2);
+    }
+}
+
 #[test]
 fn shell_helper_escapes_awkward_messages() {
     // Quotes, backslashes, a tab and a newline in the message still give valid JSON.
@@ -392,7 +419,8 @@ fn shell_helper_escapes_awkward_messages() {
     let ran = run(&env, &flow, 1);
     assert_eq!(ran.runs, 2, "{}", ran.stderr);
     // One line on the terminal: the first line of the message, then an ellipsis.
-    let error = "DownloadFailed(ConnectionError, BaseException): say \"hi\" \\ a\tb …";
+    // ConnectionError brings its own bases.
+    let error = "DownloadFailed(ConnectionError, OSError, Exception, BaseException): say \"hi\" \\ a\tb …";
     ran.attempt_failed(1, 2, error, ERROR_FILE, true).reported(error, ERROR_FILE, 2);
     assert!(ran.error_file_warnings().is_empty(), "{}", ran.stderr);
     // The whole message, newline included, is kept in the record.
@@ -704,8 +732,14 @@ esac"#,
     );
     assert_eq!(ran.runs, 3, "{}", ran.stderr);
     ran.attempt_failed(1, 3, &format!("{CALLED_PROCESS_ERROR}: exit status 1"), EXIT_STATUS, true)
-        .attempt_failed(2, 3, "Planted(ConnectionError, BaseException): attempt 2", ERROR_FILE, true)
-        .reported("Planted(ConnectionError, BaseException): attempt 3", ERROR_FILE, 3);
+        .attempt_failed(
+            2,
+            3,
+            "Planted(ConnectionError, OSError, Exception, BaseException): attempt 2",
+            ERROR_FILE,
+            true,
+        )
+        .reported("Planted(ConnectionError, OSError, Exception, BaseException): attempt 3", ERROR_FILE, 3);
     assert!(ran.error_file_warnings().is_empty(), "{}", ran.stderr);
     victim.assert_untouched();
     // Each later attempt found nothing at its error file's path (the planted link was removed

@@ -206,6 +206,30 @@ impl ClassTree {
         Some(bases)
     }
 
+    /// The ordered bases of a class a child reported with `listed` bases (nearest first, as an
+    /// error file gives them), each known one followed by its own, as Python's MRO would have
+    /// them: `["ConnectionError"]` is `ConnectionError, OSError, Exception, BaseException`. A
+    /// name the tree does not know is kept where it is listed, with no bases of its own. Listed
+    /// in an order no MRO can have (a class before its own base), they are kept as listed, each
+    /// known one's missing bases after them.
+    pub(crate) fn with_bases(&self, listed: &[String]) -> Vec<String> {
+        // The reported class, under a name no class can have.
+        const REPORTED: &str = "";
+        let unknown = listed.iter().filter(|b| !self.knows(b)).map(|b| (b.as_str(), Vec::new()));
+        let reported = (REPORTED, listed.iter().map(String::as_str).collect());
+        let mut lin = Linearizer::with(self, unknown.chain(std::iter::once(reported)));
+        if let Ok(Some(mro)) = lin.mro(REPORTED).map(|mro| mro.map(<[u32]>::to_vec)) {
+            return mro.iter().skip(1).map(|&id| lin.names[id as usize].to_owned()).collect();
+        }
+        let mut bases: Vec<String> = Vec::new();
+        for name in listed.iter().cloned().chain(listed.iter().flat_map(|b| self.bases(b).unwrap_or_default())) {
+            if !bases.contains(&name) {
+                bases.push(name);
+            }
+        }
+        bases
+    }
+
     /// The known class names closest to `name`, for "did you mean" hints.
     pub(crate) fn suggest(&self, name: &str) -> Option<String> {
         crate::suggest::closest(name, self.names())
@@ -236,11 +260,16 @@ struct Linearizer<'t> {
 
 impl<'t> Linearizer<'t> {
     fn new(tree: &'t ClassTree) -> Linearizer<'t> {
+        Linearizer::with(tree, std::iter::empty())
+    }
+
+    /// The tree's classes, then `more` (each shadowing a class of the same name).
+    fn with(tree: &'t ClassTree, more: impl Iterator<Item = (&'t str, Vec<&'t str>)>) -> Linearizer<'t> {
         let mut lin = Linearizer { names: Vec::new(), ids: HashMap::new(), direct: Vec::new(), done: HashMap::new() };
         let builtin = BUILTIN.iter().map(|(n, b)| (*n, b.to_vec()));
         let user = tree.user.iter().map(|(n, b)| (n.as_str(), b.iter().map(String::as_str).collect::<Vec<_>>()));
         // A user class shadows a built-in of the same name, as `direct_bases` does.
-        for (name, bases) in builtin.chain(user) {
+        for (name, bases) in builtin.chain(user).chain(more) {
             match lin.ids.get(name) {
                 Some(&id) => lin.direct[id as usize] = bases,
                 None => {
@@ -357,6 +386,31 @@ mod tests {
         assert_eq!(t.clone().memo.0.lock().unwrap().len(), 0);
         assert_eq!(t, tree(&[("Flaky", &["ConnectionError"])]).unwrap());
         assert_eq!(serde_json::to_value(&t).unwrap(), serde_json::json!({ "user": [["Flaky", ["ConnectionError"]]] }));
+    }
+
+    /// Bases a child reports bring their own, in the order Python's MRO would give them.
+    #[test]
+    fn reported_bases_are_completed_as_python_would() {
+        let t = tree(&[("Flaky", &["ConnectionError"])]).unwrap();
+        let with = |listed: &[&str]| t.with_bases(&listed.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(with(&["ConnectionError"]), ["ConnectionError", "OSError", "Exception", "BaseException"]);
+        // A full MRO, as the Python helper writes it, is kept as it is.
+        assert_eq!(with(&["ConnectionError", "OSError", "Exception", "BaseException"]), with(&["ConnectionError"]));
+        // Two bases: the C3 order (what they share comes after both).
+        assert_eq!(
+            with(&["Flaky", "ValueError"]),
+            ["Flaky", "ConnectionError", "OSError", "ValueError", "Exception", "BaseException"]
+        );
+        // A name the tree does not know stays where it was listed, with nothing of its own.
+        assert_eq!(
+            with(&["TimeoutException", "TransportError", "OSError"]),
+            ["TimeoutException", "TransportError", "OSError", "Exception", "BaseException"]
+        );
+        assert_eq!(with(&["TimeoutException"]), ["TimeoutException"]);
+        assert_eq!(with(&[]), Vec::<String>::new());
+        // An order no MRO has (a class before its own base) is kept, completed after it.
+        assert_eq!(with(&["Exception", "OSError"]), ["Exception", "OSError", "BaseException"]);
+        assert_eq!(with(&["OSError", "OSError"]), ["OSError", "Exception", "BaseException"]);
     }
 
     #[test]

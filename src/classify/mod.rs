@@ -149,7 +149,10 @@ pub(crate) fn classify(ending: &Ending, ev: Evidence<'_>) -> (ErrorValue, Vec<St
     }
     match ev.error_file {
         ErrorFileOutcome::Reported(r) => {
-            let mut bases = r.bases.unwrap_or_else(|| reported_bases(ev.classes, &r.class));
+            let mut bases = match r.bases {
+                Some(listed) => ev.classes.with_bases(&listed),
+                None => reported_bases(ev.classes, &r.class),
+            };
             // Every error derives from BaseException, as in Python: bases that leave it out (even
             // `[]`) still end with it, so that an `except`-like match on it catches the error.
             if r.class != "BaseException" && !bases.iter().any(|b| b == "BaseException") {
