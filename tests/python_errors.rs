@@ -266,6 +266,31 @@ fn custom_class_unknown_to_the_flow_is_only_an_exception() {
     assert_eq!(ran.runs, 3);
 }
 
+/// Tracebacks Python prints for exceptions that did not end the process: a thread's, and a handled
+/// one that `logging.exception` logged before the program went on. Neither is the attempt's error:
+/// it exited 1 of its own accord, a `CalledProcessError`, which `["ConnectionError"]` does not retry.
+#[test]
+fn a_thread_s_or_a_logged_handled_exception_s_traceback_is_not_the_attempt_s_error() {
+    let scripts = [
+        "import sys, threading\n\
+         def work(): raise ConnectionResetError('in a thread')\n\
+         t = threading.Thread(target=work); t.start(); t.join()\nsys.exit(1)",
+        "import logging, sys\n\
+         try:\n    raise ConnectionResetError('transient, handled')\n\
+         except OSError:\n    logging.exception('handled; continuing')\n\
+         print('fatal: bad input file, giving up', file=sys.stderr)\nsys.exit(1)",
+    ];
+    for script in scripts {
+        let env = Env::new();
+        let script = format!("open({:?}, 'a').write('ran\\n')\n{script}", runs_file(&env));
+        let command = format!("run = [\"python3\", \"-c\", {}]", toml_str(&script));
+        let flow = one_step("", &command, r#"{ attempts = 3, exception_types = ["ConnectionError"] }"#, "");
+        let ran = run(&env, &flow, 1);
+        assert_eq!(ran.runs, 1, "{script}: {}", ran.stderr);
+        ran.attempt_failed(1, 3, &format!("{CALLED_PROCESS_ERROR}: exit status 1"), EXIT_STATUS, false);
+    }
+}
+
 // 5. Chained exceptions: the last one decides.
 
 fn chained(how: &str) {

@@ -19,9 +19,10 @@
 //! stderr ends with: output after it means the program went on after printing it, and nothing is
 //! reported. The exception line may be followed by more lines when the message has several lines
 //! (or the exception has notes); those are accepted unless the exception has no message or they
-//! look like log records (`INFO:root:...`, `2024-05-01 ...`). A multi-line message and plain output
-//! printed after a handled exception cannot be told apart in general; this errs on the side of the
-//! message.
+//! look like log records (`INFO:root:...`, `2024-05-01 ...`) or are not text. A multi-line message
+//! and plain output printed after a handled exception cannot be told apart in general; this errs on
+//! the side of the message. A traceback Python printed for an exception that did not end the
+//! process (a thread's, or one ignored in a destructor) is not taken, whatever follows it.
 
 use std::borrow::Cow;
 
@@ -52,13 +53,53 @@ pub fn parse_traceback(stderr_tail: &str) -> Option<TracebackError> {
     // Chained exceptions print oldest first, so the last top-level header is the one that counts.
     // Headers inside an exception group are indented behind its margin and do not match.
     let start = lines.iter().rposition(|&line| line == HEADER || line == GROUP_HEADER)?;
+    let before = line_before_chain(&lines[..start]);
+    if before.is_some_and(not_the_process_s) {
+        return None;
+    }
     let body = &lines[start + 1..];
-    if lines[start] == GROUP_HEADER { parse_group(body) } else { parse_plain(body) }
+    if lines[start] == GROUP_HEADER {
+        parse_group(body)
+    } else {
+        parse_plain(body, before.is_some_and(looks_like_log_record))
+    }
+}
+
+/// The sentences Python prints between the tracebacks of a chain.
+const CHAINED: [&str; 2] = [
+    "During handling of the above exception, another exception occurred:",
+    "The above exception was the direct cause of the following exception:",
+];
+
+/// The last line with text before the first traceback of the chain whose last header follows
+/// `before`, if any.
+fn line_before_chain<'a>(mut before: &[&'a str]) -> Option<&'a str> {
+    loop {
+        let at = before.iter().rposition(|l| !l.is_empty())?;
+        if !CHAINED.contains(&before[at]) {
+            return Some(before[at]);
+        }
+        // The earlier traceback of the chain: look before its header.
+        let header = before[..at].iter().rposition(|&l| l == HEADER || l == GROUP_HEADER)?;
+        before = &before[..header];
+    }
+}
+
+/// Whether `line`, just before a traceback, says that Python printed it for an exception that did
+/// not end the process: a thread's (`Exception in thread NAME:`, from `threading.excepthook`), one
+/// that could not be raised (`Exception ignored in: ...`, from a destructor or a callback), one
+/// asyncio's handler reports (`future: <Task ...>`, `handle: <...>`), or logging's own.
+fn not_the_process_s(line: &str) -> bool {
+    let thread = line.starts_with("Exception in thread ") && line.ends_with(':');
+    let asyncio = line.starts_with("future: <") || line.starts_with("handle: <");
+    thread || asyncio || line.starts_with("Exception ignored in") || line == "--- Logging error ---"
 }
 
 /// The lines after `Traceback (most recent call last):`: frames, the exception line, and maybe
-/// the rest of a multi-line message.
-fn parse_plain(body: &[&str]) -> Option<TracebackError> {
+/// the rest of a multi-line message. `logged`: a log record comes right before the traceback
+/// (`logging.exception` writes the two for a handled exception); then lines after the exception
+/// line are output that went on after it, not its message.
+fn parse_plain(body: &[&str], logged: bool) -> Option<TracebackError> {
     let frames = count_frames(body.iter().copied());
     if frames == 0 {
         return None;
@@ -66,7 +107,8 @@ fn parse_plain(body: &[&str]) -> Option<TracebackError> {
     let (&line, rest) = body[frames..].split_first()?;
     let error = exception_line(line)?;
     let continued = !rest.is_empty();
-    if continued && (error.message.is_empty() || rest.iter().any(|l| looks_like_log_record(l))) {
+    let not_message = |l: &&str| looks_like_log_record(l) || !is_text(l);
+    if continued && (error.message.is_empty() || logged || rest.iter().any(not_message)) {
         return None;
     }
     Some(error)
@@ -148,6 +190,12 @@ fn looks_like_log_record(line: &str) -> bool {
         })
     });
     level || date
+}
+
+/// Whether `line` could be part of a message: no byte that is not UTF-8 (read as U+FFFD) and no
+/// control character but a tab. Binary output after a traceback is not its message.
+fn is_text(line: &str) -> bool {
+    !line.chars().any(|c| c == char::REPLACEMENT_CHARACTER || (c.is_control() && c != '\t'))
 }
 
 /// `s` without ANSI CSI sequences (`ESC [ params final`), such as colours.
@@ -359,6 +407,52 @@ psycopg2.OperationalError: connection to server at "db" (10.0.0.5), port 5432 fa
         // After a message-less exception, further lines cannot be its message.
         let text = "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nKeyboardInterrupt\ncleaning up\n";
         assert_eq!(parse_traceback(text), None);
+    }
+
+    #[test]
+    fn a_thread_s_or_an_ignored_exception_s_traceback_is_not_the_process_s() {
+        let thread = format!("Exception in thread Thread-1 (work):\n{VALUE_ERROR}");
+        assert_eq!(parse_traceback(&thread), None);
+        let ignored = format!("Exception ignored in: <function Conn.__del__ at 0x7f>\n{VALUE_ERROR}");
+        assert_eq!(parse_traceback(&ignored), None);
+        let logging = format!("--- Logging error ---\n{VALUE_ERROR}");
+        assert_eq!(parse_traceback(&logging), None);
+        // The marker comes before the first traceback of a chain.
+        let chain = format!(
+            "Exception in thread Thread-1 (work):\n{VALUE_ERROR}\n{}\n\n{}",
+            CHAINED[0],
+            VALUE_ERROR.replace("ValueError", "KeyError")
+        );
+        assert_eq!(parse_traceback(&chain), None);
+        // The process's own, after a thread's: taken.
+        let after = format!(
+            "Exception in thread Thread-1 (work):\n{VALUE_ERROR}done\n{}",
+            VALUE_ERROR.replace("ValueError", "KeyError")
+        );
+        assert_eq!(parse_traceback(&after).unwrap().class, "KeyError");
+        // Output that merely mentions a thread is no marker.
+        let text = format!("Exception in thread pool, retrying\n{VALUE_ERROR}");
+        assert_eq!(parse_traceback(&text).unwrap().class, "ValueError");
+    }
+
+    #[test]
+    fn a_logged_traceback_followed_by_more_output_is_a_handled_exception() {
+        let handled = format!("ERROR:root:handled; continuing\n{VALUE_ERROR}fatal: bad input file, giving up\n");
+        assert_eq!(parse_traceback(&handled), None);
+        // Logged and then the end: the process may have died of it, and the class is kept.
+        let last = format!("ERROR:root:handled; continuing\n{VALUE_ERROR}");
+        assert_eq!(parse_traceback(&last).unwrap().class, "ValueError");
+        // asyncio's handler, for a task nobody awaited.
+        let task = format!("Task exception was never retrieved\nfuture: <Task finished name='Task-2'>\n{VALUE_ERROR}");
+        assert_eq!(parse_traceback(&task), None);
+    }
+
+    #[test]
+    fn binary_output_after_the_traceback_is_not_its_message() {
+        let text = format!("{VALUE_ERROR}\u{fffd}\u{fffd}PK\u{3}\u{4}\n");
+        assert_eq!(parse_traceback(&text), None);
+        let tabbed = format!("{VALUE_ERROR}\tcolumn\tvalue\n");
+        assert_eq!(parse_traceback(&tabbed).unwrap().class, "ValueError");
     }
 
     #[test]
