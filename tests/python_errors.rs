@@ -291,6 +291,56 @@ fn a_thread_s_or_a_logged_handled_exception_s_traceback_is_not_the_attempt_s_err
     }
 }
 
+/// A class of Python's standard library that is not built in takes its bases from the name the
+/// traceback prints: urllib's URLError is an OSError, asyncio's CancelledError a BaseException
+/// only (the default policy does not retry it).
+#[test]
+fn the_standard_library_s_classes_have_their_bases() {
+    let cases = [
+        (
+            "import urllib.error\nraise urllib.error.URLError('refused')",
+            r#"["OSError"]"#,
+            3,
+            "URLError(OSError, Exception, BaseException): <urlopen error refused>",
+        ),
+        (
+            "import asyncio\nraise asyncio.CancelledError('stop')",
+            r#"["Exception"]"#,
+            1,
+            "CancelledError(BaseException): stop",
+        ),
+    ];
+    for (raise, types, runs, error) in cases {
+        let env = Env::new();
+        let script = format!("open({:?}, 'a').write('ran\\n')\n{raise}", runs_file(&env));
+        let command = format!("run = [\"python3\", \"-c\", {}]", toml_str(&script));
+        let ran = run(&env, &one_step("", &command, &format!("{{ attempts = 3, exception_types = {types} }}"), ""), 1);
+        assert_eq!(ran.runs, runs, "{raise}: {}", ran.stderr);
+        ran.attempt_failed(1, 3, error, TRACEBACK, runs > 1).reported(error, TRACEBACK, runs);
+        ran.lacks("is not a class waymark knows");
+    }
+}
+
+/// A class waymark does not know is taken for a plain Exception, and the user is told so once,
+/// not after every attempt.
+#[test]
+fn a_class_waymark_does_not_know_is_said_once() {
+    let env = Env::new();
+    let command = python_run("flaky_disk.py", &[&runs_file(&env)]);
+    let ran = run(&env, &one_step("", &command, r#"{ attempts = 3, exception_types = ["FlakyDisk"] }"#, ""), 1);
+    assert_eq!(ran.runs, 3);
+    let said: Vec<&str> = ran.stderr.lines().filter(|l| l.contains("is not a class waymark knows")).collect();
+    assert_eq!(
+        said,
+        ["waymark: warning: s: FlakyDisk (from the traceback) is not a class waymark knows (built in, of Python's \
+          standard library, or in the flow's `[errors]`), so it is taken for a plain Exception; if it derives from \
+          another class, declare it in `[errors]` (FlakyDisk = [\"OSError\"], say) or import \
+          examples/helpers/waymark_errors.py, which reports its bases"],
+        "{}",
+        ran.stderr
+    );
+}
+
 // 5. Chained exceptions: the last one decides.
 
 fn chained(how: &str) {

@@ -95,6 +95,127 @@ const BUILTIN: &[(&str, &[&str])] = &[
     (CALLED_PROCESS_ERROR, &["SubprocessError"]),
 ];
 
+/// Classes of Python's standard library that scripts often die of, by the name a traceback prints
+/// for them (`module.QualName`), with their bases (their `__mro__` without themselves, as Python
+/// 3.11 has them, nearest first). A class a traceback names that is neither built in nor in the
+/// flow's `[errors]` takes its bases from here (`tests::the_standard_library_s_classes_are_python_s`
+/// checks them against the python3 on the PATH).
+const STDLIB: &[(&str, &[&str])] = &[
+    ("urllib.error.URLError", &["OSError", "Exception", "BaseException"]),
+    ("urllib.error.HTTPError", &["URLError", "OSError", "Exception", "BaseException"]),
+    ("urllib.error.ContentTooShortError", &["URLError", "OSError", "Exception", "BaseException"]),
+    ("socket.gaierror", &["OSError", "Exception", "BaseException"]),
+    ("socket.herror", &["OSError", "Exception", "BaseException"]),
+    ("ssl.SSLError", &["OSError", "Exception", "BaseException"]),
+    ("ssl.SSLCertVerificationError", &["SSLError", "OSError", "ValueError", "Exception", "BaseException"]),
+    ("ssl.SSLZeroReturnError", &["SSLError", "OSError", "Exception", "BaseException"]),
+    ("ssl.SSLEOFError", &["SSLError", "OSError", "Exception", "BaseException"]),
+    ("ssl.SSLWantReadError", &["SSLError", "OSError", "Exception", "BaseException"]),
+    ("ssl.SSLSyscallError", &["SSLError", "OSError", "Exception", "BaseException"]),
+    ("http.client.HTTPException", &["Exception", "BaseException"]),
+    (
+        "http.client.RemoteDisconnected",
+        &[
+            "ConnectionResetError",
+            "ConnectionError",
+            "OSError",
+            "BadStatusLine",
+            "HTTPException",
+            "Exception",
+            "BaseException",
+        ],
+    ),
+    ("http.client.IncompleteRead", &["HTTPException", "Exception", "BaseException"]),
+    ("http.client.BadStatusLine", &["HTTPException", "Exception", "BaseException"]),
+    ("http.client.LineTooLong", &["HTTPException", "Exception", "BaseException"]),
+    ("http.client.ResponseNotReady", &["ImproperConnectionState", "HTTPException", "Exception", "BaseException"]),
+    ("json.decoder.JSONDecodeError", &["ValueError", "Exception", "BaseException"]),
+    ("subprocess.TimeoutExpired", &["SubprocessError", "Exception", "BaseException"]),
+    ("subprocess.CalledProcessError", &["SubprocessError", "Exception", "BaseException"]),
+    ("asyncio.exceptions.CancelledError", &["BaseException"]),
+    ("asyncio.exceptions.IncompleteReadError", &["EOFError", "Exception", "BaseException"]),
+    ("asyncio.exceptions.InvalidStateError", &["Exception", "BaseException"]),
+    ("asyncio.exceptions.LimitOverrunError", &["Exception", "BaseException"]),
+    ("asyncio.exceptions.SendfileNotAvailableError", &["RuntimeError", "Exception", "BaseException"]),
+    ("concurrent.futures._base.CancelledError", &["Error", "Exception", "BaseException"]),
+    ("concurrent.futures._base.InvalidStateError", &["Error", "Exception", "BaseException"]),
+    ("concurrent.futures.process.BrokenProcessPool", &["BrokenExecutor", "RuntimeError", "Exception", "BaseException"]),
+    ("sqlite3.Error", &["Exception", "BaseException"]),
+    ("sqlite3.DatabaseError", &["Error", "Exception", "BaseException"]),
+    ("sqlite3.OperationalError", &["DatabaseError", "Error", "Exception", "BaseException"]),
+    ("sqlite3.IntegrityError", &["DatabaseError", "Error", "Exception", "BaseException"]),
+    ("sqlite3.ProgrammingError", &["DatabaseError", "Error", "Exception", "BaseException"]),
+    ("sqlite3.InterfaceError", &["Error", "Exception", "BaseException"]),
+    ("sqlite3.DataError", &["DatabaseError", "Error", "Exception", "BaseException"]),
+    ("sqlite3.NotSupportedError", &["DatabaseError", "Error", "Exception", "BaseException"]),
+    ("sqlite3.InternalError", &["DatabaseError", "Error", "Exception", "BaseException"]),
+    ("zipfile.BadZipFile", &["Exception", "BaseException"]),
+    ("zipfile.LargeZipFile", &["Exception", "BaseException"]),
+    ("tarfile.TarError", &["Exception", "BaseException"]),
+    ("tarfile.ReadError", &["TarError", "Exception", "BaseException"]),
+    ("tarfile.CompressionError", &["TarError", "Exception", "BaseException"]),
+    ("shutil.Error", &["OSError", "Exception", "BaseException"]),
+    ("shutil.SameFileError", &["Error", "OSError", "Exception", "BaseException"]),
+    ("shutil.ReadError", &["OSError", "Exception", "BaseException"]),
+    ("smtplib.SMTPException", &["OSError", "Exception", "BaseException"]),
+    ("smtplib.SMTPServerDisconnected", &["SMTPException", "OSError", "Exception", "BaseException"]),
+    (
+        "smtplib.SMTPAuthenticationError",
+        &["SMTPResponseException", "SMTPException", "OSError", "Exception", "BaseException"],
+    ),
+    ("smtplib.SMTPResponseException", &["SMTPException", "OSError", "Exception", "BaseException"]),
+    ("smtplib.SMTPRecipientsRefused", &["SMTPException", "OSError", "Exception", "BaseException"]),
+    ("smtplib.SMTPSenderRefused", &["SMTPResponseException", "SMTPException", "OSError", "Exception", "BaseException"]),
+    ("smtplib.SMTPDataError", &["SMTPResponseException", "SMTPException", "OSError", "Exception", "BaseException"]),
+    ("smtplib.SMTPConnectError", &["SMTPResponseException", "SMTPException", "OSError", "Exception", "BaseException"]),
+    ("ftplib.Error", &["Exception", "BaseException"]),
+    ("ftplib.error_perm", &["Error", "Exception", "BaseException"]),
+    ("ftplib.error_temp", &["Error", "Exception", "BaseException"]),
+    ("ftplib.error_reply", &["Error", "Exception", "BaseException"]),
+    ("ftplib.error_proto", &["Error", "Exception", "BaseException"]),
+    ("_csv.Error", &["Exception", "BaseException"]),
+    ("configparser.Error", &["Exception", "BaseException"]),
+    ("configparser.NoSectionError", &["Error", "Exception", "BaseException"]),
+    ("configparser.NoOptionError", &["Error", "Exception", "BaseException"]),
+    ("configparser.ParsingError", &["Error", "Exception", "BaseException"]),
+    ("configparser.MissingSectionHeaderError", &["ParsingError", "Error", "Exception", "BaseException"]),
+    ("configparser.DuplicateSectionError", &["Error", "Exception", "BaseException"]),
+    ("configparser.InterpolationError", &["Error", "Exception", "BaseException"]),
+    ("tomllib.TOMLDecodeError", &["ValueError", "Exception", "BaseException"]),
+    ("xml.etree.ElementTree.ParseError", &["SyntaxError", "Exception", "BaseException"]),
+    ("xml.parsers.expat.ExpatError", &["Exception", "BaseException"]),
+    ("binascii.Error", &["ValueError", "Exception", "BaseException"]),
+    ("binascii.Incomplete", &["Exception", "BaseException"]),
+    ("zlib.error", &["Exception", "BaseException"]),
+    ("gzip.BadGzipFile", &["OSError", "Exception", "BaseException"]),
+    ("_lzma.LZMAError", &["Exception", "BaseException"]),
+    ("_pickle.PickleError", &["Exception", "BaseException"]),
+    ("_pickle.PicklingError", &["PickleError", "Exception", "BaseException"]),
+    ("_pickle.UnpicklingError", &["PickleError", "Exception", "BaseException"]),
+    ("struct.error", &["Exception", "BaseException"]),
+    ("_queue.Empty", &["Exception", "BaseException"]),
+    ("queue.Full", &["Exception", "BaseException"]),
+    ("re.error", &["Exception", "BaseException"]),
+    ("decimal.InvalidOperation", &["DecimalException", "ArithmeticError", "Exception", "BaseException"]),
+    (
+        "decimal.DivisionByZero",
+        &["DecimalException", "ZeroDivisionError", "ArithmeticError", "Exception", "BaseException"],
+    ),
+    ("decimal.DecimalException", &["ArithmeticError", "Exception", "BaseException"]),
+    ("getopt.GetoptError", &["Exception", "BaseException"]),
+    ("argparse.ArgumentError", &["Exception", "BaseException"]),
+    ("argparse.ArgumentTypeError", &["Exception", "BaseException"]),
+    ("email.errors.MessageError", &["Exception", "BaseException"]),
+    ("email.errors.HeaderParseError", &["MessageParseError", "MessageError", "Exception", "BaseException"]),
+    ("locale.Error", &["Exception", "BaseException"]),
+];
+
+/// The bases of the standard library's class that a traceback prints as `printed`
+/// (`urllib.error.URLError`), if it is one of [`STDLIB`].
+pub(crate) fn stdlib_bases(printed: &str) -> Option<Vec<String>> {
+    STDLIB.iter().find(|(name, _)| *name == printed).map(|(_, bases)| bases.iter().map(|b| b.to_string()).collect())
+}
+
 /// Whether `name` is one of the built-in classes.
 pub(crate) fn is_builtin(name: &str) -> bool {
     BUILTIN.iter().any(|(n, _)| *n == name)
@@ -386,6 +507,46 @@ mod tests {
         assert_eq!(t.clone().memo.0.lock().unwrap().len(), 0);
         assert_eq!(t, tree(&[("Flaky", &["ConnectionError"])]).unwrap());
         assert_eq!(serde_json::to_value(&t).unwrap(), serde_json::json!({ "user": [["Flaky", ["ConnectionError"]]] }));
+    }
+
+    /// The table of the standard library's classes is what Python says of them: for each class
+    /// the python3 on the PATH has, the name its tracebacks print and its bases.
+    #[test]
+    fn the_standard_library_s_classes_are_python_s() {
+        let script = "import importlib, sys\n\
+            for line in sys.stdin:\n\
+            \x20   printed = line.strip(); mod, _, name = printed.rpartition('.')\n\
+            \x20   try: c = getattr(importlib.import_module(mod), name)\n\
+            \x20   except Exception: print(printed, '-'); continue\n\
+            \x20   shown = c.__module__ + '.' + c.__qualname__\n\
+            \x20   mro = [k.__name__ for k in c.__mro__[1:] if issubclass(k, BaseException)]\n\
+            \x20   print(printed, shown, ','.join(mro))\n";
+        let child = std::process::Command::new("python3")
+            .args(["-c", script])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn();
+        let Ok(mut child) = child else {
+            assert!(std::env::var_os("CI").is_none(), "python3 is required under CI");
+            eprintln!("SKIPPED the_standard_library_s_classes_are_python_s: no python3");
+            return;
+        };
+        let names: String = STDLIB.iter().map(|(n, _)| format!("{n}\n")).collect();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), names.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let said = String::from_utf8(out.stdout).unwrap();
+        let mut checked = 0;
+        for ((printed, bases), line) in STDLIB.iter().zip(said.lines()) {
+            let fields: Vec<&str> = line.split(' ').collect();
+            assert_eq!(fields[0], *printed);
+            if fields[1] == "-" {
+                continue; // Not in this Python.
+            }
+            assert_eq!(fields[1], *printed, "the name a traceback prints");
+            assert_eq!(fields[2], bases.join(","), "the bases of {printed}");
+            checked += 1;
+        }
+        assert!(checked * 10 >= STDLIB.len() * 9, "only {checked} of {} checked:\n{said}", STDLIB.len());
     }
 
     /// Bases a child reports bring their own, in the order Python's MRO would give them.

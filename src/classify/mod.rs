@@ -175,7 +175,17 @@ pub(crate) fn classify(ending: &Ending, ev: Evidence<'_>) -> (ErrorValue, Vec<St
     {
         // The run's own error when the flow's `timeout` passes: no attempt fails with it.
         if tb.class != classes::WORKFLOW_TIMEOUT {
-            let bases = reported_bases(ev.classes, &tb.class);
+            let known = ev.classes.bases(&tb.class).or_else(|| classes::stdlib_bases(&tb.printed));
+            let bases = known.unwrap_or_else(|| {
+                warnings.push(format!(
+                    "{} (from the traceback) is not a class waymark knows (built in, of Python's standard library, \
+                     or in the flow's `[errors]`), so it is taken for a plain Exception; if it derives from another \
+                     class, declare it in `[errors]` ({} = [\"OSError\"], say) or import \
+                     examples/helpers/waymark_errors.py, which reports its bases",
+                    tb.printed, tb.class
+                ));
+                reported_bases(ev.classes, &tb.class)
+            });
             return (
                 ErrorValue { class: tb.class, bases, message: tb.message, source: ErrorSource::Traceback },
                 warnings,

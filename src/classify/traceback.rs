@@ -33,6 +33,8 @@ use super::error_file::is_identifier;
 pub struct TracebackError {
     /// The bare class name, without its module (`ConnectionError`).
     pub class: String,
+    /// The name as the traceback printed it, module and all (`requests.exceptions.ConnectionError`).
+    pub printed: String,
     /// The first line of the message; empty if the exception had none.
     pub message: String,
 }
@@ -159,7 +161,11 @@ fn exception_line(line: &str) -> Option<TracebackError> {
         Some((path, message)) => (path, message.strip_prefix(' ').unwrap_or(message)),
         None => (line, ""),
     };
-    Some(TracebackError { class: class_in_path(path)?.to_string(), message: message.to_string() })
+    Some(TracebackError {
+        class: class_in_path(path)?.to_string(),
+        printed: path.to_string(),
+        message: message.to_string(),
+    })
 }
 
 /// The class name at the end of a dotted path such as `requests.exceptions.ConnectionError` or
@@ -230,8 +236,10 @@ fn strip_ansi(s: &str) -> Cow<'_, str> {
 mod tests {
     use super::*;
 
-    fn found(class: &str, message: &str) -> Option<TracebackError> {
-        Some(TracebackError { class: class.to_string(), message: message.to_string() })
+    /// The error a traceback printed as `printed: message` gives.
+    fn found(printed: &str, message: &str) -> Option<TracebackError> {
+        let class = printed.rsplit('.').next().unwrap().to_string();
+        Some(TracebackError { class, printed: printed.to_string(), message: message.to_string() })
     }
 
     const VALUE_ERROR: &str = r#"Traceback (most recent call last):
@@ -283,7 +291,10 @@ requests.exceptions.ConnectionError: HTTPConnectionPool(host='localhost', port=1
 "#;
         assert_eq!(
             parse_traceback(text),
-            found("ConnectionError", "HTTPConnectionPool(host='localhost', port=1): Max retries exceeded")
+            found(
+                "requests.exceptions.ConnectionError",
+                "HTTPConnectionPool(host='localhost', port=1): Max retries exceeded"
+            )
         );
     }
 
@@ -339,7 +350,7 @@ MyError: disk quota exceeded
 "#;
         assert_eq!(parse_traceback(text), found("MyError", "disk quota exceeded"));
         let text = text.replace("\nMyError", "\nmain.<locals>.MyError");
-        assert_eq!(parse_traceback(&text), found("MyError", "disk quota exceeded"));
+        assert_eq!(parse_traceback(&text), found("main.<locals>.MyError", "disk quota exceeded"));
     }
 
     #[test]
@@ -390,7 +401,7 @@ psycopg2.OperationalError: connection to server at "db" (10.0.0.5), port 5432 fa
         assert_eq!(
             parse_traceback(text),
             found(
-                "OperationalError",
+                "psycopg2.OperationalError",
                 r#"connection to server at "db" (10.0.0.5), port 5432 failed: Connection refused"#
             )
         );
@@ -546,7 +557,7 @@ w
         assert_eq!(parse_traceback(text), found("ExceptionGroup", "outer (1 sub-exception)"));
         // The first traceback alone, with its note.
         let first = text.split("\n\nDuring").next().unwrap();
-        assert_eq!(parse_traceback(first), found("Inner", "x"));
+        assert_eq!(parse_traceback(first), found("g.<locals>.Inner", "x"));
     }
 
     #[test]

@@ -247,6 +247,9 @@ struct StepSlot {
     /// as the step reported it (its class may hold a secret, hidden in the error kept), for the
     /// failure report.
     stopped_by: Option<StopReason>,
+    /// What this runner warned of the evidence of the step's last attempt: the same said of the
+    /// next one (a class waymark does not know, failing attempt after attempt) is not said again.
+    warned: Vec<String>,
 }
 
 impl StepSlot {
@@ -537,6 +540,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
                 said_started: false,
                 left_under_way: matches!(rec.state, StepState::InFlight { .. }) || cut_short,
                 stopped_by: None,
+                warned: Vec::new(),
             });
         }
         let unsaid_skips = (0..steps.len()).filter(|&i| matches!(steps[i].slot, Slot::Skipped)).collect();
@@ -1145,7 +1149,8 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
         let step = self.steps[index].step.clone();
         let (error, warnings) =
             evidence::read(&self.flow, &step, ended.attempt, &ending, &ended.stem, ended.stderr_from, ended.left);
-        for message in warnings {
+        let said = std::mem::replace(&mut self.steps[index].warned, warnings.clone());
+        for message in warnings.into_iter().filter(|w| !said.contains(w)) {
             self.emitter.warning(Some(&step.name), message);
         }
         let k = self.steps[index].within_budget(ended.attempt);
