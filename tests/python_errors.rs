@@ -321,6 +321,15 @@ fn the_standard_library_s_classes_have_their_bases() {
     }
 }
 
+/// `IOError` is `OSError` in Python 3: listed, it retries every OSError, as `except IOError:` catches it.
+#[test]
+fn io_error_in_exception_types_is_os_error() {
+    let env = Env::new();
+    let ran = run(&env, &raising(&env, "FileNotFoundError", r#"["IOError"]"#, 2), 1);
+    assert_eq!(ran.runs, 2, "{}", ran.stderr);
+    ran.shows("`IOError` is another name of `OSError` in Python 3");
+}
+
 /// A class waymark does not know is taken for a plain Exception, and the user is told so once,
 /// not after every attempt.
 #[test]

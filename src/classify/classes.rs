@@ -216,6 +216,23 @@ pub(crate) fn stdlib_bases(printed: &str) -> Option<Vec<String>> {
     STDLIB.iter().find(|(name, _)| *name == printed).map(|(_, bases)| bases.iter().map(|b| b.to_string()).collect())
 }
 
+/// The standard library's class whose bare name is `bare`, when one alone has it: the name its
+/// tracebacks print, and its nearest base.
+pub(crate) fn stdlib_named(bare: &str) -> Option<(&'static str, &'static str)> {
+    let mut named = STDLIB.iter().filter(|(printed, _)| printed.rsplit('.').next() == Some(bare));
+    match (named.next(), named.next()) {
+        (Some((printed, bases)), None) => Some((printed, bases.first()?)),
+        _ => None,
+    }
+}
+
+/// The class Python 3 gives the name `alias` to: `IOError`, `EnvironmentError` and `WindowsError`
+/// are `OSError` itself, so an `except IOError:` catches every `OSError`, and no traceback or
+/// helper ever names them.
+pub(crate) fn alias_of(alias: &str) -> Option<&'static str> {
+    matches!(alias, "IOError" | "EnvironmentError" | "WindowsError").then_some("OSError")
+}
+
 /// Whether `name` is one of the built-in classes.
 pub(crate) fn is_builtin(name: &str) -> bool {
     BUILTIN.iter().any(|(n, _)| *n == name)

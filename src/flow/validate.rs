@@ -1412,13 +1412,22 @@ impl Validator<'_> {
                      timeout"
                         .into(),
                 );
+            } else if let Some(real) = crate::classify::classes::alias_of(n).filter(|_| !classes.knows(n)) {
+                // As an `except IOError:` would, it matches every OSError.
+                let d = self.warn(item.span(), &format!("`{n}` is another name of `{real}` in Python 3"));
+                d.label = format!("taken for `{real}`");
+                d.help = Some(format!("write `{real}`: tracebacks and error files name it so"));
+                names.push(real.to_owned());
             } else if !classes.knows(n) {
-                let hint = classes.suggest(n);
                 let d = self.warn(item.span(), &format!("no known class is named `{n}`"));
                 d.label = "matches only errors children report with this name".into();
-                d.help = Some(match hint {
-                    Some(h) => format!("did you mean `{h}`?"),
-                    None => format!("declare it in [errors] to silence this warning: `{n} = [\"Exception\"]`"),
+                d.help = Some(match (crate::classify::classes::stdlib_named(n), classes.suggest(n)) {
+                    (Some((printed, base)), _) => format!(
+                        "`{printed}` of Python's standard library has this name; declare it in [errors] as it is \
+                         there to silence this warning: `{n} = [\"{base}\"]`"
+                    ),
+                    (None, Some(h)) => format!("did you mean `{h}`?"),
+                    (None, None) => format!("declare it in [errors] to silence this warning: `{n} = [\"Exception\"]`"),
                 });
                 names.push(n.clone());
             } else {
