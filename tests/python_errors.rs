@@ -321,6 +321,23 @@ fn the_standard_library_s_classes_have_their_bases() {
     }
 }
 
+/// A script Python cannot compile prints its SyntaxError without a traceback's header.
+#[test]
+fn a_script_python_cannot_compile_fails_with_its_syntax_error() {
+    let env = Env::new();
+    env.write("bad.py", "x = = 1\n");
+    let shell = format!("echo ran >> {}; exec python3 bad.py", sh_quote(&runs_file(&env)));
+    let flow = one_step(
+        "",
+        &format!("shell = {}", toml_str(&shell)),
+        r#"{ attempts = 2, exception_types = ["SyntaxError"] }"#,
+        "",
+    );
+    let ran = run(&env, &flow, 1);
+    assert_eq!(ran.runs, 2, "{}", ran.stderr);
+    ran.reported("SyntaxError(Exception, BaseException): invalid syntax", TRACEBACK, 2);
+}
+
 /// `IOError` is `OSError` in Python 3: listed, it retries every OSError, as `except IOError:` catches it.
 #[test]
 fn io_error_in_exception_types_is_os_error() {

@@ -51,6 +51,9 @@ pub fn parse_traceback(stderr_tail: &str) -> Option<TracebackError> {
     let lines: Vec<&str> = text.lines().map(str::trim_end).collect();
     let end = lines.iter().rposition(|line| !line.is_empty())? + 1;
     let lines = &lines[..end];
+    if let Some(error) = syntax_error(lines) {
+        return Some(error);
+    }
 
     // Chained exceptions print oldest first, so the last top-level header is the one that counts.
     // Headers inside an exception group are indented behind its margin and do not match.
@@ -65,6 +68,28 @@ pub fn parse_traceback(stderr_tail: &str) -> Option<TracebackError> {
     } else {
         parse_plain(body, before.is_some_and(looks_like_log_record))
     }
+}
+
+/// The error of a script Python could not compile, which it prints without a traceback's header:
+///
+/// ```text
+///   File "/srv/job/load.py", line 3
+///     x = = 1
+///         ^
+/// SyntaxError: invalid syntax
+/// ```
+///
+/// Its one frame names no function (`, in f`), as every frame of a traceback does.
+fn syntax_error(lines: &[&str]) -> Option<TracebackError> {
+    const CLASSES: [&str; 3] = ["SyntaxError", "IndentationError", "TabError"];
+    let (&last, before) = lines.split_last()?;
+    let error = exception_line(last).filter(|e| CLASSES.contains(&e.printed.as_str()))?;
+    let block = before.iter().rev().take_while(|l| is_indented(l)).count();
+    let frame = before.get(before.len().checked_sub(block)?)?;
+    let line_number = frame.strip_prefix("  File \"").and_then(|f| f.rsplit_once("\", line ")).map(|(_, n)| n);
+    let alone =
+        (1..=4).contains(&block) && line_number.is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    alone.then_some(error)
 }
 
 /// The sentences Python prints between the tracebacks of a chain.
@@ -456,6 +481,23 @@ psycopg2.OperationalError: connection to server at "db" (10.0.0.5), port 5432 fa
         // asyncio's handler, for a task nobody awaited.
         let task = format!("Task exception was never retrieved\nfuture: <Task finished name='Task-2'>\n{VALUE_ERROR}");
         assert_eq!(parse_traceback(&task), None);
+    }
+
+    /// Real Python 3.11 output of `python3 bad.py` for a script it cannot compile.
+    #[test]
+    fn a_script_python_cannot_compile() {
+        let syntax = "  File \"/srv/bad.py\", line 1\n    x = = 1\n        ^\nSyntaxError: invalid syntax\n";
+        assert_eq!(parse_traceback(syntax), found("SyntaxError", "invalid syntax"));
+        let indent = "  File \"/srv/ind.py\", line 2\n    x=1\nIndentationError: unexpected indent\n";
+        assert_eq!(parse_traceback(&format!("started\n{indent}")), found("IndentationError", "unexpected indent"));
+        // After a handled traceback, the script that could not be compiled is what ended.
+        assert_eq!(parse_traceback(&format!("{VALUE_ERROR}{syntax}")), found("SyntaxError", "invalid syntax"));
+        // A frame of a traceback names its function: without the header, it is not one.
+        let framed = "  File \"/srv/bad.py\", line 1, in <module>\n    x()\nSyntaxError: invalid syntax\n";
+        assert_eq!(parse_traceback(framed), None);
+        // Another class, or no frame: not a compile error.
+        assert_eq!(parse_traceback(&syntax.replace("SyntaxError", "ValueError")), None);
+        assert_eq!(parse_traceback("SyntaxError: invalid syntax\n"), None);
     }
 
     #[test]
