@@ -338,6 +338,26 @@ fn a_script_python_cannot_compile_fails_with_its_syntax_error() {
     ran.reported("SyntaxError(Exception, BaseException): invalid syntax", TRACEBACK, 2);
 }
 
+/// A class name is a Python identifier, in any script: declared, raised and listed, it matches.
+#[test]
+fn a_class_named_in_another_script_is_declared_raised_and_matched() {
+    let env = Env::new();
+    let script = format!(
+        "open({:?}, 'a').write('ran\\n')\nclass Ошибка(ValueError): pass\nraise Ошибка('плохо')",
+        runs_file(&env)
+    );
+    let command = format!("run = [\"python3\", \"-c\", {}]", toml_str(&script));
+    let flow = one_step(
+        "[errors]\n\"Ошибка\" = [\"ValueError\"]",
+        &command,
+        r#"{ attempts = 2, exception_types = ["Ошибка"] }"#,
+        "",
+    );
+    let ran = run(&env, &flow, 1);
+    assert_eq!(ran.runs, 2, "{}", ran.stderr);
+    ran.reported("Ошибка(ValueError, Exception, BaseException): плохо", TRACEBACK, 2);
+}
+
 /// `IOError` is `OSError` in Python 3: listed, it retries every OSError, as `except IOError:` catches it.
 #[test]
 fn io_error_in_exception_types_is_os_error() {

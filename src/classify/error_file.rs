@@ -139,22 +139,23 @@ fn bases(object: &Map<String, Value>) -> Result<Option<Vec<String>>, String> {
         .map(Some)
 }
 
-/// The bare class name in `name`: its last dotted part, which must match `[A-Za-z_][A-Za-z0-9_]*`.
+/// The bare class name in `name`: its last dotted part, which must be an identifier.
 /// `field` names the JSON field in the error.
 fn class_name(field: &str, name: &str) -> Result<String, String> {
     let bare = name.rsplit('.').next().unwrap_or(name);
-    if is_identifier(bare) {
+    if is_class_name(bare) {
         Ok(bare.to_string())
     } else {
         Err(format!(r#""{field}" is not a class name: {}"#, quoted(name)))
     }
 }
 
-/// Whether `s` matches `[A-Za-z_][A-Za-z0-9_]*`.
-pub(crate) fn is_identifier(s: &str) -> bool {
+/// Whether `s` is a Python identifier, as a class name is: a letter (of any script) or `_`, then
+/// letters, digits and `_` (Unicode's XID_Start and XID_Continue, as Python has them).
+pub(crate) fn is_class_name(s: &str) -> bool {
     let mut chars = s.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    chars.next().is_some_and(|c| unicode_ident::is_xid_start(c) || c == '_')
+        && chars.all(unicode_ident::is_xid_continue)
 }
 
 /// `s` quoted and escaped for a warning, cut short if long.
@@ -276,7 +277,10 @@ mod tests {
             parse_str(r#"{"type":"E","bases":["Exception","9x"]}"#),
             invalid(r#""bases[1]" is not a class name: "9x""#)
         );
-        assert_eq!(parse_str(r#"{"type":"Ошибка"}"#), invalid(r#""type" is not a class name: "Ошибка""#));
+        // Python's identifiers: letters of any script, not a digit of any script first.
+        assert_eq!(parse_str(r#"{"type":"Ошибка","bases":["Fehlerü"]}"#), reported("Ошибка", Some(&["Fehlerü"]), None));
+        assert_eq!(parse_str(r#"{"type":"٣x"}"#), invalid(r#""type" is not a class name: "٣x""#));
+        assert_eq!(parse_str(r#"{"type":"a€b"}"#), invalid(r#""type" is not a class name: "a€b""#));
         let long = format!(r#"{{"type":"{}-"}}"#, "A".repeat(100));
         assert_eq!(parse_str(&long), invalid(&format!(r#""type" is not a class name: "{}"..."#, "A".repeat(60))));
     }

@@ -26,7 +26,7 @@
 
 use std::borrow::Cow;
 
-use super::error_file::is_identifier;
+use super::error_file::is_class_name;
 
 /// The exception a traceback ends with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,8 +197,8 @@ fn exception_line(line: &str) -> Option<TracebackError> {
 /// `main.<locals>.MyError` (a class defined in a function).
 fn class_in_path(path: &str) -> Option<&str> {
     let mut parts = path.rsplit('.');
-    let class = parts.next().filter(|name| is_identifier(name))?;
-    parts.all(|part| part == "<locals>" || is_identifier(part)).then_some(class)
+    let class = parts.next().filter(|name| is_class_name(name))?;
+    parts.all(|part| part == "<locals>" || is_class_name(part)).then_some(class)
 }
 
 fn is_indented(line: &str) -> bool {
@@ -485,6 +485,12 @@ psycopg2.OperationalError: connection to server at "db" (10.0.0.5), port 5432 fa
 
     /// Real Python 3.11 output of `python3 bad.py` for a script it cannot compile.
     #[test]
+    fn a_class_named_in_another_script() {
+        let text = VALUE_ERROR.replace("\nValueError", "\nmodul.Ошибка");
+        assert_eq!(parse_traceback(&text), found("modul.Ошибка", "invalid literal for int() with base 10: 'abc'"));
+    }
+
+    #[test]
     fn a_script_python_cannot_compile() {
         let syntax = "  File \"/srv/bad.py\", line 1\n    x = = 1\n        ^\nSyntaxError: invalid syntax\n";
         assert_eq!(parse_traceback(syntax), found("SyntaxError", "invalid syntax"));
@@ -615,7 +621,7 @@ w
             "Traceback (most recent call last):",
             "Traceback (most recent call last):\n",
             "Traceback (most recent call last):\n  File \"é\", line 1\n",
-            "Traceback (most recent call last):\n  File \"x\"\nÉrreur: ü\n",
+            "Traceback (most recent call last):\n  File \"x\"\n€rreur: ü\n",
             "Traceback (most recent call last):\n  File \"x\"\n:\n",
             "Traceback (most recent call last):\n  File \"x\"\n.:\n",
             "Traceback (most recent call last):\n  File \"x\"\n\x1b[\n",
@@ -631,6 +637,9 @@ w
         for sample in samples {
             assert_eq!(parse_traceback(sample), None, "{sample:?}");
         }
+        // A class named in another script is a class.
+        let text = "Traceback (most recent call last):\n  File \"x\"\nÉrreur: ü\n";
+        assert_eq!(parse_traceback(text), found("Érreur", "ü"));
         // Non-ASCII in the message is kept as is.
         let text = VALUE_ERROR.replace("'abc'", "'日本語'");
         assert_eq!(parse_traceback(&text).unwrap().message, "invalid literal for int() with base 10: '日本語'");

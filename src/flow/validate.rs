@@ -1061,8 +1061,11 @@ impl Validator<'_> {
                     n.rsplit('.').next().map(|last| format!("write `{last}`"));
                 continue;
             }
-            if !is_identifier(n) {
-                self.error(name.span(), "an error class name must be an identifier (letters, digits, `_`)");
+            if !crate::classify::error_file::is_class_name(n) {
+                self.error(
+                    name.span(),
+                    "an error class name must be an identifier (letters, digits and `_`, not starting with a digit)",
+                );
                 continue;
             }
             if is_builtin(n) {
@@ -1234,7 +1237,7 @@ impl Validator<'_> {
                     None if c.contains('.') => c.rsplit('.').next().map_or_else(String::new, |last| {
                         format!("an error class name is a bare class name: write `{last}`, declared in [errors]")
                     }),
-                    None if !is_identifier(c) => {
+                    None if !crate::classify::error_file::is_class_name(c) => {
                         "an error class name is letters, digits and `_`, not starting with a digit: correct it".into()
                     }
                     None => format!("declare it in [errors], e.g. `{c} = [\"Exception\"]`"),
@@ -1393,7 +1396,7 @@ impl Validator<'_> {
                     "exception types are matched by bare class name; a module path is not allowed",
                 )
                 .help = n.rsplit('.').next().map(|last| format!("write `{last}`"));
-            } else if !is_identifier(n) {
+            } else if !crate::classify::error_file::is_class_name(n) {
                 let d = self.error(item.span(), &format!("`{n}` is not a class name, so no error has it"));
                 d.label = "never matches".into();
                 d.help = Some("a class name is letters, digits and `_`, not starting with a digit: correct it".into());
