@@ -48,7 +48,10 @@ impl Tmux {
         let script = env.write(
             "run.sh",
             &format!(
-                "cd '{dir}'\n{wait}WAYMARK_STATE_DIR='{state}' '{waymark}' {args}\necho \"EXIT=$?\"\nexec sleep 3600\n",
+                // The shell traps SIGINT (a Ctrl-C would end it, and the pane, with waymark); a trap
+                // is not inherited, so waymark gets the signal as it would at a prompt.
+                "trap true INT\ncd '{dir}'\n{wait}WAYMARK_STATE_DIR='{state}' '{waymark}' {args}\necho \"EXIT=$?\"\n\
+                 exec sleep 3600\n",
                 dir = env.dir.path().display(),
                 state = env.state().display(),
                 waymark = waymark.display(),
@@ -256,6 +259,37 @@ fn every_running_parallel_step_has_its_line_and_a_failed_run_ends_with_its_repor
     assert!(end[report..].contains("fetch-c"), "{end}");
 }
 
+/// Ctrl-C at the terminal, which echoes `^C` after the display's last line: the display is
+/// cleared all the same, every line of it, and none is left in the scrollback.
+#[test]
+fn a_ctrl_c_at_the_terminal_leaves_no_line_of_the_display() {
+    if !Tmux::available("a_ctrl_c_at_the_terminal_leaves_no_line_of_the_display") {
+        return;
+    }
+    let env = Env::new();
+    let wait = "while [ ! -e go ]; do sleep 0.02; done";
+    env.write(
+        "flow.toml",
+        &format!(
+            "name = \"ctrlc\"\n\
+             [[step]]\nname = \"a-fairly-long-step-name\"\ntimeout = \"1m\"\nshell = '{wait}'\n\
+             [[step]]\nname = \"beside\"\nneeds = []\nshell = '{wait}'\n"
+        ),
+    );
+    let tmux = Tmux::start_on(&env, &["run", "flow.toml"], false, (80, 12));
+    let lines = [
+        Regex::new(r"(?m)^. a-fairly-long-step-name +attempt 1/1 +\d+\.\ds +timeout in \d+\.\ds$").unwrap(),
+        Regex::new(r"(?m)^. beside +attempt 1/1 +\d+\.\ds$").unwrap(),
+        Regex::new(r"(?m)^\[ {30}\] 0/2 done +\d+\.\ds$").unwrap(),
+    ];
+    tmux.wait_for("both steps' lines and the overall bar", |s| lines.iter().all(|l| l.is_match(s)));
+    tmux.run(&["send-keys", "-t", "w", "C-c"]);
+    let end = tmux.wait_exit();
+    assert!(normalise(&end).ends_with("\nEXIT=130"), "{end}");
+    let history = tmux.history();
+    assert!(!display_line().is_match(&history), "a line of the display is left:\n{history}");
+}
+
 /// A step whose attempt `fail_fast` cancelled does not go on in the run: its line goes, rather than
 /// stay on the display while the compensations run.
 #[test]
@@ -333,11 +367,13 @@ fn on_a_narrow_terminal_each_line_is_cut_to_its_width_and_the_count_stays_at_the
     env.write("flow.toml", &flow);
     let tmux = Tmux::start_on(&env, &["run", "flow.toml"], false, (40, 6));
     // 6 rows: 5 for the display, 4 steps and the count under them.
-    let step = Regex::new(r"^. fetch-t…stream-\d  attempt 1/1  \d+\.\ds +…$").unwrap();
+    // Each cut to 38 columns: the display leaves the last two free (a Ctrl-C's echo goes there).
+    let step = Regex::new(r"^. fetch-t…tream-\d  attempt 1/1  \d+\.\ds *…$").unwrap();
     let overall = Regex::new(r"^0/6 done  \d+\.\ds  \(\+2 more under way\)$").unwrap();
     tmux.wait_for("four cut lines and the count under them", |s| {
         let lines: Vec<&str> = s.lines().collect();
         lines.len() >= 5
+            && lines[lines.len() - 5..].iter().all(|l| l.trim_end().chars().count() <= 38)
             && lines[lines.len() - 5..lines.len() - 1].iter().all(|l| step.is_match(l))
             && overall.is_match(lines[lines.len() - 1])
     });

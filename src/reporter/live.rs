@@ -60,6 +60,20 @@ impl Layout {
     }
 }
 
+/// Columns the display's text leaves free at the right of the terminal. indicatif pads each line
+/// to the terminal's width, so that it wraps to the next; the last line's padding is taken off
+/// ([`TermLike::flush`]). A last line that ended in the last column would leave the cursor
+/// waiting to wrap, and the `^C` the terminal echoes for a Ctrl-C would then start a row below
+/// the bars, where the next frame's erase (which counts the rows it drew) does not reach: one line
+/// of bars would stay on the screen. With two columns free the echo stays on the bars' last row,
+/// and is erased with it.
+const ECHO_ROOM: u16 = 2;
+
+/// The columns the display's text takes on a terminal `columns` wide.
+fn drawn_columns(columns: u16) -> u16 {
+    columns.saturating_sub(ECHO_ROOM).max(1)
+}
+
 /// A frame waits while this much is queued for the terminal and not written yet.
 const FRAME_BACKLOG: usize = 64 * 1024;
 
@@ -105,7 +119,7 @@ impl LiveReporter {
     pub(crate) fn new(output: OutputMode) -> LiveReporter {
         let size = terminal_size();
         let layout = Arc::new(Layout {
-            columns: AtomicUsize::new(usize::from(size.1)),
+            columns: AtomicUsize::new(usize::from(drawn_columns(size.1))),
             name_width: AtomicUsize::new(0),
             hidden: AtomicUsize::new(0),
         });
@@ -719,10 +733,13 @@ impl TermLike for Screen {
         }
         state.in_frame = false;
         state.bars = std::mem::take(&mut state.frame);
+        // The last line's padding: the cursor stays after its text (see `ECHO_ROOM`).
+        let text = state.bars.iter().rposition(|b| *b != b' ').map_or(0, |i| i + 1);
+        state.bars.truncate(text);
         state.bars_lines = lines_of(&state.bars, usize::from(state.size.1));
         state.shown_current = false;
         state.size = terminal_size();
-        state.layout.columns.store(usize::from(state.size.1), Ordering::Relaxed);
+        state.layout.columns.store(usize::from(drawn_columns(state.size.1)), Ordering::Relaxed);
         state.send(false);
         Ok(())
     }
