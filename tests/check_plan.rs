@@ -366,3 +366,35 @@ fn secrets_are_hidden_in_the_plan() {
             + "     compensate: echo '***'\n"
     );
 }
+
+/// A command of several lines (a `shell` script) keeps its lines in the column of the first, for
+/// a step's command, its catch handler and compensation, and a hook.
+#[test]
+fn a_command_of_several_lines_stays_in_its_column() {
+    let script = "'''\necho one\necho two\n'''";
+    let flow = format!(
+        "name = \"lines\"\n[hooks]\non_exit = {script}\n\
+         [[step]]\nname = \"a\"\nshell = {script}\ncompensate = {script}\n\
+         catch = [{{ exception_types = [\"Exception\"], shell = {script} }}]\n"
+    );
+    assert_eq!(
+        plan(&flow),
+        "flow lines (flow.toml): 1 step, run in order
+  on_exit:      sh -c 'echo one
+                echo two
+                '
+  1. a
+     command:  sh -c 'echo one
+               echo two
+               '
+     timeout:  none (an attempt may run forever)
+     retry:    none: runs once
+     catch:    Exception -> sh -c 'echo one
+               echo two
+               '
+     compensate: sh -c 'echo one
+                 echo two
+                 '
+"
+    );
+}

@@ -52,7 +52,7 @@ pub(crate) fn plan(flow: &Flow, shown: &str) -> String {
         let _ = writeln!(out, "flow {} ({shown}): {steps}, run in order", flow.name);
     }
     for (key, value) in settings(flow, parallel) {
-        let _ = writeln!(out, "  {:<14}{value}", format!("{key}:"));
+        let _ = writeln!(out, "  {:<14}{}", format!("{key}:"), indented(&value, 16));
     }
     // A flow of thousands of steps mostly repeats the same timeout and retry: each line is
     // formatted once per run of equal steps, and every line goes straight into `out`.
@@ -70,7 +70,9 @@ pub(crate) fn plan(flow: &Flow, shown: &str) -> String {
             let _ = writeln!(out, "     needs:    {}", needs_line(flow, i));
         }
         out.push_str("     command:  ");
+        let start = out.len();
         step.command.display_to(&mut out);
+        indent_from(&mut out, start, 15);
         out.push_str("\n     timeout:  ");
         out.push_str(timeouts.get((step.timeout, step.kill_grace, step.kill_signal), || timeout_line(step)));
         out.push_str("\n     retry:    ");
@@ -84,11 +86,13 @@ pub(crate) fn plan(flow: &Flow, shown: &str) -> String {
         }));
         out.push('\n');
         for handler in &step.catch {
-            let _ = writeln!(out, "     catch:    {}", catch_line(handler));
+            let _ = writeln!(out, "     catch:    {}", indented(&catch_line(handler), 15));
         }
         if let Some(undo) = &step.compensate {
             out.push_str("     compensate: ");
+            let start = out.len();
             undo.display_to(&mut out);
+            indent_from(&mut out, start, 17);
             out.push('\n');
         }
     }
@@ -96,6 +100,23 @@ pub(crate) fn plan(flow: &Flow, shown: &str) -> String {
         let _ = writeln!(out, "  ready order: {order}");
     }
     out
+}
+
+/// `text` with each line after its first indented by `indent` columns, under the first: a
+/// command of several lines (a `shell` script) stays in its column of the plan.
+fn indented(text: &str, indent: usize) -> std::borrow::Cow<'_, str> {
+    if !text.contains('\n') {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    std::borrow::Cow::Owned(text.replace('\n', &format!("\n{:indent$}", "")))
+}
+
+/// [`indented`] for what `out` got from `start` on.
+fn indent_from(out: &mut String, start: usize, indent: usize) {
+    if memchr::memchr(b'\n', &out.as_bytes()[start..]).is_some() {
+        let written = out.split_off(start);
+        out.push_str(&indented(&written, indent));
+    }
 }
 
 /// The text last made from a key, made again only for another key.
@@ -407,7 +428,7 @@ mod tests {
         let mut out = String::new();
         for (i, step) in flow.steps.iter().enumerate() {
             out.push_str(&format!("  {}. {}\n", i + 1, step.name));
-            out.push_str(&format!("     command:  {}\n", step.command.display()));
+            out.push_str(&format!("     command:  {}\n", indented(&step.command.display(), 15)));
             out.push_str(&format!("     timeout:  {}\n", timeout_line(step)));
             out.push_str(&format!("     retry:    {}\n", retry_line(step)));
             if step.retry.attempts > 1 && !step.retry.exception_types.is_empty() {
