@@ -46,6 +46,14 @@ pub(crate) fn shown_path(path: &std::path::Path) -> String {
     visible(&text).replace('\n', "\u{240a}").replace('\t', "\u{2409}")
 }
 
+/// `text` and the spaces that take it to `width` columns of a terminal, where a wide character
+/// (`日`, most emoji) takes two and a combining mark none: `format!("{:<width$}")` counts
+/// characters, and a column of names with such characters would lose its line.
+pub(crate) fn padded(text: &str, width: usize) -> String {
+    let columns = unicode_width::UnicodeWidthStr::width(text);
+    format!("{text}{:pad$}", "", pad = width.saturating_sub(columns))
+}
+
 /// [`visible`], owned: `text` itself when nothing in it needs a picture.
 pub(crate) fn visible_owned(text: String) -> String {
     match visible(&text) {
@@ -57,6 +65,14 @@ pub(crate) fn visible_owned(text: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_padded_name_takes_its_columns_whatever_its_characters() {
+        assert_eq!(padded("ok", 5), "ok   ");
+        assert_eq!(padded("日本語", 8), "日本語  ");
+        assert_eq!(padded("é", 3), "é  ");
+        assert_eq!(padded("toolong", 3), "toolong");
+    }
 
     #[test]
     fn what_a_terminal_would_act_on_is_shown_as_a_picture() {

@@ -496,3 +496,27 @@ fn help_given_to_the_help_command_shows_the_help_asked_for() {
     // A command that does not exist is still an error.
     cmd(&env, &["help", "nosuch", "--help"]).assert().code(2);
 }
+
+/// `history` keeps its columns in line when a flow's name (its file's, without a `name` key) has
+/// characters that take two columns of a terminal.
+#[test]
+fn history_keeps_its_columns_with_wide_characters_in_a_flow_name() {
+    let env = Env::new();
+    let one_step = "[[step]]\nname = 'a'\nrun = ['true']\n";
+    env.write("日本語 🎉 flow.toml", one_step);
+    env.write("ok.toml", one_step);
+    for flow in ["日本語 🎉 flow.toml", "ok.toml"] {
+        cmd(&env, &["run", "-q", flow]).assert().success();
+    }
+    let out = cmd(&env, &["history"]).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    // The display column where STATUS starts, on each line: the same.
+    let status_at = |line: &str, word: &str| {
+        let at = line.find(word).unwrap_or_else(|| panic!("{word} in {line:?}"));
+        line[..at].chars().map(|c| if c == '日' || c == '本' || c == '語' || c == '🎉' { 2 } else { 1 }).sum::<usize>()
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    let columns = [status_at(lines[0], "STATUS"), status_at(lines[1], "succeeded"), status_at(lines[2], "succeeded")];
+    assert_eq!(columns, [columns[0]; 3], "{text}");
+}

@@ -288,7 +288,8 @@ pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: 
         return Ok(EXIT_OK);
     }
     // The flow column fits the longest name shown with two spaces after it (20 at least).
-    let flow_width = runs.iter().map(|r| r.flow.chars().count() + 1).max().unwrap_or(0).max(20);
+    let flow_width =
+        runs.iter().map(|r| unicode_width::UnicodeWidthStr::width(r.flow.as_str()) + 1).max().unwrap_or(0).max(20);
     // The start is to the millisecond: 24 columns.
     let mut out = format!(
         "{:<10} {:<flow_width$} {:<12} {:<24} {:>10}  {}\n",
@@ -296,9 +297,9 @@ pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: 
     );
     for r in &runs {
         out.push_str(&format!(
-            "{:<10} {:<flow_width$} {:<12} {:<24} {:>10}  {}\n",
+            "{:<10} {} {:<12} {:<24} {:>10}  {}\n",
             r.id,
-            r.flow,
+            crate::text::padded(&r.flow, flow_width),
             if gone.contains_key(r.id.as_str()) { "runner gone" } else { r.status.as_str() },
             time(r.started_at),
             short(took(r.started_at, r.ended_at.or(gone.get(r.id.as_str()).copied()))),
