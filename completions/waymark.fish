@@ -44,8 +44,8 @@ complete -c waymark -n "__fish_waymark_needs_command" -f -a "errors" -d 'Print t
 complete -c waymark -n "__fish_waymark_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c waymark -n "__fish_waymark_needs_command" -f -a "man" -d 'Print waymark\'s manual page (roff), or one command\'s'
 complete -c waymark -n "__fish_waymark_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c waymark -n "__fish_waymark_using_subcommand run" -l max-parallel -d 'Run at most N steps at once, instead of the flow\'s `max_parallel` (default 4)' -r
-complete -c waymark -n "__fish_waymark_using_subcommand run" -l param -d 'Set a parameter declared in the flow\'s `[params]`; repeat for each one' -r
+complete -c waymark -n "__fish_waymark_using_subcommand run" -l max-parallel -d 'Run at most N steps at once, instead of the flow\'s `max_parallel` (default 4)' -r -f
+complete -c waymark -n "__fish_waymark_using_subcommand run" -l param -d 'Set a parameter declared in the flow\'s `[params]`; repeat for each one' -r -f
 complete -c waymark -n "__fish_waymark_using_subcommand run" -l progress -d 'How the run is shown on a terminal: `live` draws a line per running step (attempt, time left, retry countdown) and a done/total bar; `plain` prints one line per event; `auto` is `live` when stderr is a terminal and TERM is not `dumb`. `--json` and `--quiet` win over it' -r -f -a "auto\t''
 live\t''
 plain\t''"
@@ -92,7 +92,7 @@ complete -c waymark -n "__fish_waymark_using_subcommand graph" -l color -d 'Colo
 always\t''
 never\t''"
 complete -c waymark -n "__fish_waymark_using_subcommand graph" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c waymark -n "__fish_waymark_using_subcommand history" -l limit -d 'How many runs to show' -r
+complete -c waymark -n "__fish_waymark_using_subcommand history" -l limit -d 'How many runs to show' -r -f
 complete -c waymark -n "__fish_waymark_using_subcommand history" -l state-dir -d 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]' -r -f -a "(__fish_complete_directories)"
 complete -c waymark -n "__fish_waymark_using_subcommand history" -l store -d 'Where runs are recorded: `sqlite:` (the state directory\'s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]' -r -f
 complete -c waymark -n "__fish_waymark_using_subcommand history" -l color -d 'Color error messages and diagnostics: `auto` if stderr is a terminal and NO_COLOR is unset, `always` (even with NO_COLOR), or `never`' -r -f -a "auto\t''
@@ -108,7 +108,7 @@ never\t''"
 complete -c waymark -n "__fish_waymark_using_subcommand status" -l json -d 'Print JSON'
 complete -c waymark -n "__fish_waymark_using_subcommand status" -l attempts -d 'List every attempt of each step (when it started, how long it took, how it ended), with --json too'
 complete -c waymark -n "__fish_waymark_using_subcommand status" -s h -l help -d 'Print help'
-complete -c waymark -n "__fish_waymark_using_subcommand logs" -l attempt -d 'Which attempt, from 1 [default: the last one]' -r
+complete -c waymark -n "__fish_waymark_using_subcommand logs" -l attempt -d 'Which attempt, from 1 [default: the last one]' -r -f
 complete -c waymark -n "__fish_waymark_using_subcommand logs" -l stream -d 'Only this stream [default: both]' -r -f -a "stdout\t''
 stderr\t''"
 complete -c waymark -n "__fish_waymark_using_subcommand logs" -l state-dir -d 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]' -r -f -a "(__fish_complete_directories)"
@@ -117,7 +117,7 @@ complete -c waymark -n "__fish_waymark_using_subcommand logs" -l color -d 'Color
 always\t''
 never\t''"
 complete -c waymark -n "__fish_waymark_using_subcommand logs" -s h -l help -d 'Print help'
-complete -c waymark -n "__fish_waymark_using_subcommand gc" -l older-than -d 'Delete the runs that ended longer ago than this: seconds (`3600`, `0.5`) or a duration such as `30d`, `12h`, `1h 30m`, as in flow files' -r
+complete -c waymark -n "__fish_waymark_using_subcommand gc" -l older-than -d 'Delete the runs that ended longer ago than this: seconds (`3600`, `0.5`) or a duration such as `30d`, `12h`, `1h 30m`, as in flow files' -r -f
 complete -c waymark -n "__fish_waymark_using_subcommand gc" -l state-dir -d 'Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark]' -r -f -a "(__fish_complete_directories)"
 complete -c waymark -n "__fish_waymark_using_subcommand gc" -l store -d 'Where runs are recorded: `sqlite:` (the state directory\'s database, the default), `sqlite:DIR`, or a PostgreSQL URL `postgres://USER:PASSWORD@HOST:PORT/DB` shared by several hosts [default: $WAYMARK_STORE, else `sqlite:`]' -r -f
 complete -c waymark -n "__fish_waymark_using_subcommand gc" -l host-id -d 'The name of this runner\'s host in leases, attempts and messages [default: $WAYMARK_HOST_ID, else the host name]' -r -f

@@ -50,10 +50,10 @@ pub(crate) enum Command {
         #[arg(value_hint = ValueHint::FilePath)]
         flow: PathBuf,
         /// Run at most N steps at once, instead of the flow's `max_parallel` (default 4)
-        #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::flow::validate::MAX_PARALLEL)))]
+        #[arg(value_hint = ValueHint::Other, long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::flow::validate::MAX_PARALLEL)))]
         max_parallel: Option<u32>,
         /// Set a parameter declared in the flow's `[params]`; repeat for each one
-        #[arg(long = "param", value_name = "NAME=VALUE", value_parser = crate::flow::params::parse_arg)]
+        #[arg(value_hint = ValueHint::Other, long = "param", value_name = "NAME=VALUE", value_parser = crate::flow::params::parse_arg)]
         params: Vec<(String, String)>,
         /// Abandon an unfinished run of this flow and start a new one
         #[arg(long)]
@@ -129,7 +129,7 @@ pub(crate) enum Command {
         #[arg(value_name = "FLOW", value_hint = ValueHint::FilePath)]
         flow: Option<String>,
         /// How many runs to show
-        #[arg(long, default_value_t = 20, allow_negative_numbers = true, value_parser = count)]
+        #[arg(value_hint = ValueHint::Other, long, default_value_t = 20, allow_negative_numbers = true, value_parser = count)]
         limit: usize,
         /// Print a JSON array
         #[arg(long)]
@@ -172,7 +172,7 @@ pub(crate) enum Command {
         #[arg(value_name = "STEP", value_hint = ValueHint::Other, add = ArgValueCompleter::new(crate::commands::complete::steps))]
         step: String,
         /// Which attempt, from 1 [default: the last one]
-        #[arg(long, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..))]
+        #[arg(value_hint = ValueHint::Other, long, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..))]
         attempt: Option<u32>,
         /// Only this stream [default: both]
         #[arg(long, value_enum)]
@@ -192,7 +192,7 @@ pub(crate) enum Command {
         // A negative duration given as its own argument (`-1`, `-7d`) is joined to the option
         // before clap reads it (`args`), to be refused as a negative age, not as an unknown
         // option; any other value that starts with `-` is an option, as everywhere.
-        #[arg(long, value_parser = age, value_name = "DURATION")]
+        #[arg(value_hint = ValueHint::Other, long, value_parser = age, value_name = "DURATION")]
         older_than: std::time::Duration,
         #[command(flatten)]
         state: StateDirArg,

@@ -520,3 +520,23 @@ fn history_keeps_its_columns_with_wide_characters_in_a_flow_name() {
     let columns = [status_at(lines[0], "STATUS"), status_at(lines[1], "succeeded"), status_at(lines[2], "succeeded")];
     assert_eq!(columns, [columns[0]; 3], "{text}");
 }
+
+/// Every option whose value is not a path says so to the shells' completions (a hint other than
+/// the default, which bash takes for a file name): completing `--max-parallel ` offers no files.
+#[test]
+fn options_whose_values_are_not_paths_are_not_completed_with_file_names() {
+    fn walk(cmd: &clap::Command, path: &str, wrong: &mut Vec<String>) {
+        for arg in cmd.get_arguments().filter(|a| a.get_long().is_some() && a.get_action().takes_values()) {
+            let listed = !arg.get_possible_values().is_empty();
+            if !listed && arg.get_value_hint() == clap::ValueHint::Unknown {
+                wrong.push(format!("{path} --{}", arg.get_long().unwrap_or_default()));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            walk(sub, &format!("{path} {}", sub.get_name()), wrong);
+        }
+    }
+    let mut wrong = Vec::new();
+    walk(&waymark::cli::Cli::command(), "waymark", &mut wrong);
+    assert!(wrong.is_empty(), "options completed with file names: {wrong:?}");
+}
