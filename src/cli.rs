@@ -172,7 +172,7 @@ pub(crate) enum Command {
         #[arg(value_name = "STEP", value_hint = ValueHint::Other, add = ArgValueCompleter::new(crate::commands::complete::steps))]
         step: String,
         /// Which attempt, from 1 [default: the last one]
-        #[arg(value_hint = ValueHint::Other, long, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..))]
+        #[arg(value_hint = ValueHint::Other, long, allow_negative_numbers = true, value_parser = attempt_number)]
         attempt: Option<u32>,
         /// Only this stream [default: both]
         #[arg(long, value_enum)]
@@ -375,6 +375,17 @@ fn count(arg: &str) -> Result<usize, String> {
     }
     // 0 is `history`'s to refuse, saying why; more than it can count is every run there is.
     Ok(arg.parse::<usize>().unwrap_or(usize::MAX))
+}
+
+/// `logs --attempt`: an attempt's number, as `status --attempts` shows them, from 1.
+fn attempt_number(arg: &str) -> Result<u32, String> {
+    match arg.parse::<u32>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!(
+            "`{arg}` is not an attempt's number: attempts are numbered from 1, as `waymark status RUN --attempts` \
+             shows them"
+        )),
+    }
 }
 
 /// `gc --older-than`: a duration as flow files write one; 0 is every finished run.

@@ -193,10 +193,21 @@ fn a_negative_count_is_refused_as_the_option_s_value() {
             "--limit <LIMIT>",
             "`+5` is not a count of runs: write a whole number, 1 or more",
         ),
-        (&["logs", "flow.toml", "a", "--attempt", "-1"], "--attempt <ATTEMPT>", "-1 is not in 1..=4294967295"),
+        (
+            &["logs", "flow.toml", "a", "--attempt", "-1"],
+            "--attempt <ATTEMPT>",
+            "`-1` is not an attempt's number: attempts are numbered from 1, as `waymark status RUN --attempts` shows \
+             them",
+        ),
+        (
+            &["logs", "flow.toml", "a", "--attempt", "0"],
+            "--attempt <ATTEMPT>",
+            "`0` is not an attempt's number: attempts are numbered from 1, as `waymark status RUN --attempts` shows \
+             them",
+        ),
         (&["run", "--max-parallel", "-1", "flow.toml"], "--max-parallel <N>", "-1 is not in 1..=10000"),
     ] {
-        let value = args.iter().find(|a| ["many", "+5", "-1"].contains(a)).unwrap();
+        let value = args.iter().find(|a| ["many", "+5", "-1", "0"].contains(a)).unwrap();
         cmd(&env, args).assert().code(2).stdout("").stderr(format!(
             "error: invalid value '{value}' for '{option}': {why}\n\nFor more information, try '--help'.\n"
         ));
