@@ -51,6 +51,25 @@ fn a_step_without_retry_runs_once() {
     assert!(!env.path("never").exists(), "a step after a failed one must not run");
 }
 
+/// A policy that retries nothing has a budget of one attempt, wherever it is shown: the step and
+/// `WAYMARK_MAX_ATTEMPTS` say 1/1, not the 101 of `retry = {}` it can never use.
+#[test]
+fn a_policy_that_retries_nothing_runs_once_and_says_1_of_1() {
+    for retry in ["{ exception_types = [] }", "{ attempts = 5, exception_types = [] }"] {
+        let env = Env::new();
+        flow(&env, &format!("[[step]]\nname = 'once'\n{}\nretry = {retry}\n", counting(1, 0)));
+        let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let said = stderr(&out);
+        assert_eq!(env.count("runs"), 1, "{retry}: {said}");
+        assert!(said.contains("once | attempt 1 of 1\n"), "{retry}: {said}");
+        assert!(
+            said.contains("waymark: once: attempt 1/1 failed: CalledProcessError: exit status 1"),
+            "{retry}: {said}"
+        );
+    }
+}
+
 #[test]
 fn default_policy_retries_until_success() {
     // `retry = {}`: 101 attempts on Exception; fails three times, then succeeds on the fourth.

@@ -1375,6 +1375,21 @@ impl Validator<'_> {
             }
         }
         backoff.jitter = raw.jitter.unwrap_or(false);
+        // A policy that retries nothing runs once: its budget is 1 wherever it is shown (`1/1`,
+        // `WAYMARK_MAX_ATTEMPTS`), not the attempts it can never use.
+        let nothing = raw.exception_types.as_ref().is_some_and(|list| list.get_ref().is_empty());
+        let attempts = match (nothing, &raw.attempts) {
+            (false, _) => attempts,
+            (true, Some(a)) if attempts > 1 => {
+                let d = self.warn(a.span(), &format!("`attempts = {attempts}` is never reached"));
+                d.label = "the step runs once".into();
+                d.help = Some(
+                    "`exception_types = []` retries nothing: remove `attempts`, or list the errors to retry".into(),
+                );
+                1
+            }
+            (true, _) => 1,
+        };
         RetryPolicy { attempts, exception_types, backoff }
     }
 
