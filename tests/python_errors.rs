@@ -521,6 +521,34 @@ fn a_reported_base_brings_its_own_bases() {
     }
 }
 
+/// The Python helper writes a class's whole chain: taken as it is, even where a library's class
+/// has a built-in's name (urllib3's `TimeoutError` derives from its `HTTPError`, not `OSError`),
+/// so `["OSError"]` does not retry it.
+#[test]
+fn a_whole_chain_reported_is_taken_as_it_is() {
+    let helpers = helpers_dir().display().to_string();
+    let env = Env::new();
+    let script = format!(
+        "import sys; sys.path.insert(0, {helpers:?}); import waymark_errors\n\
+         open({runs:?}, 'a').write('ran\\n')\n\
+         class HTTPError(Exception): pass\n\
+         class TimeoutError(HTTPError): pass\n\
+         class ReadTimeoutError(TimeoutError): pass\n\
+         raise ReadTimeoutError('read timed out')",
+        runs = runs_file(&env),
+    );
+    let flow = one_step(
+        "",
+        &format!("run = [\"python3\", \"-c\", {}]", toml_str(&script)),
+        r#"{ attempts = 2, exception_types = ["OSError"] }"#,
+        "",
+    );
+    let ran = run(&env, &flow, 1);
+    assert_eq!(ran.runs, 1, "{}", ran.stderr);
+    let error = "ReadTimeoutError(TimeoutError, HTTPError, Exception, BaseException): read timed out";
+    ran.attempt_failed(1, 2, error, ERROR_FILE, false);
+}
+
 #[test]
 fn shell_helper_escapes_awkward_messages() {
     // Quotes, backslashes, a tab and a newline in the message still give valid JSON.

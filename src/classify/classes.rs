@@ -345,12 +345,18 @@ impl ClassTree {
     }
 
     /// The ordered bases of a class a child reported with `listed` bases (nearest first, as an
-    /// error file gives them), each known one followed by its own, as Python's MRO would have
-    /// them: `["ConnectionError"]` is `ConnectionError, OSError, Exception, BaseException`. A
-    /// name the tree does not know is kept where it is listed, with no bases of its own. Listed
-    /// in an order no MRO can have (a class before its own base), they are kept as listed, each
-    /// known one's missing bases after them.
+    /// error file gives them). A list that ends with `BaseException` is the class's whole chain
+    /// (the Python helper writes its `__mro__`), taken as it is: a library's class may have a
+    /// built-in's name (urllib3's `TimeoutError` is no `OSError`). A list that does not is
+    /// completed: each known name followed by its own bases, as Python's MRO would have them
+    /// (`["ConnectionError"]` is `ConnectionError, OSError, Exception, BaseException`), a name the
+    /// tree does not know kept where it is listed, with no bases of its own. Listed in an order no
+    /// MRO can have (a class before its own base), they are kept as listed, each known one's
+    /// missing bases after them.
     pub(crate) fn with_bases(&self, listed: &[String]) -> Vec<String> {
+        if listed.last().is_some_and(|b| b == "BaseException") {
+            return listed.to_vec();
+        }
         // The reported class, under a name no class can have.
         const REPORTED: &str = "";
         let unknown = listed.iter().filter(|b| !self.knows(b)).map(|b| (b.as_str(), Vec::new()));
@@ -572,7 +578,10 @@ mod tests {
         let t = tree(&[("Flaky", &["ConnectionError"])]).unwrap();
         let with = |listed: &[&str]| t.with_bases(&listed.iter().map(|s| s.to_string()).collect::<Vec<_>>());
         assert_eq!(with(&["ConnectionError"]), ["ConnectionError", "OSError", "Exception", "BaseException"]);
-        // A full MRO, as the Python helper writes it, is kept as it is.
+        // A whole chain, as the Python helper writes it, is kept as it is, even where a name is a
+        // built-in's (urllib3's ReadTimeoutError: its TimeoutError is no OSError).
+        let urllib3 = ["TimeoutError", "RequestError", "PoolError", "HTTPError", "Exception", "BaseException"];
+        assert_eq!(with(&urllib3), urllib3);
         assert_eq!(with(&["ConnectionError", "OSError", "Exception", "BaseException"]), with(&["ConnectionError"]));
         // Two bases: the C3 order (what they share comes after both).
         assert_eq!(
@@ -589,6 +598,7 @@ mod tests {
         // An order no MRO has (a class before its own base) is kept, completed after it.
         assert_eq!(with(&["Exception", "OSError"]), ["Exception", "OSError", "BaseException"]);
         assert_eq!(with(&["OSError", "OSError"]), ["OSError", "Exception", "BaseException"]);
+        assert_eq!(with(&["BaseException"]), ["BaseException"]);
     }
 
     #[test]
