@@ -63,11 +63,7 @@ pub fn parse_traceback(stderr_tail: &str) -> Option<TracebackError> {
         return None;
     }
     let body = &lines[start + 1..];
-    if lines[start] == GROUP_HEADER {
-        parse_group(body)
-    } else {
-        parse_plain(body, before.is_some_and(looks_like_log_record))
-    }
+    if lines[start] == GROUP_HEADER { parse_group(body) } else { parse_plain(body, before.is_some_and(logs_an_error)) }
 }
 
 /// The error of a script Python could not compile, which it prints without a traceback's header:
@@ -227,6 +223,13 @@ fn looks_like_log_record(line: &str) -> bool {
 /// control character but a tab. Binary output after a traceback is not its message.
 fn is_text(line: &str) -> bool {
     !line.chars().any(|c| c == char::REPLACEMENT_CHARACTER || (c.is_control() && c != '\t'))
+}
+
+/// Whether `line` is a log record of an error (`ERROR:root:...`, `... CRITICAL ...`), as
+/// `logging.exception` writes before the traceback of an exception it handled.
+fn logs_an_error(line: &str) -> bool {
+    let word = |w: &str| line.split(|c: char| !c.is_ascii_alphanumeric()).any(|part| part == w);
+    looks_like_log_record(line) && (word("ERROR") || word("CRITICAL"))
 }
 
 /// `s` without ANSI CSI sequences (`ESC [ params final`), such as colours.
@@ -478,18 +481,28 @@ psycopg2.OperationalError: connection to server at "db" (10.0.0.5), port 5432 fa
         // Logged and then the end: the process may have died of it, and the class is kept.
         let last = format!("ERROR:root:handled; continuing\n{VALUE_ERROR}");
         assert_eq!(parse_traceback(&last).unwrap().class, "ValueError");
+        // A record of another level before it: the program logged as it went, then died of an
+        // exception whose message has two lines (SQLAlchemy's end with a link).
+        let died = format!(
+            "INFO:root:connecting\n{VALUE_ERROR}(Background on this error at: https://sqlalche.me/e/20/e3q8)\n"
+        );
+        assert_eq!(parse_traceback(&died).unwrap().class, "ValueError");
+        let dated = format!("2026-05-01 12:00:00,123 INFO connecting\n{VALUE_ERROR}more\n");
+        assert_eq!(parse_traceback(&dated).unwrap().class, "ValueError");
+        let dated = format!("2026-05-01 12:00:00,123 ERROR sync failed\n{VALUE_ERROR}more\n");
+        assert_eq!(parse_traceback(&dated), None);
         // asyncio's handler, for a task nobody awaited.
         let task = format!("Task exception was never retrieved\nfuture: <Task finished name='Task-2'>\n{VALUE_ERROR}");
         assert_eq!(parse_traceback(&task), None);
     }
 
-    /// Real Python 3.11 output of `python3 bad.py` for a script it cannot compile.
     #[test]
     fn a_class_named_in_another_script() {
         let text = VALUE_ERROR.replace("\nValueError", "\nmodul.Ошибка");
         assert_eq!(parse_traceback(&text), found("modul.Ошибка", "invalid literal for int() with base 10: 'abc'"));
     }
 
+    /// Real Python 3.11 output of `python3 bad.py` for a script it cannot compile.
     #[test]
     fn a_script_python_cannot_compile() {
         let syntax = "  File \"/srv/bad.py\", line 1\n    x = = 1\n        ^\nSyntaxError: invalid syntax\n";
