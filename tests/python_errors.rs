@@ -365,6 +365,21 @@ fn io_error_in_exception_types_is_os_error() {
     let ran = run(&env, &raising(&env, "FileNotFoundError", r#"["IOError"]"#, 2), 1);
     assert_eq!(ran.runs, 2, "{}", ran.stderr);
     ran.shows("`IOError` is another name of `OSError` in Python 3");
+    // And an error a child reports under that name itself (the shell helper may) still matches it.
+    let env = Env::new();
+    let helper = helpers_dir().join("waymark_error.sh").display().to_string();
+    let shell = format!(
+        "echo ran >> {runs}; . {helper}; waymark_error IOError 'disk read failed'; exit 1",
+        runs = sh_quote(&runs_file(&env)),
+        helper = sh_quote(&helper),
+    );
+    let flow = one_step(
+        "",
+        &format!("shell = {}", toml_str(&shell)),
+        r#"{ attempts = 2, exception_types = ["IOError"] }"#,
+        "",
+    );
+    assert_eq!(run(&env, &flow, 1).runs, 2);
 }
 
 /// A class waymark does not know is taken for a plain Exception, and the user is told so once,

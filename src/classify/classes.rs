@@ -217,18 +217,24 @@ pub(crate) fn stdlib_bases(printed: &str) -> Option<Vec<String>> {
 }
 
 /// The standard library's class whose bare name is `bare`, when one alone has it: the name its
-/// tracebacks print, and its nearest base.
-pub(crate) fn stdlib_named(bare: &str) -> Option<(&'static str, &'static str)> {
+/// tracebacks print, and the built-in classes it derives from, the nearest of each line
+/// (`SSLCertVerificationError`: `OSError` and `ValueError`), which `[errors]` can name.
+pub(crate) fn stdlib_named(bare: &str) -> Option<(&'static str, Vec<&'static str>)> {
     let mut named = STDLIB.iter().filter(|(printed, _)| printed.rsplit('.').next() == Some(bare));
-    match (named.next(), named.next()) {
-        (Some((printed, bases)), None) => Some((printed, bases.first()?)),
-        _ => None,
+    let (Some((printed, bases)), None) = (named.next(), named.next()) else { return None };
+    let tree = ClassTree::default();
+    let mut nearest: Vec<&'static str> = Vec::new();
+    for base in bases.iter().filter(|b| is_builtin(b)) {
+        if !nearest.iter().any(|n| tree.bases(n).is_some_and(|above| above.iter().any(|a| a == base))) {
+            nearest.push(base);
+        }
     }
+    Some((printed, nearest))
 }
 
 /// The class Python 3 gives the name `alias` to: `IOError`, `EnvironmentError` and `WindowsError`
-/// are `OSError` itself, so an `except IOError:` catches every `OSError`, and no traceback or
-/// helper ever names them.
+/// are `OSError` itself, so an `except IOError:` catches every `OSError`, and no traceback names
+/// them.
 pub(crate) fn alias_of(alias: &str) -> Option<&'static str> {
     matches!(alias, "IOError" | "EnvironmentError" | "WindowsError").then_some("OSError")
 }
@@ -570,6 +576,19 @@ mod tests {
             checked += 1;
         }
         assert!(checked * 10 >= STDLIB.len() * 9, "only {checked} of {} checked:\n{said}", STDLIB.len());
+    }
+
+    /// The built-in classes the help names for a class of the standard library: the nearest of
+    /// each line, which `[errors]` can declare it with.
+    #[test]
+    fn a_standard_library_class_is_declared_with_its_nearest_built_in_bases() {
+        assert_eq!(stdlib_named("URLError"), Some(("urllib.error.URLError", vec!["OSError"])));
+        assert_eq!(stdlib_named("HTTPError"), Some(("urllib.error.HTTPError", vec!["OSError"])));
+        let ssl = stdlib_named("SSLCertVerificationError");
+        assert_eq!(ssl, Some(("ssl.SSLCertVerificationError", vec!["OSError", "ValueError"])));
+        assert_eq!(stdlib_named("RemoteDisconnected").unwrap().1, ["ConnectionResetError"]);
+        assert_eq!(stdlib_named("CancelledError").map(|(_, b)| b), None, "asyncio's and concurrent's");
+        assert_eq!(stdlib_named("Error"), None, "many have that name");
     }
 
     /// Bases a child reports bring their own, in the order Python's MRO would give them.

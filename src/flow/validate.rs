@@ -1399,6 +1399,8 @@ impl Validator<'_> {
         let mut names = Vec::new();
         // A list is short (one name, mostly): a set only for a long one, where a scan would be quadratic.
         let mut seen: Option<HashSet<&str>> = (list.get_ref().len() > 16).then(HashSet::new);
+        // The classes that names listed are other names of (`IOError` is `OSError`).
+        let mut aliased: Vec<&'static str> = Vec::new();
         for item in list.get_ref() {
             let n = item.get_ref();
             if n.is_empty() {
@@ -1431,18 +1433,21 @@ impl Validator<'_> {
                         .into(),
                 );
             } else if let Some(real) = crate::classify::classes::alias_of(n).filter(|_| !classes.knows(n)) {
-                // As an `except IOError:` would, it matches every OSError.
+                // As an `except IOError:` would, it matches every OSError (and still an error a
+                // child reports under its own name).
                 let d = self.warn(item.span(), &format!("`{n}` is another name of `{real}` in Python 3"));
-                d.label = format!("taken for `{real}`");
-                d.help = Some(format!("write `{real}`: tracebacks and error files name it so"));
-                names.push(real.to_owned());
+                d.label = format!("matches `{real}` too");
+                d.help = Some(format!("write `{real}`: tracebacks name it so"));
+                names.push(n.clone());
+                aliased.push(real);
             } else if !classes.knows(n) {
                 let d = self.warn(item.span(), &format!("no known class is named `{n}`"));
                 d.label = "matches only errors children report with this name".into();
                 d.help = Some(match (crate::classify::classes::stdlib_named(n), classes.suggest(n)) {
-                    (Some((printed, base)), _) => format!(
+                    (Some((printed, bases)), _) => format!(
                         "`{printed}` of Python's standard library has this name; declare it in [errors] as it is \
-                         there to silence this warning: `{n} = [\"{base}\"]`"
+                         there to silence this warning: `{n} = [{}]`",
+                        bases.iter().map(|b| format!("\"{b}\"")).collect::<Vec<_>>().join(", ")
                     ),
                     (None, Some(h)) => format!("did you mean `{h}`?"),
                     (None, None) => format!("declare it in [errors] to silence this warning: `{n} = [\"Exception\"]`"),
@@ -1450,6 +1455,11 @@ impl Validator<'_> {
                 names.push(n.clone());
             } else {
                 names.push(n.clone());
+            }
+        }
+        for real in aliased {
+            if !names.iter().any(|n| n == real) {
+                names.push(real.to_owned());
             }
         }
         names
