@@ -112,6 +112,9 @@ pub(crate) struct Evidence<'a> {
     pub(crate) error_file: ErrorFileOutcome,
     /// The end of the attempt's stderr (up to 64 KiB).
     pub(crate) stderr_tail: &'a str,
+    /// Whether the step names a class in its retry policy or a catch handler: a class waymark
+    /// does not know that the step names is matched by that name, and needs no word of warning.
+    pub(crate) named: &'a dyn Fn(&str) -> bool,
 }
 
 /// Name a failed attempt's error. Precedence: timeout and start failure first; then the error
@@ -177,13 +180,15 @@ pub(crate) fn classify(ending: &Ending, ev: Evidence<'_>) -> (ErrorValue, Vec<St
         if tb.class != classes::WORKFLOW_TIMEOUT {
             let known = ev.classes.bases(&tb.class).or_else(|| classes::stdlib_bases(&tb.printed));
             let bases = known.unwrap_or_else(|| {
-                warnings.push(format!(
-                    "{} (from the traceback) is not a class waymark knows (built in, of Python's standard library, \
+                if !(ev.named)(&tb.class) {
+                    warnings.push(format!(
+                        "{} (from the traceback) is not a class waymark knows (built in, of Python's standard library, \
                      or in the flow's `[errors]`), so it is taken for a plain Exception; if it derives from another \
                      class, declare it in `[errors]` ({} = [\"OSError\"], say) or import \
                      examples/helpers/waymark_errors.py, which reports its bases",
-                    tb.printed, tb.class
-                ));
+                        tb.printed, tb.class
+                    ));
+                }
                 reported_bases(ev.classes, &tb.class)
             });
             return (
@@ -237,6 +242,7 @@ mod tests {
             detect_tracebacks: true,
             error_file: file,
             stderr_tail: stderr,
+            named: &|_| false,
         };
         classify(&ending, ev).0
     }
@@ -254,6 +260,7 @@ mod tests {
             detect_tracebacks: true,
             error_file: ErrorFileOutcome::Empty,
             stderr_tail: "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nWorkflowTimeout: late\n",
+            named: &|_| false,
         };
         let (e, warnings) = classify(&Ending::Exited(1), ev);
         assert_eq!(e.to_string(), "CalledProcessError(SubprocessError, Exception, BaseException): exit status 1");

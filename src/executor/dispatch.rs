@@ -1054,6 +1054,7 @@ impl<'e, L: Launcher, J: RunJournal, S: SignalSource, C: Clock> Dispatcher<'e, L
             detect_tracebacks: false,
             error_file: crate::classify::error_file::ErrorFileOutcome::Empty,
             stderr_tail: "",
+            named: &|_| false,
         };
         let mut error = crate::classify::classify(ending, evidence).0;
         self.secrets.redact_error(&mut error);

@@ -49,6 +49,10 @@ pub(crate) fn read(
             None => error_file::read_error_file(&stem.with_extension("error.json")),
         },
         stderr_tail: &stderr_tail,
+        named: &|class| {
+            let names = |list: &[String]| list.iter().any(|n| n == class);
+            names(&step.retry.exception_types) || step.catch.iter().any(|c| names(&c.exception_types))
+        },
     };
     let (mut error, mut warnings) = classify::classify(ending, evidence);
     // A traceback longer than the tail has lost its header and is not recognised: say so rather
