@@ -437,7 +437,9 @@ pub fn help_asked_of_help(args: &[std::ffi::OsString], error: &clap::Error) -> O
     if named != "--help" && named != "-h" {
         return None;
     }
-    let help = args.iter().skip(1).position(|a| a == "help")? + 1;
+    // The command word `help` is the last before the flag (an option's value may be `help` too).
+    let flag_at = args.iter().position(flag)?;
+    let help = args[..flag_at].iter().skip(1).rposition(|a| a == "help")? + 1;
     let mut again: Vec<std::ffi::OsString> = args[..=help].to_vec();
     again.extend(args[help + 1..].iter().filter(|a| !flag(a)).cloned());
     if again.len() == help + 1 {

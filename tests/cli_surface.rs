@@ -496,6 +496,7 @@ fn help_given_to_the_help_command_shows_the_help_asked_for() {
         (&["help", "--help"][..], &help_of_help.stdout),
         (&["help", "-h"], &help_of_help.stdout),
         (&["--color", "never", "help", "--help"], &help_of_help.stdout),
+        (&["--state-dir", "help", "help", "--help"], &help_of_help.stdout),
         (&["help", "run", "--help"], &run_help.stdout),
         (&["help", "-h", "run"], &run_help.stdout),
     ] {

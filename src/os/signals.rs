@@ -219,8 +219,8 @@ impl AsyncSignals {
 
     /// [`AsyncSignals::try_next`] for a runner that has worked a while without awaiting (killing
     /// a dead runner's leftovers before its first start, say): the runtime sees a byte only once
-    /// it has polled for it, so the sockets themselves are read too. (Only then: that is three
-    /// more system calls.)
+    /// it has polled for it, so the sockets themselves are read too. (Only then: that is one
+    /// more system call per signal listened for.)
     pub(crate) fn try_next_unpolled(&self) -> Option<NixSignal> {
         let mut byte = [0u8; 1];
         self.try_next().or_else(|| {
