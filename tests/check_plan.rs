@@ -368,18 +368,20 @@ fn secrets_are_hidden_in_the_plan() {
 }
 
 /// A command of several lines (a `shell` script) keeps its lines in the column of the first, for
-/// a step's command, its catch handler and compensation, and a hook.
+/// a step's command, its catch handler and compensation, and a hook. An argument of a `run`
+/// command with a newline in it (`python3 -c` code) is shown on one line, as bash reads it.
 #[test]
 fn a_command_of_several_lines_stays_in_its_column() {
     let script = "'''\necho one\necho two\n'''";
     let flow = format!(
         "name = \"lines\"\n[hooks]\non_exit = {script}\n\
          [[step]]\nname = \"a\"\nshell = {script}\ncompensate = {script}\n\
-         catch = [{{ exception_types = [\"Exception\"], shell = {script} }}]\n"
+         catch = [{{ exception_types = [\"Exception\"], shell = {script} }}]\n\
+         [[step]]\nname = \"b\"\nrun = [\"python3\", \"-c\", \"import sys\\nif True:\\n    print(1)\"]\n"
     );
     assert_eq!(
         plan(&flow),
-        "flow lines (flow.toml): 1 step, run in order
+        "flow lines (flow.toml): 2 steps, run in order
   on_exit:      sh -c 'echo one
                 echo two
                 '
@@ -390,11 +392,15 @@ fn a_command_of_several_lines_stays_in_its_column() {
      timeout:  none (an attempt may run forever)
      retry:    none: runs once
      catch:    Exception -> sh -c 'echo one
-               echo two
-               '
+                            echo two
+                            '
      compensate: sh -c 'echo one
                  echo two
                  '
+  2. b
+     command:  python3 -c $'import sys\\nif True:\\n    print(1)'
+     timeout:  none (an attempt may run forever)
+     retry:    none: runs once
 "
     );
 }

@@ -86,7 +86,10 @@ pub(crate) fn plan(flow: &Flow, shown: &str) -> String {
         }));
         out.push('\n');
         for handler in &step.catch {
-            let _ = writeln!(out, "     catch:    {}", indented(&catch_line(handler), 15));
+            // A script's lines under its first, after the classes it handles.
+            let line = catch_line(handler);
+            let command_at = line.find(" -> ").map_or(0, |at| at + 4);
+            let _ = writeln!(out, "     catch:    {}", indented(&line, 15 + command_at));
         }
         if let Some(undo) = &step.compensate {
             out.push_str("     compensate: ");

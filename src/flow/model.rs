@@ -307,7 +307,13 @@ impl Command {
                     if i > 0 {
                         out.push(' ');
                     }
-                    shell_quote(a, out);
+                    // An argument with a newline (`python3 -c` code) on one line, as bash reads it
+                    // (`$'...\n...'`): a `shell` script's lines are the only ones a command shows.
+                    if a.contains(['\n', '\t']) {
+                        out.push_str(&shell_word(a));
+                    } else {
+                        shell_quote(a, out);
+                    }
                 }
             }
             Command::Shell(script) => {
