@@ -30,7 +30,7 @@ run = ["true"]
 [[step]]
 name = "end"
 run = ["true"]
-retry = { attempts = 4, exception_types = [] }
+retry = { exception_types = [] }
 "#;
 
 /// `waymark graph ARGS flow.toml` with `flow` as the file: its stdout; it must succeed silently.
