@@ -190,6 +190,29 @@ fn kill_grace_is_the_whole_group_s_even_after_its_leader_died() {
     }
 }
 
+/// The step's first process, dead of the timeout's signal, is not reaped while the rest of its
+/// group has the grace: its pid, and so the group's id, stays taken, so that no new process (a
+/// step of another run, say, leading a group of the same number once pids go round) can get it
+/// before waymark's last signal to the group. The worker sees its leader a zombie throughout.
+#[test]
+fn a_group_s_leader_is_not_let_go_of_before_the_group_is_done() {
+    let env = Env::new();
+    env.write(
+        "worker.sh",
+        "trap 'sleep 0.5; cut -d\" \" -f3 /proc/$(cat leader)/stat > seen 2>&1; exit 0' TERM\nsleep 300 & wait\n",
+    );
+    flow(
+        &env,
+        "[[step]]\nname = 'wrapped'\nshell = 'echo $$ > leader; sh worker.sh & wait'\ntimeout = 1\nkill_grace = '30s'\n",
+    );
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert_eq!(env.read("seen"), "Z\n", "the leader's state during the grace: {said}");
+    // Let go of once the group is done: no zombie is left.
+    assert!(!std::path::Path::new(&format!("/proc/{}", read_pid(&env.path("leader")))).exists());
+}
+
 #[test]
 fn a_self_killed_child_is_execution_lost_and_not_retried() {
     let env = Env::new();

@@ -490,8 +490,10 @@ impl Supervisor {
         if let Some(at) = kill_at {
             killed_after_grace = rest_of_the_grace(pgid, at, &mut control).await;
         }
-        // The leader is gone; whatever else is left in its group goes with it.
+        // The leader is gone; whatever else is left in its group goes with it. The leader is not
+        // reaped yet, so the group's id is still this attempt's (see `Child`).
         unix::kill_group(pgid);
+        self.child.reap();
         let mut notes = Vec::new();
         let (attempt_id, what) = (self.attempt_id.clone(), std::mem::take(&mut self.what));
         let escaped = |notes: &mut Vec<String>, killed: usize| {

@@ -221,10 +221,17 @@ pub(crate) fn spawn(s: &Spawn) -> io::Result<u32> {
 /// A child of the runner, waited for on the event loop: through a pidfd that becomes readable
 /// when it exits, or (a kernel older than 5.3, or a sandbox that refuses `pidfd_open`) a blocking
 /// thread of the runtime that waits for it without reaping it.
+///
+/// Its exit is seen without reaping it ([`Child::try_wait`], [`Child::wait`]): until
+/// [`Child::reap`] (or its drop), the dead child keeps its pid, and so its process group's id,
+/// from being given to another process. A group signalled after its leader was reaped might be
+/// someone else's by then: with pid numbers going round (32768 of them by default), a new
+/// process that led a group of the same number (any step's first process does) was killed.
 pub(crate) struct Child {
     pid: u32,
     exit: Exit,
     status: Option<ExitStatus>,
+    reaped: bool,
 }
 
 enum Exit {
@@ -244,7 +251,7 @@ impl Child {
         let registered = pidfd
             .map(|fd| unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) });
         match registered {
-            Some(Ok(fd)) => Child { pid, exit: Exit::Pidfd(fd), status: None },
+            Some(Ok(fd)) => Child { pid, exit: Exit::Pidfd(fd), status: None, reaped: false },
             _ => Child::with_thread(pid),
         }
     }
@@ -262,19 +269,21 @@ impl Child {
             let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
             while let Err(Errno::EINTR) = nix::sys::wait::waitid(Id::Pid(Pid::from_raw(pid as i32)), flags) {}
         });
-        Child { pid, exit: Exit::Thread(Some(waiter)), status: None }
+        Child { pid, exit: Exit::Thread(Some(waiter)), status: None, reaped: false }
     }
 
     pub(crate) fn id(&self) -> u32 {
         self.pid
     }
 
-    /// The child's exit status if it has exited (it is reaped then), else `None`.
+    /// The child's exit status if it has exited (it is not reaped: see [`Child::reap`]), else
+    /// `None`.
     pub(crate) fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
         if let Some(status) = self.status {
             return Ok(Some(status));
         }
-        let status = match nix::sys::wait::waitpid(Pid::from_raw(self.pid as i32), Some(WaitPidFlag::WNOHANG))? {
+        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+        let status = match nix::sys::wait::waitid(Id::Pid(Pid::from_raw(self.pid as i32)), flags)? {
             WaitStatus::Exited(_, code) => ExitStatus::from_raw((code & 0xff) << 8),
             WaitStatus::Signaled(_, sig, core) => ExitStatus::from_raw(sig as i32 | if core { 0x80 } else { 0 }),
             _ => return Ok(None),
@@ -283,7 +292,16 @@ impl Child {
         Ok(Some(status))
     }
 
-    /// Wait for the child to exit, and reap it.
+    /// Let go of the child once it has exited, its pid free for another process: after the last
+    /// signal to its process group.
+    pub(crate) fn reap(&mut self) {
+        if self.status.is_some() && !self.reaped {
+            let _ = nix::sys::wait::waitpid(Pid::from_raw(self.pid as i32), Some(WaitPidFlag::WNOHANG));
+            self.reaped = true;
+        }
+    }
+
+    /// Wait for the child to exit (without reaping it: see [`Child::reap`]).
     pub(crate) async fn wait(&mut self) -> io::Result<ExitStatus> {
         loop {
             if let Some(status) = self.try_wait()? {
@@ -304,6 +322,14 @@ impl Child {
                 },
             }
         }
+    }
+}
+
+impl Drop for Child {
+    /// A child that exited is reaped when let go of, so that none is left a zombie.
+    fn drop(&mut self) {
+        let _ = self.try_wait();
+        self.reap();
     }
 }
 
