@@ -253,3 +253,35 @@ fn an_escaped_loop_that_keeps_forking_is_killed_with_all_it_made() {
     let cancelled: &'static str = format!("shell = '''{spawner}'''").leak();
     trials(&Case { step: cancelled, end: End::Signal("TERM", 143), says: "had left its process group" });
 }
+
+/// A step that runs waymark itself (a nested run), killed at its timeout by SIGKILL: the
+/// nested runner dies with it and cannot stop its own steps, which are in groups of their own.
+/// They carry the outer attempt's id (`WAYMARK_OUTER_ATTEMPT_IDS`), so the outer runner finds
+/// and kills them as processes of its attempt that left its group.
+#[test]
+fn the_steps_of_a_nested_run_are_killed_with_the_step_that_started_it() {
+    let env = Env::new();
+    let _sweeper = Sweeper(env.mark());
+    let waymark = assert_cmd::cargo::cargo_bin("waymark");
+    env.write(
+        "inner.toml",
+        "name = 'inner'\n[[step]]\nname = 'deep'\nshell = 'sleep 300 & echo $! >> pids; echo ready > ready; wait'\n",
+    );
+    env.write(
+        "flow.toml",
+        &format!(
+            "name = 'outer'\n{}[[step]]\nname = 'nest'\ntimeout = '5s'\nkill_signal = 'SIGKILL'\nkill_grace = 0\n\
+             run = ['{}', '--state-dir', 'inner-state', 'run', '--quiet', 'inner.toml']\n",
+            env.mark_env(),
+            waymark.display()
+        ),
+    );
+    // The outer step times out: its group (the nested runner) gets SIGKILL and nothing else.
+    let out = finish(env.spawn(&["run", "flow.toml"]));
+    let said = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("nest: attempt 1/1 failed: ActionTimeout"), "{said}");
+    assert!(said.contains("process(es) of this attempt that had left its process group"), "{said}");
+    let pids: Vec<u32> = env.read("pids").lines().map(|l| l.trim().parse().unwrap()).collect();
+    assert_no_survivors(&env.mark(), &pids, &said);
+}

@@ -126,6 +126,9 @@ pub(crate) struct ProcessLauncher {
     /// Where the readers wait before they send more lines, while a display that drops nothing
     /// is behind.
     pub(crate) gate: Option<Arc<OutputGate>>,
+    /// In a nested run, the attempt ids of the steps it runs under (nearest first, comma-separated),
+    /// which its steps carry (`WAYMARK_OUTER_ATTEMPT_IDS`) so that an outer runner finds them.
+    outer_ids: Option<String>,
 }
 
 /// Programs found on a PATH, by name and PATH: looked up once per runner rather than by every
@@ -180,6 +183,13 @@ impl ProcessLauncher {
             })
             .collect();
         let base_env = crate::os::spawn::BaseEnv::capture(|name| foreign.iter().any(|f| f == name));
+        // A nested run: the attempt this runner runs under, then those it runs under in turn.
+        let outer_ids = [var::ATTEMPT_ID, var::OUTER_ATTEMPT_IDS]
+            .iter()
+            .filter_map(|name| std::env::var(name).ok())
+            .flat_map(|ids| ids.split(',').filter(|id| !id.is_empty()).map(str::to_owned).collect::<Vec<_>>())
+            .collect::<Vec<_>>()
+            .join(",");
         ProcessLauncher {
             flow,
             run_id,
@@ -194,6 +204,7 @@ impl ProcessLauncher {
             programs: Programs::default(),
             lines: true,
             gate: None,
+            outer_ids: (!outer_ids.is_empty()).then_some(outer_ids),
         }
     }
 
@@ -215,6 +226,9 @@ impl ProcessLauncher {
             (var::STEP.to_owned(), step.name.clone()),
             (var::MAX_ATTEMPTS.to_owned(), a.max_attempts.to_string()),
         ]);
+        if let Some(ids) = &self.outer_ids {
+            env.push((var::OUTER_ATTEMPT_IDS.to_owned(), ids.clone()));
+        }
         env
     }
 

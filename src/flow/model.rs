@@ -68,6 +68,10 @@ pub(crate) mod var {
     pub(crate) const OUTPUT: &str = "WAYMARK_OUTPUT";
     /// Also the one waymark finds an attempt's processes by (`os::process::ATTEMPT_ID_VAR`).
     pub(crate) const ATTEMPT_ID: &str = "WAYMARK_ATTEMPT_ID";
+    /// In a nested run (a step of another run started waymark), the attempt ids of the steps it
+    /// runs under, nearest first, comma-separated: how the outer runner finds the processes of
+    /// the nested run's steps (`os::process::OUTER_IDS_VAR`).
+    pub(crate) const OUTER_ATTEMPT_IDS: &str = "WAYMARK_OUTER_ATTEMPT_IDS";
     // Those of a catch handler (the error it handles) and of a hook (how the run ended).
     pub(crate) const RUN_STATUS: &str = "WAYMARK_RUN_STATUS";
     pub(crate) const FAILED_STEP: &str = "WAYMARK_FAILED_STEP";
@@ -77,8 +81,17 @@ pub(crate) mod var {
 }
 
 /// All of [`var`]: a value an `env` table gives one of them never reaches a step.
-pub(crate) const WAYMARK_VARS: [&str; 8] =
-    [var::RUN_ID, var::FLOW, var::STEP, var::MAX_ATTEMPTS, var::ATTEMPT, var::ERROR_FILE, var::OUTPUT, var::ATTEMPT_ID];
+pub(crate) const WAYMARK_VARS: [&str; 9] = [
+    var::RUN_ID,
+    var::FLOW,
+    var::STEP,
+    var::MAX_ATTEMPTS,
+    var::ATTEMPT,
+    var::ERROR_FILE,
+    var::OUTPUT,
+    var::ATTEMPT_ID,
+    var::OUTER_ATTEMPT_IDS,
+];
 
 /// The variables waymark sets for a catch handler or a hook alone: one that waymark itself
 /// inherited (a nested run, started by an outer run's hook) reaches none of this run's commands,

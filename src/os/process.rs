@@ -107,6 +107,10 @@ fn stat_fields(stat: &str) -> Option<Vec<&str>> {
 
 /// The variable that tags every process of an attempt, inherited by all its descendants.
 pub(crate) const ATTEMPT_ID_VAR: &str = "WAYMARK_ATTEMPT_ID";
+/// The variable that tags the processes of a nested run's steps with the attempt ids of the
+/// steps it runs under (comma-separated): a nested runner sets it, so that the processes of its
+/// steps are found by an outer attempt's id too, even when the nested runner is gone.
+pub(crate) const OUTER_IDS_VAR: &str = "WAYMARK_OUTER_ATTEMPT_IDS";
 
 /// Live processes whose environment holds `WAYMARK_ATTEMPT_ID=attempt_id`: an attempt's
 /// processes, including those that left its process group with setsid(). Reads `/proc`, so it is
@@ -120,12 +124,21 @@ fn marked(attempt_id: &str) -> Vec<u32> {
         .collect()
 }
 
-/// The values of `WAYMARK_ATTEMPT_ID` in the environment of process `pid` (none when it cannot
-/// be read; a process may hold the variable twice).
+/// The attempt ids in the environment of process `pid`: the values of `WAYMARK_ATTEMPT_ID` (a
+/// process may hold the variable twice), and those of `WAYMARK_OUTER_ATTEMPT_IDS` (a nested
+/// run's step is an outer attempt's process too). None when it cannot be read.
 fn attempt_ids(pid: u32) -> Vec<Vec<u8>> {
-    let prefix = format!("{ATTEMPT_ID_VAR}=");
+    let (own, outer) = (format!("{ATTEMPT_ID_VAR}="), format!("{OUTER_IDS_VAR}="));
     let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-    env.split(|b| *b == 0).filter_map(|var| var.strip_prefix(prefix.as_bytes()).map(<[u8]>::to_vec)).collect()
+    let mut ids = Vec::new();
+    for var in env.split(|b| *b == 0) {
+        if let Some(id) = var.strip_prefix(own.as_bytes()) {
+            ids.push(id.to_vec());
+        } else if let Some(list) = var.strip_prefix(outer.as_bytes()) {
+            ids.extend(list.split(|b| *b == b',').filter(|id| !id.is_empty()).map(<[u8]>::to_vec));
+        }
+    }
+    ids
 }
 
 /// The process group of `pid`, if it is alive.
