@@ -492,7 +492,7 @@ impl Launcher for ProcessLauncher {
             let f = supervisor.supervise(step, deadline, control).await;
             let (end, exited, killed_after_grace) = (f.end, f.exited, f.killed_after_grace);
             let mut notes = f.notes;
-            let mut left = super::Left { stderr_tail: f.stderr_tail, error_file: None };
+            let mut left = super::Left { stderr_tail: f.stderr_tail, error_file: None, leader: Some(f.leader) };
             // The files the child may have written itself hide the secrets however it ended: the
             // runner reads the error file of a failure and the outputs of a success only, and
             // keeps both. On the blocking pool: a file can be as large as the child made it, and

@@ -103,6 +103,10 @@ pub(crate) struct Left {
     /// Boxed: every message to the dispatcher, each piece of output too, is as large as the
     /// largest.
     pub(crate) error_file: Option<Box<crate::classify::error_file::ErrorFileOutcome>>,
+    /// Its first process, exited, reaped when this is dropped: after the dispatcher has let go of
+    /// the attempt, and with it of the last kill of its group by that number.
+    #[allow(dead_code, reason = "held for its drop, which reaps it")]
+    pub(crate) leader: Option<crate::os::spawn::Child>,
 }
 
 /// Waymark's own failures while running (not a step's).

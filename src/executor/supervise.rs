@@ -66,6 +66,10 @@ pub(crate) struct Finished {
     /// The end of its stderr as it passed through (`None` when its reader did not finish: the
     /// log file is read instead).
     pub(crate) stderr_tail: Option<StderrTail>,
+    /// Its first process, exited and not reaped yet: its pid, its group's number, stays taken
+    /// until the dispatcher lets go of the attempt (it may still kill the group by that number
+    /// until it has handled the end; see `os::spawn::Child`).
+    pub(crate) leader: crate::os::spawn::Child,
 }
 
 /// A spawned attempt under supervision.
@@ -493,7 +497,6 @@ impl Supervisor {
         // The leader is gone; whatever else is left in its group goes with it. The leader is not
         // reaped yet, so the group's id is still this attempt's (see `Child`).
         unix::kill_group(pgid);
-        self.child.reap();
         let mut notes = Vec::new();
         let (attempt_id, what) = (self.attempt_id.clone(), std::mem::take(&mut self.what));
         let escaped = |notes: &mut Vec<String>, killed: usize| {
@@ -530,7 +533,7 @@ impl Supervisor {
             }
         };
         let stderr_tail = if self.readers_left == 0 { self.stderr_tail.take() } else { None };
-        Finished { end, exited, killed_after_grace, notes, stderr_tail }
+        Finished { end, exited, killed_after_grace, notes, stderr_tail, leader: self.child }
     }
 }
 

@@ -227,6 +227,7 @@ pub(crate) fn spawn(s: &Spawn) -> io::Result<u32> {
 /// from being given to another process. A group signalled after its leader was reaped might be
 /// someone else's by then: with pid numbers going round (32768 of them by default), a new
 /// process that led a group of the same number (any step's first process does) was killed.
+#[derive(Debug)]
 pub(crate) struct Child {
     pid: u32,
     exit: Exit,
@@ -234,6 +235,7 @@ pub(crate) struct Child {
     reaped: bool,
 }
 
+#[derive(Debug)]
 enum Exit {
     Pidfd(tokio::io::unix::AsyncFd<OwnedFd>),
     Thread(Option<tokio::task::JoinHandle<()>>),
@@ -265,7 +267,7 @@ impl Child {
     /// A child waited for by a thread (what [`Child::new`] falls back to).
     pub(crate) fn with_thread(pid: u32) -> Child {
         let waiter = tokio::task::spawn_blocking(move || {
-            // WNOWAIT: the child stays waitable, reaped by `try_wait` only.
+            // WNOWAIT: the child stays waitable, reaped by `reap` (or the drop) only.
             let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT;
             while let Err(Errno::EINTR) = nix::sys::wait::waitid(Id::Pid(Pid::from_raw(pid as i32)), flags) {}
         });
@@ -413,7 +415,7 @@ mod tests {
             }
             assert!(child.try_wait().unwrap().is_none(), "still running");
             assert_eq!(child.wait().await.unwrap().code(), Some(7));
-            assert_eq!(child.try_wait().unwrap().map(|s| s.code()), Some(Some(7)), "reaped once, kept");
+            assert_eq!(child.try_wait().unwrap().map(|s| s.code()), Some(Some(7)), "seen once, kept");
             let mut killed = Child::spawned(std::process::Command::new("sleep").arg("30")).unwrap();
             if by_thread {
                 killed = Child::with_thread(killed.id());
