@@ -981,3 +981,18 @@ fn the_variables_of_an_outer_runs_hook_or_catch_handler_reach_no_command_of_a_ne
          on_exit | WAYMARK_RUN_STATUS=succeeded\n"
     );
 }
+
+/// `WAYMARK_OUTER_ATTEMPT_IDS` is waymark's own: set only in a nested run's steps, never from a
+/// flow's `env` (which `check` warns of) or an env file.
+#[test]
+fn a_flow_cannot_set_the_outer_attempt_ids() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "name = 'own'\nenv = { WAYMARK_OUTER_ATTEMPT_IDS = 'forged' }\n\
+         [[step]]\nname = 'show'\nshell = 'echo \"[${WAYMARK_OUTER_ATTEMPT_IDS-unset}]\"'\n",
+    );
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "show | [unset]\n");
+}

@@ -213,8 +213,11 @@ impl ProcessLauncher {
     /// from [`ProcessLauncher::attempt_vars`]) come after them.
     fn step_vars(&self, a: &Attempt) -> Vec<(String, String)> {
         let step = &a.step;
-        let mut env: Vec<(String, String)> =
-            self.env.layered(&self.flow, step).map(|(k, v)| (k.clone(), v.clone())).collect();
+        // `WAYMARK_OUTER_ATTEMPT_IDS` is waymark's alone: an `env` or env file's is not passed on.
+        let mut env: Vec<(String, String)> = (self.env.layered(&self.flow, step))
+            .filter(|(k, _)| *k != var::OUTER_ATTEMPT_IDS)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         env.extend(self.flow.param_values.iter().map(|(k, v)| (crate::flow::params::env_name(k), v.clone())));
         env.extend(a.outputs.iter().cloned());
         if let Some(aux) = &a.aux {

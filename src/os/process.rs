@@ -224,7 +224,7 @@ struct Seen {
     pid: u32,
     pgrp: Option<u32>,
     start: Option<u64>,
-    /// The values of `WAYMARK_ATTEMPT_ID` in its environment (a process may hold it twice).
+    /// The attempt ids in its environment ([`attempt_ids`]).
     attempts: Vec<Vec<u8>>,
 }
 
