@@ -360,7 +360,12 @@ impl ClassTree {
     /// MRO can have (a class before its own base), they are kept as listed, each known one's
     /// missing bases after them.
     pub(crate) fn with_bases(&self, listed: &[String]) -> Vec<String> {
-        if listed.last().is_some_and(|b| b == "BaseException") {
+        // A whole chain: it ends with BaseException, and has Exception in it if one of its known
+        // names derives from it (`["ConnectionError", "BaseException"]` was written by hand).
+        let under_exception = |b: &String| self.bases(b).is_some_and(|up| up.iter().any(|u| u == "Exception"));
+        if listed.last().is_some_and(|b| b == "BaseException")
+            && (listed.iter().any(|b| b == "Exception") || !listed.iter().any(under_exception))
+        {
             return listed.to_vec();
         }
         // The reported class, under a name no class can have.
@@ -618,6 +623,10 @@ mod tests {
         assert_eq!(with(&["Exception", "OSError"]), ["Exception", "OSError", "BaseException"]);
         assert_eq!(with(&["OSError", "OSError"]), ["OSError", "Exception", "BaseException"]);
         assert_eq!(with(&["BaseException"]), ["BaseException"]);
+        // Ending with BaseException, but short of a known name's own bases: completed.
+        assert_eq!(with(&["ConnectionError", "BaseException"]), with(&["ConnectionError"]));
+        // A class outside Exception, its whole chain: as it is.
+        assert_eq!(with(&["Interrupted", "BaseException"]), ["Interrupted", "BaseException"]);
     }
 
     #[test]

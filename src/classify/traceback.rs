@@ -225,11 +225,21 @@ fn is_text(line: &str) -> bool {
     !line.chars().any(|c| c == char::REPLACEMENT_CHARACTER || (c.is_control() && c != '\t'))
 }
 
-/// Whether `line` is a log record of an error (`ERROR:root:...`, `... CRITICAL ...`), as
-/// `logging.exception` writes before the traceback of an exception it handled.
+/// Whether `line` is a log record of a level above INFO (`ERROR:root:...`, `2026-05-01 12:00:00
+/// WARNING ...`, structlog's `[error    ]`), as `logging.exception` (or `exc_info=True` at any
+/// such level) writes before the traceback of an exception it handled. The level is the first
+/// word of the record's first few that names one, in any case: a later word (`retrying after
+/// ERROR 503`) is the message's.
 fn logs_an_error(line: &str) -> bool {
-    let word = |w: &str| line.split(|c: char| !c.is_ascii_alphanumeric()).any(|part| part == w);
-    looks_like_log_record(line) && (word("ERROR") || word("CRITICAL"))
+    const LEVELS: [&str; 8] = ["DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL", "FATAL", "EXCEPTION"];
+    if !looks_like_log_record(line) {
+        return false;
+    }
+    // Words, the numbers of a date and time left out.
+    let words = (line.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')))
+        .filter(|w| !w.is_empty() && !w.bytes().all(|b| b.is_ascii_digit()));
+    let level = words.take(6).find(|w| LEVELS.iter().any(|l| w.eq_ignore_ascii_case(l)));
+    level.is_some_and(|l| !l.eq_ignore_ascii_case("DEBUG") && !l.eq_ignore_ascii_case("INFO"))
 }
 
 /// `s` without ANSI CSI sequences (`ESC [ params final`), such as colours.
@@ -491,6 +501,15 @@ psycopg2.OperationalError: connection to server at "db" (10.0.0.5), port 5432 fa
         assert_eq!(parse_traceback(&dated).unwrap().class, "ValueError");
         let dated = format!("2026-05-01 12:00:00,123 ERROR sync failed\n{VALUE_ERROR}more\n");
         assert_eq!(parse_traceback(&dated), None);
+        // A warning logged with `exc_info=True`, structlog's lowercase level: handled too.
+        for record in ["WARNING:root:using the cache", "2026-05-01T12:00:00Z [error    ] fetch failed"] {
+            assert_eq!(parse_traceback(&format!("{record}\n{VALUE_ERROR}going on\n")), None, "{record}");
+        }
+        // The level is the record's, not a word of its message.
+        for record in ["INFO:root:retrying after ERROR 503", "2026-05-01 12:00:00,123 INFO loading ERROR_CODES"] {
+            let text = format!("{record}\n{VALUE_ERROR}second line\n");
+            assert_eq!(parse_traceback(&text).unwrap().class, "ValueError", "{record}");
+        }
         // asyncio's handler, for a task nobody awaited.
         let task = format!("Task exception was never retrieved\nfuture: <Task finished name='Task-2'>\n{VALUE_ERROR}");
         assert_eq!(parse_traceback(&task), None);
