@@ -374,9 +374,9 @@ fn secrets_are_hidden_in_the_plan() {
 fn a_command_of_several_lines_stays_in_its_column() {
     let script = "'''\necho one\necho two\n'''";
     let flow = format!(
-        "name = \"lines\"\n[hooks]\non_exit = {script}\n\
+        "name = \"lines\"\n[errors]\n\"Ошибка\" = [\"Exception\"]\n[hooks]\non_exit = {script}\n\
          [[step]]\nname = \"a\"\nshell = {script}\ncompensate = {script}\n\
-         catch = [{{ exception_types = [\"Exception\"], shell = {script} }}]\n\
+         catch = [{{ exception_types = [\"Ошибка\"], shell = {script} }}]\n\
          [[step]]\nname = \"b\"\nrun = [\"python3\", \"-c\", \"import sys\\nif True:\\n    print(1)\"]\n"
     );
     assert_eq!(
@@ -391,9 +391,9 @@ fn a_command_of_several_lines_stays_in_its_column() {
                '
      timeout:  none (an attempt may run forever)
      retry:    none: runs once
-     catch:    Exception -> sh -c 'echo one
-                            echo two
-                            '
+     catch:    Ошибка -> sh -c 'echo one
+                         echo two
+                         '
      compensate: sh -c 'echo one
                  echo two
                  '
