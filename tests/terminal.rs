@@ -442,3 +442,41 @@ fn a_step_that_reads_the_terminal_fails_at_once_instead_of_stopping_for_good() {
     assert!(said.contains("ask: attempt 1/1 failed: CalledProcessError: exit status 1 [exit status]"), "{said}");
     assert!(said.contains("group | True"), "{said}");
 }
+
+/// A step that changes the terminal's settings (`stty -echo`, which it may now that it ignores
+/// SIGTTOU, where it used to be stopped for good) has them put back when the run ends, and
+/// waymark says so: the user's shell gets its echo back. `script` gives waymark a terminal.
+#[test]
+fn a_step_that_turns_the_terminal_s_echo_off_has_it_put_back() {
+    use std::io::Write;
+    if Command::new("script").arg("--version").output().is_err() {
+        assert!(std::env::var_os("CI").is_none(), "script (util-linux) is required under CI");
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED a_step_that_turns_the_terminal_s_echo_off_has_it_put_back: `script` is not installed"
+        );
+        return;
+    }
+    let env = Env::new();
+    let _sweeper = common::Sweeper(env.mark());
+    env.write("flow.toml", "[[step]]\nname = 'noecho'\nshell = 'stty -echo < /dev/tty'\n");
+    let waymark = assert_cmd::cargo::cargo_bin("waymark");
+    let after = "stty -a | tr ' ' '\\n' | grep -x -- '-\\?echo' > echo-after";
+    let child = Command::new("script")
+        .args(["-qefc", &format!("'{}' run --progress plain flow.toml; {after}", waymark.display()), "/dev/null"])
+        .current_dir(env.dir.path())
+        .env("WAYMARK_STATE_DIR", env.state())
+        .env(common::MARK, env.mark())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = finish(child);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(env.read("echo-after"), "echo\n", "{said}");
+    assert!(
+        said.contains("waymark: a step changed the terminal's settings (`stty -echo`, say); they are put back as the run found them"),
+        "{said}"
+    );
+}
