@@ -270,7 +270,7 @@ fn the_steps_of_a_nested_run_are_killed_with_the_step_that_started_it() {
     env.write(
         "flow.toml",
         &format!(
-            "name = 'outer'\n{}[[step]]\nname = 'nest'\ntimeout = '5s'\nkill_signal = 'SIGKILL'\nkill_grace = 0\n\
+            "name = 'outer'\n{}[[step]]\nname = 'nest'\ntimeout = '10s'\nkill_signal = 'SIGKILL'\nkill_grace = 0\n\
              run = ['{}', '--state-dir', 'inner-state', 'run', '--quiet', 'inner.toml']\n",
             env.mark_env(),
             waymark.display()
@@ -281,6 +281,8 @@ fn the_steps_of_a_nested_run_are_killed_with_the_step_that_started_it() {
     let said = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains("nest: attempt 1/1 failed: ActionTimeout"), "{said}");
+    // The nested run's step had started (within the outer step's 10 s), or this proves nothing.
+    assert!(env.path("ready").exists(), "the nested run's step never started: {said}");
     assert!(said.contains("process(es) of this attempt that had left its process group"), "{said}");
     let pids: Vec<u32> = env.read("pids").lines().map(|l| l.trim().parse().unwrap()).collect();
     assert_no_survivors(&env.mark(), &pids, &said);
