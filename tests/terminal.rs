@@ -400,20 +400,20 @@ fn a_line_longer_than_64_kib_is_shown_in_pieces_and_no_empty_line() {
     assert_eq!(String::from_utf8(log.stdout).unwrap(), format!("{}\n{}\n", "x".repeat(66_000), "y".repeat(200_000)));
 }
 
-/// A step that would read the terminal (a password prompt) fails at once: SIGTTIN and SIGTTOU
-/// are ignored in the runner and its steps, so the read of a process group the terminal does not
-/// read for fails (EIO) instead of stopping it for good while the run hangs. And a step still
-/// has a process group of its own, which it may make again itself (`setpgrp`). `script`
-/// (util-linux) gives waymark a terminal with SIGTTIN at its default action, as a shell's prompt
-/// does (tmux's panes ignore it).
+/// A step has no terminal, as under cron: it runs in a session of its own. One that would read
+/// the terminal (a password prompt) fails at once, where it was stopped by SIGTTIN for good and
+/// the run hung; one that would change its settings (`stty -echo`) cannot, and the user's shell
+/// keeps its echo; a shell's job control (`set -m`) is turned off, not spinning or stopped; and
+/// the step's first process leads its session and group. `script` (util-linux) gives waymark a
+/// terminal with SIGTTIN at its default action, as a shell's prompt does (tmux's panes ignore it).
 #[test]
-fn a_step_that_reads_the_terminal_fails_at_once_instead_of_stopping_for_good() {
+fn a_step_has_no_terminal_to_read_stop_on_or_change() {
     use std::io::Write;
     if Command::new("script").arg("--version").output().is_err() {
         assert!(std::env::var_os("CI").is_none(), "script (util-linux) is required under CI");
         let _ = writeln!(
             std::io::stderr(),
-            "SKIPPED a_step_that_reads_the_terminal_fails_at_once_instead_of_stopping_for_good: `script` is not installed"
+            "SKIPPED a_step_has_no_terminal_to_read_stop_on_or_change: `script` is not installed"
         );
         return;
     }
@@ -421,45 +421,12 @@ fn a_step_that_reads_the_terminal_fails_at_once_instead_of_stopping_for_good() {
     let _sweeper = common::Sweeper(env.mark());
     env.write(
         "flow.toml",
-        "[[step]]\nname = 'ask'\nrun = ['cat', '/dev/tty']\n\
-         [[step]]\nname = 'group'\nneeds = []\nrun = ['python3', '-c', 'import os; os.setpgrp(); print(os.getpgrp() == os.getpid())']\n",
+        "[[step]]\nname = 'ask'\nneeds = []\nrun = ['cat', '/dev/tty']\n\
+         [[step]]\nname = 'noecho'\nneeds = []\nshell = 'stty -echo < /dev/tty'\n\
+         [[step]]\nname = 'jobs'\nneeds = []\nshell = 'set -m; echo job control off'\n\
+         [[step]]\nname = 'leads'\nneeds = []\n\
+         run = ['python3', '-c', 'import os; print(os.getsid(0) == os.getpid(), os.getpgrp() == os.getpid())']\n",
     );
-    let waymark = assert_cmd::cargo::cargo_bin("waymark");
-    let child = Command::new("script")
-        .args(["-qefc", &format!("'{}' run --progress plain flow.toml", waymark.display()), "/dev/null"])
-        .current_dir(env.dir.path())
-        .env("WAYMARK_STATE_DIR", env.state())
-        .env(common::MARK, env.mark())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = finish(child);
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(1), "{said}");
-    assert!(said.contains("ask | cat: /dev/tty: Input/output error"), "{said}");
-    assert!(said.contains("ask: attempt 1/1 failed: CalledProcessError: exit status 1 [exit status]"), "{said}");
-    assert!(said.contains("group | True"), "{said}");
-}
-
-/// A step that changes the terminal's settings (`stty -echo`, which it may now that it ignores
-/// SIGTTOU, where it used to be stopped for good) has them put back when the run ends, and
-/// waymark says so: the user's shell gets its echo back. `script` gives waymark a terminal.
-#[test]
-fn a_step_that_turns_the_terminal_s_echo_off_has_it_put_back() {
-    use std::io::Write;
-    if Command::new("script").arg("--version").output().is_err() {
-        assert!(std::env::var_os("CI").is_none(), "script (util-linux) is required under CI");
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED a_step_that_turns_the_terminal_s_echo_off_has_it_put_back: `script` is not installed"
-        );
-        return;
-    }
-    let env = Env::new();
-    let _sweeper = common::Sweeper(env.mark());
-    env.write("flow.toml", "[[step]]\nname = 'noecho'\nshell = 'stty -echo < /dev/tty'\n");
     let waymark = assert_cmd::cargo::cargo_bin("waymark");
     let after = "stty -a | tr ' ' '\\n' | grep -x -- '-\\?echo' > echo-after";
     let child = Command::new("script")
@@ -474,9 +441,11 @@ fn a_step_that_turns_the_terminal_s_echo_off_has_it_put_back() {
         .unwrap();
     let out = finish(child);
     let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("ask | cat: /dev/tty: No such device or address"), "{said}");
+    assert!(said.contains("ask: attempt 1/1 failed: CalledProcessError: exit status 1 [exit status]"), "{said}");
+    let line = |prefix: &str, end: &str| said.lines().any(|l| l.starts_with(prefix) && l.ends_with(end));
+    assert!(line("noecho | ", "/dev/tty: No such device or address"), "{said}");
+    assert!(said.contains("jobs | job control off"), "{said}");
+    assert!(said.contains("leads | True True"), "{said}");
     assert_eq!(env.read("echo-after"), "echo\n", "{said}");
-    assert!(
-        said.contains("waymark: a step changed the terminal's settings (`stty -echo`, say); they are put back as the run found them"),
-        "{said}"
-    );
 }

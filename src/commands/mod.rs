@@ -521,15 +521,12 @@ pub fn dispatch(cli: Cli) -> Result<i32, CliError> {
     let flag = cli.state_dir.as_deref().or(store_dir.as_deref());
     match cli.command {
         Command::Run { flow, fresh, wait, strict, show, max_parallel, params, state, .. } => {
-            // A step may change the terminal's settings: put back as the run found them.
-            let _terminal = crate::os::terminal::Kept::now();
             let start = run::Start { fresh, wait, strict, max_parallel, params: &params };
             run::run(state.or(flag), &flow, show.mode(), start)
         }
         // The state directory is created only once the run is found (a shared store keeps the
         // logs of this host's attempts in it); `run` alone creates it before.
         Command::Resume { run_id, wait, show, state, .. } => {
-            let _terminal = crate::os::terminal::Kept::now();
             run::resume(&find_state_dir(state.or(flag))?, &run_id, wait, show.mode())
         }
         Command::Check { flow, strict, explain } => check::check(&flow, strict, explain),

@@ -432,7 +432,6 @@ impl Launcher for ProcessLauncher {
                 }),
                 // Looked up on the PATH by the spawn itself, as `execvp` does.
                 _ => {
-                    use std::os::unix::process::CommandExt;
                     let mut cmd = std::process::Command::new(&argv[0]);
                     for name in &self.foreign {
                         cmd.env_remove(name);
@@ -448,8 +447,7 @@ impl Launcher for ProcessLauncher {
                         .stderr(match err_w.try_clone() {
                             Ok(w) => w,
                             Err(e) => return Ok(no_pipe(e)),
-                        })
-                        .process_group(0);
+                        });
                     crate::os::spawn::Child::spawned(&mut cmd)
                 }
             };

@@ -721,13 +721,8 @@ mod tests {
         let (err_r, err_w) = std::io::pipe().unwrap();
         // A pipe that takes all of it: the child exits with the megabyte still to be read.
         nix::fcntl::fcntl(&out_w, nix::fcntl::FcntlArg::F_SETPIPE_SZ(1024 * 1024)).unwrap();
-        use std::os::unix::process::CommandExt;
         let child = crate::os::spawn::Child::spawned(
-            std::process::Command::new("sh")
-                .args(["-c", "yes | head -c 1048576"])
-                .stdout(out_w)
-                .stderr(err_w)
-                .process_group(0),
+            std::process::Command::new("sh").args(["-c", "yes | head -c 1048576"]).stdout(out_w).stderr(err_w),
         )
         .unwrap();
         let output = |pipe, name: &str| {

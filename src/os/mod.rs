@@ -7,5 +7,4 @@ pub(crate) mod fs;
 pub(crate) mod process;
 pub(crate) mod signals;
 pub(crate) mod spawn;
-pub(crate) mod terminal;
 pub(crate) mod timer;

@@ -24,21 +24,6 @@ pub(crate) fn ignored_at_start(sig: i32) -> bool {
 /// Ignored signals are another matter, and stay ignored (`nohup`).
 pub fn unblock_inherited_signals() {
     let _ = nix::sys::signal::SigSet::empty().thread_set_mask();
-    ignore_terminal_stops();
-}
-
-/// Ignore SIGTTIN and SIGTTOU, for the runner and (by inheritance: a spawn resets only the signals
-/// it is told to) for every process of every step. A step runs in a process group of its own,
-/// which a terminal never has in the foreground: a read of the terminal (a password prompt of
-/// `sudo`, `ssh`, `git`) stopped it by SIGTTIN for good, and the run hung without a word. Ignored,
-/// the read fails at once (EIO), as it does under tmux, which starts its panes so. A write to
-/// the terminal goes on as before (and under `stty tostop` is no longer stopped either).
-fn ignore_terminal_stops() {
-    use nix::sys::signal::{SigHandler, Signal, signal};
-    for sig in [Signal::SIGTTIN, Signal::SIGTTOU] {
-        // SAFETY: installs SIG_IGN, which runs no code of ours (sigaction).
-        let _ = unsafe { signal(sig, SigHandler::SigIgn) };
-    }
 }
 
 /// The signals the runner listens for: those whose default action would end it (leaving its

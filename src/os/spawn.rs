@@ -9,9 +9,16 @@
 //! outputs of other steps have changed since), and a spawn makes C strings of the few variables
 //! its attempt alone has.
 //!
-//! The child is started in a process group of its own, with SIGPIPE back to its default (the Rust
-//! runtime ignores it in the runner), as std's `Command` starts one, and with no signal blocked
-//! (the runner unblocks them all when it starts, so that a program std spawns gets the same).
+//! The child is started in a session of its own (and so a process group of its own, without a
+//! controlling terminal), with SIGPIPE back to its default (the Rust runtime ignores it in the
+//! runner), as std's `Command` starts one, and with no signal blocked (the runner unblocks them
+//! all when it starts, so that a program std spawns gets the same). Without a terminal, as under
+//! cron or systemd, a step that would read one (a password prompt: `sudo`, `ssh`, `git`'s
+//! credentials) fails at once, instead of being stopped by SIGTTIN for good in a group the
+//! terminal does not read for, and no step can change the terminal's settings or take its
+//! foreground (and with it the user's Ctrl-C). As under cron, the step's first process leads its
+//! session, so it cannot move itself to another group (`setpgrp` fails with EPERM); its children
+//! can.
 
 use nix::errno::Errno;
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus};
@@ -201,9 +208,10 @@ pub(crate) fn spawn(s: &Spawn) -> io::Result<u32> {
     // or `Actions` and C strings and arrays that live until `posix_spawn` returns. They are not wrapped by nix with
     // `posix_spawn_file_actions_addchdir_np`, which a step's working directory needs.
     let mut attr = Attr::new()?;
-    let flags = libc::POSIX_SPAWN_SETPGROUP | libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF;
+    // A new session is a new process group too (POSIX_SPAWN_SETPGROUP would fail beside it:
+    // a session leader cannot change its group).
+    let flags = libc::POSIX_SPAWN_SETSID as libc::c_int | libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF;
     check(unsafe { libc::posix_spawnattr_setflags(&mut attr.0, flags as libc::c_short) })?;
-    check(unsafe { libc::posix_spawnattr_setpgroup(&mut attr.0, 0) })?;
     check(unsafe { libc::posix_spawnattr_setsigmask(&mut attr.0, none.as_ref()) })?;
     check(unsafe { libc::posix_spawnattr_setsigdefault(&mut attr.0, pipe.as_ref()) })?;
     let mut actions = Actions::new()?;
@@ -258,9 +266,16 @@ impl Child {
         }
     }
 
-    /// Spawn `cmd` by std's `Command` (a program looked up on PATH) and take charge of the child.
+    /// Spawn `cmd` by std's `Command` (a program looked up on PATH), in a session of its own as
+    /// [`spawn`] starts one, and take charge of the child.
     #[allow(clippy::zombie_processes, reason = "the child is waited for by its pid, through the Child returned")]
     pub(crate) fn spawned(cmd: &mut std::process::Command) -> io::Result<Child> {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: setsid(2) is async-signal-safe and touches no memory of the parent's, as a
+        // `pre_exec` hook must (std has no stable way to ask for a new session).
+        unsafe {
+            cmd.pre_exec(|| nix::unistd::setsid().map(drop).map_err(io::Error::from));
+        }
         Ok(Child::new(cmd.spawn()?.id()))
     }
 
