@@ -235,9 +235,9 @@ fn logs_an_error(line: &str) -> bool {
     if !looks_like_log_record(line) {
         return false;
     }
-    // Words, the numbers of a date and time left out.
-    let words = (line.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')))
-        .filter(|w| !w.is_empty() && !w.bytes().all(|b| b.is_ascii_digit()));
+    // The record's fields (a dotted logger name is one), the numbers of a date and time left out.
+    let fields = line.split(|c: char| c.is_whitespace() || matches!(c, '[' | ']' | ':' | '|' | '-' | ','));
+    let words = fields.filter(|w| !w.is_empty() && !w.bytes().all(|b| b.is_ascii_digit()));
     let level = words.take(6).find(|w| LEVELS.iter().any(|l| w.eq_ignore_ascii_case(l)));
     level.is_some_and(|l| !l.eq_ignore_ascii_case("DEBUG") && !l.eq_ignore_ascii_case("INFO"))
 }
@@ -505,6 +505,9 @@ psycopg2.OperationalError: connection to server at "db" (10.0.0.5), port 5432 fa
         for record in ["WARNING:root:using the cache", "2026-05-01T12:00:00Z [error    ] fetch failed"] {
             assert_eq!(parse_traceback(&format!("{record}\n{VALUE_ERROR}going on\n")), None, "{record}");
         }
+        // A long dotted logger name is one field.
+        let named = format!("2026-05-01 12:00:00,123 - a.b.c.d.e.f - WARNING - cache stale\n{VALUE_ERROR}going on\n");
+        assert_eq!(parse_traceback(&named), None);
         // The level is the record's, not a word of its message.
         for record in ["INFO:root:retrying after ERROR 503", "2026-05-01 12:00:00,123 INFO loading ERROR_CODES"] {
             let text = format!("{record}\n{VALUE_ERROR}second line\n");

@@ -480,9 +480,9 @@ impl Supervisor {
             }
         };
         let exited = Instant::now();
-        // Ended once one of the runner's signals had come, before the runner passed it on (a
-        // terminal's Ctrl-C, `systemctl stop` or `kill -TERM -- -PGID` signal the steps with their
-        // runner: one may exit 0 from its TERM handler, or be killed by the signal, first): it
+        // Ended once one of the runner's signals had come, before the runner passed it on
+        // (`systemctl stop`, `pkill` signal the steps with their runner: one may exit 0 from its
+        // TERM handler, or be killed by the signal, first): it
         // ended of the signal, whatever its exit status says, and is cancelled as the runner's
         // cancel would have. Not one that started after the signal, nor one that ended before.
         if stopping.is_none() && !self.signalled_before && crate::os::signals::runner_signalled() {

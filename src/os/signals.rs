@@ -88,8 +88,8 @@ static SIGNALLED: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::ne
 
 /// Whether one of the runner's own signals ([`RUNNER_SIGNALS`]) has come, by the handler's
 /// flag: as of the moment it came, not of when the event loop got to it. A child that ends once
-/// it has, before the runner passed the signal on (Ctrl-C and `systemctl stop` signal the steps
-/// with their runner), ended of it: its supervisor counts it cancelled.
+/// it has, before the runner passed the signal on (`systemctl stop` signals the steps with their
+/// runner), ended of it: its supervisor counts it cancelled.
 pub(crate) fn runner_signalled() -> bool {
     SIGNALLED.get().is_some_and(|flag| flag.load(Ordering::SeqCst))
 }
