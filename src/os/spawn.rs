@@ -15,8 +15,8 @@
 //! all when it starts, so that a program std spawns gets the same). Without a terminal, as under
 //! cron or systemd, a step that would read one (a password prompt: `sudo`, `ssh`, `git`'s
 //! credentials) fails at once, instead of being stopped by SIGTTIN for good in a group the
-//! terminal does not read for, and no step can change the terminal's settings or take its
-//! foreground (and with it the user's Ctrl-C). As under cron, the step's first process leads its
+//! terminal does not read for, and no step can change the terminal's settings through
+//! `/dev/tty` or take its foreground (and with it the user's Ctrl-C). As under cron, the step's first process leads its
 //! session, so it cannot move itself to another group (`setpgrp` fails with EPERM); its children
 //! can.
 
