@@ -727,8 +727,11 @@ fn execute(
         // The runner the run is taken over from (its record was read before the claim).
         elsewhere: (resumed && record.host != host_id()).then(|| record.host.clone()),
     };
-    let runtime =
-        tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the runtime")?;
+    // Its blocking threads leave the runner's signals to the main thread (see `deafen_this_thread`).
+    let runtime = (tokio::runtime::Builder::new_current_thread().enable_all())
+        .on_thread_start(crate::os::signals::deafen_this_thread)
+        .build()
+        .context("cannot start the runtime")?;
     // From here on the run is written by the journal's thread, which owns the store connection;
     // the dispatcher drops the journal when it is done, which waits until every write sent is made.
     let location = store.location().to_owned();

@@ -40,6 +40,19 @@ const RUNNER_SIGNALS: [NixSignal; 7] = [
     NixSignal::SIGALRM,
 ];
 
+/// Block the runner's own signals in the calling thread: each thread waymark starts calls it
+/// first (and the runtime's blocking threads, `on_thread_start`), so that the kernel gives them
+/// to the main thread alone, the one that also sees the children end. A signal sent to the runner
+/// and its steps at once (`systemctl stop`) is then handled (its flag set, see
+/// [`runner_signalled`]) before the main thread can see a step end of it: handled on another
+/// thread, it could be seen after, and the step, ended of the runner's signal, was recorded
+/// failed instead of cancelled.
+pub(crate) fn deafen_this_thread() {
+    let mut set = nix::sys::signal::SigSet::empty();
+    RUNNER_SIGNALS.iter().for_each(|sig| set.add(*sig));
+    let _ = set.thread_block();
+}
+
 /// Put the runner's own signals back to their default action, once the run is over and
 /// nothing listens for them any more, so that a signal during the last writes still ends the
 /// process.
@@ -144,9 +157,10 @@ impl RunnerSignals {
         let watched: Vec<(NixSignal, std::os::unix::net::UnixStream)> =
             self.sources.iter().filter_map(|(sig, read, _)| Some((*sig, read.try_clone().ok()?))).collect();
         let settled = Arc::clone(&self.settled);
-        let _ = std::thread::Builder::new()
-            .name("waymark-setup-watch".into())
-            .spawn(move || watch_setup(&watched, &settled));
+        let _ = std::thread::Builder::new().name("waymark-setup-watch".into()).spawn(move || {
+            deafen_this_thread();
+            watch_setup(&watched, &settled)
+        });
     }
 
     /// The same signals, read by the event loop's runtime (which must be running).

@@ -112,7 +112,11 @@ impl Sink {
                 }
             }
         };
-        let tx = std::thread::Builder::new().name(format!("waymark-{name}")).spawn(write).ok().map(|_| tx);
+        let deaf = move || {
+            crate::os::signals::deafen_this_thread();
+            write()
+        };
+        let tx = std::thread::Builder::new().name(format!("waymark-{name}")).spawn(deaf).ok().map(|_| tx);
         Sink { name, tx, done, shared, gate }
     }
 

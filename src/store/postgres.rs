@@ -304,6 +304,7 @@ fn connect_then(
         // Named for what it goes on to do, when it does.
         .name(if then.is_some() { "waymark-pg-watch" } else { "waymark-pg-connect" }.into())
         .spawn(move || {
+            crate::os::signals::deafen_this_thread();
             let connected = match tls {
                 None => conn.connect(::postgres::NoTls),
                 Some(tls) => conn.connect(tls),
@@ -657,6 +658,7 @@ impl SessionProbe {
         let (done, asked) = std::sync::mpsc::channel();
         let (like, patience) = (self.like.clone(), self.patience);
         let asking = std::thread::Builder::new().name("waymark-pg-probe".into()).spawn(move || {
+            crate::os::signals::deafen_this_thread();
             let seen = client.is_valid(patience).map(|()| {
                 client.query_opt(
                     "SELECT state, extract(epoch FROM clock_timestamp() - state_change)::float8
@@ -2006,7 +2008,10 @@ impl FlowLease {
         let for_thread = Arc::clone(&clock);
         let thread = std::thread::Builder::new()
             .name("waymark-lease".into())
-            .spawn(move || renewer.run(&for_thread, &stopped))
+            .spawn(move || {
+                crate::os::signals::deafen_this_thread();
+                renewer.run(&for_thread, &stopped)
+            })
             .map_err(|e| StoreError::failed(StoreErrorKind::Other, location, format!("cannot start a thread: {e}")))?;
         Ok(Leased::Taken(FlowLease { clock, stop: Some(stop), thread: Some(thread) }))
     }

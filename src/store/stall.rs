@@ -101,8 +101,11 @@ impl Watch {
         if !state.started {
             let shared = Arc::clone(&self.shared);
             // Without the thread, statements go unwatched, as they were before it.
-            state.started =
-                std::thread::Builder::new().name("waymark-pg-watch".into()).spawn(move || shared.watch()).is_ok();
+            let watch = move || {
+                crate::os::signals::deafen_this_thread();
+                shared.watch()
+            };
+            state.started = std::thread::Builder::new().name("waymark-pg-watch".into()).spawn(watch).is_ok();
         }
         drop(state);
         self.shared.changed.notify_one();
