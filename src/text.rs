@@ -50,8 +50,12 @@ pub(crate) fn shown_path(path: &std::path::Path) -> String {
 /// (`日`, most emoji) takes two and a combining mark none: `format!("{:<width$}")` counts
 /// characters, and a column of names with such characters would lose its line.
 pub(crate) fn padded(text: &str, width: usize) -> String {
-    let columns = unicode_width::UnicodeWidthStr::width(text);
-    format!("{text}{:pad$}", "", pad = width.saturating_sub(columns))
+    format!("{text}{:pad$}", "", pad = width.saturating_sub(columns(text)))
+}
+
+/// The columns of a terminal `text` takes (see [`padded`]).
+pub(crate) fn columns(text: &str) -> usize {
+    unicode_width::UnicodeWidthStr::width(text)
 }
 
 /// [`visible`], owned: `text` itself when nothing in it needs a picture.

@@ -77,6 +77,12 @@ fn python_run(script: &str, args: &[&str]) -> String {
     format!("run = [{}]", argv.join(", "))
 }
 
+/// `run = [...]` for `python3 -c script`, the script first counting its run in `runs`.
+fn python_c(env: &Env, script: &str) -> String {
+    let script = format!("open({:?}, 'a').write('ran\\n')\n{script}", runs_file(env));
+    format!("run = [\"python3\", \"-c\", {}]", toml_str(&script))
+}
+
 /// A flow with one step `s`: `command` (a `run = ...` or `shell = ...` line), `retry` (an inline
 /// policy table) and any `extra` step keys, after `head` (top-level tables such as `[errors]`).
 /// Python never writes bytecode next to the fixtures or helpers.
@@ -282,9 +288,8 @@ fn a_thread_s_or_a_logged_handled_exception_s_traceback_is_not_the_attempt_s_err
     ];
     for script in scripts {
         let env = Env::new();
-        let script = format!("open({:?}, 'a').write('ran\\n')\n{script}", runs_file(&env));
-        let command = format!("run = [\"python3\", \"-c\", {}]", toml_str(&script));
-        let flow = one_step("", &command, r#"{ attempts = 3, exception_types = ["ConnectionError"] }"#, "");
+        let flow =
+            one_step("", &python_c(&env, script), r#"{ attempts = 3, exception_types = ["ConnectionError"] }"#, "");
         let ran = run(&env, &flow, 1);
         assert_eq!(ran.runs, 1, "{script}: {}", ran.stderr);
         ran.attempt_failed(1, 3, &format!("{CALLED_PROCESS_ERROR}: exit status 1"), EXIT_STATUS, false);
@@ -312,9 +317,11 @@ fn the_standard_library_s_classes_have_their_bases() {
     ];
     for (raise, types, runs, error) in cases {
         let env = Env::new();
-        let script = format!("open({:?}, 'a').write('ran\\n')\n{raise}", runs_file(&env));
-        let command = format!("run = [\"python3\", \"-c\", {}]", toml_str(&script));
-        let ran = run(&env, &one_step("", &command, &format!("{{ attempts = 3, exception_types = {types} }}"), ""), 1);
+        let ran = run(
+            &env,
+            &one_step("", &python_c(&env, raise), &format!("{{ attempts = 3, exception_types = {types} }}"), ""),
+            1,
+        );
         assert_eq!(ran.runs, runs, "{raise}: {}", ran.stderr);
         ran.attempt_failed(1, 3, error, TRACEBACK, runs > 1).reported(error, TRACEBACK, runs);
         ran.lacks("is not a class waymark knows");
@@ -342,11 +349,7 @@ fn a_script_python_cannot_compile_fails_with_its_syntax_error() {
 #[test]
 fn a_class_named_in_another_script_is_declared_raised_and_matched() {
     let env = Env::new();
-    let script = format!(
-        "open({:?}, 'a').write('ran\\n')\nclass Ошибка(ValueError): pass\nraise Ошибка('плохо')",
-        runs_file(&env)
-    );
-    let command = format!("run = [\"python3\", \"-c\", {}]", toml_str(&script));
+    let command = python_c(&env, "class Ошибка(ValueError): pass\nraise Ошибка('плохо')");
     let flow = one_step(
         "[errors]\n\"Ошибка\" = [\"ValueError\"]",
         &command,
@@ -524,16 +527,10 @@ fn a_reported_base_brings_its_own_bases() {
         let env = Env::new();
         let script = format!(
             "import sys; sys.path.insert(0, {helpers:?}); import waymark_errors\n\
-             open({runs:?}, 'a').write('ran\\n')\n\
-             waymark_errors.report('DownloadFailed', 'HTTP 503', bases=['ConnectionError'])\nsys.exit(1)",
-            runs = runs_file(&env),
+             waymark_errors.report('DownloadFailed', 'HTTP 503', bases=['ConnectionError'])\nsys.exit(1)"
         );
-        let flow = one_step(
-            "",
-            &format!("run = [\"python3\", \"-c\", {}]", toml_str(&script)),
-            &format!("{{ attempts = 2, exception_types = {types} }}"),
-            "",
-        );
+        let flow =
+            one_step("", &python_c(&env, &script), &format!("{{ attempts = 2, exception_types = {types} }}"), "");
         let ran = run(&env, &flow, 1);
         assert_eq!(ran.runs, 2, "{types}: {}", ran.stderr);
         let error = "DownloadFailed(ConnectionError, OSError, Exception, BaseException): HTTP 503";
@@ -550,19 +547,12 @@ fn a_whole_chain_reported_is_taken_as_it_is() {
     let env = Env::new();
     let script = format!(
         "import sys; sys.path.insert(0, {helpers:?}); import waymark_errors\n\
-         open({runs:?}, 'a').write('ran\\n')\n\
          class HTTPError(Exception): pass\n\
          class TimeoutError(HTTPError): pass\n\
          class ReadTimeoutError(TimeoutError): pass\n\
-         raise ReadTimeoutError('read timed out')",
-        runs = runs_file(&env),
+         raise ReadTimeoutError('read timed out')"
     );
-    let flow = one_step(
-        "",
-        &format!("run = [\"python3\", \"-c\", {}]", toml_str(&script)),
-        r#"{ attempts = 2, exception_types = ["OSError"] }"#,
-        "",
-    );
+    let flow = one_step("", &python_c(&env, &script), r#"{ attempts = 2, exception_types = ["OSError"] }"#, "");
     let ran = run(&env, &flow, 1);
     assert_eq!(ran.runs, 1, "{}", ran.stderr);
     let error = "ReadTimeoutError(TimeoutError, HTTPError, Exception, BaseException): read timed out";

@@ -201,13 +201,15 @@ fn is_indented(line: &str) -> bool {
     line.starts_with([' ', '\t'])
 }
 
+/// The levels of log records, as loggers write them.
+const LOG_LEVELS: [&str; 7] = ["DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL", "FATAL"];
+
 /// Whether `line` looks like the start of a log record (`INFO:root:...`, `[ERROR] ...`,
 /// `2024-05-01 12:00:00,123 ...`): a sign the program kept writing after printing the traceback
 /// rather than the continuation of a multi-line message.
 fn looks_like_log_record(line: &str) -> bool {
-    const LEVELS: [&str; 7] = ["DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL", "FATAL"];
     let line = line.strip_prefix('[').unwrap_or(line);
-    let level = LEVELS.iter().any(|level| {
+    let level = LOG_LEVELS.iter().any(|level| {
         line.strip_prefix(level).is_some_and(|rest| !rest.starts_with(|c: char| c.is_alphanumeric() || c == '_'))
     });
     let date = line.as_bytes().get(..10).is_some_and(|date| {
@@ -231,14 +233,13 @@ fn is_text(line: &str) -> bool {
 /// word of the record's first few that names one, in any case: a later word (`retrying after
 /// ERROR 503`) is the message's.
 fn logs_an_error(line: &str) -> bool {
-    const LEVELS: [&str; 8] = ["DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL", "FATAL", "EXCEPTION"];
     if !looks_like_log_record(line) {
         return false;
     }
     // The record's fields (a dotted logger name is one), the numbers of a date and time left out.
     let fields = line.split(|c: char| c.is_whitespace() || matches!(c, '[' | ']' | ':' | '|' | '-' | ','));
     let words = fields.filter(|w| !w.is_empty() && !w.bytes().all(|b| b.is_ascii_digit()));
-    let level = words.take(6).find(|w| LEVELS.iter().any(|l| w.eq_ignore_ascii_case(l)));
+    let level = words.take(6).find(|w| LOG_LEVELS.iter().any(|l| w.eq_ignore_ascii_case(l)));
     level.is_some_and(|l| !l.eq_ignore_ascii_case("DEBUG") && !l.eq_ignore_ascii_case("INFO"))
 }
 

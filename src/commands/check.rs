@@ -88,7 +88,7 @@ pub(crate) fn plan(flow: &Flow, shown: &str) -> String {
         for handler in &step.catch {
             // A script's lines under its first, after the classes it handles.
             let line = catch_line(handler);
-            let command_at = line.find(" -> ").map_or(0, |at| unicode_width::UnicodeWidthStr::width(&line[..at]) + 4);
+            let command_at = line.find(" -> ").map_or(0, |at| crate::text::columns(&line[..at]) + 4);
             let _ = writeln!(out, "     catch:    {}", indented(&line, 15 + command_at));
         }
         if let Some(undo) = &step.compensate {

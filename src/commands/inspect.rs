@@ -288,8 +288,7 @@ pub(crate) fn history(state: &StateDir, flow: Option<&str>, limit: usize, json: 
         return Ok(EXIT_OK);
     }
     // The flow column fits the longest name shown with two spaces after it (20 at least).
-    let flow_width =
-        runs.iter().map(|r| unicode_width::UnicodeWidthStr::width(r.flow.as_str()) + 1).max().unwrap_or(0).max(20);
+    let flow_width = runs.iter().map(|r| crate::text::columns(&r.flow) + 1).max().unwrap_or(0).max(20);
     // The start is to the millisecond: 24 columns.
     let mut out = format!(
         "{:<10} {:<flow_width$} {:<12} {:<24} {:>10}  {}\n",

@@ -66,12 +66,12 @@ pub(crate) mod var {
     pub(crate) const ATTEMPT: &str = "WAYMARK_ATTEMPT";
     pub(crate) const ERROR_FILE: &str = "WAYMARK_ERROR_FILE";
     pub(crate) const OUTPUT: &str = "WAYMARK_OUTPUT";
-    /// Also the one waymark finds an attempt's processes by (`os::process::ATTEMPT_ID_VAR`).
-    pub(crate) const ATTEMPT_ID: &str = "WAYMARK_ATTEMPT_ID";
+    /// Also the one waymark finds an attempt's processes by.
+    pub(crate) const ATTEMPT_ID: &str = crate::os::process::ATTEMPT_ID_VAR;
     /// In a nested run (a step of another run started waymark), the attempt ids of the steps it
     /// runs under, nearest first, comma-separated: how the outer runner finds the processes of
-    /// the nested run's steps (`os::process::OUTER_IDS_VAR`).
-    pub(crate) const OUTER_ATTEMPT_IDS: &str = "WAYMARK_OUTER_ATTEMPT_IDS";
+    /// the nested run's steps.
+    pub(crate) const OUTER_ATTEMPT_IDS: &str = crate::os::process::OUTER_IDS_VAR;
     // Those of a catch handler (the error it handles) and of a hook (how the run ended).
     pub(crate) const RUN_STATUS: &str = "WAYMARK_RUN_STATUS";
     pub(crate) const FAILED_STEP: &str = "WAYMARK_FAILED_STEP";

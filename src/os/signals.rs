@@ -40,9 +40,9 @@ const RUNNER_SIGNALS: [NixSignal; 7] = [
     NixSignal::SIGALRM,
 ];
 
-/// Block the runner's own signals in the calling thread: each thread waymark starts calls it
-/// first (and the runtime's blocking threads, `on_thread_start`), so that the kernel gives them
-/// to the main thread alone, the one that also sees the children end. A signal sent to the runner
+/// Block the runner's own signals in the calling thread: each thread waymark starts does
+/// ([`spawn_thread`], and the runtime's blocking threads by `on_thread_start`), so that the kernel
+/// gives them to the main thread alone, the one that also sees the children end. A signal sent to the runner
 /// and its steps at once (`systemctl stop`) is then handled (its flag set, see
 /// [`runner_signalled`]) before the main thread can see a step end of it: handled on another
 /// thread, it could be seen after, and the step, ended of the runner's signal, was recorded
@@ -51,6 +51,18 @@ pub(crate) fn deafen_this_thread() {
     let mut set = nix::sys::signal::SigSet::empty();
     RUNNER_SIGNALS.iter().for_each(|sig| set.add(*sig));
     let _ = set.thread_block();
+}
+
+/// Start a thread named `name` that leaves the runner's signals to the main thread
+/// ([`deafen_this_thread`]): every thread of waymark's own is started so.
+pub(crate) fn spawn_thread<T: Send + 'static>(
+    name: impl Into<String>,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<T>> {
+    std::thread::Builder::new().name(name.into()).spawn(move || {
+        deafen_this_thread();
+        f()
+    })
 }
 
 /// Put the runner's own signals back to their default action, once the run is over and
@@ -157,10 +169,7 @@ impl RunnerSignals {
         let watched: Vec<(NixSignal, std::os::unix::net::UnixStream)> =
             self.sources.iter().filter_map(|(sig, read, _)| Some((*sig, read.try_clone().ok()?))).collect();
         let settled = Arc::clone(&self.settled);
-        let _ = std::thread::Builder::new().name("waymark-setup-watch".into()).spawn(move || {
-            deafen_this_thread();
-            watch_setup(&watched, &settled)
-        });
+        let _ = spawn_thread("waymark-setup-watch", move || watch_setup(&watched, &settled));
     }
 
     /// The same signals, read by the event loop's runtime (which must be running).

@@ -112,11 +112,7 @@ impl Sink {
                 }
             }
         };
-        let deaf = move || {
-            crate::os::signals::deafen_this_thread();
-            write()
-        };
-        let tx = std::thread::Builder::new().name(format!("waymark-{name}")).spawn(deaf).ok().map(|_| tx);
+        let tx = crate::os::signals::spawn_thread(format!("waymark-{name}"), write).ok().map(|_| tx);
         Sink { name, tx, done, shared, gate }
     }
 

@@ -125,8 +125,7 @@ impl ThreadJournal {
         let thread = {
             let (run_id, lease, queued) = (run_id.clone(), lease.clone(), Arc::clone(&queued));
             let close = CloseOnExit { log: Arc::clone(&log), _ending: ending };
-            std::thread::Builder::new().name("waymark-journal".into()).spawn(move || {
-                crate::os::signals::deafen_this_thread();
+            crate::os::signals::spawn_thread("waymark-journal", move || {
                 let close = close;
                 write_all(&close.log, &queue, &queued, &run_id, &lease, fence.as_ref());
             })?

@@ -300,21 +300,19 @@ fn connect_then(
         _ => Some(tls(config, location)?),
     };
     let (done, result) = std::sync::mpsc::channel();
-    std::thread::Builder::new()
-        // Named for what it goes on to do, when it does.
-        .name(if then.is_some() { "waymark-pg-watch" } else { "waymark-pg-connect" }.into())
-        .spawn(move || {
-            crate::os::signals::deafen_this_thread();
-            let connected = match tls {
-                None => conn.connect(::postgres::NoTls),
-                Some(tls) => conn.connect(tls),
-            };
-            let _ = done.send(connected);
-            if let Some(then) = then {
-                then();
-            }
-        })
-        .map_err(|e| StoreError::failed(StoreErrorKind::Other, location, format!("cannot start a thread: {e}")))?;
+    // Named for what it goes on to do, when it does.
+    let name = if then.is_some() { "waymark-pg-watch" } else { "waymark-pg-connect" };
+    crate::os::signals::spawn_thread(name, move || {
+        let connected = match tls {
+            None => conn.connect(::postgres::NoTls),
+            Some(tls) => conn.connect(tls),
+        };
+        let _ = done.send(connected);
+        if let Some(then) = then {
+            then();
+        }
+    })
+    .map_err(|e| StoreError::failed(StoreErrorKind::Other, location, format!("cannot start a thread: {e}")))?;
     match result.recv_timeout(limit) {
         Ok(connected) => connected.map_err(fail),
         Err(_) => Err(StoreError::failed(
@@ -657,8 +655,7 @@ impl SessionProbe {
     fn ask(&self, mut client: Client) -> Result<Session, String> {
         let (done, asked) = std::sync::mpsc::channel();
         let (like, patience) = (self.like.clone(), self.patience);
-        let asking = std::thread::Builder::new().name("waymark-pg-probe".into()).spawn(move || {
-            crate::os::signals::deafen_this_thread();
+        let asking = crate::os::signals::spawn_thread("waymark-pg-probe", move || {
             let seen = client.is_valid(patience).map(|()| {
                 client.query_opt(
                     "SELECT state, extract(epoch FROM clock_timestamp() - state_change)::float8
@@ -2006,12 +2003,7 @@ impl FlowLease {
         let (stop, stopped) = std::sync::mpsc::channel();
         let renewer = Renewer { store, lease_key: lease_key.to_owned(), owner: owner.to_owned(), token };
         let for_thread = Arc::clone(&clock);
-        let thread = std::thread::Builder::new()
-            .name("waymark-lease".into())
-            .spawn(move || {
-                crate::os::signals::deafen_this_thread();
-                renewer.run(&for_thread, &stopped)
-            })
+        let thread = crate::os::signals::spawn_thread("waymark-lease", move || renewer.run(&for_thread, &stopped))
             .map_err(|e| StoreError::failed(StoreErrorKind::Other, location, format!("cannot start a thread: {e}")))?;
         Ok(Leased::Taken(FlowLease { clock, stop: Some(stop), thread: Some(thread) }))
     }

@@ -101,11 +101,7 @@ impl Watch {
         if !state.started {
             let shared = Arc::clone(&self.shared);
             // Without the thread, statements go unwatched, as they were before it.
-            let watch = move || {
-                crate::os::signals::deafen_this_thread();
-                shared.watch()
-            };
-            state.started = std::thread::Builder::new().name("waymark-pg-watch".into()).spawn(watch).is_ok();
+            state.started = crate::os::signals::spawn_thread("waymark-pg-watch", move || shared.watch()).is_ok();
         }
         drop(state);
         self.shared.changed.notify_one();
