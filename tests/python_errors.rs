@@ -298,7 +298,7 @@ fn a_thread_s_or_a_logged_handled_exception_s_traceback_is_not_the_attempt_s_err
 
 /// A class of Python's standard library that is not built in takes its bases from the name the
 /// traceback prints: urllib's URLError is an OSError, asyncio's CancelledError a BaseException
-/// only (the default policy does not retry it).
+/// only (the default policy does not retry it). A policy may name one of them by its bare name.
 #[test]
 fn the_standard_library_s_classes_have_their_bases() {
     let cases = [
@@ -314,6 +314,13 @@ fn the_standard_library_s_classes_have_their_bases() {
             1,
             "CancelledError(BaseException): stop",
         ),
+        // Listed by its bare name, with no warning: what derives from it matches it too.
+        (
+            "import urllib.error\nraise urllib.error.HTTPError('http://x', 503, 'busy', None, None)",
+            r#"["URLError"]"#,
+            3,
+            "HTTPError(URLError, OSError, Exception, BaseException): HTTP Error 503: busy",
+        ),
     ];
     for (raise, types, runs, error) in cases {
         let env = Env::new();
@@ -325,6 +332,7 @@ fn the_standard_library_s_classes_have_their_bases() {
         assert_eq!(ran.runs, runs, "{raise}: {}", ran.stderr);
         ran.attempt_failed(1, 3, error, TRACEBACK, runs > 1).reported(error, TRACEBACK, runs);
         ran.lacks("is not a class waymark knows");
+        ran.lacks("no known class");
     }
 }
 

@@ -1440,17 +1440,12 @@ impl Validator<'_> {
                 d.help = Some(format!("write `{real}`: tracebacks name it so"));
                 names.push(n.clone());
                 aliased.push(real);
-            } else if !classes.knows(n) {
+            } else if !classes.knows(n) && !crate::classify::classes::stdlib_has(n) {
                 let d = self.warn(item.span(), &format!("no known class is named `{n}`"));
                 d.label = "matches only errors children report with this name".into();
-                d.help = Some(match (crate::classify::classes::stdlib_named(n), classes.suggest(n)) {
-                    (Some((printed, bases)), _) => format!(
-                        "`{printed}` of Python's standard library has this name; declare it in [errors] as it is \
-                         there to silence this warning: `{n} = [{}]`",
-                        bases.iter().map(|b| format!("\"{b}\"")).collect::<Vec<_>>().join(", ")
-                    ),
-                    (None, Some(h)) => format!("did you mean `{h}`?"),
-                    (None, None) => format!("declare it in [errors] to silence this warning: `{n} = [\"Exception\"]`"),
+                d.help = Some(match classes.suggest(n) {
+                    Some(h) => format!("did you mean `{h}`?"),
+                    None => format!("declare it in [errors] to silence this warning: `{n} = [\"Exception\"]`"),
                 });
                 names.push(n.clone());
             } else {
