@@ -181,7 +181,7 @@ fn a_second_sigint_while_stdout_is_stalled_kills_the_step() {
     assert_eq!(exit_code(&mut child), Some(130), "{}", seen.lock().unwrap());
     let run = status_json(&env)["id"].as_str().unwrap().to_owned();
     assert_logged_and_gone(&env, &run);
-    assert!(seen.lock().unwrap().contains("waymark: got SIGINT again, killing running steps\n"));
+    assert!(seen.lock().unwrap().contains("waymark: got SIGINT, a second signal: killing running steps\n"));
 }
 
 // ---- a closed or full stdout ----

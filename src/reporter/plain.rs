@@ -334,7 +334,7 @@ pub(super) fn describe(envelope: &Envelope, clock: &LocalTime, history: &super::
         Event::Cancelling { signal, forced } => {
             let name = crate::flow::Signal::from_number(*signal).map_or("signal", |s| s.name());
             if *forced {
-                format!("waymark: got {name} again, killing running steps")
+                format!("waymark: got {name}, a second signal: killing running steps")
             } else {
                 format!("waymark: got {name}, stopping running steps (send it again to kill them)")
             }
