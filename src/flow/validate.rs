@@ -1081,6 +1081,13 @@ impl Validator<'_> {
                     let d = self.error(base.span(), &format!("duplicate base class `{b}`"));
                     d.label = "listed again".into();
                     d.help = Some("remove one of the two".into());
+                } else if b == WORKFLOW_TIMEOUT {
+                    let d = self.error(base.span(), &format!("no class can derive from `{WORKFLOW_TIMEOUT}`"));
+                    d.label = "waymark's own class".into();
+                    d.help = Some(format!(
+                        "`{WORKFLOW_TIMEOUT}` is what a run fails with when the flow's `timeout` passes; derive from \
+                         `BaseException` for a class no ordinary policy retries"
+                    ));
                 } else if !is_builtin(b) && !declared.contains(b.as_str()) {
                     // The declared classes in the order of their names, not of a hash set's: of two
                     // equally close names, the same one is suggested on every run.
