@@ -21,7 +21,7 @@ pub struct Cli {
     /// Where runs and logs are kept, for the commands that keep or read them (run, resume, history,
     /// status, logs, gc); the others ignore it, so an alias may always pass it. The same option
     /// after the command wins
-    #[arg(long, value_name = "DIR", value_hint = ValueHint::DirPath)]
+    #[arg(long, value_name = "DIR", value_hint = ValueHint::DirPath, value_parser = state_dir)]
     pub(crate) state_dir: Option<PathBuf>,
     /// Where runs are recorded, for the same commands as --state-dir; the others ignore it. The
     /// same option after the command wins
@@ -301,7 +301,7 @@ pub(crate) enum OutputArg {
 pub(crate) struct StateDirArg {
     /// Where runs and logs are kept [default: $WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark,
     /// else ~/.local/state/waymark]
-    #[arg(long = "state-dir", value_name = "DIR", value_hint = ValueHint::DirPath)]
+    #[arg(long = "state-dir", value_name = "DIR", value_hint = ValueHint::DirPath, value_parser = state_dir)]
     pub(crate) dir: Option<PathBuf>,
 }
 
@@ -366,6 +366,16 @@ impl Command {
             | Command::Man { .. } => None,
         }
     }
+}
+
+/// `--state-dir`: a directory's path; an empty one (`--state-dir "$UNSET"`) is refused, saying so.
+fn state_dir(arg: &str) -> Result<PathBuf, String> {
+    if arg.is_empty() {
+        return Err("an empty path is no directory: give the state directory, or leave the option out for the \
+                    default ($WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark)"
+            .into());
+    }
+    Ok(PathBuf::from(arg))
 }
 
 /// `history --limit`: how many runs, in digits (Rust's parse would take `+5`).

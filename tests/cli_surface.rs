@@ -255,6 +255,21 @@ fn state_dir_is_offered_only_by_the_commands_that_keep_or_read_runs() {
     );
 }
 
+/// An empty `--state-dir` (a variable that was not set) is refused, saying what to give instead,
+/// before the command as after it; nothing is read or written.
+#[test]
+fn an_empty_state_dir_is_refused_with_the_default_named() {
+    let env = Env::new();
+    let said = "error: invalid value '' for '--state-dir <DIR>': an empty path is no directory: give the state \
+                directory, or leave the option out for the default ($WAYMARK_STATE_DIR, else \
+                $XDG_STATE_HOME/waymark, else ~/.local/state/waymark)\n\nFor more information, try '--help'.\n";
+    for args in
+        [&["--state-dir", "", "history"][..], &["history", "--state-dir="], &["run", "--state-dir", "", "f.toml"]]
+    {
+        cmd(&env, args).assert().code(2).stdout("").stderr(said);
+    }
+}
+
 #[test]
 fn store_and_host_id_are_offered_only_by_the_commands_they_apply_to() {
     let env = Env::new();
