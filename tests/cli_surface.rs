@@ -445,11 +445,15 @@ fn logs_take_a_run_id_or_a_flow_for_its_newest_run() {
     );
     cmd(&env, &["logs", "nightly", "greet"]).assert().code(2).stdout("").stderr(unknown.clone());
     cmd(&env, &["status", "nightly"]).assert().code(2).stdout("").stderr(unknown);
-    cmd(&env, &["logs", "flow", "grete"])
+    cmd(&env, &["logs", "flow", "grete"]).assert().code(2).stdout("").stderr(format!(
+        "error: run {} has no step `grete`; did you mean `greet`? its steps are: greet\n",
+        newest_run(&env)
+    ));
+    cmd(&env, &["logs", "flow", "deploy"])
         .assert()
         .code(2)
         .stdout("")
-        .stderr(format!("error: run {} has no step `grete`; its steps are: greet\n", newest_run(&env)));
+        .stderr(format!("error: run {} has no step `deploy`; its steps are: greet\n", newest_run(&env)));
     cmd(&env, &["logs", "flow", "greet", "--attempt", "2"])
         .assert()
         .code(2)

@@ -1074,8 +1074,10 @@ pub(crate) fn logs(
         let steps = store.steps(run_id)?;
         let Some(this) = steps.iter().find(|s| s.name == step) else {
             let names: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
+            let guess = crate::suggest::closest(step, names.iter().copied())
+                .map_or_else(String::new, |name| format!("did you mean `{name}`? "));
             return Err(CliError::Usage(format!(
-                "run {run_id} has no step `{step}`; its steps are: {}",
+                "run {run_id} has no step `{step}`; {guess}its steps are: {}",
                 names.join(", ")
             )));
         };
