@@ -542,8 +542,9 @@ impl Supervisor {
 /// every 10 ms (no event says that the last of a group's processes, none of them waymark's child,
 /// has ended).
 async fn rest_of_the_grace(pgid: u32, kill_at: Instant, control: &mut watch::Receiver<Control>) -> bool {
+    let mut group = unix::GroupWatch::new(pgid);
     loop {
-        if !unix::group_alive(pgid) {
+        if !group.alive() {
             return false;
         }
         let now = Instant::now();

@@ -22,23 +22,42 @@ pub(crate) fn kill_group(pgid: u32) {
     signal_group(pgid, NixSignal::SIGKILL);
 }
 
-/// Whether a live process is still in group `pgid` (its leader may be gone). A zombie is not
-/// one: it has ended, and waits for a parent (init, or waymark when it is a container's first
-/// process) to reap it, which may take long.
-pub(crate) fn group_alive(pgid: u32) -> bool {
-    let Ok(raw) = i32::try_from(pgid) else { return false };
-    // Signal 0 checks without sending (ESRCH: none is left; EPERM: the group is someone else's
-    // now); only a group that has members is looked for in `/proc`.
-    if raw <= 1 || signal::killpg(Pid::from_raw(raw), None).is_err() {
-        return false;
+/// Watches whether a live process is still in group `pgid` (its leader may be gone). A zombie is
+/// not one: it has ended, and waits for a parent (init, or waymark when it is a container's first
+/// process) to reap it, which may take long. A look costs what the group's members cost, not what
+/// the machine's processes do: a scan of `/proc` finds the members, later looks read only theirs,
+/// and scan again once all of them are gone (one may have forked another before it ended).
+pub(crate) struct GroupWatch {
+    pgid: u32,
+    members: Vec<u32>,
+}
+
+impl GroupWatch {
+    pub(crate) fn new(pgid: u32) -> Self {
+        Self { pgid, members: Vec::new() }
     }
-    let Some(mut pids) = proc_pids() else { return true };
-    let pgid = pgid.to_string();
-    pids.any(|pid| {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        // fields[0] = state, [2] = pgrp
-        stat_fields(&stat).is_some_and(|f| f.first() != Some(&"Z") && f.get(2) == Some(&pgid.as_str()))
-    })
+
+    /// Whether the group has a live member.
+    pub(crate) fn alive(&mut self) -> bool {
+        let Ok(raw) = i32::try_from(self.pgid) else { return false };
+        // Signal 0 checks without sending (ESRCH: none is left; EPERM: the group is someone else's
+        // now); only a group that has members is looked for in `/proc`.
+        if raw <= 1 || signal::killpg(Pid::from_raw(raw), None).is_err() {
+            return false;
+        }
+        let pgid = self.pgid.to_string();
+        let member = |pid: &u32| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // fields[0] = state, [2] = pgrp. A pid reused since is in another group.
+            stat_fields(&stat).is_some_and(|f| f.first() != Some(&"Z") && f.get(2) == Some(&pgid.as_str()))
+        };
+        self.members.retain(member);
+        if self.members.is_empty() {
+            let Some(pids) = proc_pids() else { return true };
+            self.members = pids.filter(member).collect();
+        }
+        !self.members.is_empty()
+    }
 }
 
 /// The pids of the processes `/proc` shows; `None` without it.
@@ -389,6 +408,40 @@ pub(crate) fn is_alive(pid: u32, start: Option<u64>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A group whose first members are gone is still alive while a process one of them forked
+    /// is: the watch looks for members again once those it knew of have ended.
+    #[test]
+    fn a_group_is_alive_while_a_member_forked_by_one_that_ended_lives() {
+        use std::os::unix::process::CommandExt;
+        let dir = std::env::temp_dir().join(format!("waymark-group-watch-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pidfile = dir.join("pid");
+        // The shell waits for a line before it forks its sleep, so the first look finds it alone.
+        let script = format!("read go; sleep 60 & echo $! > {}.tmp; mv {0}.tmp {0}; exit 0", pidfile.display());
+        let mut leader = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .stdin(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pgid = leader.id();
+        let mut watch = GroupWatch::new(pgid);
+        assert!(watch.alive(), "the shell");
+        // The shell, the one member the first look found, forks its sleep and ends (and is
+        // reaped): the sleep is left.
+        std::io::Write::write_all(&mut leader.stdin.take().unwrap(), b"go\n").unwrap();
+        assert!(leader.wait().unwrap().success());
+        let sleeper: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+        assert!(watch.alive(), "the sleep the shell forked");
+        signal::kill(Pid::from_raw(sleeper), NixSignal::SIGKILL).unwrap();
+        let gone = (0..1000).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            !watch.alive()
+        });
+        assert!(gone, "the group is empty once the sleep is killed");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     fn seen(pid: u32, pgrp: u32, start: u64, attempts: &[&str]) -> Seen {
         let attempts = attempts.iter().map(|a| a.as_bytes().to_vec()).collect();
