@@ -53,8 +53,8 @@ pub(crate) enum Command {
         #[arg(value_hint = ValueHint::Other, long, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=i64::from(crate::flow::validate::MAX_PARALLEL)))]
         max_parallel: Option<u32>,
         /// Set a parameter declared in the flow's `[params]`; repeat for each one
-        #[arg(value_hint = ValueHint::Other, long = "param", value_name = "NAME=VALUE", value_parser = crate::flow::params::parse_arg)]
-        params: Vec<(String, String)>,
+        #[arg(value_hint = ValueHint::Other, long = "param", value_name = "NAME=VALUE")]
+        params: Vec<String>,
         /// Abandon an unfinished run of this flow and start a new one
         #[arg(long)]
         fresh: bool,

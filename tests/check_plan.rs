@@ -184,6 +184,33 @@ fn run_flags_for_params_and_parallelism_are_checked() {
         "{}",
         common::stderr(&out)
     );
+    // An argument is never repeated whole: it may hold a secret (here the env file's), given
+    // without its name or under a name that is none.
+    env.write(".env", "API_TOKEN=s3cr3tT0ken\n");
+    env.write(
+        "secret.toml",
+        "env_file = '.env'\nsecret_env = ['API_TOKEN']\n[params]\ndate = {}\n[[step]]\nname = 'a'\nrun = ['true']\n",
+    );
+    for (arg, said) in [
+        (
+            "s3cr3tT0ken",
+            "error: an argument of `--param` has no `=`: write `--param NAME=VALUE` with one of the flow's parameters: \
+             `date`; nothing ran\n",
+        ),
+        (
+            "my-tok=s3cr3tT0ken",
+            "error: `my-tok=...` is not NAME=VALUE: `my-tok` is not a parameter name (ASCII letters, digits and `_`, \
+             not starting with a digit); give one of the names the flow declares under `[params]`; nothing ran\n",
+        ),
+        (
+            "=s3cr3tT0ken",
+            "error: `=...` is not NAME=VALUE: the name before `=` is empty; write `--param NAME=VALUE`, e.g. \
+             `--param date=2026-01-31`; nothing ran\n",
+        ),
+    ] {
+        let out = env.cmd(&["run", "--param", arg, "secret.toml"]).env("NO_COLOR", "1").output().unwrap();
+        assert_eq!((out.status.code(), common::stderr(&out).as_str()), (Some(2), said), "--param {arg}");
+    }
     let out = env.cmd(&["run", "--max-parallel", "0", "flow.toml"]).env("NO_COLOR", "1").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(common::stderr(&out).contains("0 is not in 1..=10000"), "{}", common::stderr(&out));

@@ -39,7 +39,8 @@ pub(crate) struct Start<'a> {
     /// `--strict`: the flow's warnings are errors.
     pub(crate) strict: bool,
     pub(crate) max_parallel: Option<u32>,
-    pub(crate) params: &'a [(String, String)],
+    /// The `--param` arguments as given, parsed once the flow is read.
+    pub(crate) params: &'a [String],
 }
 
 pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start: Start<'_>) -> Result<i32, CliError> {
@@ -69,6 +70,12 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
     }
     // A parameter the flow does not declare (or one given twice) is wrong whichever run goes on.
     // A required one left out is wrong only for a new run: a resumed run has its values.
+    let declared: Vec<&str> = loaded.flow.params.keys().map(String::as_str).collect();
+    let params = &params
+        .iter()
+        .map(|arg| flow::params::parse_arg(arg, &declared))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| CliError::Usage(format!("{e}; nothing ran")))?;
     let resolved = match flow::params::resolve(&loaded.flow, params) {
         Ok(values) => Ok(values),
         Err(e @ ParamError::Missing { .. }) => Err(e),

@@ -12,6 +12,10 @@ pub enum ParamError {
     /// An argument that is not `NAME=VALUE`.
     #[error("`{arg}` is not NAME=VALUE: {why}")]
     Malformed { arg: String, why: String },
+    /// An argument without `=` that names no parameter: not repeated (it may be a secret whose
+    /// `NAME=` was left out).
+    #[error("an argument of `--param` has no `=`: {why}")]
+    NoEquals { why: String },
     /// A name the flow does not declare.
     #[error("{}", undeclared(flow, name, declared))]
     Undeclared { flow: String, name: String, declared: Vec<String> },
@@ -63,18 +67,30 @@ pub fn env_name(name: &str) -> String {
     format!("WAYMARK_PARAM_{}", name.to_ascii_uppercase())
 }
 
-/// One `--param` argument, `NAME=VALUE`, split at the first `=` (the value may hold more). A
-/// clap value parser: a malformed argument is a usage error (exit status 2).
-pub fn parse_arg(arg: &str) -> Result<(String, String), ParamError> {
-    // Named by what is before its `=`: the value may be a secret, and this is said before the
-    // secrets are known.
-    let shown = arg.split_once('=').map_or_else(|| arg.to_owned(), |(name, _)| format!("{name}=..."));
-    let malformed = |why: String| ParamError::Malformed { arg: shown.clone(), why };
+/// One `--param` argument, `NAME=VALUE`, split at the first `=` (the value may hold more), for a
+/// flow that declares the parameters `declared`. Parsed once the flow is read, not by the
+/// argument parser, whose message would repeat the whole argument: the value may be a secret, and
+/// this is said before the secrets are known. So an argument is named by what is before its `=`,
+/// and one without `=` only when it is a declared name (otherwise it may be a value whose
+/// `NAME=` was left out).
+pub fn parse_arg(arg: &str, declared: &[&str]) -> Result<(String, String), ParamError> {
     let Some((name, value)) = arg.split_once('=') else {
-        // An empty argument has no name to suggest `NAME=VALUE` with.
-        let name = if arg.is_empty() { "NAME" } else { arg };
-        return Err(malformed(format!("it has no `=`; write `--param {name}=VALUE`")));
+        let why = match declared {
+            _ if declared.contains(&arg) => {
+                return Err(ParamError::Malformed {
+                    arg: arg.to_owned(),
+                    why: format!("it has no `=`; write `--param {arg}=VALUE`"),
+                });
+            }
+            [] => "write `--param NAME=VALUE` with a name declared under the flow's `[params]`".to_owned(),
+            _ => format!(
+                "write `--param NAME=VALUE` with one of the flow's parameters: {}",
+                declared.iter().map(|d| format!("`{d}`")).collect::<Vec<_>>().join(", ")
+            ),
+        };
+        return Err(ParamError::NoEquals { why });
     };
+    let malformed = |why: String| ParamError::Malformed { arg: format!("{name}=..."), why };
     if name.is_empty() {
         return Err(malformed(
             "the name before `=` is empty; write `--param NAME=VALUE`, e.g. `--param date=2026-01-31`".into(),
@@ -136,7 +152,7 @@ mod tests {
     }
 
     fn given(args: &[&str]) -> Vec<(String, String)> {
-        args.iter().map(|a| parse_arg(a).unwrap()).collect()
+        args.iter().map(|a| parse_arg(a, &["date", "region"]).unwrap()).collect()
     }
 
     #[test]
@@ -208,9 +224,18 @@ mod tests {
 
     #[test]
     fn a_malformed_argument_says_how_to_write_it() {
-        let msg = |arg: &str| parse_arg(arg).unwrap_err().to_string();
+        let msg = |arg: &str| parse_arg(arg, &["date", "region"]).unwrap_err().to_string();
         assert_eq!(msg("date"), "`date` is not NAME=VALUE: it has no `=`; write `--param date=VALUE`");
-        assert_eq!(msg(""), "`` is not NAME=VALUE: it has no `=`; write `--param NAME=VALUE`");
+        // Not a declared name: it may be a value whose `NAME=` was left out, so it is not repeated.
+        let unnamed = "an argument of `--param` has no `=`: write `--param NAME=VALUE` with one of the flow's \
+                       parameters: `date`, `region`";
+        assert_eq!(msg("hunter2"), unnamed);
+        assert_eq!(msg(""), unnamed);
+        assert_eq!(
+            parse_arg("hunter2", &[]).unwrap_err().to_string(),
+            "an argument of `--param` has no `=`: write `--param NAME=VALUE` with a name declared under the \
+             flow's `[params]`"
+        );
         assert_eq!(
             msg("=x"),
             "`=...` is not NAME=VALUE: the name before `=` is empty; write `--param NAME=VALUE`, e.g. \
@@ -223,8 +248,8 @@ mod tests {
             "`my-tok=...` is not NAME=VALUE: `my-tok` is not a parameter name (ASCII letters, digits and `_`, not \
              starting with a digit); give one of the names the flow declares under `[params]`"
         );
-        assert_eq!(parse_arg("a=b=c").unwrap(), ("a".into(), "b=c".into()));
-        assert_eq!(parse_arg("_x=").unwrap(), ("_x".into(), String::new()));
+        assert_eq!(parse_arg("a=b=c", &[]).unwrap(), ("a".into(), "b=c".into()));
+        assert_eq!(parse_arg("_x=", &[]).unwrap(), ("_x".into(), String::new()));
     }
 
     /// A value too long for the variable a step gets it as is a usage error, naming the limit
