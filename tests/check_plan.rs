@@ -394,6 +394,36 @@ fn secrets_are_hidden_in_the_plan() {
     );
 }
 
+/// Wherever else the plan or the graph shows a value of the flow's, a secret is hidden too (here a
+/// class name); a parameter's default holding one is refused by `check` as `run` refuses it.
+#[test]
+fn secrets_are_hidden_beyond_commands_and_a_default_holding_one_is_refused() {
+    let env = Env::new();
+    env.write(
+        "flow.toml",
+        "secret_env = ['TOK']\n[[step]]\nname = 'a'\nrun = ['true']\n\
+         retry = { attempts = 2, exception_types = ['zz9topsecret'] }\n",
+    );
+    let check = env.cmd(&["check", "flow.toml"]).env("NO_COLOR", "1").env("TOK", "zz9topsecret").output().unwrap();
+    assert_eq!(check.status.code(), Some(0), "{}", common::stderr(&check));
+    let plan = String::from_utf8(check.stdout).unwrap();
+    assert!(plan.contains("\n     retry:    up to 2 attempts on ***\n"), "{plan}");
+    assert!(!plan.contains("zz9"), "{plan}");
+    let graph = env.cmd(&["graph", "flow.toml"]).env("TOK", "zz9topsecret").output().unwrap();
+    assert_eq!(
+        String::from_utf8(graph.stdout).unwrap(),
+        "digraph \"flow\" {\n  rankdir=LR;\n  node [shape=box];\n  \"a\" [label=\"a\\nattempts 2, retries ***\"];\n}\n"
+    );
+    env.write("p.toml", "secret_env = ['TOK']\n[params]\ntok = 'zz9topsecret'\n[[step]]\nname = 'a'\nrun = ['true']\n");
+    let said = "error: the default of parameter `tok` (`params.tok` in p.toml) holds the value of a variable of \
+                `secret_env`; parameter values are recorded with the run (to resume it with them) and a secret never \
+                is: let the step read the secret from its environment instead";
+    let check = env.cmd(&["check", "p.toml"]).env("NO_COLOR", "1").env("TOK", "zz9topsecret").output().unwrap();
+    assert_eq!((check.status.code(), common::stderr(&check)), (Some(2), format!("{said}\n")));
+    let run = env.cmd(&["run", "p.toml"]).env("NO_COLOR", "1").env("TOK", "zz9topsecret").output().unwrap();
+    assert_eq!((run.status.code(), common::stderr(&run)), (Some(2), format!("{said}; nothing ran\n")));
+}
+
 /// A command of several lines (a `shell` script) keeps its lines in the column of the first, for
 /// a step's command, its catch handler and compensation, and a hook. An argument of a `run`
 /// command with a newline in it (`python3 -c` code) is shown on one line, as bash reads it.

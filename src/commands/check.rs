@@ -16,11 +16,27 @@ pub(crate) fn check(path: &Path, strict: bool, explain: bool) -> Result<i32, Cli
     // Its secrets are hidden as a run hides them, before the commands are quoted.
     // (A secret from an env file that cannot be read is not known here: its value can be in the
     // flow's commands only as the literal text that `run` warns of.)
-    loaded.flow.hide_in_commands(&crate::executor::environment::secrets_to_hide(&loaded.flow));
+    let secrets = crate::executor::environment::secrets_to_hide(&loaded.flow);
+    // A default `run` would refuse is refused here too: `check` passes only what can run.
+    if let Some(name) = loaded
+        .flow
+        .params
+        .iter()
+        .find(|(_, p)| p.default.as_deref().is_some_and(|d| secrets.redact(d) != d))
+        .map(|(k, _)| k)
+    {
+        return Err(CliError::Usage(super::run::secret_in_param(&format!(
+            "the default of parameter `{name}` (`params.{name}` in {shown})"
+        ))));
+    }
+    loaded.flow.hide_in_commands(&secrets);
     let mut text = plan(&loaded.flow, &shown);
     if explain {
         text.push_str(&explanation(&loaded.flow));
     }
+    // And wherever else the plan shows a value of the flow's (a parameter's default, a class
+    // name), as a run's messages do.
+    let text = secrets.redact_string(text);
     // A flow's commands and names as written, but never a control character the terminal would
     // act on: `check` is how a flow is reviewed before it runs.
     super::output::print(crate::text::visible_owned(text))?;

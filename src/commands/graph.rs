@@ -13,6 +13,8 @@ pub(crate) fn graph(path: &Path, format: GraphFormat) -> Result<i32, CliError> {
         GraphFormat::Dot => dot(&loaded.flow),
         GraphFormat::Mermaid => mermaid(&loaded.flow),
     };
+    // A flow's values are shown with its secrets hidden, as `check` and a run show them.
+    let text = crate::executor::environment::secrets_to_hide(&loaded.flow).redact_string(text);
     super::output::print(text)?;
     Ok(EXIT_OK)
 }

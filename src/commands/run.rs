@@ -99,11 +99,7 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
                 true => format!("the value of `--param {name}`"),
                 false => format!("the default of parameter `{name}` (`params.{name}` in {})", shown_path(flow_path)),
             };
-            return Err(CliError::Usage(format!(
-                "{whose} holds the value of a variable of `secret_env`; parameter values are recorded with the run \
-                 (to resume it with them) and a secret never is: let the step read the secret from its environment \
-                 instead; nothing ran"
-            )));
+            return Err(CliError::Usage(format!("{}; nothing ran", secret_in_param(&whose))));
         }
         // The definition a new run records: a secret's value written in it is stored so.
         secrets_in_definition(&flow, &mut env, flow_path, &loaded.source, strict)?;
@@ -315,6 +311,14 @@ fn read_env(flow: &Flow, resuming: Option<&str>, at: EnvFileAt<'_>) -> Result<Ru
 
 /// Refuse `--param`s that differ from the values run `old` was started with: it resumes with its
 /// own. The same values (or none) are fine. The values are shown with the run's secrets hidden.
+/// Why a parameter's value (`whose`: "the value of `--param date`") cannot be a secret's.
+pub(super) fn secret_in_param(whose: &str) -> String {
+    format!(
+        "{whose} holds the value of a variable of `secret_env`; parameter values are recorded with the run (to \
+         resume it with them) and a secret never is: let the step read the secret from its environment instead"
+    )
+}
+
 fn params_differ(
     old: &RunRecord,
     recorded: &Flow,
