@@ -476,6 +476,42 @@ fn a_parameter_holding_a_secret_is_refused() {
     assert!(!env.path("ran").exists());
 }
 
+/// A name of `secret_env` set nowhere while a close one is set (a misspelling) hides nothing: the
+/// variable meant would be shown and stored as it is. `check` and `run` warn, naming both, and
+/// refuse under `--strict`; an unset name with no close one is an optional secret, let be.
+#[test]
+fn a_misspelt_secret_name_is_a_warning_and_refused_under_strict() {
+    let env = Env::new();
+    env.write(".env", "API_TOKEN=s3cr3tT0ken\n");
+    env.write(
+        "flow.toml",
+        "env_file = '.env'\nsecret_env = ['API_TOKNE', 'OPTIONAL_KEY']\n[[step]]\nname = 'a'\nrun = ['true']\n",
+    );
+    let what = "`secret_env` names `API_TOKNE`, which is set nowhere (not in waymark's environment, the env file or \
+                an `env` table), so it hides nothing, while `API_TOKEN` is set: did you mean `API_TOKEN`?";
+    let out = env.cmd(&["check", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(stderr(&out), format!("warning: {what} Correct the name in `secret_env`\n"));
+    let out = env.cmd(&["check", "--strict", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(stderr(&out), format!("error: {what} (an error under --strict): correct the name in `secret_env`\n"));
+    let out = env.cmd(&["run", "--quiet", "--strict", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        format!("error: {what} (an error under --strict); nothing ran: correct the name in `secret_env`\n")
+    );
+    let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let said: Vec<String> =
+        common::untimed(&stderr(&out)).lines().filter(|l| l.contains("warning:")).map(str::to_owned).collect();
+    assert_eq!(said, [format!("waymark: warning: {what} Correct the name in `secret_env`")]);
+    // Spelt right, nothing is said.
+    env.write("flow.toml", "env_file = '.env'\nsecret_env = ['API_TOKEN']\n[[step]]\nname = 'a'\nrun = ['true']\n");
+    let out = env.cmd(&["check", "--strict", "flow.toml"]).output().unwrap();
+    assert_eq!((out.status.code(), stderr(&out)), (Some(0), String::new()));
+}
+
 /// A secret's value written in the flow file (here in a command, the secret coming from the
 /// environment or the env file) is recorded with the flow's definition: `run` warns, naming the
 /// line and the secret, and refuses under `--strict`; a value the file sets in an `env` table is

@@ -16,6 +16,12 @@ pub(crate) fn check(path: &Path, strict: bool, explain: bool) -> Result<i32, Cli
     // Its secrets are hidden as a run hides them, before the commands are quoted.
     // (A secret from an env file that cannot be read is not known here: its value can be in the
     // flow's commands only as the literal text that `run` warns of.)
+    for what in crate::executor::environment::misspelt_secrets_of(&loaded.flow) {
+        if strict {
+            return Err(CliError::Usage(format!("{what} (an error under --strict): correct the name in `secret_env`")));
+        }
+        note!("warning: {what} Correct the name in `secret_env`");
+    }
     let secrets = crate::executor::environment::secrets_to_hide(&loaded.flow);
     // A default `run` would refuse is refused here too: `check` passes only what can run.
     if let Some(name) = loaded

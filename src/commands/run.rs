@@ -260,6 +260,14 @@ fn run_env(flow: &Flow, resuming: Option<&str>, at: EnvFileAt<'_>, strict: bool)
         let message = format!("{what}; remove {them} from the env file");
         env.warnings.push(message);
     }
+    for what in crate::executor::environment::misspelt_secrets(flow, &env.file) {
+        if strict {
+            return Err(CliError::Usage(format!(
+                "{what} (an error under --strict); nothing ran: correct the name in `secret_env`"
+            )));
+        }
+        env.warnings.push(format!("{what} Correct the name in `secret_env`"));
+    }
     Ok(env)
 }
 

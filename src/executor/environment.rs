@@ -116,6 +116,36 @@ pub(crate) fn secrets_to_hide(flow: &Flow) -> Secrets {
     Secrets::new(declared_secrets(flow, &file, &|name: &str| std::env::var_os(name)))
 }
 
+/// What to say of each name of `secret_env` that is set nowhere a step's variable comes from (the
+/// inherited environment, the env file's variables `file`, the `env` tables) while a name close to
+/// it is: most likely misspelt, it hides nothing, and the variable meant is shown and stored as it
+/// is. An unset name with no close one is let be (an optional secret, not set this time).
+pub(crate) fn misspelt_secrets(flow: &Flow, file: &BTreeMap<String, String>) -> Vec<String> {
+    let tables = || std::iter::once(file).chain(std::iter::once(&flow.env)).chain(flow.steps.iter().map(|s| &s.env));
+    let set = |name: &str| std::env::var_os(name).is_some() || tables().any(|t| t.contains_key(name));
+    let mut said = Vec::new();
+    for name in flow.secret_env.iter().filter(|n| !set(n)) {
+        let inherited: Vec<String> = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()).collect();
+        let candidates = tables()
+            .flat_map(|t| t.keys().map(String::as_str))
+            .chain(inherited.iter().map(String::as_str))
+            .filter(|c| !flow.secret_env.iter().any(|s| s == c));
+        if let Some(meant) = crate::suggest::closest(name, candidates) {
+            said.push(format!(
+                "`secret_env` names `{name}`, which is set nowhere (not in waymark's environment, the env file or an \
+                 `env` table), so it hides nothing, while `{meant}` is set: did you mean `{meant}`?"
+            ));
+        }
+    }
+    said
+}
+
+/// [`misspelt_secrets`] with the env file read here (none from one that cannot be read).
+pub(crate) fn misspelt_secrets_of(flow: &Flow) -> Vec<String> {
+    let file = flow.env_file.as_deref().and_then(|path| read_env_file(path).ok()).unwrap_or_default();
+    misspelt_secrets(flow, &file)
+}
+
 /// The values of `flow`'s `secret_env` variables, from every place an attempt's variable can come
 /// from: the inherited environment, the env file, the flow's `env` and every step's `env`. (The
 /// run also hides the password of the store URL the attempts inherit in `WAYMARK_STORE`, so that
