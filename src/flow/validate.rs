@@ -269,6 +269,24 @@ impl Validator<'_> {
         ));
     }
 
+    /// A warning when the value of `name` in an `env` table refers to a variable as a shell would
+    /// (`PATH = "/opt/bin:$PATH"`) and that is most likely what was meant: the variable is `name`
+    /// itself, or one set in waymark's environment. Values are set as written; a `$` that names
+    /// nothing set stays a `$` without a word (a literal one in a pattern, say).
+    fn env_variable(&mut self, name: &str, val: &Str) {
+        let Some(var) = shell_variable(val.get_ref()) else { return };
+        let used = var.trim_start_matches("${").trim_start_matches('$').trim_end_matches('}');
+        if used != name && std::env::var_os(used).is_none() {
+            return;
+        }
+        let d = self.warn(val.span(), &format!("`{var}` looks like a shell variable, but `env` values are set as written"));
+        d.label = "not expanded".into();
+        d.help = Some(format!(
+            "write the value in full, or set `{name}` in the command itself (`shell = \"export {name}=...; ...\"`, run \
+             by /bin/sh -c, which expands `{var}`)"
+        ));
+    }
+
     /// When programs are searched ([`ProgramSearch`]), a warning for `program` if it is on no
     /// directory of the PATH it would be started with: `step_path` (a step's `env` PATH), else
     /// the flow's `env` PATH, else waymark's own. `whose` names the `env` to set PATH in. A
@@ -1280,6 +1298,7 @@ impl Validator<'_> {
                     d.help =
                         Some("remove it: waymark's own variables (README, \"Environment\") are set over `env`".into());
                 }
+                self.env_variable(name, val);
                 env.insert(k.get_ref().clone(), val.get_ref().clone());
             }
         }
