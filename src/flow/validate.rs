@@ -1758,6 +1758,16 @@ impl Validator<'_> {
         let exit_codes = self.exit_codes(&more.exit_codes, classes);
         let env = self.env(&more.env);
         let workdir = match &more.workdir {
+            Some(w) if w.get_ref().is_empty() => {
+                let d = self.error(w.span(), "the working directory is empty");
+                d.label = "no path".into();
+                d.help = Some(
+                    "write a directory, relative to the flow file's directory (`workdir = \"build\"`), or remove \
+                     the key to run in the flow file's directory"
+                        .into(),
+                );
+                dir.clone()
+            }
             Some(w) => {
                 self.no_nul(w, "a working directory");
                 let workdir: Arc<Path> = dir.join(w.get_ref()).into();
