@@ -142,6 +142,40 @@ fn a_corrupt_database_exits_4_naming_the_file_and_a_fresh_one_works() {
     assert_eq!((env.count("a.log"), env.count("b.log")), (1, 1));
 }
 
+/// A database rebuilt from sqlite3's `.dump` has waymark's tables but no `user_version` (the dump
+/// does not carry it): every command refuses it with exit 4, saying how to set the version back,
+/// instead of a looking command seeing no runs and a runner failing to create tables that exist.
+/// Set back as told, the runs are there again.
+#[test]
+fn a_database_without_its_schema_version_exits_4_saying_how_to_set_it_back() {
+    let env = Env::new();
+    env.write("flow.toml", FLOW);
+    env.cmd(&["run", "flow.toml"]).assert().success();
+    let db = env.state().join("waymark.db");
+    let set_version = |v: i64| {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.pragma_update(None, "user_version", v).unwrap();
+    };
+    set_version(0);
+    let expected = format!(
+        "error: state database {0} holds tables but no schema version (its `PRAGMA user_version` is 0), so waymark \
+         cannot tell what they hold and neither reads nor writes it; a copy made with sqlite3's `.dump` loses the \
+         version: if it is a copy of a database this waymark wrote, set the version back with `sqlite3 {0} 'PRAGMA \
+         user_version = {1}'`, otherwise move it aside to start afresh\n",
+        db.display(),
+        common::SCHEMA
+    );
+    for args in [&["run", "flow.toml"][..], &["status"], &["history"], &["gc", "--older-than", "1d"]] {
+        let out = env.cmd(args).output().unwrap();
+        assert_eq!((out.status.code(), stderr(&out)), (Some(4), expected.clone()), "{args:?}");
+    }
+    assert_eq!((env.count("a.log"), env.count("b.log")), (1, 1), "nothing ran again");
+    set_version(common::SCHEMA);
+    let history = env.cmd(&["history", "--json"]).output().unwrap();
+    let history: serde_json::Value = serde_json::from_slice(&history.stdout).unwrap();
+    assert_eq!(history.as_array().map(Vec::len), Some(1), "the run is there again");
+}
+
 #[test]
 fn a_state_directory_owned_by_another_user_exits_4_and_resumes_once_it_is_ours() {
     if !can_run("a_state_directory_owned_by_another_user_exits_4_and_resumes_once_it_is_ours", "chown to another user")

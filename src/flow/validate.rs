@@ -279,7 +279,8 @@ impl Validator<'_> {
         if used != name && std::env::var_os(used).is_none() {
             return;
         }
-        let d = self.warn(val.span(), &format!("`{var}` looks like a shell variable, but `env` values are set as written"));
+        let d =
+            self.warn(val.span(), &format!("`{var}` looks like a shell variable, but `env` values are set as written"));
         d.label = "not expanded".into();
         d.help = Some(format!(
             "write the value in full, or set `{name}` in the command itself (`shell = \"export {name}=...; ...\"`, run \

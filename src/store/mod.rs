@@ -56,6 +56,9 @@ pub enum StoreErrorKind {
     Corrupt,
     /// A newer waymark wrote the store in a form this one does not know.
     NewerSchema,
+    /// A database that holds tables but no schema version (rebuilt from sqlite3's `.dump`, which
+    /// does not carry it over): what it holds cannot be told, so it is neither read nor written.
+    Unversioned,
     /// No space left where the store lives.
     Full,
     /// The store, or where it lives, may not be read or written by this user.
@@ -119,6 +122,13 @@ fn failure_message(kind: StoreErrorKind, location: &str, detail: &str) -> String
         StoreErrorKind::NewerSchema => format!(
             "state database {location} was written by a newer waymark ({detail}); upgrade waymark or point --state-dir elsewhere"
         ),
+        StoreErrorKind::Unversioned => format!(
+            "state database {location} holds tables but no schema version (its `PRAGMA user_version` is 0), so \
+             waymark cannot tell what they hold and neither reads nor writes it; a copy made with sqlite3's `.dump` \
+             loses the version: if it is a copy of a database this waymark wrote, set the version back with \
+             `sqlite3 {} 'PRAGMA user_version = {detail}'`, otherwise move it aside to start afresh",
+            crate::flow::model::shell_word(location)
+        ),
         StoreErrorKind::Full => format!("cannot write the state database {location}: {detail}"),
         StoreErrorKind::Permission => format!("no permission to use the state database {location}: {detail}"),
         StoreErrorKind::Unreachable => format!("cannot reach the state database {location}: {detail}"),
@@ -171,7 +181,7 @@ impl StoreError {
         let elsewhere = "--state-dir or WAYMARK_STATE_DIR selects another directory";
         let resumes = "try again (nothing is lost: a run resumes where it stopped)";
         match kind {
-            StoreErrorKind::Corrupt | StoreErrorKind::NewerSchema => None,
+            StoreErrorKind::Corrupt | StoreErrorKind::NewerSchema | StoreErrorKind::Unversioned => None,
             StoreErrorKind::Deleted if !detail.is_empty() => Some(
                 "do not delete or replace the files of a state directory while a runner uses it; the next `waymark \
                  run` resumes the run from what was saved"
@@ -598,7 +608,7 @@ fn network_hint(kind: StoreErrorKind, location: &str) -> Option<String> {
     let resumes = "then try again (nothing is lost: a run resumes where it stopped)";
     let elsewhere = "--store or WAYMARK_STORE selects another store";
     Some(match kind {
-        StoreErrorKind::Corrupt | StoreErrorKind::NewerSchema => return None,
+        StoreErrorKind::Corrupt | StoreErrorKind::NewerSchema | StoreErrorKind::Unversioned => return None,
         StoreErrorKind::Unreachable => format!(
             "check that PostgreSQL runs at {location} and takes connections from this host (host, port, firewall, \
              sslmode), {resumes}; {elsewhere}"

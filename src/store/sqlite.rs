@@ -450,6 +450,26 @@ fn denied(path: &Path) -> bool {
     }
 }
 
+/// Refuses the database `conn` has open at `path` if it holds tables but no schema version: a copy
+/// rebuilt from sqlite3's `.dump`, which does not carry `user_version` over, would be taken for a
+/// new database (a looking command saw no runs; a runner failed creating tables that exist).
+/// Waymark creates its tables and sets the version in one transaction: no waymark is ever seen
+/// half way.
+fn unversioned(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    let sql = |e| failure(path, e);
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(sql)?;
+    let tables: i64 =
+        conn.query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table'", [], |r| r.get(0)).map_err(sql)?;
+    if version == 0 && tables > 0 {
+        return Err(StoreError::failed(
+            StoreErrorKind::Unversioned,
+            path.display().to_string(),
+            SCHEMA_VERSION.to_string(),
+        ));
+    }
+    Ok(())
+}
+
 /// An SQLite failure on the database at `path` as a [`StoreError`] of its kind.
 fn failure(path: &Path, e: rusqlite::Error) -> StoreError {
     StoreError::failed(kind_of(path, &e), path.display().to_string(), e.to_string())
@@ -712,6 +732,7 @@ impl SqliteStore {
         let conn = Connection::open_with_flags(&path, flags).map_err(sql)?;
         // The database holds commands and errors: keep it private like the logs.
         let _ = std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600));
+        unversioned(&conn, &path)?;
         let mut store = SqliteStore::with(conn, path, SCHEMA_VERSION);
         store.init().map_err(|e| failure(&store.path, e))?;
         store.file_id = Some(
@@ -781,6 +802,7 @@ impl SqliteStore {
             return Err(newer_schema(&path, found));
         }
         if found == 0 {
+            unversioned(&conn, &path)?;
             // A database without waymark's schema (created, never written): no runs yet.
             return empty();
         }
