@@ -176,6 +176,42 @@ fn a_database_without_its_schema_version_exits_4_saying_how_to_set_it_back() {
     assert_eq!(history.as_array().map(Vec::len), Some(1), "the run is there again");
 }
 
+/// Values no waymark writes, put in by hand or by damage, never make a command panic: a time past
+/// year 9999 (or before 1970) is shown at the end of what a timestamp can print, and a count
+/// that cannot be one is a corrupt database (exit 4), not a bare SQLite message with a hint about
+/// free space.
+#[test]
+fn a_damaged_value_in_the_database_is_shown_or_refused_never_a_panic() {
+    let env = Env::new();
+    env.write("flow.toml", FLOW);
+    env.cmd(&["run", "flow.toml"]).assert().success();
+    let db = env.state().join("waymark.db");
+    let edit = |sql: &str| rusqlite::Connection::open(&db).unwrap().execute_batch(sql).unwrap();
+    for (started, shown) in
+        [(253_402_300_800_000_i64, "9999-12-31T23:59:59.999Z"), (i64::MIN, "1970-01-01T00:00:00.000Z")]
+    {
+        edit(&format!("UPDATE runs SET started_at = {started}"));
+        for args in [&["history"][..], &["history", "--json"], &["status"], &["status", "--json"]] {
+            let out = env.cmd(args).output().unwrap();
+            assert_eq!((out.status.code(), stderr(&out)), (Some(0), String::new()), "{args:?} with {started}");
+            assert!(String::from_utf8_lossy(&out.stdout).contains(shown), "{args:?} with {started}");
+        }
+    }
+    edit("UPDATE steps SET attempts_used = -3");
+    let out = env.cmd(&["status"]).output().unwrap();
+    assert_eq!(
+        (out.status.code(), stderr(&out)),
+        (
+            Some(4),
+            format!(
+                "error: state database {}: the file is not a waymark database (or is corrupt); move it aside to start \
+                 afresh\n",
+                db.display()
+            )
+        )
+    );
+}
+
 #[test]
 fn a_state_directory_owned_by_another_user_exits_4_and_resumes_once_it_is_ours() {
     if !can_run("a_state_directory_owned_by_another_user_exits_4_and_resumes_once_it_is_ours", "chown to another user")

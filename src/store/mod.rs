@@ -868,8 +868,12 @@ pub(crate) fn to_millis(t: SystemTime) -> i64 {
     }
 }
 
+/// A time the store holds, in milliseconds since the epoch, kept between the epoch and the last
+/// millisecond of year 9999: a value outside (a damaged or hand-edited row) is shown at that end,
+/// never past what a timestamp can print.
 pub(crate) fn from_millis(ms: i64) -> SystemTime {
-    SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+    const LAST: u64 = 253_402_300_799_999; // 9999-12-31T23:59:59.999Z
+    SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0).min(LAST))
 }
 
 pub(crate) mod lock;

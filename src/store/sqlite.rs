@@ -425,7 +425,15 @@ fn outputs_json(outputs: &BTreeMap<String, String>) -> String {
 /// codes.
 fn kind_of(path: &Path, e: &rusqlite::Error) -> StoreErrorKind {
     use rusqlite::ErrorCode as C;
-    let rusqlite::Error::SqliteFailure(e, _) = e else { return StoreErrorKind::Other };
+    let e = match e {
+        rusqlite::Error::SqliteFailure(e, _) => e,
+        // A value no waymark writes where it reads one (a negative count, text for a number): the
+        // file was damaged or edited.
+        rusqlite::Error::IntegralValueOutOfRange(..)
+        | rusqlite::Error::InvalidColumnType(..)
+        | rusqlite::Error::FromSqlConversionFailure(..) => return StoreErrorKind::Corrupt,
+        _ => return StoreErrorKind::Other,
+    };
     match e.code {
         C::DatabaseBusy | C::DatabaseLocked => StoreErrorKind::Busy,
         C::DatabaseCorrupt | C::NotADatabase => StoreErrorKind::Corrupt,
