@@ -186,6 +186,10 @@ fn kill_grace_is_the_whole_group_s_even_after_its_leader_died() {
         let st = env.cmd(&["status", "--json", "--attempts"]).output().unwrap();
         let st: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
         assert_eq!(st["steps"][0]["attempts"][0]["killed_after_grace"], !cleaned, "{cleanup}: {st}");
+        // The attempt ended with the last of its group: its worker's cleanup (1 s) or the grace
+        // (1 s) after the timeout, not when its leader died of the signal (lower bounds only).
+        let took = st["steps"][0]["attempts"][0]["duration_ms"].as_u64().unwrap();
+        assert!(took >= 2_000, "{cleanup}: took {took} ms: {st}");
         assert!(!alive(read_pid(&env.path("worker"))), "{cleanup}");
     }
 }

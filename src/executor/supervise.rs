@@ -57,7 +57,8 @@ pub(crate) enum End {
 #[derive(Debug)]
 pub(crate) struct Finished {
     pub(crate) end: End,
-    /// When its leader exited: the attempt's end (its output is drained after).
+    /// The attempt's end (its output is drained after): when its leader exited, or, stopped with a
+    /// grace, when the last of its group did (or the grace ran out).
     pub(crate) exited: Instant,
     /// Stopping it took SIGKILL after the grace period (it outlived the first signal).
     pub(crate) killed_after_grace: bool,
@@ -479,7 +480,7 @@ impl Supervisor {
                 }
             }
         };
-        let exited = Instant::now();
+        let mut exited = Instant::now();
         // Ended once one of the runner's signals had come, before the runner passed it on
         // (`systemctl stop`, `pkill` signal the steps with their runner: one may exit 0 from its
         // TERM handler, or be killed by the signal, first): it
@@ -493,6 +494,8 @@ impl Supervisor {
         // has the rest of the grace, as the whole group does, unless a second signal kills it.
         if let Some(at) = kill_at {
             killed_after_grace = rest_of_the_grace(pgid, at, &mut control).await;
+            // The attempt ends with the last of its group (README), at the grace's end at the latest.
+            exited = Instant::now();
         }
         // The leader is gone; whatever else is left in its group goes with it. The leader is not
         // reaped yet, so the group's id is still this attempt's (see `Child`).
