@@ -276,6 +276,21 @@ fn a_state_directory_deleted_under_a_runner_stops_it_with_exit_4() {
     );
     assert!(!common::alive(b), "the attempt running beside is killed");
     assert!(!env.path("c.ran").exists(), "no step starts after the database is gone");
+    // Nor is any of the state directory made again (a log directory of a run no database has).
+    assert!(!env.state().exists(), "{:?}", walkdir(&env.state()));
+}
+
+/// The files under `dir`, for a message.
+fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut todo = vec![dir.to_owned()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            todo.push(entry.path());
+            found.push(entry.path());
+        }
+    }
+    found
 }
 
 /// The database's write-ahead log deleted while a runner uses it (a clean-up of `*-wal` files):

@@ -299,8 +299,9 @@ impl ProcessLauncher {
     /// Make sure the step's log directory exists (once per runner); `Err` with its path.
     fn log_dir_ready(&mut self, step: &Step) -> Result<(), (PathBuf, std::io::Error)> {
         if !self.log_dirs.contains(&step.name) {
+            // In the run's log directory, made when the run started: not made again if it is gone.
             let dir = self.state.step_logs(&self.run_id, &step.name);
-            crate::store::create_private_dir(&dir).map_err(|e| (dir, e))?;
+            crate::os::fs::create_dir_in_parent(&dir).map_err(|e| (dir, e))?;
             self.log_dirs.insert(step.name.clone());
         }
         Ok(())
@@ -562,8 +563,9 @@ impl Launcher for ProcessLauncher {
 
     fn prepare_aux(&mut self, kind: AuxKind, name: &str) -> Result<PathBuf, ExecError> {
         let stem = self.state.aux_stem(&self.run_id, kind, name);
+        // In the run's log directory (a step's, or `hooks`), as a step's log directory is.
         if let Some(dir) = stem.parent() {
-            crate::store::create_private_dir(dir)
+            crate::os::fs::create_dir_in_parent(dir)
                 .map_err(|source| ExecError::Files { path: dir.to_owned(), source })?;
         }
         Ok(stem)

@@ -136,6 +136,33 @@ fn parent_and_name(path: &Path) -> io::Result<(OwnedFd, &std::ffi::OsStr)> {
     Ok((open_dir_nofollow(parent, false)?, name))
 }
 
+/// Create the directory `path` (mode 0700) in its parent, which must exist, never following a
+/// symlink: a step's log directory in its run's, made when the run started. A parent that is gone
+/// (the state directory deleted or moved while the run ran) is an error that says so, not made
+/// again: a tree made again there would hold logs of a run no database has, kept for good.
+pub(crate) fn create_dir_in_parent(path: &Path) -> io::Result<()> {
+    let (parent, name) = match parent_and_name(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let parent = path.parent().unwrap_or(path);
+            return Err(io::Error::new(
+                e.kind(),
+                format!("{} is gone (the state directory deleted or moved while the run ran?)", parent.display()),
+            ));
+        }
+        parent => parent?,
+    };
+    match nix::sys::stat::mkdirat(&parent, name, Mode::S_IRWXU) {
+        Ok(()) | Err(Errno::EEXIST) => {}
+        Err(e) => return Err(at_path(path, e)),
+    }
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    match nix::fcntl::openat(&parent, name, flags, Mode::empty()) {
+        Ok(_) => Ok(()),
+        Err(Errno::ELOOP | Errno::ENOTDIR) if is_symlink_at(&parent, name) => Err(symlink_refused(path)),
+        Err(e) => Err(at_path(path, e)),
+    }
+}
+
 /// Remove what is at `path` unless it is a regular file (or whatever it is, with `also_files`).
 /// Never follows a symlink, in `path`'s directories either.
 fn remove_entry(path: &Path, also_files: bool) -> io::Result<()> {
