@@ -317,6 +317,33 @@ fn store_and_host_id_are_offered_only_by_the_commands_they_apply_to() {
     );
 }
 
+/// A state directory that a `sqlite:DIR` store URL chose and that cannot be used is refused
+/// saying what chooses another there: `--state-dir`, or the URL (WAYMARK_STATE_DIR, which the
+/// URL overrides, is not offered).
+#[test]
+fn a_bad_state_directory_a_store_url_chose_names_the_url_to_change() {
+    let env = Env::new();
+    env.write("flow.toml", FLOW);
+    env.write("afile", "");
+    let dir = std::fs::canonicalize(env.dir.path()).unwrap();
+    let said = |by: &str| {
+        format!(
+            "error: cannot use {}/afile as the state directory: something other than a directory (a file, a link) is \
+             at that path; choose another with --state-dir (or another `sqlite:DIR` in {by})\n",
+            dir.display()
+        )
+    };
+    let url = format!("sqlite:{}/afile", dir.display());
+    cmd(&env, &["run", "flow.toml"]).env("WAYMARK_STORE", &url).assert().code(4).stderr(said("WAYMARK_STORE"));
+    cmd(&env, &["run", "--store", &url, "flow.toml"]).assert().code(4).stderr(said("--store"));
+    // Chosen as usual, the usual advice.
+    cmd(&env, &["run", "--state-dir", "afile", "flow.toml"]).assert().code(4).stderr(format!(
+        "error: cannot use {}/afile as the state directory: something other than a directory (a file, a link) is at \
+         that path; choose another with --state-dir or WAYMARK_STATE_DIR\n",
+        dir.display()
+    ));
+}
+
 #[test]
 fn state_dir_before_the_command_works_for_every_command_and_the_one_after_wins() {
     let env = Env::new();

@@ -282,7 +282,20 @@ fn configured_state_dir(cli_flag: Option<&std::path::Path>) -> Result<PathBuf, C
 /// symlinked entries) if it exists, never created.
 fn find_state_dir(cli_flag: Option<&std::path::Path>) -> Result<StateDir, CliError> {
     let dir = configured_state_dir(cli_flag)?;
-    StateDir::find(&dir).map_err(|e| CliError::Internal(e.into()))
+    StateDir::find(&dir).map_err(|e| CliError::Internal(anyhow::anyhow!(elsewhere(e.to_string()))))
+}
+
+/// A message about the state directory that says to choose another "with --state-dir or
+/// WAYMARK_STATE_DIR", corrected where a `sqlite:DIR` store URL chose it: WAYMARK_STATE_DIR does
+/// not apply then.
+fn elsewhere(message: String) -> String {
+    const USUAL: &str = "--state-dir or WAYMARK_STATE_DIR";
+    match CHOSEN_BY.get().copied().flatten() {
+        Some(by) if message.contains(USUAL) => {
+            message.replace(USUAL, &format!("--state-dir (or another `sqlite:DIR` in {by})"))
+        }
+        _ => message,
+    }
 }
 
 /// The state directory, created with mode 0700 if missing, checked, and resolved: no component of
@@ -302,17 +315,19 @@ fn create_state_dir(dir: &std::path::Path) -> Result<StateDir, CliError> {
         ))),
         // `mkdir` of a path a file holds.
         Err(statedir::TrustError::Io { path, error, .. }) if error.kind() == std::io::ErrorKind::AlreadyExists => {
-            Err(CliError::Internal(anyhow::anyhow!(
+            Err(CliError::Internal(anyhow::anyhow!(elsewhere(format!(
                 "cannot use {} as the state directory: something other than a directory (a file, a link) is at \
                  that path; choose another with --state-dir or WAYMARK_STATE_DIR",
                 path.display()
-            )))
+            )))))
         }
-        Err(statedir::TrustError::Io { path, error, .. }) => Err(CliError::Internal(anyhow::anyhow!(
-            "cannot create the state directory {}: {error}; choose another with --state-dir or WAYMARK_STATE_DIR",
-            path.display()
-        ))),
-        Err(e) => Err(CliError::Internal(e.into())),
+        Err(statedir::TrustError::Io { path, error, .. }) => {
+            Err(CliError::Internal(anyhow::anyhow!(elsewhere(format!(
+                "cannot create the state directory {}: {error}; choose another with --state-dir or WAYMARK_STATE_DIR",
+                path.display()
+            )))))
+        }
+        Err(e) => Err(CliError::Internal(anyhow::anyhow!(elsewhere(e.to_string())))),
     }
 }
 
