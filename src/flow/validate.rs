@@ -957,7 +957,7 @@ impl Validator<'_> {
                     None => {
                         suggestion_work += names.len();
                         let hint = (suggestion_work <= MAX_SUGGESTION_WORK)
-                            .then(|| crate::suggest::closest(n, names.iter().copied()))
+                            .then(|| crate::suggest::closest(n, names.iter().copied().filter(|c| Some(*c) != own)))
                             .flatten();
                         let d = self.error(item.span(), &format!("no step named `{n}`"));
                         d.label = "unknown step".into();
