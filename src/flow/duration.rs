@@ -20,6 +20,25 @@ pub(crate) struct Invalid {
     pub(crate) help: Option<&'static str>,
 }
 
+/// Why `text` is not a duration, in words rather than humantime's byte offsets ("expected number
+/// at 8").
+fn why(text: &str, e: &humantime::DurationError) -> String {
+    use humantime::DurationError as E;
+    let rest = |at: usize| text.get(at..).unwrap_or_default().trim_end();
+    match e {
+        E::NumberExpected(at) if rest(*at).is_empty() => "a number is missing at its end".into(),
+        E::NumberExpected(at) => format!("a number was expected where it says `{}`", rest(*at)),
+        E::InvalidCharacter(at) => match text.get(*at..).and_then(|r| r.chars().next()) {
+            Some(c) => format!("`{c}` cannot be part of a duration (where it says `{}`)", rest(*at)),
+            None => e.to_string(),
+        },
+        E::NumberOverflow => "a number in it is too large".into(),
+        E::Empty => "it is empty".into(),
+        // The unit's own message names the units there are.
+        E::UnknownUnit { .. } => e.to_string(),
+    }
+}
+
 /// The duration `raw` stands for, within waymark's range: at least 1 ms (or exactly 0 where
 /// `allow_zero`), at most 100 years, never rounded to something else than what was written; a
 /// negative one is refused as negative.
@@ -47,7 +66,7 @@ pub(crate) fn resolve(raw: &RawDuration, allow_zero: bool) -> Result<Duration, I
             }
             Err(e) => {
                 return Err(Invalid {
-                    message: format!("invalid duration {}: {e}", super::toml_quoted(text)),
+                    message: format!("invalid duration {}: {}", super::toml_quoted(text), why(text, &e)),
                     label: None,
                     help: Some(FORMS),
                 });
@@ -149,6 +168,15 @@ mod tests {
         assert!(from_arg("nan", true).unwrap_err().starts_with("a duration must be a finite number of seconds; "));
         assert!(from_arg("200 years", true).unwrap_err().starts_with("a duration must be at most 100 years; "));
         assert!(from_arg("30 dayz", true).unwrap_err().starts_with("invalid duration \"30 dayz\": "));
+        // In words, where the text goes wrong, not a byte offset.
+        let said = |text: &str| resolve(&RawDuration::Text(text.into()), true).unwrap_err().message;
+        assert_eq!(
+            said("2 hours and a bit"),
+            "invalid duration \"2 hours and a bit\": a number was expected where it says `and a bit`"
+        );
+        assert_eq!(said("abc"), "invalid duration \"abc\": a number was expected where it says `abc`");
+        assert_eq!(said(""), "invalid duration \"\": it is empty");
+        assert_eq!(said("5m!"), "invalid duration \"5m!\": `!` cannot be part of a duration (where it says `!`)");
     }
 
     #[test]
