@@ -593,12 +593,19 @@ impl Validator<'_> {
         }
         // After every step's own diagnostics: at the same place (its name), they come first. Every
         // step counts, built or not (a step whose command is wrong still takes its name).
-        let mut seen = HashSet::with_capacity_and_hasher(raw.step.len(), FastHash::default());
-        for raw_step in &raw.step {
+        let mut seen = HashMap::with_capacity_and_hasher(raw.step.len(), FastHash::default());
+        for (i, raw_step) in raw.step.iter().enumerate() {
             let Some(name) = &raw_step.get_ref().name else { continue };
-            if !seen.insert(name.get_ref().as_str()) {
+            if let Some(&(first, at)) = seen.get(name.get_ref().as_str()) {
+                let line = self.source.get(..at).map_or(0, |before: &str| before.matches('\n').count()) + 1;
                 let d = self.error(name.span(), &format!("a step named `{}` is already defined", name.get_ref()));
                 d.label = "duplicate step name".into();
+                d.help = Some(format!(
+                    "the first is `step[{first}]`, at line {line}; rename one of the two: a step's name is how \
+                     `needs`, its logs and `waymark logs` know it"
+                ));
+            } else {
+                seen.insert(name.get_ref().as_str(), (i, name.span().start));
             }
         }
         let (mut needs, explicit) = self.needs(&raw.step);
