@@ -287,7 +287,7 @@ run = ["true"]
          \x20    not:        TimeoutError (Exception), CalledProcessError (Exception), ActionExecutionNotStarted \
          (Exception), ActionTimeout (BaseException), ActionExecutionLost (BaseException)\n\
          \x20    worst case: unbounded by the step: without a `timeout` an attempt may run forever; the flow's timeout \
-         ends the run after 1h\n"
+         ends the run after 1h, and an attempt it stops up to 10s later (`kill_grace`)\n"
     );
 }
 

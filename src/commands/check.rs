@@ -403,6 +403,13 @@ fn worst_case_line(flow: &Flow, step: &Step) -> String {
             && total.is_none_or(|total| deadline < total)
         {
             line.push_str(&format!("; the flow's timeout ends the run after {}", human(deadline)));
+            // An attempt the deadline stops has its grace before SIGKILL, as for a timeout.
+            if !step.kill_grace.is_zero() {
+                line.push_str(&format!(
+                    ", and an attempt it stops up to {} later (`kill_grace`)",
+                    human(step.kill_grace)
+                ));
+            }
         }
     };
     let Some(timeout) = step.timeout else {
