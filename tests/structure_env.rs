@@ -64,6 +64,12 @@ fn parameters_reach_steps_through_the_environment_only() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(stdout(&out), format!("show | date={value} region=eu-west-1\n"));
     assert!(!env.path("pwned").exists(), "a parameter's value is never shell text");
+    // `status` shows the values the run was started with, the default's too, each a shell word.
+    let status = env.cmd(&["status"]).output().unwrap();
+    let line = stdout(&status).lines().nth(1).unwrap_or_default().to_owned();
+    assert_eq!(line, format!("  params: date='{value}' region=eu-west-1"));
+    let status: Value = serde_json::from_slice(&env.cmd(&["status", "--json"]).output().unwrap().stdout).unwrap();
+    assert_eq!(status["params"], json!({ "date": value, "region": "eu-west-1" }));
     // A given value wins over the default; so does an empty one.
     let out = env.cmd(&["run", "flow.toml", "--param", "date=", "--param", "region=us"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

@@ -865,7 +865,11 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
             "started_at": time(run.started_at), "ended_at": opt_time(run.ended_at),
             "reopened_at": opt_time(run.reopened_at),
             "failed_step": run.failed_step, "pid": run.pid, "host": run.host,
-            "runner_alive": runner_alive, "steps": rows,
+            "runner_alive": runner_alive,
+            // The values the run was started with (a parameter's default included); null when
+            // its definition cannot be read.
+            "params": flow.as_ref().map(|f| &f.param_values),
+            "steps": rows,
             "compensated": !compensations.is_empty(),
             "compensations": compensations.iter().map(Compensation::json).collect::<Vec<_>>(),
             "hooks": hooks.iter().map(HookRun::json).collect::<Vec<_>>(),
@@ -886,6 +890,12 @@ pub(crate) fn status(state: &StateDir, target: Option<&str>, json: bool, list_at
         time(run.started_at),
         run.ended_at.map(|e| format!(", ended {}", time(e))).unwrap_or_default()
     );
+    // What it runs with: a resume of it takes these, whatever `--param` says.
+    if let Some(values) = flow.as_ref().map(|f| &f.param_values).filter(|v| !v.is_empty()) {
+        let values: Vec<String> =
+            values.iter().map(|(k, v)| format!("{k}={}", crate::flow::model::shell_word(v))).collect();
+        out.push_str(&format!("  params: {}\n", values.join(" ")));
+    }
     if let Some(line) = hooks_left(&run, runner_alive, flow.as_ref(), &steps, &aux) {
         out.push_str(&format!("  {line}\n"));
     }
