@@ -49,6 +49,12 @@ impl Secrets {
         Secrets { values, matcher }
     }
 
+    /// Whether `text` is part of a secret's value (a secret given where a name was expected,
+    /// `TOKEN` split at its `=`): a message must not repeat it, and `***` would not hide a part.
+    pub(crate) fn holds_part(&self, text: &str) -> bool {
+        !text.is_empty() && self.values.iter().any(|v| v.windows(text.len()).any(|w| w == text.as_bytes()))
+    }
+
     /// Whether there is nothing to hide.
     pub(crate) fn is_empty(&self) -> bool {
         self.values.is_empty()

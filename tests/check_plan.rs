@@ -194,6 +194,12 @@ fn run_flags_for_params_and_parallelism_are_checked() {
     for (arg, said) in [
         (
             "s3cr3tT0ken",
+            "error: an argument of `--param` does not name a parameter of the flow, and is not repeated here: it holds \
+             part of the value of a variable of `secret_env`; write `--param NAME=VALUE` with one of the flow's \
+             parameters (`date`); nothing ran\n",
+        ),
+        (
+            "tok",
             "error: an argument of `--param` has no `=`: write `--param NAME=VALUE` with one of the flow's parameters: \
              `date`; nothing ran\n",
         ),
@@ -210,6 +216,24 @@ fn run_flags_for_params_and_parallelism_are_checked() {
     ] {
         let out = env.cmd(&["run", "--param", arg, "secret.toml"]).env("NO_COLOR", "1").output().unwrap();
         assert_eq!((out.status.code(), common::stderr(&out).as_str()), (Some(2), said), "--param {arg}");
+    }
+    // A secret with an `=` of its own (base64's padding), given without its `NAME=`, would read
+    // as a name: one that is part of a secret is not repeated either.
+    env.write("secret2.toml", "secret_env = ['TOK']\n[params]\ndate = {}\n[[step]]\nname = 'a'\nrun = ['true']\n");
+    for tok in ["c2VjcmV0X3Rva2VuXzEyMzQ=", "s3cr3t=T0ken"] {
+        let out =
+            env.cmd(&["run", "--param", tok, "secret2.toml"]).env("TOK", tok).env("NO_COLOR", "1").output().unwrap();
+        assert_eq!(
+            (out.status.code(), common::stderr(&out)),
+            (
+                Some(2),
+                "error: an argument of `--param` does not name a parameter of the flow, and is not repeated here: it \
+                 holds part of the value of a variable of `secret_env`; write `--param NAME=VALUE` with one of the \
+                 flow's parameters (`date`); nothing ran\n"
+                    .to_owned()
+            ),
+            "{tok}"
+        );
     }
     let out = env.cmd(&["run", "--max-parallel", "0", "flow.toml"]).env("NO_COLOR", "1").output().unwrap();
     assert_eq!(out.status.code(), Some(2));

@@ -71,6 +71,19 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
     // A parameter the flow does not declare (or one given twice) is wrong whichever run goes on.
     // A required one left out is wrong only for a new run: a resumed run has its values.
     let declared: Vec<&str> = loaded.flow.params.keys().map(String::as_str).collect();
+    // An argument whose name is no parameter's and part of a secret's value (the secret given
+    // without its `NAME=`, split at an `=` of its own) is not repeated in any message.
+    let secrets = crate::executor::environment::secrets_to_hide(&loaded.flow);
+    let named = |arg: &str| arg.split_once('=').map_or(arg, |(name, _)| name).to_owned();
+    if params.iter().map(|a| named(a)).any(|name| !declared.contains(&name.as_str()) && secrets.holds_part(&name)) {
+        let list = declared.iter().map(|d| format!("`{d}`")).collect::<Vec<_>>().join(", ");
+        let list = if list.is_empty() { "none".to_owned() } else { list };
+        return Err(CliError::Usage(format!(
+            "an argument of `--param` does not name a parameter of the flow, and is not repeated here: it holds \
+             part of the value of a variable of `secret_env`; write `--param NAME=VALUE` with one of the flow's \
+             parameters ({list}); nothing ran"
+        )));
+    }
     let params = &params
         .iter()
         .map(|arg| flow::params::parse_arg(arg, &declared))
@@ -317,8 +330,6 @@ fn read_env(flow: &Flow, resuming: Option<&str>, at: EnvFileAt<'_>) -> Result<Ru
     })
 }
 
-/// Refuse `--param`s that differ from the values run `old` was started with: it resumes with its
-/// own. The same values (or none) are fine. The values are shown with the run's secrets hidden.
 /// Why a parameter's value (`whose`: "the value of `--param date`") cannot be a secret's.
 pub(super) fn secret_in_param(whose: &str) -> String {
     format!(
@@ -327,6 +338,8 @@ pub(super) fn secret_in_param(whose: &str) -> String {
     )
 }
 
+/// Refuse `--param`s that differ from the values run `old` was started with: it resumes with its
+/// own. The same values (or none) are fine. The values are shown with the run's secrets hidden.
 fn params_differ(
     old: &RunRecord,
     recorded: &Flow,
