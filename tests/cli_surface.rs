@@ -336,12 +336,20 @@ fn a_bad_state_directory_a_store_url_chose_names_the_url_to_change() {
     let url = format!("sqlite:{}/afile", dir.display());
     cmd(&env, &["run", "flow.toml"]).env("WAYMARK_STORE", &url).assert().code(4).stderr(said("WAYMARK_STORE"));
     cmd(&env, &["run", "--store", &url, "flow.toml"]).assert().code(4).stderr(said("--store"));
-    // Chosen as usual, the usual advice.
-    cmd(&env, &["run", "--state-dir", "afile", "flow.toml"]).assert().code(4).stderr(format!(
+    // Chosen as usual, the usual advice, with a PostgreSQL store too (its URL chooses no directory;
+    // the state directory is checked before the store is reached).
+    let usual = format!(
         "error: cannot use {}/afile as the state directory: something other than a directory (a file, a link) is at \
          that path; choose another with --state-dir or WAYMARK_STATE_DIR\n",
         dir.display()
-    ));
+    );
+    cmd(&env, &["run", "--state-dir", "afile", "flow.toml"]).assert().code(4).stderr(usual.clone());
+    cmd(&env, &["run", "flow.toml"])
+        .env("WAYMARK_STORE", "postgres://u:p@127.0.0.1:1/db")
+        .env("WAYMARK_STATE_DIR", env.path("afile"))
+        .assert()
+        .code(4)
+        .stderr(usual);
 }
 
 #[test]

@@ -290,7 +290,8 @@ fn find_state_dir(cli_flag: Option<&std::path::Path>) -> Result<StateDir, CliErr
 /// not apply then.
 fn elsewhere(message: String) -> String {
     const USUAL: &str = "--state-dir or WAYMARK_STATE_DIR";
-    match CHOSEN_BY.get().copied().flatten() {
+    // A PostgreSQL store's URL chooses no state directory: the usual advice stands there.
+    match CHOSEN_BY.get().copied().flatten().filter(|_| matches!(backend(), Backend::Sqlite)) {
         Some(by) if message.contains(USUAL) => {
             message.replace(USUAL, &format!("--state-dir (or another `sqlite:DIR` in {by})"))
         }
