@@ -274,11 +274,18 @@ impl Validator<'_> {
     /// itself, or one set in waymark's environment. Values are set as written; a `$` that names
     /// nothing set stays a `$` without a word (a literal one in a pattern, say).
     fn env_variable(&mut self, name: &str, val: &Str) {
-        let Some(var) = shell_variable(val.get_ref()) else { return };
-        let used = var.trim_start_matches("${").trim_start_matches('$').trim_end_matches('}');
-        if used != name && std::env::var_os(used).is_none() {
-            return;
-        }
+        // Each `$NAME` in turn (`$TOOL_HOME/lib:$LD_LIBRARY_PATH`): the first that is meant.
+        let mut rest = val.get_ref().as_str();
+        let var = loop {
+            let Some(var) = shell_variable(rest) else { return };
+            let used = var.trim_start_matches("${").trim_start_matches('$').trim_end_matches('}');
+            if used == name || std::env::var_os(used).is_some() {
+                break var;
+            }
+            // Past this one: `shell_variable` gives a slice of `rest`.
+            let at = var.as_ptr() as usize - rest.as_ptr() as usize + var.len();
+            rest = &rest[at..];
+        };
         let d =
             self.warn(val.span(), &format!("`{var}` looks like a shell variable, but `env` values are set as written"));
         d.label = "not expanded".into();
