@@ -484,7 +484,7 @@ fn a_parameter_holding_a_secret_is_refused() {
 
 /// A name of `secret_env` set nowhere while a close one is set (a misspelling) hides nothing: the
 /// variable meant would be shown and stored as it is. `check` and `run` warn, naming both, and
-/// refuse under `--strict`; an unset name with no close one is an optional secret, let be.
+/// refuse under `--strict`; an unset name with none one edit away is an optional secret, let be.
 #[test]
 fn a_misspelt_secret_name_is_a_warning_and_refused_under_strict() {
     let env = Env::new();
@@ -512,9 +512,14 @@ fn a_misspelt_secret_name_is_a_warning_and_refused_under_strict() {
     let said: Vec<String> =
         common::untimed(&stderr(&out)).lines().filter(|l| l.contains("warning:")).map(str::to_owned).collect();
     assert_eq!(said, [format!("waymark: warning: {what} Correct the name in `secret_env`")]);
-    // Spelt right, nothing is said.
-    env.write("flow.toml", "env_file = '.env'\nsecret_env = ['API_TOKEN']\n[[step]]\nname = 'a'\nrun = ['true']\n");
-    let out = env.cmd(&["check", "--strict", "flow.toml"]).output().unwrap();
+    // Spelt right, nothing is said; nor of an optional secret beside a variable of a similar name
+    // (two edits away), in the env file or waymark's environment.
+    env.write(".env", "API_TOKEN=s3cr3tT0ken\nDB_PATH=/var/db\n");
+    env.write(
+        "flow.toml",
+        "env_file = '.env'\nsecret_env = ['API_TOKEN', 'DB_PASS', 'GITHUB_TOKEN']\n[[step]]\nname = 'a'\nrun = ['true']\n",
+    );
+    let out = env.cmd(&["check", "--strict", "flow.toml"]).env("GITLAB_TOKEN", "x").output().unwrap();
     assert_eq!((out.status.code(), stderr(&out)), (Some(0), String::new()));
 }
 

@@ -118,8 +118,9 @@ pub(crate) fn secrets_to_hide(flow: &Flow) -> Secrets {
 
 /// What to say of each name of `secret_env` that is set nowhere a step's variable comes from (the
 /// inherited environment, the env file's variables `file`, the `env` tables) while a name close to
-/// it is: most likely misspelt, it hides nothing, and the variable meant is shown and stored as it
-/// is. An unset name with no close one is let be (an optional secret, not set this time).
+/// it is (one edit away): most likely misspelt, it hides nothing, and the variable meant is shown
+/// and stored as it is. An unset name with no such one is let be (an optional secret, not set
+/// this time).
 pub(crate) fn misspelt_secrets(flow: &Flow, file: &BTreeMap<String, String>) -> Vec<String> {
     let tables = || std::iter::once(file).chain(std::iter::once(&flow.env)).chain(flow.steps.iter().map(|s| &s.env));
     let set = |name: &str| std::env::var_os(name).is_some() || tables().any(|t| t.contains_key(name));
@@ -130,7 +131,10 @@ pub(crate) fn misspelt_secrets(flow: &Flow, file: &BTreeMap<String, String>) -> 
             .flat_map(|t| t.keys().map(String::as_str))
             .chain(inherited.iter().map(String::as_str))
             .filter(|c| !flow.secret_env.iter().any(|s| s == c));
-        if let Some(meant) = crate::suggest::closest(name, candidates) {
+        // One edit away at most (a transposition, a letter, the case): an optional secret beside a
+        // variable of a similar name (`DB_PASS`, `DB_PATH`) is let be.
+        let near = |c: &&str| strsim::osa_distance(&name.to_lowercase(), &c.to_lowercase()) <= 1;
+        if let Some(meant) = candidates.filter(|_| name.len() >= 4).find(near) {
             said.push(format!(
                 "`secret_env` names `{name}`, which is set nowhere (not in waymark's environment, the env file or an \
                  `env` table), so it hides nothing, while `{meant}` is set: did you mean `{meant}`?"
