@@ -419,7 +419,8 @@ fn secrets_are_hidden_in_the_plan() {
 }
 
 /// Wherever else the plan or the graph shows a value of the flow's, a secret is hidden too (here a
-/// class name); a parameter's default holding one is refused by `check` as `run` refuses it.
+/// class name); a parameter's default holding one, which `run` refuses to take, is a warning of
+/// `check`'s (an error under `--strict`).
 #[test]
 fn secrets_are_hidden_beyond_commands_and_a_default_holding_one_is_refused() {
     let env = Env::new();
@@ -439,13 +440,24 @@ fn secrets_are_hidden_beyond_commands_and_a_default_holding_one_is_refused() {
         "digraph \"flow\" {\n  rankdir=LR;\n  node [shape=box];\n  \"a\" [label=\"a\\nattempts 2, retries ***\"];\n}\n"
     );
     env.write("p.toml", "secret_env = ['TOK']\n[params]\ntok = 'zz9topsecret'\n[[step]]\nname = 'a'\nrun = ['true']\n");
-    let said = "error: the default of parameter `tok` (`params.tok` in p.toml) holds the value of a variable of \
+    let said = "the default of parameter `tok` (`params.tok` in p.toml) holds the value of a variable of \
                 `secret_env`; parameter values are recorded with the run (to resume it with them) and a secret never \
                 is: let the step read the secret from its environment instead";
+    let run_refuses = "; `waymark run` refuses a run that takes it (give `--param tok=...`)";
     let check = env.cmd(&["check", "p.toml"]).env("NO_COLOR", "1").env("TOK", "zz9topsecret").output().unwrap();
-    assert_eq!((check.status.code(), common::stderr(&check)), (Some(2), format!("{said}\n")));
+    assert_eq!((check.status.code(), common::stderr(&check)), (Some(0), format!("warning: {said}{run_refuses}\n")));
+    assert!(!String::from_utf8_lossy(&check.stdout).contains("zz9"), "the plan hides the default");
+    let strict = ["check", "--strict", "p.toml"];
+    let check = env.cmd(&strict).env("NO_COLOR", "1").env("TOK", "zz9topsecret").output().unwrap();
+    assert_eq!(
+        (check.status.code(), common::stderr(&check)),
+        (Some(2), format!("error: {said}{run_refuses} (an error under --strict)\n"))
+    );
     let run = env.cmd(&["run", "p.toml"]).env("NO_COLOR", "1").env("TOK", "zz9topsecret").output().unwrap();
-    assert_eq!((run.status.code(), common::stderr(&run)), (Some(2), format!("{said}; nothing ran\n")));
+    assert_eq!((run.status.code(), common::stderr(&run)), (Some(2), format!("error: {said}; nothing ran\n")));
+    // Given another value, the run takes that one.
+    let run = env.cmd(&["run", "-q", "p.toml", "--param", "tok=x"]).env("TOK", "zz9topsecret").output().unwrap();
+    assert_eq!(run.status.code(), Some(0), "{}", common::stderr(&run));
 }
 
 /// A command of several lines (a `shell` script) keeps its lines in the column of the first, for

@@ -23,7 +23,8 @@ pub(crate) fn check(path: &Path, strict: bool, explain: bool) -> Result<i32, Cli
         note!("warning: {what} Correct the name in `secret_env`");
     }
     let secrets = crate::executor::environment::secrets_to_hide(&loaded.flow);
-    // A default `run` would refuse is refused here too: `check` passes only what can run.
+    // A default that holds a secret: `run` refuses a run that takes it (one given `--param` is
+    // fine), so `check` warns, and refuses under `--strict`.
     if let Some(name) = loaded
         .flow
         .params
@@ -31,9 +32,14 @@ pub(crate) fn check(path: &Path, strict: bool, explain: bool) -> Result<i32, Cli
         .find(|(_, p)| p.default.as_deref().is_some_and(|d| secrets.redact(d) != d))
         .map(|(k, _)| k)
     {
-        return Err(CliError::Usage(super::run::secret_in_param(&format!(
-            "the default of parameter `{name}` (`params.{name}` in {shown})"
-        ))));
+        let what = format!(
+            "{}; `waymark run` refuses a run that takes it (give `--param {name}=...`)",
+            super::run::secret_in_param(&format!("the default of parameter `{name}` (`params.{name}` in {shown})"))
+        );
+        if strict {
+            return Err(CliError::Usage(format!("{what} (an error under --strict)")));
+        }
+        note!("warning: {what}");
     }
     loaded.flow.hide_in_commands(&secrets);
     let mut text = plan(&loaded.flow, &shown);
