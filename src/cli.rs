@@ -21,7 +21,7 @@ pub struct Cli {
     /// Where runs and logs are kept, for the commands that keep or read them (run, resume, history,
     /// status, logs, gc); the others ignore it, so an alias may always pass it. The same option
     /// after the command wins
-    #[arg(long, value_name = "DIR", value_hint = ValueHint::DirPath, value_parser = state_dir)]
+    #[arg(long, value_name = "DIR", value_hint = ValueHint::DirPath, value_parser = any_path)]
     pub(crate) state_dir: Option<PathBuf>,
     /// Where runs are recorded, for the same commands as --state-dir; the others ignore it. The
     /// same option after the command wins
@@ -368,13 +368,21 @@ impl Command {
     }
 }
 
-/// `--state-dir`: a directory's path; an empty one (`--state-dir "$UNSET"`) is refused, saying so.
+/// Why an empty `--state-dir` (`--state-dir "$UNSET"`) is refused.
+pub(crate) const EMPTY_STATE_DIR: &str = "an empty path is no directory: give the state directory, or leave the \
+     option out for the default ($WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark)";
+
+/// `--state-dir` after a command that keeps or reads runs: a directory's path, not an empty one.
 fn state_dir(arg: &str) -> Result<PathBuf, String> {
     if arg.is_empty() {
-        return Err("an empty path is no directory: give the state directory, or leave the option out for the \
-                    default ($WAYMARK_STATE_DIR, else $XDG_STATE_HOME/waymark, else ~/.local/state/waymark)"
-            .into());
+        return Err(EMPTY_STATE_DIR.into());
     }
+    Ok(PathBuf::from(arg))
+}
+
+/// `--state-dir` before the command: any path, an empty one too, which only a command that keeps or
+/// reads runs refuses (the others ignore the option, so that an alias may always pass it).
+fn any_path(arg: &str) -> Result<PathBuf, String> {
     Ok(PathBuf::from(arg))
 }
 

@@ -256,18 +256,23 @@ fn state_dir_is_offered_only_by_the_commands_that_keep_or_read_runs() {
 }
 
 /// An empty `--state-dir` (a variable that was not set) is refused, saying what to give instead,
-/// before the command as after it; nothing is read or written.
+/// after the command as before it, where only the commands that keep or read runs refuse it (the
+/// others ignore it, so an alias may always pass it); nothing is read or written.
 #[test]
 fn an_empty_state_dir_is_refused_with_the_default_named() {
     let env = Env::new();
+    env.write("f.toml", FLOW);
     let said = "error: invalid value '' for '--state-dir <DIR>': an empty path is no directory: give the state \
                 directory, or leave the option out for the default ($WAYMARK_STATE_DIR, else \
-                $XDG_STATE_HOME/waymark, else ~/.local/state/waymark)\n\nFor more information, try '--help'.\n";
-    for args in
-        [&["--state-dir", "", "history"][..], &["history", "--state-dir="], &["run", "--state-dir", "", "f.toml"]]
-    {
+                $XDG_STATE_HOME/waymark, else ~/.local/state/waymark)\n";
+    for args in [&["history", "--state-dir="][..], &["run", "--state-dir", "", "f.toml"]] {
+        cmd(&env, args).assert().code(2).stdout("").stderr(format!("{said}\nFor more information, try '--help'.\n"));
+    }
+    for args in [&["--state-dir", "", "history"][..], &["--state-dir=", "run", "f.toml"]] {
         cmd(&env, args).assert().code(2).stdout("").stderr(said);
     }
+    cmd(&env, &["--state-dir", "", "check", "f.toml"]).assert().success();
+    assert!(!env.state().exists(), "nothing was written");
 }
 
 #[test]

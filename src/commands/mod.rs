@@ -478,6 +478,12 @@ fn configure(cli: &Cli) -> Result<Option<PathBuf>, CliError> {
     crate::store::lease::set_host_id(host.or(cli.host_id.as_deref())).map_err(CliError::Usage)?;
     let flag = store.or(cli.store.as_deref());
     let dir_flag = cli.command.state_dir_flag().or(cli.state_dir.as_deref());
+    if dir_flag.is_some_and(|d| d.as_os_str().is_empty()) {
+        return Err(CliError::Usage(format!(
+            "invalid value '' for '--state-dir <DIR>': {}",
+            crate::cli::EMPTY_STATE_DIR
+        )));
+    }
     choose_store(flag, dir_flag)
 }
 
