@@ -216,11 +216,12 @@ pub(crate) fn stdlib_bases(printed: &str) -> Option<Vec<String>> {
     STDLIB.iter().find(|(name, _)| *name == printed).map(|(_, bases)| bases.iter().map(|b| b.to_string()).collect())
 }
 
-/// Whether a class of [`STDLIB`] has the bare name `bare` (`URLError`): a traceback naming it
-/// gets its bases from there, so a policy listing it matches it, and what derives from it, as
-/// Python's `except` would.
-pub(crate) fn stdlib_has(bare: &str) -> bool {
-    STDLIB.iter().any(|(printed, _)| printed.rsplit('.').next() == Some(bare))
+/// The classes of [`STDLIB`] whose bare name is `bare` (`URLError`), by the names tracebacks print
+/// (`urllib.error.URLError`): a traceback naming one gets its bases from there, so a policy listing
+/// the bare name matches it, and what derives from it, as Python's `except` would; where several
+/// modules have the name (`Error`), it matches all of them.
+pub(crate) fn stdlib_named(bare: &str) -> Vec<&'static str> {
+    STDLIB.iter().map(|(printed, _)| *printed).filter(|printed| printed.rsplit('.').next() == Some(bare)).collect()
 }
 
 /// The class Python 3 gives the name `alias` to: `IOError`, `EnvironmentError` and `WindowsError`
@@ -577,12 +578,14 @@ mod tests {
     /// A name of the standard library's classes is known by its bare name, whichever module has it.
     #[test]
     fn a_standard_library_class_is_known_by_its_bare_name() {
-        for bare in ["URLError", "HTTPError", "SSLCertVerificationError", "RemoteDisconnected", "CancelledError"] {
-            assert!(stdlib_has(bare), "{bare}");
+        for bare in ["URLError", "HTTPError", "SSLCertVerificationError", "RemoteDisconnected"] {
+            assert_eq!(stdlib_named(bare).len(), 1, "{bare}");
         }
-        assert!(!stdlib_has("urllib.error.URLError"), "a bare name only");
-        assert!(!stdlib_has("FlakyDisk"));
-        assert!(stdlib_has("Error"), "sqlite3's, configparser's and others'");
+        assert_eq!(stdlib_named("HTTPError"), ["urllib.error.HTTPError"]);
+        assert!(stdlib_named("Error").len() > 3, "sqlite3's, configparser's and others'");
+        assert_eq!(stdlib_named("CancelledError").len(), 2, "asyncio's and concurrent.futures'");
+        assert!(stdlib_named("urllib.error.URLError").is_empty(), "a bare name only");
+        assert!(stdlib_named("FlakyDisk").is_empty());
     }
 
     /// Bases a child reports bring their own, in the order Python's MRO would give them.

@@ -1481,7 +1481,25 @@ impl Validator<'_> {
                 d.help = Some(format!("write `{real}`: tracebacks name it so"));
                 names.push(n.clone());
                 aliased.push(real);
-            } else if !classes.knows(n) && !crate::classify::classes::stdlib_has(n) {
+            } else if !classes.knows(n) && crate::classify::classes::stdlib_named(n).len() > 1 {
+                let modules = crate::classify::classes::stdlib_named(n);
+                let shown: Vec<String> = modules.iter().take(4).map(|m| format!("`{m}`")).collect();
+                let more = if modules.len() > 4 { format!(" and {} more", modules.len() - 4) } else { String::new() };
+                let d = self.warn(
+                    item.span(),
+                    &format!(
+                        "`{n}` is the name of several classes of Python's standard library: {}{more}",
+                        shown.join(", ")
+                    ),
+                );
+                d.label = "matches every one of them".into();
+                d.help = Some(format!(
+                    "a traceback's class is matched by its bare name, so `{n}` matches all of them and their \
+                     subclasses, where Python's `except` catches the one imported; list a subclass only that one has, \
+                     or declare a class of your own in [errors] for the step to report"
+                ));
+                names.push(n.clone());
+            } else if !classes.knows(n) && crate::classify::classes::stdlib_named(n).is_empty() {
                 let d = self.warn(item.span(), &format!("no known class is named `{n}`"));
                 d.label = "matches only errors children report with this name".into();
                 d.help = Some(match classes.suggest(n) {
