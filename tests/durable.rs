@@ -1971,7 +1971,8 @@ fn an_invalid_flow_file_with_an_unfinished_run_says_resume_still_works() {
         last,
         format!(
             "hint: run {id} of this flow file is unfinished: `waymark resume {id}` resumes it with the flow it \
-             recorded when it started; `waymark run` resumes it once the file is valid again"
+             recorded when it started; `waymark run` resumes it once the file is valid again and names the flow \
+             `broken`"
         )
     );
     // Under `--strict` too, of a file with an error: it is to be made valid.

@@ -160,8 +160,9 @@ fn a_database_without_its_schema_version_exits_4_saying_how_to_set_it_back() {
     let expected = format!(
         "error: state database {0} holds tables but no schema version (its `PRAGMA user_version` is 0), so waymark \
          cannot tell what they hold and neither reads nor writes it; a copy made with sqlite3's `.dump` loses the \
-         version: if it is a copy of a database this waymark wrote, set the version back with `sqlite3 {0} 'PRAGMA \
-         user_version = {1}'`, otherwise move it aside to start afresh\n",
+         version: if it is a copy of a database this waymark last wrote (schema {1}), set the version back with \
+         `sqlite3 {0} 'PRAGMA user_version = {1}'` (a copy of one an older waymark wrote needs that waymark's \
+         version, or it is read wrong), otherwise move it aside to start afresh\n",
         db.display(),
         common::SCHEMA
     );

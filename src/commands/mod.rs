@@ -610,7 +610,8 @@ fn resumable_despite(
     }
     let then = match warnings_only {
         true => "`waymark run` without `--strict` resumes it, or with it once the warnings are fixed",
-        false => "`waymark run` resumes it once the file is valid again",
+        // By its path and its flow's name, which the invalid file may have changed too.
+        false => &format!("`waymark run` resumes it once the file is valid again and names the flow `{}`", run.flow),
     };
     Some(format!(
         "run {0} of this flow file is unfinished: `waymark resume {0}` resumes it with the flow it recorded \

@@ -152,7 +152,8 @@ struct Ended {
     stem: PathBuf,
     stderr_from: u64,
     issued: Instant,
-    /// When it ended (its leader exited), or was found never to start: its duration is from
+    /// When it ended (its leader exited; stopped with a grace, the last of its group), or was
+    /// found never to start: its duration is from
     /// `issued` to then, whatever the runner did after (a final outcome's commit waits for the
     /// disk).
     ended: Instant,
@@ -162,7 +163,7 @@ struct Ended {
     left: super::Left,
 }
 
-/// How a catch handler ended: its outcome and exit status, when (its leader exited) and how long
+/// How a catch handler ended: its outcome and exit status, when (as an attempt's end) and how long
 /// its process ran, why it did not succeed (for the warning) and its error (for the record).
 struct HandlerEnd {
     outcome: AttemptOutcome,

@@ -125,8 +125,9 @@ fn failure_message(kind: StoreErrorKind, location: &str, detail: &str) -> String
         StoreErrorKind::Unversioned => format!(
             "state database {location} holds tables but no schema version (its `PRAGMA user_version` is 0), so \
              waymark cannot tell what they hold and neither reads nor writes it; a copy made with sqlite3's `.dump` \
-             loses the version: if it is a copy of a database this waymark wrote, set the version back with \
-             `sqlite3 {} 'PRAGMA user_version = {detail}'`, otherwise move it aside to start afresh",
+             loses the version: if it is a copy of a database this waymark last wrote (schema {detail}), set the \
+             version back with `sqlite3 {} 'PRAGMA user_version = {detail}'` (a copy of one an older waymark \
+             wrote needs that waymark's version, or it is read wrong), otherwise move it aside to start afresh",
             crate::flow::model::shell_word(location)
         ),
         StoreErrorKind::Full => format!("cannot write the state database {location}: {detail}"),
