@@ -73,9 +73,14 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
     let declared: Vec<&str> = loaded.flow.params.keys().map(String::as_str).collect();
     // An argument whose name is no parameter's and part of a secret's value (the secret given
     // without its `NAME=`, split at an `=` of its own) is not repeated in any message.
-    let secrets = crate::executor::environment::secrets_to_hide(&loaded.flow);
     let named = |arg: &str| arg.split_once('=').map_or(arg, |(name, _)| name).to_owned();
-    if params.iter().map(|a| named(a)).any(|name| !declared.contains(&name.as_str()) && secrets.holds_part(&name)) {
+    let unknown: Vec<String> = params.iter().map(|a| named(a)).filter(|n| !declared.contains(&n.as_str())).collect();
+    // The secrets (and so the env file) are read only for a run given a name it does not declare.
+    let holds_secret = !unknown.is_empty() && {
+        let secrets = crate::executor::environment::secrets_to_hide(&loaded.flow);
+        unknown.iter().any(|name| secrets.holds_part(name))
+    };
+    if holds_secret {
         let list = declared.iter().map(|d| format!("`{d}`")).collect::<Vec<_>>().join(", ");
         let list = if list.is_empty() { "none".to_owned() } else { list };
         return Err(CliError::Usage(format!(

@@ -906,7 +906,7 @@ mod tests {
                 "`step[0].env.T`: the value of secret `T` is written in this file (the `env` of a step without a \
                  name), and every run records the flow's definition, its `env` tables included, in the state \
                  database",
-                "`step[1].timeout`: invalid duration \"soon\": expected number at 0",
+                "`step[1].timeout`: invalid duration \"soon\": a number was expected where it says `soon`",
                 "`step[1].env.U`: the value of secret `U` is written in this file (step `b`'s `env`), and every run \
                  records the flow's definition, its `env` tables included, in the state database",
             ]
