@@ -287,3 +287,30 @@ fn the_steps_of_a_nested_run_are_killed_with_the_step_that_started_it() {
     let pids: Vec<u32> = env.read("pids").lines().map(|l| l.trim().parse().unwrap()).collect();
     assert_no_survivors(&env.mark(), &pids, &said);
 }
+
+/// A daemon the attempt started (`setsid`: out of its group) gets the timeout's `kill_signal` with
+/// the group, and the grace to clean up in: its handler runs, and the attempt ends when it has.
+/// One that ignores the signal is killed at the grace's end, as a member of the group would be.
+#[test]
+fn a_daemon_gets_the_stop_signal_and_the_grace_with_the_group() {
+    for (trap, grace, cleaned) in [("echo done > cleaned; exit 0", "30s", true), ("", "1s", false)] {
+        let env = Env::new();
+        let _sweeper = Sweeper(env.mark());
+        let step = format!(
+            "shell = '''( setsid sh -c 'echo $$ >> pids; trap \"{trap}\" TERM; while :; do sleep 0.05; done' \
+             > /dev/null 2>&1 & ); until [ -s pids ]; do sleep 0.01; done; exec sleep 300'''\n\
+             timeout = 1\nkill_grace = '{grace}'\n"
+        );
+        env.write("flow.toml", &format!("name = 'leak'\n{}[[step]]\nname = 's'\n{step}", env.mark_env()));
+        let out = env.cmd(&["run", "flow.toml"]).output().unwrap();
+        let said = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{said}");
+        assert!(said.contains("ActionTimeout"), "{said}");
+        assert_eq!(env.path("cleaned").exists(), cleaned, "the daemon's handler ran ({trap:?}): {said}");
+        let status = env.cmd(&["status", "--json", "--attempts"]).output().unwrap();
+        let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+        assert_eq!(status["steps"][0]["attempts"][0]["killed_after_grace"], !cleaned, "{status}");
+        let pids: Vec<u32> = env.read("pids").lines().map(|l| l.trim().parse().unwrap()).collect();
+        assert_no_survivors(&env.mark(), &pids, &said);
+    }
+}

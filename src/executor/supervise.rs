@@ -430,6 +430,8 @@ impl Supervisor {
         let pgid = self.pid;
         let mut stopping: Option<End> = None;
         let mut kill_at: Option<Instant> = None;
+        // The attempt's processes outside its group that were sent the stop's signal.
+        let mut escaped: Vec<(u32, Option<u64>)> = Vec::new();
         let mut killed_after_grace = false;
         let far = || Instant::now() + Duration::from_secs(86_400 * 365);
         let status = loop {
@@ -438,6 +440,7 @@ impl Supervisor {
                 _ = crate::os::timer::sleep_until(deadline.unwrap_or_else(far)), if deadline.is_some() && stopping.is_none() => {
                     stopping = Some(End::TimedOut);
                     kill_at = stop_group(pgid, step.kill_signal, step.kill_grace);
+                    escaped = stop_escaped(&self.attempt_id, pgid, step.kill_signal, kill_at);
                 }
                 _ = crate::os::timer::sleep_until(kill_at.unwrap_or_else(far)), if kill_at.is_some() => {
                     unix::kill_group(pgid);
@@ -460,6 +463,7 @@ impl Supervisor {
                             if stopping.is_none() {
                                 stopping = Some(End::Cancelled);
                                 kill_at = stop_group(pgid, sig, step.kill_grace);
+                                escaped = stop_escaped(&self.attempt_id, pgid, sig, kill_at);
                             }
                         }
                         Control::Expire => {
@@ -469,6 +473,7 @@ impl Supervisor {
                             if stopping.is_none() {
                                 stopping = Some(End::Expired);
                                 kill_at = stop_group(pgid, step.kill_signal, step.kill_grace);
+                                escaped = stop_escaped(&self.attempt_id, pgid, step.kill_signal, kill_at);
                             }
                         }
                         Control::Kill => {
@@ -493,7 +498,7 @@ impl Supervisor {
         // wrapper script dies on SIGTERM at once, its worker cleans up): the rest of the group
         // has the rest of the grace, as the whole group does, unless a second signal kills it.
         if let Some(at) = kill_at {
-            killed_after_grace = rest_of_the_grace(pgid, at, &mut control).await;
+            killed_after_grace = rest_of_the_grace(pgid, &mut escaped, at, &mut control).await;
             // The attempt ends with the last of its group (README), at the grace's end at the latest.
             exited = Instant::now();
         }
@@ -544,10 +549,15 @@ impl Supervisor {
 /// `control`: whether the grace ran out with processes left in the group. The group is looked at
 /// every 10 ms (no event says that the last of a group's processes, none of them waymark's child,
 /// has ended).
-async fn rest_of_the_grace(pgid: u32, kill_at: Instant, control: &mut watch::Receiver<Control>) -> bool {
+async fn rest_of_the_grace(
+    pgid: u32,
+    escaped: &mut Vec<(u32, Option<u64>)>,
+    kill_at: Instant,
+    control: &mut watch::Receiver<Control>,
+) -> bool {
     let mut group = unix::GroupWatch::new(pgid);
     loop {
-        if !group.alive() {
+        if !group.alive() && !unix::alive_of(escaped) {
             return false;
         }
         let now = Instant::now();
@@ -566,6 +576,16 @@ async fn rest_of_the_grace(pgid: u32, kill_at: Instant, control: &mut watch::Rec
 }
 
 /// Send `sig` to the group and return when to escalate to SIGKILL (grace 0: SIGKILL at once).
+/// The processes of attempt `attempt_id` that left its group `pgid`, sent `sig` with the group when
+/// it is stopped with a grace (`kill_at`): they have the grace too, and are SIGKILLed with the
+/// rest of the attempt after it. Without a grace the end's SIGKILL is all they get, as the group.
+fn stop_escaped(attempt_id: &str, pgid: u32, sig: Signal, kill_at: Option<Instant>) -> Vec<(u32, Option<u64>)> {
+    match kill_at {
+        Some(_) => unix::signal_escaped(attempt_id, pgid, sig.0),
+        None => Vec::new(),
+    }
+}
+
 fn stop_group(pgid: u32, sig: Signal, grace: Duration) -> Option<Instant> {
     if grace.is_zero() || sig.0 == nix::sys::signal::Signal::SIGKILL {
         unix::kill_group(pgid);

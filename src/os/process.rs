@@ -173,6 +173,31 @@ pub(crate) fn kill_marked(attempt_id: &str, group: u32) -> usize {
     kill_escaped(attempt_id, group, |_| true)
 }
 
+/// Send `sig` to every live process of an attempt, found by its id, that left the attempt's process
+/// group `group` (a daemon it started with `setsid`): a timeout's or a cancel's signal, which they
+/// get with the group, to clean up within the same grace. Each, with its start time, for
+/// [`alive_of`]; [`kill_marked`] kills what is left at the end.
+pub(crate) fn signal_escaped(attempt_id: &str, group: u32, sig: NixSignal) -> Vec<(u32, Option<u64>)> {
+    let found: Vec<(u32, Option<u64>)> = marked(attempt_id)
+        .into_iter()
+        .filter(|pid| group_of(*pid) != Some(group))
+        .map(|pid| (pid, process_start_time(pid)))
+        .collect();
+    for (pid, _) in &found {
+        if let Ok(raw) = i32::try_from(*pid) {
+            let _ = signal::kill(Pid::from_raw(raw), sig);
+        }
+    }
+    found
+}
+
+/// Keeps those of `processes` (pid and start time, from [`signal_escaped`]) that are alive, not a
+/// zombie, and the same process (not its pid given to another); whether one is.
+pub(crate) fn alive_of(processes: &mut Vec<(u32, Option<u64>)>) -> bool {
+    processes.retain(|(pid, start)| is_alive(*pid, *start));
+    !processes.is_empty()
+}
+
 /// [`kill_marked`], but only the processes that hold a pipe the runner reads: the attempt's output.
 /// A daemon that closed its output is let be, as after a normal exit it should, even while
 /// another escaped process holds the output open. (The runner's pipes are close-on-exec: a
