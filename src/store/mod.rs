@@ -119,6 +119,11 @@ fn failure_message(kind: StoreErrorKind, location: &str, detail: &str) -> String
         StoreErrorKind::Corrupt => format!(
             "state database {location}: the file is not a waymark database (or is corrupt); move it aside to start afresh"
         ),
+        // A shared store is chosen by its URL, a state directory's database by the directory.
+        StoreErrorKind::NewerSchema if location.starts_with("postgres") => format!(
+            "state database {location} was written by a newer waymark ({detail}); upgrade waymark or choose another \
+             store with --store or WAYMARK_STORE"
+        ),
         StoreErrorKind::NewerSchema => format!(
             "state database {location} was written by a newer waymark ({detail}); upgrade waymark or point --state-dir elsewhere"
         ),

@@ -487,6 +487,11 @@ fn a_live_lease_keeps_a_second_runner_out_and_a_newer_schema_is_refused() {
     let err = PgStore::open(config, location).err().expect("refused");
     assert_eq!(err.kind(), Some(StoreErrorKind::NewerSchema));
     assert!(err.to_string().contains("(schema 99, this one knows 4)"), "{err}");
+    // Chosen by its URL, not a state directory: the way to another store is named.
+    assert!(
+        err.to_string().ends_with("; upgrade waymark or choose another store with --store or WAYMARK_STORE"),
+        "{err}"
+    );
     let err = PgStore::open_for_reading(config, location).err().expect("refused to a looking command too");
     assert_eq!(err.kind(), Some(StoreErrorKind::NewerSchema));
 
