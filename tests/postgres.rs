@@ -122,7 +122,7 @@ fn when_the_owner_is_killed_another_host_takes_the_run_over_and_succeeded_steps_
     env.write(
         "flow.toml",
         "name = 'failover'\n\
-         [[step]]\nname = 'a'\nshell = 'echo once >> a.log; echo a said this'\n\
+         [[step]]\nname = 'a'\nshell = 'echo once >> a.log; printf \"a said this \\\\377\\\\376\\\\n\"'\n\
          [[step]]\nname = 'b'\nretry = { attempts = 3, backoff_seconds = 0 }\n\
          shell = 'echo $WAYMARK_HOST_ID >> b.log; if [ ! -e b-on-a.pid ]; then echo $$ > b-on-a.pid; sleep 300; fi'\n\
          [[step]]\nname = 'c'\nshell = 'echo once >> c.log'\n",
@@ -163,7 +163,7 @@ fn when_the_owner_is_killed_another_host_takes_the_run_over_and_succeeded_steps_
     let logs = runner(&env, &url, "host-b", &["logs", "failover", "a", "--stream", "stdout"]).output().unwrap();
     assert_eq!(logs.status.code(), Some(0), "{}", stderr(&logs));
     assert!(stderr(&logs).starts_with("waymark: the full log is on host host-a at "), "{}", stderr(&logs));
-    assert_eq!(String::from_utf8_lossy(&logs.stdout), "a said this\n");
+    assert_eq!(logs.stdout, b"a said this \xff\xfe\n", "byte for byte, as recorded");
     // A stream the attempt never wrote left no file on its host; the store says it was empty.
     let logs = runner(&env, &url, "host-b", &["logs", "failover", "a", "--stream", "stderr"]).output().unwrap();
     assert_eq!(
@@ -182,7 +182,7 @@ fn when_the_owner_is_killed_another_host_takes_the_run_over_and_succeeded_steps_
             && said.ends_with(" is gone from this host; here are its last 64 KiB, as recorded\n"),
         "{said}"
     );
-    assert_eq!(String::from_utf8_lossy(&logs.stdout), "a said this\n");
+    assert_eq!(logs.stdout, b"a said this \xff\xfe\n", "byte for byte, as recorded");
 }
 
 /// A step's log directory removed while its attempt ran: the store records no end of its logs

@@ -1180,7 +1180,8 @@ pub(crate) fn logs(
                                 path.display()
                             ),
                         }
-                        super::output::print(String::from_utf8_lossy(&tail).into_owned())?;
+                        // Byte for byte, as a log file here is copied: output need not be UTF-8.
+                        super::output::print(&tail)?;
                         open_line = !tail.ends_with(b"\n");
                     }
                     None if elsewhere.is_some() => {
