@@ -213,7 +213,13 @@ impl LeaseClock {
                     sent.elapsed().as_secs_f64()
                 ),
                 (None, Some(e)) => format!("could not renew its lease before it would expire ({e})"),
-                (None, None) => "could not renew its lease before it would expire".to_owned(),
+                // No renewal failed, none is under way: none was sent in time, the runner itself
+                // not running (stopped by SIGSTOP, a suspended VM, starved of CPU).
+                (None, None) => format!(
+                    "could not renew its lease before it would expire (no renewal was sent for {:.1}s after the last \
+                     one went through: was this runner stopped, or starved of CPU?)",
+                    (s.valid_until - self.timing.ttl).elapsed().as_secs_f64()
+                ),
             };
             s.fenced = Some(why);
         }
@@ -285,6 +291,17 @@ mod tests {
         assert!(seconds >= 0.3, "{why}");
         assert_eq!(fenced(Some(false)), refused);
         assert_eq!(fenced(None), refused);
+        // Neither a failure nor a renewal under way: none was sent (the runner stopped, say).
+        let clock = LeaseClock::new(timing, Instant::now());
+        std::thread::sleep(timing.ttl - timing.margin());
+        let why = clock.fenced().expect("fenced off once the margin is reached");
+        let (head, tail) = (
+            "could not renew its lease before it would expire (no renewal was sent for ",
+            "s after the last one went through: was this runner stopped, or starved of CPU?)",
+        );
+        assert!(why.starts_with(head) && why.ends_with(tail), "{why}");
+        let seconds: f64 = why[head.len()..why.len() - tail.len()].parse().unwrap();
+        assert!(seconds >= (timing.ttl - timing.margin()).as_secs_f64() - 0.05, "{why}");
     }
 
     #[test]
