@@ -1326,3 +1326,35 @@ fn a_nameless_flow_s_history_is_its_host_s() {
         )
     );
 }
+
+/// `--fresh` on another host, after the owner was killed mid-step: the abandoned run's attempt
+/// may still run on the lost host, and waymark never kills by a pid recorded there, so it says so,
+/// as a takeover does.
+#[test]
+fn a_fresh_run_on_another_host_says_what_it_does_not_kill_there() {
+    let Some((_database, url, env)) = fresh_test("a_fresh_run_on_another_host_says_what_it_does_not_kill_there") else {
+        return;
+    };
+    env.write(
+        "flow.toml",
+        "name = 'fresh'\n[[step]]\nname = 'b'\n\
+         shell = 'if [ ! -e b-on-a.pid ]; then echo $$ > b-on-a.pid; sleep 300; fi'\n",
+    );
+    let mut owner = runner(&env, &url, "host-a", &["run", "flow.toml"]).spawn().unwrap();
+    wait_until("step b to start on host-a", || env.path("b-on-a.pid").exists());
+    kill(owner.id(), "KILL");
+    owner.wait().unwrap();
+    let id = query(&url, "SELECT id FROM waymark_runs")[0].get::<_, String>(0);
+    let out = runner(&env, &url, "host-b", &["run", "--wait", "--fresh", "flow.toml"]).output().unwrap();
+    kill_groups(&env, &["b-on-a.pid"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let said: Vec<String> =
+        common::untimed(&stderr(&out)).lines().filter(|l| l.contains("warning:")).map(str::to_owned).collect();
+    assert_eq!(
+        said,
+        [format!(
+            "waymark: warning: b: was running on host host-a when run {id} was abandoned; it is not killed from here \
+             (waymark never kills by a pid recorded on another host): stop it there if it still runs"
+        )]
+    );
+}

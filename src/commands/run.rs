@@ -484,6 +484,19 @@ fn abandon(
         if let Some(e) = error {
             return Err(exec_error(e).into());
         }
+    } else {
+        // Said, as a takeover says it: the user is to stop them there.
+        let host = &old.host;
+        for step in store.steps(&old.id)?.iter().filter(|s| matches!(s.state, StepState::InFlight { .. })) {
+            events.warning(
+                Some(&step.name),
+                format!(
+                    "was running on host {host} when run {} was abandoned; it is not killed from here (waymark never \
+                     kills by a pid recorded on another host): stop it there if it still runs",
+                    old.id
+                ),
+            );
+        }
     }
     store.abandon(&old.id, owner)?;
     events.emit(abandoned);
