@@ -476,6 +476,11 @@ impl Proxy {
         }
     }
 
+    /// Take connections again after `cut` (those it cut stay closed), as a restarted server does.
+    fn restore(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+    }
+
     fn freeze(&self, frozen: bool) {
         self.frozen.store(frozen, Ordering::SeqCst);
     }
@@ -1357,4 +1362,34 @@ fn a_fresh_run_on_another_host_says_what_it_does_not_kill_there() {
              (waymark never kills by a pid recorded on another host): stop it there if it still runs"
         )]
     );
+}
+
+/// A runner waiting (`--wait`) for another's lease rides out a database that is away for less
+/// than a lease lasts (a restart, a failover), as the holder does; it takes the flow once the
+/// holder is done. It gave up with exit 4 at the first refused connection.
+#[test]
+fn a_waiting_runner_rides_out_a_short_database_outage() {
+    let Some((_database, url, env)) = fresh_test("a_waiting_runner_rides_out_a_short_database_outage") else {
+        return;
+    };
+    env.write(
+        "flow.toml",
+        "name = 'outage'\n[[step]]\nname = 'a'\nshell = 'echo $WAYMARK_HOST_ID >> a.log; touch started; \
+         while [ ! -e go ]; do sleep 0.05; done'\n",
+    );
+    let holder = runner(&env, &url, "host-a", &["run", "--quiet", "flow.toml"]).spawn().unwrap();
+    wait_until("step a to start on host-a", || env.path("started").exists());
+    let (proxy, through) = Proxy::plain_in_front_of(&url);
+    let mut waiter = runner(&env, &through, "host-b", &["run", "--wait", "flow.toml"]).spawn().unwrap();
+    let said = watch_stderr(&mut waiter);
+    wait_until("host-b to wait for the lease", || said.lock().unwrap().contains("waiting"));
+    proxy.cut();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    proxy.restore();
+    std::fs::write(env.path("go"), "").unwrap();
+    let holder = finish(holder);
+    assert_eq!(holder.status.code(), Some(0), "{}", stderr(&holder));
+    let waited = finish(waiter);
+    assert_eq!(waited.status.code(), Some(0), "{}", said.lock().unwrap());
+    assert_eq!(env.read("a.log"), "host-a\nhost-b\n", "the waiter ran the flow once the holder was done");
 }

@@ -424,15 +424,32 @@ impl FlowGuard {
         };
         let lease_key = lease_key(key, host_id());
         let mut said = false;
+        // While waiting, the database last answered then: a restart or a failover that it is away
+        // for less than a lease lasts is waited out, as the holder's writes wait it out (a holder
+        // away longer has fenced itself off by then).
+        let mut answered = std::time::Instant::now();
+        let pause = || std::thread::sleep(timing.renew.min(std::time::Duration::from_secs(1)));
         loop {
-            match FlowLease::try_take(config, shown, &lease_key, owner, timing)? {
+            let taken = match FlowLease::try_take(config, shown, &lease_key, owner, timing) {
+                Err(e)
+                    if said
+                        && e.kind() == Some(crate::store::StoreErrorKind::Unreachable)
+                        && answered.elapsed() < timing.ttl =>
+                {
+                    pause();
+                    continue;
+                }
+                taken => taken?,
+            };
+            match taken {
                 Leased::Taken(lease) => return Ok(FlowGuard::Lease(lease)),
                 Leased::Held(holder) if wait => {
                     if !said {
                         waiting(&holder);
                         said = true;
                     }
-                    std::thread::sleep(timing.renew.min(std::time::Duration::from_secs(1)));
+                    answered = std::time::Instant::now();
+                    pause();
                 }
                 Leased::Held(holder) => {
                     return Err(CliError::Locked(LockError::Held { flow: flow.to_owned(), holder }));
