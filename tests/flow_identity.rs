@@ -190,14 +190,49 @@ fn files_that_declare_the_same_name_share_runs_and_say_so() {
     assert_eq!(
         first_line,
         format!(
-            "waymark: run {id} of flow `shared` was started from {}; resuming it with the definition recorded then \
-             (files that declare the same `name` share runs; use --fresh to start over with nightly.toml)",
+            "waymark: run {id} of flow `shared` was started from {}; resuming it with the definition recorded then, \
+             in this file's directory (files that declare the same `name` share runs; use --fresh to start over with \
+             nightly.toml)",
             app1.display()
         )
     );
     // The recorded definition (app1's) ran: app2's steps did not.
     assert_eq!(env.read("b.log"), "app1\napp1\n");
     assert_eq!(json(&env, &["history", "shared", "--json"]).as_array().unwrap().len(), 1);
+}
+
+/// A run resumed from a file of the same `name` at another path (the next release's directory,
+/// another host's checkout; here the first directory is gone): its steps run in the new file's
+/// directory, and the env file there is read, as a run started there would; a path outside the
+/// old directory stays as recorded.
+#[test]
+fn a_run_resumed_from_a_moved_file_runs_in_the_new_file_s_directory() {
+    let env = Env::new();
+    let flow = "name = \"release\"\nenv_file = \".env\"\n\
+                [[step]]\nname = \"a\"\nshell = \"echo a >> ../a.log\"\n\
+                [[step]]\nname = \"b\"\nworkdir = \"work\"\n\
+                shell = \"echo $(pwd) $FROM >> ../../b.log; [ -e ../../go ] || { touch ../../ready; sleep 300; }\"\n";
+    for dir in ["r1", "r2"] {
+        env.write(&format!("{dir}/nightly.toml"), flow);
+        env.write(&format!("{dir}/.env"), &format!("FROM={dir}\n"));
+        std::fs::create_dir_all(env.path(&format!("{dir}/work"))).unwrap();
+    }
+    let runner = spawn_in(&env, "r1", &["run", "nightly.toml"]);
+    wait_until("step b to start in r1", || env.path("ready").exists());
+    kill(runner.id(), "KILL");
+    finish(runner);
+    let r1 = std::fs::canonicalize(env.path("r1")).unwrap();
+    std::fs::remove_dir_all(env.path("r1")).unwrap();
+    std::fs::write(env.path("go"), "").unwrap();
+    let out = run_in(&env, "r2").output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let r2 = std::fs::canonicalize(env.path("r2")).unwrap();
+    assert_eq!(
+        env.read("b.log"),
+        format!("{}/work r1\n{}/work r2\n", r1.display(), r2.display()),
+        "attempt 1 in r1, the resumed one in r2 with r2's env file"
+    );
+    assert_eq!(env.read("a.log"), "a\n", "the step that succeeded in r1 is not run again");
 }
 
 /// Make run `id` look `ms` milliseconds older.

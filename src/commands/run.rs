@@ -187,10 +187,12 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
         }
         Some(old) => {
             let moved = old.flow_path != loaded.flow.path;
+            let here_path = loaded.flow.path.clone();
             let recorded = match as_recorded(loaded.flow, &resolved, &old) {
                 Some(flow) => flow,
                 None => recorded_flow(&old, store.location())?,
             };
+            let recorded = if moved { moved_to(recorded, &here_path) } else { recorded };
             params_differ(&old, &recorded, params, flow_path)?;
             let at = match recorded.env_file == env_file_here {
                 true => here,
@@ -204,7 +206,8 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
                     None,
                     format!(
                         "run {} of flow `{name}` was started from {}; resuming it with the definition recorded \
-                         then (files that declare the same `name` share runs; use --fresh to start over with {})",
+                         then, in this file's directory (files that declare the same `name` share runs; use --fresh \
+                         to start over with {})",
                         old.id,
                         old.flow_path.display(),
                         flow_path.display()
@@ -886,6 +889,25 @@ fn as_recorded(
     }
     flow.param_values = values.as_ref().ok()?.clone();
     RunDefinition::records_as(&flow, &old.definition).then_some(flow)
+}
+
+/// The flow a run recorded, resumed from a file at another path `to` (another host's checkout, the
+/// next release's directory, a file moved): what lay under the recorded file's directory (the
+/// steps' working directories, the env file) is taken under `to`'s, and the hooks run there, as
+/// they would from a run started there; a path elsewhere stays as recorded.
+fn moved_to(mut flow: Flow, to: &Path) -> Flow {
+    let (Some(from), Some(dir)) = (flow.path.parent().map(Path::to_owned), to.parent()) else { return flow };
+    let rebased = |path: &Path| path.strip_prefix(&from).ok().map(|rest| dir.join(rest));
+    for step in &mut flow.steps {
+        if let Some(workdir) = rebased(&step.workdir) {
+            step.workdir = workdir.into();
+        }
+    }
+    if let Some(env_file) = flow.env_file.as_deref().and_then(rebased) {
+        flow.env_file = Some(env_file);
+    }
+    flow.path = to.to_owned();
+    flow
 }
 
 /// The flow a run recorded when it started, through its versioned record.
