@@ -314,3 +314,55 @@ fn a_daemon_gets_the_stop_signal_and_the_grace_with_the_group() {
         assert_no_survivors(&env.mark(), &pids, &said);
     }
 }
+
+/// The steps of a nested run, stopped with a grace at the outer step's timeout, get the signal
+/// once: from their runner, which passes it on. The outer runner, which finds them by the outer
+/// attempt's id, does not send it to them too (twice, a nested waymark would take it for a second
+/// signal, which kills at once; many programs force-quit on a second SIGTERM).
+#[test]
+fn the_steps_of_a_nested_run_get_a_grace_stop_s_signal_once() {
+    let env = Env::new();
+    let _sweeper = Sweeper(env.mark());
+    let waymark = assert_cmd::cargo::cargo_bin("waymark");
+    // Counts every SIGTERM delivered (a byte each through Python's wakeup fd) for 1 s after the first.
+    env.write("count_term.py", COUNT_TERM);
+    env.write(
+        "inner.toml",
+        "name = 'inner'\n[[step]]\nname = 'deep'\nkill_grace = '30s'\nrun = ['python3', 'count_term.py']\n",
+    );
+    env.write(
+        "flow.toml",
+        &format!(
+            "name = 'outer'\n{}[[step]]\nname = 'nest'\ntimeout = '2s'\nkill_grace = '30s'\n\
+             run = ['{}', '--state-dir', 'inner-state', 'run', '--quiet', 'inner.toml']\n",
+            env.mark_env(),
+            waymark.display()
+        ),
+    );
+    let out = finish(env.spawn(&["run", "flow.toml"]));
+    let said = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("nest: attempt 1/1 failed: ActionTimeout"), "{said}");
+    assert!(env.path("ready").exists(), "the nested run's step never started: {said}");
+    assert_eq!(env.read("deliveries"), "1\n", "{said}");
+}
+
+const COUNT_TERM: &str = "import os, signal, time
+r, w = os.pipe()
+os.set_blocking(r, False)
+os.set_blocking(w, False)
+signal.set_wakeup_fd(w)
+signal.signal(signal.SIGTERM, lambda *a: None)
+open('ready', 'w').close()
+n, first = 0, None
+while first is None or time.monotonic() - first < 1.0:
+    time.sleep(0.02)
+    try:
+        got = len(os.read(r, 100))
+    except BlockingIOError:
+        got = 0
+    if got and first is None:
+        first = time.monotonic()
+    n += got
+open('deliveries', 'w').write(f'{n}\\n')
+";

@@ -178,9 +178,16 @@ pub(crate) fn kill_marked(attempt_id: &str, group: u32) -> usize {
 /// get with the group, to clean up within the same grace. Each, with its start time, for
 /// [`alive_of`]; [`kill_marked`] kills what is left at the end.
 pub(crate) fn signal_escaped(attempt_id: &str, group: u32, sig: NixSignal) -> Vec<(u32, Option<u64>)> {
+    // Not a nested run's steps, found by their outer attempt ids: their runner, in the group, gets
+    // the signal and passes it on (twice would be its "second signal", which kills at once).
+    let own = format!("{ATTEMPT_ID_VAR}={attempt_id}");
+    let own_only = |pid: &u32| {
+        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        env.split(|b| *b == 0).any(|var| var == own.as_bytes())
+    };
     let found: Vec<(u32, Option<u64>)> = marked(attempt_id)
         .into_iter()
-        .filter(|pid| group_of(*pid) != Some(group))
+        .filter(|pid| group_of(*pid) != Some(group) && own_only(pid))
         .map(|pid| (pid, process_start_time(pid)))
         .collect();
     for (pid, _) in &found {
