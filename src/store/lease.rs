@@ -206,16 +206,21 @@ impl LeaseClock {
             // A renewal under way for longer than the time between two (not one merely on its
             // way) is the latest word: an earlier failure is not why.
             let stuck = s.renewing_since.filter(|sent| sent.elapsed() > self.timing.renew);
-            let why = match (stuck, &s.last_error) {
-                (Some(sent), _) => format!(
+            let unanswered = |sent: std::time::Instant| {
+                format!(
                     "could not renew its lease before it would expire (its renewal, sent {:.1}s before, has had no \
                      answer from the database)",
                     sent.elapsed().as_secs_f64()
-                ),
-                (None, Some(e)) => format!("could not renew its lease before it would expire ({e})"),
+                )
+            };
+            let why = match (stuck, &s.last_error, s.renewing_since) {
+                (Some(sent), _, _) => unanswered(sent),
+                (None, Some(e), _) => format!("could not renew its lease before it would expire ({e})"),
+                // One on its way, with no failure before it: the database has not answered it yet.
+                (None, None, Some(sent)) => unanswered(sent),
                 // No renewal failed, none is under way: none was sent in time, the runner itself
                 // not running (stopped by SIGSTOP, a suspended VM, starved of CPU).
-                (None, None) => format!(
+                (None, None, None) => format!(
                     "could not renew its lease before it would expire (no renewal was sent for {:.1}s after the last \
                      one went through: was this runner stopped, or starved of CPU?)",
                     (s.valid_until - self.timing.ttl).elapsed().as_secs_f64()
@@ -291,6 +296,14 @@ mod tests {
         assert!(seconds >= 0.3, "{why}");
         assert_eq!(fenced(Some(false)), refused);
         assert_eq!(fenced(None), refused);
+        // A renewal on its way (sent later than the time between two before the end), no failure
+        // before it: the database has not answered it, not a runner that did not send one.
+        let clock = LeaseClock::new(timing, Instant::now());
+        std::thread::sleep(timing.ttl - timing.margin() - Duration::from_millis(50));
+        clock.renewing(Some(Instant::now()));
+        std::thread::sleep(Duration::from_millis(60));
+        let why = clock.fenced().expect("fenced off once the margin is reached");
+        assert!(why.starts_with(head) && why.ends_with(tail), "{why}");
         // Neither a failure nor a renewal under way: none was sent (the runner stopped, say).
         let clock = LeaseClock::new(timing, Instant::now());
         std::thread::sleep(timing.ttl - timing.margin());
