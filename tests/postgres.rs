@@ -1358,9 +1358,37 @@ fn a_fresh_run_on_another_host_says_what_it_does_not_kill_there() {
     assert_eq!(
         said,
         [format!(
-            "waymark: warning: b: was running on host host-a when run {id} was abandoned; it is not killed from here \
-             (waymark never kills by a pid recorded on another host): stop it there if it still runs"
+            "waymark: warning: b: attempt 1 was running on host host-a when run {id} was abandoned; it is not killed \
+             from here (waymark never kills by a pid recorded on another host): stop it there if it still runs"
         )]
+    );
+    // A catch handler left running there is said too.
+    env.write(
+        "catch.toml",
+        "name = 'fresh-catch'\n[[step]]\nname = 'c'\nrun = ['false']\n\
+         catch = [{ exception_types = ['Exception'], shell = '[ -e handler.pid ] || { echo $$ > handler.pid; sleep 300; }' }]\n",
+    );
+    let mut owner = runner(&env, &url, "host-a", &["run", "catch.toml"]).spawn().unwrap();
+    wait_until("the catch handler to start on host-a", || env.path("handler.pid").exists());
+    kill(owner.id(), "KILL");
+    owner.wait().unwrap();
+    let id = query(&url, "SELECT id FROM waymark_runs WHERE flow = 'fresh-catch'")[0].get::<_, String>(0);
+    let out = runner(&env, &url, "host-b", &["run", "--wait", "--fresh", "catch.toml"]).output().unwrap();
+    kill_groups(&env, &["handler.pid"]);
+    let said: Vec<String> =
+        common::untimed(&stderr(&out)).lines().filter(|l| l.contains("warning:")).map(str::to_owned).collect();
+    assert_eq!(
+        said.first().map(String::as_str),
+        Some(
+            format!(
+                "waymark: warning: c: the catch handler of attempt 1 was running on host host-a when run {id} was \
+                 abandoned; it is not killed from here (waymark never kills by a pid recorded on another host): stop \
+                 it there if it still runs"
+            )
+            .as_str()
+        ),
+        "{}",
+        stderr(&out)
     );
 }
 

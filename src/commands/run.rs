@@ -490,15 +490,29 @@ fn abandon(
     } else {
         // Said, as a takeover says it: the user is to stop them there.
         let host = &old.host;
-        for step in store.steps(&old.id)?.iter().filter(|s| matches!(s.state, StepState::InFlight { .. })) {
-            events.warning(
-                Some(&step.name),
-                format!(
-                    "was running on host {host} when run {} was abandoned; it is not killed from here (waymark never \
-                     kills by a pid recorded on another host): stop it there if it still runs",
-                    old.id
-                ),
-            );
+        let steps = store.steps(&old.id)?;
+        let left = LeftRunning::of(&steps, &aux);
+        let said = |what: String| {
+            format!(
+                "{what} was running on host {host} when run {} was abandoned; it is not killed from here (waymark \
+                 never kills by a pid recorded on another host): stop it there if it still runs",
+                old.id
+            )
+        };
+        for step in &left.steps {
+            let what = match step.state {
+                StepState::Catching { attempt, .. } => format!("the catch handler of attempt {attempt}"),
+                StepState::InFlight { attempt, .. } => format!("attempt {attempt}"),
+                _ => continue,
+            };
+            events.warning(Some(&step.name), said(what));
+        }
+        for (run, _) in &left.aux {
+            let what = match run.kind {
+                crate::store::AuxKind::Compensate => format!("the compensation of step `{}`", run.name),
+                crate::store::AuxKind::Hook => format!("hook {}", run.name),
+            };
+            events.warning(None, said(what));
         }
     }
     store.abandon(&old.id, owner)?;
@@ -894,10 +908,13 @@ fn as_recorded(
 /// The flow a run recorded, resumed from a file at another path `to` (another host's checkout, the
 /// next release's directory, a file moved): what lay under the recorded file's directory (the
 /// steps' working directories, the env file) is taken under `to`'s, and the hooks run there, as
-/// they would from a run started there; a path elsewhere stays as recorded.
+/// they would from a run started there; a path elsewhere stays as recorded (and, from a file in
+/// `/`, every path but that directory itself).
 fn moved_to(mut flow: Flow, to: &Path) -> Flow {
     let (Some(from), Some(dir)) = (flow.path.parent().map(Path::to_owned), to.parent()) else { return flow };
-    let rebased = |path: &Path| path.strip_prefix(&from).ok().map(|rest| dir.join(rest));
+    // Under `/` lies every absolute path: a file there moved takes only its own directory along.
+    let under = |path: &Path| path == from || from.parent().is_some();
+    let rebased = |path: &Path| path.strip_prefix(&from).ok().filter(|_| under(path)).map(|rest| dir.join(rest));
     for step in &mut flow.steps {
         if let Some(workdir) = rebased(&step.workdir) {
             step.workdir = workdir.into();
@@ -1016,6 +1033,27 @@ mod tests {
     fn flow_of(names: &[&str]) -> Flow {
         let source: String = names.iter().map(|n| format!("[[step]]\nname = \"{n}\"\nrun = [\"true\"]\n")).collect();
         flow::parse(&source, Path::new("/tmp/flow.toml")).unwrap_or_else(|_| panic!("a valid flow")).0
+    }
+
+    /// A run resumed from a file at another path runs in the new file's directory: what lay under
+    /// the old one's moves along, what lay elsewhere stays; from a file in `/`, only `/` itself.
+    #[test]
+    fn a_moved_flow_takes_what_lay_under_its_directory_along() {
+        let source = "env_file = '.env'\n[[step]]\nname = 'a'\nrun = ['true']\n[[step]]\nname = 'b'\n\
+                      workdir = 'sub'\nrun = ['true']\n[[step]]\nname = 'c'\nworkdir = '/data'\nrun = ['true']\n";
+        let flow = flow::parse(source, Path::new("/srv/r1/flow.toml")).unwrap_or_else(|_| panic!("valid")).0;
+        let moved = moved_to(flow, Path::new("/srv/r2/flow.toml"));
+        let dirs: Vec<&Path> = moved.steps.iter().map(|s| &*s.workdir).collect();
+        assert_eq!(dirs, [Path::new("/srv/r2"), Path::new("/srv/r2/sub"), Path::new("/data")]);
+        assert_eq!(moved.env_file.as_deref(), Some(Path::new("/srv/r2/.env")));
+        assert_eq!(moved.path, Path::new("/srv/r2/flow.toml"));
+        let source = "env_file = '/etc/app.env'\n[[step]]\nname = 'a'\nrun = ['true']\n[[step]]\nname = 'c'\n\
+                      workdir = '/data'\nrun = ['true']\n";
+        let flow = flow::parse(source, Path::new("/flow.toml")).unwrap_or_else(|_| panic!("valid")).0;
+        let moved = moved_to(flow, Path::new("/app/flow.toml"));
+        let dirs: Vec<&Path> = moved.steps.iter().map(|s| &*s.workdir).collect();
+        assert_eq!(dirs, [Path::new("/app"), Path::new("/data")]);
+        assert_eq!(moved.env_file.as_deref(), Some(Path::new("/etc/app.env")));
     }
 
     fn records(names: &[&str]) -> Vec<StepRecord> {
