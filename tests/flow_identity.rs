@@ -196,6 +196,8 @@ fn files_that_declare_the_same_name_share_runs_and_say_so() {
             app1.display()
         )
     );
+    // Not followed by a notice that nightly.toml changed: it is another file, whose text differs.
+    assert!(!stderr(&out).contains("changed since run"), "{}", stderr(&out));
     // The recorded definition (app1's) ran: app2's steps did not.
     assert_eq!(env.read("b.log"), "app1\napp1\n");
     assert_eq!(json(&env, &["history", "shared", "--json"]).as_array().unwrap().len(), 1);

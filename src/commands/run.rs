@@ -214,7 +214,9 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
                     ),
                 );
             }
-            if old.source_hash != hash {
+            // Another file than the one it started from is no change of that file: the notice above
+            // says whose definition runs.
+            if old.source_hash != hash && !moved {
                 events.notice(NoticeKind::FlowChanged, None, flow_changed(flow_path, &old.id));
             }
             let lease = store.claim(&old.id, &owner)?;
