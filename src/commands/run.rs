@@ -70,30 +70,7 @@ pub(crate) fn run(state_flag: Option<&Path>, flow_path: &Path, mode: Mode, start
     }
     // A parameter the flow does not declare (or one given twice) is wrong whichever run goes on.
     // A required one left out is wrong only for a new run: a resumed run has its values.
-    let declared: Vec<&str> = loaded.flow.params.keys().map(String::as_str).collect();
-    // An argument whose name is no parameter's and part of a secret's value (the secret given
-    // without its `NAME=`, split at an `=` of its own) is not repeated in any message.
-    let named = |arg: &str| arg.split_once('=').map_or(arg, |(name, _)| name).to_owned();
-    let unknown: Vec<String> = params.iter().map(|a| named(a)).filter(|n| !declared.contains(&n.as_str())).collect();
-    // The secrets (and so the env file) are read only for a run given a name it does not declare.
-    let holds_secret = !unknown.is_empty() && {
-        let secrets = crate::executor::environment::secrets_to_hide(&loaded.flow);
-        unknown.iter().any(|name| secrets.holds_part(name))
-    };
-    if holds_secret {
-        let list = declared.iter().map(|d| format!("`{d}`")).collect::<Vec<_>>().join(", ");
-        let list = if list.is_empty() { "none".to_owned() } else { list };
-        return Err(CliError::Usage(format!(
-            "an argument of `--param` does not name a parameter of the flow, and is not repeated here: it holds \
-             part of the value of a variable of `secret_env`; write `--param NAME=VALUE` with one of the flow's \
-             parameters ({list}); nothing ran"
-        )));
-    }
-    let params = &params
-        .iter()
-        .map(|arg| flow::params::parse_arg(arg, &declared))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| CliError::Usage(format!("{e}; nothing ran")))?;
+    let params = &parse_params(&loaded.flow, params)?;
     let resolved = match flow::params::resolve(&loaded.flow, params) {
         Ok(values) => Ok(values),
         Err(e @ ParamError::Missing { .. }) => Err(e),
@@ -338,6 +315,32 @@ fn read_env(flow: &Flow, resuming: Option<&str>, at: EnvFileAt<'_>) -> Result<Ru
         };
         CliError::Usage(format!("{}{e}{sep}{then}", at.prefix()))
     })
+}
+
+/// The `--param` arguments `args`, each `NAME=VALUE`, parsed for `flow` (exit status 2 for a
+/// malformed one). An argument whose name is no parameter's and part of a secret's value (the
+/// secret given without its `NAME=`, split at an `=` of its own) is not repeated in the message;
+/// the secrets, and so the env file, are read only for such a name.
+fn parse_params(flow: &Flow, args: &[String]) -> Result<Vec<(String, String)>, CliError> {
+    let declared: Vec<&str> = flow.params.keys().map(String::as_str).collect();
+    let named = |arg: &'_ str| arg.split_once('=').map_or(arg, |(name, _)| name).to_owned();
+    let unknown: Vec<String> = args.iter().map(|a| named(a)).filter(|n| !declared.contains(&n.as_str())).collect();
+    if !unknown.is_empty() {
+        let secrets = crate::executor::environment::secrets_to_hide(flow);
+        if unknown.iter().any(|name| secrets.holds_part(name)) {
+            let list = declared.iter().map(|d| format!("`{d}`")).collect::<Vec<_>>().join(", ");
+            let list = if list.is_empty() { "none".to_owned() } else { list };
+            return Err(CliError::Usage(format!(
+                "an argument of `--param` does not name a parameter of the flow, and is not repeated here: it \
+                 holds part of the value of a variable of `secret_env`; write `--param NAME=VALUE` with one of the \
+                 flow's parameters ({list}); nothing ran"
+            )));
+        }
+    }
+    args.iter()
+        .map(|arg| flow::params::parse_arg(arg, &declared))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| CliError::Usage(format!("{e}; nothing ran")))
 }
 
 /// Why a parameter's value (`whose`: "the value of `--param date`") cannot be a secret's.

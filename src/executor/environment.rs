@@ -125,8 +125,13 @@ pub(crate) fn misspelt_secrets(flow: &Flow, file: &BTreeMap<String, String>) -> 
     let tables = || std::iter::once(file).chain(std::iter::once(&flow.env)).chain(flow.steps.iter().map(|s| &s.env));
     let set = |name: &str| std::env::var_os(name).is_some() || tables().any(|t| t.contains_key(name));
     let mut said = Vec::new();
-    for name in flow.secret_env.iter().filter(|n| !set(n)) {
-        let inherited: Vec<String> = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()).collect();
+    // A name of fewer than 4 letters is one edit from too many.
+    let unset: Vec<&String> = flow.secret_env.iter().filter(|n| n.len() >= 4 && !set(n)).collect();
+    if unset.is_empty() {
+        return said;
+    }
+    let inherited: Vec<String> = std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()).collect();
+    for name in unset {
         let candidates = tables()
             .flat_map(|t| t.keys().map(String::as_str))
             .chain(inherited.iter().map(String::as_str))
@@ -134,7 +139,7 @@ pub(crate) fn misspelt_secrets(flow: &Flow, file: &BTreeMap<String, String>) -> 
         // One edit away at most (a transposition, a letter, the case): an optional secret beside a
         // variable of a similar name (`DB_PASS`, `DB_PATH`) is let be.
         let near = |c: &&str| strsim::osa_distance(&name.to_lowercase(), &c.to_lowercase()) <= 1;
-        if let Some(meant) = candidates.filter(|_| name.len() >= 4).find(near) {
+        if let Some(meant) = candidates.clone().find(near) {
             said.push(format!(
                 "`secret_env` names `{name}`, which is set nowhere (not in waymark's environment, the env file or an \
                  `env` table), so it hides nothing, while `{meant}` is set: did you mean `{meant}`?"

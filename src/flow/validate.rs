@@ -1481,8 +1481,10 @@ impl Validator<'_> {
                 d.help = Some(format!("write `{real}`: tracebacks name it so"));
                 names.push(n.clone());
                 aliased.push(real);
-            } else if !classes.knows(n) && crate::classify::classes::stdlib_named(n).len() > 1 {
-                let modules = crate::classify::classes::stdlib_named(n);
+            } else if let Some(modules) = (!classes.knows(n))
+                .then(|| crate::classify::classes::stdlib_named(n))
+                .filter(|modules| modules.len() > 1)
+            {
                 let shown: Vec<String> = modules.iter().take(4).map(|m| format!("`{m}`")).collect();
                 let more = if modules.len() > 4 { format!(" and {} more", modules.len() - 4) } else { String::new() };
                 let d = self.warn(
