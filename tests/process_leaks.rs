@@ -262,27 +262,12 @@ fn an_escaped_loop_that_keeps_forking_is_killed_with_all_it_made() {
 fn the_steps_of_a_nested_run_are_killed_with_the_step_that_started_it() {
     let env = Env::new();
     let _sweeper = Sweeper(env.mark());
-    let waymark = assert_cmd::cargo::cargo_bin("waymark");
-    env.write(
-        "inner.toml",
-        "name = 'inner'\n[[step]]\nname = 'deep'\nshell = 'sleep 300 & echo $! >> pids; echo ready > ready; wait'\n",
-    );
-    env.write(
-        "flow.toml",
-        &format!(
-            "name = 'outer'\n{}[[step]]\nname = 'nest'\ntimeout = '10s'\nkill_signal = 'SIGKILL'\nkill_grace = 0\n\
-             run = ['{}', '--state-dir', 'inner-state', 'run', '--quiet', 'inner.toml']\n",
-            env.mark_env(),
-            waymark.display()
-        ),
-    );
     // The outer step times out: its group (the nested runner) gets SIGKILL and nothing else.
-    let out = finish(env.spawn(&["run", "flow.toml"]));
-    let said = stderr(&out);
-    assert_eq!(out.status.code(), Some(1), "{said}");
-    assert!(said.contains("nest: attempt 1/1 failed: ActionTimeout"), "{said}");
-    // The nested run's step had started (within the outer step's 10 s), or this proves nothing.
-    assert!(env.path("ready").exists(), "the nested run's step never started: {said}");
+    let said = nested_timeout(
+        &env,
+        "shell = 'sleep 300 & echo $! >> pids; echo ready > ready; wait'",
+        "timeout = '10s'\nkill_signal = 'SIGKILL'\nkill_grace = 0",
+    );
     assert!(said.contains("process(es) of this attempt that had left its process group"), "{said}");
     let pids: Vec<u32> = env.read("pids").lines().map(|l| l.trim().parse().unwrap()).collect();
     assert_no_survivors(&env.mark(), &pids, &said);
@@ -323,17 +308,25 @@ fn a_daemon_gets_the_stop_signal_and_the_grace_with_the_group() {
 fn the_steps_of_a_nested_run_get_a_grace_stop_s_signal_once() {
     let env = Env::new();
     let _sweeper = Sweeper(env.mark());
-    let waymark = assert_cmd::cargo::cargo_bin("waymark");
     // Counts every SIGTERM delivered (a byte each through Python's wakeup fd) for 1 s after the first.
     env.write("count_term.py", COUNT_TERM);
-    env.write(
-        "inner.toml",
-        "name = 'inner'\n[[step]]\nname = 'deep'\nkill_grace = '30s'\nrun = ['python3', 'count_term.py']\n",
+    let said = nested_timeout(
+        &env,
+        "kill_grace = '30s'\nrun = ['python3', 'count_term.py']",
+        "timeout = '2s'\nkill_grace = '30s'",
     );
+    assert_eq!(env.read("deliveries"), "1\n", "{said}");
+}
+
+/// Run a flow whose step `nest` (with `outer` keys) runs waymark on a flow of one step `deep` (with
+/// `inner` keys), which writes `ready` once it runs, until `nest` times out; what the outer runner said.
+fn nested_timeout(env: &Env, inner: &str, outer: &str) -> String {
+    let waymark = assert_cmd::cargo::cargo_bin("waymark");
+    env.write("inner.toml", &format!("name = 'inner'\n[[step]]\nname = 'deep'\n{inner}\n"));
     env.write(
         "flow.toml",
         &format!(
-            "name = 'outer'\n{}[[step]]\nname = 'nest'\ntimeout = '2s'\nkill_grace = '30s'\n\
+            "name = 'outer'\n{}[[step]]\nname = 'nest'\n{outer}\n\
              run = ['{}', '--state-dir', 'inner-state', 'run', '--quiet', 'inner.toml']\n",
             env.mark_env(),
             waymark.display()
@@ -343,8 +336,9 @@ fn the_steps_of_a_nested_run_get_a_grace_stop_s_signal_once() {
     let said = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains("nest: attempt 1/1 failed: ActionTimeout"), "{said}");
+    // The nested run's step had started (within the outer step's timeout), or this proves nothing.
     assert!(env.path("ready").exists(), "the nested run's step never started: {said}");
-    assert_eq!(env.read("deliveries"), "1\n", "{said}");
+    said
 }
 
 const COUNT_TERM: &str = "import os, signal, time
