@@ -468,7 +468,9 @@ impl FlowGuard {
             }),
             Backend::Postgres { config, shown, timing } => {
                 let gc = crate::store::postgres::GC_OWNER;
-                let owner = format!("{gc}{}:{}", host_id(), std::process::id());
+                // Unique to this take, as a runner's owner is (the store lets an owner take its own
+                // lease again: two gcs of one host id and pid, in two containers, must not meet).
+                let owner = format!("{gc}{}:{}:{:08x}", host_id(), std::process::id(), fastrand::u32(..));
                 match FlowLease::try_take(config, shown, &lease_key(key, host), &owner, *timing)? {
                     Leased::Taken(lease) => Ok(Ok(FlowGuard::Lease(lease))),
                     Leased::Held(holder) if holder.starts_with(gc) => Ok(Err(GcHeld::ByGc)),

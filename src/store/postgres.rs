@@ -952,9 +952,10 @@ impl PgStore {
         })
     }
 
-    /// Take the lease of `lease_key` for `owner` if nobody holds it or its holder's lease has
-    /// expired (raising the token), with when it was taken for the runner's clock (see [`WAITED`]);
-    /// otherwise who holds it, as a message names them.
+    /// Take the lease of `lease_key` for `owner` if nobody holds it, its holder's lease has
+    /// expired, or its holder is `owner` itself (an earlier try whose answer was lost with its
+    /// connection: owners are unique to a runner), raising the token, with when it was taken for
+    /// the runner's clock (see [`WAITED`]); otherwise who holds it, as a message names them.
     pub(crate) fn try_lease(
         &self,
         lease_key: &str,
@@ -973,7 +974,7 @@ impl PgStore {
                  ON CONFLICT (lease_key) DO UPDATE
                  SET owner = EXCLUDED.owner, host = EXCLUDED.host, pid = EXCLUDED.pid, run_id = NULL,
                      token = waymark_leases.token + 1, expires_at = clock_timestamp() + $5 * interval '1 millisecond'
-                 WHERE waymark_leases.expires_at < clock_timestamp()
+                 WHERE waymark_leases.expires_at < clock_timestamp() OR waymark_leases.owner = EXCLUDED.owner
                  RETURNING token, {WAITED}"
             ))
             .map_err(|e| self.pg(&e))?;

@@ -470,6 +470,15 @@ fn a_live_lease_keeps_a_second_runner_out_and_a_newer_schema_is_refused() {
     let Leased::Held(holder) = FlowLease::try_take(config, location, &key, "h:2:b", timing).unwrap() else {
         panic!("taken twice")
     };
+    // Its own holder may take a lease again (a `--wait` that lost the answer to the statement that
+    // took it, with its connection, tries again), with a new token: the one it never learnt is
+    // done. Anyone else is kept out still.
+    let store = PgStore::open(config, location).unwrap();
+    let other = lease_key(&FlowKey::named("y"), "h");
+    assert_eq!(store.try_lease(&other, "h:3:c", timing.ttl).unwrap().map(|(token, _)| token), Ok(1));
+    assert_eq!(store.try_lease(&other, "h:3:c", timing.ttl).unwrap().map(|(token, _)| token), Ok(2));
+    assert!(store.try_lease(&other, "h:4:d", timing.ttl).unwrap().is_err(), "held by h:3:c");
+    drop(store);
     assert!(
         holder.starts_with(&format!(
             "a runner starting (its run not chosen yet) on host {}, pid {}, its lease expires at ",
