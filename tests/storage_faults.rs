@@ -142,16 +142,22 @@ fn a_corrupt_database_exits_4_naming_the_file_and_a_fresh_one_works() {
     assert_eq!((env.count("a.log"), env.count("b.log")), (1, 1));
 }
 
+/// A test directory whose state holds one finished run of [`FLOW`], and the path of its database.
+fn a_finished_run() -> (Env, std::path::PathBuf) {
+    let env = Env::new();
+    env.write("flow.toml", FLOW);
+    env.cmd(&["run", "flow.toml"]).assert().success();
+    let db = env.state().join("waymark.db");
+    (env, db)
+}
+
 /// A database rebuilt from sqlite3's `.dump` has waymark's tables but no `user_version` (the dump
 /// does not carry it): every command refuses it with exit 4, saying how to set the version back,
 /// instead of a looking command seeing no runs and a runner failing to create tables that exist.
 /// Set back as told, the runs are there again.
 #[test]
 fn a_database_without_its_schema_version_exits_4_saying_how_to_set_it_back() {
-    let env = Env::new();
-    env.write("flow.toml", FLOW);
-    env.cmd(&["run", "flow.toml"]).assert().success();
-    let db = env.state().join("waymark.db");
+    let (env, db) = a_finished_run();
     let set_version = |v: i64| {
         let conn = rusqlite::Connection::open(&db).unwrap();
         conn.pragma_update(None, "user_version", v).unwrap();
@@ -183,10 +189,7 @@ fn a_database_without_its_schema_version_exits_4_saying_how_to_set_it_back() {
 /// free space.
 #[test]
 fn a_damaged_value_in_the_database_is_shown_or_refused_never_a_panic() {
-    let env = Env::new();
-    env.write("flow.toml", FLOW);
-    env.cmd(&["run", "flow.toml"]).assert().success();
-    let db = env.state().join("waymark.db");
+    let (env, db) = a_finished_run();
     let edit = |sql: &str| rusqlite::Connection::open(&db).unwrap().execute_batch(sql).unwrap();
     for (started, shown) in
         [(253_402_300_800_000_i64, "9999-12-31T23:59:59.999Z"), (i64::MIN, "1970-01-01T00:00:00.000Z")]

@@ -16,13 +16,15 @@ pub(crate) fn check(path: &Path, strict: bool, explain: bool) -> Result<i32, Cli
     // Its secrets are hidden as a run hides them, before the commands are quoted.
     // (A secret from an env file that cannot be read is not known here: its value can be in the
     // flow's commands only as the literal text that `run` warns of.)
-    for what in crate::executor::environment::misspelt_secrets_of(&loaded.flow) {
+    // The env file, read once for both.
+    let file = crate::executor::environment::env_file_or_none(&loaded.flow);
+    for what in crate::executor::environment::misspelt_secrets(&loaded.flow, &file) {
         if strict {
             return Err(CliError::Usage(format!("{what} (an error under --strict): correct the name in `secret_env`")));
         }
         note!("warning: {what} Correct the name in `secret_env`");
     }
-    let secrets = crate::executor::environment::secrets_to_hide(&loaded.flow);
+    let secrets = crate::executor::environment::secrets_in(&loaded.flow, &file);
     // A default that holds a secret: `run` refuses a run that takes it (one given `--param` is
     // fine), so `check` warns, and refuses under `--strict`.
     if let Some(name) = loaded

@@ -112,8 +112,18 @@ pub(crate) fn read_env_file(path: &Path) -> Result<BTreeMap<String, String>, Env
 /// The secrets a run of `flow` would hide, for what is said before (or without) a run: from the
 /// environment, the flow's `env` tables and the env file (none from one that cannot be read).
 pub(crate) fn secrets_to_hide(flow: &Flow) -> Secrets {
-    let file = flow.env_file.as_deref().and_then(|path| read_env_file(path).ok()).unwrap_or_default();
-    Secrets::new(declared_secrets(flow, &file, &|name: &str| std::env::var_os(name)))
+    secrets_in(flow, &env_file_or_none(flow))
+}
+
+/// The variables of `flow`'s env file, for what is said before (or without) a run: none from one
+/// that cannot be read (the run says why).
+pub(crate) fn env_file_or_none(flow: &Flow) -> BTreeMap<String, String> {
+    flow.env_file.as_deref().and_then(|path| read_env_file(path).ok()).unwrap_or_default()
+}
+
+/// [`secrets_to_hide`], with the env file's variables `file` read already.
+pub(crate) fn secrets_in(flow: &Flow, file: &BTreeMap<String, String>) -> Secrets {
+    Secrets::new(declared_secrets(flow, file, &|name: &str| std::env::var_os(name)))
 }
 
 /// What to say of each name of `secret_env` that is set nowhere a step's variable comes from (the
@@ -147,12 +157,6 @@ pub(crate) fn misspelt_secrets(flow: &Flow, file: &BTreeMap<String, String>) -> 
         }
     }
     said
-}
-
-/// [`misspelt_secrets`] with the env file read here (none from one that cannot be read).
-pub(crate) fn misspelt_secrets_of(flow: &Flow) -> Vec<String> {
-    let file = flow.env_file.as_deref().and_then(|path| read_env_file(path).ok()).unwrap_or_default();
-    misspelt_secrets(flow, &file)
 }
 
 /// The values of `flow`'s `secret_env` variables, from every place an attempt's variable can come

@@ -322,11 +322,7 @@ impl Command {
                     }
                     // An argument with a newline (`python3 -c` code) on one line, as bash reads it
                     // (`$'...\n...'`): a `shell` script's lines are the only ones a command shows.
-                    if a.contains(['\n', '\t']) {
-                        out.push_str(&shell_word(a));
-                    } else {
-                        shell_quote(a, out);
-                    }
+                    push_shell_word(a, out);
                 }
             }
             Command::Shell(script) => {
@@ -343,6 +339,12 @@ impl Command {
 /// as its picture wherever waymark prints a flow's text.)
 pub(crate) fn shell_word(s: &str) -> String {
     let mut out = String::new();
+    push_shell_word(s, &mut out);
+    out
+}
+
+/// [`shell_word`], appended to `out`.
+fn push_shell_word(s: &str, out: &mut String) {
     if s.contains(['\n', '\t']) {
         // On one line, as bash and zsh read it (`$'a\nb'`): a path or a value with a newline
         // keeps the message that names it on its line.
@@ -357,10 +359,9 @@ pub(crate) fn shell_word(s: &str) -> String {
             }
         }
         out.push('\'');
-        return out;
+        return;
     }
-    shell_quote(s, &mut out);
-    out
+    shell_quote(s, out);
 }
 
 /// `s` as a shell word, appended to `out`: as is when it needs no quotes, else in single quotes.

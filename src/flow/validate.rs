@@ -127,22 +127,22 @@ pub(crate) fn validate<'a>(
 
 /// The first `$NAME` or `${NAME}` in `arg` (NAME an identifier), as written.
 pub(crate) fn shell_variable(arg: &str) -> Option<&str> {
+    shell_variables(arg).next()
+}
+
+/// Every `$NAME` and `${NAME}` in `arg` (NAME an identifier), as written, in order.
+fn shell_variables(arg: &str) -> impl Iterator<Item = &str> {
     let ident = |s: &str| s.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(s.len());
-    for (at, _) in arg.match_indices('$') {
+    arg.match_indices('$').filter_map(move |(at, _)| {
         let rest = &arg[at + 1..];
         if let Some(inner) = rest.strip_prefix('{') {
             let len = ident(inner);
-            if len > 0 && is_identifier(&inner[..len]) && inner[len..].starts_with('}') {
-                return Some(&arg[at..at + len + 3]);
-            }
+            (len > 0 && is_identifier(&inner[..len]) && inner[len..].starts_with('}')).then(|| &arg[at..at + len + 3])
         } else {
             let len = ident(rest);
-            if len > 0 && is_identifier(&rest[..len]) {
-                return Some(&arg[at..at + len + 1]);
-            }
+            (len > 0 && is_identifier(&rest[..len])).then(|| &arg[at..at + len + 1])
         }
-    }
-    None
+    })
 }
 
 /// Whether `s` can be a flow's name (`[A-Za-z0-9_.-]+`, at most [`MAX_FLOW_NAME`] bytes).
@@ -275,17 +275,11 @@ impl Validator<'_> {
     /// nothing set stays a `$` without a word (a literal one in a pattern, say).
     fn env_variable(&mut self, name: &str, val: &Str) {
         // Each `$NAME` in turn (`$TOOL_HOME/lib:$LD_LIBRARY_PATH`): the first that is meant.
-        let mut rest = val.get_ref().as_str();
-        let var = loop {
-            let Some(var) = shell_variable(rest) else { return };
+        let meant = |var: &&str| {
             let used = var.trim_start_matches("${").trim_start_matches('$').trim_end_matches('}');
-            if used == name || std::env::var_os(used).is_some() {
-                break var;
-            }
-            // Past this one: `shell_variable` gives a slice of `rest`.
-            let at = var.as_ptr() as usize - rest.as_ptr() as usize + var.len();
-            rest = &rest[at..];
+            used == name || std::env::var_os(used).is_some()
         };
+        let Some(var) = shell_variables(val.get_ref()).find(meant) else { return };
         let d =
             self.warn(val.span(), &format!("`{var}` looks like a shell variable, but `env` values are set as written"));
         d.label = "not expanded".into();

@@ -134,26 +134,27 @@ pub(crate) const OUTER_IDS_VAR: &str = "WAYMARK_OUTER_ATTEMPT_IDS";
 /// Live processes whose environment holds `WAYMARK_ATTEMPT_ID=attempt_id`: an attempt's
 /// processes, including those that left its process group with setsid(). Reads `/proc`, so it is
 /// only called when something already looks wrong (not on every attempt).
-fn marked(attempt_id: &str) -> Vec<u32> {
+/// With `outer`, also those found by `WAYMARK_OUTER_ATTEMPT_IDS` (a nested run's steps).
+fn marked(attempt_id: &str, outer: bool) -> Vec<u32> {
     let me = std::process::id();
     let Some(pids) = proc_pids() else { return Vec::new() };
     pids.filter(|pid| *pid != me)
-        .filter(|pid| attempt_ids(*pid).iter().any(|id| id == attempt_id.as_bytes()))
+        .filter(|pid| attempt_ids(*pid, outer).iter().any(|id| id == attempt_id.as_bytes()))
         .filter(|pid| is_alive(*pid, None))
         .collect()
 }
 
 /// The attempt ids in the environment of process `pid`: the values of `WAYMARK_ATTEMPT_ID` (a
-/// process may hold the variable twice), and those of `WAYMARK_OUTER_ATTEMPT_IDS` (a nested
-/// run's step is an outer attempt's process too). None when it cannot be read.
-fn attempt_ids(pid: u32) -> Vec<Vec<u8>> {
-    let (own, outer) = (format!("{ATTEMPT_ID_VAR}="), format!("{OUTER_IDS_VAR}="));
+/// process may hold the variable twice), and with `outer` those of `WAYMARK_OUTER_ATTEMPT_IDS` (a
+/// nested run's step is an outer attempt's process too). None when it cannot be read.
+fn attempt_ids(pid: u32, outer: bool) -> Vec<Vec<u8>> {
+    let (own, outer) = (format!("{ATTEMPT_ID_VAR}="), outer.then(|| format!("{OUTER_IDS_VAR}=")));
     let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
     let mut ids = Vec::new();
     for var in env.split(|b| *b == 0) {
         if let Some(id) = var.strip_prefix(own.as_bytes()) {
             ids.push(id.to_vec());
-        } else if let Some(list) = var.strip_prefix(outer.as_bytes()) {
+        } else if let Some(list) = outer.as_ref().and_then(|outer| var.strip_prefix(outer.as_bytes())) {
             ids.extend(list.split(|b| *b == b',').filter(|id| !id.is_empty()).map(<[u8]>::to_vec));
         }
     }
@@ -180,14 +181,9 @@ pub(crate) fn kill_marked(attempt_id: &str, group: u32) -> usize {
 pub(crate) fn signal_escaped(attempt_id: &str, group: u32, sig: NixSignal) -> Vec<(u32, Option<u64>)> {
     // Not a nested run's steps, found by their outer attempt ids: their runner, in the group, gets
     // the signal and passes it on (twice would be its "second signal", which kills at once).
-    let own = format!("{ATTEMPT_ID_VAR}={attempt_id}");
-    let own_only = |pid: &u32| {
-        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-        env.split(|b| *b == 0).any(|var| var == own.as_bytes())
-    };
-    let found: Vec<(u32, Option<u64>)> = marked(attempt_id)
+    let found: Vec<(u32, Option<u64>)> = marked(attempt_id, false)
         .into_iter()
-        .filter(|pid| group_of(*pid) != Some(group) && own_only(pid))
+        .filter(|pid| group_of(*pid) != Some(group))
         .map(|pid| (pid, process_start_time(pid)))
         .collect();
     for (pid, _) in &found {
@@ -224,7 +220,7 @@ pub(crate) fn kill_marked_holding_output(attempt_id: &str, group: u32) -> usize 
 fn kill_escaped(attempt_id: &str, group: u32, which: impl Fn(u32) -> bool) -> usize {
     let mut killed = std::collections::HashSet::new();
     for _ in 0..ESCAPED_PASSES {
-        let found: Vec<u32> = marked(attempt_id)
+        let found: Vec<u32> = marked(attempt_id, true)
             .into_iter()
             .filter(|pid| !killed.contains(pid) && group_of(*pid) != Some(group) && which(*pid))
             .collect();
@@ -290,7 +286,7 @@ fn scan() -> Option<Vec<Seen>> {
         if fields.first() == Some(&"Z") {
             continue;
         }
-        let attempts = attempt_ids(pid);
+        let attempts = attempt_ids(pid, true);
         let (pgrp, start) = (fields.get(2).and_then(|s| s.parse().ok()), fields.get(19).and_then(|s| s.parse().ok()));
         seen.push(Seen { pid, pgrp, start, attempts });
     }
