@@ -406,6 +406,10 @@ impl Launcher for ProcessLauncher {
             true => Some(PathBuf::from(&argv[0])),
             false => self.programs.find(&argv[0], path),
         };
+        // Whether one of the runner's signals had come before the spawn: taken now, as a signal
+        // that comes while the runner sets up the child's supervision came after it started (on
+        // a loaded machine, long enough for the child to have ended of it).
+        let signalled_before = crate::os::signals::runner_signalled();
         // Spawned by the path found earlier, else (or if that fails: the program moved since)
         // by its name, looked up on PATH as ever.
         let mut by_name = found.is_none();
@@ -485,7 +489,8 @@ impl Launcher for ProcessLauncher {
             outputs,
             Arc::clone(&self.env.secrets),
             events,
-        );
+        )
+        .signalled_before(signalled_before);
         let pid = supervisor.pid();
         let proc_start = unix::process_start_time(pid);
         let (tx, index, row, deadline) = (events.clone(), a.step_index, a.row, a.deadline);

@@ -137,6 +137,14 @@ impl Log {
 }
 
 impl Supervisor {
+    /// Whether one of the runner's signals had come before the child was spawned, as the caller
+    /// saw it just before the spawn (by default, when [`Supervisor::watch`] was called): a child
+    /// that ends once one has, and had started before it, ended of it.
+    pub(crate) fn signalled_before(mut self, before: bool) -> Supervisor {
+        self.signalled_before = before;
+        self
+    }
+
     /// Start copying the child's output (a reader task per stream on the runner's event loop,
     /// tagged with the attempt's step and row, hiding `secrets`) and take charge of it, with
     /// its `WAYMARK_ATTEMPT_ID` and what its notes call it (`this attempt`, `hook on_exit`).
